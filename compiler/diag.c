@@ -1,0 +1,139 @@
+/*
+ * diag.c — diagnostics, in the form gcc and clang use:
+ *
+ *   digits.model:9:12: error: expected ')' or ',' after argument, got '='
+ *     h = relu(x = 1)
+ *                ^
+ *
+ * Every phase reports through here with the Loc its AST or graph node kept from the parser.
+ * The first error ends the compilation with status 1 (error_at, or error_begin + note_at +
+ * diag_exit when notes follow). Warnings are counted and compilation goes on. A compiler bug
+ * (ICE/ASSERT) says "internal error" and exits with 2, so it is never mistaken for a user's
+ * mistake. Nothing here allocates from the arena: fatal() must work when the arena cannot.
+ */
+#include "modelc.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+int diag_warnings;
+
+static const char *diag_path = "<input>";
+static const char *diag_src; /* the whole file, NUL-terminated; NULL: no quoting */
+
+void diag_init(const char *path, const char *src) {
+    diag_path = path ? path : "<input>";
+    diag_src = src;
+}
+
+/* Finds line `line` (1-based) of the source; sets *len to its length without "\n" or "\r\n".
+ * NULL if there is no such line (line 0, or past the end of the file). */
+static const char *find_line(int line, size_t *len) {
+    if (!diag_src || line <= 0)
+        return NULL;
+    const char *p = diag_src;
+    for (int i = 1; i < line; i++) {
+        p = strchr(p, '\n');
+        if (!p)
+            return NULL;
+        p++;
+    }
+    if (*p == '\0') /* just past the final newline: no such line */
+        return NULL;
+    size_t n = strcspn(p, "\n");
+    if (n > 0 && p[n - 1] == '\r')
+        n--;
+    *len = n;
+    return p;
+}
+
+/* Prints the source line and a caret under column `col`. The caret line copies the tabs of
+ * the source line and skips UTF-8 continuation bytes so the caret sits under the byte `col`
+ * in a terminal. */
+static void quote_line(Loc loc) {
+    size_t len;
+    const char *s = find_line(loc.line, &len);
+    if (!s)
+        return;
+    fprintf(stderr, "%.*s\n", (int)len, s);
+    int col = loc.col < 1 ? 1 : loc.col;
+    for (int i = 0; i < col - 1; i++) {
+        unsigned char c = (size_t)i < len ? (unsigned char)s[i] : ' ';
+        if (c == '\t')
+            fputc('\t', stderr);
+        else if ((c & 0xC0) != 0x80)
+            fputc(' ', stderr);
+    }
+    fputs("^\n", stderr);
+}
+
+static void report(Loc loc, const char *kind, const char *fmt, va_list ap) {
+    fflush(stdout);
+    if (loc.line > 0)
+        fprintf(stderr, "%s:%d:%d: %s: ", diag_path, loc.line, loc.col, kind);
+    else
+        fprintf(stderr, "%s: %s: ", diag_path, kind);
+    vfprintf(stderr, fmt, ap);
+    fputc('\n', stderr);
+    quote_line(loc);
+}
+
+noreturn void diag_exit(void) {
+    fflush(stderr);
+    exit(1);
+}
+
+noreturn void error_at(Loc loc, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    report(loc, "error", fmt, ap);
+    va_end(ap);
+    diag_exit();
+}
+
+void error_begin(Loc loc, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    report(loc, "error", fmt, ap);
+    va_end(ap);
+}
+
+void warning_at(Loc loc, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    report(loc, "warning", fmt, ap);
+    va_end(ap);
+    diag_warnings++;
+}
+
+void note_at(Loc loc, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    report(loc, "note", fmt, ap);
+    va_end(ap);
+}
+
+noreturn void fatal(const char *fmt, ...) {
+    va_list ap;
+    fflush(stdout);
+    fputs("modelc: error: ", stderr);
+    va_start(ap, fmt);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fputc('\n', stderr);
+    exit(1);
+}
+
+/* `file` is __FILE__ (e.g. "compiler/plan.c"); only its last component is printed. */
+noreturn void internal_error(const char *file, int line, const char *fmt, ...) {
+    va_list ap;
+    const char *base = strrchr(file, '/');
+    base = base ? base + 1 : file;
+    fflush(stdout);
+    fprintf(stderr, "modelc: internal error at %s:%d: ", base, line);
+    va_start(ap, fmt);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fputc('\n', stderr);
+    exit(2);
+}

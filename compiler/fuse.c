@@ -1,0 +1,304 @@
+/*
+ * fuse.c — grouping the graph into kernels.
+ *
+ * The algorithm is the classic "fuse injective ops into their consumer" rule of TVM's operator
+ * fusion (Chen et al., "TVM", OSDI 2018, section 4.1) and XLA's loop fusion, kept deliberately
+ * simple:
+ *
+ *  1. Inlining. An elementwise node (unary, binary, permute) is inlined into its consumer when
+ *     it has exactly one use, is not a graph output, its consumer is elementwise too, and it has
+ *     as many elements as the consumer (we never recompute a broadcast value per output element).
+ *     Every elementwise node that is not inlined is the root of one kernel: an expression tree
+ *     over "leaves", the materialized tensors it reads.
+ *  2. Index maps. The kernel iterates over its root's shape. Each leaf is read through a map
+ *     from its dimensions to iteration dimensions (map[d] = -1: broadcast). Maps are composed
+ *     down the tree: broadcasting aligns shapes at the right and drops size-1 dims; permute
+ *     permutes. A leaf may appear several times with different maps (x + transpose(x)).
+ *  3. Epilogues. A matmul whose only use is inside an elementwise tree, read with the identity
+ *     map, becomes that kernel's GEMM: the GEMM writes the root's buffer and the tree runs over
+ *     it in place as an epilogue (bias add, activation, residual add).
+ *  4. Reductions (softmax, sum, ...) are kernels of their own; two reductions are never fused
+ *     into one kernel (field case B03: each keeps its own axis and range).
+ *
+ * Before grouping, every graph output whose value is not produced by a kernel of its own (an
+ * input, a param, a constant, a view of one, or a value already returned by another output)
+ * gets an explicit copy, so each output owns its bytes and can be written straight into the
+ * caller's buffer.
+ */
+#include "modelc.h"
+
+#include <string.h>
+
+/* Follow reshape views down to the node that owns the bytes. */
+static Node *view_base(Node *n) {
+    while (n->op == OP_RESHAPE) n = n->in[0];
+    return n;
+}
+
+static Node *mk_copy(Graph *g, Node *x, Loc loc) {
+    Node *n = new_node(g, OP_PERMUTE, loc);
+    n->in[0] = x;
+    n->nin = 1;
+    n->dtype = x->dtype;
+    n->shape = x->shape;
+    for (int i = 0; i < x->shape.rank; i++) n->perm[i] = i;
+    return n;
+}
+
+static void materialize_outputs(Graph *g) {
+    for (int i = 0; i < g->noutputs; i++) {
+        GraphOutput *o = &g->outputs[i];
+        Node *base = view_base(o->node);
+        bool need = base->op == OP_INPUT || base->op == OP_PARAM || base->op == OP_CONST;
+        for (int j = 0; j < i && !need; j++) need = view_base(g->outputs[j].node) == base;
+        if (need) {
+            Node *cp = mk_copy(g, o->node, o->loc);
+            cp->name = o->name;
+            o->node = cp;
+        }
+    }
+    analyze_uses(g);
+}
+
+typedef struct Fuser {
+    Graph *g;
+    FuseOptions opt;
+    Node **consumer; /* consumer[id]: the single consumer of a node with nuses == 1 */
+    bool *inl;       /* inl[id]: computed inside its consumer's kernel */
+    Kernel *cur;
+    int capleaves;
+} Fuser;
+
+static bool same_numel(const Node *a, const Node *b) {
+    return dim_eq(shape_numel(&a->shape), shape_numel(&b->shape));
+}
+
+static int add_leaf(Fuser *f, Node *n, const int *map) {
+    Kernel *k = f->cur;
+    for (int i = 0; i < k->nleaves; i++)
+        if (k->leaves[i].node == n && !memcmp(k->leaves[i].map, map, sizeof(int) * n->shape.rank)) return i;
+    if (k->nleaves == f->capleaves) {
+        int cap = f->capleaves ? 2 * f->capleaves : 8;
+        k->leaves = xrealloc_array(k->leaves, f->capleaves, cap, sizeof(LeafRef));
+        f->capleaves = cap;
+    }
+    LeafRef *l = &k->leaves[k->nleaves];
+    memset(l, 0, sizeof *l);
+    l->node = n;
+    memcpy(l->map, map, sizeof(int) * n->shape.rank);
+    return k->nleaves++;
+}
+
+/* Map of child `x` (an operand of elementwise node `p` with map pmap). */
+static void child_map(const Node *p, const int *pmap, const Node *x, int *xmap) {
+    if (p->op == OP_PERMUTE) {
+        for (int i = 0; i < p->shape.rank; i++) xmap[p->perm[i]] = pmap[i];
+        return;
+    }
+    int off = p->shape.rank - x->shape.rank;
+    for (int i = 0; i < x->shape.rank; i++) {
+        Dim dx = x->shape.d[i], dp = p->shape.d[i + off];
+        xmap[i] = (!dx.sym && dx.c == 1 && !dim_eq(dx, dp)) ? -1 : pmap[i + off];
+    }
+}
+
+static void add_member(Kernel *k, Node *n) {
+    k->members = xrealloc_array(k->members, k->nmembers, k->nmembers + 1, sizeof(Node *));
+    k->members[k->nmembers++] = n;
+}
+
+static Expr *build_expr(Fuser *f, Node *n, const int *map, bool is_root) {
+    Expr *e = xalloc(sizeof(Expr));
+    if (n->op == OP_CONST) {
+        e->op = OP_CONST;
+        e->value = n->value;
+        return e;
+    }
+    if (!is_root && !f->inl[n->id]) {
+        e->op = OP_INPUT;
+        e->leaf = add_leaf(f, n, map);
+        return e;
+    }
+    e->op = n->op;
+    e->node = n;
+    int cmap[MAX_RANK];
+    child_map(n, map, n->in[0], cmap);
+    e->a = build_expr(f, n->in[0], cmap, false);
+    if (n->nin > 1) {
+        child_map(n, map, n->in[1], cmap);
+        e->b = build_expr(f, n->in[1], cmap, false);
+    }
+    add_member(f->cur, n);
+    return e;
+}
+
+static bool map_is_identity(const LeafRef *l, const Node *root) {
+    if (l->node->shape.rank != root->shape.rank) return false;
+    for (int i = 0; i < root->shape.rank; i++)
+        if (l->map[i] != i || !dim_eq(l->node->shape.d[i], root->shape.d[i])) return false;
+    return true;
+}
+
+static Kernel *new_kernel(KernelList *kl, KernelKind kind, Node *root) {
+    Kernel *k = xalloc(sizeof(Kernel));
+    k->kind = kind;
+    k->root = root;
+    k->gemm_leaf = -1;
+    k->id = kl->n;
+    kl->k = xrealloc_array(kl->k, kl->n, kl->n + 1, sizeof(Kernel *));
+    kl->k[kl->n++] = k;
+    return k;
+}
+
+KernelList fuse_graph(Graph *g, FuseOptions opt) {
+    materialize_outputs(g);
+    Fuser F = {.g = g, .opt = opt}, *f = &F;
+    f->consumer = xalloc(sizeof(Node *) * g->nnodes);
+    f->inl = xalloc(sizeof(bool) * g->nnodes);
+    for (int i = 0; i < g->nnodes; i++) {
+        Node *n = g->nodes[i];
+        if (n->dead) continue;
+        for (int j = 0; j < n->nin; j++) f->consumer[n->in[j]->id] = n;
+    }
+    for (int i = 0; i < g->nnodes; i++) {
+        Node *n = g->nodes[i], *c = f->consumer[i];
+        f->inl[i] = opt.elementwise && !n->dead && op_is_elementwise(n->op) && n->nuses == 1 && !n->is_output &&
+                    c && op_is_elementwise(c->op) && same_numel(n, c) && n->dtype == c->dtype;
+    }
+    /* Which matmuls become a GEMM epilogue: decided when their consumer's tree is built. */
+    bool *absorbed = xalloc(sizeof(bool) * g->nnodes);
+    Kernel **tree_of = xalloc(sizeof(Kernel *) * g->nnodes);
+    KernelList kl = {0};
+    for (int i = 0; i < g->nnodes; i++) {
+        Node *n = g->nodes[i];
+        if (n->dead || f->inl[i]) continue;
+        if (op_is_elementwise(n->op)) {
+            Kernel tmp = {0};
+            f->cur = &tmp;
+            f->capleaves = 0;
+            int map[MAX_RANK];
+            for (int d = 0; d < n->shape.rank; d++) map[d] = d;
+            tmp.expr = build_expr(f, n, map, true);
+            tmp.gemm_leaf = -1;
+            /* Epilogue: a single-use matmul read with the identity map. */
+            for (int l = 0; opt.epilogue && l < tmp.nleaves; l++) {
+                Node *m = tmp.leaves[l].node;
+                if (m->op != OP_MATMUL || m->nuses != 1 || m->is_output || !map_is_identity(&tmp.leaves[l], n))
+                    continue;
+                tmp.gemm_leaf = l;
+                tmp.gemm = m;
+                break;
+            }
+            Kernel *k;
+            if (tmp.gemm) {
+                /* The GEMM runs where its consumer's kernel runs: remove any kernel made for it. */
+                absorbed[tmp.gemm->id] = true;
+                Kernel *old = tree_of[tmp.gemm->id];
+                if (old) {
+                    for (int j = old->id; j + 1 < kl.n; j++) {
+                        kl.k[j] = kl.k[j + 1];
+                        kl.k[j]->id = j;
+                    }
+                    kl.n--;
+                }
+                k = new_kernel(&kl, K_GEMM, n);
+                k->gemm = tmp.gemm;
+                add_member(k, tmp.gemm);
+            } else {
+                k = new_kernel(&kl, K_ELEMENTWISE, n);
+            }
+            k->expr = tmp.expr;
+            k->leaves = tmp.leaves;
+            k->nleaves = tmp.nleaves;
+            k->gemm_leaf = tmp.gemm_leaf;
+            for (int j = 0; j < tmp.nmembers; j++) add_member(k, tmp.members[j]);
+            tree_of[n->id] = k;
+        } else if (n->op == OP_MATMUL) {
+            Kernel *k = new_kernel(&kl, K_GEMM, n);
+            k->gemm = n;
+            add_member(k, n);
+            tree_of[n->id] = k;
+        } else if (op_is_reduction(n->op)) {
+            Kernel *k = new_kernel(&kl, K_REDUCE, n);
+            k->reduce = n;
+            add_member(k, n);
+            tree_of[n->id] = k;
+        }
+        /* inputs, params, constants and reshape views need no kernel */
+    }
+    (void)absorbed;
+    return kl;
+}
+
+/* ---------------------------------------------------------------- dump */
+
+static void print_leaf(FILE *out, const LeafRef *l, const Node *root) {
+    fprintf(out, "%%%d", l->node->id);
+    if (map_is_identity(l, root)) return;
+    fprintf(out, "[");
+    for (int d = 0; d < l->node->shape.rank; d++) {
+        if (d) fprintf(out, ",");
+        if (l->map[d] < 0) fprintf(out, "_");
+        else fprintf(out, "i%d", l->map[d]);
+    }
+    fprintf(out, "]");
+}
+
+static void print_kexpr(FILE *out, const Kernel *k, const Expr *e) {
+    if (e->op == OP_CONST) {
+        fprintf(out, "%.9g", e->value);
+        return;
+    }
+    if (e->op == OP_INPUT) {
+        if (e->leaf == k->gemm_leaf) fprintf(out, "gemm");
+        else print_leaf(out, &k->leaves[e->leaf], k->root);
+        return;
+    }
+    if (e->op == OP_PERMUTE) {
+        /* the permutation is already folded into the leaves' maps */
+        print_kexpr(out, k, e->a);
+        return;
+    }
+    fprintf(out, "%s(", op_name(e->op));
+    print_kexpr(out, k, e->a);
+    if (e->b) {
+        fprintf(out, ", ");
+        print_kexpr(out, k, e->b);
+    }
+    fprintf(out, ")");
+}
+
+void dump_fused(FILE *out, const Graph *g, const KernelList *kl) {
+    char buf[256];
+    fprintf(out, "fused %s: %d kernels\n", g->name, kl->n);
+    for (int i = 0; i < kl->n; i++) {
+        const Kernel *k = kl->k[i];
+        fprintf(out, "  k%d ", k->id);
+        switch (k->kind) {
+        case K_ELEMENTWISE:
+            fprintf(out, "elementwise ");
+            print_kexpr(out, k, k->expr);
+            break;
+        case K_GEMM: {
+            const Node *m = k->gemm;
+            fprintf(out, "gemm %%%d @ %%%d%s", m->in[0]->id, m->in[1]->id, m->trans_b ? "^T" : "");
+            if (k->expr) {
+                fprintf(out, " epilogue ");
+                print_kexpr(out, k, k->expr);
+            }
+            break;
+        }
+        case K_REDUCE: {
+            const Node *r = k->reduce;
+            fprintf(out, "%s %%%d {axis=%d%s}", op_name(r->op), r->in[0]->id, r->axis, r->keepdim ? ", keepdim" : "");
+            break;
+        }
+        }
+        fprintf(out, " -> %%%d : %s%s  ; nodes", k->root->id, dtype_name(k->root->dtype),
+                shape_str(&k->root->shape, g->batch_name, buf, sizeof buf));
+        for (int j = 0; j < k->nmembers; j++) fprintf(out, " %%%d", k->members[j]->id);
+        fprintf(out, "\n");
+    }
+    for (int i = 0; i < g->noutputs; i++)
+        fprintf(out, "  output %s = %%%d\n", g->outputs[i].name, g->outputs[i].node->id);
+}

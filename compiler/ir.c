@@ -1,0 +1,156 @@
+/*
+ * ir.c — the graph IR: nodes, symbolic dimensions, use counts, and the --dump=graph text form.
+ *
+ * A Graph is a list of Nodes in topological order (each node's inputs come before it), built
+ * by check.c from the AST. Every node keeps the Loc the user wrote, so later phases can point
+ * at the source. The text form is documented in docs/ir.md and read by the FileCheck tests.
+ */
+#include "modelc.h"
+
+#include <inttypes.h>
+#include <string.h>
+
+static const char *op_names[OP__COUNT] = {
+    [OP_INPUT] = "input",     [OP_PARAM] = "param",       [OP_CONST] = "const",
+    [OP_NEG] = "neg",         [OP_EXP] = "exp",           [OP_LOG] = "log",
+    [OP_SQRT] = "sqrt",       [OP_RELU] = "relu",         [OP_SIGMOID] = "sigmoid",
+    [OP_TANH] = "tanh",       [OP_GELU] = "gelu",         [OP_GELU_TANH] = "gelu_tanh",
+    [OP_ADD] = "add",         [OP_SUB] = "sub",           [OP_MUL] = "mul",
+    [OP_DIV] = "div",         [OP_PERMUTE] = "permute",   [OP_MATMUL] = "matmul",
+    [OP_SOFTMAX] = "softmax", [OP_LOG_SOFTMAX] = "log_softmax",
+    [OP_SUM] = "sum",         [OP_MEAN] = "mean",         [OP_MAX] = "max",
+    [OP_ARGMAX] = "argmax",   [OP_RESHAPE] = "reshape",
+};
+
+const char *op_name(OpKind op) {
+    return (op >= 0 && op < OP__COUNT && op_names[op]) ? op_names[op] : "?";
+}
+
+bool op_is_unary(OpKind op) { return op >= OP_NEG && op <= OP_GELU_TANH; }
+bool op_is_binary(OpKind op) { return op >= OP_ADD && op <= OP_DIV; }
+bool op_is_elementwise(OpKind op) { return op_is_unary(op) || op_is_binary(op) || op == OP_PERMUTE; }
+bool op_is_reduction(OpKind op) { return op >= OP_SOFTMAX && op <= OP_ARGMAX; }
+
+Node *new_node(Graph *g, OpKind op, Loc loc) {
+    if (g->nnodes == g->capnodes) {
+        int cap = g->capnodes ? 2 * g->capnodes : 32;
+        g->nodes = xrealloc_array(g->nodes, g->capnodes, cap, sizeof(Node *));
+        g->capnodes = cap;
+    }
+    Node *n = xalloc(sizeof(Node));
+    n->id = g->nnodes;
+    n->op = op;
+    n->loc = loc;
+    n->dtype = DT_F32;
+    n->index = -1;
+    g->nodes[g->nnodes++] = n;
+    return n;
+}
+
+Dim dim_mul(Dim a, Dim b, bool *ok) {
+    Dim r = {0, a.sym || b.sym};
+    bool overflow = __builtin_mul_overflow(a.c, b.c, &r.c);
+    if (ok) *ok = !(a.sym && b.sym) && !overflow;
+    return r;
+}
+
+bool dim_eq(Dim a, Dim b) { return a.c == b.c && a.sym == b.sym; }
+
+Dim shape_numel(const Shape *s) {
+    Dim n = {1, false};
+    for (int i = 0; i < s->rank; i++) n = dim_mul(n, s->d[i], NULL);
+    return n;
+}
+
+int shape_nsym(const Shape *s) {
+    int k = 0;
+    for (int i = 0; i < s->rank; i++) k += s->d[i].sym;
+    return k;
+}
+
+size_t dtype_size(DType dt) { return dt == DT_I64 ? 8 : 4; }
+
+int64_t dim_at(Dim d, int64_t batch) { return d.sym ? d.c * batch : d.c; }
+
+char *dim_str(Dim d, const char *batch_name, char *buf, size_t n) {
+    const char *b = batch_name ? batch_name : "batch";
+    if (!d.sym) snprintf(buf, n, "%" PRId64, d.c);
+    else if (d.c == 1) snprintf(buf, n, "%s", b);
+    else snprintf(buf, n, "%s*%" PRId64, b, d.c);
+    return buf;
+}
+
+char *shape_str(const Shape *s, const char *batch_name, char *buf, size_t n) {
+    size_t k = 0;
+    k += snprintf(buf + k, n - k, "[");
+    for (int i = 0; i < s->rank && k < n; i++) {
+        char d[64];
+        k += snprintf(buf + k, n - k, "%s%s", i ? "," : "", dim_str(s->d[i], batch_name, d, sizeof d));
+    }
+    if (k < n) snprintf(buf + k, n - k, "]");
+    return buf;
+}
+
+void analyze_uses(Graph *g) {
+    for (int i = 0; i < g->nnodes; i++) {
+        g->nodes[i]->nuses = 0;
+        g->nodes[i]->is_output = 0;
+        g->nodes[i]->dead = true;
+    }
+    for (int i = 0; i < g->noutputs; i++) {
+        g->outputs[i].node->is_output++;
+        g->outputs[i].node->nuses++;
+        g->outputs[i].node->dead = false;
+    }
+    /* Reverse topological order: a node is live if a live node reads it. */
+    for (int i = g->nnodes - 1; i >= 0; i--) {
+        Node *n = g->nodes[i];
+        if (n->dead) continue;
+        for (int j = 0; j < n->nin; j++) {
+            n->in[j]->nuses++;
+            n->in[j]->dead = false;
+        }
+    }
+}
+
+static void dump_attrs(FILE *out, const Node *n) {
+    switch (n->op) {
+    case OP_MATMUL:
+        if (n->trans_b) fprintf(out, " {trans_b}");
+        break;
+    case OP_SOFTMAX: case OP_LOG_SOFTMAX:
+        fprintf(out, " {axis=%d}", n->axis);
+        break;
+    case OP_SUM: case OP_MEAN: case OP_MAX: case OP_ARGMAX:
+        fprintf(out, " {axis=%d%s}", n->axis, n->keepdim ? ", keepdim" : "");
+        break;
+    case OP_PERMUTE:
+        fprintf(out, " {perm=[");
+        for (int i = 0; i < n->shape.rank; i++) fprintf(out, "%s%d", i ? "," : "", n->perm[i]);
+        fprintf(out, "]}");
+        break;
+    default:
+        break;
+    }
+}
+
+void dump_graph(FILE *out, const Graph *g) {
+    char buf[256];
+    fprintf(out, "graph %s", g->name);
+    if (g->has_batch) fprintf(out, " (%s <= %d)", g->batch_name, g->max_batch);
+    fprintf(out, "\n");
+    for (int i = 0; i < g->nnodes; i++) {
+        const Node *n = g->nodes[i];
+        if (n->dead && n->op != OP_INPUT && n->op != OP_PARAM) continue;
+        fprintf(out, "  %%%d = %s", n->id, op_name(n->op));
+        if (n->op == OP_INPUT || n->op == OP_PARAM) fprintf(out, " %s", n->name);
+        if (n->op == OP_CONST) fprintf(out, " %.9g", n->value);
+        for (int j = 0; j < n->nin; j++) fprintf(out, "%s%%%d", j ? ", " : " ", n->in[j]->id);
+        dump_attrs(out, n);
+        fprintf(out, " : %s%s", dtype_name(n->dtype), shape_str(&n->shape, g->batch_name, buf, sizeof buf));
+        if (n->name && n->op != OP_INPUT && n->op != OP_PARAM) fprintf(out, "  ; %s", n->name);
+        fprintf(out, "\n");
+    }
+    for (int i = 0; i < g->noutputs; i++)
+        fprintf(out, "  output %s = %%%d\n", g->outputs[i].name, g->outputs[i].node->id);
+}

@@ -1,0 +1,374 @@
+/*
+ * modelc.h — the one internal header of the compiler, sectioned by file.
+ *
+ * Pipeline (main.c runs it as plain calls):
+ *   parse (grammar/model.y)  -> Program (AST)
+ *   build_graph (check.c)    -> Graph: resolved names, dtypes and shapes checked
+ *   fuse_graph (fuse.c)      -> Kernel list: elementwise chains fused, GEMM epilogues
+ *   schedule + plan_memory (plan.c) -> arena offsets, checked
+ *   emit (emit_c.c)          -> model.c + model.h (+ main)
+ */
+#ifndef MODELC_H
+#define MODELC_H
+
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdnoreturn.h>
+
+#define MAX_RANK 8
+
+/* ================================================================ arena.c */
+
+/* The compiler allocates from one arena per compilation, freed at exit (arena_free_all).
+ * xalloc returns zeroed memory; it never returns NULL (out of memory is fatal). */
+void *xalloc(size_t bytes);
+void *xrealloc_array(void *old, size_t old_n, size_t new_n, size_t elem); /* grow a vector */
+char *xstrdup(const char *s);
+char *xstrndup(const char *s, size_t n);
+char *xprintf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+void arena_free_all(void);
+
+/* ================================================================ diag.c */
+
+/* A source location: 1-based line and column (column counts bytes). line 0 = no location. */
+typedef struct Loc {
+    int line, col;
+} Loc;
+
+/* Remember the file being compiled so diagnostics can quote its lines. */
+void diag_init(const char *path, const char *src);
+
+/* "file:line:col: error: MSG", then the source line and a caret under col; exit(1). */
+noreturn void error_at(Loc loc, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Same with "warning:"; compilation continues. */
+void warning_at(Loc loc, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Same with "note:"; used right after an error_at-like report (see error_begin). */
+void note_at(Loc loc, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Print an error without exiting, so notes can follow; then call diag_exit(). */
+void error_begin(Loc loc, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+noreturn void diag_exit(void);
+/* "modelc: error: MSG" with no location (bad command line, unreadable file); exit(1). */
+noreturn void fatal(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* An internal bug: "internal error at FILE:LINE: MSG"; exit(2). Never a user's mistake. */
+noreturn void internal_error(const char *file, int line, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+#define ICE(...) internal_error(__FILE__, __LINE__, __VA_ARGS__)
+#define ASSERT(c) ((c) ? (void)0 : ICE("assertion failed: %s", #c))
+extern int diag_warnings; /* count of warnings printed */
+
+/* ================================================================ ast.c, grammar/ */
+
+typedef enum DType { DT_F32 = 0, DT_I32 = 1, DT_I64 = 2 } DType;
+const char *dtype_name(DType dt); /* "f32", "i32", "i64" */
+
+typedef enum AstKind {
+    AST_NUM,   /* number literal: num, is_int, text */
+    AST_NAME,  /* identifier (possibly dotted): name */
+    AST_CALL,  /* name(args): name, args, nargs */
+    AST_BINOP, /* lhs op rhs: op is one of + - * / @ */
+    AST_NEG,   /* -lhs */
+    AST_LIST,  /* [items]: items, nitems (each AST_NUM, AST_NEG of AST_NUM, or AST_NAME) */
+    AST_BOOL,  /* true / false: bval */
+} AstKind;
+
+typedef struct Ast Ast;
+
+/* One call argument; key == NULL for a positional argument. loc is the argument's start
+ * (the key for keyword arguments). */
+typedef struct AstArg {
+    char *key;
+    Ast *val;
+    Loc loc;
+} AstArg;
+
+struct Ast {
+    AstKind kind;
+    Loc loc;        /* start of the expression; for AST_BINOP, the operator */
+    double num;     /* AST_NUM */
+    bool is_int;    /* AST_NUM written without '.', 'e' */
+    char *text;     /* AST_NUM: the literal as written */
+    char *name;     /* AST_NAME, AST_CALL */
+    char op;        /* AST_BINOP */
+    Ast *lhs, *rhs; /* AST_BINOP; AST_NEG uses lhs */
+    AstArg *args;   /* AST_CALL */
+    int nargs;
+    Ast **items; /* AST_LIST */
+    int nitems;
+    bool bval; /* AST_BOOL */
+};
+
+/* One dimension in a type: an integer (value) or a symbolic name (is_sym, name). */
+typedef struct AstDim {
+    bool is_sym;
+    long long value; /* as written; may be 0 or huge: the checker rejects bad values */
+    char *name;
+    Loc loc;
+} AstDim;
+
+typedef struct AstType {
+    DType dtype;
+    AstDim *dims; /* rank entries; rank may exceed MAX_RANK: the checker rejects it */
+    int rank;
+    Loc loc;
+} AstType;
+
+typedef enum StmtKind { ST_INPUT, ST_PARAM, ST_OUTPUT, ST_ASSIGN } StmtKind;
+
+/* input/param: name, type. output: name, type and/or expr (at least one).
+ * assign: name, expr. */
+typedef struct Stmt {
+    StmtKind kind;
+    Loc loc;      /* the statement's first token */
+    char *name;
+    Loc name_loc;
+    AstType *type; /* NULL if absent */
+    Ast *expr;     /* NULL if absent */
+} Stmt;
+
+typedef struct Program {
+    char *name; /* the model's name */
+    Loc loc;
+    Stmt **stmts;
+    int nstmts;
+} Program;
+
+/* Parse a whole file (grammar/model.y). Syntax errors go through error_at with what was
+ * expected, e.g. "expected ')' or ',' after argument, got '='". Never returns NULL. */
+Program *parse_program(const char *path, const char *src);
+
+/* AST constructors used by the grammar's actions. */
+Ast *new_num(Loc loc, const char *text);
+Ast *new_name(Loc loc, const char *name);
+Ast *new_call(Loc loc, const char *name, AstArg *args, int nargs);
+Ast *new_binop(Loc loc, char op, Ast *lhs, Ast *rhs);
+Ast *new_neg(Loc loc, Ast *x);
+Ast *new_list(Loc loc, Ast **items, int nitems);
+Ast *new_bool(Loc loc, bool v);
+
+/* --dump=ast: a stable, indented text form of the program (documented in docs/ir.md). */
+void dump_ast(FILE *out, const Program *p);
+/* Print an expression in source form, fully parenthesized where needed. */
+void print_expr(FILE *out, const Ast *e);
+
+
+/* ================================================================ ir.c */
+
+/* A dimension: c elements, or c * batch when sym (batch is the run-time batch size, bound in
+ * 1..max_batch). A tensor has at most one sym dimension, so every size the compiler derives
+ * (element counts, strides, bytes) is again of this form. */
+typedef struct Dim {
+    int64_t c;
+    bool sym;
+} Dim;
+
+typedef struct Shape {
+    int rank;
+    Dim d[MAX_RANK];
+} Shape;
+
+typedef enum OpKind {
+    OP_INPUT, OP_PARAM, OP_CONST,
+    /* elementwise, unary */
+    OP_NEG, OP_EXP, OP_LOG, OP_SQRT, OP_RELU, OP_SIGMOID, OP_TANH, OP_GELU, OP_GELU_TANH,
+    /* elementwise, binary (NumPy broadcasting) */
+    OP_ADD, OP_SUB, OP_MUL, OP_DIV,
+    /* elementwise data movement: out[i] = in[perm^-1(i)]; an identity perm is a copy */
+    OP_PERMUTE,
+    /* GEMM: a[..., M, K] @ b[..., K, N] (b stored [..., N, K] when trans_b) */
+    OP_MATMUL,
+    /* reductions along one axis */
+    OP_SOFTMAX, OP_LOG_SOFTMAX, OP_SUM, OP_MEAN, OP_MAX, OP_ARGMAX,
+    /* a view: same bytes, new shape */
+    OP_RESHAPE,
+    OP__COUNT
+} OpKind;
+
+typedef struct Node Node;
+struct Node {
+    int id;         /* position in Graph.nodes, a topological order */
+    OpKind op;
+    Loc loc;        /* where the user wrote it */
+    char *name;     /* the user's name for the value (input/param/assigned name), or NULL */
+    DType dtype;
+    Shape shape;
+    Node *in[3];
+    int nin;
+    /* attributes */
+    int axis;             /* reductions: normalized to 0..rank-1 of the input */
+    bool keepdim;         /* sum/mean/max/argmax */
+    bool trans_b;         /* matmul: b is stored transposed (linear's weight) */
+    int perm[MAX_RANK];   /* permute: out dim i is input dim perm[i] */
+    double value;         /* const */
+    int index;            /* input/param: position in Graph.inputs / Graph.params */
+    /* filled by analysis */
+    int nuses;            /* edges from live consumers (+1 per graph output naming it) */
+    int is_output;        /* number of graph outputs naming this node */
+    bool dead;
+};
+
+typedef struct GraphOutput {
+    char *name;
+    Node *node;
+    Loc loc;
+} GraphOutput;
+
+typedef struct Graph {
+    char *name;
+    Node **nodes;
+    int nnodes, capnodes;
+    Node **inputs;
+    int ninputs;
+    Node **params;
+    int nparams;
+    GraphOutput *outputs;
+    int noutputs;
+    bool has_batch;
+    char *batch_name;  /* the symbolic dimension's name, e.g. "batch" */
+    int max_batch;
+} Graph;
+
+const char *op_name(OpKind op);
+bool op_is_elementwise(OpKind op); /* unary, binary, permute */
+bool op_is_unary(OpKind op);
+bool op_is_binary(OpKind op);
+bool op_is_reduction(OpKind op);
+Node *new_node(Graph *g, OpKind op, Loc loc);
+Dim dim_mul(Dim a, Dim b, bool *ok);        /* ok = false when both are sym */
+bool dim_eq(Dim a, Dim b);
+Dim shape_numel(const Shape *s);
+int shape_nsym(const Shape *s);
+size_t dtype_size(DType dt);
+/* Evaluate at a batch size: c or c*batch. */
+int64_t dim_at(Dim d, int64_t batch);
+/* "[batch,64]" style, written into buf (>= 256 bytes). */
+char *shape_str(const Shape *s, const char *batch_name, char *buf, size_t n);
+char *dim_str(Dim d, const char *batch_name, char *buf, size_t n);
+/* Count uses, mark dead nodes; graph outputs count as uses. */
+void analyze_uses(Graph *g);
+/* --dump=graph */
+void dump_graph(FILE *out, const Graph *g);
+
+/* ================================================================ check.c */
+
+/* Resolve names, check dtypes, shapes and attributes, and lower the AST to a Graph.
+ * Reports the first error through error_at and exits 1. Warns for unused inputs/params. */
+Graph *build_graph(const Program *p, int max_batch);
+
+/* ================================================================ fuse.c */
+
+typedef enum KernelKind { K_ELEMENTWISE, K_GEMM, K_REDUCE } KernelKind;
+
+/* One operand read by an elementwise expression: a materialized node, read through an index
+ * map from the kernel's iteration space. map[d] = iteration dim that leaf dim d follows, or -1
+ * when leaf dim d is broadcast (size 1). */
+typedef struct LeafRef {
+    Node *node;
+    int map[MAX_RANK];
+} LeafRef;
+
+/* An expression tree node of a fused elementwise kernel. */
+typedef struct Expr Expr;
+struct Expr {
+    OpKind op;       /* OP_CONST, an elementwise op, or OP_INPUT meaning "leaf" */
+    int leaf;        /* OP_INPUT: index into Kernel.leaves */
+    double value;    /* OP_CONST */
+    Node *node;      /* the IR node this expression computes (NULL for leaves/consts) */
+    Expr *a, *b;
+};
+
+typedef struct Kernel {
+    int id;
+    KernelKind kind;
+    Node *root;       /* the value this kernel writes */
+    Node *gemm;       /* K_GEMM: the matmul node; its result is the root when expr == NULL */
+    Node *reduce;     /* K_REDUCE: the reduction node (== root) */
+    Node **members;   /* every node computed by this kernel, topological order */
+    int nmembers;
+    /* elementwise part (K_ELEMENTWISE, and K_GEMM's epilogue when expr != NULL) */
+    Expr *expr;
+    LeafRef *leaves;
+    int nleaves;
+    int gemm_leaf;    /* K_GEMM with epilogue: the leaf index standing for the GEMM's result */
+} Kernel;
+
+/* Fusion options; each pass can be switched off to bisect a wrong result. */
+typedef struct FuseOptions {
+    bool elementwise;  /* fuse elementwise chains into one kernel */
+    bool epilogue;     /* fold elementwise consumers of a GEMM into its epilogue */
+} FuseOptions;
+
+typedef struct KernelList {
+    Kernel **k;
+    int n;
+} KernelList;
+
+/* Group the live nodes of g into kernels (in a valid execution order). */
+KernelList fuse_graph(Graph *g, FuseOptions opt);
+/* --dump=fused */
+void dump_fused(FILE *out, const Graph *g, const KernelList *kl);
+
+/* ================================================================ plan.c */
+
+typedef enum StorageKind {
+    S_INPUT,     /* the caller's input buffer (read-only) */
+    S_PARAM,     /* the weight region */
+    S_ARENA,     /* the activation arena */
+    S_OUTPUT,    /* the caller's output buffer */
+    S_CONST      /* no storage: an inlined constant */
+} StorageKind;
+
+/* Where a materialized value lives. Views share their source's Storage. */
+typedef struct Storage {
+    int id;
+    StorageKind kind;
+    int index;       /* S_INPUT/S_PARAM/S_OUTPUT: position; S_ARENA: -1 */
+    size_t bytes;    /* at max batch */
+    size_t offset;   /* S_ARENA: offset in the arena; S_PARAM: offset in the weight region */
+    int first, last; /* live range in kernel steps, closed */
+    Node *owner;     /* the node that first defined it */
+} Storage;
+
+typedef struct MemPlan {
+    Storage **st;
+    int nst;
+    Storage **of;       /* of[node id]: the node's storage (NULL for dead/inlined nodes) */
+    size_t arena_bytes;
+    size_t weight_bytes;
+    size_t lower_bound;  /* max over steps of bytes live at that step */
+    size_t naive_bytes;  /* sum of all arena values without reuse */
+    int *inplace_of;     /* inplace_of[node id] = id of the node whose bytes it reuses, or -1 */
+    int nsteps;
+    int *def_step;       /* def_step[node id]: kernel index defining it (-1 input/param) */
+    int *last_step;      /* last_step[node id]: last kernel reading it */
+} MemPlan;
+
+typedef struct PlanOptions {
+    bool inplace;    /* allow elementwise kernels to write over a dying operand */
+    size_t align;    /* arena alignment in bytes: 64 CPU */
+} PlanOptions;
+
+MemPlan *plan_memory(Graph *g, KernelList *kl, PlanOptions opt);
+/* Verify a plan (overlap, bounds, alignment, outputs); ICE on a violation. */
+void check_plan(const Graph *g, const KernelList *kl, const MemPlan *mp);
+void dump_memplan(FILE *out, const Graph *g, const KernelList *kl, const MemPlan *mp);
+
+/* ================================================================ emit_c.c */
+
+typedef struct EmitOptions {
+    const char *c_path;     /* model.c */
+    const char *h_path;     /* model.h */
+    const char *h_include;  /* how model.c includes the header */
+    const char *main_path;  /* if non-NULL: a main() calling mrt_main */
+} EmitOptions;
+
+/* Emit the C implementation and the header. Files are written to a temporary name and
+ * renamed, so they are whole or absent. */
+void emit_c(const Graph *g, const KernelList *kl, const MemPlan *mp, const EmitOptions *opt);
+
+/* Write `text` to `path` atomically (temporary file + rename); fatal on failure. */
+void write_file_atomic(const char *path, const char *text, size_t len);
+
+#endif /* MODELC_H */

@@ -1,0 +1,307 @@
+/*
+ * plan.c — static memory planning: liveness, in-place reuse, arena offsets, and a checker.
+ *
+ * Every value a kernel writes gets a Storage: the caller's output buffer when the value is a
+ * graph output (so outputs are written in place, never copied out of the arena), otherwise a
+ * block of the per-device activation arena. Reshape views share their source's storage.
+ * Inputs are the caller's buffers and are never written; params live in the weight region.
+ *
+ * Liveness is measured in kernel steps (the fused schedule): a value is live from the kernel
+ * that writes it to the last kernel that reads it, reads through views included, closed at both
+ * ends. Sizes are taken at the compiled maximum batch, so offsets are constants and a run with
+ * a smaller batch uses a prefix of each block.
+ *
+ * In-place reuse: an elementwise kernel may write over an operand whose storage dies at that
+ * kernel, only when the operand is read with the identity index map, has the root's size, and
+ * every other read of that storage in the kernel is also the identity map. Then each output
+ * element depends only on the input element at the same index (field case B02: a reversed or
+ * transposed read of the same buffer forbids it). GEMM kernels never write in place (BLAS
+ * forbids aliasing, and the epilogue reads its operands after the GEMM wrote the output).
+ *
+ * Offsets: "greedy by size" over usage intervals, as in Pisarchyk & Lee, "Efficient Memory
+ * Management for Deep Neural Net Inference" (2020), which TFLite's arena planner uses: take
+ * blocks from largest to smallest, and put each in the smallest gap (best fit) between blocks
+ * already placed whose lifetimes intersect its own, or after the last of them.
+ *
+ * check_plan then proves the result: two values whose closed lifetimes intersect never share
+ * bytes, except an exact in-place pair at the one step where the older dies (field case B06);
+ * every block lies in the arena and is aligned; outputs and inputs are never reused.
+ */
+#include "modelc.h"
+
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+
+static Node *view_base(Node *n) {
+    while (n->op == OP_RESHAPE) n = n->in[0];
+    return n;
+}
+
+static size_t align_up(size_t x, size_t a) { return (x + a - 1) / a * a; }
+
+static size_t node_bytes(const Graph *g, const Node *n) {
+    Dim d = shape_numel(&n->shape);
+    return (size_t)dim_at(d, g->max_batch) * dtype_size(n->dtype);
+}
+
+/* Calls fn(n, k) for every materialized node kernel k reads (views resolved to their base). */
+static void kernel_reads(const Kernel *k, void (*fn)(void *, Node *), void *ctx) {
+    if (k->gemm) {
+        fn(ctx, view_base(k->gemm->in[0]));
+        fn(ctx, view_base(k->gemm->in[1]));
+    }
+    if (k->reduce) fn(ctx, view_base(k->reduce->in[0]));
+    for (int i = 0; i < k->nleaves; i++)
+        if (i != k->gemm_leaf) fn(ctx, view_base(k->leaves[i].node));
+}
+
+typedef struct Ctx {
+    MemPlan *mp;
+    int step;
+} Ctx;
+
+static void mark_read(void *p, Node *n) {
+    Ctx *c = p;
+    if (c->mp->last_step[n->id] < c->step) c->mp->last_step[n->id] = c->step;
+}
+
+static Storage *new_storage(MemPlan *mp, StorageKind kind, int index, Node *owner, size_t bytes) {
+    Storage *s = xalloc(sizeof(Storage));
+    s->id = mp->nst;
+    s->kind = kind;
+    s->index = index;
+    s->owner = owner;
+    s->bytes = bytes;
+    s->first = -1;
+    s->last = -1;
+    mp->st = xrealloc_array(mp->st, mp->nst, mp->nst + 1, sizeof(Storage *));
+    mp->st[mp->nst++] = s;
+    return s;
+}
+
+static bool leaf_identity(const LeafRef *l, const Node *root) {
+    if (l->node->shape.rank != root->shape.rank) return false;
+    for (int i = 0; i < root->shape.rank; i++)
+        if (l->map[i] != i || !dim_eq(l->node->shape.d[i], root->shape.d[i])) return false;
+    return true;
+}
+
+/* Can kernel k's root be written over storage s? */
+static bool can_write_in_place(const Graph *g, const MemPlan *mp, const Kernel *k, const Storage *s, int step) {
+    if (s->kind != S_ARENA || s->last != step) return false;
+    if (s->bytes < node_bytes(g, k->root)) return false;
+    bool any = false;
+    for (int i = 0; i < k->nleaves; i++) {
+        Node *b = view_base(k->leaves[i].node);
+        if (mp->of[b->id] != s) continue;
+        if (!leaf_identity(&k->leaves[i], k->root)) return false;
+        if (dtype_size(k->leaves[i].node->dtype) != dtype_size(k->root->dtype)) return false;
+        any = true;
+    }
+    return any;
+}
+
+static int cmp_size_desc(const void *a, const void *b) {
+    const Storage *x = *(Storage *const *)a, *y = *(Storage *const *)b;
+    if (x->bytes != y->bytes) return x->bytes < y->bytes ? 1 : -1;
+    return x->first - y->first;
+}
+
+static int cmp_offset(const void *a, const void *b) {
+    const Storage *x = *(Storage *const *)a, *y = *(Storage *const *)b;
+    return x->offset < y->offset ? -1 : x->offset > y->offset;
+}
+
+static bool lives_overlap(const Storage *a, const Storage *b) { return a->first <= b->last && b->first <= a->last; }
+
+MemPlan *plan_memory(Graph *g, KernelList *kl, PlanOptions opt) {
+    MemPlan *mp = xalloc(sizeof(MemPlan));
+    int nn = g->nnodes;
+    mp->of = xalloc(sizeof(Storage *) * nn);
+    mp->inplace_of = xalloc(sizeof(int) * nn);
+    mp->def_step = xalloc(sizeof(int) * nn);
+    mp->last_step = xalloc(sizeof(int) * nn);
+    mp->nsteps = kl->n;
+    for (int i = 0; i < nn; i++) mp->inplace_of[i] = mp->def_step[i] = mp->last_step[i] = -1;
+
+    /* Inputs and params. */
+    size_t woff = 0;
+    for (int i = 0; i < g->ninputs; i++) {
+        Node *n = g->inputs[i];
+        mp->of[n->id] = new_storage(mp, S_INPUT, i, n, node_bytes(g, n));
+    }
+    for (int i = 0; i < g->nparams; i++) {
+        Node *n = g->params[i];
+        Storage *s = new_storage(mp, S_PARAM, i, n, node_bytes(g, n));
+        s->offset = woff;
+        woff = align_up(woff + s->bytes, opt.align);
+        mp->of[n->id] = s;
+    }
+    mp->weight_bytes = woff;
+
+    /* Liveness at node level. */
+    for (int s = 0; s < kl->n; s++) {
+        Ctx c = {mp, s};
+        mp->def_step[kl->k[s]->root->id] = s;
+        kernel_reads(kl->k[s], mark_read, &c);
+    }
+
+    /* Outputs own the caller's buffer. */
+    for (int i = 0; i < g->noutputs; i++) {
+        Node *b = view_base(g->outputs[i].node);
+        ASSERT(!mp->of[b->id]);
+        mp->of[b->id] = new_storage(mp, S_OUTPUT, i, b, node_bytes(g, b));
+    }
+
+    /* Kernel roots: a fresh arena block, or in place over a dying operand. */
+    for (int s = 0; s < kl->n; s++) {
+        Kernel *k = kl->k[s];
+        Node *r = k->root;
+        if (!mp->of[r->id]) {
+            Storage *reuse = NULL;
+            for (int i = 0; opt.inplace && k->kind == K_ELEMENTWISE && i < k->nleaves && !reuse; i++) {
+                Storage *cand = mp->of[view_base(k->leaves[i].node)->id];
+                if (cand && can_write_in_place(g, mp, k, cand, s)) reuse = cand;
+            }
+            if (reuse) {
+                mp->of[r->id] = reuse;
+                mp->inplace_of[r->id] = reuse->owner->id;
+                for (int i = 0; i < nn; i++) /* the newest value in the storage */
+                    if (mp->of[i] == reuse && mp->def_step[i] > mp->def_step[reuse->owner->id] && i != r->id)
+                        mp->inplace_of[r->id] = i;
+            } else {
+                mp->of[r->id] = new_storage(mp, S_ARENA, -1, r, node_bytes(g, r));
+            }
+        }
+        Storage *st = mp->of[r->id];
+        if (st->first < 0) st->first = s;
+        if (st->last < mp->last_step[r->id]) st->last = mp->last_step[r->id];
+        if (st->last < s) st->last = s;
+    }
+    /* Views map to their base's storage. */
+    for (int i = 0; i < nn; i++) {
+        Node *n = g->nodes[i];
+        if (!n->dead && n->op == OP_RESHAPE) mp->of[i] = mp->of[view_base(n)->id];
+    }
+
+    /* Greedy by size over the arena blocks. */
+    int na = 0;
+    Storage **blocks = xalloc(sizeof(Storage *) * (mp->nst + 1));
+    for (int i = 0; i < mp->nst; i++)
+        if (mp->st[i]->kind == S_ARENA) blocks[na++] = mp->st[i];
+    qsort(blocks, na, sizeof(Storage *), cmp_size_desc);
+    Storage **placed = xalloc(sizeof(Storage *) * (na + 1));
+    int nplaced = 0;
+    size_t arena = 0;
+    for (int i = 0; i < na; i++) {
+        Storage *b = blocks[i];
+        size_t need = align_up(b->bytes, opt.align);
+        int nov = 0;
+        Storage **ov = xalloc(sizeof(Storage *) * (nplaced + 1));
+        for (int j = 0; j < nplaced; j++)
+            if (lives_overlap(placed[j], b)) ov[nov++] = placed[j];
+        qsort(ov, nov, sizeof(Storage *), cmp_offset);
+        size_t best = SIZE_MAX, best_gap = SIZE_MAX, prev_end = 0;
+        for (int j = 0; j < nov; j++) {
+            size_t gap_start = prev_end, gap_end = ov[j]->offset;
+            if (gap_end > gap_start && gap_end - gap_start >= need && gap_end - gap_start < best_gap) {
+                best_gap = gap_end - gap_start;
+                best = gap_start;
+            }
+            size_t e = align_up(ov[j]->offset + ov[j]->bytes, opt.align);
+            if (e > prev_end) prev_end = e;
+        }
+        if (best == SIZE_MAX) best = prev_end; /* no gap fits: after the last overlapping block */
+        b->offset = best;
+        placed[nplaced++] = b;
+        if (best + need > arena) arena = best + need;
+    }
+    mp->arena_bytes = arena;
+
+    /* Lower bound and naive sum. */
+    for (int s = 0; s < kl->n; s++) {
+        size_t live = 0;
+        for (int i = 0; i < na; i++)
+            if (blocks[i]->first <= s && s <= blocks[i]->last) live += align_up(blocks[i]->bytes, opt.align);
+        if (live > mp->lower_bound) mp->lower_bound = live;
+    }
+    for (int s = 0; s < kl->n; s++) {
+        Node *r = kl->k[s]->root;
+        if (mp->of[r->id]->kind == S_ARENA) mp->naive_bytes += align_up(node_bytes(g, r), opt.align);
+    }
+    check_plan(g, kl, mp);
+    return mp;
+}
+
+/* ---------------------------------------------------------------- checker */
+
+void check_plan(const Graph *g, const KernelList *kl, const MemPlan *mp) {
+    int nn = g->nnodes;
+    for (int s = 0; s < kl->n; s++) {
+        const Node *r = kl->k[s]->root;
+        const Storage *st = mp->of[r->id];
+        if (!st) ICE("plan: kernel k%d's value %%%d has no storage", s, r->id);
+        if (st->kind == S_INPUT || st->kind == S_PARAM)
+            ICE("plan: kernel k%d writes %%%d into an %s buffer", s, r->id, st->kind == S_INPUT ? "input" : "param");
+        if (st->kind == S_ARENA) {
+            if (st->offset % 64) ICE("plan: %%%d at offset %zu is not aligned", r->id, st->offset);
+            if (st->offset + node_bytes(g, r) > mp->arena_bytes)
+                ICE("plan: %%%d [%zu, %zu) lies outside the arena of %zu bytes", r->id, st->offset,
+                    st->offset + node_bytes(g, r), mp->arena_bytes);
+        }
+        if (st->kind == S_OUTPUT && st->owner != r)
+            ICE("plan: output storage of %%%d reused by %%%d", st->owner->id, r->id);
+    }
+    /* Pairwise: values whose closed lifetimes intersect must not share bytes. */
+    for (int i = 0; i < nn; i++) {
+        const Storage *a = mp->of[i];
+        if (!a || a->kind != S_ARENA || g->nodes[i]->op == OP_RESHAPE || mp->def_step[i] < 0) continue;
+        int ai = mp->def_step[i], al = mp->last_step[i] < ai ? ai : mp->last_step[i];
+        size_t a0 = a->offset, a1 = a0 + node_bytes(g, g->nodes[i]);
+        for (int j = i + 1; j < nn; j++) {
+            const Storage *b = mp->of[j];
+            if (!b || b->kind != S_ARENA || g->nodes[j]->op == OP_RESHAPE || mp->def_step[j] < 0) continue;
+            int bi = mp->def_step[j], bl = mp->last_step[j] < bi ? bi : mp->last_step[j];
+            size_t b0 = b->offset, b1 = b0 + node_bytes(g, g->nodes[j]);
+            if (a1 <= b0 || b1 <= a0) continue;           /* disjoint bytes */
+            if (al < bi || bl < ai) continue;             /* disjoint lifetimes */
+            /* Touching at one step is allowed only for an exact in-place pair. */
+            bool inplace = a == b && a0 == b0 &&
+                           ((al == bi && mp->inplace_of[j] == i) || (bl == ai && mp->inplace_of[i] == j));
+            if (!inplace)
+                ICE("plan: %%%d [%zu,%zu) live [%d,%d] overlaps %%%d [%zu,%zu) live [%d,%d]", i, a0, a1, ai, al, j, b0,
+                    b1, bi, bl);
+        }
+    }
+}
+
+/* ---------------------------------------------------------------- dump */
+
+void dump_memplan(FILE *out, const Graph *g, const KernelList *kl, const MemPlan *mp) {
+    char buf[256];
+    static const char *kinds[] = {"input", "param", "arena", "output", "const"};
+    fprintf(out, "memplan %s: device cpu, align 64, sizes at %s = %d\n", g->name,
+            g->batch_name ? g->batch_name : "batch", g->max_batch);
+    fprintf(out, "  schedule:");
+    for (int s = 0; s < kl->n; s++) fprintf(out, " k%d(%%%d)", s, kl->k[s]->root->id);
+    fprintf(out, "\n");
+    for (int i = 0; i < g->nnodes; i++) {
+        const Node *n = g->nodes[i];
+        const Storage *s = mp->of[i];
+        if (!s || n->dead) continue;
+        fprintf(out, "  %%%-4d %-8s %10zu bytes  live [%d,%d]", n->id, kinds[s->kind], node_bytes(g, n),
+                mp->def_step[i], mp->last_step[i] < mp->def_step[i] ? mp->def_step[i] : mp->last_step[i]);
+        if (s->kind == S_ARENA || s->kind == S_PARAM) fprintf(out, "  offset %zu", s->offset);
+        if (s->kind == S_INPUT || s->kind == S_OUTPUT) fprintf(out, "  #%d", s->index);
+        if (n->op == OP_RESHAPE) fprintf(out, "  view of %%%d", view_base((Node *)n)->id);
+        if (mp->inplace_of[i] >= 0) fprintf(out, "  in place of %%%d", mp->inplace_of[i]);
+        fprintf(out, "  %s%s", dtype_name(n->dtype), shape_str(&n->shape, g->batch_name, buf, sizeof buf));
+        if (n->name) fprintf(out, "  ; %s", n->name);
+        fprintf(out, "\n");
+    }
+    double lb = mp->lower_bound ? (double)mp->arena_bytes / mp->lower_bound : 1.0;
+    double nv = mp->naive_bytes ? (double)mp->arena_bytes / mp->naive_bytes : 1.0;
+    fprintf(out, "  total cpu: arena %zu bytes, lower bound %zu (ratio %.3f), naive %zu (ratio %.3f), weights %zu bytes\n",
+            mp->arena_bytes, mp->lower_bound, lb, mp->naive_bytes, nv, mp->weight_bytes);
+}

@@ -1,0 +1,434 @@
+/*
+ * model.y — the grammar of .model files (bison; pure, reentrant, with locations).
+ *
+ * This is docs/language.md's grammar, rule for rule:
+ *
+ *   file     := 'model' NAME '{' stmt* '}'
+ *   stmt     := 'input' NAME ':' type | 'param' NAME ':' type
+ *             | 'output' NAME ':' type | 'output' NAME (':' type)? '=' expr
+ *             | NAME '=' expr                               (';' may separate statements)
+ *   type     := DTYPE '[' (dim (',' dim)*)? ']'
+ *   expr     := expr ('+'|'-') term | term
+ *   term     := term ('*'|'/'|'@') unary | unary
+ *   unary    := '-' unary | postfix
+ *   postfix  := NAME '(' args? ')' | primary
+ *   primary  := NUMBER | NAME | '(' expr ')' | list
+ *   arg      := expr | NAME '=' attrval;   attrval := expr | 'true' | 'false'
+ *   list     := '[' (listitem (',' listitem)*)? ']';   listitem := '-'? INT | NAME
+ *
+ * Two small departures, neither of which changes the language: attrval has no separate
+ * `list` alternative because an expr already derives a list (keeping both would be a
+ * reduce/reduce conflict), and a float or negative dimension, or a float list item, is parsed
+ * and then rejected with a message that says why, rather than as a bare syntax error.
+ *
+ * Actions are one-liners that call the constructors of ast.c. Syntax errors go through
+ * yyreport_syntax_error, which reads the set of tokens the parser could have accepted (exact,
+ * thanks to LAC) and turns it into a sentence: "expected ')' or ',' after argument, got '='".
+ * The first error exits (error_at), so there is no error recovery.
+ */
+
+%code requires {
+#include "modelc.h"
+
+#ifndef YY_TYPEDEF_YY_SCANNER_T
+#define YY_TYPEDEF_YY_SCANNER_T
+typedef void *yyscan_t;
+#endif
+
+/* The lexer's state (flex's yyextra). */
+typedef struct LexState {
+    const char *src;       /* the whole file */
+    int line, col;         /* where the next token starts */
+    size_t off;            /* byte offset of the next token */
+    size_t tok_off, tok_len; /* the text just matched (a token, a space or a comment) */
+    size_t cur_off, cur_len;   /* the last token returned (len 0: end of file), */
+    int cur_line, cur_col;     /* and where it starts */
+    size_t prev_off, prev_len; /* the token before it, */
+    int prev_line, prev_col;   /* and where it starts */
+    int end_line, end_col; /* just past the last real token: where EOF is reported */
+} LexState;
+
+/* Growable vectors for the list rules (arena-allocated). */
+typedef struct StmtVec { Stmt **v; int n, cap; } StmtVec;
+typedef struct ArgVec { AstArg *v; int n, cap; } ArgVec;
+typedef struct AstVec { Ast **v; int n, cap; } AstVec;
+typedef struct DimVec { AstDim *v; int n, cap; } DimVec;
+
+/* What the parser hands back, and what its error messages need to know. */
+typedef struct ParseResult {
+    Program *prog;
+    const char *model_name; /* set once 'model NAME' is read */
+    Loc brace_loc;          /* the model's '{' */
+} ParseResult;
+}
+
+%code {
+#include "lex.yy.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+static Loc L(YYLTYPE l) { return (Loc){l.first_line, l.first_column}; }
+
+/* Appends to a vector, doubling its capacity in the arena. */
+#define PUSH(vec, x)                                                              \
+    do {                                                                          \
+        if ((vec)->n == (vec)->cap) {                                             \
+            int cap_ = (vec)->cap ? 2 * (vec)->cap : 4;                           \
+            (vec)->v = xrealloc_array((vec)->v, (vec)->n, cap_, sizeof *(vec)->v); \
+            (vec)->cap = cap_;                                                    \
+        }                                                                         \
+        (vec)->v[(vec)->n++] = (x);                                               \
+    } while (0)
+
+static Stmt *new_stmt(StmtKind kind, YYLTYPE at, const char *name, YYLTYPE name_at,
+                      AstType *type, Ast *expr);
+static AstType *new_type(YYLTYPE at, const char *dtype, DimVec *dims);
+static AstDim int_dim(YYLTYPE at, const char *text);
+static void yyerror(YYLTYPE *at, yyscan_t scanner, ParseResult *res, const char *msg);
+}
+
+%define api.pure full
+%define parse.error custom
+%define parse.lac full
+%locations
+%expect 0
+%lex-param   {yyscan_t scanner}
+%parse-param {yyscan_t scanner} {ParseResult *res}
+
+%union {
+    char *str;
+    Ast *ast;
+    AstArg arg;
+    AstDim dim;
+    AstType *type;
+    Stmt *stmt;
+    StmtVec *stmts;
+    ArgVec *args;
+    AstVec *items;
+    DimVec *dims;
+}
+
+%token END 0 "end of file"
+%token MODEL "'model'" INPUT "'input'" PARAM "'param'" OUTPUT "'output'"
+%token TRUE "'true'" FALSE "'false'"
+%token <str> NAME "a name" INT "an integer" FLOAT "a number"
+
+%type <stmts> stmts
+%type <stmt> stmt
+%type <type> type
+%type <dims> dims dims_opt
+%type <dim> dim
+%type <ast> expr term unary postfix primary list attrval item
+%type <args> args args_opt
+%type <arg> arg
+%type <items> items items_opt
+
+%%
+
+file
+    : MODEL NAME { res->model_name = $2; }
+      '{' { res->brace_loc = L(@4); }
+      stmts '}'
+        {
+            Program *p = xalloc(sizeof *p);
+            p->name = $2; p->loc = L(@1); p->stmts = $6->v; p->nstmts = $6->n;
+            res->prog = p;
+        }
+    ;
+
+stmts
+    : %empty           { $$ = xalloc(sizeof *$$); }
+    | stmts stmt       { PUSH($1, $2); $$ = $1; }
+    | stmts ';'        { $$ = $1; }
+    ;
+
+stmt
+    : INPUT NAME ':' type              { $$ = new_stmt(ST_INPUT, @1, $2, @2, $4, NULL); }
+    | PARAM NAME ':' type              { $$ = new_stmt(ST_PARAM, @1, $2, @2, $4, NULL); }
+    | OUTPUT NAME ':' type             { $$ = new_stmt(ST_OUTPUT, @1, $2, @2, $4, NULL); }
+    | OUTPUT NAME ':' type '=' expr    { $$ = new_stmt(ST_OUTPUT, @1, $2, @2, $4, $6); }
+    | OUTPUT NAME '=' expr             { $$ = new_stmt(ST_OUTPUT, @1, $2, @2, NULL, $4); }
+    | NAME '=' expr                    { $$ = new_stmt(ST_ASSIGN, @1, $1, @1, NULL, $3); }
+    ;
+
+type
+    : NAME '[' dims_opt ']'            { $$ = new_type(@1, $1, $3); }
+    ;
+
+dims_opt
+    : %empty                           { $$ = xalloc(sizeof *$$); }
+    | dims
+    ;
+
+dims
+    : dim                              { $$ = xalloc(sizeof *$$); PUSH($$, $1); }
+    | dims ',' dim                     { PUSH($1, $3); $$ = $1; }
+    ;
+
+dim
+    : INT                              { $$ = int_dim(@1, $1); }
+    | NAME                             { $$ = (AstDim){.is_sym = true, .name = $1, .loc = L(@1)}; }
+    | '-' INT                          { error_at(L(@1), "a dimension must be a positive integer, got '-%s'", $2); }
+    | FLOAT                            { error_at(L(@1), "a dimension must be an integer or a name, got '%s'", $1); }
+    ;
+
+expr
+    : expr '+' term                    { $$ = new_binop(L(@2), '+', $1, $3); }
+    | expr '-' term                    { $$ = new_binop(L(@2), '-', $1, $3); }
+    | term
+    ;
+
+term
+    : term '*' unary                   { $$ = new_binop(L(@2), '*', $1, $3); }
+    | term '/' unary                   { $$ = new_binop(L(@2), '/', $1, $3); }
+    | term '@' unary                   { $$ = new_binop(L(@2), '@', $1, $3); }
+    | unary
+    ;
+
+unary
+    : '-' unary                        { $$ = new_neg(L(@1), $2); }
+    | postfix
+    ;
+
+postfix
+    : NAME '(' args_opt ')'            { $$ = new_call(L(@1), $1, $3->v, $3->n); }
+    | primary
+    ;
+
+primary
+    : INT                              { $$ = new_num(L(@1), $1); }
+    | FLOAT                            { $$ = new_num(L(@1), $1); }
+    | NAME                             { $$ = new_name(L(@1), $1); }
+    | '(' expr ')'                     { $$ = $2; }
+    | list
+    ;
+
+args_opt
+    : %empty                           { $$ = xalloc(sizeof *$$); }
+    | args
+    ;
+
+args
+    : arg                              { $$ = xalloc(sizeof *$$); PUSH($$, $1); }
+    | args ',' arg                     { PUSH($1, $3); $$ = $1; }
+    ;
+
+arg
+    : expr                             { $$ = (AstArg){.key = NULL, .val = $1, .loc = L(@1)}; }
+    | NAME '=' attrval                 { $$ = (AstArg){.key = $1, .val = $3, .loc = L(@1)}; }
+    ;
+
+attrval
+    : expr
+    | TRUE                             { $$ = new_bool(L(@1), true); }
+    | FALSE                            { $$ = new_bool(L(@1), false); }
+    ;
+
+list
+    : '[' items_opt ']'                { $$ = new_list(L(@1), $2->v, $2->n); }
+    ;
+
+items_opt
+    : %empty                           { $$ = xalloc(sizeof *$$); }
+    | items
+    ;
+
+items
+    : item                             { $$ = xalloc(sizeof *$$); PUSH($$, $1); }
+    | items ',' item                   { PUSH($1, $3); $$ = $1; }
+    ;
+
+item
+    : INT                              { $$ = new_num(L(@1), $1); }
+    | '-' INT                          { $$ = new_neg(L(@1), new_num(L(@2), $2)); }
+    | NAME                             { $$ = new_name(L(@1), $1); }
+    | FLOAT                            { error_at(L(@1), "a list item must be an integer or a name, got '%s'", $1); }
+    ;
+
+%%
+
+static Stmt *new_stmt(StmtKind kind, YYLTYPE at, const char *name, YYLTYPE name_at,
+                      AstType *type, Ast *expr) {
+    Stmt *s = xalloc(sizeof *s);
+    s->kind = kind;
+    s->loc = L(at);
+    s->name = (char *)name;
+    s->name_loc = L(name_at);
+    s->type = type;
+    s->expr = expr;
+    return s;
+}
+
+/* `dtype` is the name before '[': only f32, i32 and i64 are types. */
+static AstType *new_type(YYLTYPE at, const char *dtype, DimVec *dims) {
+    AstType *t = xalloc(sizeof *t);
+    if (!strcmp(dtype, "f32"))
+        t->dtype = DT_F32;
+    else if (!strcmp(dtype, "i32"))
+        t->dtype = DT_I32;
+    else if (!strcmp(dtype, "i64"))
+        t->dtype = DT_I64;
+    else
+        error_at(L(at), "unknown dtype '%s' (expected f32, i32 or i64)", dtype);
+    t->dims = dims->v;
+    t->rank = dims->n;
+    t->loc = L(at);
+    return t;
+}
+
+static AstDim int_dim(YYLTYPE at, const char *text) {
+    errno = 0;
+    long long v = strtoll(text, NULL, 10);
+    if (errno == ERANGE)
+        error_at(L(at), "dimension '%s' is too large", text);
+    return (AstDim){.is_sym = false, .value = v, .loc = L(at)};
+}
+
+/* ---------------------------------------------------------------- syntax errors */
+
+/* The kind of a one-character token, e.g. K(')'). */
+#define K(c) YYTRANSLATE(c)
+
+/* "'text'" for the token at [off, off+len) of the source, or "end of file" when len is 0. */
+static const char *token_text(const LexState *ls, size_t off, size_t len) {
+    if (len == 0)
+        return "end of file";
+    return xprintf("'%.*s'", (int)len, ls->src + off);
+}
+
+/* The names of a set of tokens in grammar order, as "A, B or C". */
+static const char *list_tokens(const bool *in) {
+    const char *out = "";
+    int n = 0, total = 0;
+    for (int k = 0; k < YYNTOKENS; k++)
+        total += in[k];
+    for (int k = 0; k < YYNTOKENS; k++) {
+        if (!in[k])
+            continue;
+        const char *name = yysymbol_name((yysymbol_kind_t)k);
+        out = n == 0 ? name : xprintf("%s%s%s", out, n == total - 1 ? " or " : ", ", name);
+        n++;
+    }
+    return out;
+}
+
+/* Reports a syntax error and exits. The set of tokens the parser could have accepted (exact,
+ * thanks to LAC) and the symbol it had just read say where we are; each context gets a
+ * sentence in the words of docs/language.md:
+ *   expected ')' or ',' after argument, got '='
+ *   expected '}' at end of model 'digits', got end of file
+ * Anything not foreseen falls back to listing the expected tokens. */
+static int yyreport_syntax_error(const yypcontext_t *ctx, yyscan_t scanner, ParseResult *res) {
+    const LexState *ls = yyget_extra(scanner);
+    yysymbol_kind_t exp[YYNTOKENS];
+    int nexp = yypcontext_expected_tokens(ctx, exp, YYNTOKENS);
+    bool E[YYNTOKENS] = {0};
+    for (int i = 0; i < nexp && i < YYNTOKENS; i++)
+        if (exp[i] >= 0)
+            E[exp[i]] = true;
+    yysymbol_kind_t tok = yypcontext_token(ctx);
+    Loc at = L(*yypcontext_location(ctx));
+    const char *got = tok == YYSYMBOL_YYEOF ? "end of file"
+                                            : token_text(ls, ls->cur_off, ls->cur_len);
+    const char *prev = token_text(ls, ls->prev_off, ls->prev_len);
+    /* The symbol just read (or reduced), and the one before it. */
+    yysymbol_kind_t sym = YY_ACCESSING_SYMBOL(ctx->yyssp[0]);
+    yysymbol_kind_t below = YYSYMBOL_YYEMPTY;
+    if (ctx->yyssp[0] != 0) /* state 0 is the bottom of the stack and only there */
+        below = YY_ACCESSING_SYMBOL(ctx->yyssp[-1]);
+
+    bool expr_start = E[YYSYMBOL_NAME] && E[YYSYMBOL_INT] && E[YYSYMBOL_FLOAT] &&
+                      E[K('(')] && E[K('[')] && E[K('-')];
+    bool after_operand = E[K('+')] && E[K('-')] && E[K('*')] && E[K('/')] && E[K('@')];
+    /* Inside f32[...] rather than a list [...]: the '[' follows the dtype's name. */
+    bool in_type = below == YYSYMBOL_NAME || sym == YYSYMBOL_dims || below == YYSYMBOL_dims;
+
+    if (E[YYSYMBOL_MODEL])
+        error_at(at, "expected 'model' at the start of the file, got %s", got);
+    if (sym == YYSYMBOL_MODEL)
+        error_at(at, "expected the model's name after 'model', got %s", got);
+    if (E[K('{')])
+        error_at(at, "expected '{' after model %s, got %s", prev, got);
+    if (E[YYSYMBOL_YYEOF])
+        error_at(at, "expected end of file after the '}' that ends model '%s', got %s",
+                 res->model_name, got);
+    if (E[K('}')]) {
+        if (tok == YYSYMBOL_YYEOF) {
+            error_begin(at, "expected '}' at end of model '%s', got end of file",
+                        res->model_name);
+            note_at(res->brace_loc, "to match this '{'");
+            diag_exit();
+        }
+        if (E[K('=')])
+            error_at(at, "expected '=', a statement or '}', got %s", got);
+        error_at(at, "expected a statement or '}', got %s", got);
+    }
+    if (sym == YYSYMBOL_INPUT || sym == YYSYMBOL_PARAM || sym == YYSYMBOL_OUTPUT)
+        error_at(at, "expected a name after %s, got %s", prev, got);
+    if (E[K(':')] && E[K('=')])
+        error_at(at, "expected ':' or '=' after output %s, got %s", prev, got);
+    if (E[K(':')])
+        error_at(at, "expected ':' and a type after %s, got %s", prev, got);
+    if (sym == K(':'))
+        error_at(at, "expected a type such as f32[batch, 64] after ':', got %s", got);
+    if (E[K('[')] && !expr_start) {
+        const char *dtype = xstrndup(ls->src + ls->prev_off, ls->prev_len);
+        if (strcmp(dtype, "f32") && strcmp(dtype, "i32") && strcmp(dtype, "i64"))
+            error_at((Loc){ls->prev_line, ls->prev_col},
+                     "expected a type such as f32[batch, 64] after ':', got %s", prev);
+        error_at(at, "expected '[' after %s (a scalar is %s[]), got %s", prev, dtype, got);
+    }
+    if (E[K('=')] && !E[K(',')] && !after_operand)
+        error_at(at, "expected '=' after %s, got %s", prev, got);
+    if (E[YYSYMBOL_TRUE])
+        error_at(at, "expected an attribute value after '=', got %s", got);
+    if (expr_start && E[K(')')])
+        error_at(at, "expected an argument or ')', got %s", got);
+    if (expr_start)
+        error_at(at, "expected an expression, got %s", got);
+    if (E[K(',')] && E[K(')')])
+        error_at(at, "expected ')' or ',' after argument, got %s", got);
+    if (after_operand && E[K(')')])
+        error_at(at, "expected ')' after expression, got %s", got);
+    if (E[K(']')] && E[YYSYMBOL_INT] && sym == K('['))
+        error_at(at, in_type ? "expected a dimension or ']', got %s"
+                             : "expected a list item (an integer or a name) or ']', got %s",
+                 got);
+    if (E[YYSYMBOL_INT] && sym == K('-'))
+        error_at(at, "expected an integer after '-', got %s", got);
+    if (E[YYSYMBOL_INT])
+        error_at(at, in_type ? "expected a dimension after ',', got %s"
+                             : "expected a list item (an integer or a name) after ',', got %s",
+                 got);
+    if (E[K(',')] && E[K(']')])
+        error_at(at, in_type ? "expected ',' or ']' after dimension, got %s"
+                             : "expected ',' or ']' after list item, got %s",
+                 got);
+    error_at(at, "expected %s, got %s", list_tokens(E), got);
+}
+
+/* Bison calls this only when its stack overflows (YYMAXDEPTH): syntax errors go through
+ * yyreport_syntax_error. */
+static void yyerror(YYLTYPE *at, yyscan_t scanner, ParseResult *res, const char *msg) {
+    error_at(L(*at), "expression nested too deeply (%s)", msg);
+}
+
+/* Parses a whole file; see modelc.h. Lexical and syntax errors exit through error_at. */
+Program *parse_program(const char *path, const char *src) {
+    diag_init(path, src);
+    LexState ls = {.src = src, .line = 1, .col = 1, .end_line = 1, .end_col = 1};
+    ParseResult res = {0};
+    static yyscan_t scanner; /* static: stays reachable if an error exits mid-parse */
+    if (yylex_init_extra(&ls, &scanner))
+        fatal("cannot initialize the lexer: %s", strerror(errno));
+    YY_BUFFER_STATE buf = yy_scan_bytes(src, (int)strlen(src), scanner);
+    int rc = yyparse(scanner, &res);
+    yy_delete_buffer(buf, scanner);
+    yylex_destroy(scanner);
+    scanner = NULL;
+    if (rc != 0 || !res.prog)
+        ICE("parser failed without reporting an error (rc %d)", rc);
+    return res.prog;
+}
