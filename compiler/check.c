@@ -745,7 +745,7 @@ Graph *build_graph(const Program *p, int max_batch) {
             }
             if (s && s->kind == SYM_OUTPUT_DECL) {
                 error_begin(st->name_loc, "output '%s' is assigned twice", st->name);
-                note_at(s->loc, "first assigned here");
+                note_at(c->g->outputs[s->out_index].loc, "first assigned here");
                 diag_exit();
             }
             Node *v = lower_expr(c, st->expr);

@@ -154,3 +154,37 @@ void dump_graph(FILE *out, const Graph *g) {
     for (int i = 0; i < g->noutputs; i++)
         fprintf(out, "  output %s = %%%d\n", g->outputs[i].name, g->outputs[i].node->id);
 }
+
+bool graph_batch_separable(const Graph *g) {
+    if (!g->has_batch) return false;
+    bool *dep = xalloc(sizeof(bool) * (g->nnodes + 1));
+    for (int i = 0; i < g->nnodes; i++) {
+        const Node *n = g->nodes[i];
+        if (n->dead) continue;
+        if (n->op == OP_INPUT) dep[i] = shape_nsym(&n->shape) > 0;
+        for (int j = 0; j < n->nin; j++) dep[i] = dep[i] || dep[n->in[j]->id];
+        if (!dep[i]) continue;
+        /* A batch-dependent value must keep the batch as its leading axis ... */
+        if (n->shape.rank == 0 || !n->shape.d[0].sym) return false;
+        /* ... and be computed from the same batch items of its operands. */
+        switch (n->op) {
+        case OP_PERMUTE:
+            if (n->perm[0] != 0) return false;
+            break;
+        case OP_MATMUL:
+            if (dep[n->in[1]->id] && (!dep[n->in[0]->id] || n->in[0]->shape.rank != n->in[1]->shape.rank ||
+                                      n->in[1]->shape.rank <= 2))
+                return false;
+            break;
+        case OP_SOFTMAX: case OP_LOG_SOFTMAX: case OP_SUM: case OP_MEAN: case OP_MAX: case OP_ARGMAX:
+            if (n->axis == 0) return false;
+            break;
+        default:
+            if (op_is_binary(n->op))
+                for (int j = 0; j < 2; j++)
+                    if (dep[n->in[j]->id] && n->in[j]->shape.rank != n->shape.rank) return false;
+            break;
+        }
+    }
+    return true;
+}

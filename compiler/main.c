@@ -40,6 +40,7 @@ static void usage(FILE *f) {
             "  --no-fuse          do not fuse elementwise chains (one kernel per op)\n"
             "  --no-epilogue      do not fold elementwise consumers into GEMM epilogues\n"
             "  --no-inplace       do not let kernels write over a dying operand\n"
+            "  --no-reorder       keep the kernels in source order (no memory-aware schedule)\n"
             "  --keep-c           keep the generated C next to the executable (PATH.c, PATH.h, PATH_main.c)\n"
             "  -O0 | -O1 | -O2 | -O3   optimization level passed to the C compiler (default -O2)\n"
             "  -h, --help         show this help\n"
@@ -131,7 +132,7 @@ int main(int argc, char **argv) {
     bool emit_only = false, keep = false;
     int max_batch = 64;
     FuseOptions fo = {.elementwise = true, .epilogue = true};
-    PlanOptions po = {.inplace = true, .align = 64};
+    PlanOptions po = {.inplace = true, .align = 64, .reorder = true};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
@@ -165,6 +166,8 @@ int main(int argc, char **argv) {
             fo.epilogue = false;
         } else if (!strcmp(a, "--no-inplace")) {
             po.inplace = false;
+        } else if (!strcmp(a, "--no-reorder")) {
+            po.reorder = false;
         } else if (!strcmp(a, "-O0") || !strcmp(a, "-O1") || !strcmp(a, "-O2") || !strcmp(a, "-O3")) {
             olevel = a;
         } else if (a[0] == '-' && a[1]) {

@@ -250,6 +250,9 @@ char *dim_str(Dim d, const char *batch_name, char *buf, size_t n);
 void analyze_uses(Graph *g);
 /* --dump=graph */
 void dump_graph(FILE *out, const Graph *g);
+/* True when a batch can run in chunks with the same result: every value that depends on a
+ * batched input has the batch as its leading axis, and no op mixes batch items. */
+bool graph_batch_separable(const Graph *g);
 
 /* ================================================================ check.c */
 
@@ -348,8 +351,10 @@ typedef struct MemPlan {
 typedef struct PlanOptions {
     bool inplace;    /* allow elementwise kernels to write over a dying operand */
     size_t align;    /* arena alignment in bytes: 64 CPU */
+    bool reorder;    /* try a memory-aware kernel order and keep it if the arena shrinks */
 } PlanOptions;
 
+/* Choose the kernel order (reordering kl when that lowers the arena), then plan it. */
 MemPlan *plan_memory(Graph *g, KernelList *kl, PlanOptions opt);
 /* Verify a plan (overlap, bounds, alignment, outputs); ICE on a violation. */
 void check_plan(const Graph *g, const KernelList *kl, const MemPlan *mp);

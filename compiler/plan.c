@@ -115,7 +115,7 @@ static int cmp_offset(const void *a, const void *b) {
 
 static bool lives_overlap(const Storage *a, const Storage *b) { return a->first <= b->last && b->first <= a->last; }
 
-MemPlan *plan_memory(Graph *g, KernelList *kl, PlanOptions opt) {
+static MemPlan *plan_order(Graph *g, KernelList *kl, PlanOptions opt) {
     MemPlan *mp = xalloc(sizeof(MemPlan));
     int nn = g->nnodes;
     mp->of = xalloc(sizeof(Storage *) * nn);
@@ -304,4 +304,107 @@ void dump_memplan(FILE *out, const Graph *g, const KernelList *kl, const MemPlan
     double nv = mp->naive_bytes ? (double)mp->arena_bytes / mp->naive_bytes : 1.0;
     fprintf(out, "  total cpu: arena %zu bytes, lower bound %zu (ratio %.3f), naive %zu (ratio %.3f), weights %zu bytes\n",
             mp->arena_bytes, mp->lower_bound, lb, mp->naive_bytes, nv, mp->weight_bytes);
+}
+
+/* ---------------------------------------------------------------- schedule */
+
+typedef struct Sched {
+    Graph *g;
+    KernelList *kl;
+    int *producer;   /* producer[node id]: kernel index writing it, or -1 */
+    int *readers;    /* readers[node id]: number of kernels still to run that read it */
+    int *deps;       /* deps[kernel]: number of producer kernels not yet run */
+    bool *done;
+    int cur;
+} Sched;
+
+static void count_reader(void *p, Node *n) {
+    Sched *s = p;
+    s->readers[n->id]++;
+}
+
+static void count_dep(void *p, Node *n) {
+    Sched *s = p;
+    int k = s->producer[n->id];
+    if (k >= 0 && k != s->cur && !s->done[k]) s->deps[s->cur]++;
+}
+
+typedef struct Gain {
+    Sched *s;
+    long long freed;
+} Gain;
+
+static void gain_read(void *p, Node *n) {
+    Gain *g = p;
+    if (g->s->readers[n->id] == 1 && g->s->producer[n->id] >= 0)
+        g->freed += (long long)node_bytes(g->s->g, n);
+}
+
+static void drop_reader(void *p, Node *n) {
+    Sched *s = p;
+    s->readers[n->id]--;
+}
+
+/* A memory-aware list schedule: among the kernels whose operands are ready, run the one that
+ * frees the most bytes net of what it allocates (ties: the earliest in the default order).
+ * The greedy rule is the one of Kirisame et al.'s and TVM's memory-aware schedulers in spirit;
+ * it is a heuristic, and plan_memory keeps it only when it plans a smaller arena. */
+static KernelList schedule_greedy(Graph *g, KernelList *kl) {
+    Sched S = {.g = g, .kl = kl}, *s = &S;
+    s->producer = xalloc(sizeof(int) * g->nnodes);
+    s->readers = xalloc(sizeof(int) * g->nnodes);
+    s->deps = xalloc(sizeof(int) * (kl->n + 1));
+    s->done = xalloc(sizeof(bool) * (kl->n + 1));
+    for (int i = 0; i < g->nnodes; i++) s->producer[i] = -1;
+    for (int k = 0; k < kl->n; k++) s->producer[kl->k[k]->root->id] = k;
+    for (int k = 0; k < kl->n; k++) {
+        s->cur = k;
+        kernel_reads(kl->k[k], count_reader, s);
+        kernel_reads(kl->k[k], count_dep, s);
+    }
+    KernelList out = {xalloc(sizeof(Kernel *) * (kl->n + 1)), 0};
+    for (int step = 0; step < kl->n; step++) {
+        int best = -1;
+        long long best_gain = 0;
+        for (int k = 0; k < kl->n; k++) {
+            if (s->done[k] || s->deps[k] > 0) continue;
+            Gain gn = {s, 0};
+            kernel_reads(kl->k[k], gain_read, &gn);
+            long long gain = gn.freed - (long long)node_bytes(g, kl->k[k]->root);
+            if (best < 0 || gain > best_gain) {
+                best = k;
+                best_gain = gain;
+            }
+        }
+        ASSERT(best >= 0);
+        s->done[best] = true;
+        kernel_reads(kl->k[best], drop_reader, s);
+        out.k[out.n++] = kl->k[best];
+        /* recount the unfinished producers of every kernel still waiting */
+        for (int k = 0; k < kl->n; k++) {
+            if (s->done[k]) continue;
+            s->cur = k;
+            s->deps[k] = 0;
+            kernel_reads(kl->k[k], count_dep, s);
+        }
+    }
+    return out;
+}
+
+MemPlan *plan_memory(Graph *g, KernelList *kl, PlanOptions opt) {
+    MemPlan *base = plan_order(g, kl, opt);
+    if (!opt.reorder || kl->n < 3) return base;
+    KernelList alt = schedule_greedy(g, kl);
+    bool same = true;
+    for (int i = 0; i < kl->n; i++) same = same && alt.k[i] == kl->k[i];
+    if (same) return base;
+    KernelList orig = {xalloc(sizeof(Kernel *) * (kl->n + 1)), kl->n};
+    memcpy(orig.k, kl->k, sizeof(Kernel *) * kl->n);
+    memcpy(kl->k, alt.k, sizeof(Kernel *) * kl->n);
+    for (int i = 0; i < kl->n; i++) kl->k[i]->id = i;
+    MemPlan *mp = plan_order(g, kl, opt);
+    if (mp->arena_bytes < base->arena_bytes) return mp;
+    memcpy(kl->k, orig.k, sizeof(Kernel *) * kl->n);
+    for (int i = 0; i < kl->n; i++) kl->k[i]->id = i;
+    return base;
 }

@@ -13,7 +13,7 @@
  *   unary    := '-' unary | postfix
  *   postfix  := NAME '(' args? ')' | primary
  *   primary  := NUMBER | NAME | '(' expr ')' | list
- *   arg      := expr | NAME '=' attrval;   attrval := expr | 'true' | 'false'
+ *   arg      := attrval | NAME '=' attrval;   attrval := expr | 'true' | 'false'
  *   list     := '[' (listitem (',' listitem)*)? ']';   listitem := '-'? INT | NAME
  *
  * Two small departures, neither of which changes the language: attrval has no separate
@@ -216,7 +216,7 @@ args
     ;
 
 arg
-    : expr                             { $$ = (AstArg){.key = NULL, .val = $1, .loc = L(@1)}; }
+    : attrval                          { $$ = (AstArg){.key = NULL, .val = $1, .loc = L(@1)}; }
     | NAME '=' attrval                 { $$ = (AstArg){.key = $1, .val = $3, .loc = L(@1)}; }
     ;
 

@@ -207,14 +207,19 @@ typedef struct mrt_model_info {
     mrt_status (*run)(void *model, int batch, const void *const *inputs, void *const *outputs);
     void (*destroy)(void *model);
     mrt_device (*device)(void *model);
+    int batch_chunkable;    /* 1 if every value that depends on a batched input keeps the batch
+                               as its leading axis and no op mixes batch items (no reduction
+                               over the batch, no matmul contracting it): running a batch in
+                               chunks then gives the same result as one run */
 } mrt_model_info;
 
 /** The command-line driver of generated executables:
  *    PROG --weights W.safetensors --input NAME=IN.npy ... --output NAME=OUT.npy ...
  *         [--device D] [--time] [--repeat N] [--memory] [--help]
  *  Reads the inputs, infers the batch from their shapes (checking every other dimension),
- *  runs in chunks of max_batch when the batch is larger and the batch is the leading axis of
- *  every input and output, and writes each requested output atomically. Prints errors to
+ *  runs in chunks of max_batch when the batch is larger, the model is batch_chunkable and the
+ *  batch is the leading axis of every input and output (otherwise a batch above max_batch is
+ *  an error), and writes each requested output atomically. Prints errors to
  *  stderr as "PROG: error: ..." and returns the process exit code (0 ok, 1 error, 2 usage). */
 int mrt_main(const mrt_model_info *info, int argc, char **argv);
 
