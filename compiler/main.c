@@ -36,7 +36,8 @@ static void usage(FILE *f) {
             "                     .model); with --emit-c, the directory for NAME.c and NAME.h\n"
             "  --emit-c           write C source and header instead of an executable\n"
             "  --max-batch N      the largest batch the compiled model accepts (default 64)\n"
-            "  --dump=WHAT        print a phase to stdout and stop: ast, graph, fused, memplan\n"
+            "  --dump=WHAT        print a phase to stdout and stop: ast, graph, fused, memplan,\n"
+            "                     memplan-svg (the arena over time as an SVG picture)\n"
             "  --no-fuse          do not fuse elementwise chains (one kernel per op)\n"
             "  --no-epilogue      do not fold elementwise consumers into GEMM epilogues\n"
             "  --no-inplace       do not let kernels write over a dying operand\n"
@@ -158,8 +159,9 @@ int main(int argc, char **argv) {
             max_batch = (int)n;
         } else if (!strncmp(a, "--dump=", 7)) {
             dump = a + 7;
-            if (strcmp(dump, "ast") && strcmp(dump, "graph") && strcmp(dump, "fused") && strcmp(dump, "memplan"))
-                fatal("unknown dump '%s' (expected ast, graph, fused or memplan)", dump);
+            if (strcmp(dump, "ast") && strcmp(dump, "graph") && strcmp(dump, "fused") && strcmp(dump, "memplan") &&
+                strcmp(dump, "memplan-svg"))
+                fatal("unknown dump '%s' (expected ast, graph, fused, memplan or memplan-svg)", dump);
         } else if (!strcmp(a, "--no-fuse")) {
             fo.elementwise = false;
         } else if (!strcmp(a, "--no-epilogue")) {
@@ -206,6 +208,10 @@ int main(int argc, char **argv) {
     MemPlan *mp = plan_memory(g, &kl, po);
     if (dump && !strcmp(dump, "memplan")) {
         dump_memplan(stdout, g, &kl, mp);
+        return 0;
+    }
+    if (dump && !strcmp(dump, "memplan-svg")) {
+        dump_memplan_svg(stdout, g, &kl, mp);
         return 0;
     }
 

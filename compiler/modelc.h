@@ -359,6 +359,8 @@ MemPlan *plan_memory(Graph *g, KernelList *kl, PlanOptions opt);
 /* Verify a plan (overlap, bounds, alignment, outputs); ICE on a violation. */
 void check_plan(const Graph *g, const KernelList *kl, const MemPlan *mp);
 void dump_memplan(FILE *out, const Graph *g, const KernelList *kl, const MemPlan *mp);
+/* --dump=memplan-svg: the arena over time as an SVG picture. */
+void dump_memplan_svg(FILE *out, const Graph *g, const KernelList *kl, const MemPlan *mp);
 
 /* ================================================================ emit_c.c */
 

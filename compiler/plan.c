@@ -408,3 +408,41 @@ MemPlan *plan_memory(Graph *g, KernelList *kl, PlanOptions opt) {
     for (int i = 0; i < kl->n; i++) kl->k[i]->id = i;
     return base;
 }
+
+/* --dump=memplan-svg: the arena over time. x: kernel steps; y: byte offset (0 at the top). Each
+ * value is a rectangle spanning its live range and its bytes; in-place chains share a colour. */
+void dump_memplan_svg(FILE *out, const Graph *g, const KernelList *kl, const MemPlan *mp) {
+    const double W = 900, H = 560, left = 90, top = 40, right = 20, bottom = 50;
+    int steps = kl->n ? kl->n : 1;
+    double arena = mp->arena_bytes ? (double)mp->arena_bytes : 1.0;
+    double sx = (W - left - right) / steps, sy = (H - top - bottom) / arena;
+    fprintf(out, "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%.0f\" height=\"%.0f\" "
+                 "font-family=\"sans-serif\" font-size=\"11\">\n", W, H);
+    fprintf(out, "<rect width=\"100%%\" height=\"100%%\" fill=\"white\"/>\n");
+    fprintf(out, "<text x=\"%.0f\" y=\"20\" font-size=\"14\">%s: arena %zu bytes (lower bound %zu, naive %zu)</text>\n",
+            left, g->name, mp->arena_bytes, mp->lower_bound, mp->naive_bytes);
+    fprintf(out, "<rect x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"%.1f\" fill=\"none\" stroke=\"#888\"/>\n", left, top,
+            W - left - right, H - top - bottom);
+    for (int s = 0; s <= steps; s++)
+        fprintf(out, "<text x=\"%.1f\" y=\"%.0f\" text-anchor=\"middle\">%s</text>\n", left + s * sx, H - bottom + 16,
+                s < steps ? xprintf("k%d", s) : "");
+    fprintf(out, "<text x=\"%.0f\" y=\"%.0f\" text-anchor=\"middle\">kernel step</text>\n", (W + left) / 2, H - 12);
+    for (int i = 0; i <= 4; i++)
+        fprintf(out, "<text x=\"%.0f\" y=\"%.1f\" text-anchor=\"end\">%.0f</text>\n", left - 6, top + i * (H - top - bottom) / 4 + 4,
+                arena * i / 4);
+    static const char *colours[] = {"#4e79a7", "#f28e2b", "#e15759", "#76b7b2", "#59a14f", "#edc948", "#b07aa1", "#ff9da7", "#9c755f", "#bab0ac"};
+    for (int i = 0; i < g->nnodes; i++) {
+        const Storage *st = mp->of[i];
+        if (!st || st->kind != S_ARENA || g->nodes[i]->op == OP_RESHAPE || mp->def_step[i] < 0) continue;
+        int a = mp->def_step[i], b = mp->last_step[i] < a ? a : mp->last_step[i];
+        double x = left + a * sx, y = top + st->offset * sy, w = (b - a + 1) * sx,
+               h = node_bytes(g, g->nodes[i]) * sy;
+        fprintf(out, "<rect x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"%.1f\" fill=\"%s\" fill-opacity=\"0.75\" "
+                     "stroke=\"black\" stroke-width=\"0.5\"><title>%%%d %s: %zu bytes at offset %zu, live [%d,%d]</title></rect>\n",
+                x + 1, y, w - 2, h < 1 ? 1 : h, colours[st->id % 10], i, g->nodes[i]->name ? g->nodes[i]->name : "",
+                node_bytes(g, g->nodes[i]), st->offset, a, b);
+        if (h > 12 && w > 30)
+            fprintf(out, "<text x=\"%.1f\" y=\"%.1f\" fill=\"white\">%%%d</text>\n", x + 4, y + 12, i);
+    }
+    fprintf(out, "</svg>\n");
+}
