@@ -28,9 +28,10 @@ RT_LIBS     := $(CJSON_LIBS) $(BLAS_LIBS) -lm -lpthread
 # ---------------------------------------------------------------- runtime
 RT_SRC  := $(wildcard runtime/*.c)
 RT_HDR  := $(wildcard runtime/*.h)
+RT_PUB  := runtime/modelrt.h runtime/mrt_kernels.h   # installed; rt_*.h are internal
 RT_OBJ  := $(RT_SRC:runtime/%.c=$(B)/obj/runtime/%.o)
 RT_LIB  := $(B)/lib/libmodelrt.a
-RT_INC  := $(RT_HDR:runtime/%=$(B)/include/modelc/%)
+RT_INC  := $(RT_PUB:runtime/%=$(B)/include/modelc/%)
 
 $(B)/obj/runtime/%.o: runtime/%.c $(RT_HDR) | $(B)/setup.stamp
 	@mkdir -p $(dir $@)
@@ -84,7 +85,7 @@ install: all
 	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/lib/pkgconfig $(DESTDIR)$(PREFIX)/include/modelc
 	install -m 755 $(MODELC) $(DESTDIR)$(PREFIX)/bin/modelc
 	install -m 644 $(RT_LIB) $(DESTDIR)$(PREFIX)/lib/libmodelrt.a
-	install -m 644 $(RT_HDR) $(DESTDIR)$(PREFIX)/include/modelc/
+	install -m 644 $(RT_PUB) $(DESTDIR)$(PREFIX)/include/modelc/
 	sed -e 's|@PREFIX@|$(PREFIX)|' -e 's|@LIBS@|$(RT_LIBS)|' tools/modelrt.pc.in > $(DESTDIR)$(PREFIX)/lib/pkgconfig/modelrt.pc
 
 clean:

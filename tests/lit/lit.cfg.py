@@ -1,0 +1,28 @@
+# lit configuration for modelc: .model files with RUN/CHECK lines (LLVM lit + FileCheck).
+import os
+import shutil
+
+import lit.formats
+
+config.name = "modelc"
+config.test_format = lit.formats.ShTest(execute_external=False)
+config.suffixes = [".model", ".test"]
+config.excludes = ["Inputs"]
+config.test_source_root = os.path.dirname(__file__)
+root = os.path.dirname(os.path.dirname(config.test_source_root))
+build = os.environ.get("B", "build")
+if not os.path.isabs(build):
+    build = os.path.join(root, build)
+config.test_exec_root = os.path.join(build, "lit")
+
+modelc = os.environ.get("MODELC", os.path.join(build, "bin", "modelc"))
+config.substitutions.append(("%modelc", modelc))
+config.substitutions.append(("%root", root))
+config.substitutions.append(("%build", build))
+filecheck = shutil.which("FileCheck") or "/usr/lib/llvm-14/bin/FileCheck"
+config.substitutions.append(("FileCheck", filecheck))
+not_tool = shutil.which("not") or "/usr/lib/llvm-14/bin/not"
+config.substitutions.append(("%not", not_tool))
+for var in ("MODELC_CFLAGS", "ASAN_OPTIONS", "UBSAN_OPTIONS", "CC", "PATH", "HOME"):
+    if var in os.environ:
+        config.environment[var] = os.environ[var]
