@@ -172,9 +172,9 @@ bool graph_batch_separable(const Graph *g) {
             if (n->perm[0] != 0) return false;
             break;
         case OP_MATMUL:
-            if (dep[n->in[1]->id] && (!dep[n->in[0]->id] || n->in[0]->shape.rank != n->in[1]->shape.rank ||
-                                      n->in[1]->shape.rank <= 2))
-                return false;
+            /* each batch-dependent operand's leading (batch) dim must be the output's */
+            for (int j = 0; j < 2; j++)
+                if (dep[n->in[j]->id] && n->in[j]->shape.rank != n->shape.rank) return false;
             break;
         case OP_SOFTMAX: case OP_LOG_SOFTMAX: case OP_SUM: case OP_MEAN: case OP_MAX: case OP_ARGMAX:
             if (n->axis == 0) return false;

@@ -1,0 +1,557 @@
+/*
+ * rt_cli.c — mrt_main, the command-line driver every generated executable calls:
+ *
+ *   PROG --weights W.safetensors --input NAME=IN.npy ... --output NAME=OUT.npy ...
+ *        [--device D] [--time] [--repeat N] [--memory] [--help]
+ *
+ * It is the only part of modelrt that prints. Steps: parse the arguments (usage errors exit 2);
+ * read every input; infer the batch from the inputs' shapes against the model's descriptors and
+ * check every other dimension; create the model on the device, load the weights; run (in chunks
+ * of max_batch when the batch is larger, the model is batch_chunkable and the batch leads every
+ * input and output); write the requested
+ * outputs atomically. Runtime failures print "PROG: error: <message>" and exit 1. Every path
+ * frees what it allocated.
+ */
+#include "rt_internal.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+enum { CLI_OK = 0, CLI_ERROR = 1, CLI_USAGE = 2 };
+
+typedef struct cli_opts {
+    const char *weights, *device;
+    const char **in_files;  /* [n_inputs], NULL where not given */
+    const char **out_files; /* [n_outputs], NULL where not requested */
+    int time, memory, help;
+    long repeat;
+} cli_opts;
+
+/* ---------------------------------------------------------------- messages */
+
+static const char *cli_prog(int argc, char **argv)
+{
+    if (argc < 1 || !argv || !argv[0] || !argv[0][0])
+        return "model";
+    const char *slash = strrchr(argv[0], '/');
+    return slash ? slash + 1 : argv[0];
+}
+
+/* A descriptor's shape with the batch axis symbolic: "[batch,64]", "[batch*8,3]". */
+static char *cli_desc_shape(char *buf, size_t n, const mrt_io_desc *d, int has_batch)
+{
+    size_t used = 0;
+    int k = snprintf(buf, n, "[");
+    for (int i = 0; i < d->rank && k >= 0 && (used += (size_t)k) < n; i++) {
+        const char *sep = i ? "," : "";
+        if (has_batch && (d->batch_mask >> i) & 1u)
+            k = d->shape[i] == 1 ? snprintf(buf + used, n - used, "%sbatch", sep)
+                                 : snprintf(buf + used, n - used, "%sbatch*%lld", sep,
+                                            (long long)d->shape[i]);
+        else
+            k = snprintf(buf + used, n - used, "%s%lld", sep, (long long)d->shape[i]);
+    }
+    if (k >= 0 && (used += (size_t)k) < n)
+        snprintf(buf + used, n - used, "]");
+    return buf;
+}
+
+static void cli_usage_line(FILE *f, const char *prog)
+{
+    fprintf(f, "usage: %s --weights W.safetensors --input NAME=FILE.npy ... "
+               "[--output NAME=FILE.npy ...]\n"
+               "       [--device D] [--time] [--repeat N] [--memory] [--help]\n", prog);
+}
+
+static void cli_help(const mrt_model_info *info, const char *prog)
+{
+    char sh[RT_SHAPE_STR_MAX + 64];
+    cli_usage_line(stdout, prog);
+    printf("\nRuns the compiled model '%s'.\n", info->name ? info->name : "?");
+    if (info->has_batch)
+        printf("The batch is inferred from the inputs' shapes: up to %d per run; a larger batch\n"
+               "runs in chunks of %d when it is the leading axis of every input and output.\n",
+               info->max_batch, info->max_batch);
+    printf("\ninputs:\n");
+    for (int i = 0; i < info->n_inputs; i++)
+        printf("  %-16s %s%s\n", info->inputs[i].name, mrt_dtype_name(info->inputs[i].dtype),
+               cli_desc_shape(sh, sizeof sh, &info->inputs[i], info->has_batch));
+    printf("outputs:\n");
+    for (int i = 0; i < info->n_outputs; i++)
+        printf("  %-16s %s%s\n", info->outputs[i].name, mrt_dtype_name(info->outputs[i].dtype),
+               cli_desc_shape(sh, sizeof sh, &info->outputs[i], info->has_batch));
+    printf("\noptions:\n"
+           "  --weights FILE       safetensors file with the model's parameters%s\n"
+           "  --input NAME=FILE    .npy file for an input (NAME= may be left out when the model\n"
+           "                       has one input); every input is required\n"
+           "  --output NAME=FILE   write an output to a .npy file (NAME= may be left out when\n"
+           "                       the model has one output); outputs not named are not written\n"
+           "  --device D           auto (default, or $MODELRT_DEVICE), cpu, cpu:N, cuda, cuda:N\n"
+           "  --time               print the time per run to stderr\n"
+           "  --repeat N           run N times (with --time: after one warm-up run)\n"
+           "  --memory             print the weight and arena sizes to stderr\n"
+           "  --help               print this help\n",
+           info->weight_bytes ? "" : " (this model has none)");
+}
+
+static int cli_usage_error(const char *prog, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+static int cli_usage_error(const char *prog, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    fprintf(stderr, "%s: error: ", prog);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fputc('\n', stderr);
+    cli_usage_line(stderr, prog);
+    fprintf(stderr, "Try '%s --help' for more information.\n", prog);
+    return CLI_USAGE;
+}
+
+static void cli_log_hook(mrt_log_level level, const char *msg, void *user)
+{
+    (void)user;
+    fprintf(stderr, "modelrt: %s%s\n", level == MRT_LOG_WARN ? "warning: " : "", msg);
+}
+
+/* ---------------------------------------------------------------- arguments */
+
+/* "--flag VALUE" or "--flag=VALUE". Returns 1 if argv[*i] is `flag` (value in *val, NULL when
+ * missing), 0 if not. */
+static int cli_flag_value(int argc, char **argv, int *i, const char *flag, const char **val)
+{
+    const char *a = argv[*i];
+    size_t n = strlen(flag);
+    if (strncmp(a, flag, n) != 0)
+        return 0;
+    if (a[n] == '=') {
+        *val = a + n + 1;
+        return 1;
+    }
+    if (a[n] != '\0')
+        return 0;
+    *val = (*i + 1 < argc) ? argv[++*i] : NULL;
+    return 1;
+}
+
+/* Bind "NAME=FILE" (or "FILE" for a model with one such tensor) to its slot in `files`. */
+static int cli_bind(const char *prog, const char *kind, const char *spec,
+                    const mrt_io_desc *descs, int n, const char **files)
+{
+    const char *eq = strchr(spec, '=');
+    int idx = -1;
+    if (eq) {
+        size_t len = (size_t)(eq - spec);
+        for (int i = 0; i < n; i++)
+            if (strlen(descs[i].name) == len && strncmp(descs[i].name, spec, len) == 0)
+                idx = i;
+        if (idx < 0) {
+            fprintf(stderr, "%s: error: unknown %s '%.*s'; the model's %ss are:", prog, kind,
+                    (int)len, spec, kind);
+            for (int i = 0; i < n; i++)
+                fprintf(stderr, " %s", descs[i].name);
+            fprintf(stderr, "%s\n", n ? "" : " (none)");
+            cli_usage_line(stderr, prog);
+            fprintf(stderr, "Try '%s --help' for more information.\n", prog);
+            return CLI_USAGE;
+        }
+        spec = eq + 1;
+    } else if (n == 1) {
+        idx = 0;
+    } else {
+        return cli_usage_error(prog, "--%s FILE without NAME= is only for a model with one %s; "
+                               "this model has %d, so write NAME=FILE", kind, kind, n);
+    }
+    if (*spec == '\0')
+        return cli_usage_error(prog, "--%s %s: empty file name", kind, descs[idx].name);
+    if (files[idx])
+        return cli_usage_error(prog, "%s '%s' given twice", kind, descs[idx].name);
+    files[idx] = spec;
+    return CLI_OK;
+}
+
+static int cli_parse(const mrt_model_info *info, const char *prog, int argc, char **argv,
+                     cli_opts *o)
+{
+    /* --help wins wherever it stands, even after a mistake the help would explain. */
+    for (int i = 1; i < argc; i++)
+        if (argv[i] && (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0)) {
+            o->help = 1;
+            return CLI_OK;
+        }
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v = NULL;
+        int rc;
+        if (!a) {
+            break;
+        } else if (strcmp(a, "--time") == 0) {
+            o->time = 1;
+        } else if (strcmp(a, "--memory") == 0) {
+            o->memory = 1;
+        } else if (cli_flag_value(argc, argv, &i, "--weights", &v) ||
+                   cli_flag_value(argc, argv, &i, "--device", &v) ||
+                   cli_flag_value(argc, argv, &i, "--repeat", &v) ||
+                   cli_flag_value(argc, argv, &i, "--input", &v) ||
+                   cli_flag_value(argc, argv, &i, "--output", &v)) {
+            char flag[16];
+            size_t fl = strcspn(a, "=");
+            snprintf(flag, sizeof flag, "%.*s", (int)(fl < 15 ? fl : 15), a);
+            if (!v)
+                return cli_usage_error(prog, "%s needs a value", flag);
+            if (strcmp(flag, "--weights") == 0) {
+                o->weights = v;
+            } else if (strcmp(flag, "--device") == 0) {
+                o->device = v;
+            } else if (strcmp(flag, "--repeat") == 0) {
+                char *end;
+                long r = strtol(v, &end, 10);
+                if (*v < '0' || *v > '9' || *end != '\0' || r < 1 || r > 1000000000)
+                    return cli_usage_error(prog, "--repeat '%s': expected a count from 1 to "
+                                           "1000000000", v);
+                o->repeat = r;
+            } else if (strcmp(flag, "--input") == 0) {
+                if ((rc = cli_bind(prog, "input", v, info->inputs, info->n_inputs,
+                                   o->in_files)) != CLI_OK)
+                    return rc;
+            } else {
+                if ((rc = cli_bind(prog, "output", v, info->outputs, info->n_outputs,
+                                   o->out_files)) != CLI_OK)
+                    return rc;
+            }
+        } else if (a[0] == '-') {
+            return cli_usage_error(prog, "unknown option '%s'", a);
+        } else {
+            return cli_usage_error(prog, "unexpected argument '%s'", a);
+        }
+    }
+    for (int i = 0; i < info->n_inputs; i++)
+        if (!o->in_files[i])
+            return cli_usage_error(prog, "missing --input for '%s' (use --input %s=FILE.npy)",
+                                   info->inputs[i].name, info->inputs[i].name);
+    if (!o->weights && info->weight_bytes > 0)
+        return cli_usage_error(prog, "missing --weights FILE.safetensors (the model has %zu "
+                               "bytes of parameters)", info->weight_bytes);
+    return CLI_OK;
+}
+
+/* ---------------------------------------------------------------- model descriptor checks */
+
+static int cli_desc_ok(const mrt_io_desc *d, int has_batch)
+{
+    if (!d->name || !rt_dtype_valid(d->dtype) || d->rank < 0 || d->rank > MRT_MAX_RANK)
+        return 0;
+    unsigned m = has_batch ? d->batch_mask : 0;
+    if (m != 0 && (m & (m - 1)) != 0) /* more than one bit */
+        return 0;
+    if (d->rank < 32 && (m >> d->rank) != 0)
+        return 0;
+    for (int i = 0; i < d->rank; i++)
+        if (d->shape[i] <= 0)
+            return 0;
+    return 1;
+}
+
+static mrt_status cli_check_info(const mrt_model_info *info)
+{
+    if (!info || info->n_inputs < 0 || info->n_outputs < 0 ||
+        (info->n_inputs && !info->inputs) || (info->n_outputs && !info->outputs) ||
+        !info->create || !info->run || !info->destroy || info->max_batch < 1)
+        return mrt_set_error(MRT_ERR_INTERNAL, "internal error: malformed model descriptor");
+    for (int i = 0; i < info->n_inputs; i++)
+        if (!cli_desc_ok(&info->inputs[i], info->has_batch))
+            return mrt_set_error(MRT_ERR_INTERNAL, "internal error: malformed descriptor of "
+                                 "input %d", i);
+    for (int i = 0; i < info->n_outputs; i++)
+        if (!cli_desc_ok(&info->outputs[i], info->has_batch))
+            return mrt_set_error(MRT_ERR_INTERNAL, "internal error: malformed descriptor of "
+                                 "output %d", i);
+    return MRT_OK;
+}
+
+/* The concrete shape of `d` at `batch`, and its byte size; overflow-checked. */
+static mrt_status cli_shape_at(const mrt_io_desc *d, int has_batch, int64_t batch,
+                               int64_t *shape, size_t *bytes)
+{
+    uint64_t numel, b;
+    for (int i = 0; i < d->rank; i++) {
+        shape[i] = d->shape[i];
+        if (has_batch && ((d->batch_mask >> i) & 1u) &&
+            __builtin_mul_overflow(d->shape[i], batch, &shape[i]))
+            return mrt_set_error(MRT_ERR_INVALID_ARG, "'%s' at batch %lld: size overflows",
+                                 d->name, (long long)batch);
+    }
+    if (rt_shape_numel(shape, d->rank, &numel) != 0 ||
+        __builtin_mul_overflow(numel, (uint64_t)mrt_dtype_size(d->dtype), &b) || b > SIZE_MAX)
+        return mrt_set_error(MRT_ERR_INVALID_ARG, "'%s' at batch %lld: size overflows", d->name,
+                             (long long)batch);
+    *bytes = (size_t)b;
+    return MRT_OK;
+}
+
+/* Check input `i` against its descriptor and fold its batch into *batch (-1: not yet known). */
+static mrt_status cli_check_input(const mrt_model_info *info, int i, const char *file,
+                                  const mrt_tensor *t, int64_t *batch, int *batch_from)
+{
+    const mrt_io_desc *d = &info->inputs[i];
+    char want[RT_SHAPE_STR_MAX + 64], got[RT_SHAPE_STR_MAX];
+    cli_desc_shape(want, sizeof want, d, info->has_batch);
+    rt_shape_str(got, sizeof got, t->shape, t->rank);
+    if (t->dtype != d->dtype)
+        return mrt_set_error(MRT_ERR_MISMATCH, "input '%s' (%s): dtype %s %s, model expects %s "
+                             "%s", d->name, file, mrt_dtype_name(t->dtype), got,
+                             mrt_dtype_name(d->dtype), want);
+    int ok = t->rank == d->rank;
+    int64_t b = -1;
+    for (int k = 0; ok && k < d->rank; k++) {
+        if (info->has_batch && ((d->batch_mask >> k) & 1u)) {
+            /* d->shape[k] > 0 was checked with the descriptor: the division is safe */
+            ok = t->shape[k] % d->shape[k] == 0;
+            b = t->shape[k] / d->shape[k];
+        } else {
+            ok = t->shape[k] == d->shape[k];
+        }
+    }
+    if (!ok)
+        return mrt_set_error(MRT_ERR_MISMATCH, "input '%s' (%s): shape %s, model expects %s",
+                             d->name, file, got, want);
+    if (b == 0)
+        return mrt_set_error(MRT_ERR_MISMATCH, "input '%s' (%s): shape %s gives batch 0; the "
+                             "model expects %s with batch >= 1", d->name, file, got, want);
+    if (b > 0) {
+        if (b > INT32_MAX)
+            return mrt_set_error(MRT_ERR_MISMATCH, "input '%s' (%s): batch %lld is too large",
+                                 d->name, file, (long long)b);
+        if (*batch >= 0 && *batch != b)
+            return mrt_set_error(MRT_ERR_MISMATCH, "input '%s' (%s): shape %s means batch %lld, "
+                                 "but input '%s' has batch %lld", d->name, file, got,
+                                 (long long)b, info->inputs[*batch_from].name,
+                                 (long long)*batch);
+        *batch = b;
+        *batch_from = i;
+    }
+    return MRT_OK;
+}
+
+/* ---------------------------------------------------------------- running */
+
+typedef struct cli_run {
+    const mrt_model_info *info;
+    void *model;
+    int batch, chunk;             /* chunk: batch per call (== batch when not chunked) */
+    mrt_tensor *in;               /* [n_inputs] */
+    void **out;                   /* [n_outputs] host buffers for the full batch */
+    size_t *in_unit, *out_unit;   /* bytes per batch element (leading-axis chunking) */
+    const void **in_ptr;          /* scratch pointer arrays passed to run */
+    void **out_ptr;
+} cli_run;
+
+static mrt_status cli_run_once(cli_run *r)
+{
+    const mrt_model_info *info = r->info;
+    for (int b0 = 0; b0 < r->batch; b0 += r->chunk) {
+        int nb = r->batch - b0 < r->chunk ? r->batch - b0 : r->chunk;
+        for (int i = 0; i < info->n_inputs; i++)
+            r->in_ptr[i] = (const unsigned char *)r->in[i].data + (size_t)b0 * r->in_unit[i];
+        for (int i = 0; i < info->n_outputs; i++)
+            r->out_ptr[i] = (unsigned char *)r->out[i] + (size_t)b0 * r->out_unit[i];
+        mrt_status st = info->run(r->model, nb, (const void *const *)r->in_ptr,
+                                  (void *const *)r->out_ptr);
+        if (st != MRT_OK) {
+            if (mrt_last_error()[0] == '\0')
+                mrt_set_error(st, "run failed with %s", mrt_status_name(st));
+            return st;
+        }
+    }
+    return MRT_OK;
+}
+
+static double cli_now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
+}
+
+/* Everything after argument parsing. Returns CLI_OK or CLI_ERROR with the error recorded. */
+static int cli_execute(const mrt_model_info *info, const cli_opts *o, const char *prog)
+{
+    int nin = info->n_inputs, nout = info->n_outputs;
+    int rc = CLI_ERROR;
+    cli_run r;
+    memset(&r, 0, sizeof r);
+    r.info = info;
+    r.in = calloc((size_t)nin + 1, sizeof *r.in);
+    r.in_unit = calloc((size_t)nin + 1, sizeof *r.in_unit);
+    r.in_ptr = calloc((size_t)nin + 1, sizeof *r.in_ptr);
+    r.out = calloc((size_t)nout + 1, sizeof *r.out);
+    r.out_unit = calloc((size_t)nout + 1, sizeof *r.out_unit);
+    r.out_ptr = calloc((size_t)nout + 1, sizeof *r.out_ptr);
+    size_t *out_bytes = calloc((size_t)nout + 1, sizeof *out_bytes);
+    int64_t (*out_shape)[MRT_MAX_RANK] = calloc((size_t)nout + 1, sizeof *out_shape);
+    if (!r.in || !r.in_unit || !r.in_ptr || !r.out || !r.out_unit || !r.out_ptr || !out_bytes ||
+        !out_shape) {
+        mrt_set_error(MRT_ERR_OOM, "out of memory setting up %d inputs and %d outputs", nin,
+                      nout);
+        goto done;
+    }
+
+    /* Inputs: read, check, infer the batch. */
+    int64_t batch = -1;
+    int batch_from = 0;
+    for (int i = 0; i < nin; i++) {
+        if (mrt_npy_read(o->in_files[i], &r.in[i]) != MRT_OK)
+            goto done;
+        if (cli_check_input(info, i, o->in_files[i], &r.in[i], &batch, &batch_from) != MRT_OK)
+            goto done;
+    }
+    if (batch < 0)
+        batch = 1; /* no batch axis among the inputs */
+    r.batch = (int)batch;
+    r.chunk = r.batch;
+    if (batch > info->max_batch) {
+        int leading = 1;
+        for (int i = 0; i < nin; i++)
+            leading &= info->inputs[i].batch_mask == 1u;
+        for (int i = 0; i < nout; i++)
+            leading &= info->outputs[i].batch_mask == 1u;
+        /* Chunks give the same result as one run only when no op mixes batch items
+         * (batch_chunkable, from the compiler) and each chunk is a contiguous slice of every
+         * host buffer (the batch leads every input and output). */
+        if (!info->has_batch || !info->batch_chunkable || !leading) {
+            mrt_set_error(MRT_ERR_INVALID_ARG, "batch %lld exceeds the compiled maximum %d "
+                          "(recompile with --max-batch)%s", (long long)batch, info->max_batch,
+                          !info->has_batch ? ""
+                          : !leading ? "; it cannot run in chunks: the batch is not the leading "
+                                       "axis of every input and output"
+                                     : "; it cannot run in chunks: the model mixes batch items");
+            goto done;
+        }
+        r.chunk = info->max_batch;
+    }
+    for (int i = 0; i < nin; i++)
+        r.in_unit[i] = r.in[i].nbytes / (size_t)batch; /* batch >= 1; exact when leading */
+    for (int i = 0; i < nout; i++) {
+        if (cli_shape_at(&info->outputs[i], info->has_batch, batch, out_shape[i],
+                         &out_bytes[i]) != MRT_OK)
+            goto done;
+        r.out_unit[i] = out_bytes[i] / (size_t)batch;
+        r.out[i] = malloc(out_bytes[i] ? out_bytes[i] : 1);
+        if (!r.out[i]) {
+            mrt_set_error(MRT_ERR_OOM, "cannot allocate %zu bytes for output '%s'", out_bytes[i],
+                          info->outputs[i].name);
+            goto done;
+        }
+    }
+
+    /* Model: device, weights. */
+    mrt_set_error(MRT_OK, "%s", "");
+    if (info->create(&r.model, o->device) != MRT_OK || !r.model) {
+        if (mrt_last_error()[0] == '\0')
+            mrt_set_error(MRT_ERR_INTERNAL, "cannot create model '%s'", info->name);
+        r.model = NULL;
+        goto done;
+    }
+    char dev[32] = "cpu:0";
+    if (info->device)
+        mrt_device_str(info->device(r.model), dev, sizeof dev);
+    if (o->memory)
+        fprintf(stderr, "memory: weights %zu bytes, arena %zu bytes (device %s)\n",
+                info->weight_bytes, info->arena_bytes, dev);
+    if (o->weights) {
+        if (!info->load_weights) {
+            if (info->weight_bytes > 0) {
+                mrt_set_error(MRT_ERR_INTERNAL, "internal error: model has no weight loader");
+                goto done;
+            }
+        } else if (info->load_weights(r.model, o->weights) != MRT_OK) {
+            goto done;
+        }
+    }
+
+    /* Run: one warm-up when timing several runs, then `repeat` runs. */
+    long repeat = o->repeat > 0 ? o->repeat : 1;
+    if (o->time && repeat > 1 && cli_run_once(&r) != MRT_OK)
+        goto done;
+    double t0 = cli_now_ms();
+    for (long k = 0; k < repeat; k++)
+        if (cli_run_once(&r) != MRT_OK)
+            goto done;
+    double t1 = cli_now_ms();
+    if (o->time)
+        fprintf(stderr, "time: %.3f ms per run (%ld run%s, batch %d, device %s)\n",
+                (t1 - t0) / (double)repeat, repeat, repeat == 1 ? "" : "s", r.batch, dev);
+
+    /* Outputs, each written whole or not at all. */
+    for (int i = 0; i < nout; i++) {
+        if (!o->out_files[i])
+            continue;
+        mrt_tensor t;
+        memset(&t, 0, sizeof t);
+        t.dtype = info->outputs[i].dtype;
+        t.rank = info->outputs[i].rank;
+        memcpy(t.shape, out_shape[i], sizeof t.shape);
+        t.data = r.out[i];
+        t.nbytes = out_bytes[i];
+        if (mrt_npy_write(o->out_files[i], &t) != MRT_OK)
+            goto done;
+    }
+    rc = CLI_OK;
+
+done:
+    (void)prog;
+    if (r.model)
+        info->destroy(r.model);
+    for (int i = 0; r.in && i < nin; i++)
+        mrt_tensor_free(&r.in[i]);
+    for (int i = 0; r.out && i < nout; i++)
+        free(r.out[i]);
+    free(out_shape);
+    free(out_bytes);
+    free(r.out_ptr);
+    free(r.out_unit);
+    free(r.out);
+    free(r.in_ptr);
+    free(r.in_unit);
+    free(r.in);
+    return rc;
+}
+
+int mrt_main(const mrt_model_info *info, int argc, char **argv)
+{
+    const char *prog = cli_prog(argc, argv);
+    if (cli_check_info(info) != MRT_OK) {
+        fprintf(stderr, "%s: error: %s\n", prog, mrt_last_error());
+        return CLI_ERROR;
+    }
+    cli_opts o;
+    memset(&o, 0, sizeof o);
+    o.in_files = calloc((size_t)info->n_inputs + 1, sizeof *o.in_files);
+    o.out_files = calloc((size_t)info->n_outputs + 1, sizeof *o.out_files);
+    int rc;
+    if (!o.in_files || !o.out_files) {
+        fprintf(stderr, "%s: error: out of memory\n", prog);
+        rc = CLI_ERROR;
+    } else if ((rc = cli_parse(info, prog, argc, argv, &o)) != CLI_OK) {
+        /* usage error, already printed */
+    } else if (o.help) {
+        cli_help(info, prog);
+        fflush(stdout);
+        rc = CLI_OK;
+    } else {
+        mrt_log_fn old_fn;
+        void *old_user;
+        rt_log_hook_get(&old_fn, &old_user);
+        mrt_set_log_hook(cli_log_hook, NULL);
+        rc = cli_execute(info, &o, prog);
+        mrt_set_log_hook(old_fn, old_user);
+        if (rc != CLI_OK)
+            fprintf(stderr, "%s: error: %s\n", prog, mrt_last_error());
+    }
+    free(o.in_files);
+    free(o.out_files);
+    return rc;
+}

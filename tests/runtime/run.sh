@@ -1,0 +1,63 @@
+#!/usr/bin/env bash
+# tests/runtime/run.sh — build and run the runtime unit tests (tests/runtime/test_runtime.c)
+# against $B/lib/libmodelrt.a. Prints one line per test, "PASS: runtime/NAME" or
+# "FAIL: runtime/NAME: why", and exits 1 if any failed.
+#
+#   B              build directory holding lib/libmodelrt.a (default: build)
+#   CC             C compiler (default: cc)
+#   MODELC_CFLAGS  extra flags, e.g. -fsanitize=address,undefined (used to compile and link)
+#
+# Each test runs in its own process, so a crash, a sanitizer report or a leak found at exit is
+# charged to the test that caused it.
+set -u
+cd "$(dirname "$0")/../.."
+B="${B:-build}"
+CC="${CC:-cc}"
+CFLAGS_EXTRA="${MODELC_CFLAGS:-}"
+
+work="$(mktemp -d "${TMPDIR:-/tmp}/modelrt-tests.XXXXXX")"
+trap 'rm -rf "$work"' EXIT
+
+lib="$B/lib/libmodelrt.a"
+if [ ! -f "$lib" ]; then
+    echo "FAIL: runtime/build: $lib not found (run: make $lib)"
+    exit 1
+fi
+libs="$(pkg-config --libs libcjson openblas 2>/dev/null || echo -lcjson -lopenblas)"
+bin="$work/test_runtime"
+# shellcheck disable=SC2086
+if ! "$CC" -std=c11 -D_GNU_SOURCE -O1 -g -Wall -Wextra $CFLAGS_EXTRA -Iruntime \
+        tests/runtime/test_runtime.c "$lib" $libs -lm -lpthread -o "$bin" 2>"$work/cc.log"; then
+    echo "FAIL: runtime/build: compiling tests/runtime/test_runtime.c failed:"
+    sed 's/^/    /' "$work/cc.log" | head -40
+    exit 1
+fi
+if [ -s "$work/cc.log" ]; then # warnings are failures: the tests are held to the library's flags
+    echo "FAIL: runtime/build: warnings compiling tests/runtime/test_runtime.c:"
+    sed 's/^/    /' "$work/cc.log" | head -40
+    exit 1
+fi
+
+export MRT_TEST_DIR="$work"
+# allocator_may_return_null: the out-of-memory paths are tested with allocations ASan would
+# otherwise abort on before the library sees the NULL.
+export ASAN_OPTIONS="${ASAN_OPTIONS:-detect_leaks=1}:allocator_may_return_null=1"
+export UBSAN_OPTIONS="${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}"
+unset MODELRT_DEVICE
+failed=0
+for t in $("$bin" --list); do
+    out="$("$bin" "$t" 2>"$work/$t.err")"
+    rc=$?
+    if [ $rc -eq 0 ] && [ "$out" = "PASS" ]; then
+        echo "PASS: runtime/$t"
+        continue
+    fi
+    failed=1
+    case "$out" in
+        FAIL:*) echo "FAIL: runtime/$t:${out#FAIL:}" ;;
+        *)  # crashed, or a sanitizer spoke after the test passed
+            why="$(grep -m1 -E 'ERROR|SUMMARY|runtime error' "$work/$t.err" || tail -n1 "$work/$t.err")"
+            echo "FAIL: runtime/$t: exit status $rc${why:+: $why}" ;;
+    esac
+done
+exit $failed

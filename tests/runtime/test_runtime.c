@@ -1,0 +1,1481 @@
+/*
+ * test_runtime.c — unit tests of modelrt: devices, errors, safetensors, npy, and mrt_main
+ * driven with argv arrays against a fake model (y = 2x + b). Bad files are written from C into
+ * a fresh temporary directory, so the tests need nothing but the library.
+ *
+ *   test_runtime --list      the test names, one a line
+ *   test_runtime NAME        run one test; prints "PASS" or "FAIL: why"; exit 0 or 1
+ *   test_runtime             run all, one "PASS: runtime/NAME" or "FAIL: ..." line each
+ *
+ * tests/runtime/run.sh runs each test in its own process, so that a crash or a leak report
+ * (ASan) is charged to the test that caused it.
+ */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE
+#endif
+#include "modelrt.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <ftw.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+/* ---------------------------------------------------------------- harness */
+
+static char g_why[4096];
+static int g_failed;
+static char g_dir[4096];
+
+static void fail_at(int line, const char *fmt, ...)
+{
+    if (g_failed)
+        return;
+    g_failed = 1;
+    int k = snprintf(g_why, sizeof g_why, "line %d: ", line);
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(g_why + k, sizeof g_why - (size_t)k, fmt, ap);
+    va_end(ap);
+    for (char *p = g_why; *p; p++) /* one line per test */
+        if (*p == '\n')
+            *p = ' ';
+}
+
+#define CHECK(cond)                                                                             \
+    do {                                                                                        \
+        if (!(cond)) {                                                                          \
+            fail_at(__LINE__, "%s", #cond);                                                     \
+            return;                                                                             \
+        }                                                                                       \
+    } while (0)
+#define CHECKF(cond, ...)                                                                       \
+    do {                                                                                        \
+        if (!(cond)) {                                                                          \
+            fail_at(__LINE__, __VA_ARGS__);                                                     \
+            return;                                                                             \
+        }                                                                                       \
+    } while (0)
+/* A call that must fail with `want` and a message containing `sub`. */
+#define CHECK_ERR(call, want, sub)                                                              \
+    do {                                                                                        \
+        mrt_status st_ = (call);                                                                \
+        CHECKF(st_ == (want) && strstr(mrt_last_error(), (sub)),                                \
+               "%s: got %s \"%s\", want %s containing \"%s\"", #call, mrt_status_name(st_),     \
+               mrt_last_error(), mrt_status_name(want), (sub));                                 \
+    } while (0)
+#define CHECK_OK(call)                                                                          \
+    do {                                                                                        \
+        mrt_status st_ = (call);                                                                \
+        CHECKF(st_ == MRT_OK, "%s: %s \"%s\"", #call, mrt_status_name(st_), mrt_last_error()); \
+    } while (0)
+
+/* A path inside this test's directory (rotating static buffers: valid for a few calls). */
+static const char *P(const char *name)
+{
+    static char bufs[8][4200];
+    static int next;
+    char *b = bufs[next++ % 8];
+    snprintf(b, sizeof bufs[0], "%s/%s", g_dir, name);
+    return b;
+}
+
+static void write_bytes(const char *path, const void *p, size_t n)
+{
+    FILE *f = fopen(path, "wb");
+    if (!f) {
+        perror(path);
+        abort();
+    }
+    if (n && fwrite(p, 1, n, f) != n)
+        abort();
+    fclose(f);
+}
+
+static char *read_bytes(const char *path, size_t *n)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return NULL;
+    fseek(f, 0, SEEK_END);
+    long len = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    char *p = malloc((size_t)len + 1);
+    if (fread(p, 1, (size_t)len, f) != (size_t)len)
+        abort();
+    p[len] = '\0';
+    fclose(f);
+    if (n)
+        *n = (size_t)len;
+    return p;
+}
+
+static int exists(const char *path)
+{
+    struct stat sb;
+    return stat(path, &sb) == 0;
+}
+
+/* Number of entries of `dir` whose name contains `sub`. */
+static int count_entries(const char *dir, const char *sub)
+{
+    DIR *d = opendir(dir);
+    if (!d)
+        return -1;
+    int n = 0;
+    struct dirent *e;
+    while ((e = readdir(d)))
+        if (strcmp(e->d_name, ".") && strcmp(e->d_name, "..") && strstr(e->d_name, sub))
+            n++;
+    closedir(d);
+    return n;
+}
+
+/* A safetensors file: u64 LE header length (hlen_override if nonzero), JSON, data. */
+static void write_st_len(const char *path, uint64_t hlen, const char *json, const void *data,
+                         size_t dlen)
+{
+    size_t jl = strlen(json);
+    unsigned char *buf = malloc(8 + jl + dlen + 1);
+    for (int i = 0; i < 8; i++)
+        buf[i] = (unsigned char)(hlen >> (8 * i));
+    memcpy(buf + 8, json, jl);
+    if (dlen)
+        memcpy(buf + 8 + jl, data, dlen);
+    write_bytes(path, buf, 8 + jl + dlen);
+    free(buf);
+}
+
+static void write_st(const char *path, const char *json, const void *data, size_t dlen)
+{
+    write_st_len(path, strlen(json), json, data, dlen);
+}
+
+/* A .npy file with header dict `dict` (padded with spaces and '\n' to a multiple of 16 past the
+ * preamble), format version `major`, and `dlen` bytes of data. */
+static void write_npy_raw(const char *path, int major, const char *dict, const void *data,
+                          size_t dlen)
+{
+    size_t pre = major == 1 ? 10 : 12;
+    size_t dl = strlen(dict);
+    size_t total = (pre + dl + 1 + 15) / 16 * 16;
+    size_t hlen = total - pre;
+    unsigned char *buf = calloc(1, total + dlen + 1);
+    memcpy(buf, "\x93NUMPY", 6);
+    buf[6] = (unsigned char)major;
+    buf[7] = 0;
+    for (size_t i = 0; i < pre - 8; i++)
+        buf[8 + i] = (unsigned char)(hlen >> (8 * i));
+    memcpy(buf + pre, dict, dl);
+    memset(buf + pre + dl, ' ', hlen - dl - 1);
+    buf[total - 1] = '\n';
+    if (dlen)
+        memcpy(buf + total, data, dlen);
+    write_bytes(path, buf, total + dlen);
+    free(buf);
+}
+
+/* ---------------------------------------------------------------- status and log */
+
+static char g_log[4096];
+static int g_log_lines;
+static void test_hook(mrt_log_level lvl, const char *msg, void *user)
+{
+    (void)user;
+    g_log_lines++;
+    snprintf(g_log, sizeof g_log, "%s %s", lvl == MRT_LOG_INFO ? "INFO" : "WARN", msg);
+}
+
+static void test_status_basics(void)
+{
+    CHECK(strcmp(mrt_status_name(MRT_OK), "MRT_OK") == 0);
+    CHECK(strcmp(mrt_status_name(MRT_ERR_FORMAT), "MRT_ERR_FORMAT") == 0);
+    CHECK(strcmp(mrt_status_name(MRT_ERR_INTERNAL), "MRT_ERR_INTERNAL") == 0);
+    CHECK(mrt_set_error(MRT_ERR_IO, "file %s: %d", "a.npy", 7) == MRT_ERR_IO);
+    CHECK(strcmp(mrt_last_error(), "file a.npy: 7") == 0);
+    /* the last error as an argument to the next one (overlapping buffers) */
+    mrt_set_error(MRT_ERR_IO, "outer: %s", mrt_last_error());
+    CHECK(strcmp(mrt_last_error(), "outer: file a.npy: 7") == 0);
+    char big[3000];
+    memset(big, 'x', sizeof big - 1);
+    big[sizeof big - 1] = '\0';
+    mrt_set_error(MRT_ERR_IO, "%s", big);
+    CHECK(strlen(mrt_last_error()) == 1023);
+    CHECK(mrt_dtype_size(MRT_F32) == 4 && mrt_dtype_size(MRT_I32) == 4 &&
+          mrt_dtype_size(MRT_I64) == 8);
+    CHECK(strcmp(mrt_dtype_name(MRT_I64), "i64") == 0);
+    mrt_tensor t;
+    memset(&t, 0, sizeof t);
+    mrt_tensor_free(&t);
+    mrt_tensor_free(NULL);
+    t.data = malloc(10);
+    t.nbytes = 10;
+    mrt_tensor_free(&t);
+    CHECK(t.data == NULL && t.nbytes == 0);
+}
+
+static void test_log_hook(void)
+{
+    g_log_lines = 0;
+    mrt_log(MRT_LOG_INFO, "dropped %d", 1); /* no hook: dropped */
+    CHECK(g_log_lines == 0);
+    mrt_set_log_hook(test_hook, NULL);
+    mrt_log(MRT_LOG_WARN, "hello %s\n", "world");
+    CHECK(g_log_lines == 1 && strcmp(g_log, "WARN hello world") == 0);
+    char big[2000];
+    memset(big, 'y', sizeof big - 1);
+    big[sizeof big - 1] = '\0';
+    mrt_log(MRT_LOG_INFO, "%s", big);
+    CHECK(g_log_lines == 2 && strlen(g_log) == 5 + 1999);
+    mrt_set_log_hook(NULL, NULL);
+    mrt_log(MRT_LOG_INFO, "dropped again");
+    CHECK(g_log_lines == 2);
+}
+
+/* ---------------------------------------------------------------- devices */
+
+static void test_device_parse(void)
+{
+    mrt_device d;
+    int a = -1;
+    CHECK_OK(mrt_device_parse("auto", &d, &a));
+    CHECK(a == 1 && d.kind == MRT_DEVICE_CPU && d.index == 0);
+    CHECK_OK(mrt_device_parse("cpu", &d, &a));
+    CHECK(a == 0 && d.kind == MRT_DEVICE_CPU && d.index == 0);
+    CHECK_OK(mrt_device_parse("cpu:1", &d, NULL));
+    CHECK(d.kind == MRT_DEVICE_CPU && d.index == 1);
+    CHECK_OK(mrt_device_parse("cuda", &d, &a));
+    CHECK(a == 0 && d.kind == MRT_DEVICE_CUDA && d.index == 0);
+    CHECK_OK(mrt_device_parse("cuda:1", &d, NULL));
+    CHECK(d.kind == MRT_DEVICE_CUDA && d.index == 1);
+    CHECK_OK(mrt_device_parse("cuda:1023", &d, NULL));
+    CHECK(d.index == 1023);
+    const char *bad[] = {"gpu", "cuda:", "cuda:-1", "cuda:99999999999", "", "cuda:1024",
+                         "cpu:1x", " cpu", "cuda0", "CUDA", "cuda:+1", "cuda: 1", "auto:0"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        d.kind = MRT_DEVICE_CUDA;
+        d.index = 77;
+        mrt_status st = mrt_device_parse(bad[i], &d, NULL);
+        CHECKF(st == MRT_ERR_DEVICE, "'%s' parsed (%s)", bad[i], mrt_status_name(st));
+        char quoted[64];
+        snprintf(quoted, sizeof quoted, "'%s'", bad[i]);
+        CHECKF(strstr(mrt_last_error(), quoted) && strstr(mrt_last_error(), "cuda:N"),
+               "'%s': message \"%s\"", bad[i], mrt_last_error());
+        CHECKF(d.kind == MRT_DEVICE_CUDA && d.index == 77, "'%s' changed out", bad[i]);
+    }
+    CHECK(mrt_device_parse(NULL, &d, NULL) == MRT_ERR_DEVICE);
+    CHECK(mrt_device_parse("cpu", NULL, NULL) != MRT_OK);
+}
+
+static void test_device_select(void)
+{
+    mrt_device d;
+    unsetenv("MODELRT_DEVICE");
+    g_log_lines = 0;
+    mrt_set_log_hook(test_hook, NULL);
+    CHECK_OK(mrt_device_select("auto", &d));
+    CHECK(d.kind == MRT_DEVICE_CPU && d.index == 0);
+    CHECKF(g_log_lines == 1 && strcmp(g_log, "INFO auto selected cpu:0 (no CUDA support in this "
+                                             "build)") == 0, "log: %d \"%s\"", g_log_lines, g_log);
+    g_log_lines = 0;
+    CHECK_OK(mrt_device_select("cpu", &d));
+    CHECK(d.kind == MRT_DEVICE_CPU && d.index == 0 && g_log_lines == 0);
+    CHECK_OK(mrt_device_select("cpu:1", &d));
+    CHECK(d.kind == MRT_DEVICE_CPU && d.index == 1);
+    CHECK_OK(mrt_device_select("cpu:7", &d));
+    CHECK_ERR(mrt_device_select("cpu:8", &d), MRT_ERR_DEVICE, "cpu:8");
+    CHECK_ERR(mrt_device_select("cuda", &d), MRT_ERR_DEVICE,
+              "device cuda:0 requested, but this build of modelrt has no CUDA support; devices "
+              "present: cpu");
+    CHECK_ERR(mrt_device_select("cuda:1", &d), MRT_ERR_DEVICE, "device cuda:1 requested");
+    CHECK(g_log_lines == 0); /* never a silent (or logged) fallback */
+    CHECK_ERR(mrt_device_select("gpu", &d), MRT_ERR_DEVICE, "'gpu'");
+    CHECK_ERR(mrt_device_select("", &d), MRT_ERR_DEVICE, "''");
+    CHECK_ERR(mrt_device_select("cuda:99999999999", &d), MRT_ERR_DEVICE, "cuda:99999999999");
+    mrt_set_log_hook(NULL, NULL);
+}
+
+static void test_device_env(void)
+{
+    mrt_device d;
+    g_log_lines = 0;
+    mrt_set_log_hook(test_hook, NULL);
+    unsetenv("MODELRT_DEVICE");
+    CHECK_OK(mrt_device_select(NULL, &d));
+    CHECK(d.kind == MRT_DEVICE_CPU && d.index == 0 && g_log_lines == 1); /* auto */
+    setenv("MODELRT_DEVICE", "cpu:3", 1);
+    CHECK_OK(mrt_device_select(NULL, &d));
+    CHECK(d.kind == MRT_DEVICE_CPU && d.index == 3);
+    CHECK_OK(mrt_device_select("cpu:2", &d)); /* an explicit string wins over the variable */
+    CHECK(d.index == 2);
+    setenv("MODELRT_DEVICE", "cuda:1", 1);
+    CHECK_ERR(mrt_device_select(NULL, &d), MRT_ERR_DEVICE, "MODELRT_DEVICE");
+    CHECK(strstr(mrt_last_error(), "cuda:1"));
+    setenv("MODELRT_DEVICE", "banana", 1);
+    CHECK_ERR(mrt_device_select(NULL, &d), MRT_ERR_DEVICE, "'banana'");
+    CHECK(strstr(mrt_last_error(), "MODELRT_DEVICE"));
+    unsetenv("MODELRT_DEVICE");
+    mrt_set_log_hook(NULL, NULL);
+}
+
+static void test_device_str(void)
+{
+    char buf[32];
+    mrt_device d = {MRT_DEVICE_CUDA, 1};
+    CHECK(strcmp(mrt_device_str(d, buf, sizeof buf), "cuda:1") == 0);
+    d.kind = MRT_DEVICE_CPU;
+    d.index = 0;
+    CHECK(strcmp(mrt_device_str(d, buf, sizeof buf), "cpu:0") == 0);
+    char tiny[4];
+    CHECK(strcmp(mrt_device_str(d, tiny, sizeof tiny), "cpu") == 0); /* cut, terminated */
+}
+
+static void test_alloc(void)
+{
+    mrt_device cpu = {MRT_DEVICE_CPU, 0};
+    void *a = mrt_alloc(cpu, 0), *b = mrt_alloc(cpu, 0);
+    CHECK(a && b && a != b);
+    CHECK(((uintptr_t)a % 64) == 0 && ((uintptr_t)b % 64) == 0);
+    mrt_free(cpu, a);
+    mrt_free(cpu, b);
+    for (size_t n = 1; n < 300; n += 37) {
+        unsigned char *p = mrt_alloc(cpu, n);
+        CHECK(p && ((uintptr_t)p % 64) == 0);
+        memset(p, 1, n);
+        mrt_free(cpu, p);
+    }
+    mrt_free(cpu, NULL);
+    void *huge = mrt_alloc(cpu, SIZE_MAX - 3);
+    CHECK(huge == NULL);
+    CHECK(strstr(mrt_last_error(), "cpu:0"));
+    CHECK(mrt_alloc(cpu, (size_t)1 << 62) == NULL);
+    CHECKF(strstr(mrt_last_error(), "4611686018427387904 bytes"), "\"%s\"", mrt_last_error());
+    mrt_device cuda = {MRT_DEVICE_CUDA, 0};
+    CHECK(mrt_alloc(cuda, 16) == NULL && strstr(mrt_last_error(), "cuda:0"));
+}
+
+/* ---------------------------------------------------------------- safetensors */
+
+/* The model of most weight tests: fc.w f32[4,4] at 0, fc.b f32[4] at 64. */
+static const mrt_param_desc fc_params[] = {
+    {"fc.w", MRT_F32, 2, {4, 4}, 0},
+    {"fc.b", MRT_F32, 1, {4}, 64},
+};
+static float fc_data[32];
+static const char fc_json[] = "{\"fc.w\":{\"dtype\":\"F32\",\"shape\":[4,4],\"data_offsets\":[0,64]},"
+                              "\"fc.b\":{\"dtype\":\"F32\",\"shape\":[4],\"data_offsets\":[64,80]}}";
+
+static mrt_status load_fc(const char *path)
+{
+    static unsigned char dst[128];
+    return mrt_weights_load(path, fc_params, 2, dst, sizeof dst);
+}
+
+static void test_st_good(void)
+{
+    /* a f32[2,3] at [0,24], b i64[2] at [24,40], c i32 scalar at [40,44]; metadata first. */
+    unsigned char data[44];
+    for (int i = 0; i < 44; i++)
+        data[i] = (unsigned char)(i + 1);
+    write_st(P("good.safetensors"),
+             "{\"__metadata__\":{\"format\":\"pt\"},"
+             "  \"b\": {\"dtype\": \"I64\", \"shape\": [2], \"data_offsets\": [24, 40]},\n"
+             "  \"a\": {\"dtype\": \"F32\", \"shape\": [2, 3], \"data_offsets\": [0, 24]},"
+             "  \"c\": {\"dtype\": \"I32\", \"shape\": [], \"data_offsets\": [40, 44]}}     ",
+             data, sizeof data);
+    mrt_param_desc params[] = {
+        {"c", MRT_I32, 0, {0}, 128},
+        {"a", MRT_F32, 2, {2, 3}, 64},
+        {"b", MRT_I64, 1, {2}, 0},
+    };
+    unsigned char dst[192];
+    memset(dst, 0xAA, sizeof dst);
+    CHECK_OK(mrt_weights_load(P("good.safetensors"), params, 3, dst, sizeof dst));
+    CHECK(memcmp(dst + 64, data, 24) == 0);
+    CHECK(memcmp(dst + 0, data + 24, 16) == 0);
+    CHECK(memcmp(dst + 128, data + 40, 4) == 0);
+    for (int i = 16; i < 64; i++)
+        CHECKF(dst[i] == 0xAA, "byte %d touched", i);
+    for (int i = 88; i < 128; i++)
+        CHECKF(dst[i] == 0xAA, "byte %d touched", i);
+    for (int i = 132; i < 192; i++)
+        CHECKF(dst[i] == 0xAA, "byte %d touched", i);
+    /* the same with no params at all and an empty header object */
+    write_st(P("empty.safetensors"), "{}", NULL, 0);
+    CHECK_OK(mrt_weights_load(P("empty.safetensors"), NULL, 0, NULL, 0));
+    write_st(P("meta.safetensors"), "{\"__metadata__\":{\"a\":\"b\"}}", NULL, 0);
+    CHECK_OK(mrt_weights_load(P("meta.safetensors"), NULL, 0, NULL, 0));
+}
+
+static void test_st_missing(void)
+{
+    write_st(P("w.safetensors"),
+             "{\"fc.w\":{\"dtype\":\"F32\",\"shape\":[4,4],\"data_offsets\":[0,64]}}", fc_data,
+             64);
+    CHECK_ERR(load_fc(P("w.safetensors")), MRT_ERR_MISMATCH, "missing tensor 'fc.b'");
+    CHECK(strstr(mrt_last_error(), "w.safetensors"));
+    CHECK_ERR(load_fc(P("nonexistent.safetensors")), MRT_ERR_IO, "nonexistent.safetensors");
+}
+
+static void test_st_unexpected(void)
+{
+    write_st(P("w.safetensors"),
+             "{\"fc.w\":{\"dtype\":\"F32\",\"shape\":[4,4],\"data_offsets\":[0,64]},"
+             "\"fc.b\":{\"dtype\":\"F32\",\"shape\":[4],\"data_offsets\":[64,80]},"
+             "\"fc.extra\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[80,84]}}",
+             fc_data, 84);
+    CHECK_ERR(load_fc(P("w.safetensors")), MRT_ERR_MISMATCH, "unexpected tensor 'fc.extra'");
+}
+
+static void test_st_wrong_dtype(void)
+{
+    write_st(P("w.safetensors"),
+             "{\"fc.w\":{\"dtype\":\"F32\",\"shape\":[4,4],\"data_offsets\":[0,64]},"
+             "\"fc.b\":{\"dtype\":\"I32\",\"shape\":[4],\"data_offsets\":[64,80]}}",
+             fc_data, 80);
+    CHECK_ERR(load_fc(P("w.safetensors")), MRT_ERR_MISMATCH,
+              "tensor 'fc.b': dtype I32 in file, model expects F32");
+    write_st(P("w.safetensors"),
+             "{\"fc.w\":{\"dtype\":\"F16\",\"shape\":[4,4],\"data_offsets\":[0,32]},"
+             "\"fc.b\":{\"dtype\":\"F32\",\"shape\":[4],\"data_offsets\":[32,48]}}",
+             fc_data, 48);
+    CHECK_ERR(load_fc(P("w.safetensors")), MRT_ERR_MISMATCH,
+              "tensor 'fc.w': dtype F16 in file, model expects F32");
+    write_st(P("w.safetensors"),
+             "{\"fc.w\":{\"dtype\":\"Q4\",\"shape\":[4,4],\"data_offsets\":[0,64]}}", fc_data,
+             64);
+    CHECK_ERR(load_fc(P("w.safetensors")), MRT_ERR_FORMAT, "tensor 'fc.w': unknown dtype 'Q4'");
+}
+
+static void test_st_wrong_shape(void)
+{
+    write_st(P("digits.safetensors"),
+             "{\"fc.w\":{\"dtype\":\"F32\",\"shape\":[4,3],\"data_offsets\":[0,48]},"
+             "\"fc.b\":{\"dtype\":\"F32\",\"shape\":[4],\"data_offsets\":[48,64]}}",
+             fc_data, 64);
+    CHECK_ERR(load_fc(P("digits.safetensors")), MRT_ERR_MISMATCH,
+              "digits.safetensors: tensor 'fc.w': shape [4,3] in file, model expects [4,4]");
+    write_st(P("w.safetensors"),
+             "{\"fc.w\":{\"dtype\":\"F32\",\"shape\":[16],\"data_offsets\":[0,64]},"
+             "\"fc.b\":{\"dtype\":\"F32\",\"shape\":[4],\"data_offsets\":[64,80]}}",
+             fc_data, 80);
+    CHECK_ERR(load_fc(P("w.safetensors")), MRT_ERR_MISMATCH,
+              "tensor 'fc.w': shape [16] in file, model expects [4,4]");
+}
+
+static void test_st_offsets(void)
+{
+    /* end past the data region */
+    write_st(P("w.safetensors"), fc_json, fc_data, 79);
+    CHECK_ERR(load_fc(P("w.safetensors")), MRT_ERR_FORMAT,
+              "tensor 'fc.b': data_offsets end 80 is past the end of the data region (79 bytes)");
+    /* overlapping spans */
+    write_st(P("w.safetensors"),
+             "{\"fc.w\":{\"dtype\":\"F32\",\"shape\":[4,4],\"data_offsets\":[0,64]},"
+             "\"fc.b\":{\"dtype\":\"F32\",\"shape\":[4],\"data_offsets\":[60,76]}}",
+             fc_data, 80);
+    CHECK_ERR(load_fc(P("w.safetensors")), MRT_ERR_FORMAT, "overlap");
+    CHECK(strstr(mrt_last_error(), "'fc.w'") && strstr(mrt_last_error(), "'fc.b'"));
+    /* begin > end */
+    write_st(P("w.safetensors"),
+             "{\"fc.w\":{\"dtype\":\"F32\",\"shape\":[4,4],\"data_offsets\":[64,0]}}", fc_data,
+             80);
+    CHECK_ERR(load_fc(P("w.safetensors")), MRT_ERR_FORMAT,
+              "tensor 'fc.w': data_offsets [64, 0] has begin > end");
+    /* span that disagrees with dtype x shape */
+    write_st(P("w.safetensors"),
+             "{\"fc.w\":{\"dtype\":\"F32\",\"shape\":[4,4],\"data_offsets\":[0,60]},"
+             "\"fc.b\":{\"dtype\":\"F32\",\"shape\":[4],\"data_offsets\":[64,80]}}",
+             fc_data, 80);
+    CHECK_ERR(load_fc(P("w.safetensors")), MRT_ERR_FORMAT,
+              "tensor 'fc.w': data_offsets [0, 60] span 60 bytes, but F32 [4,4] needs 64");
+    /* offsets not a pair of integers */
+    const char *bad[] = {"[0]", "[0,64,80]", "[-1,63]", "[0.5,64]", "\"0,64\"", "[0,1e300]"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        char json[256];
+        snprintf(json, sizeof json,
+                 "{\"fc.w\":{\"dtype\":\"F32\",\"shape\":[4,4],\"data_offsets\":%s}}", bad[i]);
+        write_st(P("w.safetensors"), json, fc_data, 80);
+        CHECK_ERR(load_fc(P("w.safetensors")), MRT_ERR_FORMAT, "data_offsets");
+    }
+    /* offsets are relative to the data region, not the file: a shifted header still loads */
+    write_st(P("w.safetensors"), fc_json, fc_data, 80);
+    CHECK_OK(load_fc(P("w.safetensors")));
+}
+
+static void test_st_header(void)
+{
+    /* header length larger than the file */
+    write_st_len(P("w.safetensors"), 1000, fc_json, fc_data, 80);
+    CHECK_ERR(load_fc(P("w.safetensors")), MRT_ERR_FORMAT, "header length 1000 is beyond");
+    write_st_len(P("w.safetensors"), UINT64_MAX, fc_json, fc_data, 80);
+    CHECK_ERR(load_fc(P("w.safetensors")), MRT_ERR_FORMAT, "header length 18446744073709551615");
+    /* header length 0 */
+    write_st_len(P("w.safetensors"), 0, "", NULL, 0);
+    CHECK_ERR(load_fc(P("w.safetensors")), MRT_ERR_FORMAT, "header length is 0");
+    /* above 100 MB (a sparse file, so the test stays small) */
+    int fd = open(P("big.safetensors"), O_CREAT | O_TRUNC | O_WRONLY, 0600);
+    unsigned char len8[8] = {0x01, 0xe1, 0xf5, 0x05, 0, 0, 0, 0}; /* 100000001 */
+    CHECK(write(fd, len8, 8) == 8 && ftruncate(fd, 8 + 100000001 + 10) == 0);
+    close(fd);
+    CHECK_ERR(load_fc(P("big.safetensors")), MRT_ERR_FORMAT, "exceeds the limit");
+    /* malformed JSON, JSON that is not an object, trailing garbage, embedded NUL */
+    const char *bad[] = {"{\"fc.w\":{\"dtype\":\"F32\",", "[1,2]", "{} x", "{}\0  ", "nul",
+                         "{\"fc.w\":}"};
+    size_t lens[] = {0, 0, 0, 5, 0, 0};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        size_t n = lens[i] ? lens[i] : strlen(bad[i]);
+        unsigned char buf[64];
+        for (int k = 0; k < 8; k++)
+            buf[k] = (unsigned char)((uint64_t)n >> (8 * k));
+        memcpy(buf + 8, bad[i], n);
+        write_bytes(P("w.safetensors"), buf, 8 + n);
+        mrt_status st = load_fc(P("w.safetensors"));
+        CHECKF(st == MRT_ERR_FORMAT && (strstr(mrt_last_error(), "JSON")),
+               "case %zu: %s \"%s\"", i, mrt_status_name(st), mrt_last_error());
+    }
+    /* truncated: fewer than 8 bytes */
+    write_bytes(P("w.safetensors"), "\x10\0\0", 3);
+    CHECK_ERR(load_fc(P("w.safetensors")), MRT_ERR_FORMAT, "file is 3 bytes, too short");
+    write_bytes(P("w.safetensors"), "", 0);
+    CHECK_ERR(load_fc(P("w.safetensors")), MRT_ERR_FORMAT, "file is 0 bytes");
+    /* entries without their fields, or of the wrong JSON type */
+    const char *entries[] = {
+        "{\"fc.w\":{\"shape\":[4,4],\"data_offsets\":[0,64]}}",
+        "{\"fc.w\":{\"dtype\":\"F32\",\"data_offsets\":[0,64]}}",
+        "{\"fc.w\":{\"dtype\":\"F32\",\"shape\":[4,4]}}",
+        "{\"fc.w\":[1,2]}",
+        "{\"fc.w\":{\"dtype\":7,\"shape\":[4,4],\"data_offsets\":[0,64]}}",
+        "{\"fc.w\":{\"dtype\":\"F32\",\"shape\":4,\"data_offsets\":[0,64]}}",
+        "{\"fc.w\":{\"dtype\":\"F32\",\"shape\":[4,\"4\"],\"data_offsets\":[0,64]}}",
+        "{\"fc.w\":{\"dtype\":\"F32\",\"shape\":[4,4.5],\"data_offsets\":[0,72]}}",
+        "{\"fc.w\":{\"dtype\":\"F32\",\"dtype\":\"F32\",\"shape\":[4,4],\"data_offsets\":[0,64]}}",
+    };
+    for (size_t i = 0; i < sizeof entries / sizeof entries[0]; i++) {
+        write_st(P("w.safetensors"), entries[i], fc_data, 80);
+        mrt_status st = load_fc(P("w.safetensors"));
+        CHECKF(st == MRT_ERR_FORMAT && strstr(mrt_last_error(), "tensor 'fc.w'"),
+               "entry %zu: %s \"%s\"", i, mrt_status_name(st), mrt_last_error());
+    }
+    /* the same tensor twice */
+    write_st(P("w.safetensors"),
+             "{\"fc.w\":{\"dtype\":\"F32\",\"shape\":[4,4],\"data_offsets\":[0,64]},"
+             "\"fc.w\":{\"dtype\":\"F32\",\"shape\":[4],\"data_offsets\":[64,80]}}",
+             fc_data, 80);
+    CHECK_ERR(load_fc(P("w.safetensors")), MRT_ERR_FORMAT, "tensor 'fc.w' appears twice");
+}
+
+static void test_st_b18_zero_dim(void)
+{
+    write_st(P("w.safetensors"),
+             "{\"fc.w\":{\"dtype\":\"F32\",\"shape\":[4,0],\"data_offsets\":[0,0]}}", NULL, 0);
+    CHECK_ERR(load_fc(P("w.safetensors")), MRT_ERR_FORMAT,
+              "w.safetensors: tensor 'fc.w': dimension 1 is 0");
+    write_st(P("w.safetensors"),
+             "{\"fc.w\":{\"dtype\":\"F32\",\"shape\":[0,4],\"data_offsets\":[0,0]}}", NULL, 0);
+    CHECK_ERR(load_fc(P("w.safetensors")), MRT_ERR_FORMAT, "tensor 'fc.w': dimension 0 is 0");
+    write_st(P("w.safetensors"),
+             "{\"fc.w\":{\"dtype\":\"F32\",\"shape\":[4,-3],\"data_offsets\":[0,0]}}", NULL, 0);
+    CHECK_ERR(load_fc(P("w.safetensors")), MRT_ERR_FORMAT, "tensor 'fc.w': dimension 1 is -3");
+    write_st(P("w.safetensors"),
+             "{\"fc.w\":{\"dtype\":\"F32\",\"shape\":[4,-1e300],\"data_offsets\":[0,0]}}", NULL,
+             0);
+    CHECK_ERR(load_fc(P("w.safetensors")), MRT_ERR_FORMAT, "tensor 'fc.w': dimension 1");
+    /* a model param with a zero dimension is the caller's bug, not a crash either */
+    mrt_param_desc p = {"fc.w", MRT_F32, 2, {4, 0}, 0};
+    unsigned char dst[64];
+    CHECK_ERR(mrt_weights_load(P("w.safetensors"), &p, 1, dst, sizeof dst), MRT_ERR_INVALID_ARG,
+              "dimension 1 is 0");
+}
+
+static void test_st_b19_rank(void)
+{
+    size_t n = 1000000;
+    const char *head = "{\"X\":{\"dtype\":\"F32\",\"data_offsets\":[0,4],\"shape\":[";
+    size_t hl = strlen(head);
+    char *json = malloc(hl + 2 * n + 8);
+    memcpy(json, head, hl);
+    char *p = json + hl;
+    for (size_t i = 0; i < n; i++) {
+        *p++ = '1';
+        *p++ = ',';
+    }
+    p[-1] = ']';
+    strcpy(p, "}}");
+    float four = 4;
+    write_st(P("w.safetensors"), json, &four, 4);
+    free(json);
+    mrt_param_desc x = {"X", MRT_F32, 1, {1}, 0};
+    unsigned char dst[64];
+    CHECK_ERR(mrt_weights_load(P("w.safetensors"), &x, 1, dst, sizeof dst), MRT_ERR_FORMAT,
+              "w.safetensors: tensor 'X': rank 1000000 exceeds maximum 8");
+    /* rank 9: one past the limit, with shape before the other fields */
+    write_st(P("w.safetensors"),
+             "{\"X\":{\"shape\":[1,1,1,1,1,1,1,1,1],\"dtype\":\"F32\",\"data_offsets\":[0,4]}}",
+             &four, 4);
+    CHECK_ERR(mrt_weights_load(P("w.safetensors"), &x, 1, dst, sizeof dst), MRT_ERR_FORMAT,
+              "tensor 'X': rank 9 exceeds maximum 8");
+    /* rank 8 is fine (and then a shape mismatch) */
+    write_st(P("w.safetensors"),
+             "{\"X\":{\"shape\":[1,1,1,1,1,1,1,1],\"dtype\":\"F32\",\"data_offsets\":[0,4]}}",
+             &four, 4);
+    CHECK_ERR(mrt_weights_load(P("w.safetensors"), &x, 1, dst, sizeof dst), MRT_ERR_MISMATCH,
+              "shape [1,1,1,1,1,1,1,1] in file");
+}
+
+static void test_st_b19_overflow(void)
+{
+    /* 4194305 * 4194305 * 211106198978564 == 4 (mod 2^64) */
+    float data[4] = {0};
+    write_st(P("w.safetensors"),
+             "{\"X\":{\"dtype\":\"F32\",\"shape\":[4194305,4194305,211106198978564],"
+             "\"data_offsets\":[0,16]}}",
+             data, 16);
+    mrt_param_desc x = {"X", MRT_F32, 1, {4}, 0};
+    unsigned char dst[64];
+    CHECK_ERR(mrt_weights_load(P("w.safetensors"), &x, 1, dst, sizeof dst), MRT_ERR_FORMAT,
+              "tensor 'X': element count overflows 64 bits");
+    /* elements fit, bytes do not: 2^62 f32 */
+    write_st(P("w.safetensors"),
+             "{\"X\":{\"dtype\":\"F32\",\"shape\":[2147483648,2147483648],"
+             "\"data_offsets\":[0,16]}}",
+             data, 16);
+    CHECK_ERR(mrt_weights_load(P("w.safetensors"), &x, 1, dst, sizeof dst), MRT_ERR_FORMAT,
+              "tensor 'X': byte size overflows 64 bits");
+    /* a dimension beyond what a JSON number holds exactly */
+    write_st(P("w.safetensors"),
+             "{\"X\":{\"dtype\":\"F32\",\"shape\":[1e30],\"data_offsets\":[0,16]}}", data, 16);
+    CHECK_ERR(mrt_weights_load(P("w.safetensors"), &x, 1, dst, sizeof dst), MRT_ERR_FORMAT,
+              "tensor 'X': dimension 0");
+}
+
+static void test_st_dst(void)
+{
+    write_st(P("w.safetensors"), fc_json, fc_data, 80);
+    unsigned char dst[79];
+    CHECK_ERR(mrt_weights_load(P("w.safetensors"), fc_params, 2, dst, sizeof dst),
+              MRT_ERR_INVALID_ARG, "fc.b");
+    mrt_param_desc dup[2] = {fc_params[0], fc_params[0]};
+    dup[1].offset = 64;
+    dup[1].rank = 1;
+    dup[1].shape[0] = 4;
+    unsigned char big[128];
+    CHECK_ERR(mrt_weights_load(P("w.safetensors"), dup, 2, big, sizeof big), MRT_ERR_INVALID_ARG,
+              "listed twice");
+    CHECK(mrt_weights_load(NULL, fc_params, 2, big, sizeof big) == MRT_ERR_INVALID_ARG);
+    CHECK(mrt_weights_load(P("w.safetensors"), NULL, 2, big, sizeof big) == MRT_ERR_INVALID_ARG);
+    CHECK(mrt_weights_load(P("w.safetensors"), fc_params, 2, NULL, 128) == MRT_ERR_INVALID_ARG);
+    CHECK_ERR(mrt_weights_load(g_dir, fc_params, 2, big, sizeof big), MRT_ERR_IO, g_dir);
+}
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static void test_st_large(void)
+{
+    /* 100 MB of weights: w f32[25000000] and v f32[64]. */
+    size_t n = 25000000;
+    float *w = malloc(n * 4 + 256);
+    for (size_t i = 0; i < n + 64; i++)
+        w[i] = (float)(i % 1000);
+    char json[256];
+    snprintf(json, sizeof json,
+             "{\"w\":{\"dtype\":\"F32\",\"shape\":[%zu],\"data_offsets\":[0,%zu]},"
+             "\"v\":{\"dtype\":\"F32\",\"shape\":[64],\"data_offsets\":[%zu,%zu]}}",
+             n, n * 4, n * 4, n * 4 + 256);
+    write_st(P("big.safetensors"), json, w, n * 4 + 256);
+    mrt_param_desc params[] = {{"w", MRT_F32, 1, {(int64_t)n}, 256}, {"v", MRT_F32, 1, {64}, 0}};
+    mrt_device cpu = {MRT_DEVICE_CPU, 0};
+    float *dst = mrt_alloc(cpu, n * 4 + 256);
+    CHECK(dst);
+    double t0 = now_s();
+    mrt_status st = mrt_weights_load(P("big.safetensors"), params, 2, dst, n * 4 + 256);
+    double dt = now_s() - t0;
+    int same = st == MRT_OK && memcmp(dst + 64, w, n * 4) == 0 && memcmp(dst, w + n, 256) == 0;
+    mrt_free(cpu, dst);
+    free(w);
+    unlink(P("big.safetensors"));
+    CHECKF(st == MRT_OK, "%s", mrt_last_error());
+    CHECK(same);
+    CHECKF(dt < 5.0, "loading 100 MB took %.2f s", dt);
+}
+
+/* ---------------------------------------------------------------- npy */
+
+static void test_npy_roundtrip(void)
+{
+    const mrt_dtype dts[] = {MRT_F32, MRT_I32, MRT_I64};
+    const int64_t shapes[4][3] = {{0}, {5}, {2, 3}, {2, 3, 4}};
+    for (int di = 0; di < 3; di++)
+        for (int rank = 0; rank <= 3; rank++) {
+            mrt_tensor t;
+            memset(&t, 0, sizeof t);
+            t.dtype = dts[di];
+            t.rank = rank;
+            size_t numel = 1;
+            for (int k = 0; k < rank; k++)
+                numel *= (size_t)(t.shape[k] = shapes[rank][k]);
+            t.nbytes = numel * mrt_dtype_size(t.dtype);
+            t.data = malloc(t.nbytes);
+            for (size_t i = 0; i < numel; i++) {
+                if (t.dtype == MRT_F32)
+                    ((float *)t.data)[i] = (float)i * 0.5f - 3.0f;
+                else if (t.dtype == MRT_I32)
+                    ((int32_t *)t.data)[i] = (int32_t)i * -7 + 1;
+                else
+                    ((int64_t *)t.data)[i] = (int64_t)i * 3000000000LL - 5;
+            }
+            mrt_status st = mrt_npy_write(P("t.npy"), &t);
+            mrt_tensor u;
+            mrt_status st2 = st == MRT_OK ? mrt_npy_read(P("t.npy"), &u) : st;
+            int same = st2 == MRT_OK && u.dtype == t.dtype && u.rank == t.rank &&
+                       u.nbytes == t.nbytes && memcmp(u.shape, t.shape, sizeof t.shape) == 0 &&
+                       memcmp(u.data, t.data, t.nbytes) == 0;
+            size_t flen = 0;
+            char *f = read_bytes(P("t.npy"), &flen);
+            mrt_tensor_free(&t);
+            if (st2 == MRT_OK)
+                mrt_tensor_free(&u);
+            CHECKF(st == MRT_OK && st2 == MRT_OK, "%s rank %d: %s", mrt_dtype_name(dts[di]), rank,
+                   mrt_last_error());
+            CHECKF(same, "%s rank %d: read back differs", mrt_dtype_name(dts[di]), rank);
+            /* header as numpy writes it: v1.0, data 64-aligned, '\n' last */
+            unsigned hl = (unsigned char)f[8] | (unsigned)(unsigned char)f[9] << 8;
+            int hdr_ok = memcmp(f, "\x93NUMPY\x01\x00", 8) == 0 && (10 + hl) % 64 == 0 &&
+                         f[10 + hl - 1] == '\n' && flen == 10 + hl + numel * mrt_dtype_size(dts[di]);
+            const char *want = rank == 0 ? "'shape': (), }" : rank == 1 ? "'shape': (5,), }"
+                             : rank == 2 ? "'shape': (2, 3), }" : "'shape': (2, 3, 4), }";
+            int shape_ok = strstr(f + 10, want) != NULL &&
+                           strncmp(f + 10, "{'descr': '<", 12) == 0;
+            free(f);
+            CHECKF(hdr_ok && shape_ok, "%s rank %d: header not as numpy writes it",
+                   mrt_dtype_name(dts[di]), rank);
+        }
+    CHECK(count_entries(g_dir, ".tmp.") == 0);
+}
+
+static void test_npy_read_forms(void)
+{
+    float d[6] = {1, 2, 3, 4, 5, 6};
+    mrt_tensor t;
+    /* numpy's own bytes for np.arange(1, 7, dtype='<f4').reshape(2, 3) */
+    write_npy_raw(P("a.npy"), 1, "{'descr': '<f4', 'fortran_order': False, 'shape': (2, 3), }", d,
+                  24);
+    CHECK_OK(mrt_npy_read(P("a.npy"), &t));
+    CHECK(t.dtype == MRT_F32 && t.rank == 2 && t.shape[0] == 2 && t.shape[1] == 3 &&
+          t.nbytes == 24 && memcmp(t.data, d, 24) == 0);
+    mrt_tensor_free(&t);
+    /* other key order, odd whitespace, double quotes, no trailing comma, version 2.0 */
+    write_npy_raw(P("b.npy"), 2, "{ \"shape\" :(6 ,) ,'fortran_order':False,\n'descr':'<i4'}", d,
+                  24);
+    CHECK_OK(mrt_npy_read(P("b.npy"), &t));
+    CHECK(t.dtype == MRT_I32 && t.rank == 1 && t.shape[0] == 6);
+    mrt_tensor_free(&t);
+    /* version 3.0, rank 0, '<i8' */
+    int64_t s = -42;
+    write_npy_raw(P("c.npy"), 3, "{'descr': '<i8', 'fortran_order': False, 'shape': (), }", &s, 8);
+    CHECK_OK(mrt_npy_read(P("c.npy"), &t));
+    CHECK(t.dtype == MRT_I64 && t.rank == 0 && t.nbytes == 8 && *(int64_t *)t.data == -42);
+    mrt_tensor_free(&t);
+    /* an empty array and '=' byte order; Python 2 long literals */
+    write_npy_raw(P("d.npy"), 1, "{'descr': '=f4', 'fortran_order': False, 'shape': (0, 3L), }",
+                  NULL, 0);
+    CHECK_OK(mrt_npy_read(P("d.npy"), &t));
+    CHECK(t.rank == 2 && t.shape[0] == 0 && t.shape[1] == 3 && t.nbytes == 0);
+    mrt_tensor_free(&t);
+}
+
+static void test_npy_bad(void)
+{
+    float d[12] = {0};
+    mrt_tensor t;
+    struct {
+        int major;
+        const char *dict;
+        size_t dlen;
+        mrt_status want;
+        const char *sub;
+    } cases[] = {
+        {1, "{'descr': '<f8', 'fortran_order': False, 'shape': (3,), }", 24, MRT_ERR_FORMAT,
+         "x.npy: dtype '<f8' not supported (expected '<f4', '<i4' or '<i8')"},
+        {1, "{'descr': '>f4', 'fortran_order': False, 'shape': (3,), }", 12, MRT_ERR_FORMAT,
+         "dtype '>f4' not supported"},
+        {1, "{'descr': '|u1', 'fortran_order': False, 'shape': (3,), }", 3, MRT_ERR_FORMAT,
+         "dtype '|u1' not supported"},
+        {1, "{'descr': [('a', '<f4')], 'fortran_order': False, 'shape': (3,), }", 12,
+         MRT_ERR_FORMAT, "structured"},
+        {1, "{'descr': '<f4', 'fortran_order': True, 'shape': (3, 4), }", 48, MRT_ERR_FORMAT,
+         "fortran_order True"},
+        {1, "{'descr': '<f4', 'fortran_order': False, 'shape': (3, 4), }", 47, MRT_ERR_FORMAT,
+         "truncated: data is 47 bytes, shape [3,4] of f32 needs 48"},
+        {1, "{'descr': '<f4', 'fortran_order': False, 'shape': (3, 4), }", 0, MRT_ERR_FORMAT,
+         "truncated"},
+        {1, "{'descr': '<f4', 'fortran_order': False, 'shape': (3, 3), }", 48, MRT_ERR_FORMAT,
+         "trailing bytes"},
+        {1, "{'descr': '<f4', 'fortran_order': False, 'shape': (-3, 4), }", 48, MRT_ERR_FORMAT,
+         "shape entry 0 is -3"},
+        {1, "{'descr': '<f4', 'fortran_order': False, 'shape': (4194305, 4194305, "
+            "211106198978564), }", 16, MRT_ERR_FORMAT, "element count overflows"},
+        {1, "{'descr': '<f4', 'fortran_order': False, 'shape': (99999999999999999999,), }", 16,
+         MRT_ERR_FORMAT, "does not fit in 64 bits"},
+        {1, "{'descr': '<f4', 'fortran_order': False, 'shape': (1,1,1,1,1,1,1,1,1), }", 4,
+         MRT_ERR_FORMAT, "rank 9 exceeds maximum 8"},
+        {1, "{'descr': '<f4', 'shape': (3,), }", 12, MRT_ERR_FORMAT, "missing 'fortran_order'"},
+        {1, "{'descr': '<f4', 'fortran_order': False, 'shape': (3,), 'x': 1}", 12,
+         MRT_ERR_FORMAT, "unexpected or repeated key 'x'"},
+        {1, "{'descr': '<f4', 'descr': '<f4', 'fortran_order': False, 'shape': (3,)}", 12,
+         MRT_ERR_FORMAT, "repeated"},
+        {1, "{'descr': '<f4', 'fortran_order': False, 'shape': (3,) } junk", 12, MRT_ERR_FORMAT,
+         "malformed header"},
+        {1, "{'descr': '<f4', 'fortran_order': False, 'shape': (3 4), }", 48, MRT_ERR_FORMAT,
+         "malformed header"},
+        {1, "{'descr': '<f4', 'fortran_order': Maybe, 'shape': (3,), }", 12, MRT_ERR_FORMAT,
+         "malformed header"},
+        {1, "{'descr': '<f4', 'fortran_order': False, 'shape': [3], }", 12, MRT_ERR_FORMAT,
+         "malformed header"},
+        {1, "{'descr': '<f4', 'fortran_order': False, 'shape': (3,", 12, MRT_ERR_FORMAT,
+         "malformed header"},
+        {1, "", 0, MRT_ERR_FORMAT, "malformed header"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        write_npy_raw(P("x.npy"), cases[i].major, cases[i].dict, d, cases[i].dlen);
+        memset(&t, 0x5a, sizeof t);
+        mrt_status st = mrt_npy_read(P("x.npy"), &t);
+        CHECKF(st == cases[i].want && strstr(mrt_last_error(), cases[i].sub),
+               "case %zu: %s \"%s\", want \"%s\"", i, mrt_status_name(st), mrt_last_error(),
+               cases[i].sub);
+        CHECKF(t.data == NULL, "case %zu: out->data set on failure", i);
+    }
+}
+
+static void test_npy_bad_preamble(void)
+{
+    mrt_tensor t;
+    /* bad magic */
+    write_bytes(P("x.npy"), "\x93NUMPX\x01\x00\x10\x00{'descr': '<f4'}", 26);
+    CHECK_ERR(mrt_npy_read(P("x.npy"), &t), MRT_ERR_FORMAT, "bad magic");
+    write_bytes(P("x.npy"), "PK\x03\x04 this is a zip file", 24);
+    CHECK_ERR(mrt_npy_read(P("x.npy"), &t), MRT_ERR_FORMAT, "bad magic");
+    /* shorter than the preamble */
+    write_bytes(P("x.npy"), "\x93NUMPY\x01", 7);
+    CHECK_ERR(mrt_npy_read(P("x.npy"), &t), MRT_ERR_FORMAT, "too short");
+    write_bytes(P("x.npy"), "\x93NUMPY\x02\x00\x10\x00", 10);
+    CHECK_ERR(mrt_npy_read(P("x.npy"), &t), MRT_ERR_FORMAT, "truncated header");
+    /* header length beyond the file */
+    write_bytes(P("x.npy"), "\x93NUMPY\x01\x00\xff\xff{'descr': '<f4'}", 26);
+    CHECK_ERR(mrt_npy_read(P("x.npy"), &t), MRT_ERR_FORMAT, "truncated header");
+    write_bytes(P("x.npy"), "\x93NUMPY\x03\x00\xff\xff\xff\xff{'descr'", 20);
+    CHECK_ERR(mrt_npy_read(P("x.npy"), &t), MRT_ERR_FORMAT, "truncated header");
+    /* unknown version */
+    write_bytes(P("x.npy"), "\x93NUMPY\x04\x00\x10\x00{'descr': '<f4'}", 26);
+    CHECK_ERR(mrt_npy_read(P("x.npy"), &t), MRT_ERR_FORMAT, "version 4.0");
+    /* no such file; a directory */
+    CHECK_ERR(mrt_npy_read(P("none.npy"), &t), MRT_ERR_IO, "none.npy");
+    CHECK(mrt_npy_read(g_dir, &t) == MRT_ERR_IO);
+    CHECK(mrt_npy_read(NULL, &t) == MRT_ERR_INVALID_ARG);
+}
+
+static void test_npy_atomic(void)
+{
+    float v[4] = {1, 2, 3, 4};
+    mrt_tensor t;
+    memset(&t, 0, sizeof t);
+    t.dtype = MRT_F32;
+    t.rank = 1;
+    t.shape[0] = 4;
+    t.data = v;
+    t.nbytes = 16;
+    /* a directory that does not exist: an error, and nothing left anywhere */
+    CHECK_ERR(mrt_npy_write(P("nodir/y.npy"), &t), MRT_ERR_IO, "nodir/y.npy");
+    CHECK(!exists(P("nodir")));
+    CHECK(count_entries(g_dir, "y.npy") == 0);
+    /* over an existing file: replaced whole */
+    float *big = calloc(1000, sizeof(float));
+    mrt_tensor b = t;
+    b.shape[0] = 1000;
+    b.data = big;
+    b.nbytes = 4000;
+    CHECK_OK(mrt_npy_write(P("y.npy"), &b));
+    free(big);
+    chmod(P("y.npy"), 0640);
+    CHECK_OK(mrt_npy_write(P("y.npy"), &t));
+    mrt_tensor u;
+    CHECK_OK(mrt_npy_read(P("y.npy"), &u));
+    int same = u.rank == 1 && u.shape[0] == 4 && u.nbytes == 16 && memcmp(u.data, v, 16) == 0;
+    mrt_tensor_free(&u);
+    CHECK(same);
+    struct stat sb;
+    CHECK(stat(P("y.npy"), &sb) == 0 && (sb.st_mode & 0777) == 0640 && sb.st_size == 128 + 16);
+    CHECK(count_entries(g_dir, ".tmp.") == 0);
+    /* a path that is a directory: rename fails, the temporary file is removed */
+    mkdir(P("adir"), 0700);
+    CHECK_ERR(mrt_npy_write(P("adir"), &t), MRT_ERR_IO, "adir");
+    CHECK(count_entries(g_dir, ".tmp.") == 0);
+    /* an inconsistent tensor is refused before anything is created */
+    mrt_tensor bad = t;
+    bad.nbytes = 12;
+    CHECK_ERR(mrt_npy_write(P("z.npy"), &bad), MRT_ERR_INVALID_ARG, "z.npy");
+    bad = t;
+    bad.shape[0] = -1;
+    CHECK(mrt_npy_write(P("z.npy"), &bad) == MRT_ERR_INVALID_ARG);
+    bad = t;
+    bad.rank = 9;
+    CHECK(mrt_npy_write(P("z.npy"), &bad) == MRT_ERR_INVALID_ARG);
+    bad = t;
+    bad.data = NULL;
+    CHECK(mrt_npy_write(P("z.npy"), &bad) == MRT_ERR_INVALID_ARG);
+    CHECK(!exists(P("z.npy")) && count_entries(g_dir, ".tmp.") == 0);
+}
+
+/* ---------------------------------------------------------------- mrt_main, fake models */
+
+/* Fake model "double": y[batch,3] = 2 * x[batch,3] + b, b f32[3] from the weights. */
+typedef struct fake {
+    mrt_device dev;
+    float *w;
+} fake;
+static int g_runs, g_max_run_batch;
+
+static mrt_status fake_create(void **out, const char *device)
+{
+    mrt_device d;
+    mrt_status st = mrt_device_select(device, &d);
+    if (st != MRT_OK)
+        return st;
+    fake *m = calloc(1, sizeof *m);
+    m->dev = d;
+    m->w = mrt_alloc(d, 12);
+    memset(m->w, 0, 12);
+    *out = m;
+    return MRT_OK;
+}
+static mrt_status fake_load(void *model, const char *path)
+{
+    fake *m = model;
+    static const mrt_param_desc p = {"b", MRT_F32, 1, {3}, 0};
+    return mrt_weights_load(path, &p, 1, m->w, 12);
+}
+static mrt_status fake_run(void *model, int batch, const void *const *in, void *const *out)
+{
+    fake *m = model;
+    if (batch < 1 || batch > 4)
+        return mrt_set_error(MRT_ERR_INVALID_ARG, "fake: batch %d out of range 1..4", batch);
+    g_runs++;
+    if (batch > g_max_run_batch)
+        g_max_run_batch = batch;
+    const float *x = in[0];
+    float *y = out[0];
+    for (int i = 0; i < batch * 3; i++)
+        y[i] = 2 * x[i] + m->w[i % 3];
+    return MRT_OK;
+}
+static void fake_destroy(void *model)
+{
+    fake *m = model;
+    mrt_free(m->dev, m->w);
+    free(m);
+}
+static mrt_device fake_device(void *model) { return ((fake *)model)->dev; }
+
+static const mrt_io_desc fake_in[] = {{"x", MRT_F32, 2, {1, 3}, 1u}};
+static const mrt_io_desc fake_out[] = {{"y", MRT_F32, 2, {1, 3}, 1u}};
+static const mrt_model_info fake_info = {
+    "double", 1, 1, fake_in, fake_out, 1, 4, 12, 4096,
+    fake_create, fake_load, fake_run, fake_destroy, fake_device, 1,
+};
+
+/* The same, but the compiler found an op that mixes batch items: never chunked. */
+static const mrt_model_info fake_info_mixing = {
+    "double_mixing", 1, 1, fake_in, fake_out, 1, 4, 12, 4096,
+    fake_create, fake_load, fake_run, fake_destroy, fake_device, 0,
+};
+
+/* The same with the batch on axis 1 (x [3, batch]): cannot be chunked. */
+static const mrt_io_desc fake_in_t[] = {{"x", MRT_F32, 2, {3, 1}, 2u}};
+static const mrt_io_desc fake_out_t[] = {{"y", MRT_F32, 2, {3, 1}, 2u}};
+static const mrt_model_info fake_info_t = {
+    "double_t", 1, 1, fake_in_t, fake_out_t, 1, 4, 12, 0,
+    fake_create, fake_load, fake_run, fake_destroy, fake_device, 1,
+};
+
+/* Two inputs a, b [batch*2] and output s [batch*2] = a + b; no weights, max batch 8. */
+static mrt_status add_create(void **out, const char *device)
+{
+    mrt_device d;
+    mrt_status st = mrt_device_select(device, &d);
+    if (st != MRT_OK)
+        return st;
+    *out = malloc(1);
+    return MRT_OK;
+}
+static mrt_status add_run(void *model, int batch, const void *const *in, void *const *out)
+{
+    (void)model;
+    g_runs++;
+    const float *a = in[0], *b = in[1];
+    float *s = out[0];
+    for (int i = 0; i < batch * 2; i++)
+        s[i] = a[i] + b[i];
+    return MRT_OK;
+}
+static void add_destroy(void *model) { free(model); }
+static const mrt_io_desc add_in[] = {{"a", MRT_F32, 1, {2}, 1u}, {"b", MRT_F32, 1, {2}, 1u}};
+static const mrt_io_desc add_out[] = {{"s", MRT_F32, 1, {2}, 1u}, {"t", MRT_I32, 0, {0}, 0u}};
+static const mrt_model_info add_info = {
+    "add", 2, 2, add_in, add_out, 1, 8, 0, 0, add_create, NULL, add_run, add_destroy, NULL, 1,
+};
+
+/* Write x.npy ([n,3] f32, x[i] = i) and b.safetensors (b = [10, 20, 30]). */
+static void fake_files(int n)
+{
+    float *x = malloc((size_t)n * 3 * sizeof(float) + 4);
+    for (int i = 0; i < n * 3; i++)
+        x[i] = (float)i;
+    mrt_tensor t;
+    memset(&t, 0, sizeof t);
+    t.dtype = MRT_F32;
+    t.rank = 2;
+    t.shape[0] = n;
+    t.shape[1] = 3;
+    t.data = x;
+    t.nbytes = (size_t)n * 12;
+    if (mrt_npy_write(P("x.npy"), &t) != MRT_OK)
+        abort();
+    free(x);
+    float b[3] = {10, 20, 30};
+    write_st(P("b.safetensors"), "{\"b\":{\"dtype\":\"F32\",\"shape\":[3],\"data_offsets\":[0,12]}}",
+             b, 12);
+}
+
+/* Run mrt_main with a NULL-terminated argument list; stdout and stderr captured. */
+static int run_main(const mrt_model_info *info, char **out, char **err, ...)
+{
+    char *argv[64];
+    int argc = 0;
+    va_list ap;
+    va_start(ap, err);
+    argv[argc++] = "/some/dir/prog";
+    for (char *a; (a = va_arg(ap, char *)) != NULL && argc < 63;)
+        argv[argc++] = a;
+    va_end(ap);
+    argv[argc] = NULL;
+    g_runs = 0;
+    g_max_run_batch = 0;
+    /* stdout to one file, stderr to another */
+    fflush(stdout);
+    fflush(stderr);
+    int so = dup(1), se = dup(2);
+    int fo = open(P("stdout.txt"), O_CREAT | O_TRUNC | O_WRONLY, 0600);
+    int fe = open(P("stderr.txt"), O_CREAT | O_TRUNC | O_WRONLY, 0600);
+    dup2(fo, 1);
+    dup2(fe, 2);
+    close(fo);
+    close(fe);
+    int rc = mrt_main(info, argc, argv);
+    fflush(stdout);
+    fflush(stderr);
+    dup2(so, 1);
+    dup2(se, 2);
+    close(so);
+    close(se);
+    *out = read_bytes(P("stdout.txt"), NULL);
+    *err = read_bytes(P("stderr.txt"), NULL);
+    unlink(P("stdout.txt"));
+    unlink(P("stderr.txt"));
+    return rc;
+}
+
+/* Free the captured text at the end of a test body, even when a CHECK returns early. */
+#define MAIN(info, ...)                                                                         \
+    (free(out), free(err), out = err = NULL, run_main((info), &out, &err, __VA_ARGS__, NULL))
+
+static char *out, *err;
+static void main_cleanup(void)
+{
+    free(out);
+    free(err);
+    out = err = NULL;
+}
+
+static void check_y(int n, int *ok)
+{
+    mrt_tensor y;
+    *ok = 0;
+    if (mrt_npy_read(P("y.npy"), &y) != MRT_OK)
+        return;
+    int good = y.dtype == MRT_F32 && y.rank == 2 && y.shape[0] == n && y.shape[1] == 3;
+    for (int i = 0; good && i < n * 3; i++)
+        good = ((float *)y.data)[i] == 2.0f * (float)i + 10.0f * (float)(1 + i % 3);
+    mrt_tensor_free(&y);
+    *ok = good;
+}
+
+static void test_cli_help(void)
+{
+    int rc = MAIN(&fake_info, "--help");
+    CHECKF(rc == 0, "rc %d: %s", rc, err);
+    CHECKF(strstr(out, "usage: prog --weights") && strstr(out, "x ") &&
+           strstr(out, "f32[batch,3]") && strstr(out, "y ") && strstr(out, "--device"),
+           "help: %s", out);
+    rc = MAIN(&add_info, "--bogus", "--help");
+    CHECK(rc == 0 && strstr(out, "a ") && strstr(out, "f32[batch*2]") && strstr(out, "i32[]"));
+    rc = MAIN(&fake_info_t, "-h");
+    CHECK(rc == 0 && strstr(out, "f32[3,batch]"));
+}
+
+static void test_cli_usage_errors(void)
+{
+    fake_files(2);
+    int rc = MAIN(&fake_info, "--weights", P("b.safetensors"));
+    CHECKF(rc == 2 && strstr(err, "prog: error: missing --input for 'x'") &&
+           strstr(err, "--help"), "rc %d: %s", rc, err);
+    rc = MAIN(&fake_info, "--weights", P("b.safetensors"), "--input", P("x.npy"), "--frobnicate");
+    CHECKF(rc == 2 && strstr(err, "prog: error: unknown option '--frobnicate'"), "rc %d: %s", rc,
+           err);
+    rc = MAIN(&fake_info, "--input", P("x.npy"), "--weights");
+    CHECKF(rc == 2 && strstr(err, "--weights needs a value"), "rc %d: %s", rc, err);
+    char spec[4200];
+    snprintf(spec, sizeof spec, "z=%s", P("x.npy"));
+    rc = MAIN(&fake_info, "--weights", P("b.safetensors"), "--input", spec);
+    CHECKF(rc == 2 && strstr(err, "unknown input 'z'") && strstr(err, " x"), "rc %d: %s", rc,
+           err);
+    rc = MAIN(&fake_info, "--weights", P("b.safetensors"), "--input", P("x.npy"), "--repeat",
+              "0");
+    CHECKF(rc == 2 && strstr(err, "--repeat '0'"), "rc %d: %s", rc, err);
+    rc = MAIN(&fake_info, "--weights", P("b.safetensors"), "--input", P("x.npy"), "--repeat",
+              "3x");
+    CHECK(rc == 2);
+    rc = MAIN(&fake_info, "--weights", P("b.safetensors"), "--input", P("x.npy"), "--input",
+              P("x.npy"));
+    CHECKF(rc == 2 && strstr(err, "given twice"), "rc %d: %s", rc, err);
+    rc = MAIN(&fake_info, "--input", P("x.npy"));
+    CHECKF(rc == 2 && strstr(err, "missing --weights"), "rc %d: %s", rc, err);
+    rc = MAIN(&fake_info, "--weights", P("b.safetensors"), "--input", P("x.npy"), "stray");
+    CHECKF(rc == 2 && strstr(err, "unexpected argument 'stray'"), "rc %d: %s", rc, err);
+    rc = MAIN(&add_info, "--input", P("x.npy"));
+    CHECKF(rc == 2 && strstr(err, "without NAME="), "rc %d: %s", rc, err);
+    CHECK(!exists(P("y.npy")));
+}
+
+static void test_cli_run(void)
+{
+    fake_files(3);
+    char spec[4200];
+    snprintf(spec, sizeof spec, "y=%s", P("y.npy"));
+    unsetenv("MODELRT_DEVICE");
+    int rc = MAIN(&fake_info, "--weights", P("b.safetensors"), "--input", P("x.npy"), "--output",
+                  spec);
+    CHECKF(rc == 0, "rc %d: %s", rc, err);
+    CHECKF(strstr(err, "modelrt: auto selected cpu:0 (no CUDA support in this build)\n"), "%s",
+           err);
+    CHECK(g_runs == 1 && g_max_run_batch == 3);
+    int ok;
+    check_y(3, &ok);
+    CHECK(ok);
+    /* the forms "--flag=value", "--input x=FILE", "--output FILE" */
+    unlink(P("y.npy"));
+    char in[4200], w[4200];
+    snprintf(in, sizeof in, "--input=x=%s", P("x.npy"));
+    snprintf(w, sizeof w, "--weights=%s", P("b.safetensors"));
+    rc = MAIN(&fake_info, w, in, "--output", P("y.npy"), "--device", "cpu");
+    CHECKF(rc == 0, "rc %d: %s", rc, err);
+    CHECK(strstr(err, "auto selected") == NULL);
+    check_y(3, &ok);
+    CHECK(ok);
+    /* an output not asked for is not written */
+    unlink(P("y.npy"));
+    rc = MAIN(&fake_info, "--weights", P("b.safetensors"), "--input", P("x.npy"));
+    CHECKF(rc == 0, "rc %d: %s", rc, err);
+    CHECK(!exists(P("y.npy")) && g_runs == 1);
+    CHECK(count_entries(g_dir, ".tmp.") == 0);
+}
+
+static void test_cli_chunked(void)
+{
+    fake_files(10);
+    int rc = MAIN(&fake_info, "--weights", P("b.safetensors"), "--input", P("x.npy"), "--output",
+                  P("y.npy"));
+    CHECKF(rc == 0, "rc %d: %s", rc, err);
+    CHECKF(g_runs == 3 && g_max_run_batch == 4, "runs %d, max batch %d", g_runs, g_max_run_batch);
+    int ok;
+    check_y(10, &ok);
+    CHECK(ok);
+    /* batch on axis 1: no chunking, a clear error */
+    float xt[30] = {0};
+    mrt_tensor t;
+    memset(&t, 0, sizeof t);
+    t.dtype = MRT_F32;
+    t.rank = 2;
+    t.shape[0] = 3;
+    t.shape[1] = 10;
+    t.data = xt;
+    t.nbytes = sizeof xt;
+    CHECK_OK(mrt_npy_write(P("xt.npy"), &t));
+    rc = MAIN(&fake_info_t, "--weights", P("b.safetensors"), "--input", P("xt.npy"));
+    CHECKF(rc == 1 && strstr(err, "prog: error: batch 10 exceeds the compiled maximum 4 "
+                                  "(recompile with --max-batch)"), "rc %d: %s", rc, err);
+    CHECK(g_runs == 0);
+    /* batch leading, but the model mixes batch items: no chunking either */
+    rc = MAIN(&fake_info_mixing, "--weights", P("b.safetensors"), "--input", P("x.npy"));
+    CHECKF(rc == 1 && strstr(err, "prog: error: batch 10 exceeds the compiled maximum 4 "
+                                  "(recompile with --max-batch)") && strstr(err, "mixes"),
+           "rc %d: %s", rc, err);
+    CHECK(g_runs == 0);
+    t.shape[1] = 4;
+    t.nbytes = 48;
+    CHECK_OK(mrt_npy_write(P("xt.npy"), &t));
+    rc = MAIN(&fake_info_t, "--weights", P("b.safetensors"), "--input", P("xt.npy"));
+    CHECKF(rc == 0 && g_runs == 1 && g_max_run_batch == 4, "rc %d: %s", rc, err);
+}
+
+static void test_cli_shape_errors(void)
+{
+    /* wrong inner dimension */
+    float x[8] = {0};
+    mrt_tensor t;
+    memset(&t, 0, sizeof t);
+    t.dtype = MRT_F32;
+    t.rank = 2;
+    t.shape[0] = 2;
+    t.shape[1] = 4;
+    t.data = x;
+    t.nbytes = 32;
+    CHECK_OK(mrt_npy_write(P("x.npy"), &t));
+    fake_files(0 + 1); /* b.safetensors; x.npy rewritten below */
+    CHECK_OK(mrt_npy_write(P("bad.npy"), &t));
+    int rc = MAIN(&fake_info, "--weights", P("b.safetensors"), "--input", P("bad.npy"));
+    CHECKF(rc == 1 && strstr(err, "prog: error: input 'x'") && strstr(err, "bad.npy") &&
+           strstr(err, "shape [2,4], model expects [batch,3]"), "rc %d: %s", rc, err);
+    /* wrong rank */
+    t.rank = 1;
+    t.shape[0] = 8;
+    CHECK_OK(mrt_npy_write(P("bad.npy"), &t));
+    rc = MAIN(&fake_info, "--weights", P("b.safetensors"), "--input", P("bad.npy"));
+    CHECKF(rc == 1 && strstr(err, "shape [8], model expects [batch,3]"), "rc %d: %s", rc, err);
+    /* wrong dtype */
+    int32_t xi[6] = {0};
+    t.dtype = MRT_I32;
+    t.rank = 2;
+    t.shape[0] = 2;
+    t.shape[1] = 3;
+    t.data = xi;
+    t.nbytes = sizeof xi;
+    CHECK_OK(mrt_npy_write(P("bad.npy"), &t));
+    rc = MAIN(&fake_info, "--weights", P("b.safetensors"), "--input", P("bad.npy"));
+    CHECKF(rc == 1 && strstr(err, "input 'x'") && strstr(err, "dtype i32") &&
+           strstr(err, "expects f32 [batch,3]"), "rc %d: %s", rc, err);
+    /* batch 0 (B18: never run with an empty batch) */
+    t.dtype = MRT_F32;
+    t.shape[0] = 0;
+    t.nbytes = 0;
+    CHECK_OK(mrt_npy_write(P("bad.npy"), &t));
+    rc = MAIN(&fake_info, "--weights", P("b.safetensors"), "--input", P("bad.npy"));
+    CHECKF(rc == 1 && strstr(err, "batch 0") && g_runs == 0, "rc %d: %s", rc, err);
+    /* a missing or malformed input file */
+    rc = MAIN(&fake_info, "--weights", P("b.safetensors"), "--input", P("none.npy"));
+    CHECKF(rc == 1 && strstr(err, "prog: error: ") && strstr(err, "none.npy"), "rc %d: %s", rc,
+           err);
+    /* inputs disagreeing on the batch */
+    float a[4] = {1, 2, 3, 4}, b[6] = {1, 1, 1, 1, 1, 1};
+    mrt_tensor ta;
+    memset(&ta, 0, sizeof ta);
+    ta.dtype = MRT_F32;
+    ta.rank = 1;
+    ta.shape[0] = 4;
+    ta.data = a;
+    ta.nbytes = 16;
+    CHECK_OK(mrt_npy_write(P("a.npy"), &ta));
+    ta.shape[0] = 6;
+    ta.data = b;
+    ta.nbytes = 24;
+    CHECK_OK(mrt_npy_write(P("b.npy"), &ta));
+    char sa[4200], sb[4200], ss[4200];
+    snprintf(sa, sizeof sa, "a=%s", P("a.npy"));
+    snprintf(sb, sizeof sb, "b=%s", P("b.npy"));
+    rc = MAIN(&add_info, "--input", sa, "--input", sb);
+    CHECKF(rc == 1 && strstr(err, "input 'b'") && strstr(err, "batch 3") &&
+           strstr(err, "input 'a' has batch 2"), "rc %d: %s", rc, err);
+    /* odd length for [batch*2] */
+    ta.shape[0] = 3;
+    ta.nbytes = 12;
+    CHECK_OK(mrt_npy_write(P("b.npy"), &ta));
+    rc = MAIN(&add_info, "--input", sa, "--input", sb);
+    CHECKF(rc == 1 && strstr(err, "shape [3], model expects [batch*2]"), "rc %d: %s", rc, err);
+    /* and the two-input model working, with a rank-0 output left unwritten */
+    ta.shape[0] = 4;
+    ta.nbytes = 16;
+    CHECK_OK(mrt_npy_write(P("b.npy"), &ta));
+    snprintf(ss, sizeof ss, "s=%s", P("s.npy"));
+    rc = MAIN(&add_info, "--input", sb, "--input", sa, "--output", ss);
+    CHECKF(rc == 0, "rc %d: %s", rc, err);
+    mrt_tensor s;
+    CHECK_OK(mrt_npy_read(P("s.npy"), &s));
+    int ok = s.rank == 1 && s.shape[0] == 4 && ((float *)s.data)[0] == 2.0f &&
+             ((float *)s.data)[3] == 5.0f;
+    mrt_tensor_free(&s);
+    CHECK(ok);
+}
+
+static void test_cli_device(void)
+{
+    fake_files(2);
+    int rc = MAIN(&fake_info, "--weights", P("b.safetensors"), "--input", P("x.npy"), "--output",
+                  P("y.npy"), "--device", "cuda");
+    CHECKF(rc == 1 && strstr(err, "prog: error: device cuda:0 requested, but this build of "
+                                  "modelrt has no CUDA support"), "rc %d: %s", rc, err);
+    CHECK(!exists(P("y.npy")) && g_runs == 0);
+    rc = MAIN(&fake_info, "--weights", P("b.safetensors"), "--input", P("x.npy"), "--device",
+              "banana");
+    CHECKF(rc == 1 && strstr(err, "prog: error: unknown device 'banana'"), "rc %d: %s", rc, err);
+    setenv("MODELRT_DEVICE", "cuda:1", 1);
+    rc = MAIN(&fake_info, "--weights", P("b.safetensors"), "--input", P("x.npy"));
+    unsetenv("MODELRT_DEVICE");
+    CHECKF(rc == 1 && strstr(err, "cuda:1") && strstr(err, "MODELRT_DEVICE"), "rc %d: %s", rc,
+           err);
+    rc = MAIN(&fake_info, "--weights", P("b.safetensors"), "--input", P("x.npy"), "--device",
+              "cpu:1", "--output", P("y.npy"));
+    CHECKF(rc == 0, "rc %d: %s", rc, err);
+}
+
+static void test_cli_weights_errors(void)
+{
+    fake_files(2);
+    write_st(P("w0.safetensors"), "{\"b\":{\"dtype\":\"F32\",\"shape\":[3,0],\"data_offsets\":[0,0]}}",
+             NULL, 0);
+    int rc = MAIN(&fake_info, "--weights", P("w0.safetensors"), "--input", P("x.npy"),
+                  "--output", P("y.npy"));
+    CHECKF(rc == 1 && strstr(err, "prog: error: ") &&
+           strstr(err, "w0.safetensors: tensor 'b': dimension 1 is 0"), "rc %d: %s", rc, err);
+    float four[4] = {0};
+    write_st(P("w4.safetensors"), "{\"b\":{\"dtype\":\"F32\",\"shape\":[4],\"data_offsets\":[0,16]}}",
+             four, 16);
+    rc = MAIN(&fake_info, "--weights", P("w4.safetensors"), "--input", P("x.npy"));
+    CHECKF(rc == 1 && strstr(err, "tensor 'b': shape [4] in file, model expects [3]"),
+           "rc %d: %s", rc, err);
+    rc = MAIN(&fake_info, "--weights", P("nope.safetensors"), "--input", P("x.npy"));
+    CHECKF(rc == 1 && strstr(err, "nope.safetensors"), "rc %d: %s", rc, err);
+    CHECK(!exists(P("y.npy")) && g_runs == 0);
+}
+
+static void test_cli_time_memory(void)
+{
+    fake_files(10);
+    int rc = MAIN(&fake_info, "--weights", P("b.safetensors"), "--input", P("x.npy"), "--output",
+                  P("y.npy"), "--time", "--repeat", "3", "--memory");
+    CHECKF(rc == 0, "rc %d: %s", rc, err);
+    CHECKF(strstr(err, "time: ") && strstr(err, " ms per run (3 runs, batch 10, device cpu:0)\n"),
+           "%s", err);
+    CHECKF(strstr(err, "memory: weights 12 bytes, arena 4096 bytes (device cpu:0)\n"), "%s", err);
+    CHECKF(g_runs == 4 * 3, "runs %d (one warm-up + 3, 3 chunks each)", g_runs);
+    int ok;
+    check_y(10, &ok);
+    CHECK(ok);
+    rc = MAIN(&fake_info, "--weights", P("b.safetensors"), "--input", P("x.npy"), "--repeat", "2");
+    CHECK(rc == 0 && g_runs == 2 * 3 && strstr(err, "time:") == NULL);
+}
+
+/* ---------------------------------------------------------------- driver */
+
+typedef struct test_case {
+    const char *name;
+    void (*fn)(void);
+} test_case;
+
+static const test_case tests[] = {
+    {"status_basics", test_status_basics},
+    {"log_hook", test_log_hook},
+    {"device_parse", test_device_parse},
+    {"device_select", test_device_select},
+    {"device_env", test_device_env},
+    {"device_str", test_device_str},
+    {"alloc", test_alloc},
+    {"st_good", test_st_good},
+    {"st_missing", test_st_missing},
+    {"st_unexpected", test_st_unexpected},
+    {"st_wrong_dtype", test_st_wrong_dtype},
+    {"st_wrong_shape", test_st_wrong_shape},
+    {"st_offsets", test_st_offsets},
+    {"st_header", test_st_header},
+    {"st_b18_zero_dim", test_st_b18_zero_dim},
+    {"st_b19_rank", test_st_b19_rank},
+    {"st_b19_overflow", test_st_b19_overflow},
+    {"st_dst", test_st_dst},
+    {"st_large", test_st_large},
+    {"npy_roundtrip", test_npy_roundtrip},
+    {"npy_read_forms", test_npy_read_forms},
+    {"npy_bad", test_npy_bad},
+    {"npy_bad_preamble", test_npy_bad_preamble},
+    {"npy_atomic", test_npy_atomic},
+    {"cli_help", test_cli_help},
+    {"cli_usage_errors", test_cli_usage_errors},
+    {"cli_run", test_cli_run},
+    {"cli_chunked", test_cli_chunked},
+    {"cli_shape_errors", test_cli_shape_errors},
+    {"cli_device", test_cli_device},
+    {"cli_weights_errors", test_cli_weights_errors},
+    {"cli_time_memory", test_cli_time_memory},
+};
+
+static int rm_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw)
+{
+    (void)sb;
+    (void)flag;
+    (void)ftw;
+    remove(path);
+    return 0;
+}
+
+/* Run one test in a fresh temporary directory; 0 on pass. */
+static int run_one(const test_case *t, int prefixed)
+{
+    const char *base = getenv("MRT_TEST_DIR");
+    snprintf(g_dir, sizeof g_dir, "%s/%s.XXXXXX", base && *base ? base : "/tmp", t->name);
+    if (!mkdtemp(g_dir)) {
+        printf("FAIL: %s%s: cannot create a temporary directory\n", prefixed ? "runtime/" : "",
+               t->name);
+        return 1;
+    }
+    g_failed = 0;
+    g_why[0] = '\0';
+    t->fn();
+    main_cleanup();
+    mrt_set_log_hook(NULL, NULL);
+    nftw(g_dir, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+    if (prefixed)
+        printf(g_failed ? "FAIL: runtime/%s: %s\n" : "PASS: runtime/%s\n", t->name, g_why);
+    else
+        printf(g_failed ? "FAIL: %s\n" : "PASS\n", g_why);
+    fflush(stdout);
+    return g_failed;
+}
+
+int main(int argc, char **argv)
+{
+    size_t n = sizeof tests / sizeof tests[0];
+    if (argc > 1 && strcmp(argv[1], "--list") == 0) {
+        for (size_t i = 0; i < n; i++)
+            printf("%s\n", tests[i].name);
+        return 0;
+    }
+    if (argc > 1) {
+        for (size_t i = 0; i < n; i++)
+            if (strcmp(argv[1], tests[i].name) == 0)
+                return run_one(&tests[i], 0);
+        printf("FAIL: no test named '%s'\n", argv[1]);
+        return 1;
+    }
+    int failed = 0;
+    for (size_t i = 0; i < n; i++)
+        failed |= run_one(&tests[i], 1);
+    return failed;
+}
