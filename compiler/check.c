@@ -547,7 +547,8 @@ static Node *lower_permute(Checker *c, const Call *call) {
     if (!v) error_at(call->ast->loc, "'permute' needs dims=[...], a permutation of 0..%d", r - 1);
     if (v->kind != AST_LIST) error_at(v->loc, "'permute' dims must be a list such as [1, 0], got '%s'", ast_text(v));
     if (v->nitems != r)
-        error_at(v->loc, "'permute' dims %s has %d entries for a tensor of rank %d %s", ast_text(v), v->nitems, r,
+        error_at(v->loc, "'permute' dims %s has %d entr%s for a tensor of rank %d %s", ast_text(v), v->nitems,
+                 v->nitems == 1 ? "y" : "ies", r,
                  shp(c, &x->shape));
     int perm[MAX_RANK];
     bool seen[MAX_RANK] = {0};

@@ -270,7 +270,7 @@ static void print_kexpr(FILE *out, const Kernel *k, const Expr *e) {
 
 void dump_fused(FILE *out, const Graph *g, const KernelList *kl) {
     char buf[256];
-    fprintf(out, "fused %s: %d kernels\n", g->name, kl->n);
+    fprintf(out, "fused %s: %d kernel%s\n", g->name, kl->n, kl->n == 1 ? "" : "s");
     for (int i = 0; i < kl->n; i++) {
         const Kernel *k = kl->k[i];
         fprintf(out, "  k%d ", k->id);

@@ -87,9 +87,25 @@ static bool leaf_identity(const LeafRef *l, const Node *root) {
     return true;
 }
 
+/* The ops allowed to compute in place: each output element is a function of the operand
+ * elements at the same index only, read before the element is written. Every op a fused
+ * elementwise kernel contains must be on this list (permute is, because a permuted read is
+ * rejected by the identity-map test below, not by the op). */
+static bool op_inplace_ok(OpKind op) {
+    switch (op) {
+    case OP_NEG: case OP_EXP: case OP_LOG: case OP_SQRT: case OP_RELU: case OP_SIGMOID: case OP_TANH:
+    case OP_GELU: case OP_GELU_TANH: case OP_ADD: case OP_SUB: case OP_MUL: case OP_DIV: case OP_PERMUTE:
+        return true;
+    default:
+        return false;
+    }
+}
+
 /* Can kernel k's root be written over storage s? */
 static bool can_write_in_place(const Graph *g, const MemPlan *mp, const Kernel *k, const Storage *s, int step) {
-    if (s->kind != S_ARENA || s->last != step) return false;
+    if (k->kind != K_ELEMENTWISE || s->kind != S_ARENA || s->last != step) return false;
+    for (int i = 0; i < k->nmembers; i++)
+        if (!op_inplace_ok(k->members[i]->op)) return false;
     if (s->bytes < node_bytes(g, k->root)) return false;
     bool any = false;
     for (int i = 0; i < k->nleaves; i++) {

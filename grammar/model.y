@@ -170,7 +170,7 @@ dims
 dim
     : INT                              { $$ = int_dim(@1, $1); }
     | NAME                             { $$ = (AstDim){.is_sym = true, .name = $1, .loc = L(@1)}; }
-    | '-' INT                          { error_at(L(@1), "a dimension must be a positive integer, got '-%s'", $2); }
+    | '-' INT                          { $$ = int_dim(@2, $2); $$.value = -$$.value; $$.loc = L(@1); }
     | FLOAT                            { error_at(L(@1), "a dimension must be an integer or a name, got '%s'", $1); }
     ;
 
