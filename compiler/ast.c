@@ -129,6 +129,8 @@ void print_expr(FILE *out, const Ast *e) {
             print_expr(out, e->args[i].val);
         }
         fputc(')', out);
+        if (e->scope)
+            fprintf(out, " as %s", e->scope);
         return;
     case AST_LIST:
         fputc('[', out);
@@ -172,10 +174,9 @@ static const char *stmt_word(StmtKind k) {
  *     input|param NAME: TYPE
  *     output NAME[: TYPE][ = EXPR]
  *     assign NAME = EXPR */
-void dump_ast(FILE *out, const Program *p) {
-    fprintf(out, "model %s\n", p->name);
-    for (int i = 0; i < p->nstmts; i++) {
-        const Stmt *s = p->stmts[i];
+static void dump_stmts(FILE *out, Stmt **stmts, int n) {
+    for (int i = 0; i < n; i++) {
+        const Stmt *s = stmts[i];
         fprintf(out, "  %s %s", stmt_word(s->kind), s->name);
         if (s->type) {
             fputs(": ", out);
@@ -187,4 +188,25 @@ void dump_ast(FILE *out, const Program *p) {
         }
         fputc('\n', out);
     }
+}
+
+void dump_ast(FILE *out, const Program *p) {
+    for (int i = 0; i < p->nblocks; i++) {
+        const Block *b = p->blocks[i];
+        fprintf(out, "block %s(", b->name);
+        for (int j = 0; j < b->nparams; j++) {
+            fprintf(out, "%s%s", j ? ", " : "", b->params[j].name);
+            if (b->params[j].def) {
+                fputc('=', out);
+                print_expr(out, b->params[j].def);
+            }
+        }
+        fputs(")\n", out);
+        dump_stmts(out, b->stmts, b->nstmts);
+        fputs("  return ", out);
+        print_expr(out, b->ret);
+        fputc('\n', out);
+    }
+    fprintf(out, "model %s\n", p->name);
+    dump_stmts(out, p->stmts, p->nstmts);
 }

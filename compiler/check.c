@@ -19,7 +19,7 @@
 
 /* ---------------------------------------------------------------- symbol table */
 
-typedef enum SymKind { SYM_INPUT, SYM_PARAM, SYM_VALUE, SYM_OUTPUT_DECL } SymKind;
+typedef enum SymKind { SYM_INPUT, SYM_PARAM, SYM_VALUE, SYM_OUTPUT_DECL, SYM_INT } SymKind;
 
 typedef struct Sym {
     char *name;
@@ -29,17 +29,27 @@ typedef struct Sym {
     AstType *decl;   /* declared type of an output, if any */
     int out_index;   /* outputs: position in declaration order */
     bool used;
+    long long ival;  /* SYM_INT: an integer (or boolean) block argument */
+    bool is_bool;
 } Sym;
 
 typedef struct Checker {
     Graph *g;
+    const Program *prog;
     Sym *syms;
     int nsyms, capsyms;
+    int scope_base;      /* names visible: syms[scope_base..nsyms) (a block sees only its own) */
+    const char *prefix;  /* param name prefix of the block instance being checked, or NULL */
+    const char *block;   /* name of that block, or NULL at model level */
+    int depth;
     Loc batch_loc;   /* where the batch name was first used */
+    Loc *param_locs; /* where each of g->params was declared */
 } Checker;
 
+static Checker *CK; /* the checker, for attribute helpers that resolve block integers */
+
 static Sym *lookup(Checker *c, const char *name) {
-    for (int i = 0; i < c->nsyms; i++)
+    for (int i = c->nsyms - 1; i >= c->scope_base; i--)
         if (!strcmp(c->syms[i].name, name)) return &c->syms[i];
     return NULL;
 }
@@ -102,7 +112,16 @@ static Shape convert_type(Checker *c, const AstType *t, const char *what, bool a
     int nsym = 0;
     for (int i = 0; i < t->rank; i++) {
         const AstDim *d = &t->dims[i];
-        if (d->is_sym) {
+        Sym *is = d->is_sym ? lookup(c, d->name) : NULL;
+        if (is && is->kind == SYM_INT) {
+            if (is->ival <= 0 || is->ival > MAX_ELEMS)
+                error_at(d->loc, "dimension %d of %s is %s = %lld; dimensions must be positive", i, what, d->name,
+                         is->ival);
+            s.d[i] = (Dim){is->ival, false};
+        } else if (d->is_sym) {
+            if (!allow_sym && c->block)
+                error_at(d->loc, "unknown dimension '%s' in %s: not a parameter of block '%s'", d->name, what,
+                         c->block);
             if (!allow_sym)
                 error_at(d->loc, "%s cannot use the symbolic dimension '%s': parameters have fixed shapes",
                          what, d->name);
@@ -138,7 +157,7 @@ static bool shape_eq(const Shape *a, const Shape *b) {
 
 /* ---------------------------------------------------------------- op table */
 
-typedef enum AttrKind { A_INT, A_BOOL, A_ENUM, A_INTLIST, A_SHAPE } AttrKind;
+typedef enum AttrKind { A_INT, A_BOOL, A_ENUM, A_INTLIST, A_SHAPE, A_FLOAT, A_PAIR, A_PAD } AttrKind;
 
 typedef struct AttrSpec {
     const char *name;
@@ -149,14 +168,15 @@ typedef struct AttrSpec {
 typedef struct OpSpec {
     const char *name;
     int min_t, max_t;  /* tensor arguments */
-    AttrSpec attrs[3];
+    AttrSpec attrs[6];
     int nattrs;
 } OpSpec;
 
 enum {
     S_ADD, S_SUB, S_MUL, S_DIV, S_NEG, S_EXP, S_LOG, S_SQRT, S_RELU, S_SIGMOID, S_TANH, S_GELU,
     S_MATMUL, S_LINEAR, S_SOFTMAX, S_LOG_SOFTMAX, S_SUM, S_MEAN, S_MAX, S_ARGMAX, S_RESHAPE,
-    S_TRANSPOSE, S_PERMUTE, S__COUNT
+    S_TRANSPOSE, S_PERMUTE, S_CONV2D, S_MAXPOOL2D, S_AVGPOOL2D, S_ADAPTIVE_AVGPOOL2D, S_BATCH_NORM,
+    S_LAYER_NORM, S_FLATTEN, S_CONCAT, S_SLICE, S_EMBEDDING, S_SDPA, S_WHERE, S__COUNT
 };
 
 #define AXIS_ATTRS {{"axis", A_INT, 0}, {"keepdim", A_BOOL, 0}}, 2
@@ -176,19 +196,38 @@ static const OpSpec op_specs[S__COUNT] = {
     [S_RESHAPE] = {"reshape", 1, 1, {{"shape", A_SHAPE, 0}}, 1},
     [S_TRANSPOSE] = {"transpose", 1, 1, {{"dim0", A_INT, 0}, {"dim1", A_INT, 0}}, 2},
     [S_PERMUTE] = {"permute", 1, 1, {{"dims", A_INTLIST, 0}}, 1},
+    [S_CONV2D] = {"conv2d", 2, 3,
+                  {{"stride", A_PAIR, 0}, {"padding", A_PAD, 0}, {"dilation", A_PAIR, 0}, {"groups", A_INT, 0}}, 4},
+    [S_MAXPOOL2D] = {"max_pool2d", 1, 1,
+                     {{"kernel", A_PAIR, 0}, {"stride", A_PAIR, 0}, {"padding", A_PAD, 0}, {"dilation", A_PAIR, 0},
+                      {"ceil_mode", A_BOOL, 0}}, 5},
+    [S_AVGPOOL2D] = {"avg_pool2d", 1, 1,
+                     {{"kernel", A_PAIR, 0}, {"stride", A_PAIR, 0}, {"padding", A_PAD, 0}, {"ceil_mode", A_BOOL, 0},
+                      {"count_include_pad", A_BOOL, 0}}, 5},
+    [S_ADAPTIVE_AVGPOOL2D] = {"adaptive_avg_pool2d", 1, 1, {{"output_size", A_PAIR, 0}}, 1},
+    [S_BATCH_NORM] = {"batch_norm", 5, 5, {{"eps", A_FLOAT, 0}}, 1},
+    [S_LAYER_NORM] = {"layer_norm", 3, 3, {{"eps", A_FLOAT, 0}}, 1},
+    [S_FLATTEN] = {"flatten", 1, 1, {{"start_dim", A_INT, 0}, {"end_dim", A_INT, 0}}, 2},
+    [S_CONCAT] = {"concat", 1, MAX_IN, {{"axis", A_INT, 0}}, 1},
+    [S_SLICE] = {"slice", 1, 1, {{"axis", A_INT, 0}, {"start", A_INT, 0}, {"end", A_INT, 0}, {"step", A_INT, 0}}, 4},
+    [S_EMBEDDING] = {"embedding", 2, 2, {{0}}, 0},
+    [S_SDPA] = {"scaled_dot_product_attention", 3, 4, {{"causal", A_BOOL, 0}, {"scale", A_FLOAT, 0}}, 2},
+    [S_WHERE] = {"where", 3, 3, {{0}}, 0},
 };
 
 /* A call with its arguments sorted into tensors and attributes. */
 typedef struct Call {
     const Ast *ast;
     const OpSpec *spec;
-    Node *t[3];
+    Node *t[MAX_IN];
     int nt;
-    const Ast *attr[3]; /* by spec position; NULL if not given */
-    Loc attr_loc[3];
+    const Ast *attr[6]; /* by spec position; NULL if not given */
+    Loc attr_loc[6];
 } Call;
 
 static Node *lower_expr(Checker *c, const Ast *e);
+static bool int_literal(const Ast *v, long long *out);
+static Node *mk_const(Checker *c, Loc loc, double v);
 
 static bool is_attr_literal(const Ast *e) { return e->kind == AST_LIST || e->kind == AST_BOOL; }
 
@@ -218,6 +257,11 @@ static void sort_args(Checker *c, const Ast *e, const OpSpec *spec, Call *call) 
             call->attr_loc[k] = a->loc;
             continue;
         }
+        long long lit;
+        bool variadic_attr = spec->max_t > 3 && npos >= spec->min_t && spec->nattrs > 0 &&
+                             ((a->val->kind == AST_NUM && a->val->is_int) ||
+                              (a->val->kind == AST_NEG && a->val->lhs->kind == AST_NUM)) && int_literal(a->val, &lit);
+        if (variadic_attr) npos = spec->max_t; /* concat(a, b, 1): the integer is the axis */
         if (npos < spec->max_t) {
             if (is_attr_literal(a->val))
                 error_at(a->loc, "argument %d of '%s' must be a tensor", npos + 1, spec->name);
@@ -247,6 +291,19 @@ static void sort_args(Checker *c, const Ast *e, const OpSpec *spec, Call *call) 
 
 /* Integer literal value of an attribute, with sign. */
 static bool int_literal(const Ast *v, long long *out) {
+    if (v->kind == AST_NAME && CK) {
+        Sym *s = lookup(CK, v->name);
+        if (s && s->kind == SYM_INT) {
+            *out = s->ival;
+            return true;
+        }
+        return false;
+    }
+    if (v->kind == AST_NEG && v->lhs->kind == AST_NAME) {
+        if (!int_literal(v->lhs, out)) return false;
+        *out = -*out;
+        return true;
+    }
     if (v->kind == AST_NUM && v->is_int) {
         *out = (long long)v->num;
         return fabs(v->num) < 9e15;
@@ -282,6 +339,10 @@ static long long attr_int(const Call *call, int k, long long def) {
 static bool attr_bool(const Call *call, int k, bool def) {
     const Ast *v = call->attr[k];
     if (!v) return def;
+    if (v->kind == AST_NAME && CK) {
+        Sym *s = lookup(CK, v->name);
+        if (s && s->kind == SYM_INT && s->is_bool) return s->ival != 0;
+    }
     if (v->kind != AST_BOOL)
         error_at(v->loc, "attribute '%s' of '%s' must be true or false, got '%s'", call->spec->attrs[k].name,
                  call->spec->name, ast_text(v));
@@ -476,7 +537,11 @@ static Node *lower_reshape(Checker *c, const Call *call) {
     for (int i = 0; i < v->nitems; i++) {
         const Ast *it = v->items[i];
         long long val;
-        if (it->kind == AST_NAME) {
+        if (it->kind == AST_NAME && int_literal(it, &val)) {
+            if (val <= 0 || val > MAX_ELEMS)
+                error_at(it->loc, "'reshape' dimension %d is %s = %lld; dimensions must be positive", i, it->name, val);
+            s.d[i] = (Dim){val, false};
+        } else if (it->kind == AST_NAME) {
             if (!c->g->batch_name || strcmp(it->name, c->g->batch_name))
                 error_at(it->loc, "unknown dimension name '%s' in 'reshape'%s%s%s", it->name,
                          c->g->batch_name ? " (the batch dimension is '" : "",
@@ -566,7 +631,452 @@ static Node *lower_permute(Checker *c, const Call *call) {
     return mk_permute(c, call->ast->loc, x, perm);
 }
 
+/* ---------------------------------------------------------------- neural-network ops */
+
+static double attr_float(const Call *call, int k, double def) {
+    const Ast *v = call->attr[k];
+    if (!v) return def;
+    long long i;
+    if (v->kind == AST_NUM) return v->num;
+    if (v->kind == AST_NEG && v->lhs->kind == AST_NUM) return -v->lhs->num;
+    if (int_literal(v, &i)) return (double)i;
+    error_at(v->loc, "attribute '%s' of '%s' must be a number, got '%s'", call->spec->attrs[k].name, call->spec->name,
+             ast_text(v));
+}
+
+/* An integer or a list of `n` integers (n == 2: [h, w]; pads also accept 4: [top, left, bottom, right]). */
+static void attr_ints(const Call *call, int k, int *out, int n, int def, bool pad) {
+    const Ast *v = call->attr[k];
+    const char *name = call->spec->attrs[k].name;
+    long long x;
+    if (!v) {
+        for (int i = 0; i < n; i++) out[i] = def;
+        return;
+    }
+    if (int_literal(v, &x)) {
+        if (x < INT32_MIN || x > INT32_MAX) error_at(v->loc, "attribute '%s' of '%s' is out of range", name, call->spec->name);
+        for (int i = 0; i < n; i++) out[i] = (int)x;
+        return;
+    }
+    if (v->kind == AST_LIST && (v->nitems == 2 || (pad && v->nitems == 4))) {
+        int vals[4];
+        for (int i = 0; i < v->nitems; i++) {
+            if (!int_literal(v->items[i], &x) || x < INT32_MIN || x > INT32_MAX)
+                error_at(v->items[i]->loc, "attribute '%s' of '%s' must hold integers", name, call->spec->name);
+            vals[i] = (int)x;
+        }
+        if (v->nitems == 2 && pad) { /* [h, w]: symmetric */
+            out[0] = out[2] = vals[0];
+            out[1] = out[3] = vals[1];
+        } else {
+            for (int i = 0; i < n; i++) out[i] = vals[i];
+        }
+        return;
+    }
+    error_at(v->loc, "attribute '%s' of '%s' must be an integer or a list [h, w]%s, got '%s'", name, call->spec->name,
+             pad ? " or [top, left, bottom, right]" : "", ast_text(v));
+}
+
+/* Output length of a sliding window, PyTorch's rule (see docs/language.md); <= 0 means empty. */
+static int64_t window_out(int64_t L, int k, int s, int pb, int pe, int d, bool ceil_mode) {
+    int64_t num = L + pb + pe - (int64_t)d * (k - 1) - 1;
+    if (num < 0) return 0;
+    int64_t o = (ceil_mode ? (num + s - 1) / s : num / s) + 1;
+    if (ceil_mode && (o - 1) * s >= L + pb) o--;
+    return o;
+}
+
+static void require_nchw(Checker *c, const Call *call, Node *x) {
+    if (x->shape.rank != 4)
+        error_at(call->ast->args[0].val->loc, "'%s' input must be rank 4 [N, C, H, W], got %s", call->spec->name,
+                 shp(c, &x->shape));
+    for (int i = 1; i < 4; i++)
+        if (x->shape.d[i].sym)
+            error_at(call->ast->args[0].val->loc, "'%s' input %s may depend on the batch only in N", call->spec->name,
+                     shp(c, &x->shape));
+}
+
+static void check_window_attrs(const Call *call, const int *stride, const int *dil, const int *pad) {
+    Loc l = call->ast->loc;
+    for (int i = 0; i < 2; i++) {
+        if (stride[i] < 1) error_at(call->attr[1] ? call->attr[1]->loc : l, "'%s' stride must be >= 1, got %d", call->spec->name, stride[i]);
+        if (dil[i] < 1) error_at(l, "'%s' dilation must be >= 1, got %d", call->spec->name, dil[i]);
+    }
+    for (int i = 0; i < 4; i++)
+        if (pad[i] < 0) error_at(l, "'%s' padding must be >= 0, got %d", call->spec->name, pad[i]);
+}
+
+static void window_shape(Checker *c, const Call *call, Node *n, const Node *x, int kh, int kw) {
+    int64_t H = x->shape.d[2].c, W = x->shape.d[3].c;
+    int64_t oh = window_out(H, kh, n->stride[0], n->pad[0], n->pad[2], n->dilation[0], n->ceil_mode);
+    int64_t ow = window_out(W, kw, n->stride[1], n->pad[1], n->pad[3], n->dilation[1], n->ceil_mode);
+    if (oh < 1 || ow < 1)
+        error_at(call->ast->loc, "'%s' output size %lldx%lld is empty (input %lldx%lld, kernel %dx%d, stride %dx%d, "
+                 "padding [%d,%d,%d,%d], dilation %dx%d)", call->spec->name, (long long)(oh < 0 ? 0 : oh),
+                 (long long)(ow < 0 ? 0 : ow), (long long)H, (long long)W, kh, kw, n->stride[0], n->stride[1], n->pad[0],
+                 n->pad[1], n->pad[2], n->pad[3], n->dilation[0], n->dilation[1]);
+    n->shape.d[2] = (Dim){oh, false};
+    n->shape.d[3] = (Dim){ow, false};
+}
+
+static Node *lower_conv2d(Checker *c, const Call *call) {
+    Node *x = call->t[0], *w = call->t[1], *b = call->nt > 2 ? call->t[2] : NULL;
+    for (int i = 0; i < call->nt; i++) require_f32(call, call->t[i], i);
+    const Ast *wa = call->ast->args[1].val;
+    if (w->shape.rank != 4)
+        error_at(wa->loc, "'conv2d' weight must be rank 4 [O, C/groups, KH, KW], got rank %d", w->shape.rank);
+    require_nchw(c, call, x);
+    if (shape_nsym(&w->shape)) error_at(wa->loc, "'conv2d' weight %s must not depend on the batch", shp(c, &w->shape));
+    Node *n = new_node(c->g, OP_CONV2D, call->ast->loc);
+    long long groups = attr_int(call, 3, 1);
+    if (groups < 1 || groups > INT32_MAX) error_at(call->attr[3]->loc, "'conv2d' groups must be >= 1, got %lld", groups);
+    n->groups = (int)groups;
+    attr_ints(call, 0, n->stride, 2, 1, false);
+    attr_ints(call, 1, n->pad, 4, 0, true);
+    attr_ints(call, 2, n->dilation, 2, 1, false);
+    check_window_attrs(call, n->stride, n->dilation, n->pad);
+    int64_t C = x->shape.d[1].c, O = w->shape.d[0].c, Cg = w->shape.d[1].c;
+    if (C % groups) error_at(call->ast->loc, "'conv2d' groups %lld does not divide input channels %lld", groups, (long long)C);
+    if (O % groups) error_at(call->ast->loc, "'conv2d' groups %lld does not divide output channels %lld", groups, (long long)O);
+    if (Cg * groups != C)
+        error_at(call->ast->loc, "'conv2d' input channels %lld differ from weight C x groups = %lld x %lld = %lld "
+                 "(input %s, weight %s)", (long long)C, (long long)Cg, groups, (long long)(Cg * groups),
+                 shp(c, &x->shape), shp(c, &w->shape));
+    if (b && (b->shape.rank != 1 || !dim_eq(b->shape.d[0], w->shape.d[0])))
+        error_at(call->ast->args[2].val->loc, "'conv2d' bias must be [%lld] (one per output channel), got %s", (long long)O,
+                 shp(c, &b->shape));
+    n->in[0] = x;
+    n->in[1] = w;
+    n->nin = 2;
+    n->shape = (Shape){4, {x->shape.d[0], {O, false}, {0, false}, {0, false}}};
+    window_shape(c, call, n, x, (int)w->shape.d[2].c, (int)w->shape.d[3].c);
+    n->kernel[0] = (int)w->shape.d[2].c;
+    n->kernel[1] = (int)w->shape.d[3].c;
+    if (!b) return n;
+    Shape bs = {3, {{O, false}, {1, false}, {1, false}}};
+    return mk_binary(c, OP_ADD, call->ast->loc, n, mk_reshape(c, call->ast->loc, b, bs));
+}
+
+static Node *lower_pool(Checker *c, const Call *call, OpKind op) {
+    Node *x = call->t[0];
+    require_f32(call, x, 0);
+    require_nchw(c, call, x);
+    Node *n = new_node(c->g, op, call->ast->loc);
+    if (!call->attr[0]) error_at(call->ast->loc, "'%s' needs a kernel size, e.g. %s(x, 2)", call->spec->name, call->spec->name);
+    attr_ints(call, 0, n->kernel, 2, 1, false);
+    for (int i = 0; i < 2; i++)
+        if (n->kernel[i] < 1) error_at(call->attr[0]->loc, "'%s' kernel must be >= 1, got %d", call->spec->name, n->kernel[i]);
+    attr_ints(call, 1, n->stride, 2, 0, false);
+    if (!call->attr[1]) memcpy(n->stride, n->kernel, sizeof n->stride);
+    attr_ints(call, 2, n->pad, 4, 0, true);
+    if (op == OP_MAXPOOL2D) {
+        attr_ints(call, 3, n->dilation, 2, 1, false);
+        n->ceil_mode = attr_bool(call, 4, false);
+    } else {
+        n->dilation[0] = n->dilation[1] = 1;
+        n->ceil_mode = attr_bool(call, 3, false);
+        n->count_include_pad = attr_bool(call, 4, true);
+    }
+    check_window_attrs(call, n->stride, n->dilation, n->pad);
+    for (int i = 0; i < 4; i++) {
+        int k = n->kernel[i % 2], d = n->dilation[i % 2], eff = d * (k - 1) + 1;
+        if (2 * n->pad[i] > eff)
+            error_at(call->attr[2] ? call->attr[2]->loc : call->ast->loc,
+                     "'%s' padding %d is more than half the kernel size %d (as in PyTorch, a window may not lie "
+                     "entirely in the padding)", call->spec->name, n->pad[i], eff);
+    }
+    n->in[0] = x;
+    n->nin = 1;
+    n->shape = x->shape;
+    window_shape(c, call, n, x, n->kernel[0], n->kernel[1]);
+    return n;
+}
+
+static Node *lower_adaptive_pool(Checker *c, const Call *call) {
+    Node *x = call->t[0];
+    require_f32(call, x, 0);
+    require_nchw(c, call, x);
+    int os[2];
+    attr_ints(call, 0, os, 2, 1, false);
+    for (int i = 0; i < 2; i++)
+        if (os[i] < 1 || os[i] > x->shape.d[2 + i].c)
+            error_at(call->attr[0] ? call->attr[0]->loc : call->ast->loc, "'adaptive_avg_pool2d' output size %d must be "
+                     "in 1..%lld (the input size)", os[i], (long long)x->shape.d[2 + i].c);
+    Node *n = new_node(c->g, OP_ADAPTIVE_AVGPOOL2D, call->ast->loc);
+    n->in[0] = x;
+    n->nin = 1;
+    n->shape = x->shape;
+    n->shape.d[2] = (Dim){os[0], false};
+    n->shape.d[3] = (Dim){os[1], false};
+    return n;
+}
+
+static void require_vec(Checker *c, const Call *call, int i, Dim len, const char *what) {
+    Node *p = call->t[i];
+    if (p->shape.rank != 1 || !dim_eq(p->shape.d[0], len))
+        error_at(call->ast->args[i].val->loc, "'%s' %s must be [%s], got %s", call->spec->name, what, dms(c, len),
+                 shp(c, &p->shape));
+}
+
+static Node *lower_batch_norm(Checker *c, const Call *call) {
+    Node *x = call->t[0];
+    for (int i = 0; i < 5; i++) require_f32(call, call->t[i], i);
+    if (x->shape.rank < 2)
+        error_at(call->ast->args[0].val->loc, "'batch_norm' input must have rank >= 2 [N, C, ...], got %s", shp(c, &x->shape));
+    Dim C = x->shape.d[1];
+    if (C.sym) error_at(call->ast->args[0].val->loc, "'batch_norm' channels (axis 1) may not depend on the batch");
+    static const char *what[] = {"", "weight", "bias", "running_mean", "running_var"};
+    for (int i = 1; i < 5; i++) require_vec(c, call, i, C, what[i]);
+    Node *n = new_node(c->g, OP_BATCH_NORM, call->ast->loc);
+    for (int i = 0; i < 5; i++) n->in[i] = call->t[i];
+    n->nin = 5;
+    n->shape = x->shape;
+    n->value = attr_float(call, 0, 1e-5);
+    if (!(n->value >= 0)) error_at(call->attr[0]->loc, "'batch_norm' eps must be >= 0");
+    return n;
+}
+
+static Node *lower_layer_norm(Checker *c, const Call *call) {
+    Node *x = call->t[0];
+    for (int i = 0; i < 3; i++) require_f32(call, call->t[i], i);
+    if (x->shape.rank < 1) error_at(call->ast->args[0].val->loc, "'layer_norm' needs a tensor of rank >= 1");
+    Dim D = x->shape.d[x->shape.rank - 1];
+    if (D.sym) error_at(call->ast->args[0].val->loc, "'layer_norm' last axis may not depend on the batch");
+    require_vec(c, call, 1, D, "weight");
+    require_vec(c, call, 2, D, "bias");
+    Node *n = new_node(c->g, OP_LAYER_NORM, call->ast->loc);
+    for (int i = 0; i < 3; i++) n->in[i] = call->t[i];
+    n->nin = 3;
+    n->shape = x->shape;
+    n->value = attr_float(call, 0, 1e-5);
+    if (!(n->value >= 0)) error_at(call->attr[0]->loc, "'layer_norm' eps must be >= 0");
+    return n;
+}
+
+static Node *lower_flatten(Checker *c, const Call *call) {
+    Node *x = call->t[0];
+    int r = x->shape.rank;
+    if (r == 0) return mk_reshape(c, call->ast->loc, x, (Shape){1, {{1, false}}});
+    int a = norm_axis(call, call->attr[0], call->ast->loc, attr_int(call, 0, 1), r, "start_dim");
+    int b = norm_axis(call, call->attr[1], call->ast->loc, attr_int(call, 1, -1), r, "end_dim");
+    if (a > b) error_at(call->ast->loc, "'flatten' start_dim %d comes after end_dim %d", a, b);
+    Shape s = {0};
+    for (int i = 0; i < a; i++) s.d[s.rank++] = x->shape.d[i];
+    Dim m = {1, false};
+    for (int i = a; i <= b; i++) m = dim_mul(m, x->shape.d[i], NULL);
+    s.d[s.rank++] = m;
+    for (int i = b + 1; i < r; i++) s.d[s.rank++] = x->shape.d[i];
+    return mk_reshape(c, call->ast->loc, x, s);
+}
+
+static Node *lower_concat(Checker *c, const Call *call) {
+    Node *x0 = call->t[0];
+    int r = x0->shape.rank;
+    int axis = norm_axis(call, call->attr[0], call->ast->loc, attr_int(call, 0, 0), r, "axis");
+    Node *n = new_node(c->g, OP_CONCAT, call->ast->loc);
+    n->axis = axis;
+    n->dtype = x0->dtype;
+    n->shape = x0->shape;
+    for (int i = 0; i < call->nt; i++) {
+        Node *x = call->t[i];
+        const Ast *a = call->ast->args[i].val;
+        if (x->dtype != x0->dtype)
+            error_at(a->loc, "'concat' operand %d is %s but operand 0 is %s", i, dtype_name(x->dtype), dtype_name(x0->dtype));
+        if (x->shape.rank != r)
+            error_at(a->loc, "'concat' operand %d has shape %s of rank %d; operand 0 %s has rank %d", i, shp(c, &x->shape),
+                     x->shape.rank, shp(c, &x0->shape), r);
+        for (int d = 0; d < r; d++)
+            if (d != axis && !dim_eq(x->shape.d[d], x0->shape.d[d]))
+                error_at(a->loc, "'concat' along axis %d: operand %d %s differs from operand 0 %s in dimension %d (%s vs %s)",
+                         axis, i, shp(c, &x->shape), shp(c, &x0->shape), d, dms(c, x->shape.d[d]), dms(c, x0->shape.d[d]));
+        if (i > 0) {
+            Dim s0 = n->shape.d[axis], s1 = x->shape.d[axis];
+            if (s0.sym != s1.sym)
+                error_at(a->loc, "'concat' along axis %d mixes batch-dependent and fixed sizes (%s and %s)", axis,
+                         dms(c, s0), dms(c, s1));
+            n->shape.d[axis].c += s1.c;
+        }
+        n->in[i] = x;
+    }
+    n->nin = call->nt;
+    return n;
+}
+
+static Node *lower_slice(Checker *c, const Call *call) {
+    Node *x = call->t[0];
+    int r = x->shape.rank;
+    if (!call->attr[0]) error_at(call->ast->loc, "'slice' needs an axis: slice(x, axis, start, end)");
+    int axis = norm_axis(call, call->attr[0], call->ast->loc, attr_int(call, 0, 0), r, "axis");
+    Dim L = x->shape.d[axis];
+    if (L.sym) error_at(call->ast->loc, "'slice' cannot cut the batch dimension (axis %d of %s)", axis, shp(c, &x->shape));
+    long long start = attr_int(call, 1, 0), end = attr_int(call, 2, L.c), step = attr_int(call, 3, 1);
+    if (step < 1) error_at(call->attr[3]->loc, "'slice' step must be >= 1, got %lld", step);
+    if (start < 0) start += L.c;
+    if (end < 0) end += L.c;
+    start = start < 0 ? 0 : start > L.c ? L.c : start;
+    end = end < 0 ? 0 : end > L.c ? L.c : end;
+    long long len = end > start ? (end - start + step - 1) / step : 0;
+    if (len < 1)
+        error_at(call->ast->loc, "'slice' of axis %d (size %lld) from %lld to %lld is empty", axis, (long long)L.c,
+                 start, end);
+    Node *n = new_node(c->g, OP_SLICE, call->ast->loc);
+    n->in[0] = x;
+    n->nin = 1;
+    n->dtype = x->dtype;
+    n->axis = axis;
+    n->start = start;
+    n->step = step;
+    n->shape = x->shape;
+    n->shape.d[axis] = (Dim){len, false};
+    return n;
+}
+
+static Node *lower_embedding(Checker *c, const Call *call) {
+    Node *ids = call->t[0], *w = call->t[1];
+    if (ids->dtype == DT_F32)
+        error_at(call->ast->args[0].val->loc, "'embedding' ids must be i32 or i64, got f32");
+    require_f32(call, w, 1);
+    if (w->shape.rank != 2 || shape_nsym(&w->shape))
+        error_at(call->ast->args[1].val->loc, "'embedding' weight must be rank 2 [num_embeddings, dim], got %s",
+                 shp(c, &w->shape));
+    if (ids->shape.rank >= MAX_RANK)
+        error_at(call->ast->args[0].val->loc, "'embedding' ids have rank %d; at most %d", ids->shape.rank, MAX_RANK - 1);
+    Node *n = new_node(c->g, OP_EMBEDDING, call->ast->loc);
+    n->in[0] = ids;
+    n->in[1] = w;
+    n->nin = 2;
+    n->shape = ids->shape;
+    n->shape.d[n->shape.rank++] = w->shape.d[1];
+    return n;
+}
+
+static Node *lower_sdpa(Checker *c, const Call *call) {
+    Node *q = call->t[0], *k = call->t[1], *v = call->t[2], *mask = call->nt > 3 ? call->t[3] : NULL;
+    for (int i = 0; i < call->nt; i++) require_f32(call, call->t[i], i);
+    Loc loc = call->ast->loc;
+    const char *op = "scaled_dot_product_attention";
+    if (q->shape.rank < 2) error_at(loc, "'%s' query must have rank >= 2 [..., L, E], got %s", op, shp(c, &q->shape));
+    Dim E = q->shape.d[q->shape.rank - 1];
+    double scale = attr_float(call, 1, E.sym ? 1.0 : 1.0 / sqrt((double)E.c));
+    Node *s = mk_matmul(c, loc, op, q, k, true);
+    s = mk_binary(c, OP_MUL, loc, s, mk_const(c, loc, scale));
+    if (mask) s = mk_binary(c, OP_ADD, loc, s, mask);
+    Node *p = new_node(c->g, OP_SOFTMAX, loc);
+    p->in[0] = s;
+    p->nin = 1;
+    p->shape = s->shape;
+    p->axis = s->shape.rank - 1;
+    p->causal = attr_bool(call, 0, false);
+    p->zero_masked_rows = true;
+    return mk_matmul(c, loc, op, p, v, false);
+}
+
+static Node *lower_where(Checker *c, const Call *call) {
+    require_f32(call, call->t[1], 1);
+    require_f32(call, call->t[2], 2);
+    Shape s = broadcast(c, call->ast->loc, "where", &call->t[0]->shape, &call->t[1]->shape);
+    s = broadcast(c, call->ast->loc, "where", &s, &call->t[2]->shape);
+    Node *n = new_node(c->g, OP_WHERE, call->ast->loc);
+    for (int i = 0; i < 3; i++) n->in[i] = call->t[i];
+    n->nin = 3;
+    n->shape = s;
+    return n;
+}
+
+/* ---------------------------------------------------------------- blocks */
+
+static const Block *find_block(const Checker *c, const char *name) {
+    for (int i = 0; i < c->prog->nblocks; i++)
+        if (!strcmp(c->prog->blocks[i]->name, name)) return c->prog->blocks[i];
+    return NULL;
+}
+
+static void lower_stmt(Checker *c, const Stmt *st);
+
+/* Instantiate block b for call e: bind its parameters, check its body in a scope of its own
+ * (params named PREFIX.name), and return the value of its return expression. */
+static Node *instantiate(Checker *c, const Block *b, const Ast *e) {
+    if (c->depth >= 32) error_at(e->loc, "blocks nested more than 32 deep: is block '%s' recursive?", b->name);
+    const Ast *arg[64] = {0};
+    Loc argloc[64];
+    if (b->nparams > 64) error_at(b->loc, "block '%s' has more than 64 parameters", b->name);
+    int npos = 0;
+    for (int i = 0; i < e->nargs; i++) {
+        const AstArg *a = &e->args[i];
+        int k = -1;
+        if (a->key) {
+            for (int j = 0; j < b->nparams; j++)
+                if (!strcmp(b->params[j].name, a->key)) k = j;
+            if (k < 0) error_at(a->loc, "block '%s' has no parameter '%s'", b->name, a->key);
+        } else {
+            k = npos++;
+            if (k >= b->nparams)
+                error_at(a->loc, "too many arguments to block '%s': it takes %d", b->name, b->nparams);
+        }
+        if (arg[k]) error_at(a->loc, "parameter '%s' of block '%s' is given twice", b->params[k].name, b->name);
+        arg[k] = a->val;
+        argloc[k] = a->loc;
+    }
+    /* Evaluate arguments in the caller's scope. */
+    Node *tens[64] = {0};
+    long long ival[64];
+    int kind[64]; /* 0 tensor, 1 int, 2 bool */
+    for (int j = 0; j < b->nparams; j++) {
+        const Ast *v = arg[j] ? arg[j] : b->params[j].def;
+        if (!v) {
+            error_begin(e->loc, "missing argument '%s' for block '%s'", b->params[j].name, b->name);
+            note_at(b->params[j].loc, "'%s' is declared here", b->params[j].name);
+            diag_exit();
+        }
+        Sym *sv = v->kind == AST_NAME ? lookup(c, v->name) : NULL;
+        if (v->kind == AST_BOOL || (sv && sv->kind == SYM_INT && sv->is_bool)) {
+            kind[j] = 2;
+            ival[j] = v->kind == AST_BOOL ? v->bval : sv->ival;
+        } else if (int_literal(v, &ival[j])) {
+            kind[j] = 1;
+        } else {
+            kind[j] = 0;
+            tens[j] = lower_expr(c, v);
+        }
+    }
+    (void)argloc;
+    /* The block's own scope. */
+    int saved_base = c->scope_base, saved_n = c->nsyms;
+    const char *saved_prefix = c->prefix, *saved_block = c->block;
+    c->scope_base = c->nsyms;
+    if (e->scope) c->prefix = c->prefix ? xprintf("%s.%s", c->prefix, e->scope) : e->scope;
+    c->block = b->name;
+    c->depth++;
+    diag_push_context(e->loc, xprintf("in block '%s'%s%s called here", b->name, c->prefix ? " instantiated as " : "",
+                                      c->prefix ? c->prefix : ""));
+    for (int j = 0; j < b->nparams; j++) {
+        Sym *s = define(c, b->params[j].name, b->params[j].loc, kind[j] ? SYM_INT : SYM_VALUE);
+        s->node = tens[j];
+        s->ival = ival[j];
+        s->is_bool = kind[j] == 2;
+        s->used = true;
+    }
+    for (int i = 0; i < b->nstmts; i++) {
+        const Stmt *st = b->stmts[i];
+        if (st->kind == ST_INPUT || st->kind == ST_OUTPUT)
+            error_at(st->loc, "'%s' is not allowed in a block; a block takes tensors as parameters and returns one",
+                     st->kind == ST_INPUT ? "input" : "output");
+        lower_stmt(c, st);
+    }
+    Node *ret = lower_expr(c, b->ret);
+    diag_pop_context();
+    c->depth--;
+    c->nsyms = saved_n;
+    c->scope_base = saved_base;
+    c->prefix = saved_prefix;
+    c->block = saved_block;
+    return ret;
+}
+
 static Node *lower_call(Checker *c, const Ast *e) {
+    const Block *blk = find_block(c, e->name);
+    if (blk) return instantiate(c, blk, e);
+    if (e->scope) error_at(e->scope_loc, "'as %s' names a block instance, but '%s' is an operation", e->scope, e->name);
     int si = -1;
     for (int i = 0; i < S__COUNT; i++)
         if (!strcmp(op_specs[i].name, e->name)) si = i;
@@ -608,6 +1118,18 @@ static Node *lower_call(Checker *c, const Ast *e) {
     case S_RESHAPE: return lower_reshape(c, &call);
     case S_TRANSPOSE: return lower_transpose(c, &call);
     case S_PERMUTE: return lower_permute(c, &call);
+    case S_CONV2D: return lower_conv2d(c, &call);
+    case S_MAXPOOL2D: return lower_pool(c, &call, OP_MAXPOOL2D);
+    case S_AVGPOOL2D: return lower_pool(c, &call, OP_AVGPOOL2D);
+    case S_ADAPTIVE_AVGPOOL2D: return lower_adaptive_pool(c, &call);
+    case S_BATCH_NORM: return lower_batch_norm(c, &call);
+    case S_LAYER_NORM: return lower_layer_norm(c, &call);
+    case S_FLATTEN: return lower_flatten(c, &call);
+    case S_CONCAT: return lower_concat(c, &call);
+    case S_SLICE: return lower_slice(c, &call);
+    case S_EMBEDDING: return lower_embedding(c, &call);
+    case S_SDPA: return lower_sdpa(c, &call);
+    case S_WHERE: return lower_where(c, &call);
     }
     ICE("unhandled op spec %d", si);
 }
@@ -691,85 +1213,114 @@ static void assign_output(Checker *c, Sym *s, Node *v, Loc loc) {
     if (!v->name) v->name = s->name;
 }
 
+static void add_param(Checker *c, Node *n, Loc loc) {
+    Graph *g = c->g;
+    for (int i = 0; i < g->nparams; i++)
+        if (!strcmp(g->params[i]->name, n->name)) {
+            error_begin(loc, "param '%s' is declared twice%s", n->name,
+                        c->block ? " (give each block instance its own 'as' name)" : "");
+            note_at(c->param_locs[i], "first declared here");
+            diag_exit();
+        }
+    g->params = xrealloc_array(g->params, g->nparams, g->nparams + 1, sizeof(Node *));
+    c->param_locs = xrealloc_array(c->param_locs, g->nparams, g->nparams + 1, sizeof(Loc));
+    n->index = g->nparams;
+    c->param_locs[g->nparams] = loc;
+    g->params[g->nparams++] = n;
+}
+
+static void lower_stmt(Checker *c, const Stmt *st) {
+    Graph *g = c->g;
+    switch (st->kind) {
+    case ST_INPUT:
+    case ST_PARAM: {
+        bool in = st->kind == ST_INPUT;
+        Sym *s = define(c, st->name, st->name_loc, in ? SYM_INPUT : SYM_PARAM);
+        Node *n = new_node(g, in ? OP_INPUT : OP_PARAM, st->name_loc);
+        n->name = in || !c->prefix ? s->name : xprintf("%s.%s", c->prefix, st->name);
+        n->dtype = st->type->dtype;
+        n->shape = convert_type(c, st->type, xprintf("%s '%s'", in ? "input" : "param", n->name), in);
+        if (in) {
+            n->index = g->ninputs;
+            g->inputs[g->ninputs++] = n;
+        } else {
+            add_param(c, n, st->name_loc);
+        }
+        s->node = n;
+        break;
+    }
+    case ST_OUTPUT: {
+        Sym *s = define(c, st->name, st->name_loc, SYM_OUTPUT_DECL);
+        s->decl = st->type;
+        s->out_index = g->noutputs;
+        g->outputs[g->noutputs].name = s->name;
+        g->outputs[g->noutputs].loc = st->name_loc;
+        g->noutputs++;
+        if (st->type) (void)convert_type(c, st->type, xprintf("output '%s'", st->name), true);
+        if (st->expr) assign_output(c, s, lower_expr(c, st->expr), st->name_loc);
+        break;
+    }
+    case ST_ASSIGN: {
+        Sym *s = lookup(c, st->name);
+        if (s && s->kind == SYM_OUTPUT_DECL && !s->node) {
+            assign_output(c, s, lower_expr(c, st->expr), st->name_loc);
+            break;
+        }
+        if (s && s->kind == SYM_OUTPUT_DECL) {
+            error_begin(st->name_loc, "output '%s' is assigned twice", st->name);
+            note_at(c->g->outputs[s->out_index].loc, "first assigned here");
+            diag_exit();
+        }
+        Node *v = lower_expr(c, st->expr);
+        s = define(c, st->name, st->name_loc, SYM_VALUE);
+        s->node = v;
+        if (!v->name) v->name = s->name;
+        break;
+    }
+    }
+}
+
 Graph *build_graph(const Program *p, int max_batch) {
     Graph *g = xalloc(sizeof(Graph));
     g->name = p->name;
     g->max_batch = max_batch;
-    Checker ck = {.g = g}, *c = &ck;
-    int nin = 0, npar = 0, nout = 0;
+    Checker ck = {.g = g, .prog = p}, *c = &ck;
+    CK = c;
+    int nin = 0, nout = 0;
     for (int i = 0; i < p->nstmts; i++) {
         nin += p->stmts[i]->kind == ST_INPUT;
-        npar += p->stmts[i]->kind == ST_PARAM;
         nout += p->stmts[i]->kind == ST_OUTPUT;
     }
     g->inputs = xalloc(sizeof(Node *) * (nin + 1));
-    g->params = xalloc(sizeof(Node *) * (npar + 1));
     g->outputs = xalloc(sizeof(GraphOutput) * (nout + 1));
-
-    for (int i = 0; i < p->nstmts; i++) {
-        const Stmt *st = p->stmts[i];
-        switch (st->kind) {
-        case ST_INPUT:
-        case ST_PARAM: {
-            bool in = st->kind == ST_INPUT;
-            Sym *s = define(c, st->name, st->name_loc, in ? SYM_INPUT : SYM_PARAM);
-            Node *n = new_node(g, in ? OP_INPUT : OP_PARAM, st->name_loc);
-            n->name = s->name;
-            n->dtype = st->type->dtype;
-            n->shape = convert_type(c, st->type, xprintf("%s '%s'", in ? "input" : "param", st->name), in);
-            if (in) {
-                n->index = g->ninputs;
-                g->inputs[g->ninputs++] = n;
-            } else {
-                n->index = g->nparams;
-                g->params[g->nparams++] = n;
-            }
-            s->node = n;
-            break;
-        }
-        case ST_OUTPUT: {
-            Sym *s = define(c, st->name, st->name_loc, SYM_OUTPUT_DECL);
-            s->decl = st->type;
-            s->out_index = g->noutputs;
-            g->outputs[g->noutputs].name = s->name;
-            g->outputs[g->noutputs].loc = st->name_loc;
-            g->noutputs++;
-            if (st->type) (void)convert_type(c, st->type, xprintf("output '%s'", st->name), true);
-            if (st->expr) assign_output(c, s, lower_expr(c, st->expr), st->name_loc);
-            break;
-        }
-        case ST_ASSIGN: {
-            Sym *s = lookup(c, st->name);
-            if (s && s->kind == SYM_OUTPUT_DECL && !s->node) {
-                assign_output(c, s, lower_expr(c, st->expr), st->name_loc);
-                break;
-            }
-            if (s && s->kind == SYM_OUTPUT_DECL) {
-                error_begin(st->name_loc, "output '%s' is assigned twice", st->name);
-                note_at(c->g->outputs[s->out_index].loc, "first assigned here");
+    for (int i = 0; i < p->nblocks; i++)
+        for (int j = 0; j < i; j++)
+            if (!strcmp(p->blocks[i]->name, p->blocks[j]->name)) {
+                error_begin(p->blocks[i]->loc, "redefinition of block '%s'", p->blocks[i]->name);
+                note_at(p->blocks[j]->loc, "previous definition is here");
                 diag_exit();
             }
-            Node *v = lower_expr(c, st->expr);
-            s = define(c, st->name, st->name_loc, SYM_VALUE);
-            s->node = v;
-            if (!v->name) v->name = s->name;
-            break;
-        }
-        }
-    }
+
+    for (int i = 0; i < p->nstmts; i++) lower_stmt(c, p->stmts[i]);
     if (g->noutputs == 0) error_at(p->loc, "model '%s' has no outputs; declare one with 'output NAME = ...'", p->name);
     for (int i = 0; i < c->nsyms; i++)
         if (c->syms[i].kind == SYM_OUTPUT_DECL && !c->syms[i].node)
             error_at(c->syms[i].loc, "output '%s' is declared but never assigned", c->syms[i].name);
 
     analyze_uses(g);
+    /* Model-level names in source order, then params declared inside blocks. */
     for (int i = 0; i < c->nsyms; i++) {
         Sym *s = &c->syms[i];
         if ((s->kind == SYM_INPUT || s->kind == SYM_PARAM) && s->node->nuses == 0)
-            warning_at(s->loc, "%s '%s' is never used by any output", s->kind == SYM_INPUT ? "input" : "param",
-                       s->name);
+            warning_at(s->loc, "%s '%s' is never used by any output", s->kind == SYM_INPUT ? "input" : "param", s->name);
         else if (s->kind == SYM_VALUE && !s->used)
             warning_at(s->loc, "value '%s' is computed but never used", s->name);
     }
+    for (int i = 0; i < g->nparams; i++) {
+        Sym *s = lookup(c, g->params[i]->name);
+        if (g->params[i]->nuses == 0 && !(s && s->node == g->params[i]))
+            warning_at(c->param_locs[i], "param '%s' is never used by any output", g->params[i]->name);
+    }
+    CK = NULL;
     return g;
 }

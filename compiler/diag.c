@@ -78,7 +78,33 @@ static void report(Loc loc, const char *kind, const char *fmt, va_list ap) {
     quote_line(loc);
 }
 
+/* The block instantiations being checked, outermost first: each error inside a block gets a
+ * note per level pointing at the call. */
+#define MAX_CONTEXT 64
+static Loc ctx_loc[MAX_CONTEXT];
+static const char *ctx_msg[MAX_CONTEXT];
+static int nctx;
+
+void diag_push_context(Loc loc, const char *msg) {
+    if (nctx < MAX_CONTEXT) {
+        ctx_loc[nctx] = loc;
+        ctx_msg[nctx] = msg;
+    }
+    nctx++;
+}
+
+void diag_pop_context(void) {
+    if (nctx > 0)
+        nctx--;
+}
+
+static void print_context(void) {
+    for (int i = (nctx < MAX_CONTEXT ? nctx : MAX_CONTEXT) - 1; i >= 0; i--)
+        note_at(ctx_loc[i], "%s", ctx_msg[i]);
+}
+
 noreturn void diag_exit(void) {
+    print_context();
     fflush(stderr);
     exit(1);
 }

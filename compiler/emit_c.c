@@ -21,10 +21,12 @@
 typedef struct Emit {
     const Graph *g;
     const KernelList *kl;
+    const KernelList *init; /* kernels run once at load time */
     const MemPlan *mp;
     FILE *o;
     char *pfx;  /* C identifier prefix: the model name */
     char *PFX;  /* macro prefix */
+    const char *scratch; /* the current kernel's scratch pointer (C), or NULL */
 } Emit;
 
 static Node *view_base(const Node *cn) {
@@ -84,6 +86,7 @@ static char *float_lit(double v) {
 
 typedef struct Operand {
     Dim stride[MAX_RANK]; /* per iteration dim; {0,false} for broadcast */
+    char *base;           /* constant element offset (slices), as C, or NULL */
 } Operand;
 
 static int emit_expr(Emit *e, const Kernel *k, const Expr *x, int *tmp) {
@@ -102,9 +105,12 @@ static int emit_expr(Emit *e, const Kernel *k, const Expr *x, int *tmp) {
     }
     a = emit_expr(e, k, x->a, tmp);
     if (x->b) b = emit_expr(e, k, x->b, tmp);
+    int c3 = x->c ? emit_expr(e, k, x->c, tmp) : -1;
     t = (*tmp)++;
     fprintf(o, "    const %s t%d = ", T, t);
     switch (x->op) {
+    case OP_WHERE: fprintf(o, "t%d != 0 ? t%d : t%d", a, b, c3); break;
+    case OP_SLICE: fprintf(o, "t%d", a); break;
     case OP_NEG: fprintf(o, "-t%d", a); break;
     case OP_EXP: fprintf(o, "expf(t%d)", a); break;
     case OP_LOG: fprintf(o, "logf(t%d)", a); break;
@@ -152,9 +158,16 @@ static void emit_elementwise(Emit *e, const Kernel *k, const char *fname) {
         Dim ls[MAX_RANK];
         contiguous_strides(&l->node->shape, ls);
         for (int d = 0; d < rank; d++) ops[1 + i].stride[d] = (Dim){0, false};
-        for (int d = 0; d < l->node->shape.rank; d++)
-            if (l->map[d] >= 0) ops[1 + i].stride[l->map[d]] = ls[d];
+        ops[1 + i].base = NULL;
+        for (int d = 0; d < l->node->shape.rank; d++) {
+            if (l->map[d] >= 0) ops[1 + i].stride[l->map[d]] = dim_mul(ls[d], (Dim){l->step[d], false}, NULL);
+            if (l->start[d]) {
+                char *term = xprintf("%" PRId64 " * %s", l->start[d], dimc(ls[d]));
+                ops[1 + i].base = ops[1 + i].base ? xprintf("%s + %s", ops[1 + i].base, term) : term;
+            }
+        }
     }
+    ops[0].base = NULL;
     for (int d = rank - 2; d >= 0; d--) {
         bool ok = true;
         for (int j = 0; j < nops && ok; j++) {
@@ -194,6 +207,10 @@ static void emit_elementwise(Emit *e, const Kernel *k, const char *fname) {
     for (int i = 0; i < k->nleaves; i++) {
         fprintf(o, "%sl%d[", i ? ", " : "", i);
         bool f1 = true;
+        if (ops[1 + i].base) {
+            fprintf(o, "%s", ops[1 + i].base);
+            f1 = false;
+        }
         for (int d = 0; d < rank; d++) {
             Dim s = ops[1 + i].stride[d];
             if (s.c == 0) continue;
@@ -221,11 +238,21 @@ static void emit_gemm_call(Emit *e, const Kernel *k, char **ptr) {
     FILE *o = e->o;
     const Node *m = k->gemm;
     const Shape *sa = &m->in[0]->shape, *sb = &m->in[1]->shape, *so = &m->shape;
+    const char *A = ptr[view_base(m->in[0])->id], *Bm = ptr[view_base(m->in[1])->id], *C = ptr[k->root->id];
+    if (m->op == OP_CONV2D) {
+        const Shape *sx = &m->in[0]->shape;
+        fprintf(o, "    /* k%d: conv2d %%%d = conv(%%%d, %%%d) */\n", k->id, m->id, m->in[0]->id, m->in[1]->id);
+        fprintf(o, "    mrt_conv2d_f32(%s, %s, %s, %s, %" PRId64 ", %" PRId64 ", %" PRId64 ", %" PRId64 ", %d, %d, %" PRId64
+                   ", %" PRId64 ", %d, %d, %d, %d, %d, %d, %d, %s);\n",
+                C, A, Bm, dimc(sx->d[0]), sx->d[1].c, sx->d[2].c, sx->d[3].c, so->d[1].c, m->kernel[0], m->kernel[1],
+                so->d[2].c, so->d[3].c, m->stride[0], m->stride[1], m->pad[0], m->pad[1], m->dilation[0], m->dilation[1],
+                m->groups, e->scratch ? e->scratch : "NULL");
+        return;
+    }
     Dim M = sa->d[sa->rank - 2], K = sa->d[sa->rank - 1], N = so->d[so->rank - 1];
     check_blas_dim(e, m, M, "rows");
     check_blas_dim(e, m, K, "inner dimension");
     check_blas_dim(e, m, N, "columns");
-    const char *A = ptr[view_base(m->in[0])->id], *Bm = ptr[view_base(m->in[1])->id], *C = ptr[k->root->id];
     const char *tb = m->trans_b ? "CblasTrans" : "CblasNoTrans";
     char *ldb = m->trans_b ? dimc(K) : dimc(N);
     int ob = so->rank - 2, ab = sa->rank - 2, bb = sb->rank - 2;
@@ -274,17 +301,83 @@ static void emit_gemm_call(Emit *e, const Kernel *k, char **ptr) {
 
 /* ---------------------------------------------------------------- reductions */
 
-static void emit_reduce_call(Emit *e, const Kernel *k, char **ptr) {
+static void emit_library_call(Emit *e, const Kernel *k, char **ptr) {
     FILE *o = e->o;
     const Node *r = k->reduce, *x = r->in[0];
+    const char *X = ptr[view_base(x)->id], *Y = ptr[r->id];
+    const Shape *xs = &x->shape;
+    switch (r->op) {
+    case OP_MAXPOOL2D:
+    case OP_AVGPOOL2D:
+    case OP_ADAPTIVE_AVGPOOL2D: {
+        char *nc = dimc(dim_mul(xs->d[0], xs->d[1], NULL));
+        fprintf(o, "    /* k%d: %s %%%d */\n", k->id, op_name(r->op), r->id);
+        if (r->op == OP_MAXPOOL2D)
+            fprintf(o, "    mrt_maxpool2d_f32(%s, %s, %s, %" PRId64 ", %" PRId64 ", %" PRId64 ", %" PRId64 ", %d, %d, %d, %d, %d, %d, %d, %d);\n",
+                    Y, X, nc, xs->d[2].c, xs->d[3].c, r->shape.d[2].c, r->shape.d[3].c, r->kernel[0], r->kernel[1],
+                    r->stride[0], r->stride[1], r->pad[0], r->pad[1], r->dilation[0], r->dilation[1]);
+        else if (r->op == OP_AVGPOOL2D)
+            fprintf(o, "    mrt_avgpool2d_f32(%s, %s, %s, %" PRId64 ", %" PRId64 ", %" PRId64 ", %" PRId64 ", %d, %d, %d, %d, %d, %d, %d, %d, %d);\n",
+                    Y, X, nc, xs->d[2].c, xs->d[3].c, r->shape.d[2].c, r->shape.d[3].c, r->kernel[0], r->kernel[1],
+                    r->stride[0], r->stride[1], r->pad[0], r->pad[1], r->pad[2], r->pad[3], r->count_include_pad);
+        else
+            fprintf(o, "    mrt_adaptive_avgpool2d_f32(%s, %s, %s, %" PRId64 ", %" PRId64 ", %" PRId64 ", %" PRId64 ");\n", Y, X,
+                    nc, xs->d[2].c, xs->d[3].c, r->shape.d[2].c, r->shape.d[3].c);
+        return;
+    }
+    case OP_LAYER_NORM: {
+        Dim rows = {1, false};
+        for (int i = 0; i + 1 < xs->rank; i++) rows = dim_mul(rows, xs->d[i], NULL);
+        fprintf(o, "    /* k%d: layer_norm %%%d */\n", k->id, r->id);
+        fprintf(o, "    mrt_layernorm_f32(%s, %s, %s, %s, %s, %" PRId64 ", %s);\n", Y, X, ptr[view_base(r->in[1])->id],
+                ptr[view_base(r->in[2])->id], dimc(rows), xs->d[xs->rank - 1].c, float_lit(r->value));
+        return;
+    }
+    case OP_EMBEDDING: {
+        const Node *w = r->in[1];
+        char *n = dimc(shape_numel(xs));
+        fprintf(o, "    /* k%d: embedding %%%d */\n    {\n        int64_t bad_id = 0;\n", k->id, r->id);
+        fprintf(o, "        int64_t bad = mrt_embedding_f32(%s, %s, %d, %s, %s, %" PRId64 ", %" PRId64 ", &bad_id);\n", Y, X,
+                x->dtype == DT_I64, n, ptr[view_base(w)->id], w->shape.d[0].c, w->shape.d[1].c);
+        fprintf(o, "        if (bad >= 0)\n            return mrt_set_error(MRT_ERR_INVALID_ARG, \"%s: embedding %s: id %%lld at "
+                   "position %%lld is out of range [0, %" PRId64 ")\", (long long)bad_id, (long long)bad);\n    }\n",
+                e->pfx, x->name ? x->name : "ids", w->shape.d[0].c);
+        return;
+    }
+    case OP_CONCAT: {
+        size_t es = dtype_size(r->dtype);
+        Dim outer = {1, false}, inner = {1, false};
+        for (int i = 0; i < r->axis; i++) outer = dim_mul(outer, r->shape.d[i], NULL);
+        for (int i = r->axis + 1; i < r->shape.rank; i++) inner = dim_mul(inner, r->shape.d[i], NULL);
+        Dim yrow = dim_mul(r->shape.d[r->axis], inner, NULL);
+        fprintf(o, "    /* k%d: concat %%%d along axis %d */\n", k->id, r->id, r->axis);
+        Dim off = {0, r->shape.d[r->axis].sym};
+        for (int j = 0; j < r->nin; j++) {
+            const Node *xj = r->in[j];
+            Dim xrow = dim_mul(xj->shape.d[r->axis], inner, NULL);
+            fprintf(o, "    mrt_concat_part(%s, %s, %s, %s * %zu, %s * %zu, %s * %zu);\n", Y, ptr[view_base(xj)->id],
+                    dimc(outer), dimc(xrow), es, dimc(yrow), es, off.c ? dimc(off) : "0", es);
+            off.c += xrow.c;
+            off.sym = xrow.sym;
+        }
+        return;
+    }
+    default:
+        break;
+    }
     Dim outer = {1, false}, inner = {1, false};
     for (int i = 0; i < r->axis; i++) outer = dim_mul(outer, x->shape.d[i], NULL);
     for (int i = r->axis + 1; i < x->shape.rank; i++) inner = dim_mul(inner, x->shape.d[i], NULL);
-    const char *X = ptr[view_base(x)->id], *Y = ptr[r->id];
     char *n = dimc(x->shape.d[r->axis]), *ou = dimc(outer), *in = dimc(inner);
     fprintf(o, "    /* k%d: %s %%%d {axis=%d} */\n", k->id, op_name(r->op), r->id, r->axis);
     switch (r->op) {
-    case OP_SOFTMAX: fprintf(o, "    mrt_softmax_f32(%s, %s, %s, %s, %s, 0);\n", Y, X, ou, n, in); break;
+    case OP_SOFTMAX:
+        if (r->causal || r->zero_masked_rows)
+            fprintf(o, "    mrt_softmax_masked_f32(%s, %s, %s, %s, %" PRId64 ", %d, %d);\n", Y, X, ou, n,
+                    x->shape.rank >= 2 ? x->shape.d[x->shape.rank - 2].c : 1, r->causal, r->zero_masked_rows);
+        else
+            fprintf(o, "    mrt_softmax_f32(%s, %s, %s, %s, %s, 0);\n", Y, X, ou, n, in);
+        break;
     case OP_LOG_SOFTMAX: fprintf(o, "    mrt_softmax_f32(%s, %s, %s, %s, %s, 1);\n", Y, X, ou, n, in); break;
     case OP_SUM: fprintf(o, "    mrt_sum_f32(%s, %s, %s, %s, %s, 0);\n", Y, X, ou, n, in); break;
     case OP_MEAN: fprintf(o, "    mrt_sum_f32(%s, %s, %s, %s, %s, 1);\n", Y, X, ou, n, in); break;
@@ -367,10 +460,72 @@ static void io_desc(Emit *e, FILE *o, const char *name, const Node *n) {
     fprintf(o, "}, 0x%xu},\n", mask);
 }
 
+/* Declare one pointer per materialized value: for run() (inputs, params, load-time values,
+ * arena, outputs), or for load_weights() (params and load-time values only). */
+static char **declare_pointers(Emit *e, bool at_load) {
+    const Graph *g = e->g;
+    const MemPlan *mp = e->mp;
+    FILE *o = e->o;
+    char **ptr = xalloc(sizeof(char *) * (g->nnodes + 1));
+    for (int i = 0; i < g->nnodes; i++) {
+        Node *n = g->nodes[i];
+        const Storage *s = mp->of[i];
+        if (n->dead || !s || n->op == OP_RESHAPE) continue;
+        if (at_load && s->kind != S_PARAM && s->kind != S_INIT) continue;
+        const char *T = ctype(n->dtype);
+        ptr[i] = xprintf("mrt_v%d", i);
+        switch (s->kind) {
+        case S_INPUT:
+            fprintf(o, "    const %s *const mrt_v%d = %s;\n", T, i, c_ident(g->inputs[s->index]->name));
+            break;
+        case S_PARAM:
+            fprintf(o, "    const %s *const mrt_v%d = (const %s *)(W + %zu);  /* %s */\n", T, i, T, s->offset, n->name);
+            break;
+        case S_INIT:
+            if (at_load) fprintf(o, "    %s *const mrt_v%d = (%s *)(W + %zu);\n", T, i, T, s->offset);
+            else fprintf(o, "    const %s *const mrt_v%d = (const %s *)(W + %zu);  /* computed at load */\n", T, i, T, s->offset);
+            break;
+        case S_ARENA:
+            fprintf(o, "    %s *const mrt_v%d = (%s *)(A + %zu);\n", T, i, T, s->offset);
+            break;
+        case S_OUTPUT:
+            fprintf(o, "    %s *const mrt_v%d = %s;\n", T, i, c_ident(g->outputs[s->index].name));
+            break;
+        case S_CONST:
+            break;
+        }
+        fprintf(o, "    (void)mrt_v%d;\n", i);
+    }
+    for (int i = 0; i < g->nnodes; i++)
+        if (!g->nodes[i]->dead && g->nodes[i]->op == OP_RESHAPE && mp->of[i]) ptr[i] = ptr[view_base(g->nodes[i])->id];
+    return ptr;
+}
+
+/* The calls of one kernel list, in order. */
+static void emit_calls(Emit *e, const KernelList *kl, char **ptr, const char *pfx) {
+    FILE *o = e->o;
+    bool run = !strcmp(pfx, "k");
+    for (int i = 0; i < kl->n; i++) {
+        const Kernel *k = kl->k[i];
+        e->scratch = NULL;
+        if (run && e->mp->scratch[i]) {
+            e->scratch = xprintf("(float *)(A + %zu)", e->mp->scratch[i]->offset);
+        }
+        if (k->kind == K_GEMM) emit_gemm_call(e, k, ptr);
+        if (k->kind == K_REDUCE) emit_library_call(e, k, ptr);
+        if (k->expr) {
+            if (k->kind == K_ELEMENTWISE) fprintf(o, "    /* %s%d: elementwise */\n", pfx, k->id);
+            fprintf(o, "    %s_%s%d(%s", e->pfx, pfx, k->id, ptr[k->root->id]);
+            for (int j = 0; j < k->nleaves; j++)
+                fprintf(o, ", %s", j == k->gemm_leaf ? ptr[k->root->id] : ptr[view_base(k->leaves[j].node)->id]);
+            fprintf(o, ", B);\n");
+        }
+    }
+}
+
 static void emit_source(Emit *e, FILE *o, const char *h_include) {
     const Graph *g = e->g;
     const KernelList *kl = e->kl;
-    const MemPlan *mp = e->mp;
     e->o = o;
     fprintf(o, "/* %s.c — generated by modelc from model '%s'. Do not edit. */\n", e->pfx, g->name);
     fprintf(o, "#include <stdint.h>\n#include <stdlib.h>\n#include <string.h>\n#include <math.h>\n#include <cblas.h>\n");
@@ -384,18 +539,20 @@ static void emit_source(Emit *e, FILE *o, const char *h_include) {
         const Node *n = g->params[i];
         fprintf(o, "    {\"%s\", %s, %d, {", n->name, mrt_dtype(n->dtype), n->shape.rank);
         for (int d = 0; d < n->shape.rank; d++) fprintf(o, "%s%" PRId64, d ? ", " : "", n->shape.d[d].c);
-        fprintf(o, "}, %zu},\n", mp->of[n->id]->offset);
+        fprintf(o, "}, %zu},\n", e->mp->of[n->id]->offset);
     }
     if (!g->nparams) fprintf(o, "    {0}\n");
     fprintf(o, "};\n#define N_PARAMS %d\n\n", g->nparams);
 
-    /* kernels */
-    for (int i = 0; i < kl->n; i++) {
-        const Kernel *k = kl->k[i];
-        if (k->expr) {
-            fprintf(o, "/* k%d: %s -> %%%d */\n", k->id, k->kind == K_GEMM ? "GEMM epilogue" : "elementwise",
-                    k->root->id);
-            emit_elementwise(e, k, xprintf("%s_k%d", e->pfx, k->id));
+    /* kernels: the run's, then the load-time ones */
+    for (int li = 0; li < 2; li++) {
+        const KernelList *L = li ? e->init : kl;
+        for (int i = 0; i < L->n; i++) {
+            const Kernel *k = L->k[i];
+            if (!k->expr) continue;
+            fprintf(o, "/* %s%d: %s -> %%%d */\n", li ? "init" : "k", k->id,
+                    k->kind == K_GEMM ? "GEMM epilogue" : "elementwise", k->root->id);
+            emit_elementwise(e, k, xprintf("%s_%s%d", e->pfx, li ? "init" : "k", k->id));
         }
     }
 
@@ -419,9 +576,17 @@ static void emit_source(Emit *e, FILE *o, const char *h_include) {
     fprintf(o, "    if (!m) return mrt_set_error(MRT_ERR_INVALID_ARG, \"%s_load_weights: model is NULL\");\n", e->pfx);
     fprintf(o, "    if (N_PARAMS == 0 && !path) return MRT_OK;\n");
     fprintf(o, "    if (!path) return mrt_set_error(MRT_ERR_INVALID_ARG, \"%s_load_weights: path is NULL\");\n", e->pfx);
+    fprintf(o, "    m->weights_loaded = 0;\n");
     fprintf(o, "    mrt_status st = mrt_weights_load(path, %s_params, N_PARAMS, m->weights, %s_WEIGHT_BYTES);\n", e->pfx,
             e->PFX);
-    fprintf(o, "    m->weights_loaded = st == MRT_OK;\n    return st;\n}\n\n");
+    fprintf(o, "    if (st != MRT_OK) return st;\n");
+    if (e->init->n) {
+        fprintf(o, "    /* values that depend only on the weights (folded batch norms, ...) */\n");
+        fprintf(o, "    const int64_t B = 1;\n    (void)B;\n    unsigned char *const W = m->weights;\n");
+        char **ptr = declare_pointers(e, true);
+        emit_calls(e, e->init, ptr, "init");
+    }
+    fprintf(o, "    m->weights_loaded = 1;\n    return MRT_OK;\n}\n\n");
 
     fprintf(o, "void %s_destroy(%s *m) {\n    if (!m) return;\n    mrt_free(m->device, m->weights);\n"
                "    mrt_free(m->device, m->arena);\n    free(m);\n}\n\n", e->pfx, e->pfx);
@@ -445,45 +610,8 @@ static void emit_source(Emit *e, FILE *o, const char *h_include) {
                "(call %s_load_weights first)\");\n", e->pfx, e->pfx);
     fprintf(o, "    const int64_t B = batch;\n    (void)B;\n");
     fprintf(o, "    unsigned char *const A = m->arena;\n    const unsigned char *const W = m->weights;\n    (void)A;\n    (void)W;\n");
-    /* one pointer per materialized value */
-    char **ptr = xalloc(sizeof(char *) * g->nnodes);
-    for (int i = 0; i < g->nnodes; i++) {
-        Node *n = g->nodes[i];
-        const Storage *s = mp->of[i];
-        if (n->dead || !s || n->op == OP_RESHAPE) continue;
-        const char *T = ctype(n->dtype);
-        ptr[i] = xprintf("mrt_v%d", i);
-        switch (s->kind) {
-        case S_INPUT:
-            fprintf(o, "    const %s *const mrt_v%d = %s;\n", T, i, c_ident(g->inputs[s->index]->name));
-            break;
-        case S_PARAM:
-            fprintf(o, "    const %s *const mrt_v%d = (const %s *)(W + %zu);  /* %s */\n", T, i, T, s->offset, n->name);
-            break;
-        case S_ARENA:
-            fprintf(o, "    %s *const mrt_v%d = (%s *)(A + %zu);\n", T, i, T, s->offset);
-            break;
-        case S_OUTPUT:
-            fprintf(o, "    %s *const mrt_v%d = %s;\n", T, i, c_ident(g->outputs[s->index].name));
-            break;
-        case S_CONST:
-            break;
-        }
-    }
-    for (int i = 0; i < g->nnodes; i++)
-        if (!g->nodes[i]->dead && g->nodes[i]->op == OP_RESHAPE && mp->of[i]) ptr[i] = ptr[view_base(g->nodes[i])->id];
-    for (int i = 0; i < kl->n; i++) {
-        const Kernel *k = kl->k[i];
-        if (k->kind == K_GEMM) emit_gemm_call(e, k, ptr);
-        if (k->kind == K_REDUCE) emit_reduce_call(e, k, ptr);
-        if (k->expr) {
-            if (k->kind == K_ELEMENTWISE) fprintf(o, "    /* k%d: elementwise */\n", k->id);
-            fprintf(o, "    %s_k%d(%s", e->pfx, k->id, ptr[k->root->id]);
-            for (int j = 0; j < k->nleaves; j++)
-                fprintf(o, ", %s", j == k->gemm_leaf ? ptr[k->root->id] : ptr[view_base(k->leaves[j].node)->id]);
-            fprintf(o, ", B);\n");
-        }
-    }
+    char **ptr = declare_pointers(e, false);
+    emit_calls(e, kl, ptr, "k");
     fprintf(o, "    return MRT_OK;\n}\n\n");
 
     /* the generic descriptor */
@@ -528,8 +656,9 @@ static void emit_main(Emit *e, FILE *o, const char *h_include) {
     fprintf(o, "int main(int argc, char **argv) { return mrt_main(&%s_info, argc, argv); }\n", e->pfx);
 }
 
-void emit_c(const Graph *g, const KernelList *kl, const MemPlan *mp, const EmitOptions *opt) {
-    Emit E = {.g = g, .kl = kl, .mp = mp}, *e = &E;
+void emit_c(const Graph *g, const KernelList *kl, const KernelList *init, const MemPlan *mp,
+            const EmitOptions *opt) {
+    Emit E = {.g = g, .kl = kl, .init = init, .mp = mp}, *e = &E;
     e->pfx = c_ident(g->name);
     e->PFX = upper(e->pfx);
     size_t len;

@@ -49,7 +49,7 @@ static void materialize_outputs(Graph *g) {
     for (int i = 0; i < g->noutputs; i++) {
         GraphOutput *o = &g->outputs[i];
         Node *base = view_base(o->node);
-        bool need = base->op == OP_INPUT || base->op == OP_PARAM || base->op == OP_CONST;
+        bool need = base->op == OP_INPUT || base->op == OP_PARAM || base->op == OP_CONST || base->init;
         for (int j = 0; j < i && !need; j++) need = view_base(g->outputs[j].node) == base;
         if (need) {
             Node *cp = mk_copy(g, o->node, o->loc);
@@ -73,10 +73,23 @@ static bool same_numel(const Node *a, const Node *b) {
     return dim_eq(shape_numel(&a->shape), shape_numel(&b->shape));
 }
 
-static int add_leaf(Fuser *f, Node *n, const int *map) {
+/* How a node is read from the kernel's iteration space (see LeafRef). */
+typedef struct IMap {
+    int map[MAX_RANK];
+    int64_t start[MAX_RANK], step[MAX_RANK];
+} IMap;
+
+static bool same_read(const LeafRef *l, const Node *n, const IMap *m) {
+    if (l->node != n) return false;
+    for (int d = 0; d < n->shape.rank; d++)
+        if (l->map[d] != m->map[d] || l->start[d] != m->start[d] || l->step[d] != m->step[d]) return false;
+    return true;
+}
+
+static int add_leaf(Fuser *f, Node *n, const IMap *map) {
     Kernel *k = f->cur;
     for (int i = 0; i < k->nleaves; i++)
-        if (k->leaves[i].node == n && !memcmp(k->leaves[i].map, map, sizeof(int) * n->shape.rank)) return i;
+        if (same_read(&k->leaves[i], n, map)) return i;
     if (k->nleaves == f->capleaves) {
         int cap = f->capleaves ? 2 * f->capleaves : 8;
         k->leaves = xrealloc_array(k->leaves, f->capleaves, cap, sizeof(LeafRef));
@@ -85,20 +98,43 @@ static int add_leaf(Fuser *f, Node *n, const int *map) {
     LeafRef *l = &k->leaves[k->nleaves];
     memset(l, 0, sizeof *l);
     l->node = n;
-    memcpy(l->map, map, sizeof(int) * n->shape.rank);
+    memcpy(l->map, map->map, sizeof l->map);
+    memcpy(l->start, map->start, sizeof l->start);
+    memcpy(l->step, map->step, sizeof l->step);
     return k->nleaves++;
 }
 
-/* Map of child `x` (an operand of elementwise node `p` with map pmap). */
-static void child_map(const Node *p, const int *pmap, const Node *x, int *xmap) {
+/* Map of child `x` (an operand of elementwise node `p` read through pm): broadcasting aligns
+ * at the right and pins size-1 dims to index 0; permute permutes; slice scales and shifts its
+ * axis (index start + step * i). */
+static void child_map(const Node *p, const IMap *pm, const Node *x, IMap *xm) {
     if (p->op == OP_PERMUTE) {
-        for (int i = 0; i < p->shape.rank; i++) xmap[p->perm[i]] = pmap[i];
+        for (int i = 0; i < p->shape.rank; i++) {
+            xm->map[p->perm[i]] = pm->map[i];
+            xm->start[p->perm[i]] = pm->start[i];
+            xm->step[p->perm[i]] = pm->step[i];
+        }
+        return;
+    }
+    if (p->op == OP_SLICE) {
+        *xm = *pm;
+        int a = p->axis;
+        xm->start[a] = p->start + p->step * pm->start[a];
+        xm->step[a] = p->step * pm->step[a];
         return;
     }
     int off = p->shape.rank - x->shape.rank;
     for (int i = 0; i < x->shape.rank; i++) {
         Dim dx = x->shape.d[i], dp = p->shape.d[i + off];
-        xmap[i] = (!dx.sym && dx.c == 1 && !dim_eq(dx, dp)) ? -1 : pmap[i + off];
+        if (!dx.sym && dx.c == 1 && !dim_eq(dx, dp)) {
+            xm->map[i] = -1;
+            xm->start[i] = 0;
+            xm->step[i] = 0;
+        } else {
+            xm->map[i] = pm->map[i + off];
+            xm->start[i] = pm->start[i + off];
+            xm->step[i] = pm->step[i + off];
+        }
     }
 }
 
@@ -107,7 +143,7 @@ static void add_member(Kernel *k, Node *n) {
     k->members[k->nmembers++] = n;
 }
 
-static Expr *build_expr(Fuser *f, Node *n, const int *map, bool is_root) {
+static Expr *build_expr(Fuser *f, Node *n, const IMap *map, bool is_root) {
     Expr *e = xalloc(sizeof(Expr));
     if (n->op == OP_CONST) {
         e->op = OP_CONST;
@@ -121,12 +157,16 @@ static Expr *build_expr(Fuser *f, Node *n, const int *map, bool is_root) {
     }
     e->op = n->op;
     e->node = n;
-    int cmap[MAX_RANK];
-    child_map(n, map, n->in[0], cmap);
-    e->a = build_expr(f, n->in[0], cmap, false);
+    IMap cm;
+    child_map(n, map, n->in[0], &cm);
+    e->a = build_expr(f, n->in[0], &cm, false);
     if (n->nin > 1) {
-        child_map(n, map, n->in[1], cmap);
-        e->b = build_expr(f, n->in[1], cmap, false);
+        child_map(n, map, n->in[1], &cm);
+        e->b = build_expr(f, n->in[1], &cm, false);
+    }
+    if (n->nin > 2) {
+        child_map(n, map, n->in[2], &cm);
+        e->c = build_expr(f, n->in[2], &cm, false);
     }
     add_member(f->cur, n);
     return e;
@@ -135,8 +175,25 @@ static Expr *build_expr(Fuser *f, Node *n, const int *map, bool is_root) {
 static bool map_is_identity(const LeafRef *l, const Node *root) {
     if (l->node->shape.rank != root->shape.rank) return false;
     for (int i = 0; i < root->shape.rank; i++)
-        if (l->map[i] != i || !dim_eq(l->node->shape.d[i], root->shape.d[i])) return false;
+        if (l->map[i] != i || l->start[i] != 0 || l->step[i] != 1 || !dim_eq(l->node->shape.d[i], root->shape.d[i]))
+            return false;
     return true;
+}
+
+/* im2col buffer of a convolution: [C/groups * KH * KW, OH * OW] floats; none for a 1x1,
+ * stride-1, unpadded convolution, which reads its input directly. */
+static size_t conv_scratch(const Node *n) {
+    const Node *x = n->in[0], *w = n->in[1];
+    bool direct = n->kernel[0] == 1 && n->kernel[1] == 1 && n->stride[0] == 1 && n->stride[1] == 1 && !n->pad[0] &&
+                  !n->pad[1] && !n->pad[2] && !n->pad[3];
+    (void)x;
+    if (direct) return 0;
+    return (size_t)w->shape.d[1].c * n->kernel[0] * n->kernel[1] * n->shape.d[2].c * n->shape.d[3].c * sizeof(float);
+}
+
+static bool is_library_op(OpKind op) {
+    return op_is_reduction(op) || op == OP_MAXPOOL2D || op == OP_AVGPOOL2D || op == OP_ADAPTIVE_AVGPOOL2D ||
+           op == OP_LAYER_NORM || op == OP_EMBEDDING || op == OP_CONCAT;
 }
 
 static Kernel *new_kernel(KernelList *kl, KernelKind kind, Node *root) {
@@ -150,7 +207,9 @@ static Kernel *new_kernel(KernelList *kl, KernelKind kind, Node *root) {
     return k;
 }
 
-KernelList fuse_graph(Graph *g, FuseOptions opt) {
+static KernelList build_kernels(Fuser *f, bool init);
+
+KernelList fuse_graph(Graph *g, FuseOptions opt, KernelList *init) {
     materialize_outputs(g);
     Fuser F = {.g = g, .opt = opt}, *f = &F;
     f->consumer = xalloc(sizeof(Node *) * g->nnodes);
@@ -163,27 +222,39 @@ KernelList fuse_graph(Graph *g, FuseOptions opt) {
     for (int i = 0; i < g->nnodes; i++) {
         Node *n = g->nodes[i], *c = f->consumer[i];
         f->inl[i] = opt.elementwise && !n->dead && op_is_elementwise(n->op) && n->nuses == 1 && !n->is_output &&
-                    c && op_is_elementwise(c->op) && same_numel(n, c) && n->dtype == c->dtype;
+                    c && op_is_elementwise(c->op) && same_numel(n, c) && n->dtype == c->dtype && n->init == c->init;
     }
+    *init = build_kernels(f, true);
+    return build_kernels(f, false);
+}
+
+static KernelList build_kernels(Fuser *f, bool init) {
+    Graph *g = f->g;
+    FuseOptions opt = f->opt;
     /* Which matmuls become a GEMM epilogue: decided when their consumer's tree is built. */
     bool *absorbed = xalloc(sizeof(bool) * g->nnodes);
     Kernel **tree_of = xalloc(sizeof(Kernel *) * g->nnodes);
     KernelList kl = {0};
     for (int i = 0; i < g->nnodes; i++) {
         Node *n = g->nodes[i];
-        if (n->dead || f->inl[i]) continue;
+        if (n->dead || f->inl[i] || n->init != init) continue;
         if (op_is_elementwise(n->op)) {
             Kernel tmp = {0};
             f->cur = &tmp;
             f->capleaves = 0;
-            int map[MAX_RANK];
-            for (int d = 0; d < n->shape.rank; d++) map[d] = d;
-            tmp.expr = build_expr(f, n, map, true);
+            IMap map;
+            for (int d = 0; d < MAX_RANK; d++) {
+                map.map[d] = d;
+                map.start[d] = 0;
+                map.step[d] = 1;
+            }
+            tmp.expr = build_expr(f, n, &map, true);
             tmp.gemm_leaf = -1;
             /* Epilogue: a single-use matmul read with the identity map. */
             for (int l = 0; opt.epilogue && l < tmp.nleaves; l++) {
                 Node *m = tmp.leaves[l].node;
-                if (m->op != OP_MATMUL || m->nuses != 1 || m->is_output || !map_is_identity(&tmp.leaves[l], n))
+                if ((m->op != OP_MATMUL && m->op != OP_CONV2D) || m->nuses != 1 || m->is_output ||
+                    m->init != n->init || !map_is_identity(&tmp.leaves[l], n))
                     continue;
                 tmp.gemm_leaf = l;
                 tmp.gemm = m;
@@ -203,6 +274,7 @@ KernelList fuse_graph(Graph *g, FuseOptions opt) {
                 }
                 k = new_kernel(&kl, K_GEMM, n);
                 k->gemm = tmp.gemm;
+                if (k->gemm->op == OP_CONV2D) k->scratch_bytes = conv_scratch(k->gemm);
                 add_member(k, tmp.gemm);
             } else {
                 k = new_kernel(&kl, K_ELEMENTWISE, n);
@@ -213,12 +285,13 @@ KernelList fuse_graph(Graph *g, FuseOptions opt) {
             k->gemm_leaf = tmp.gemm_leaf;
             for (int j = 0; j < tmp.nmembers; j++) add_member(k, tmp.members[j]);
             tree_of[n->id] = k;
-        } else if (n->op == OP_MATMUL) {
+        } else if (n->op == OP_MATMUL || n->op == OP_CONV2D) {
             Kernel *k = new_kernel(&kl, K_GEMM, n);
             k->gemm = n;
+            if (n->op == OP_CONV2D) k->scratch_bytes = conv_scratch(n);
             add_member(k, n);
             tree_of[n->id] = k;
-        } else if (op_is_reduction(n->op)) {
+        } else if (is_library_op(n->op)) {
             Kernel *k = new_kernel(&kl, K_REDUCE, n);
             k->reduce = n;
             add_member(k, n);
@@ -238,8 +311,14 @@ static void print_leaf(FILE *out, const LeafRef *l, const Node *root) {
     fprintf(out, "[");
     for (int d = 0; d < l->node->shape.rank; d++) {
         if (d) fprintf(out, ",");
-        if (l->map[d] < 0) fprintf(out, "_");
-        else fprintf(out, "i%d", l->map[d]);
+        if (l->map[d] < 0) {
+            if (l->start[d]) fprintf(out, "%lld", (long long)l->start[d]);
+            else fprintf(out, "_");
+            continue;
+        }
+        if (l->start[d]) fprintf(out, "%lld+", (long long)l->start[d]);
+        if (l->step[d] != 1) fprintf(out, "%lld*", (long long)l->step[d]);
+        fprintf(out, "i%d", l->map[d]);
     }
     fprintf(out, "]");
 }
@@ -254,7 +333,7 @@ static void print_kexpr(FILE *out, const Kernel *k, const Expr *e) {
         else print_leaf(out, &k->leaves[e->leaf], k->root);
         return;
     }
-    if (e->op == OP_PERMUTE) {
+    if (e->op == OP_PERMUTE || e->op == OP_SLICE) {
         /* the permutation is already folded into the leaves' maps */
         print_kexpr(out, k, e->a);
         return;
@@ -265,15 +344,31 @@ static void print_kexpr(FILE *out, const Kernel *k, const Expr *e) {
         fprintf(out, ", ");
         print_kexpr(out, k, e->b);
     }
+    if (e->c) {
+        fprintf(out, ", ");
+        print_kexpr(out, k, e->c);
+    }
     fprintf(out, ")");
 }
 
-void dump_fused(FILE *out, const Graph *g, const KernelList *kl) {
-    char buf[256];
+static void dump_kernels(FILE *out, const Graph *g, const KernelList *kl, const char *pfx);
+
+void dump_fused(FILE *out, const Graph *g, const KernelList *kl, const KernelList *init) {
     fprintf(out, "fused %s: %d kernel%s\n", g->name, kl->n, kl->n == 1 ? "" : "s");
+    dump_kernels(out, g, kl, "k");
+    if (init && init->n) {
+        fprintf(out, "  at load time: %d kernel%s\n", init->n, init->n == 1 ? "" : "s");
+        dump_kernels(out, g, init, "init");
+    }
+    for (int i = 0; i < g->noutputs; i++)
+        fprintf(out, "  output %s = %%%d\n", g->outputs[i].name, g->outputs[i].node->id);
+}
+
+static void dump_kernels(FILE *out, const Graph *g, const KernelList *kl, const char *pfx) {
+    char buf[256];
     for (int i = 0; i < kl->n; i++) {
         const Kernel *k = kl->k[i];
-        fprintf(out, "  k%d ", k->id);
+        fprintf(out, "  %s%d ", pfx, k->id);
         switch (k->kind) {
         case K_ELEMENTWISE:
             fprintf(out, "elementwise ");
@@ -281,7 +376,10 @@ void dump_fused(FILE *out, const Graph *g, const KernelList *kl) {
             break;
         case K_GEMM: {
             const Node *m = k->gemm;
-            fprintf(out, "gemm %%%d @ %%%d%s", m->in[0]->id, m->in[1]->id, m->trans_b ? "^T" : "");
+            if (m->op == OP_CONV2D)
+                fprintf(out, "conv2d %%%d, %%%d", m->in[0]->id, m->in[1]->id);
+            else
+                fprintf(out, "gemm %%%d @ %%%d%s", m->in[0]->id, m->in[1]->id, m->trans_b ? "^T" : "");
             if (k->expr) {
                 fprintf(out, " epilogue ");
                 print_kexpr(out, k, k->expr);
@@ -290,7 +388,10 @@ void dump_fused(FILE *out, const Graph *g, const KernelList *kl) {
         }
         case K_REDUCE: {
             const Node *r = k->reduce;
-            fprintf(out, "%s %%%d {axis=%d%s}", op_name(r->op), r->in[0]->id, r->axis, r->keepdim ? ", keepdim" : "");
+            fprintf(out, "%s", op_name(r->op));
+            for (int j = 0; j < r->nin; j++) fprintf(out, "%s%%%d", j ? ", " : " ", r->in[j]->id);
+            if (op_is_reduction(r->op) || r->op == OP_CONCAT)
+                fprintf(out, " {axis=%d%s%s}", r->axis, r->keepdim ? ", keepdim" : "", r->causal ? ", causal" : "");
             break;
         }
         }
@@ -299,6 +400,4 @@ void dump_fused(FILE *out, const Graph *g, const KernelList *kl) {
         for (int j = 0; j < k->nmembers; j++) fprintf(out, " %%%d", k->members[j]->id);
         fprintf(out, "\n");
     }
-    for (int i = 0; i < g->noutputs; i++)
-        fprintf(out, "  output %s = %%%d\n", g->outputs[i].name, g->outputs[i].node->id);
 }

@@ -20,6 +20,10 @@ static const char *op_names[OP__COUNT] = {
     [OP_SOFTMAX] = "softmax", [OP_LOG_SOFTMAX] = "log_softmax",
     [OP_SUM] = "sum",         [OP_MEAN] = "mean",         [OP_MAX] = "max",
     [OP_ARGMAX] = "argmax",   [OP_RESHAPE] = "reshape",
+    [OP_SLICE] = "slice",     [OP_WHERE] = "where",       [OP_CONV2D] = "conv2d",
+    [OP_MAXPOOL2D] = "max_pool2d", [OP_AVGPOOL2D] = "avg_pool2d",
+    [OP_ADAPTIVE_AVGPOOL2D] = "adaptive_avg_pool2d", [OP_LAYER_NORM] = "layer_norm",
+    [OP_EMBEDDING] = "embedding", [OP_CONCAT] = "concat", [OP_BATCH_NORM] = "batch_norm",
 };
 
 const char *op_name(OpKind op) {
@@ -28,7 +32,9 @@ const char *op_name(OpKind op) {
 
 bool op_is_unary(OpKind op) { return op >= OP_NEG && op <= OP_GELU_TANH; }
 bool op_is_binary(OpKind op) { return op >= OP_ADD && op <= OP_DIV; }
-bool op_is_elementwise(OpKind op) { return op_is_unary(op) || op_is_binary(op) || op == OP_PERMUTE; }
+bool op_is_elementwise(OpKind op) {
+    return op_is_unary(op) || op_is_binary(op) || op == OP_PERMUTE || op == OP_SLICE || op == OP_WHERE;
+}
 bool op_is_reduction(OpKind op) { return op >= OP_SOFTMAX && op <= OP_ARGMAX; }
 
 Node *new_node(Graph *g, OpKind op, Loc loc) {
@@ -119,7 +125,28 @@ static void dump_attrs(FILE *out, const Node *n) {
         if (n->trans_b) fprintf(out, " {trans_b}");
         break;
     case OP_SOFTMAX: case OP_LOG_SOFTMAX:
+        fprintf(out, " {axis=%d%s%s}", n->axis, n->causal ? ", causal" : "", n->zero_masked_rows ? ", zero_masked_rows" : "");
+        break;
+    case OP_SLICE:
+        fprintf(out, " {axis=%d, start=%lld, step=%lld}", n->axis, (long long)n->start, (long long)n->step);
+        break;
+    case OP_CONCAT:
         fprintf(out, " {axis=%d}", n->axis);
+        break;
+    case OP_CONV2D:
+        fprintf(out, " {stride=[%d,%d], pad=[%d,%d,%d,%d], dilation=[%d,%d], groups=%d}", n->stride[0], n->stride[1],
+                n->pad[0], n->pad[1], n->pad[2], n->pad[3], n->dilation[0], n->dilation[1], n->groups);
+        break;
+    case OP_MAXPOOL2D: case OP_AVGPOOL2D:
+        fprintf(out, " {kernel=[%d,%d], stride=[%d,%d], pad=[%d,%d,%d,%d]", n->kernel[0], n->kernel[1], n->stride[0],
+                n->stride[1], n->pad[0], n->pad[1], n->pad[2], n->pad[3]);
+        if (n->op == OP_MAXPOOL2D) fprintf(out, ", dilation=[%d,%d]", n->dilation[0], n->dilation[1]);
+        if (n->ceil_mode) fprintf(out, ", ceil_mode");
+        if (n->op == OP_AVGPOOL2D && !n->count_include_pad) fprintf(out, ", exclude_pad");
+        fprintf(out, "}");
+        break;
+    case OP_LAYER_NORM: case OP_BATCH_NORM:
+        fprintf(out, " {eps=%g}", n->value);
         break;
     case OP_SUM: case OP_MEAN: case OP_MAX: case OP_ARGMAX:
         fprintf(out, " {axis=%d%s}", n->axis, n->keepdim ? ", keepdim" : "");
@@ -148,6 +175,7 @@ void dump_graph(FILE *out, const Graph *g) {
         for (int j = 0; j < n->nin; j++) fprintf(out, "%s%%%d", j ? ", " : " ", n->in[j]->id);
         dump_attrs(out, n);
         fprintf(out, " : %s%s", dtype_name(n->dtype), shape_str(&n->shape, g->batch_name, buf, sizeof buf));
+        if (n->init) fprintf(out, " init");
         if (n->name && n->op != OP_INPUT && n->op != OP_PARAM) fprintf(out, "  ; %s", n->name);
         fprintf(out, "\n");
     }

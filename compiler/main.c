@@ -42,6 +42,8 @@ static void usage(FILE *f) {
             "  --no-epilogue      do not fold elementwise consumers into GEMM epilogues\n"
             "  --no-inplace       do not let kernels write over a dying operand\n"
             "  --no-reorder       keep the kernels in source order (no memory-aware schedule)\n"
+            "  --no-fold-bn       do not fold batch_norm into the preceding conv2d / linear\n"
+            "  --no-hoist         recompute param-only values on every run instead of once at load\n"
             "  --keep-c           keep the generated C next to the executable (PATH.c, PATH.h, PATH_main.c)\n"
             "  -O0 | -O1 | -O2 | -O3   optimization level passed to the C compiler (default -O2)\n"
             "  -h, --help         show this help\n"
@@ -134,6 +136,7 @@ int main(int argc, char **argv) {
     int max_batch = 64;
     FuseOptions fo = {.elementwise = true, .epilogue = true};
     PlanOptions po = {.inplace = true, .align = 64, .reorder = true};
+    FoldOptions fd = {.fold_bn = true, .hoist = true};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
@@ -170,6 +173,10 @@ int main(int argc, char **argv) {
             po.inplace = false;
         } else if (!strcmp(a, "--no-reorder")) {
             po.reorder = false;
+        } else if (!strcmp(a, "--no-fold-bn")) {
+            fd.fold_bn = false;
+        } else if (!strcmp(a, "--no-hoist")) {
+            fd.hoist = false;
         } else if (!strcmp(a, "-O0") || !strcmp(a, "-O1") || !strcmp(a, "-O2") || !strcmp(a, "-O3")) {
             olevel = a;
         } else if (a[0] == '-' && a[1]) {
@@ -200,12 +207,14 @@ int main(int argc, char **argv) {
         dump_graph(stdout, g);
         return 0;
     }
-    KernelList kl = fuse_graph(g, fo);
+    fold_graph(g, fd);
+    KernelList init;
+    KernelList kl = fuse_graph(g, fo, &init);
     if (dump && !strcmp(dump, "fused")) {
-        dump_fused(stdout, g, &kl);
+        dump_fused(stdout, g, &kl, &init);
         return 0;
     }
-    MemPlan *mp = plan_memory(g, &kl, po);
+    MemPlan *mp = plan_memory(g, &kl, &init, po);
     if (dump && !strcmp(dump, "memplan")) {
         dump_memplan(stdout, g, &kl, mp);
         return 0;
@@ -229,7 +238,7 @@ int main(int argc, char **argv) {
         if (!is_dir(dir) && mkdir(dir, 0755) != 0) fatal("cannot create directory '%s': %s", dir, strerror(errno));
         EmitOptions eo = {.c_path = xprintf("%s/%s.c", dir, cname), .h_path = xprintf("%s/%s.h", dir, cname),
                           .h_include = xprintf("%s.h", cname)};
-        emit_c(g, &kl, mp, &eo);
+        emit_c(g, &kl, &init, mp, &eo);
         arena_free_all();
         return 0;
     }
@@ -239,7 +248,7 @@ int main(int argc, char **argv) {
     if (!mkdtemp(tmpdir)) fatal("cannot create a temporary directory: %s", strerror(errno));
     EmitOptions eo = {.c_path = xprintf("%s/%s.c", tmpdir, cname), .h_path = xprintf("%s/%s.h", tmpdir, cname),
                       .h_include = xprintf("%s.h", cname), .main_path = xprintf("%s/%s_main.c", tmpdir, cname)};
-    emit_c(g, &kl, mp, &eo);
+    emit_c(g, &kl, &init, mp, &eo);
 
     char *home = runtime_home();
     const char *cc = getenv("CC");

@@ -19,6 +19,7 @@
 #include <stdnoreturn.h>
 
 #define MAX_RANK 8
+#define MAX_IN 16 /* operands of one node (concat takes up to 16) */
 
 /* ================================================================ arena.c */
 
@@ -50,6 +51,9 @@ void note_at(Loc loc, const char *fmt, ...) __attribute__((format(printf, 2, 3))
 /* Print an error without exiting, so notes can follow; then call diag_exit(). */
 void error_begin(Loc loc, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 noreturn void diag_exit(void);
+/* While checking a block instantiation: every error also gets "note: MSG" at loc. */
+void diag_push_context(Loc loc, const char *msg);
+void diag_pop_context(void);
 /* "modelc: error: MSG" with no location (bad command line, unreadable file); exit(1). */
 noreturn void fatal(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 /* An internal bug: "internal error at FILE:LINE: MSG"; exit(2). Never a user's mistake. */
@@ -98,6 +102,8 @@ struct Ast {
     Ast **items; /* AST_LIST */
     int nitems;
     bool bval; /* AST_BOOL */
+    char *scope;    /* AST_CALL of a block: 'as SCOPE' (NULL if none) */
+    Loc scope_loc;
 };
 
 /* One dimension in a type: an integer (value) or a symbolic name (is_sym, name). */
@@ -128,11 +134,32 @@ typedef struct Stmt {
     Ast *expr;     /* NULL if absent */
 } Stmt;
 
+/* One parameter of a block, with its default value (NULL if none). */
+typedef struct BlockParam {
+    char *name;
+    Ast *def;
+    Loc loc;
+} BlockParam;
+
+/* block NAME(params) { stmts return expr } */
+typedef struct Block {
+    char *name;
+    Loc loc;
+    BlockParam *params;
+    int nparams;
+    Stmt **stmts;
+    int nstmts;
+    Ast *ret;
+    Loc ret_loc;
+} Block;
+
 typedef struct Program {
     char *name; /* the model's name */
     Loc loc;
     Stmt **stmts;
     int nstmts;
+    Block **blocks;
+    int nblocks;
 } Program;
 
 /* Parse a whole file (grammar/model.y). Syntax errors go through error_at with what was
@@ -177,12 +204,23 @@ typedef enum OpKind {
     OP_ADD, OP_SUB, OP_MUL, OP_DIV,
     /* elementwise data movement: out[i] = in[perm^-1(i)]; an identity perm is a copy */
     OP_PERMUTE,
+    /* elementwise data movement: one axis cut to start, start+step, ... (an affine read) */
+    OP_SLICE,
+    /* elementwise select: cond != 0 ? a : b */
+    OP_WHERE,
     /* GEMM: a[..., M, K] @ b[..., K, N] (b stored [..., N, K] when trans_b) */
     OP_MATMUL,
     /* reductions along one axis */
     OP_SOFTMAX, OP_LOG_SOFTMAX, OP_SUM, OP_MEAN, OP_MAX, OP_ARGMAX,
     /* a view: same bytes, new shape */
     OP_RESHAPE,
+    /* convolution (NCHW, weight [O, C/groups, KH, KW]); bias is a separate add */
+    OP_CONV2D,
+    /* library kernels */
+    OP_MAXPOOL2D, OP_AVGPOOL2D, OP_ADAPTIVE_AVGPOOL2D, OP_LAYER_NORM, OP_EMBEDDING, OP_CONCAT,
+    /* inference batch norm over axis 1: in = x, weight, bias, running_mean, running_var; folded
+     * into a preceding conv/linear or lowered to elementwise ops by fold_graph */
+    OP_BATCH_NORM,
     OP__COUNT
 } OpKind;
 
@@ -194,15 +232,23 @@ struct Node {
     char *name;     /* the user's name for the value (input/param/assigned name), or NULL */
     DType dtype;
     Shape shape;
-    Node *in[3];
+    Node *in[MAX_IN];
     int nin;
     /* attributes */
     int axis;             /* reductions: normalized to 0..rank-1 of the input */
     bool keepdim;         /* sum/mean/max/argmax */
     bool trans_b;         /* matmul: b is stored transposed (linear's weight) */
     int perm[MAX_RANK];   /* permute: out dim i is input dim perm[i] */
-    double value;         /* const */
+    double value;         /* const; eps of batch_norm / layer_norm */
     int index;            /* input/param: position in Graph.inputs / Graph.params */
+    /* conv2d and pooling: per-axis [h, w]; pad is [top, left, bottom, right] */
+    int kernel[2], stride[2], dilation[2], pad[4], groups;
+    bool ceil_mode, count_include_pad;
+    /* slice: out index i along axis reads start + i*step */
+    int64_t start, step;
+    /* softmax from attention: keys j > i masked (causal), and all-masked rows give zeros */
+    bool causal, zero_masked_rows;
+    bool init;            /* depends only on params and constants: computed once at load time */
     /* filled by analysis */
     int nuses;            /* edges from live consumers (+1 per graph output naming it) */
     int is_output;        /* number of graph outputs naming this node */
@@ -260,8 +306,26 @@ bool graph_batch_separable(const Graph *g);
  * Reports the first error through error_at and exits 1. Warns for unused inputs/params. */
 Graph *build_graph(const Program *p, int max_batch);
 
+/* ================================================================ fold.c */
+
+typedef struct FoldOptions {
+    bool fold_bn;   /* fold batch_norm into a preceding conv2d / linear */
+    bool hoist;     /* compute param-only subgraphs once at load time */
+} FoldOptions;
+
+/* Graph rewrites before fusion: batch_norm folding (or lowering to elementwise ops), then
+ * hoisting of param-only values (Node.init). Renumbers nodes in topological order. */
+void fold_graph(Graph *g, FoldOptions opt);
+/* Re-sort g->nodes topologically (DFS from the outputs; inputs and params first) and
+ * renumber ids. */
+void toposort_graph(Graph *g);
+/* Replace every use of `from` (operands and outputs) by `to`. */
+void replace_uses(Graph *g, Node *from, Node *to);
+
 /* ================================================================ fuse.c */
 
+/* K_GEMM: a matmul or conv2d "anchor" with an optional elementwise epilogue.
+ * K_REDUCE: one library node (reductions, pooling, layer norm, embedding, concat). */
 typedef enum KernelKind { K_ELEMENTWISE, K_GEMM, K_REDUCE } KernelKind;
 
 /* One operand read by an elementwise expression: a materialized node, read through an index
@@ -270,6 +334,8 @@ typedef enum KernelKind { K_ELEMENTWISE, K_GEMM, K_REDUCE } KernelKind;
 typedef struct LeafRef {
     Node *node;
     int map[MAX_RANK];
+    int64_t start[MAX_RANK]; /* leaf index along dim d = start[d] + step[d] * i[map[d]] */
+    int64_t step[MAX_RANK];  /* (for map[d] == -1 it is start[d]) */
 } LeafRef;
 
 /* An expression tree node of a fused elementwise kernel. */
@@ -279,15 +345,16 @@ struct Expr {
     int leaf;        /* OP_INPUT: index into Kernel.leaves */
     double value;    /* OP_CONST */
     Node *node;      /* the IR node this expression computes (NULL for leaves/consts) */
-    Expr *a, *b;
+    Expr *a, *b, *c; /* operands (c: where's second choice) */
 };
 
 typedef struct Kernel {
     int id;
     KernelKind kind;
     Node *root;       /* the value this kernel writes */
-    Node *gemm;       /* K_GEMM: the matmul node; its result is the root when expr == NULL */
-    Node *reduce;     /* K_REDUCE: the reduction node (== root) */
+    Node *gemm;       /* K_GEMM: the matmul or conv2d node; its result is the root when expr == NULL */
+    Node *reduce;     /* K_REDUCE: the library node (== root) */
+    size_t scratch_bytes; /* temporary bytes the kernel needs (conv2d's im2col buffer) */
     Node **members;   /* every node computed by this kernel, topological order */
     int nmembers;
     /* elementwise part (K_ELEMENTWISE, and K_GEMM's epilogue when expr != NULL) */
@@ -308,10 +375,11 @@ typedef struct KernelList {
     int n;
 } KernelList;
 
-/* Group the live nodes of g into kernels (in a valid execution order). */
-KernelList fuse_graph(Graph *g, FuseOptions opt);
+/* Group the live nodes of g into kernels (in a valid execution order). Nodes marked init
+ * (param-only subgraphs) go into *init, run once when the weights are loaded. */
+KernelList fuse_graph(Graph *g, FuseOptions opt, KernelList *init);
 /* --dump=fused */
-void dump_fused(FILE *out, const Graph *g, const KernelList *kl);
+void dump_fused(FILE *out, const Graph *g, const KernelList *kl, const KernelList *init);
 
 /* ================================================================ plan.c */
 
@@ -320,7 +388,8 @@ typedef enum StorageKind {
     S_PARAM,     /* the weight region */
     S_ARENA,     /* the activation arena */
     S_OUTPUT,    /* the caller's output buffer */
-    S_CONST      /* no storage: an inlined constant */
+    S_CONST,     /* no storage: an inlined constant */
+    S_INIT       /* the weight region, after the params: computed at load time */
 } StorageKind;
 
 /* Where a materialized value lives. Views share their source's Storage. */
@@ -346,6 +415,7 @@ typedef struct MemPlan {
     int nsteps;
     int *def_step;       /* def_step[node id]: kernel index defining it (-1 input/param) */
     int *last_step;      /* last_step[node id]: last kernel reading it */
+    Storage **scratch;   /* scratch[kernel index]: its temporary block, or NULL */
 } MemPlan;
 
 typedef struct PlanOptions {
@@ -355,7 +425,7 @@ typedef struct PlanOptions {
 } PlanOptions;
 
 /* Choose the kernel order (reordering kl when that lowers the arena), then plan it. */
-MemPlan *plan_memory(Graph *g, KernelList *kl, PlanOptions opt);
+MemPlan *plan_memory(Graph *g, KernelList *kl, KernelList *init, PlanOptions opt);
 /* Verify a plan (overlap, bounds, alignment, outputs); ICE on a violation. */
 void check_plan(const Graph *g, const KernelList *kl, const MemPlan *mp);
 void dump_memplan(FILE *out, const Graph *g, const KernelList *kl, const MemPlan *mp);
@@ -373,7 +443,8 @@ typedef struct EmitOptions {
 
 /* Emit the C implementation and the header. Files are written to a temporary name and
  * renamed, so they are whole or absent. */
-void emit_c(const Graph *g, const KernelList *kl, const MemPlan *mp, const EmitOptions *opt);
+void emit_c(const Graph *g, const KernelList *kl, const KernelList *init, const MemPlan *mp,
+            const EmitOptions *opt);
 
 /* Write `text` to `path` atomically (temporary file + rename); fatal on failure. */
 void write_file_atomic(const char *path, const char *text, size_t len);

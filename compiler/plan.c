@@ -51,7 +51,8 @@ static void kernel_reads(const Kernel *k, void (*fn)(void *, Node *), void *ctx)
         fn(ctx, view_base(k->gemm->in[0]));
         fn(ctx, view_base(k->gemm->in[1]));
     }
-    if (k->reduce) fn(ctx, view_base(k->reduce->in[0]));
+    if (k->reduce)
+        for (int j = 0; j < k->reduce->nin; j++) fn(ctx, view_base(k->reduce->in[j]));
     for (int i = 0; i < k->nleaves; i++)
         if (i != k->gemm_leaf) fn(ctx, view_base(k->leaves[i].node));
 }
@@ -131,7 +132,7 @@ static int cmp_offset(const void *a, const void *b) {
 
 static bool lives_overlap(const Storage *a, const Storage *b) { return a->first <= b->last && b->first <= a->last; }
 
-static MemPlan *plan_order(Graph *g, KernelList *kl, PlanOptions opt) {
+static MemPlan *plan_order(Graph *g, KernelList *kl, KernelList *init, PlanOptions opt) {
     MemPlan *mp = xalloc(sizeof(MemPlan));
     int nn = g->nnodes;
     mp->of = xalloc(sizeof(Storage *) * nn);
@@ -153,6 +154,16 @@ static MemPlan *plan_order(Graph *g, KernelList *kl, PlanOptions opt) {
         s->offset = woff;
         woff = align_up(woff + s->bytes, opt.align);
         mp->of[n->id] = s;
+    }
+    /* Values computed at load time follow the params in the weight region. */
+    for (int s = 0; s < init->n; s++) {
+        Node *r = init->k[s]->root;
+        if (mp->of[r->id]) continue;
+        Storage *st = new_storage(mp, S_INIT, -1, r, node_bytes(g, r));
+        st->offset = woff;
+        woff = align_up(woff + st->bytes, opt.align);
+        mp->of[r->id] = st;
+        if (init->k[s]->scratch_bytes) ICE("a load-time kernel needs scratch memory");
     }
     mp->weight_bytes = woff;
 
@@ -200,6 +211,15 @@ static MemPlan *plan_order(Graph *g, KernelList *kl, PlanOptions opt) {
         Node *n = g->nodes[i];
         if (!n->dead && n->op == OP_RESHAPE) mp->of[i] = mp->of[view_base(n)->id];
     }
+
+    /* Scratch blocks live for their kernel's step only. */
+    mp->scratch = xalloc(sizeof(Storage *) * (kl->n + 1));
+    for (int s = 0; s < kl->n; s++)
+        if (kl->k[s]->scratch_bytes) {
+            Storage *st = new_storage(mp, S_ARENA, -1, kl->k[s]->root, kl->k[s]->scratch_bytes);
+            st->first = st->last = s;
+            mp->scratch[s] = st;
+        }
 
     /* Greedy by size over the arena blocks. */
     int na = 0;
@@ -269,6 +289,21 @@ void check_plan(const Graph *g, const KernelList *kl, const MemPlan *mp) {
         if (st->kind == S_OUTPUT && st->owner != r)
             ICE("plan: output storage of %%%d reused by %%%d", st->owner->id, r->id);
     }
+    /* Scratch: disjoint from every value live at its step. */
+    for (int s = 0; s < kl->n; s++) {
+        const Storage *sc = mp->scratch[s];
+        if (!sc) continue;
+        if (sc->offset % 64 || sc->offset + sc->bytes > mp->arena_bytes)
+            ICE("plan: scratch of k%d [%zu, %zu) misaligned or outside the arena", s, sc->offset, sc->offset + sc->bytes);
+        for (int i = 0; i < nn; i++) {
+            const Storage *a = mp->of[i];
+            if (!a || a->kind != S_ARENA || g->nodes[i]->op == OP_RESHAPE || mp->def_step[i] < 0) continue;
+            int ai = mp->def_step[i], al = mp->last_step[i] < ai ? ai : mp->last_step[i];
+            if (s < ai || s > al) continue;
+            if (a->offset < sc->offset + sc->bytes && sc->offset < a->offset + node_bytes(g, g->nodes[i]))
+                ICE("plan: scratch of k%d overlaps %%%d", s, i);
+        }
+    }
     /* Pairwise: values whose closed lifetimes intersect must not share bytes. */
     for (int i = 0; i < nn; i++) {
         const Storage *a = mp->of[i];
@@ -296,7 +331,7 @@ void check_plan(const Graph *g, const KernelList *kl, const MemPlan *mp) {
 
 void dump_memplan(FILE *out, const Graph *g, const KernelList *kl, const MemPlan *mp) {
     char buf[256];
-    static const char *kinds[] = {"input", "param", "arena", "output", "const"};
+    static const char *kinds[] = {"input", "param", "arena", "output", "const", "init"};
     fprintf(out, "memplan %s: device cpu, align 64, sizes at %s = %d\n", g->name,
             g->batch_name ? g->batch_name : "batch", g->max_batch);
     fprintf(out, "  schedule:");
@@ -308,7 +343,7 @@ void dump_memplan(FILE *out, const Graph *g, const KernelList *kl, const MemPlan
         if (!s || n->dead) continue;
         fprintf(out, "  %%%-4d %-8s %10zu bytes  live [%d,%d]", n->id, kinds[s->kind], node_bytes(g, n),
                 mp->def_step[i], mp->last_step[i] < mp->def_step[i] ? mp->def_step[i] : mp->last_step[i]);
-        if (s->kind == S_ARENA || s->kind == S_PARAM) fprintf(out, "  offset %zu", s->offset);
+        if (s->kind == S_ARENA || s->kind == S_PARAM || s->kind == S_INIT) fprintf(out, "  offset %zu", s->offset);
         if (s->kind == S_INPUT || s->kind == S_OUTPUT) fprintf(out, "  #%d", s->index);
         if (n->op == OP_RESHAPE) fprintf(out, "  view of %%%d", view_base((Node *)n)->id);
         if (mp->inplace_of[i] >= 0) fprintf(out, "  in place of %%%d", mp->inplace_of[i]);
@@ -316,6 +351,10 @@ void dump_memplan(FILE *out, const Graph *g, const KernelList *kl, const MemPlan
         if (n->name) fprintf(out, "  ; %s", n->name);
         fprintf(out, "\n");
     }
+    for (int s = 0; s < kl->n; s++)
+        if (mp->scratch[s])
+            fprintf(out, "  scratch k%d  %zu bytes  live [%d,%d]  offset %zu\n", s, mp->scratch[s]->bytes, s, s,
+                    mp->scratch[s]->offset);
     double lb = mp->lower_bound ? (double)mp->arena_bytes / mp->lower_bound : 1.0;
     double nv = mp->naive_bytes ? (double)mp->arena_bytes / mp->naive_bytes : 1.0;
     fprintf(out, "  total cpu: arena %zu bytes, lower bound %zu (ratio %.3f), naive %zu (ratio %.3f), weights %zu bytes\n",
@@ -407,8 +446,8 @@ static KernelList schedule_greedy(Graph *g, KernelList *kl) {
     return out;
 }
 
-MemPlan *plan_memory(Graph *g, KernelList *kl, PlanOptions opt) {
-    MemPlan *base = plan_order(g, kl, opt);
+MemPlan *plan_memory(Graph *g, KernelList *kl, KernelList *init, PlanOptions opt) {
+    MemPlan *base = plan_order(g, kl, init, opt);
     if (!opt.reorder || kl->n < 3) return base;
     KernelList alt = schedule_greedy(g, kl);
     bool same = true;
@@ -418,7 +457,7 @@ MemPlan *plan_memory(Graph *g, KernelList *kl, PlanOptions opt) {
     memcpy(orig.k, kl->k, sizeof(Kernel *) * kl->n);
     memcpy(kl->k, alt.k, sizeof(Kernel *) * kl->n);
     for (int i = 0; i < kl->n; i++) kl->k[i]->id = i;
-    MemPlan *mp = plan_order(g, kl, opt);
+    MemPlan *mp = plan_order(g, kl, init, opt);
     if (mp->arena_bytes < base->arena_bytes) return mp;
     memcpy(kl->k, orig.k, sizeof(Kernel *) * kl->n);
     for (int i = 0; i < kl->n; i++) kl->k[i]->id = i;

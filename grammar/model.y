@@ -3,7 +3,8 @@
  *
  * This is docs/language.md's grammar, rule for rule:
  *
- *   file     := 'model' NAME '{' stmt* '}'
+ *   file     := block* 'model' NAME '{' stmt* '}'
+ *   block    := 'block' NAME '(' NAME ('=' attrval)? (',' ...)* ')' '{' stmt* 'return' expr '}'
  *   stmt     := 'input' NAME ':' type | 'param' NAME ':' type
  *             | 'output' NAME ':' type | 'output' NAME (':' type)? '=' expr
  *             | NAME '=' expr                               (';' may separate statements)
@@ -11,7 +12,7 @@
  *   expr     := expr ('+'|'-') term | term
  *   term     := term ('*'|'/'|'@') unary | unary
  *   unary    := '-' unary | postfix
- *   postfix  := NAME '(' args? ')' | primary
+ *   postfix  := NAME '(' args? ')' ('as' NAME)? | primary
  *   primary  := NUMBER | NAME | '(' expr ')' | list
  *   arg      := attrval | NAME '=' attrval;   attrval := expr | 'true' | 'false'
  *   list     := '[' (listitem (',' listitem)*)? ']';   listitem := '-'? INT | NAME
@@ -53,6 +54,8 @@ typedef struct StmtVec { Stmt **v; int n, cap; } StmtVec;
 typedef struct ArgVec { AstArg *v; int n, cap; } ArgVec;
 typedef struct AstVec { Ast **v; int n, cap; } AstVec;
 typedef struct DimVec { AstDim *v; int n, cap; } DimVec;
+typedef struct BlockVec { Block **v; int n, cap; } BlockVec;
+typedef struct BParamVec { BlockParam *v; int n, cap; } BParamVec;
 
 /* What the parser hands back, and what its error messages need to know. */
 typedef struct ParseResult {
@@ -108,11 +111,16 @@ static void yyerror(YYLTYPE *at, yyscan_t scanner, ParseResult *res, const char 
     ArgVec *args;
     AstVec *items;
     DimVec *dims;
+    Block *block;
+    BlockVec *blocks;
+    BlockParam bparam;
+    BParamVec *bparams;
 }
 
 %token END 0 "end of file"
 %token MODEL "'model'" INPUT "'input'" PARAM "'param'" OUTPUT "'output'"
 %token TRUE "'true'" FALSE "'false'"
+%token BLOCK "'block'" RETURN "'return'" AS "'as'"
 %token <str> NAME "a name" INT "an integer" FLOAT "a number"
 
 %type <stmts> stmts
@@ -124,18 +132,48 @@ static void yyerror(YYLTYPE *at, yyscan_t scanner, ParseResult *res, const char 
 %type <args> args args_opt
 %type <arg> arg
 %type <items> items items_opt
+%type <block> block
+%type <blocks> blocks
+%type <bparam> bparam
+%type <bparams> bparams
 
 %%
 
 file
-    : MODEL NAME { res->model_name = $2; }
-      '{' { res->brace_loc = L(@4); }
+    : blocks MODEL NAME { res->model_name = $3; }
+      '{' { res->brace_loc = L(@5); }
       stmts '}'
         {
             Program *p = xalloc(sizeof *p);
-            p->name = $2; p->loc = L(@1); p->stmts = $6->v; p->nstmts = $6->n;
+            p->name = $3; p->loc = L(@2); p->stmts = $7->v; p->nstmts = $7->n;
+            p->blocks = $1->v; p->nblocks = $1->n;
             res->prog = p;
         }
+    ;
+
+blocks
+    : %empty                           { $$ = xalloc(sizeof *$$); }
+    | blocks block                     { PUSH($1, $2); $$ = $1; }
+    ;
+
+block
+    : BLOCK NAME '(' bparams ')' '{' stmts RETURN expr '}'
+        {
+            Block *b = xalloc(sizeof *b);
+            b->name = $2; b->loc = L(@2); b->params = $4->v; b->nparams = $4->n;
+            b->stmts = $7->v; b->nstmts = $7->n; b->ret = $9; b->ret_loc = L(@8);
+            $$ = b;
+        }
+    ;
+
+bparams
+    : bparam                           { $$ = xalloc(sizeof *$$); PUSH($$, $1); }
+    | bparams ',' bparam               { PUSH($1, $3); $$ = $1; }
+    ;
+
+bparam
+    : NAME                             { $$ = (BlockParam){.name = $1, .def = NULL, .loc = L(@1)}; }
+    | NAME '=' attrval                 { $$ = (BlockParam){.name = $1, .def = $3, .loc = L(@1)}; }
     ;
 
 stmts
@@ -194,6 +232,7 @@ unary
 
 postfix
     : NAME '(' args_opt ')'            { $$ = new_call(L(@1), $1, $3->v, $3->n); }
+    | NAME '(' args_opt ')' AS NAME    { $$ = new_call(L(@1), $1, $3->v, $3->n); $$->scope = $6; $$->scope_loc = L(@6); }
     | primary
     ;
 

@@ -15,6 +15,10 @@
 
 #include <math.h>
 #include <stdint.h>
+#include <string.h>
+#ifndef __CUDACC__
+#include <cblas.h>
+#endif
 
 #ifdef __CUDACC__
 #define MRT_HD static __host__ __device__ __forceinline__
@@ -95,6 +99,185 @@ static inline void mrt_argmax_f32(int64_t *y, const float *x, int64_t outer, int
             }
             y[o * inner + i] = k;
         }
+}
+
+/* Softmax along the last axis of [rows, n] as used by attention: rows are [..., L] query rows;
+ * with causal, row r (query i = r % L) only sees keys j <= i. With zero_masked_rows, a row
+ * whose visible scores are all -inf gives zeros (PyTorch's scaled_dot_product_attention). */
+static inline void mrt_softmax_masked_f32(float *y, const float *x, int64_t rows, int64_t n, int64_t L, int causal,
+                                          int zero_masked_rows) {
+    for (int64_t r = 0; r < rows; r++) {
+        const float *xr = x + r * n;
+        float *yr = y + r * n;
+        int64_t lim = causal ? (r % L) + 1 : n;
+        if (lim > n) lim = n;
+        float m = -INFINITY;
+        for (int64_t j = 0; j < lim; j++) m = mrt_maxf(m, xr[j]);
+        if (m == -INFINITY && zero_masked_rows) {
+            for (int64_t j = 0; j < n; j++) yr[j] = 0.0f;
+            continue;
+        }
+        float s = 0.0f;
+        for (int64_t j = 0; j < lim; j++) s += expf(xr[j] - m);
+        float inv = 1.0f / s;
+        for (int64_t j = 0; j < lim; j++) yr[j] = expf(xr[j] - m) * inv;
+        for (int64_t j = lim; j < n; j++) yr[j] = 0.0f;
+    }
+}
+
+/* y[N, O, OH, OW] = conv2d(x[N, C, H, W], w[O, C/groups, KH, KW]) with stride (sh, sw), padding
+ * top/left (pt, pl) (bottom/right padding is implied by OH, OW), dilation (dh, dw). Each image
+ * and group is one GEMM, w_g [O/g, C/g*KH*KW] @ col [C/g*KH*KW, OH*OW] (cblas_sgemm), where col is
+ * the im2col unfolding of the input (Chellapilla et al., "High Performance Convolutional Neural
+ * Networks for Document Processing", 2006), written to `col` (C/g*KH*KW*OH*OW floats). A 1x1,
+ * stride-1, unpadded convolution reads x directly (col may be NULL). */
+static inline void mrt_conv2d_f32(float *y, const float *x, const float *w, int64_t N, int64_t C, int64_t H, int64_t W,
+                                  int64_t O, int KH, int KW, int64_t OH, int64_t OW, int sh, int sw, int pt, int pl, int dh,
+                                  int dw, int groups, float *col) {
+    const int64_t Cg = C / groups, Og = O / groups, K = Cg * KH * KW, P = OH * OW;
+    const int direct = KH == 1 && KW == 1 && sh == 1 && sw == 1 && pt == 0 && pl == 0 && OH == H && OW == W;
+    for (int64_t n = 0; n < N; n++) {
+        for (int g = 0; g < groups; g++) {
+            const float *xg = x + (n * C + (int64_t)g * Cg) * H * W;
+            const float *b = xg;
+            if (!direct) {
+                for (int64_t c = 0; c < Cg; c++)
+                    for (int kh = 0; kh < KH; kh++)
+                        for (int kw = 0; kw < KW; kw++) {
+                            float *row = col + ((c * KH + kh) * KW + kw) * P;
+                            const float *xc = xg + c * H * W;
+                            for (int64_t oh = 0; oh < OH; oh++) {
+                                int64_t ih = oh * sh - pt + (int64_t)kh * dh;
+                                float *r = row + oh * OW;
+                                if (ih < 0 || ih >= H) {
+                                    for (int64_t ow = 0; ow < OW; ow++) r[ow] = 0.0f;
+                                    continue;
+                                }
+                                const float *xr = xc + ih * W;
+                                for (int64_t ow = 0; ow < OW; ow++) {
+                                    int64_t iw = ow * sw - pl + (int64_t)kw * dw;
+                                    r[ow] = (iw >= 0 && iw < W) ? xr[iw] : 0.0f;
+                                }
+                            }
+                        }
+                b = col;
+            }
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)Og, (int)P, (int)K, 1.0f, w + g * Og * K, (int)K, b,
+                        (int)P, 0.0f, y + (n * O + g * Og) * P, (int)P);
+        }
+    }
+}
+
+/* Max pooling over [NC, H, W] planes; windows entirely outside the input do not occur (the
+ * compiler limits padding to half the kernel). NaN-propagating. */
+static inline void mrt_maxpool2d_f32(float *y, const float *x, int64_t NC, int64_t H, int64_t W, int64_t OH, int64_t OW,
+                                     int kh, int kw, int sh, int sw, int pt, int pl, int dh, int dw) {
+    for (int64_t p = 0; p < NC; p++) {
+        const float *xp = x + p * H * W;
+        for (int64_t oh = 0; oh < OH; oh++)
+            for (int64_t ow = 0; ow < OW; ow++) {
+                float m = -INFINITY;
+                for (int i = 0; i < kh; i++) {
+                    int64_t ih = oh * sh - pt + (int64_t)i * dh;
+                    if (ih < 0 || ih >= H) continue;
+                    for (int j = 0; j < kw; j++) {
+                        int64_t iw = ow * sw - pl + (int64_t)j * dw;
+                        if (iw >= 0 && iw < W) m = mrt_maxf(m, xp[ih * W + iw]);
+                    }
+                }
+                y[(p * OH + oh) * OW + ow] = m;
+            }
+    }
+}
+
+/* Average pooling over [NC, H, W] planes with padding top/left/bottom/right. The divisor is the
+ * number of taps inside the explicitly padded input [-pt, H+pb) x [-pl, W+pr) when
+ * count_include_pad, else the taps inside the input; padding that ceil_mode adds beyond the
+ * explicit padding never counts (as in PyTorch; field cases B23, B24). */
+static inline void mrt_avgpool2d_f32(float *y, const float *x, int64_t NC, int64_t H, int64_t W, int64_t OH, int64_t OW,
+                                     int kh, int kw, int sh, int sw, int pt, int pl, int pb, int pr,
+                                     int count_include_pad) {
+    for (int64_t p = 0; p < NC; p++) {
+        const float *xp = x + p * H * W;
+        for (int64_t oh = 0; oh < OH; oh++)
+            for (int64_t ow = 0; ow < OW; ow++) {
+                int64_t h0 = oh * sh - pt, w0 = ow * sw - pl;
+                int64_t h1 = h0 + kh, w1 = w0 + kw;
+                /* window clipped to the padded input (for the divisor) and to the input (for the sum) */
+                int64_t ph0 = h0 < -pt ? -pt : h0, ph1 = h1 > H + pb ? H + pb : h1;
+                int64_t pw0 = w0 < -pl ? -pl : w0, pw1 = w1 > W + pr ? W + pr : w1;
+                int64_t ih0 = h0 < 0 ? 0 : h0, ih1 = h1 > H ? H : h1;
+                int64_t iw0 = w0 < 0 ? 0 : w0, iw1 = w1 > W ? W : w1;
+                double s = 0.0;
+                for (int64_t ih = ih0; ih < ih1; ih++)
+                    for (int64_t iw = iw0; iw < iw1; iw++) s += xp[ih * W + iw];
+                int64_t cnt = count_include_pad ? (ph1 - ph0) * (pw1 - pw0) : (ih1 - ih0) * (iw1 - iw0);
+                y[(p * OH + oh) * OW + ow] = cnt > 0 ? (float)(s / (double)cnt) : 0.0f;
+            }
+    }
+}
+
+/* Adaptive average pooling: output cell (i, j) averages rows floor(i*H/OH) .. ceil((i+1)*H/OH)-1
+ * and the same for columns (PyTorch's rule). */
+static inline void mrt_adaptive_avgpool2d_f32(float *y, const float *x, int64_t NC, int64_t H, int64_t W, int64_t OH,
+                                              int64_t OW) {
+    for (int64_t p = 0; p < NC; p++) {
+        const float *xp = x + p * H * W;
+        for (int64_t i = 0; i < OH; i++) {
+            int64_t h0 = i * H / OH, h1 = ((i + 1) * H + OH - 1) / OH;
+            for (int64_t j = 0; j < OW; j++) {
+                int64_t w0 = j * W / OW, w1 = ((j + 1) * W + OW - 1) / OW;
+                double s = 0.0;
+                for (int64_t ih = h0; ih < h1; ih++)
+                    for (int64_t iw = w0; iw < w1; iw++) s += xp[ih * W + iw];
+                y[(p * OH + i) * OW + j] = (float)(s / (double)((h1 - h0) * (w1 - w0)));
+            }
+        }
+    }
+}
+
+/* y = (x - mean) / sqrt(var + eps) * w + b over the last axis of [rows, D] (biased variance,
+ * two passes, accumulated in double). */
+static inline void mrt_layernorm_f32(float *y, const float *x, const float *w, const float *b, int64_t rows, int64_t D,
+                                     float eps) {
+    for (int64_t r = 0; r < rows; r++) {
+        const float *xr = x + r * D;
+        float *yr = y + r * D;
+        double mean = 0.0, var = 0.0;
+        for (int64_t j = 0; j < D; j++) mean += xr[j];
+        mean /= (double)D;
+        for (int64_t j = 0; j < D; j++) {
+            double d = xr[j] - mean;
+            var += d * d;
+        }
+        var /= (double)D;
+        float inv = (float)(1.0 / sqrt(var + (double)eps));
+        float mf = (float)mean;
+        for (int64_t j = 0; j < D; j++) yr[j] = (xr[j] - mf) * inv * w[j] + b[j];
+    }
+}
+
+/* y[i, :] = w[ids[i], :] for n ids (int64 when ids_i64, else int32), w [V, D]. Returns -1, or
+ * the position of the first id outside [0, V) (and that id in *bad_id), leaving y partly written. */
+static inline int64_t mrt_embedding_f32(float *y, const void *ids, int ids_i64, int64_t n, const float *w, int64_t V,
+                                        int64_t D, int64_t *bad_id) {
+    for (int64_t i = 0; i < n; i++) {
+        int64_t id = ids_i64 ? ((const int64_t *)ids)[i] : (int64_t)((const int32_t *)ids)[i];
+        if (id < 0 || id >= V) {
+            *bad_id = id;
+            return i;
+        }
+        const float *src = w + id * D;
+        for (int64_t j = 0; j < D; j++) y[i * D + j] = src[j];
+    }
+    return -1;
+}
+
+/* One operand of a concatenation: `outer` rows of x_row bytes go to y at y_offset within each
+ * y_row-byte row. */
+static inline void mrt_concat_part(void *y, const void *x, int64_t outer, int64_t x_row, int64_t y_row, int64_t y_offset) {
+    for (int64_t o = 0; o < outer; o++)
+        memcpy((char *)y + o * y_row + y_offset, (const char *)x + o * x_row, (size_t)x_row);
 }
 #endif /* !__CUDACC__ */
 

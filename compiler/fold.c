@@ -1,0 +1,210 @@
+/*
+ * fold.c — graph rewrites between checking and fusion: batch-norm folding and weight hoisting.
+ *
+ * Batch-norm folding. In inference, batch_norm(y) = (y - mean) * s + beta with
+ * s = gamma / sqrt(var + eps), a per-channel affine map. When y is a convolution or a linear
+ * layer whose result nothing else reads, the map folds into that layer's weights:
+ *
+ *     conv(x, W) + b  ->  conv(x, W * s[o]) + ((b - mean) * s + beta)
+ *
+ * (the standard rewrite, e.g. Jacob et al., "Quantization and Training of Neural Networks for
+ * Efficient Integer-Arithmetic-Only Inference", CVPR 2018, section 3.2; PyTorch's
+ * torch.fx fuse_conv_bn_eval). The new weight and bias are expressions over params only, so
+ * hoisting (below) computes them once, when the weights are loaded: a folded network runs
+ * exactly the convolutions and GEMMs of the unfolded one, with no batch-norm pass. A batch_norm
+ * that cannot fold is lowered to the same elementwise expression, which fusion then puts into
+ * its producer's epilogue.
+ *
+ * Hoisting. A node whose operands are all params, constants or hoisted nodes (and that reads at
+ * least one param) depends on nothing the caller passes to run(), so it is marked init and
+ * computed once at load time; its value lives in the weight region. Views of params stay views.
+ */
+#include "modelc.h"
+
+#include <math.h>
+#include <string.h>
+
+void replace_uses(Graph *g, Node *from, Node *to) {
+    for (int i = 0; i < g->nnodes; i++) {
+        Node *n = g->nodes[i];
+        if (n == to) continue;
+        for (int j = 0; j < n->nin; j++)
+            if (n->in[j] == from) n->in[j] = to;
+    }
+    for (int i = 0; i < g->noutputs; i++)
+        if (g->outputs[i].node == from) g->outputs[i].node = to;
+}
+
+static void visit(Node *n, bool *seen, Node **order, int *k) {
+    if (seen[n->id]) return;
+    seen[n->id] = true;
+    for (int j = 0; j < n->nin; j++) visit(n->in[j], seen, order, k);
+    order[(*k)++] = n;
+}
+
+void toposort_graph(Graph *g) {
+    bool *seen = xalloc(sizeof(bool) * (g->nnodes + 1));
+    Node **order = xalloc(sizeof(Node *) * (g->nnodes + 1));
+    int k = 0;
+    for (int i = 0; i < g->ninputs; i++) visit(g->inputs[i], seen, order, &k);
+    for (int i = 0; i < g->nparams; i++) visit(g->params[i], seen, order, &k);
+    for (int i = 0; i < g->noutputs; i++) visit(g->outputs[i].node, seen, order, &k);
+    for (int i = 0; i < k; i++) order[i]->id = i;
+    g->nodes = order;
+    g->nnodes = k;
+    g->capnodes = g->nnodes + 1;
+    analyze_uses(g);
+}
+
+/* ---------------------------------------------------------------- builders (shapes known valid) */
+
+static Shape bcast(const Shape *a, const Shape *b) {
+    Shape r = {a->rank > b->rank ? a->rank : b->rank, {{0}}};
+    for (int i = 0; i < r.rank; i++) {
+        int ia = a->rank - r.rank + i, ib = b->rank - r.rank + i;
+        Dim da = ia >= 0 ? a->d[ia] : (Dim){1, false}, db = ib >= 0 ? b->d[ib] : (Dim){1, false};
+        r.d[i] = (!da.sym && da.c == 1) ? db : da;
+    }
+    return r;
+}
+
+static Node *bin(Graph *g, OpKind op, Loc loc, Node *a, Node *b) {
+    Node *n = new_node(g, op, loc);
+    n->in[0] = a;
+    n->in[1] = b;
+    n->nin = 2;
+    n->shape = bcast(&a->shape, &b->shape);
+    return n;
+}
+
+static Node *un(Graph *g, OpKind op, Loc loc, Node *a) {
+    Node *n = new_node(g, op, loc);
+    n->in[0] = a;
+    n->nin = 1;
+    n->shape = a->shape;
+    return n;
+}
+
+static Node *cst(Graph *g, Loc loc, double v) {
+    Node *n = new_node(g, OP_CONST, loc);
+    n->value = (double)(float)v;
+    return n;
+}
+
+/* x viewed as [len, 1, ..., 1] (rank `rank`), to broadcast along axis 0 of that rank. */
+static Node *as_column(Graph *g, Loc loc, Node *x, int rank) {
+    Node *n = new_node(g, OP_RESHAPE, loc);
+    n->in[0] = x;
+    n->nin = 1;
+    n->dtype = x->dtype;
+    n->shape.rank = rank;
+    n->shape.d[0] = x->shape.d[0];
+    for (int i = 1; i < rank; i++) n->shape.d[i] = (Dim){1, false};
+    return n;
+}
+
+/* Depends only on params (and constants)? */
+static bool is_static(const Node *n) {
+    if (n->op == OP_PARAM || n->op == OP_CONST) return true;
+    if (n->op == OP_INPUT) return false;
+    for (int j = 0; j < n->nin; j++)
+        if (!is_static(n->in[j])) return false;
+    return true;
+}
+
+/* ---------------------------------------------------------------- batch norm */
+
+static bool single_use(const Node *n) { return n->nuses == 1 && !n->is_output; }
+
+/* The bias operand of add(y, reshape(b[C])) when y is `anchor`, else NULL. */
+static Node *bias_of(Node *add, Node **anchor) {
+    if (add->op != OP_ADD || !single_use(add)) return NULL;
+    for (int j = 0; j < 2; j++) {
+        Node *y = add->in[j], *b = add->in[1 - j];
+        while (b->op == OP_RESHAPE) b = b->in[0];
+        if ((y->op == OP_CONV2D || y->op == OP_MATMUL) && b->shape.rank == 1 && is_static(b)) {
+            *anchor = y;
+            return b;
+        }
+    }
+    return NULL;
+}
+
+/* Try to fold bn into the conv2d / linear that produces its input. */
+static bool fold_bn_into_producer(Graph *g, Node *bn) {
+    Node *y = bn->in[0], *anchor = NULL, *bias = bias_of(y, &anchor);
+    if (!bias) anchor = y;
+    if (!single_use(anchor)) return false;
+    bool conv = anchor->op == OP_CONV2D;
+    bool linear = anchor->op == OP_MATMUL && anchor->trans_b && anchor->shape.rank == 2 && bn->shape.rank == 2 &&
+                  anchor->in[1]->shape.rank == 2;
+    if (!conv && !linear) return false;
+    Node *W = anchor->in[1];
+    if (!is_static(W)) return false;
+    Loc loc = bn->loc;
+    Node *gamma = bn->in[1], *beta = bn->in[2], *mean = bn->in[3], *var = bn->in[4];
+    /* s = gamma / sqrt(var + eps) */
+    Node *s = bin(g, OP_DIV, loc, gamma, un(g, OP_SQRT, loc, bin(g, OP_ADD, loc, var, cst(g, loc, bn->value))));
+    /* W' = W * s along the output-channel axis (axis 0 of both layouts) */
+    Node *Wf = bin(g, OP_MUL, loc, W, as_column(g, loc, s, W->shape.rank));
+    Wf->name = xprintf("%s*bn", W->name ? W->name : "w");
+    /* b' = (b - mean) * s + beta, or beta - mean * s without a bias */
+    Node *bf = bias ? bin(g, OP_ADD, loc, bin(g, OP_MUL, loc, bin(g, OP_SUB, loc, bias, mean), s), beta)
+                    : bin(g, OP_SUB, loc, beta, bin(g, OP_MUL, loc, mean, s));
+    Node *na = new_node(g, anchor->op, anchor->loc);
+    *na = *anchor;
+    na->id = g->nnodes - 1;
+    na->in[1] = Wf;
+    na->name = NULL;
+    Node *out = bin(g, OP_ADD, loc, na, conv ? as_column(g, loc, bf, 3) : bf);
+    out->name = bn->name;
+    replace_uses(g, bn, out);
+    return true;
+}
+
+/* y = (x - mean) * s + beta, per channel (axis 1). */
+static void lower_bn(Graph *g, Node *bn) {
+    Loc loc = bn->loc;
+    int r = bn->shape.rank - 1; /* rank of the per-channel view [C, 1, ...] */
+    Node *s = bin(g, OP_DIV, loc, bn->in[1], un(g, OP_SQRT, loc, bin(g, OP_ADD, loc, bn->in[4], cst(g, loc, bn->value))));
+    Node *y = bin(g, OP_SUB, loc, bn->in[0], as_column(g, loc, bn->in[3], r));
+    y = bin(g, OP_MUL, loc, y, as_column(g, loc, s, r));
+    y = bin(g, OP_ADD, loc, y, as_column(g, loc, bn->in[2], r));
+    y->name = bn->name;
+    replace_uses(g, bn, y);
+}
+
+/* ---------------------------------------------------------------- hoisting */
+
+static bool static_operand(const Node *n) {
+    while (n->op == OP_RESHAPE) n = n->in[0];
+    return n->op == OP_PARAM || n->init;
+}
+
+static void hoist(Graph *g) {
+    for (int i = 0; i < g->nnodes; i++) {
+        Node *n = g->nodes[i];
+        n->init = false;
+        if (n->dead || n->op == OP_INPUT || n->op == OP_PARAM || n->op == OP_CONST || n->op == OP_RESHAPE) continue;
+        bool all = true, any = false;
+        for (int j = 0; j < n->nin; j++) {
+            bool st = static_operand(n->in[j]);
+            all = all && (st || n->in[j]->op == OP_CONST);
+            any = any || st;
+        }
+        n->init = all && any;
+    }
+}
+
+void fold_graph(Graph *g, FoldOptions opt) {
+    analyze_uses(g);
+    int n0 = g->nnodes;
+    for (int i = 0; i < n0; i++) {
+        Node *n = g->nodes[i];
+        if (n->dead || n->op != OP_BATCH_NORM) continue;
+        if (!(opt.fold_bn && fold_bn_into_producer(g, n))) lower_bn(g, n);
+        analyze_uses(g);
+    }
+    toposort_graph(g);
+    if (opt.hoist) hoist(g);
+}
