@@ -137,6 +137,107 @@ void *mrt_alloc(mrt_device d, size_t bytes);
 /** Free memory from mrt_alloc. NULL is ignored. */
 void mrt_free(mrt_device d, void *p);
 
+
+/* ---------------------------------------------------------------- CUDA and devices
+ *
+ * These exist in every build. In a build without CUDA (no nvcc when modelrt was built),
+ * mrt_cuda_device_count() returns 0 with the reason "this build of modelrt has no CUDA support"
+ * and the CUDA-only calls fail with MRT_ERR_DEVICE. A CPU-only run never calls into the CUDA
+ * driver: only mrt_device_select("auto"/"cuda...") and mrt_device_list probe it.
+ */
+
+/** Number of usable CUDA devices, as CUDA_VISIBLE_DEVICES exposes them. Any error from the
+ *  driver probe (35: no driver, 100: no device, ...) counts as none, and *why (may be NULL) then
+ *  points to a static string with the reason, e.g. "cudaGetDeviceCount failed: error 35 (CUDA
+ *  driver version is insufficient for CUDA runtime version)". Probes once; later calls return
+ *  the cached answer. Never fails. */
+int mrt_cuda_device_count(const char **why);
+
+/** One device as --list-devices prints it. */
+typedef struct mrt_device_info {
+    mrt_device device;
+    char name[128];
+    size_t total_bytes, free_bytes; /* CUDA: cudaMemGetInfo; CPU: MemTotal, MemAvailable */
+    int cc_major, cc_minor;         /* compute capability (CUDA only, else 0) */
+} mrt_device_info;
+
+/** Fill out[0..max) with cpu:0 and then every usable CUDA device; *n = the number written. */
+mrt_status mrt_device_list(mrt_device_info *out, int max, int *n);
+
+/** Free and total memory of device d in bytes. */
+mrt_status mrt_device_memory(mrt_device d, size_t *free_bytes, size_t *total_bytes);
+
+/** Make d the calling thread's current CUDA device (cudaSetDevice); a no-op for the CPU. Every
+ *  allocation, copy and launch for a model on a CUDA device happens after this (field case B14). */
+mrt_status mrt_device_activate(mrt_device d);
+
+/** Create a stream on d (*stream = NULL for the CPU). */
+mrt_status mrt_stream_create(mrt_device d, void **stream);
+/** Destroy a stream from mrt_stream_create (NULL is ignored). */
+void mrt_stream_destroy(mrt_device d, void *stream);
+/** Wait until the work queued on `stream` is done. A failure (an asynchronous CUDA error) is
+ *  MRT_ERR_CUDA naming `what` (e.g. "digits run") and the CUDA error. No-op for the CPU. */
+mrt_status mrt_stream_sync(mrt_device d, void *stream, const char *what);
+
+/** Copy `bytes` from src on src_dev to dst on dst_dev: host to host (memcpy), host to device,
+ *  device to host, device to device, and between two GPUs (peer copy, or staged through host
+ *  memory when peer access is unavailable). CUDA copies are queued on `stream` (which belongs to
+ *  the device doing the work) and may be asynchronous: call mrt_stream_sync before reading the
+ *  result on the host. Errors name both devices and the byte count. */
+mrt_status mrt_memcpy(mrt_device dst_dev, void *dst, mrt_device src_dev, const void *src, size_t bytes,
+                      void *stream);
+
+/** Which device holds p: a CUDA device for device memory (cudaPointerGetAttributes), else cpu:0
+ *  (pageable or pinned host memory, or any pointer when CUDA is unavailable). */
+mrt_status mrt_pointer_device(const void *p, mrt_device *out);
+
+/** After a kernel launch: MRT_ERR_CUDA naming `what` (model, kernel and graph node) if the launch
+ *  failed (cudaGetLastError), else MRT_OK. */
+mrt_status mrt_cuda_check_launch(const char *what);
+
+/** Row-major, batched single-precision GEMM on device d, with cblas_sgemm's meaning in
+ *  CblasRowMajor: for i < batch, C_i = alpha * op(A_i) @ op(B_i) + beta * C_i, where op(X) is X
+ *  or its transpose (trans_* != 0), op(A_i) is [M, K], op(B_i) is [K, N], C_i is [M, N], and
+ *  X_i = X + i * strideX elements (a stride of 0 repeats the same matrix). On the CPU it calls
+ *  cblas_sgemm (OpenBLAS); on CUDA, cuBLAS (cublasSgemmStridedBatched on `stream`; the library
+ *  is loaded with dlopen on first use, so a binary starts without it). Dimensions must fit in
+ *  int32 (MRT_ERR_INVALID_ARG otherwise). */
+mrt_status mrt_gemm_f32(mrt_device d, void *stream, int trans_a, int trans_b, int64_t M, int64_t N, int64_t K,
+                        float alpha, const float *A, int64_t lda, int64_t strideA, const float *B, int64_t ldb,
+                        int64_t strideB, float beta, float *C, int64_t ldc, int64_t strideC, int64_t batch);
+
+/* CUDA versions of the library kernels in mrt_kernels.h, same arguments and semantics, queued on
+ * `stream` (device pointers). Each checks its launch and returns MRT_ERR_CUDA naming the kernel. In
+ * a build without CUDA they return MRT_ERR_DEVICE. Row-wise kernels use one block (or warp) per
+ * row with a max pass before exp (numerically safe); index math is int64. */
+mrt_status mrt_cuda_softmax_f32(void *stream, float *y, const float *x, int64_t outer, int64_t n, int64_t inner,
+                                int log);
+mrt_status mrt_cuda_softmax_masked_f32(void *stream, float *y, const float *x, int64_t rows, int64_t n, int64_t L,
+                                       int causal, int zero_masked_rows);
+mrt_status mrt_cuda_sum_f32(void *stream, float *y, const float *x, int64_t outer, int64_t n, int64_t inner, int mean);
+mrt_status mrt_cuda_max_f32(void *stream, float *y, const float *x, int64_t outer, int64_t n, int64_t inner);
+mrt_status mrt_cuda_argmax_f32(void *stream, int64_t *y, const float *x, int64_t outer, int64_t n, int64_t inner);
+/** conv2d: im2col on the GPU into `col`, then mrt_gemm_f32 per image and group (same layout as
+ *  mrt_conv2d_f32). */
+mrt_status mrt_cuda_conv2d_f32(void *stream, float *y, const float *x, const float *w, int64_t N, int64_t C, int64_t H,
+                               int64_t W, int64_t O, int KH, int KW, int64_t OH, int64_t OW, int sh, int sw, int pt,
+                               int pl, int dh, int dw, int groups, float *col);
+mrt_status mrt_cuda_maxpool2d_f32(void *stream, float *y, const float *x, int64_t NC, int64_t H, int64_t W, int64_t OH,
+                                  int64_t OW, int kh, int kw, int sh, int sw, int pt, int pl, int dh, int dw);
+mrt_status mrt_cuda_avgpool2d_f32(void *stream, float *y, const float *x, int64_t NC, int64_t H, int64_t W, int64_t OH,
+                                  int64_t OW, int kh, int kw, int sh, int sw, int pt, int pl, int pb, int pr,
+                                  int count_include_pad);
+mrt_status mrt_cuda_adaptive_avgpool2d_f32(void *stream, float *y, const float *x, int64_t NC, int64_t H, int64_t W,
+                                           int64_t OH, int64_t OW);
+mrt_status mrt_cuda_layernorm_f32(void *stream, float *y, const float *x, const float *w, const float *b, int64_t rows,
+                                  int64_t D, float eps);
+/** Returns MRT_ERR_INVALID_ARG naming the first id outside [0, V) and its position (it
+ *  synchronizes the stream to read that back). `what` names the model and the ids tensor. */
+mrt_status mrt_cuda_embedding_f32(void *stream, float *y, const void *ids, int ids_i64, int64_t n, const float *w,
+                                  int64_t V, int64_t D, const char *what);
+mrt_status mrt_cuda_concat_part(void *stream, void *y, const void *x, int64_t outer, int64_t x_row, int64_t y_row,
+                                int64_t y_offset);
+
 /* ---------------------------------------------------------------- weights (safetensors) */
 
 /** One parameter a model expects: its state_dict name, dtype, shape, and where its bytes go in

