@@ -165,6 +165,7 @@ static const char *stmt_word(StmtKind k) {
     case ST_PARAM: return "param";
     case ST_OUTPUT: return "output";
     case ST_ASSIGN: return "assign";
+    case ST_ON: return "on";
     }
     ICE("bad statement kind %d", (int)k);
 }
@@ -187,6 +188,10 @@ static void dump_stmts(FILE *out, Stmt **stmts, int n) {
             print_expr(out, s->expr);
         }
         fputc('\n', out);
+        if (s->kind == ST_ON) {
+            dump_stmts(out, s->body, s->nbody);
+            fputs("  end on\n", out);
+        }
     }
 }
 

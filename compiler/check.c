@@ -1229,12 +1229,44 @@ static void add_param(Checker *c, Node *n, Loc loc) {
     g->params[g->nparams++] = n;
 }
 
+/* The slot for an 'on' region's device, made on first use. */
+static int device_slot(Checker *c, const Stmt *st) {
+    Graph *g = c->g;
+    const char *d = st->name;
+    bool cuda = !strncmp(d, "cuda", 4) && (d[4] == 0 || d[4] == ':');
+    bool cpu = !strncmp(d, "cpu", 3) && (d[3] == 0 || d[3] == ':');
+    const char *num = cuda ? d + 4 : cpu ? d + 3 : NULL;
+    long idx = 0;
+    if (num && *num == ':') {
+        char *end;
+        idx = strtol(num + 1, &end, 10);
+        if (*end || idx < 0 || idx > 1023) num = NULL;
+    }
+    if (!num)
+        error_at(st->name_loc, "unknown device '%s' in 'on' (expected cpu, cpu:N, cuda or cuda:N)", d);
+    char *name = xprintf("%s:%ld", cuda ? "cuda" : "cpu", idx);
+    for (int i = 1; i < g->nslots; i++)
+        if (!strcmp(g->slots[i].name, name)) return i;
+    g->slots = xrealloc_array(g->slots, g->nslots, g->nslots + 1, sizeof(DeviceSlot));
+    g->slots[g->nslots] = (DeviceSlot){name, cuda, (int)idx, st->name_loc};
+    return g->nslots++;
+}
+
 static void lower_stmt(Checker *c, const Stmt *st) {
     Graph *g = c->g;
     switch (st->kind) {
+    case ST_ON: {
+        int saved = g->cur_slot;
+        g->cur_slot = device_slot(c, st);
+        for (int i = 0; i < st->nbody; i++) lower_stmt(c, st->body[i]);
+        g->cur_slot = saved;
+        break;
+    }
     case ST_INPUT:
     case ST_PARAM: {
         bool in = st->kind == ST_INPUT;
+        if (in && c->block)
+            error_at(st->loc, "'input' is not allowed in a block; a block takes tensors as parameters and returns one");
         Sym *s = define(c, st->name, st->name_loc, in ? SYM_INPUT : SYM_PARAM);
         Node *n = new_node(g, in ? OP_INPUT : OP_PARAM, st->name_loc);
         n->name = in || !c->prefix ? s->name : xprintf("%s.%s", c->prefix, st->name);
@@ -1250,6 +1282,8 @@ static void lower_stmt(Checker *c, const Stmt *st) {
         break;
     }
     case ST_OUTPUT: {
+        if (c->block)
+            error_at(st->loc, "'output' is not allowed in a block; a block takes tensors as parameters and returns one");
         Sym *s = define(c, st->name, st->name_loc, SYM_OUTPUT_DECL);
         s->decl = st->type;
         s->out_index = g->noutputs;
@@ -1280,17 +1314,25 @@ static void lower_stmt(Checker *c, const Stmt *st) {
     }
 }
 
+static void count_decls(Stmt **st, int n, int *nin, int *nout) {
+    for (int i = 0; i < n; i++) {
+        *nin += st[i]->kind == ST_INPUT;
+        *nout += st[i]->kind == ST_OUTPUT;
+        if (st[i]->kind == ST_ON) count_decls(st[i]->body, st[i]->nbody, nin, nout);
+    }
+}
+
 Graph *build_graph(const Program *p, int max_batch) {
     Graph *g = xalloc(sizeof(Graph));
     g->name = p->name;
     g->max_batch = max_batch;
     Checker ck = {.g = g, .prog = p}, *c = &ck;
     CK = c;
+    g->slots = xalloc(sizeof(DeviceSlot));
+    g->slots[0] = (DeviceSlot){xstrdup("default"), false, 0, p->loc};
+    g->nslots = 1;
     int nin = 0, nout = 0;
-    for (int i = 0; i < p->nstmts; i++) {
-        nin += p->stmts[i]->kind == ST_INPUT;
-        nout += p->stmts[i]->kind == ST_OUTPUT;
-    }
+    count_decls(p->stmts, p->nstmts, &nin, &nout);
     g->inputs = xalloc(sizeof(Node *) * (nin + 1));
     g->outputs = xalloc(sizeof(GraphOutput) * (nout + 1));
     for (int i = 0; i < p->nblocks; i++)

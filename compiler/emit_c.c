@@ -1,14 +1,21 @@
 /*
- * emit_c.c — lowering the fused, planned graph to C (the CPU path, the fallback and the reference).
+ * emit_c.c — lowering the fused, placed and planned graph to C: the CPU path, the fallback and
+ * the reference, plus the host side of the CUDA path.
  *
- * Output: NAME.h (the public API: create / load_weights / run / destroy, with every tensor's
- * shape in the doc comments, and the plan's sizes as macros) and NAME.c. Each fused elementwise
- * kernel becomes two functions: NAME_kN_expr, the scalar expression (MRT_HD, so the same text can
- * be compiled for CUDA), and NAME_kN, a loop nest over the kernel's iteration space with one
- * 64-bit index per dimension. Adjacent dimensions are merged when every operand is contiguous
- * across them, so a plain chain over a contiguous tensor becomes one flat loop the C compiler
- * vectorizes. GEMMs call cblas_sgemm (OpenBLAS) and then run their epilogue in place over the
- * output. Reductions call the kernels in runtime/mrt_kernels.h.
+ * Output: NAME.h (the public API: create / load_weights / run / destroy, every tensor's shape in
+ * the doc comments, the plan's sizes as macros) and NAME.c. Each fused elementwise kernel becomes
+ * NAME_kN_expr, the scalar expression (MRT_HD, so emit_cuda.c writes the very same text into
+ * NAME.cu), and NAME_kN, a loop nest with one 64-bit index per dimension. Adjacent dimensions are
+ * merged when every operand is contiguous across them, so a chain over a contiguous tensor is
+ * one flat loop the C compiler vectorizes.
+ *
+ * The model runs on device slots (place.c): slot 0 is the device chosen at create time, the
+ * others are pinned by 'on' regions. Each slot has a weight region, an activation arena and, on
+ * CUDA, a stream and a staging area for the caller's host buffers. Every kernel call dispatches
+ * on its slot's device: the C loop or library kernel on the CPU, the generated or library CUDA
+ * kernel on a GPU (only when compiled with -DMRT_WITH_CUDA, i.e. with NAME.cu). GEMMs go through
+ * mrt_gemm_f32 (OpenBLAS or cuBLAS). Arena offsets come from two plans of the same schedule: 64-
+ * byte alignment for the CPU, 256 for CUDA; weight regions use 256 for both.
  */
 #include "modelc.h"
 
@@ -18,28 +25,16 @@
 #include <stdlib.h>
 #include <string.h>
 
-typedef struct Emit {
-    const Graph *g;
-    const KernelList *kl;
-    const KernelList *init; /* kernels run once at load time */
-    const MemPlan *mp;
-    FILE *o;
-    char *pfx;  /* C identifier prefix: the model name */
-    char *PFX;  /* macro prefix */
-    const char *scratch; /* the current kernel's scratch pointer (C), or NULL */
-} Emit;
-
 static Node *view_base(const Node *cn) {
     Node *n = (Node *)cn;
     while (n->op == OP_RESHAPE) n = n->in[0];
     return n;
 }
 
-static const char *ctype(DType dt) { return dt == DT_F32 ? "float" : dt == DT_I32 ? "int32_t" : "int64_t"; }
+const char *c_type(DType dt) { return dt == DT_F32 ? "float" : dt == DT_I32 ? "int32_t" : "int64_t"; }
 static const char *mrt_dtype(DType dt) { return dt == DT_F32 ? "MRT_F32" : dt == DT_I32 ? "MRT_I32" : "MRT_I64"; }
 
-/* A Dim as a C expression over `B`, the run-time batch. */
-static char *dimc(Dim d) {
+char *dim_c(Dim d) {
     if (!d.sym) return xprintf("%" PRId64, d.c);
     if (d.c == 1) return xstrdup("B");
     return xprintf("(%" PRId64 " * B)", d.c);
@@ -53,19 +48,18 @@ static void contiguous_strides(const Shape *s, Dim *st) {
     }
 }
 
-/* A C identifier from a user's name: dots become '_', keywords and clashes get a '_'. */
-static char *c_ident(const char *name) {
+char *c_ident(const char *name) {
     static const char *reserved[] = {"auto", "break", "case", "char", "const", "continue", "default", "do",
                                      "double", "else", "enum", "extern", "float", "for", "goto", "if", "inline",
                                      "int", "long", "register", "restrict", "return", "short", "signed", "sizeof",
                                      "static", "struct", "switch", "typedef", "union", "unsigned", "void",
-                                     "volatile", "while", "m", "batch", "B", "A", "W", "st", NULL};
+                                     "volatile", "while", "m", "batch", "B", "st", "host", "direct", NULL};
     char *s = xstrdup(name);
     for (char *p = s; *p; p++)
         if (!isalnum((unsigned char)*p) && *p != '_') *p = '_';
     for (int i = 0; reserved[i]; i++)
         if (!strcmp(s, reserved[i])) return xprintf("%s_", s);
-    if (!strncmp(s, "mrt_", 4) || isdigit((unsigned char)s[0])) return xprintf("%s_", s); /* our locals are mrt_v<N> */
+    if (!strncmp(s, "mrt_", 4) || isdigit((unsigned char)s[0])) return xprintf("%s_", s); /* our locals are mrt_* */
     return s;
 }
 
@@ -82,17 +76,11 @@ static char *float_lit(double v) {
     return xprintf("%af", (double)f);
 }
 
-/* ---------------------------------------------------------------- elementwise kernels */
+/* ---------------------------------------------------------------- shared with emit_cuda.c */
 
-typedef struct Operand {
-    Dim stride[MAX_RANK]; /* per iteration dim; {0,false} for broadcast */
-    char *base;           /* constant element offset (slices), as C, or NULL */
-} Operand;
-
-static int emit_expr(Emit *e, const Kernel *k, const Expr *x, int *tmp) {
-    FILE *o = e->o;
-    const char *T = ctype(k->root->dtype);
-    int a = -1, b = -1, t;
+static int emit_expr(FILE *o, const Kernel *k, const Expr *x, int *tmp) {
+    const char *T = c_type(k->root->dtype);
+    int a = -1, b = -1, c3 = -1, t;
     if (x->op == OP_CONST) {
         t = (*tmp)++;
         fprintf(o, "    const %s t%d = %s;\n", T, t, float_lit(x->value));
@@ -103,14 +91,12 @@ static int emit_expr(Emit *e, const Kernel *k, const Expr *x, int *tmp) {
         fprintf(o, "    const %s t%d = a%d;\n", T, t, x->leaf);
         return t;
     }
-    a = emit_expr(e, k, x->a, tmp);
-    if (x->b) b = emit_expr(e, k, x->b, tmp);
-    int c3 = x->c ? emit_expr(e, k, x->c, tmp) : -1;
+    a = emit_expr(o, k, x->a, tmp);
+    if (x->b) b = emit_expr(o, k, x->b, tmp);
+    if (x->c) c3 = emit_expr(o, k, x->c, tmp);
     t = (*tmp)++;
     fprintf(o, "    const %s t%d = ", T, t);
     switch (x->op) {
-    case OP_WHERE: fprintf(o, "t%d != 0 ? t%d : t%d", a, b, c3); break;
-    case OP_SLICE: fprintf(o, "t%d", a); break;
     case OP_NEG: fprintf(o, "-t%d", a); break;
     case OP_EXP: fprintf(o, "expf(t%d)", a); break;
     case OP_LOG: fprintf(o, "logf(t%d)", a); break;
@@ -124,224 +110,285 @@ static int emit_expr(Emit *e, const Kernel *k, const Expr *x, int *tmp) {
     case OP_SUB: fprintf(o, "t%d - t%d", a, b); break;
     case OP_MUL: fprintf(o, "t%d * t%d", a, b); break;
     case OP_DIV: fprintf(o, "t%d / t%d", a, b); break;
-    case OP_PERMUTE: fprintf(o, "t%d", a); break;
+    case OP_PERMUTE: case OP_SLICE: fprintf(o, "t%d", a); break;
+    case OP_WHERE: fprintf(o, "t%d != 0 ? t%d : t%d", a, b, c3); break;
     default: ICE("op %s in an elementwise expression", op_name(x->op));
     }
     fprintf(o, ";  /* %%%d %s */\n", x->node ? x->node->id : -1, op_name(x->op));
     return t;
 }
 
-/* Emit NAME_kN_expr and the loop function NAME_kN[suffix](out, leaves..., B). */
-static void emit_elementwise(Emit *e, const Kernel *k, const char *fname) {
-    FILE *o = e->o;
-    const Node *r = k->root;
-    const char *T = ctype(r->dtype);
-    /* The expression, shared by the CPU loop and (later) the CUDA kernel. */
-    fprintf(o, "MRT_HD %s %s_expr(", T, fname);
-    for (int i = 0; i < k->nleaves; i++) fprintf(o, "%s%s a%d", i ? ", " : "", ctype(k->leaves[i].node->dtype), i);
+void emit_expr_function(FILE *o, const Kernel *k, const char *fname) {
+    fprintf(o, "MRT_HD %s %s_expr(", c_type(k->root->dtype), fname);
+    for (int i = 0; i < k->nleaves; i++) fprintf(o, "%s%s a%d", i ? ", " : "", c_type(k->leaves[i].node->dtype), i);
     if (!k->nleaves) fprintf(o, "void");
     fprintf(o, ") {\n");
     int tmp = 0;
-    int res = emit_expr(e, k, k->expr, &tmp);
+    int res = emit_expr(o, k, k->expr, &tmp);
     fprintf(o, "    return t%d;\n}\n\n", res);
+}
 
-    /* Iteration space and operand strides, then merge contiguous dimensions. */
+void kernel_loops(const Kernel *k, LoopNest *ln) {
+    const Node *r = k->root;
     int rank = r->shape.rank;
-    Dim n[MAX_RANK];
-    Operand ops[1 + 64];
     int nops = 1 + k->nleaves;
-    if (nops > 65) ICE("kernel k%d reads %d tensors; at most 64 are supported", k->id, k->nleaves);
-    for (int d = 0; d < rank; d++) n[d] = r->shape.d[d];
-    contiguous_strides(&r->shape, ops[0].stride);
+    if (nops > MAX_OPERANDS) ICE("kernel k%d reads %d tensors; at most %d are supported", k->id, k->nleaves, MAX_OPERANDS - 1);
+    ln->nops = nops;
+    for (int d = 0; d < rank; d++) ln->n[d] = r->shape.d[d];
+    contiguous_strides(&r->shape, ln->stride[0]);
+    ln->base[0] = NULL;
     for (int i = 0; i < k->nleaves; i++) {
         const LeafRef *l = &k->leaves[i];
         Dim ls[MAX_RANK];
         contiguous_strides(&l->node->shape, ls);
-        for (int d = 0; d < rank; d++) ops[1 + i].stride[d] = (Dim){0, false};
-        ops[1 + i].base = NULL;
+        for (int d = 0; d < rank; d++) ln->stride[1 + i][d] = (Dim){0, false};
+        ln->base[1 + i] = NULL;
         for (int d = 0; d < l->node->shape.rank; d++) {
-            if (l->map[d] >= 0) ops[1 + i].stride[l->map[d]] = dim_mul(ls[d], (Dim){l->step[d], false}, NULL);
+            if (l->map[d] >= 0) ln->stride[1 + i][l->map[d]] = dim_mul(ls[d], (Dim){l->step[d], false}, NULL);
             if (l->start[d]) {
-                char *term = xprintf("%" PRId64 " * %s", l->start[d], dimc(ls[d]));
-                ops[1 + i].base = ops[1 + i].base ? xprintf("%s + %s", ops[1 + i].base, term) : term;
+                char *term = xprintf("%" PRId64 " * %s", l->start[d], dim_c(ls[d]));
+                ln->base[1 + i] = ln->base[1 + i] ? xprintf("%s + %s", ln->base[1 + i], term) : term;
             }
         }
     }
-    ops[0].base = NULL;
+    /* Merge dimension d into d+1 when every operand is contiguous across them. */
     for (int d = rank - 2; d >= 0; d--) {
         bool ok = true;
         for (int j = 0; j < nops && ok; j++) {
             bool mok;
-            Dim want = dim_mul(ops[j].stride[d + 1], n[d + 1], &mok);
-            ok = mok && dim_eq(want, ops[j].stride[d]);
+            Dim want = dim_mul(ln->stride[j][d + 1], ln->n[d + 1], &mok);
+            ok = mok && dim_eq(want, ln->stride[j][d]);
         }
-        if (!ok) continue;
         bool mok;
-        Dim merged = dim_mul(n[d], n[d + 1], &mok);
-        if (!mok) continue;
-        n[d] = merged;
+        Dim merged = dim_mul(ln->n[d], ln->n[d + 1], &mok);
+        if (!ok || !mok) continue;
+        ln->n[d] = merged;
         for (int j = 0; j < nops; j++) {
-            ops[j].stride[d] = ops[j].stride[d + 1];
-            for (int q = d + 1; q + 1 < rank; q++) ops[j].stride[q] = ops[j].stride[q + 1];
+            ln->stride[j][d] = ln->stride[j][d + 1];
+            for (int q = d + 1; q + 1 < rank; q++) ln->stride[j][q] = ln->stride[j][q + 1];
         }
-        for (int q = d + 1; q + 1 < rank; q++) n[q] = n[q + 1];
+        for (int q = d + 1; q + 1 < rank; q++) ln->n[q] = ln->n[q + 1];
         rank--;
     }
+    ln->rank = rank;
+}
 
+char *loop_index(const LoopNest *ln, int op) {
+    char *s = ln->base[op] ? xstrdup(ln->base[op]) : NULL;
+    for (int d = 0; d < ln->rank; d++) {
+        Dim st = ln->stride[op][d];
+        if (st.c == 0) continue;
+        char *term = (st.c == 1 && !st.sym) ? xprintf("i%d", d) : xprintf("i%d * %s", d, dim_c(st));
+        s = s ? xprintf("%s + %s", s, term) : term;
+    }
+    return s ? s : xstrdup("0");
+}
+
+/* ---------------------------------------------------------------- state */
+
+typedef struct Emit {
+    const Graph *g;
+    const KernelList *kl;
+    const KernelList *init; /* kernels run once at load time */
+    const MemPlan *mp;      /* the CPU plan (64-byte aligned arena) */
+    const MemPlan *mpc;     /* the CUDA plan (256), same schedule and storages */
+    FILE *o;
+    char *pfx;  /* C identifier prefix: the model name */
+    char *PFX;  /* macro prefix */
+    const char *scratch; /* the current kernel's scratch pointer (C), or NULL */
+    size_t *io_off;      /* io_off[storage id]: offset in its slot's CUDA staging area */
+    size_t *io_bytes;    /* per slot */
+    size_t *wbase;       /* per slot: where its weight region starts in the host layout */
+    size_t wtotal;
+} Emit;
+
+static bool slot_cpu_only(const Emit *e, int s) { return s > 0 && !e->g->slots[s].cuda; }
+static bool slot_cuda_only(const Emit *e, int s) { return s > 0 && e->g->slots[s].cuda; }
+static int kslot(const Kernel *k) { return k->root->slot > 0 ? k->root->slot : 0; }
+
+/* Print a call dispatched on slot s's device: `cpu` is a C statement, `cuda` an expression
+ * returning mrt_status. */
+static void dispatch(Emit *e, int s, const char *cpu, const char *cuda) {
+    FILE *o = e->o;
+    if (slot_cpu_only(e, s) || !cuda) {
+        fprintf(o, "    %s\n", cpu);
+        return;
+    }
+    if (slot_cuda_only(e, s)) {
+        fprintf(o, "#ifdef MRT_WITH_CUDA\n    if ((st = %s) != MRT_OK) return st;\n#endif\n", cuda);
+        return;
+    }
+    fprintf(o, "#ifdef MRT_WITH_CUDA\n    if (C%d) {\n        if ((st = %s) != MRT_OK) return st;\n    } else\n#endif\n"
+               "    {\n        %s\n    }\n", s, cuda, cpu);
+}
+
+/* ---------------------------------------------------------------- elementwise */
+
+static void emit_elementwise(Emit *e, const Kernel *k, const char *fname) {
+    FILE *o = e->o;
+    const char *T = c_type(k->root->dtype);
+    emit_expr_function(o, k, fname);
+    LoopNest ln;
+    kernel_loops(k, &ln);
     fprintf(o, "static void %s(%s *out", fname, T);
-    for (int i = 0; i < k->nleaves; i++) fprintf(o, ", const %s *l%d", ctype(k->leaves[i].node->dtype), i);
+    for (int i = 0; i < k->nleaves; i++) fprintf(o, ", const %s *l%d", c_type(k->leaves[i].node->dtype), i);
     fprintf(o, ", int64_t B) {\n    (void)B;\n");
-    for (int d = 0; d < rank; d++)
-        fprintf(o, "%*sfor (int64_t i%d = 0; i%d < %s; i%d++) {\n", 4 * (d + 1), "", d, d, dimc(n[d]), d);
-    int ind = 4 * (rank + 1);
-    fprintf(o, "%*sout[", ind, "");
-    bool first = true;
-    for (int d = 0; d < rank; d++) {
-        if (ops[0].stride[d].c == 0) continue;
-        fprintf(o, "%si%d", first ? "" : " + ", d);
-        if (!(ops[0].stride[d].c == 1 && !ops[0].stride[d].sym)) fprintf(o, " * %s", dimc(ops[0].stride[d]));
-        first = false;
-    }
-    if (first) fprintf(o, "0");
-    fprintf(o, "] = %s_expr(", fname);
-    for (int i = 0; i < k->nleaves; i++) {
-        fprintf(o, "%sl%d[", i ? ", " : "", i);
-        bool f1 = true;
-        if (ops[1 + i].base) {
-            fprintf(o, "%s", ops[1 + i].base);
-            f1 = false;
-        }
-        for (int d = 0; d < rank; d++) {
-            Dim s = ops[1 + i].stride[d];
-            if (s.c == 0) continue;
-            fprintf(o, "%si%d", f1 ? "" : " + ", d);
-            if (!(s.c == 1 && !s.sym)) fprintf(o, " * %s", dimc(s));
-            f1 = false;
-        }
-        if (f1) fprintf(o, "0");
-        fprintf(o, "]");
-    }
+    for (int d = 0; d < ln.rank; d++)
+        fprintf(o, "%*sfor (int64_t i%d = 0; i%d < %s; i%d++) {\n", 4 * (d + 1), "", d, d, dim_c(ln.n[d]), d);
+    fprintf(o, "%*sout[%s] = %s_expr(", 4 * (ln.rank + 1), "", loop_index(&ln, 0), fname);
+    for (int i = 0; i < k->nleaves; i++) fprintf(o, "%sl%d[%s]", i ? ", " : "", i, loop_index(&ln, 1 + i));
     fprintf(o, ");\n");
-    for (int d = rank - 1; d >= 0; d--) fprintf(o, "%*s}\n", 4 * (d + 1), "");
+    for (int d = ln.rank - 1; d >= 0; d--) fprintf(o, "%*s}\n", 4 * (d + 1), "");
     fprintf(o, "}\n\n");
 }
 
-/* ---------------------------------------------------------------- GEMM */
+static void emit_elementwise_call(Emit *e, const Kernel *k, char **ptr, const char *pfx) {
+    char *args = xstrdup(ptr[k->root->id]);
+    for (int j = 0; j < k->nleaves; j++)
+        args = xprintf("%s, %s", args, j == k->gemm_leaf ? ptr[k->root->id] : ptr[view_base(k->leaves[j].node)->id]);
+    if (k->kind == K_ELEMENTWISE) fprintf(e->o, "    /* %s%d: elementwise -> %%%d */\n", pfx, k->id, k->root->id);
+    dispatch(e, kslot(k), xprintf("%s_%s%d(%s, B);", e->pfx, pfx, k->id, args),
+             xprintf("%s_cuda_%s%d(S%d, %s, B)", e->pfx, pfx, k->id, kslot(k), args));
+}
+
+/* ---------------------------------------------------------------- GEMM and convolution */
 
 static void check_blas_dim(Emit *e, const Node *m, Dim d, const char *what) {
     if (dim_at(d, e->g->max_batch) > INT32_MAX)
         error_at(m->loc, "matmul %s %" PRId64 " exceeds the BLAS limit of 2^31-1", what, dim_at(d, e->g->max_batch));
 }
 
-/* Emits the GEMM call (and the epilogue call) into run(); operands are pointer variable names. */
 static void emit_gemm_call(Emit *e, const Kernel *k, char **ptr) {
     FILE *o = e->o;
     const Node *m = k->gemm;
+    int s = kslot(k);
     const Shape *sa = &m->in[0]->shape, *sb = &m->in[1]->shape, *so = &m->shape;
     const char *A = ptr[view_base(m->in[0])->id], *Bm = ptr[view_base(m->in[1])->id], *C = ptr[k->root->id];
     if (m->op == OP_CONV2D) {
         const Shape *sx = &m->in[0]->shape;
+        char *args = xprintf("%s, %s, %s, %s, %" PRId64 ", %" PRId64 ", %" PRId64 ", %" PRId64 ", %d, %d, %" PRId64
+                             ", %" PRId64 ", %d, %d, %d, %d, %d, %d, %d, %s",
+                             C, A, Bm, dim_c(sx->d[0]), sx->d[1].c, sx->d[2].c, sx->d[3].c, so->d[1].c, m->kernel[0],
+                             m->kernel[1], so->d[2].c, so->d[3].c, m->stride[0], m->stride[1], m->pad[0], m->pad[1],
+                             m->dilation[0], m->dilation[1], m->groups, e->scratch ? e->scratch : "NULL");
         fprintf(o, "    /* k%d: conv2d %%%d = conv(%%%d, %%%d) */\n", k->id, m->id, m->in[0]->id, m->in[1]->id);
-        fprintf(o, "    mrt_conv2d_f32(%s, %s, %s, %s, %" PRId64 ", %" PRId64 ", %" PRId64 ", %" PRId64 ", %d, %d, %" PRId64
-                   ", %" PRId64 ", %d, %d, %d, %d, %d, %d, %d, %s);\n",
-                C, A, Bm, dimc(sx->d[0]), sx->d[1].c, sx->d[2].c, sx->d[3].c, so->d[1].c, m->kernel[0], m->kernel[1],
-                so->d[2].c, so->d[3].c, m->stride[0], m->stride[1], m->pad[0], m->pad[1], m->dilation[0], m->dilation[1],
-                m->groups, e->scratch ? e->scratch : "NULL");
+        dispatch(e, s, xprintf("mrt_conv2d_f32(%s);", args), xprintf("mrt_cuda_conv2d_f32(S%d, %s)", s, args));
         return;
     }
     Dim M = sa->d[sa->rank - 2], K = sa->d[sa->rank - 1], N = so->d[so->rank - 1];
     check_blas_dim(e, m, M, "rows");
     check_blas_dim(e, m, K, "inner dimension");
     check_blas_dim(e, m, N, "columns");
-    const char *tb = m->trans_b ? "CblasTrans" : "CblasNoTrans";
-    char *ldb = m->trans_b ? dimc(K) : dimc(N);
+    int tb = m->trans_b;
+    char *ldb = tb ? dim_c(K) : dim_c(N);
     int ob = so->rank - 2, ab = sa->rank - 2, bb = sb->rank - 2;
-    Dim bnum = {1, false};
+    Dim bnum = {1, false}, onum = {1, false};
     for (int i = 0; i < bb; i++) bnum = dim_mul(bnum, sb->d[i], NULL);
-    bool a_full = ab == ob;
+    for (int i = 0; i < ob; i++) onum = dim_mul(onum, so->d[i], NULL);
+    bool a_full = ab == ob, b_full = bb == ob;
     for (int i = 0; i < ab && a_full; i++) a_full = dim_eq(sa->d[i], so->d[i]);
-    fprintf(o, "    /* k%d: gemm %%%d = %%%d @ %%%d%s  [%s] */\n", k->id, m->id, m->in[0]->id, m->in[1]->id,
-            m->trans_b ? "^T" : "", e->g->name);
-    if (!bnum.sym && bnum.c == 1 && a_full) {
+    for (int i = 0; i < bb && b_full; i++) b_full = dim_eq(sb->d[i], so->d[i]);
+    Dim anum = {1, false};
+    for (int i = 0; i < ab; i++) anum = dim_mul(anum, sa->d[i], NULL);
+    bool a_one = !anum.sym && anum.c == 1, b_one = !bnum.sym && bnum.c == 1;
+    fprintf(o, "    /* k%d: gemm %%%d = %%%d @ %%%d%s */\n", k->id, m->id, m->in[0]->id, m->in[1]->id, tb ? "^T" : "");
+    char *call;
+    if (b_one && a_full) {
         /* One GEMM: a's leading dims fold into M. */
         Dim rows = {1, false};
         for (int i = 0; i < sa->rank - 1; i++) rows = dim_mul(rows, sa->d[i], NULL);
         check_blas_dim(e, m, rows, "rows");
-        fprintf(o, "    cblas_sgemm(CblasRowMajor, CblasNoTrans, %s, (int)%s, (int)%s, (int)%s, 1.0f, %s, (int)%s, %s, (int)%s, 0.0f, %s, (int)%s);\n",
-                tb, dimc(rows), dimc(N), dimc(K), A, dimc(K), Bm, ldb, C, dimc(N));
+        call = xprintf("mrt_gemm_f32(D%d, S%d, 0, %d, %s, %s, %s, 1.0f, %s, %s, 0, %s, %s, 0, 0.0f, %s, %s, 0, 1)", s, s, tb,
+                       dim_c(rows), dim_c(N), dim_c(K), A, dim_c(K), Bm, ldb, C, dim_c(N));
+    } else if ((a_full || a_one) && (b_full || b_one)) {
+        /* A strided batch over the flattened leading dims (a stride of 0 repeats a matrix). */
+        char *sA = a_one ? xstrdup("0") : dim_c(dim_mul(M, K, NULL));
+        char *sB = b_one ? xstrdup("0") : dim_c(dim_mul(sb->d[sb->rank - 2], sb->d[sb->rank - 1], NULL));
+        call = xprintf("mrt_gemm_f32(D%d, S%d, 0, %d, %s, %s, %s, 1.0f, %s, %s, %s, %s, %s, %s, 0.0f, %s, %s, %s, %s)", s, s,
+                       tb, dim_c(M), dim_c(N), dim_c(K), A, dim_c(K), sA, Bm, ldb, sB, C, dim_c(N),
+                       dim_c(dim_mul(M, N, NULL)), dim_c(onum));
     } else {
-        /* Batched with broadcasting: a loop over the output's leading dims. */
+        /* General broadcasting of the leading dims: one GEMM per output matrix. */
         Dim ast[MAX_RANK], bst[MAX_RANK], ost[MAX_RANK];
         contiguous_strides(sa, ast);
         contiguous_strides(sb, bst);
         contiguous_strides(so, ost);
-        fprintf(o, "    {\n");
-        for (int i = 0; i < ob; i++)
-            fprintf(o, "%*sfor (int64_t b%d = 0; b%d < %s; b%d++) {\n", 8 + 4 * i, "", i, i, dimc(so->d[i]), i);
-        int ind = 8 + 4 * ob;
-        fprintf(o, "%*sconst int64_t ao = 0", ind, "");
-        for (int i = 0; i < ob; i++) {
-            int ia = i - (ob - ab);
-            if (ia >= 0 && !(sa->d[ia].c == 1 && !sa->d[ia].sym)) fprintf(o, " + b%d * %s", i, dimc(ast[ia]));
+        fprintf(o, "    for (int64_t mrt_b = 0; mrt_b < %s; mrt_b++) {\n        int64_t mrt_r = mrt_b, ao = 0, bo = 0, co = 0;\n",
+                dim_c(onum));
+        for (int i = ob - 1; i >= 0; i--) {
+            int ia = i - (ob - ab), ib = i - (ob - bb);
+            fprintf(o, "        { const int64_t ix = mrt_r %% %s; mrt_r /= %s; co += ix * %s;", dim_c(so->d[i]),
+                    dim_c(so->d[i]), dim_c(ost[i]));
+            if (ia >= 0 && !(sa->d[ia].c == 1 && !sa->d[ia].sym)) fprintf(o, " ao += ix * %s;", dim_c(ast[ia]));
+            if (ib >= 0 && !(sb->d[ib].c == 1 && !sb->d[ib].sym)) fprintf(o, " bo += ix * %s;", dim_c(bst[ib]));
+            fprintf(o, " }\n");
         }
-        fprintf(o, ";\n%*sconst int64_t bo = 0", ind, "");
-        for (int i = 0; i < ob; i++) {
-            int ib = i - (ob - bb);
-            if (ib >= 0 && !(sb->d[ib].c == 1 && !sb->d[ib].sym)) fprintf(o, " + b%d * %s", i, dimc(bst[ib]));
-        }
-        fprintf(o, ";\n%*sconst int64_t co = 0", ind, "");
-        for (int i = 0; i < ob; i++) fprintf(o, " + b%d * %s", i, dimc(ost[i]));
-        fprintf(o, ";\n");
-        fprintf(o, "%*scblas_sgemm(CblasRowMajor, CblasNoTrans, %s, (int)%s, (int)%s, (int)%s, 1.0f, %s + ao, (int)%s, %s + bo, (int)%s, 0.0f, %s + co, (int)%s);\n",
-                ind, "", tb, dimc(M), dimc(N), dimc(K), A, dimc(K), Bm, ldb, C, dimc(N));
-        for (int i = ob - 1; i >= 0; i--) fprintf(o, "%*s}\n", 8 + 4 * i, "");
-        fprintf(o, "    }\n");
+        fprintf(o, "        if ((st = mrt_gemm_f32(D%d, S%d, 0, %d, %s, %s, %s, 1.0f, %s + ao, %s, 0, %s + bo, %s, 0, 0.0f, "
+                   "%s + co, %s, 0, 1)) != MRT_OK)\n            return st;\n    }\n",
+                s, s, tb, dim_c(M), dim_c(N), dim_c(K), A, dim_c(K), Bm, ldb, C, dim_c(N));
+        return;
     }
+    fprintf(o, "    if ((st = %s) != MRT_OK) return st;\n", call);
 }
 
-/* ---------------------------------------------------------------- reductions */
+/* ---------------------------------------------------------------- library kernels */
 
 static void emit_library_call(Emit *e, const Kernel *k, char **ptr) {
     FILE *o = e->o;
     const Node *r = k->reduce, *x = r->in[0];
+    int s = kslot(k);
     const char *X = ptr[view_base(x)->id], *Y = ptr[r->id];
     const Shape *xs = &x->shape;
+    char *args = NULL, *fn = NULL;
+    fprintf(o, "    /* k%d: %s %%%d */\n", k->id, op_name(r->op), r->id);
     switch (r->op) {
-    case OP_MAXPOOL2D:
-    case OP_AVGPOOL2D:
-    case OP_ADAPTIVE_AVGPOOL2D: {
-        char *nc = dimc(dim_mul(xs->d[0], xs->d[1], NULL));
-        fprintf(o, "    /* k%d: %s %%%d */\n", k->id, op_name(r->op), r->id);
-        if (r->op == OP_MAXPOOL2D)
-            fprintf(o, "    mrt_maxpool2d_f32(%s, %s, %s, %" PRId64 ", %" PRId64 ", %" PRId64 ", %" PRId64 ", %d, %d, %d, %d, %d, %d, %d, %d);\n",
-                    Y, X, nc, xs->d[2].c, xs->d[3].c, r->shape.d[2].c, r->shape.d[3].c, r->kernel[0], r->kernel[1],
-                    r->stride[0], r->stride[1], r->pad[0], r->pad[1], r->dilation[0], r->dilation[1]);
-        else if (r->op == OP_AVGPOOL2D)
-            fprintf(o, "    mrt_avgpool2d_f32(%s, %s, %s, %" PRId64 ", %" PRId64 ", %" PRId64 ", %" PRId64 ", %d, %d, %d, %d, %d, %d, %d, %d, %d);\n",
-                    Y, X, nc, xs->d[2].c, xs->d[3].c, r->shape.d[2].c, r->shape.d[3].c, r->kernel[0], r->kernel[1],
-                    r->stride[0], r->stride[1], r->pad[0], r->pad[1], r->pad[2], r->pad[3], r->count_include_pad);
-        else
-            fprintf(o, "    mrt_adaptive_avgpool2d_f32(%s, %s, %s, %" PRId64 ", %" PRId64 ", %" PRId64 ", %" PRId64 ");\n", Y, X,
-                    nc, xs->d[2].c, xs->d[3].c, r->shape.d[2].c, r->shape.d[3].c);
+    case OP_TRANSFER: {
+        const Node *src = view_base(x);
+        int ss = src->slot > 0 ? src->slot : 0;
+        char *bytes = xprintf("%s * %zu", dim_c(shape_numel(&r->shape)), dtype_size(r->dtype));
+        if (!slot_cpu_only(e, ss))
+            fprintf(o, "#ifdef MRT_WITH_CUDA\n    if (C%d && (st = mrt_stream_sync(D%d, S%d, \"%s transfer\")) != MRT_OK) return st;\n#endif\n",
+                    ss, ss, ss, e->pfx);
+        fprintf(o, "    if ((st = mrt_memcpy(D%d, %s, D%d, %s, %s, S%d)) != MRT_OK) return st;\n", s, Y, ss, X, bytes, s);
         return;
     }
+    case OP_MAXPOOL2D:
+        fn = "maxpool2d_f32";
+        args = xprintf("%s, %s, %s, %" PRId64 ", %" PRId64 ", %" PRId64 ", %" PRId64 ", %d, %d, %d, %d, %d, %d, %d, %d", Y, X,
+                       dim_c(dim_mul(xs->d[0], xs->d[1], NULL)), xs->d[2].c, xs->d[3].c, r->shape.d[2].c, r->shape.d[3].c,
+                       r->kernel[0], r->kernel[1], r->stride[0], r->stride[1], r->pad[0], r->pad[1], r->dilation[0],
+                       r->dilation[1]);
+        break;
+    case OP_AVGPOOL2D:
+        fn = "avgpool2d_f32";
+        args = xprintf("%s, %s, %s, %" PRId64 ", %" PRId64 ", %" PRId64 ", %" PRId64 ", %d, %d, %d, %d, %d, %d, %d, %d, %d", Y,
+                       X, dim_c(dim_mul(xs->d[0], xs->d[1], NULL)), xs->d[2].c, xs->d[3].c, r->shape.d[2].c,
+                       r->shape.d[3].c, r->kernel[0], r->kernel[1], r->stride[0], r->stride[1], r->pad[0], r->pad[1],
+                       r->pad[2], r->pad[3], r->count_include_pad);
+        break;
+    case OP_ADAPTIVE_AVGPOOL2D:
+        fn = "adaptive_avgpool2d_f32";
+        args = xprintf("%s, %s, %s, %" PRId64 ", %" PRId64 ", %" PRId64 ", %" PRId64, Y, X,
+                       dim_c(dim_mul(xs->d[0], xs->d[1], NULL)), xs->d[2].c, xs->d[3].c, r->shape.d[2].c, r->shape.d[3].c);
+        break;
     case OP_LAYER_NORM: {
         Dim rows = {1, false};
         for (int i = 0; i + 1 < xs->rank; i++) rows = dim_mul(rows, xs->d[i], NULL);
-        fprintf(o, "    /* k%d: layer_norm %%%d */\n", k->id, r->id);
-        fprintf(o, "    mrt_layernorm_f32(%s, %s, %s, %s, %s, %" PRId64 ", %s);\n", Y, X, ptr[view_base(r->in[1])->id],
-                ptr[view_base(r->in[2])->id], dimc(rows), xs->d[xs->rank - 1].c, float_lit(r->value));
-        return;
+        fn = "layernorm_f32";
+        args = xprintf("%s, %s, %s, %s, %s, %" PRId64 ", %s", Y, X, ptr[view_base(r->in[1])->id],
+                       ptr[view_base(r->in[2])->id], dim_c(rows), xs->d[xs->rank - 1].c, float_lit(r->value));
+        break;
     }
     case OP_EMBEDDING: {
         const Node *w = r->in[1];
-        char *n = dimc(shape_numel(xs));
-        fprintf(o, "    /* k%d: embedding %%%d */\n    {\n        int64_t bad_id = 0;\n", k->id, r->id);
-        fprintf(o, "        int64_t bad = mrt_embedding_f32(%s, %s, %d, %s, %s, %" PRId64 ", %" PRId64 ", &bad_id);\n", Y, X,
-                x->dtype == DT_I64, n, ptr[view_base(w)->id], w->shape.d[0].c, w->shape.d[1].c);
-        fprintf(o, "        if (bad >= 0)\n            return mrt_set_error(MRT_ERR_INVALID_ARG, \"%s: embedding %s: id %%lld at "
-                   "position %%lld is out of range [0, %" PRId64 ")\", (long long)bad_id, (long long)bad);\n    }\n",
-                e->pfx, x->name ? x->name : "ids", w->shape.d[0].c);
+        const char *what = xprintf("%s: embedding %s", e->pfx, x->name ? x->name : "ids");
+        char *a = xprintf("%s, %s, %d, %s, %s, %" PRId64 ", %" PRId64, Y, X, x->dtype == DT_I64, dim_c(shape_numel(xs)),
+                          ptr[view_base(w)->id], w->shape.d[0].c, w->shape.d[1].c);
+        char *cpu = xprintf("int64_t bad_id = 0, bad = mrt_embedding_f32(%s, &bad_id);\n"
+                            "        if (bad >= 0)\n            return mrt_set_error(MRT_ERR_INVALID_ARG, \"%s: id %%lld at "
+                            "position %%lld is out of range [0, %" PRId64 ")\", (long long)bad_id, (long long)bad);",
+                            a, what, w->shape.d[0].c);
+        dispatch(e, s, cpu, xprintf("mrt_cuda_embedding_f32(S%d, %s, \"%s\")", s, a, what));
         return;
     }
     case OP_CONCAT: {
@@ -350,48 +397,50 @@ static void emit_library_call(Emit *e, const Kernel *k, char **ptr) {
         for (int i = 0; i < r->axis; i++) outer = dim_mul(outer, r->shape.d[i], NULL);
         for (int i = r->axis + 1; i < r->shape.rank; i++) inner = dim_mul(inner, r->shape.d[i], NULL);
         Dim yrow = dim_mul(r->shape.d[r->axis], inner, NULL);
-        fprintf(o, "    /* k%d: concat %%%d along axis %d */\n", k->id, r->id, r->axis);
         Dim off = {0, r->shape.d[r->axis].sym};
         for (int j = 0; j < r->nin; j++) {
             const Node *xj = r->in[j];
             Dim xrow = dim_mul(xj->shape.d[r->axis], inner, NULL);
-            fprintf(o, "    mrt_concat_part(%s, %s, %s, %s * %zu, %s * %zu, %s * %zu);\n", Y, ptr[view_base(xj)->id],
-                    dimc(outer), dimc(xrow), es, dimc(yrow), es, off.c ? dimc(off) : "0", es);
+            char *a = xprintf("%s, %s, %s, %s * %zu, %s * %zu, %s * %zu", Y, ptr[view_base(xj)->id], dim_c(outer),
+                              dim_c(xrow), es, dim_c(yrow), es, off.c ? dim_c(off) : "0", es);
+            dispatch(e, s, xprintf("mrt_concat_part(%s);", a), xprintf("mrt_cuda_concat_part(S%d, %s)", s, a));
             off.c += xrow.c;
-            off.sym = xrow.sym;
         }
         return;
     }
-    default:
-        break;
+    default: {
+        Dim outer = {1, false}, inner = {1, false};
+        for (int i = 0; i < r->axis; i++) outer = dim_mul(outer, xs->d[i], NULL);
+        for (int i = r->axis + 1; i < xs->rank; i++) inner = dim_mul(inner, xs->d[i], NULL);
+        char *n = dim_c(xs->d[r->axis]), *ou = dim_c(outer), *in = dim_c(inner);
+        switch (r->op) {
+        case OP_SOFTMAX:
+            if (r->causal || r->zero_masked_rows) {
+                fn = "softmax_masked_f32";
+                args = xprintf("%s, %s, %s, %s, %" PRId64 ", %d, %d", Y, X, ou, n,
+                               xs->rank >= 2 ? xs->d[xs->rank - 2].c : 1, r->causal, r->zero_masked_rows);
+            } else {
+                fn = "softmax_f32";
+                args = xprintf("%s, %s, %s, %s, %s, 0", Y, X, ou, n, in);
+            }
+            break;
+        case OP_LOG_SOFTMAX: fn = "softmax_f32"; args = xprintf("%s, %s, %s, %s, %s, 1", Y, X, ou, n, in); break;
+        case OP_SUM: fn = "sum_f32"; args = xprintf("%s, %s, %s, %s, %s, 0", Y, X, ou, n, in); break;
+        case OP_MEAN: fn = "sum_f32"; args = xprintf("%s, %s, %s, %s, %s, 1", Y, X, ou, n, in); break;
+        case OP_MAX: fn = "max_f32"; args = xprintf("%s, %s, %s, %s, %s", Y, X, ou, n, in); break;
+        case OP_ARGMAX: fn = "argmax_f32"; args = xprintf("%s, %s, %s, %s, %s", Y, X, ou, n, in); break;
+        default: ICE("no kernel for op %s", op_name(r->op));
+        }
     }
-    Dim outer = {1, false}, inner = {1, false};
-    for (int i = 0; i < r->axis; i++) outer = dim_mul(outer, x->shape.d[i], NULL);
-    for (int i = r->axis + 1; i < x->shape.rank; i++) inner = dim_mul(inner, x->shape.d[i], NULL);
-    char *n = dimc(x->shape.d[r->axis]), *ou = dimc(outer), *in = dimc(inner);
-    fprintf(o, "    /* k%d: %s %%%d {axis=%d} */\n", k->id, op_name(r->op), r->id, r->axis);
-    switch (r->op) {
-    case OP_SOFTMAX:
-        if (r->causal || r->zero_masked_rows)
-            fprintf(o, "    mrt_softmax_masked_f32(%s, %s, %s, %s, %" PRId64 ", %d, %d);\n", Y, X, ou, n,
-                    x->shape.rank >= 2 ? x->shape.d[x->shape.rank - 2].c : 1, r->causal, r->zero_masked_rows);
-        else
-            fprintf(o, "    mrt_softmax_f32(%s, %s, %s, %s, %s, 0);\n", Y, X, ou, n, in);
-        break;
-    case OP_LOG_SOFTMAX: fprintf(o, "    mrt_softmax_f32(%s, %s, %s, %s, %s, 1);\n", Y, X, ou, n, in); break;
-    case OP_SUM: fprintf(o, "    mrt_sum_f32(%s, %s, %s, %s, %s, 0);\n", Y, X, ou, n, in); break;
-    case OP_MEAN: fprintf(o, "    mrt_sum_f32(%s, %s, %s, %s, %s, 1);\n", Y, X, ou, n, in); break;
-    case OP_MAX: fprintf(o, "    mrt_max_f32(%s, %s, %s, %s, %s);\n", Y, X, ou, n, in); break;
-    case OP_ARGMAX: fprintf(o, "    mrt_argmax_f32(%s, %s, %s, %s, %s);\n", Y, X, ou, n, in); break;
-    default: ICE("op %s is not a reduction", op_name(r->op));
     }
+    dispatch(e, s, xprintf("mrt_%s(%s);", fn, args), xprintf("mrt_cuda_%s(S%d, %s)", fn, s, args));
 }
 
 /* ---------------------------------------------------------------- header */
 
 static void doc_tensor(Emit *e, FILE *o, const char *role, const char *name, const Node *n) {
     char buf[256];
-    fprintf(o, " *   %-12s %s%s, host memory (%s)\n", c_ident(name), dtype_name(n->dtype),
+    fprintf(o, " *   %-12s %s%s, host memory or model-device memory (%s)\n", c_ident(name), dtype_name(n->dtype),
             shape_str(&n->shape, e->g->batch_name, buf, sizeof buf), role);
 }
 
@@ -399,58 +448,69 @@ static void emit_run_proto(Emit *e, FILE *o) {
     const Graph *g = e->g;
     fprintf(o, "mrt_status %s_run(%s *m, int batch", e->pfx, e->pfx);
     for (int i = 0; i < g->ninputs; i++)
-        fprintf(o, ",\n        const %s *%s", ctype(g->inputs[i]->dtype), c_ident(g->inputs[i]->name));
+        fprintf(o, ",\n        const %s *%s", c_type(g->inputs[i]->dtype), c_ident(g->inputs[i]->name));
     for (int i = 0; i < g->noutputs; i++)
-        fprintf(o, ",\n        %s *%s", ctype(g->outputs[i].node->dtype), c_ident(g->outputs[i].name));
+        fprintf(o, ",\n        %s *%s", c_type(g->outputs[i].node->dtype), c_ident(g->outputs[i].name));
     fprintf(o, ")");
 }
 
-static void emit_header(Emit *e, FILE *o) {
+static void emit_header(Emit *e, FILE *o, const char *unused) {
     const Graph *g = e->g;
+    char buf[256];
     fprintf(o, "/* %s.h — generated by modelc from model '%s'. Do not edit.\n *\n", e->pfx, g->name);
-    fprintf(o, " * Usage:\n *   %s *m;\n *   %s_create(&m, \"auto\");     (or \"cpu\", \"cpu:1\")\n",
+    fprintf(o, " * Usage:\n *   %s *m;\n *   %s_create(&m, \"auto\");     (or \"cpu\", \"cuda\", \"cuda:1\")\n", e->pfx, e->pfx);
+    fprintf(o, " *   %s_load_weights(m, \"%s.safetensors\");\n *   %s_run(m, batch, inputs..., outputs...);\n", e->pfx,
             e->pfx, e->pfx);
-    fprintf(o, " *   %s_load_weights(m, \"%s.safetensors\");\n *   %s_run(m, batch, inputs..., outputs...);\n",
-            e->pfx, e->pfx, e->pfx);
-    fprintf(o, " *   %s_destroy(m);\n * Every call returns an mrt_status; on failure mrt_last_error() says why.\n */\n",
-            e->pfx);
+    fprintf(o, " *   %s_destroy(m);\n * Every call returns an mrt_status; on failure mrt_last_error() says why.\n *\n", e->pfx);
+    fprintf(o, " * Build: cc -c %s.c (CPU only), or nvcc -c %s.cu and cc -DMRT_WITH_CUDA -c %s.c, then link with\n"
+               " * libmodelrt (pkg-config --libs modelrt).\n */\n", e->pfx, e->pfx, e->pfx);
     fprintf(o, "#ifndef %s_H\n#define %s_H\n\n#include \"modelrt.h\"\n\n#ifdef __cplusplus\nextern \"C\" {\n#endif\n\n",
             e->PFX, e->PFX);
     fprintf(o, "typedef struct %s %s;\n\n", e->pfx, e->pfx);
     fprintf(o, "/* Sizes from the memory plan, in bytes (activations at the maximum batch). */\n");
     fprintf(o, "#define %s_MAX_BATCH %d\n", e->PFX, g->has_batch ? g->max_batch : 1);
-    fprintf(o, "#define %s_WEIGHT_BYTES %zu\n", e->PFX, e->mp->weight_bytes);
-    fprintf(o, "#define %s_ARENA_BYTES_CPU %zu\n\n", e->PFX, e->mp->arena_bytes);
-    fprintf(o, "/** Create the model on `device` (\"auto\", \"cpu\", \"cpu:N\"; NULL means $MODELRT_DEVICE or\n"
-               " *  \"auto\"), allocating its weight region and activation arena there. *m is set to NULL on\n"
-               " *  failure. Free with %s_destroy. */\n", e->pfx);
+    fprintf(o, "#define %s_WEIGHT_BYTES %zu\n", e->PFX, e->wtotal);
+    fprintf(o, "#define %s_ARENA_BYTES_CPU %zu\n", e->PFX, e->mp->slot_arena[0]);
+    fprintf(o, "#define %s_ARENA_BYTES_CUDA %zu\n", e->PFX, e->mpc->slot_arena[0]);
+    for (int s = 1; s < g->nslots; s++) {
+        fprintf(o, "/* device slot %d, pinned by 'on %s' */\n", s, g->slots[s].name);
+        fprintf(o, "#define %s_SLOT%d_DEVICE \"%s\"\n", e->PFX, s, g->slots[s].name);
+        fprintf(o, "#define %s_SLOT%d_ARENA_BYTES %zu\n", e->PFX, s,
+                (g->slots[s].cuda ? e->mpc : e->mp)->slot_arena[s]);
+        fprintf(o, "#define %s_SLOT%d_WEIGHT_BYTES %zu\n", e->PFX, s, e->mp->slot_weights[s]);
+    }
+    fprintf(o, "\n/** Create the model on `device` (\"auto\", \"cpu\", \"cpu:N\", \"cuda\", \"cuda:N\"; NULL means\n"
+               " *  $MODELRT_DEVICE or \"auto\", which picks the first usable GPU, else the CPU, and logs which).\n"
+               " *  An explicit device that is absent is an error, never a fallback. The weight region and the\n"
+               " *  activation arena are allocated there once; on a GPU, free memory is checked first. *m is set\n"
+               " *  to NULL on failure. Free with %s_destroy. */\n", e->pfx);
     fprintf(o, "mrt_status %s_create(%s **m, const char *device);\n\n", e->pfx, e->pfx);
     fprintf(o, "/** Load the weights from a safetensors file whose tensor names are the params below (a\n"
-               " *  PyTorch state_dict saved with safetensors). Every missing, unexpected, mistyped or\n"
-               " *  mis-shaped tensor is an error naming it. Params:\n");
-    char buf[256];
+               " *  PyTorch state_dict saved with safetensors) and move them to the model's device(s), once.\n"
+               " *  Every missing, unexpected, mistyped or mis-shaped tensor is an error naming it. Params:\n");
     for (int i = 0; i < g->nparams; i++)
         fprintf(o, " *   %-24s %s%s\n", g->params[i]->name, dtype_name(g->params[i]->dtype),
                 shape_str(&g->params[i]->shape, g->batch_name, buf, sizeof buf));
     if (!g->nparams) fprintf(o, " *   (none: the path may be NULL)\n");
     fprintf(o, " */\nmrt_status %s_load_weights(%s *m, const char *safetensors_path);\n\n", e->pfx, e->pfx);
-    fprintf(o, "/** Run the model on host buffers, synchronously. `batch` is in 1..%s_MAX_BATCH%s.\n", e->PFX,
+    fprintf(o, "/** Run the model synchronously. `batch` is in 1..%s_MAX_BATCH%s.\n", e->PFX,
             g->has_batch ? "" : " (this model has no batch dimension: pass 1)");
+    fprintf(o, " *  Buffers are host memory (copied to and from the device), or memory on the model's own CUDA\n"
+               " *  device (used in place, no copy); memory on another GPU is an error.\n");
     if (g->has_batch) fprintf(o, " *  Shapes use %s = batch.\n", g->batch_name);
     for (int i = 0; i < g->ninputs; i++) doc_tensor(e, o, "input", g->inputs[i]->name, g->inputs[i]);
     for (int i = 0; i < g->noutputs; i++) doc_tensor(e, o, "output", g->outputs[i].name, g->outputs[i].node);
     fprintf(o, " */\n");
     emit_run_proto(e, o);
-    fprintf(o, ";\n\n/** Free everything the model holds. NULL is ignored. */\nvoid %s_destroy(%s *m);\n\n", e->pfx,
-            e->pfx);
-    fprintf(o, "/** The device the model runs on. */\nmrt_device %s_device(const %s *m);\n\n", e->pfx, e->pfx);
+    fprintf(o, ";\n\n/** Free everything the model holds. NULL is ignored. */\nvoid %s_destroy(%s *m);\n\n", e->pfx, e->pfx);
+    fprintf(o, "/** The device the model runs on (slot 0). */\nmrt_device %s_device(const %s *m);\n\n", e->pfx, e->pfx);
     fprintf(o, "/** Descriptor for generic drivers (mrt_main). */\nextern const mrt_model_info %s_info;\n\n", e->pfx);
     fprintf(o, "#ifdef __cplusplus\n}\n#endif\n#endif /* %s_H */\n", e->PFX);
 }
 
 /* ---------------------------------------------------------------- the C file */
 
-static void io_desc(Emit *e, FILE *o, const char *name, const Node *n) {
+static void io_desc(FILE *o, const char *name, const Node *n) {
     unsigned mask = 0;
     fprintf(o, "    {\"%s\", %s, %d, {", name, mrt_dtype(n->dtype), n->shape.rank);
     for (int i = 0; i < n->shape.rank; i++) {
@@ -460,8 +520,16 @@ static void io_desc(Emit *e, FILE *o, const char *name, const Node *n) {
     fprintf(o, "}, 0x%xu},\n", mask);
 }
 
-/* Declare one pointer per materialized value: for run() (inputs, params, load-time values,
- * arena, outputs), or for load_weights() (params and load-time values only). */
+static size_t bytes_at_max(const Graph *g, const Node *n) {
+    return (size_t)dim_at(shape_numel(&n->shape), g->max_batch) * dtype_size(n->dtype);
+}
+
+static char *bytes_c(const Node *n) {
+    return xprintf("(size_t)%s * %zu", dim_c(shape_numel(&n->shape)), dtype_size(n->dtype));
+}
+
+/* One pointer per materialized value: in run() (inputs, params, load-time values, arena,
+ * outputs) or in load_weights() (params and load-time values only). */
 static char **declare_pointers(Emit *e, bool at_load) {
     const Graph *g = e->g;
     const MemPlan *mp = e->mp;
@@ -472,25 +540,37 @@ static char **declare_pointers(Emit *e, bool at_load) {
         const Storage *s = mp->of[i];
         if (n->dead || !s || n->op == OP_RESHAPE) continue;
         if (at_load && s->kind != S_PARAM && s->kind != S_INIT) continue;
-        const char *T = ctype(n->dtype);
+        const char *T = c_type(n->dtype);
+        int sl = s->slot;
         ptr[i] = xprintf("mrt_v%d", i);
         switch (s->kind) {
-        case S_INPUT:
-            fprintf(o, "    const %s *const mrt_v%d = %s;\n", T, i, c_ident(g->inputs[s->index]->name));
+        case S_INPUT: {
+            const char *name = c_ident(g->inputs[s->index]->name);
+            fprintf(o, "    const %s *mrt_v%d = %s;\n", T, i, name);
+            fprintf(o, "#ifdef MRT_WITH_CUDA\n    if (C0 && (st = %s_stage_in(m, %s, %s, %zu, (const void **)&mrt_v%d, \"%s\")) != MRT_OK)\n"
+                       "        return st;\n#endif\n", e->pfx, name, bytes_c(n), e->io_off[s->id], i,
+                    g->inputs[s->index]->name);
             break;
+        }
         case S_PARAM:
-            fprintf(o, "    const %s *const mrt_v%d = (const %s *)(W + %zu);  /* %s */\n", T, i, T, s->offset, n->name);
+            fprintf(o, "    const %s *const mrt_v%d = (const %s *)(W%d + %zu);  /* %s */\n", T, i, T, sl, s->offset, n->name);
             break;
         case S_INIT:
-            if (at_load) fprintf(o, "    %s *const mrt_v%d = (%s *)(W + %zu);\n", T, i, T, s->offset);
-            else fprintf(o, "    const %s *const mrt_v%d = (const %s *)(W + %zu);  /* computed at load */\n", T, i, T, s->offset);
+            if (at_load) fprintf(o, "    %s *const mrt_v%d = (%s *)(W%d + %zu);\n", T, i, T, sl, s->offset);
+            else fprintf(o, "    const %s *const mrt_v%d = (const %s *)(W%d + %zu);  /* computed at load */\n", T, i, T, sl, s->offset);
             break;
         case S_ARENA:
-            fprintf(o, "    %s *const mrt_v%d = (%s *)(A + %zu);\n", T, i, T, s->offset);
+            fprintf(o, "    %s *const mrt_v%d = (%s *)(A%d + O%d[%d]);\n", T, i, T, sl, sl, s->id);
             break;
-        case S_OUTPUT:
-            fprintf(o, "    %s *const mrt_v%d = %s;\n", T, i, c_ident(g->outputs[s->index].name));
+        case S_OUTPUT: {
+            const char *name = c_ident(g->outputs[s->index].name);
+            fprintf(o, "    %s *mrt_v%d = %s;\n    int mrt_back%d = 0;\n    (void)mrt_back%d;\n", T, i, name, i, i);
+            if (!slot_cpu_only(e, sl))
+                fprintf(o, "#ifdef MRT_WITH_CUDA\n    if (C%d && (st = %s_stage_out(m, %d, %s, %zu, (void **)&mrt_v%d, &mrt_back%d, \"%s\")) != MRT_OK)\n"
+                           "        return st;\n#endif\n", sl, e->pfx, sl, name, e->io_off[s->id], i, i,
+                        g->outputs[s->index].name);
             break;
+        }
         case S_CONST:
             break;
         }
@@ -503,94 +583,206 @@ static char **declare_pointers(Emit *e, bool at_load) {
 
 /* The calls of one kernel list, in order. */
 static void emit_calls(Emit *e, const KernelList *kl, char **ptr, const char *pfx) {
-    FILE *o = e->o;
     bool run = !strcmp(pfx, "k");
     for (int i = 0; i < kl->n; i++) {
         const Kernel *k = kl->k[i];
         e->scratch = NULL;
-        if (run && e->mp->scratch[i]) {
-            e->scratch = xprintf("(float *)(A + %zu)", e->mp->scratch[i]->offset);
-        }
+        if (run && e->mp->scratch[i])
+            e->scratch = xprintf("(float *)(A%d + O%d[%d])", kslot(k), kslot(k), e->mp->scratch[i]->id);
         if (k->kind == K_GEMM) emit_gemm_call(e, k, ptr);
         if (k->kind == K_REDUCE) emit_library_call(e, k, ptr);
-        if (k->expr) {
-            if (k->kind == K_ELEMENTWISE) fprintf(o, "    /* %s%d: elementwise */\n", pfx, k->id);
-            fprintf(o, "    %s_%s%d(%s", e->pfx, pfx, k->id, ptr[k->root->id]);
-            for (int j = 0; j < k->nleaves; j++)
-                fprintf(o, ", %s", j == k->gemm_leaf ? ptr[k->root->id] : ptr[view_base(k->leaves[j].node)->id]);
-            fprintf(o, ", B);\n");
-        }
+        if (k->expr) emit_elementwise_call(e, k, ptr, pfx);
     }
+}
+
+/* Locals naming each slot's device, stream and whether it is a GPU. */
+static void declare_slots(Emit *e, bool arenas) {
+    FILE *o = e->o;
+    for (int s = 0; s < e->g->nslots; s++) {
+        fprintf(o, "    const mrt_device D%d = m->dev[%d];\n    void *const S%d = m->stream[%d];\n", s, s, s, s);
+        fprintf(o, "    const int C%d = D%d.kind == MRT_DEVICE_CUDA;\n", s, s);
+        fprintf(o, "    unsigned char *const W%d = m->weights[%d];\n", s, s);
+        if (arenas) {
+            fprintf(o, "    unsigned char *const A%d = m->arena[%d];\n", s, s);
+            fprintf(o, "    const size_t *const O%d = %s_arena_offsets[C%d];\n", s, e->pfx, s);
+            fprintf(o, "    (void)A%d;\n    (void)O%d;\n", s, s);
+        }
+        fprintf(o, "    (void)D%d;\n    (void)S%d;\n    (void)C%d;\n    (void)W%d;\n", s, s, s, s);
+    }
+}
+
+static void emit_staging_helpers(Emit *e, FILE *o) {
+    fprintf(o, "#ifdef MRT_WITH_CUDA\n"
+               "/* An input for a model on a GPU: used in place when it is already in that GPU's memory,\n"
+               " * else copied from host memory into the staging area; another GPU's memory is an error. */\n"
+               "static mrt_status %s_stage_in(%s *m, const void *p, size_t bytes, size_t off, const void **use, const char *name) {\n"
+               "    mrt_device pd, cpu = {MRT_DEVICE_CPU, 0};\n    mrt_status st = mrt_pointer_device(p, &pd);\n"
+               "    if (st != MRT_OK) return st;\n"
+               "    if (pd.kind == MRT_DEVICE_CUDA) {\n"
+               "        if (pd.index != m->dev[0].index)\n"
+               "            return mrt_set_error(MRT_ERR_DEVICE, \"%s_run: input '%%s' is in cuda:%%d memory, but the model runs on cuda:%%d\",\n"
+               "                                 name, pd.index, m->dev[0].index);\n"
+               "        *use = p;\n        return MRT_OK;\n    }\n"
+               "    void *dst = m->io[0] + off;\n    *use = dst;\n"
+               "    return mrt_memcpy(m->dev[0], dst, cpu, p, bytes, m->stream[0]);\n}\n\n", e->pfx, e->pfx, e->pfx);
+    fprintf(o, "/* An output of a GPU slot: written in place when the caller's buffer is in that GPU's memory,\n"
+               " * else into the staging area and copied back at the end of the run. */\n"
+               "static mrt_status %s_stage_out(%s *m, int slot, void *p, size_t off, void **use, int *back, const char *name) {\n"
+               "    mrt_device pd;\n    mrt_status st = mrt_pointer_device(p, &pd);\n    if (st != MRT_OK) return st;\n"
+               "    if (pd.kind == MRT_DEVICE_CUDA) {\n"
+               "        if (pd.index != m->dev[slot].index)\n"
+               "            return mrt_set_error(MRT_ERR_DEVICE, \"%s_run: output '%%s' is in cuda:%%d memory, but it is computed on cuda:%%d\",\n"
+               "                                 name, pd.index, m->dev[slot].index);\n"
+               "        *use = p;\n        *back = 0;\n        return MRT_OK;\n    }\n"
+               "    *use = m->io[slot] + off;\n    *back = 1;\n    return MRT_OK;\n}\n#endif\n\n", e->pfx, e->pfx, e->pfx);
 }
 
 static void emit_source(Emit *e, FILE *o, const char *h_include) {
     const Graph *g = e->g;
     const KernelList *kl = e->kl;
+    const MemPlan *mp = e->mp;
+    int ns = g->nslots;
     e->o = o;
-    fprintf(o, "/* %s.c — generated by modelc from model '%s'. Do not edit. */\n", e->pfx, g->name);
-    fprintf(o, "#include <stdint.h>\n#include <stdlib.h>\n#include <string.h>\n#include <math.h>\n#include <cblas.h>\n");
+    fprintf(o, "/* %s.c — generated by modelc from model '%s'. Do not edit.\n", e->pfx, g->name);
+    fprintf(o, " * Compile as C; add -DMRT_WITH_CUDA and link %s.cu's object for the GPU path. */\n", e->pfx);
+    fprintf(o, "#include <stdint.h>\n#include <stdlib.h>\n#include <string.h>\n#include <math.h>\n");
     fprintf(o, "#include \"modelrt.h\"\n#include \"mrt_kernels.h\"\n#include \"%s\"\n\n", h_include);
-    fprintf(o, "struct %s {\n    mrt_device device;\n    unsigned char *weights;  /* %s_WEIGHT_BYTES */\n"
-               "    unsigned char *arena;    /* %s_ARENA_BYTES_CPU */\n    int weights_loaded;\n};\n\n",
-            e->pfx, e->PFX, e->PFX);
-    /* params */
+    fprintf(o, "#define N_SLOTS %d\n#define N_PARAMS %d\n\n", ns, g->nparams);
+    fprintf(o, "struct %s {\n    mrt_device dev[N_SLOTS];        /* slot 0: the model's device */\n"
+               "    unsigned char *weights[N_SLOTS];  /* weight regions (on each slot's device) */\n"
+               "    unsigned char *arena[N_SLOTS];    /* activation arenas */\n"
+               "    unsigned char *io[N_SLOTS];       /* GPU staging for host inputs and outputs */\n"
+               "    void *stream[N_SLOTS];\n    int weights_loaded;\n};\n\n", e->pfx);
+    /* params: offsets in the host layout (slot regions one after another) */
     fprintf(o, "static const mrt_param_desc %s_params[] = {\n", e->pfx);
     for (int i = 0; i < g->nparams; i++) {
         const Node *n = g->params[i];
+        const Storage *s = mp->of[n->id];
         fprintf(o, "    {\"%s\", %s, %d, {", n->name, mrt_dtype(n->dtype), n->shape.rank);
         for (int d = 0; d < n->shape.rank; d++) fprintf(o, "%s%" PRId64, d ? ", " : "", n->shape.d[d].c);
-        fprintf(o, "}, %zu},\n", e->mp->of[n->id]->offset);
+        fprintf(o, "}, %zu},\n", e->wbase[s->slot] + s->offset);
     }
     if (!g->nparams) fprintf(o, "    {0}\n");
-    fprintf(o, "};\n#define N_PARAMS %d\n\n", g->nparams);
+    fprintf(o, "};\n\n");
+    /* per-slot sizes and the arena offsets of both plans */
+    fprintf(o, "static const size_t %s_weight_base[N_SLOTS] = {", e->pfx);
+    for (int s = 0; s < ns; s++) fprintf(o, "%s%zu", s ? ", " : "", e->wbase[s]);
+    fprintf(o, "};\nstatic const size_t %s_weight_bytes[N_SLOTS] = {", e->pfx);
+    for (int s = 0; s < ns; s++) fprintf(o, "%s%zu", s ? ", " : "", mp->slot_weights[s]);
+    fprintf(o, "};\nstatic const size_t %s_arena_bytes[2][N_SLOTS] = {{", e->pfx);
+    for (int s = 0; s < ns; s++) fprintf(o, "%s%zu", s ? ", " : "", mp->slot_arena[s]);
+    fprintf(o, "}, {");
+    for (int s = 0; s < ns; s++) fprintf(o, "%s%zu", s ? ", " : "", e->mpc->slot_arena[s]);
+    fprintf(o, "}};\nstatic const size_t %s_io_bytes[N_SLOTS] = {", e->pfx);
+    for (int s = 0; s < ns; s++) fprintf(o, "%s%zu", s ? ", " : "", e->io_bytes[s]);
+    fprintf(o, "};\n/* arena offset of each storage: [0] the CPU plan, [1] the CUDA plan */\n");
+    fprintf(o, "static const size_t %s_arena_offsets[2][%d] = {\n", e->pfx, mp->nst + 1);
+    for (int p = 0; p < 2; p++) {
+        const MemPlan *pl = p ? e->mpc : mp;
+        fprintf(o, "    {");
+        for (int i = 0; i < mp->nst; i++) fprintf(o, "%s%zu", i ? ", " : "", pl->st[i]->kind == S_ARENA ? pl->st[i]->offset : 0);
+        fprintf(o, "%s0},\n", mp->nst ? ", " : "");
+    }
+    fprintf(o, "};\nstatic const char *const %s_slot_device[N_SLOTS] = {NULL", e->pfx);
+    for (int s = 1; s < ns; s++) fprintf(o, ", \"%s\"", g->slots[s].name);
+    fprintf(o, "};\n\n");
 
-    /* kernels: the run's, then the load-time ones */
+    /* kernels: the run's, then the load-time ones; their CUDA twins live in NAME.cu */
+    fprintf(o, "#ifdef MRT_WITH_CUDA\n");
     for (int li = 0; li < 2; li++) {
         const KernelList *L = li ? e->init : kl;
         for (int i = 0; i < L->n; i++) {
             const Kernel *k = L->k[i];
             if (!k->expr) continue;
-            fprintf(o, "/* %s%d: %s -> %%%d */\n", li ? "init" : "k", k->id,
-                    k->kind == K_GEMM ? "GEMM epilogue" : "elementwise", k->root->id);
+            fprintf(o, "mrt_status %s_cuda_%s%d(void *stream, %s *out", e->pfx, li ? "init" : "k", k->id, c_type(k->root->dtype));
+            for (int j = 0; j < k->nleaves; j++) fprintf(o, ", const %s *l%d", c_type(k->leaves[j].node->dtype), j);
+            fprintf(o, ", int64_t B);\n");
+        }
+    }
+    fprintf(o, "#endif\n\n");
+    for (int li = 0; li < 2; li++) {
+        const KernelList *L = li ? e->init : kl;
+        for (int i = 0; i < L->n; i++) {
+            const Kernel *k = L->k[i];
+            if (!k->expr) continue;
+            fprintf(o, "/* %s%d: %s -> %%%d */\n", li ? "init" : "k", k->id, k->kind == K_GEMM ? "GEMM epilogue" : "elementwise",
+                    k->root->id);
             emit_elementwise(e, k, xprintf("%s_%s%d", e->pfx, li ? "init" : "k", k->id));
         }
     }
+    emit_staging_helpers(e, o);
 
-    /* create / load / destroy */
+    /* destroy */
+    fprintf(o, "void %s_destroy(%s *m) {\n    if (!m) return;\n    for (int s = 0; s < N_SLOTS; s++) {\n"
+               "        mrt_device_activate(m->dev[s]);\n        mrt_stream_destroy(m->dev[s], m->stream[s]);\n"
+               "        mrt_free(m->dev[s], m->weights[s]);\n        mrt_free(m->dev[s], m->arena[s]);\n"
+               "        mrt_free(m->dev[s], m->io[s]);\n    }\n    free(m);\n}\n\n", e->pfx, e->pfx);
+
+    /* create */
     fprintf(o, "mrt_status %s_create(%s **out, const char *device) {\n", e->pfx, e->pfx);
     fprintf(o, "    if (!out) return mrt_set_error(MRT_ERR_INVALID_ARG, \"%s_create: out is NULL\");\n", e->pfx);
-    fprintf(o, "    *out = NULL;\n    mrt_device dev;\n    mrt_status st = mrt_device_select(device, &dev);\n"
-               "    if (st != MRT_OK) return st;\n");
-    fprintf(o, "    if (dev.kind != MRT_DEVICE_CPU) {\n        char name[32];\n"
-               "        return mrt_set_error(MRT_ERR_DEVICE, \"%s: device %%s requested, but this model was compiled for the CPU only\",\n"
-               "                             mrt_device_str(dev, name, sizeof name));\n    }\n", e->pfx);
+    fprintf(o, "    *out = NULL;\n    const char *name = device ? device : getenv(\"MODELRT_DEVICE\");\n"
+               "    const int is_auto = !name || !*name || !strcmp(name, \"auto\");\n");
     fprintf(o, "    %s *m = calloc(1, sizeof *m);\n", e->pfx);
     fprintf(o, "    if (!m) return mrt_set_error(MRT_ERR_OOM, \"%s_create: out of memory (%%zu bytes)\", sizeof *m);\n", e->pfx);
-    fprintf(o, "    m->device = dev;\n    m->weights = mrt_alloc(dev, %s_WEIGHT_BYTES);\n    m->arena = mrt_alloc(dev, %s_ARENA_BYTES_CPU);\n",
-            e->PFX, e->PFX);
-    fprintf(o, "    if (!m->weights || !m->arena) {\n        mrt_free(dev, m->weights);\n        mrt_free(dev, m->arena);\n"
-               "        free(m);\n        return MRT_ERR_OOM;\n    }\n");
-    fprintf(o, "    m->weights_loaded = N_PARAMS == 0;\n    *out = m;\n    return MRT_OK;\n}\n\n");
+    fprintf(o, "    mrt_status st = MRT_OK;\n");
+    fprintf(o, "    for (int s = 0; s < N_SLOTS && st == MRT_OK; s++)\n"
+               "        st = mrt_device_select(s ? %s_slot_device[s] : device, &m->dev[s]);\n", e->pfx);
+    fprintf(o, "    for (int s = 0; s < N_SLOTS && st == MRT_OK; s++) {\n");
+    fprintf(o, "        mrt_device d = m->dev[s];\n        const int cuda = d.kind == MRT_DEVICE_CUDA;\n");
+    fprintf(o, "#ifndef MRT_WITH_CUDA\n        if (cuda) {\n            char dn[32];\n"
+               "            st = mrt_set_error(MRT_ERR_DEVICE, \"%s: device %%s requested, but this program was built without "
+               "CUDA (compile %s.cu with nvcc and %s.c with -DMRT_WITH_CUDA)\", mrt_device_str(d, dn, sizeof dn));\n"
+               "            break;\n        }\n#endif\n", e->pfx, e->pfx, e->pfx);
+    fprintf(o, "        size_t need = %s_weight_bytes[s] + %s_arena_bytes[cuda][s] + (cuda ? %s_io_bytes[s] : 0);\n",
+            e->pfx, e->pfx, e->pfx);
+    fprintf(o, "        if (cuda) {\n            size_t free_b = 0, total_b = 0;\n"
+               "            if ((st = mrt_device_activate(d)) != MRT_OK || (st = mrt_device_memory(d, &free_b, &total_b)) != MRT_OK) break;\n"
+               "            if (need > free_b) {\n                char dn[32];\n                mrt_device_str(d, dn, sizeof dn);\n"
+               "                if (s == 0 && is_auto) {\n"
+               "                    mrt_log(MRT_LOG_WARN, \"%s: %%s has %%zu bytes free, the model needs %%zu; running on cpu:0 instead\", dn, free_b, need);\n"
+               "                    m->dev[0] = (mrt_device){MRT_DEVICE_CPU, 0};\n                    s--;\n                    continue;\n                }\n"
+               "                st = mrt_set_error(MRT_ERR_OOM, \"%s: %%s has %%zu bytes free (of %%zu), the model needs %%zu "
+               "(weights %%zu, activations %%zu, staging %%zu)\", dn, free_b, total_b, need, %s_weight_bytes[s], "
+               "%s_arena_bytes[1][s], %s_io_bytes[s]);\n                break;\n            }\n        }\n",
+            e->pfx, e->pfx, e->pfx, e->pfx, e->pfx);
+    fprintf(o, "        if ((st = mrt_stream_create(d, &m->stream[s])) != MRT_OK) break;\n");
+    fprintf(o, "        m->weights[s] = mrt_alloc(d, %s_weight_bytes[s]);\n        m->arena[s] = mrt_alloc(d, %s_arena_bytes[cuda][s]);\n"
+               "        if (cuda) m->io[s] = mrt_alloc(d, %s_io_bytes[s]);\n"
+               "        if (!m->weights[s] || !m->arena[s] || (cuda && !m->io[s])) st = MRT_ERR_OOM;\n    }\n",
+            e->pfx, e->pfx, e->pfx);
+    fprintf(o, "    if (st != MRT_OK) {\n        %s_destroy(m);\n        return st;\n    }\n", e->pfx);
+    fprintf(o, "    m->weights_loaded = N_PARAMS == 0 && %d == 0;\n    *out = m;\n    return MRT_OK;\n}\n\n", e->init->n);
 
+    /* load_weights */
     fprintf(o, "mrt_status %s_load_weights(%s *m, const char *path) {\n", e->pfx, e->pfx);
     fprintf(o, "    if (!m) return mrt_set_error(MRT_ERR_INVALID_ARG, \"%s_load_weights: model is NULL\");\n", e->pfx);
-    fprintf(o, "    if (N_PARAMS == 0 && !path) return MRT_OK;\n");
-    fprintf(o, "    if (!path) return mrt_set_error(MRT_ERR_INVALID_ARG, \"%s_load_weights: path is NULL\");\n", e->pfx);
-    fprintf(o, "    m->weights_loaded = 0;\n");
-    fprintf(o, "    mrt_status st = mrt_weights_load(path, %s_params, N_PARAMS, m->weights, %s_WEIGHT_BYTES);\n", e->pfx,
-            e->PFX);
-    fprintf(o, "    if (st != MRT_OK) return st;\n");
+    fprintf(o, "    if (!path && N_PARAMS > 0) return mrt_set_error(MRT_ERR_INVALID_ARG, \"%s_load_weights: path is NULL\");\n", e->pfx);
+    fprintf(o, "    mrt_status st = MRT_OK;\n    m->weights_loaded = 0;\n");
+    fprintf(o, "    const mrt_device cpu = {MRT_DEVICE_CPU, 0};\n    (void)cpu;\n");
+    fprintf(o, "    const int direct = N_SLOTS == 1 && m->dev[0].kind == MRT_DEVICE_CPU;\n");
+    fprintf(o, "    unsigned char *host = direct ? m->weights[0] : malloc(%s_WEIGHT_BYTES ? %s_WEIGHT_BYTES : 1);\n", e->PFX, e->PFX);
+    fprintf(o, "    if (!host) return mrt_set_error(MRT_ERR_OOM, \"%s_load_weights: cannot allocate %%zu bytes of host memory\", (size_t)%s_WEIGHT_BYTES);\n",
+            e->pfx, e->PFX);
+    fprintf(o, "    if (N_PARAMS > 0) st = mrt_weights_load(path, %s_params, N_PARAMS, host, %s_WEIGHT_BYTES);\n", e->pfx, e->PFX);
+    fprintf(o, "    for (int s = 0; s < N_SLOTS && !direct && st == MRT_OK; s++)\n"
+               "        if ((st = mrt_device_activate(m->dev[s])) == MRT_OK &&\n"
+               "            (st = mrt_memcpy(m->dev[s], m->weights[s], cpu, host + %s_weight_base[s], %s_weight_bytes[s], m->stream[s])) == MRT_OK)\n"
+               "            st = mrt_stream_sync(m->dev[s], m->stream[s], \"%s load_weights\");\n", e->pfx, e->pfx, e->pfx);
+    fprintf(o, "    if (!direct) free(host);\n    if (st != MRT_OK) return st;\n");
     if (e->init->n) {
-        fprintf(o, "    /* values that depend only on the weights (folded batch norms, ...) */\n");
-        fprintf(o, "    const int64_t B = 1;\n    (void)B;\n    unsigned char *const W = m->weights;\n");
+        fprintf(o, "    {\n    /* values that depend only on the weights (folded batch norms, ...) */\n");
+        fprintf(o, "    const int64_t B = 1;\n    (void)B;\n");
+        declare_slots(e, false);
         char **ptr = declare_pointers(e, true);
         emit_calls(e, e->init, ptr, "init");
+        for (int s = 0; s < ns; s++)
+            fprintf(o, "    if ((st = mrt_stream_sync(D%d, S%d, \"%s load_weights\")) != MRT_OK) return st;\n", s, s, e->pfx);
+        fprintf(o, "    }\n");
     }
     fprintf(o, "    m->weights_loaded = 1;\n    return MRT_OK;\n}\n\n");
 
-    fprintf(o, "void %s_destroy(%s *m) {\n    if (!m) return;\n    mrt_free(m->device, m->weights);\n"
-               "    mrt_free(m->device, m->arena);\n    free(m);\n}\n\n", e->pfx, e->pfx);
-    fprintf(o, "mrt_device %s_device(const %s *m) { return m->device; }\n\n", e->pfx, e->pfx);
+    fprintf(o, "mrt_device %s_device(const %s *m) { return m->dev[0]; }\n\n", e->pfx, e->pfx);
 
     /* run */
     emit_run_proto(e, o);
@@ -608,35 +800,46 @@ static void emit_source(Emit *e, FILE *o, const char *h_include) {
                 c_ident(g->outputs[i].name), e->pfx, g->outputs[i].name);
     fprintf(o, "    if (!m->weights_loaded) return mrt_set_error(MRT_ERR_INVALID_ARG, \"%s_run: weights are not loaded "
                "(call %s_load_weights first)\");\n", e->pfx, e->pfx);
-    fprintf(o, "    const int64_t B = batch;\n    (void)B;\n");
-    fprintf(o, "    unsigned char *const A = m->arena;\n    const unsigned char *const W = m->weights;\n    (void)A;\n    (void)W;\n");
+    fprintf(o, "    const int64_t B = batch;\n    (void)B;\n    mrt_status st = MRT_OK;\n    (void)st;\n");
+    declare_slots(e, true);
+    fprintf(o, "    if (C0 && (st = mrt_device_activate(D0)) != MRT_OK) return st;\n");
     char **ptr = declare_pointers(e, false);
     emit_calls(e, kl, ptr, "k");
-    fprintf(o, "    return MRT_OK;\n}\n\n");
+    /* outputs back to the host, then wait for every GPU */
+    fprintf(o, "#ifdef MRT_WITH_CUDA\n");
+    for (int i = 0; i < g->noutputs; i++) {
+        const Node *b = view_base(g->outputs[i].node);
+        const Storage *s = mp->of[b->id];
+        if (slot_cpu_only(e, s->slot)) continue;
+        fprintf(o, "    if (mrt_back%d && (st = mrt_memcpy((mrt_device){MRT_DEVICE_CPU, 0}, %s, D%d, mrt_v%d, %s, S%d)) != MRT_OK) return st;\n",
+                b->id, c_ident(g->outputs[i].name), s->slot, b->id, bytes_c(b), s->slot);
+    }
+    for (int s = 0; s < ns; s++)
+        if (!slot_cpu_only(e, s))
+            fprintf(o, "    if (C%d && (st = mrt_stream_sync(D%d, S%d, \"%s run\")) != MRT_OK) return st;\n", s, s, s, e->pfx);
+    fprintf(o, "#endif\n    return MRT_OK;\n}\n\n");
 
     /* the generic descriptor */
     fprintf(o, "static const mrt_io_desc %s_inputs[] = {\n", e->pfx);
-    for (int i = 0; i < g->ninputs; i++) io_desc(e, o, g->inputs[i]->name, g->inputs[i]);
+    for (int i = 0; i < g->ninputs; i++) io_desc(o, g->inputs[i]->name, g->inputs[i]);
     if (!g->ninputs) fprintf(o, "    {0}\n");
     fprintf(o, "};\nstatic const mrt_io_desc %s_outputs[] = {\n", e->pfx);
-    for (int i = 0; i < g->noutputs; i++) io_desc(e, o, g->outputs[i].name, g->outputs[i].node);
+    for (int i = 0; i < g->noutputs; i++) io_desc(o, g->outputs[i].name, g->outputs[i].node);
     fprintf(o, "};\n\n");
     fprintf(o, "static mrt_status %s_create_v(void **m, const char *device) { return %s_create((%s **)m, device); }\n",
             e->pfx, e->pfx, e->pfx);
-    fprintf(o, "static mrt_status %s_load_v(void *m, const char *path) { return %s_load_weights(m, path); }\n", e->pfx,
-            e->pfx);
+    fprintf(o, "static mrt_status %s_load_v(void *m, const char *path) { return %s_load_weights(m, path); }\n", e->pfx, e->pfx);
     fprintf(o, "static void %s_destroy_v(void *m) { %s_destroy(m); }\n", e->pfx, e->pfx);
     fprintf(o, "static mrt_device %s_device_v(void *m) { return %s_device(m); }\n", e->pfx, e->pfx);
     fprintf(o, "static mrt_status %s_run_v(void *m, int batch, const void *const *in, void *const *out) {\n", e->pfx);
     fprintf(o, "    (void)in;\n    return %s_run(m, batch", e->pfx);
-    for (int i = 0; i < g->ninputs; i++) fprintf(o, ", (const %s *)in[%d]", ctype(g->inputs[i]->dtype), i);
-    for (int i = 0; i < g->noutputs; i++) fprintf(o, ", (%s *)out[%d]", ctype(g->outputs[i].node->dtype), i);
+    for (int i = 0; i < g->ninputs; i++) fprintf(o, ", (const %s *)in[%d]", c_type(g->inputs[i]->dtype), i);
+    for (int i = 0; i < g->noutputs; i++) fprintf(o, ", (%s *)out[%d]", c_type(g->outputs[i].node->dtype), i);
     fprintf(o, ");\n}\n\n");
     fprintf(o, "const mrt_model_info %s_info = {\n    \"%s\", %d, %d, %s_inputs, %s_outputs, %d, %d,\n"
                "    %s_WEIGHT_BYTES, %s_ARENA_BYTES_CPU,\n    %s_create_v, %s_load_v, %s_run_v, %s_destroy_v, %s_device_v,\n    %d,\n};\n",
-            e->pfx, g->name, g->ninputs, g->noutputs, e->pfx, e->pfx, g->has_batch ? 1 : 0,
-            g->has_batch ? g->max_batch : 1, e->PFX, e->PFX, e->pfx, e->pfx, e->pfx, e->pfx, e->pfx,
-            graph_batch_separable(g) ? 1 : 0);
+            e->pfx, g->name, g->ninputs, g->noutputs, e->pfx, e->pfx, g->has_batch ? 1 : 0, g->has_batch ? g->max_batch : 1,
+            e->PFX, e->PFX, e->pfx, e->pfx, e->pfx, e->pfx, e->pfx, graph_batch_separable(g) ? 1 : 0);
 }
 
 static char *render(void (*fn)(Emit *, FILE *, const char *), Emit *e, const char *arg, size_t *len) {
@@ -648,26 +851,49 @@ static char *render(void (*fn)(Emit *, FILE *, const char *), Emit *e, const cha
     return buf;
 }
 
-static void emit_header_adapter(Emit *e, FILE *o, const char *unused) { emit_header(e, o); }
-
 static void emit_main(Emit *e, FILE *o, const char *h_include) {
     fprintf(o, "/* main.c — generated by modelc: the command-line driver for model '%s'. */\n", e->g->name);
     fprintf(o, "#include \"modelrt.h\"\n#include \"%s\"\n\n", h_include);
     fprintf(o, "int main(int argc, char **argv) { return mrt_main(&%s_info, argc, argv); }\n", e->pfx);
 }
 
-void emit_c(const Graph *g, const KernelList *kl, const KernelList *init, const MemPlan *mp,
+static void emit_cuda_adapter(Emit *e, FILE *o, const char *unused) {
+    emit_cuda(o, e->g, e->kl, e->init, e->pfx);
+}
+
+void emit_c(const Graph *g, const KernelList *kl, const KernelList *init, const MemPlan *mp, const MemPlan *mpc,
             const EmitOptions *opt) {
-    Emit E = {.g = g, .kl = kl, .init = init, .mp = mp}, *e = &E;
+    Emit E = {.g = g, .kl = kl, .init = init, .mp = mp, .mpc = mpc}, *e = &E;
     e->pfx = c_ident(g->name);
     e->PFX = upper(e->pfx);
+    if (mp->nst != mpc->nst) ICE("the CPU and CUDA plans differ in storages (%d vs %d)", mp->nst, mpc->nst);
+    /* Host layout of the weights: slot regions one after another. */
+    e->wbase = xalloc(sizeof(size_t) * g->nslots);
+    for (int s = 0; s < g->nslots; s++) {
+        e->wbase[s] = e->wtotal;
+        e->wtotal += mp->slot_weights[s];
+    }
+    /* GPU staging: slot 0 holds the inputs; every slot holds the outputs it computes. */
+    e->io_off = xalloc(sizeof(size_t) * (mp->nst + 1));
+    e->io_bytes = xalloc(sizeof(size_t) * g->nslots);
+    for (int i = 0; i < mp->nst; i++) {
+        const Storage *s = mp->st[i];
+        if (s->kind != S_INPUT && s->kind != S_OUTPUT) continue;
+        e->io_off[i] = e->io_bytes[s->slot];
+        e->io_bytes[s->slot] += (bytes_at_max(g, s->owner) + 255) / 256 * 256;
+    }
     size_t len;
-    char *h = render(emit_header_adapter, e, NULL, &len);
+    char *h = render(emit_header, e, NULL, &len);
     write_file_atomic(opt->h_path, h, len);
     free(h);
     char *c = render(emit_source, e, opt->h_include, &len);
     write_file_atomic(opt->c_path, c, len);
     free(c);
+    if (opt->cu_path) {
+        char *cu = render(emit_cuda_adapter, e, NULL, &len);
+        write_file_atomic(opt->cu_path, cu, len);
+        free(cu);
+    }
     if (opt->main_path) {
         char *mn = render(emit_main, e, opt->h_include, &len);
         write_file_atomic(opt->main_path, mn, len);

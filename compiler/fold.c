@@ -181,7 +181,7 @@ static bool static_operand(const Node *n) {
     return n->op == OP_PARAM || n->init;
 }
 
-static void hoist(Graph *g) {
+void hoist_graph(Graph *g) {
     for (int i = 0; i < g->nnodes; i++) {
         Node *n = g->nodes[i];
         n->init = false;
@@ -206,5 +206,4 @@ void fold_graph(Graph *g, FoldOptions opt) {
         analyze_uses(g);
     }
     toposort_graph(g);
-    if (opt.hoist) hoist(g);
 }

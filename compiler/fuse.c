@@ -193,7 +193,7 @@ static size_t conv_scratch(const Node *n) {
 
 static bool is_library_op(OpKind op) {
     return op_is_reduction(op) || op == OP_MAXPOOL2D || op == OP_AVGPOOL2D || op == OP_ADAPTIVE_AVGPOOL2D ||
-           op == OP_LAYER_NORM || op == OP_EMBEDDING || op == OP_CONCAT;
+           op == OP_LAYER_NORM || op == OP_EMBEDDING || op == OP_CONCAT || op == OP_TRANSFER;
 }
 
 static Kernel *new_kernel(KernelList *kl, KernelKind kind, Node *root) {
@@ -222,7 +222,8 @@ KernelList fuse_graph(Graph *g, FuseOptions opt, KernelList *init) {
     for (int i = 0; i < g->nnodes; i++) {
         Node *n = g->nodes[i], *c = f->consumer[i];
         f->inl[i] = opt.elementwise && !n->dead && op_is_elementwise(n->op) && n->nuses == 1 && !n->is_output &&
-                    c && op_is_elementwise(c->op) && same_numel(n, c) && n->dtype == c->dtype && n->init == c->init;
+                    c && op_is_elementwise(c->op) && same_numel(n, c) && n->dtype == c->dtype && n->init == c->init &&
+                    n->slot == c->slot;
     }
     *init = build_kernels(f, true);
     return build_kernels(f, false);
@@ -254,7 +255,7 @@ static KernelList build_kernels(Fuser *f, bool init) {
             for (int l = 0; opt.epilogue && l < tmp.nleaves; l++) {
                 Node *m = tmp.leaves[l].node;
                 if ((m->op != OP_MATMUL && m->op != OP_CONV2D) || m->nuses != 1 || m->is_output ||
-                    m->init != n->init || !map_is_identity(&tmp.leaves[l], n))
+                    m->init != n->init || m->slot != n->slot || !map_is_identity(&tmp.leaves[l], n))
                     continue;
                 tmp.gemm_leaf = l;
                 tmp.gemm = m;

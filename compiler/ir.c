@@ -24,6 +24,7 @@ static const char *op_names[OP__COUNT] = {
     [OP_MAXPOOL2D] = "max_pool2d", [OP_AVGPOOL2D] = "avg_pool2d",
     [OP_ADAPTIVE_AVGPOOL2D] = "adaptive_avg_pool2d", [OP_LAYER_NORM] = "layer_norm",
     [OP_EMBEDDING] = "embedding", [OP_CONCAT] = "concat", [OP_BATCH_NORM] = "batch_norm",
+    [OP_TRANSFER] = "transfer",
 };
 
 const char *op_name(OpKind op) {
@@ -49,6 +50,7 @@ Node *new_node(Graph *g, OpKind op, Loc loc) {
     n->loc = loc;
     n->dtype = DT_F32;
     n->index = -1;
+    n->slot = g->cur_slot;
     g->nodes[g->nnodes++] = n;
     return n;
 }
@@ -148,6 +150,7 @@ static void dump_attrs(FILE *out, const Node *n) {
     case OP_LAYER_NORM: case OP_BATCH_NORM:
         fprintf(out, " {eps=%g}", n->value);
         break;
+
     case OP_SUM: case OP_MEAN: case OP_MAX: case OP_ARGMAX:
         fprintf(out, " {axis=%d%s}", n->axis, n->keepdim ? ", keepdim" : "");
         break;
@@ -176,6 +179,7 @@ void dump_graph(FILE *out, const Graph *g) {
         dump_attrs(out, n);
         fprintf(out, " : %s%s", dtype_name(n->dtype), shape_str(&n->shape, g->batch_name, buf, sizeof buf));
         if (n->init) fprintf(out, " init");
+        if (g->nslots > 1 && n->slot > 0) fprintf(out, " @%s", g->slots[n->slot].name);
         if (n->name && n->op != OP_INPUT && n->op != OP_PARAM) fprintf(out, "  ; %s", n->name);
         fprintf(out, "\n");
     }

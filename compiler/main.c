@@ -23,6 +23,14 @@
 #ifndef MODELC_EXTRA_CFLAGS
 #define MODELC_EXTRA_CFLAGS ""
 #endif
+#ifndef MODELC_NVCC
+#define MODELC_NVCC "" /* nvcc, when the runtime was built with CUDA */
+#endif
+#ifndef MODELC_CUDA_CFLAGS
+#define MODELC_CUDA_CFLAGS ""
+#endif
+/* Hopper and Ampere machine code, plus PTX for newer GPUs. */
+#define MODELC_GENCODE "-gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=sm_90 -gencode arch=compute_90,code=compute_90"
 #define MODELC_VERSION "0.1.0"
 
 static void usage(FILE *f) {
@@ -36,7 +44,7 @@ static void usage(FILE *f) {
             "                     .model); with --emit-c, the directory for NAME.c and NAME.h\n"
             "  --emit-c           write C source and header instead of an executable\n"
             "  --max-batch N      the largest batch the compiled model accepts (default 64)\n"
-            "  --dump=WHAT        print a phase to stdout and stop: ast, graph, fused, memplan,\n"
+            "  --dump=WHAT        print a phase to stdout and stop: ast, graph, placement, fused, memplan,\n"
             "                     memplan-svg (the arena over time as an SVG picture)\n"
             "  --no-fuse          do not fuse elementwise chains (one kernel per op)\n"
             "  --no-epilogue      do not fold elementwise consumers into GEMM epilogues\n"
@@ -45,6 +53,9 @@ static void usage(FILE *f) {
             "  --no-fold-bn       do not fold batch_norm into the preceding conv2d / linear\n"
             "  --no-hoist         recompute param-only values on every run instead of once at load\n"
             "  --keep-c           keep the generated C next to the executable (PATH.c, PATH.h, PATH_main.c)\n"
+            "  --no-cuda          build a CPU-only executable even when CUDA is available\n"
+            "  --print-cflags     print the flags to compile generated C against the runtime, and exit\n"
+            "  --print-libs       print the flags to link a program with the runtime, and exit\n"
             "  -O0 | -O1 | -O2 | -O3   optimization level passed to the C compiler (default -O2)\n"
             "  -h, --help         show this help\n"
             "  --version          print the version\n"
@@ -132,7 +143,7 @@ static bool is_dir(const char *p) {
 
 int main(int argc, char **argv) {
     const char *input = NULL, *out = NULL, *dump = NULL, *olevel = "-O2";
-    bool emit_only = false, keep = false;
+    bool emit_only = false, keep = false, no_cuda = false;
     int max_batch = 64;
     FuseOptions fo = {.elementwise = true, .epilogue = true};
     PlanOptions po = {.inplace = true, .align = 64, .reorder = true};
@@ -152,6 +163,14 @@ int main(int argc, char **argv) {
             emit_only = true;
         } else if (!strcmp(a, "--keep-c")) {
             keep = true;
+        } else if (!strcmp(a, "--no-cuda")) {
+            no_cuda = true;
+        } else if (!strcmp(a, "--print-cflags")) {
+            printf("-I%s/include/modelc %s\n", runtime_home(), MODELC_EXTRA_CFLAGS);
+            return 0;
+        } else if (!strcmp(a, "--print-libs")) {
+            printf("%s/lib/libmodelrt.a %s\n", runtime_home(), MODELC_LINK_LIBS);
+            return 0;
         } else if (!strcmp(a, "--max-batch") || !strncmp(a, "--max-batch=", 12)) {
             const char *v = a[11] == '=' ? a + 12 : (++i < argc ? argv[i] : NULL);
             if (!v) fatal("'--max-batch' needs a number");
@@ -163,8 +182,8 @@ int main(int argc, char **argv) {
         } else if (!strncmp(a, "--dump=", 7)) {
             dump = a + 7;
             if (strcmp(dump, "ast") && strcmp(dump, "graph") && strcmp(dump, "fused") && strcmp(dump, "memplan") &&
-                strcmp(dump, "memplan-svg"))
-                fatal("unknown dump '%s' (expected ast, graph, fused, memplan or memplan-svg)", dump);
+                strcmp(dump, "memplan-svg") && strcmp(dump, "placement"))
+                fatal("unknown dump '%s' (expected ast, graph, placement, fused, memplan or memplan-svg)", dump);
         } else if (!strcmp(a, "--no-fuse")) {
             fo.elementwise = false;
         } else if (!strcmp(a, "--no-epilogue")) {
@@ -208,6 +227,12 @@ int main(int argc, char **argv) {
         return 0;
     }
     fold_graph(g, fd);
+    place_graph(g);
+    if (fd.hoist) hoist_graph(g);
+    if (dump && !strcmp(dump, "placement")) {
+        dump_placement(stdout, g);
+        return 0;
+    }
     KernelList init;
     KernelList kl = fuse_graph(g, fo, &init);
     if (dump && !strcmp(dump, "fused")) {
@@ -215,6 +240,11 @@ int main(int argc, char **argv) {
         return 0;
     }
     MemPlan *mp = plan_memory(g, &kl, &init, po);
+    /* The CUDA plan: the same schedule, 256-byte alignment. */
+    PlanOptions pc = po;
+    pc.align = 256;
+    pc.reorder = false;
+    MemPlan *mpc = plan_memory(g, &kl, &init, pc);
     if (dump && !strcmp(dump, "memplan")) {
         dump_memplan(stdout, g, &kl, mp);
         return 0;
@@ -237,8 +267,8 @@ int main(int argc, char **argv) {
         const char *dir = out ? out : ".";
         if (!is_dir(dir) && mkdir(dir, 0755) != 0) fatal("cannot create directory '%s': %s", dir, strerror(errno));
         EmitOptions eo = {.c_path = xprintf("%s/%s.c", dir, cname), .h_path = xprintf("%s/%s.h", dir, cname),
-                          .h_include = xprintf("%s.h", cname)};
-        emit_c(g, &kl, &init, mp, &eo);
+                          .h_include = xprintf("%s.h", cname), .cu_path = xprintf("%s/%s.cu", dir, cname)};
+        emit_c(g, &kl, &init, mp, mpc, &eo);
         arena_free_all();
         return 0;
     }
@@ -246,26 +276,49 @@ int main(int argc, char **argv) {
     const char *exe = out ? out : base;
     char *tmpdir = xstrdup("/tmp/modelc.XXXXXX");
     if (!mkdtemp(tmpdir)) fatal("cannot create a temporary directory: %s", strerror(errno));
+    bool cuda = MODELC_NVCC[0] && !no_cuda;
     EmitOptions eo = {.c_path = xprintf("%s/%s.c", tmpdir, cname), .h_path = xprintf("%s/%s.h", tmpdir, cname),
-                      .h_include = xprintf("%s.h", cname), .main_path = xprintf("%s/%s_main.c", tmpdir, cname)};
-    emit_c(g, &kl, &init, mp, &eo);
+                      .h_include = xprintf("%s.h", cname), .main_path = xprintf("%s/%s_main.c", tmpdir, cname),
+                      .cu_path = cuda ? xprintf("%s/%s.cu", tmpdir, cname) : NULL};
+    emit_c(g, &kl, &init, mp, mpc, &eo);
 
     char *home = runtime_home();
+    const char *extra = getenv("MODELC_CFLAGS");
+    char *cu_obj = xprintf("%s/%s.cu.o", tmpdir, cname);
+    char **av = NULL;
+    int ac = 0;
+    if (cuda) { /* the CUDA twins of the fused kernels */
+        split_flags(MODELC_NVCC, &av, &ac);
+        add_arg(&av, &ac, "-O3");
+        split_flags(MODELC_GENCODE, &av, &ac);
+        add_arg(&av, &ac, xprintf("-I%s/include/modelc", home));
+        add_arg(&av, &ac, "-c");
+        add_arg(&av, &ac, eo.cu_path);
+        add_arg(&av, &ac, "-o");
+        add_arg(&av, &ac, cu_obj);
+        av[ac] = NULL;
+        int rc = run_cc(av);
+        if (rc != 0) {
+            fprintf(stderr, "modelc: error: nvcc failed (exit %d); generated source kept in %s\n", rc, tmpdir);
+            return 1;
+        }
+        av = NULL;
+        ac = 0;
+    }
     const char *cc = getenv("CC");
     if (!cc || !*cc) cc = "cc";
     char *tmp_exe = xprintf("%s.tmp.%d", exe, (int)getpid());
-    char **av = NULL;
-    int ac = 0;
     split_flags(cc, &av, &ac);
     add_arg(&av, &ac, olevel);
     add_arg(&av, &ac, "-std=c11");
     add_arg(&av, &ac, "-D_GNU_SOURCE");
     add_arg(&av, &ac, xprintf("-I%s/include/modelc", home));
     split_flags(MODELC_EXTRA_CFLAGS, &av, &ac);
-    const char *extra = getenv("MODELC_CFLAGS");
+    if (cuda) split_flags(MODELC_CUDA_CFLAGS, &av, &ac);
     if (extra) split_flags(extra, &av, &ac);
     add_arg(&av, &ac, eo.c_path);
     add_arg(&av, &ac, eo.main_path);
+    if (cuda) add_arg(&av, &ac, cu_obj);
     add_arg(&av, &ac, xprintf("%s/lib/libmodelrt.a", home));
     split_flags(MODELC_LINK_LIBS, &av, &ac);
     add_arg(&av, &ac, "-o");
@@ -291,9 +344,18 @@ int main(int argc, char **argv) {
         t = read_file(eo.main_path, &n);
         write_file_atomic(xprintf("%s_main.c", exe), t, n);
     }
+    if (keep && cuda) {
+        size_t n;
+        char *t = read_file(eo.cu_path, &n);
+        write_file_atomic(xprintf("%s.cu", exe), t, n);
+    }
     unlink(eo.c_path);
     unlink(eo.h_path);
     unlink(eo.main_path);
+    if (cuda) {
+        unlink(eo.cu_path);
+        unlink(cu_obj);
+    }
     rmdir(tmpdir);
     arena_free_all();
     return diag_warnings && 0;

@@ -121,18 +121,21 @@ typedef struct AstType {
     Loc loc;
 } AstType;
 
-typedef enum StmtKind { ST_INPUT, ST_PARAM, ST_OUTPUT, ST_ASSIGN } StmtKind;
+typedef enum StmtKind { ST_INPUT, ST_PARAM, ST_OUTPUT, ST_ASSIGN, ST_ON } StmtKind;
 
 /* input/param: name, type. output: name, type and/or expr (at least one).
- * assign: name, expr. */
-typedef struct Stmt {
+ * assign: name, expr. on: name is the device ("cpu", "cuda:1"), body the statements placed there. */
+typedef struct Stmt Stmt;
+struct Stmt {
     StmtKind kind;
     Loc loc;      /* the statement's first token */
     char *name;
     Loc name_loc;
     AstType *type; /* NULL if absent */
     Ast *expr;     /* NULL if absent */
-} Stmt;
+    Stmt **body;   /* ST_ON */
+    int nbody;
+};
 
 /* One parameter of a block, with its default value (NULL if none). */
 typedef struct BlockParam {
@@ -221,6 +224,8 @@ typedef enum OpKind {
     /* inference batch norm over axis 1: in = x, weight, bias, running_mean, running_var; folded
      * into a preceding conv/linear or lowered to elementwise ops by fold_graph */
     OP_BATCH_NORM,
+    /* a copy of in[0] from its device slot to this node's slot (inserted by place_graph) */
+    OP_TRANSFER,
     OP__COUNT
 } OpKind;
 
@@ -249,6 +254,7 @@ struct Node {
     /* softmax from attention: keys j > i masked (causal), and all-masked rows give zeros */
     bool causal, zero_masked_rows;
     bool init;            /* depends only on params and constants: computed once at load time */
+    int slot;             /* device slot (Graph.slots); -1: follows its consumers (params, constants) */
     /* filled by analysis */
     int nuses;            /* edges from live consumers (+1 per graph output naming it) */
     int is_output;        /* number of graph outputs naming this node */
@@ -261,8 +267,21 @@ typedef struct GraphOutput {
     Loc loc;
 } GraphOutput;
 
+/* A device slot: where part of the graph runs. Slot 0 is the model's device, chosen at run
+ * time (--device, like model.to(device)); each other slot is pinned by an 'on DEVICE { }'
+ * region to exactly that device. */
+typedef struct DeviceSlot {
+    char *name;   /* "default", "cpu:1", "cuda:0", ... */
+    bool cuda;    /* pinned to a CUDA device */
+    int index;    /* device ordinal */
+    Loc loc;      /* the first 'on' naming it */
+} DeviceSlot;
+
 typedef struct Graph {
     char *name;
+    DeviceSlot *slots;
+    int nslots;
+    int cur_slot;      /* while checking: the slot new nodes go to */
     Node **nodes;
     int nnodes, capnodes;
     Node **inputs;
@@ -313,14 +332,24 @@ typedef struct FoldOptions {
     bool hoist;     /* compute param-only subgraphs once at load time */
 } FoldOptions;
 
-/* Graph rewrites before fusion: batch_norm folding (or lowering to elementwise ops), then
- * hoisting of param-only values (Node.init). Renumbers nodes in topological order. */
+/* Graph rewrites before fusion: batch_norm folding (or lowering to elementwise ops).
+ * Renumbers nodes in topological order. (Hoisting, hoist_graph, runs after placement.) */
 void fold_graph(Graph *g, FoldOptions opt);
 /* Re-sort g->nodes topologically (DFS from the outputs; inputs and params first) and
  * renumber ids. */
 void toposort_graph(Graph *g);
 /* Replace every use of `from` (operands and outputs) by `to`. */
 void replace_uses(Graph *g, Node *from, Node *to);
+
+/* ================================================================ place.c */
+
+/* Give params the slot of their first consumer, and insert an OP_TRANSFER wherever a value
+ * crosses from one device slot to another (one per value and destination). */
+void place_graph(Graph *g);
+/* Hoisting (fold.c): mark param-only nodes init, computed once at load time. */
+void hoist_graph(Graph *g);
+/* --dump=placement: every node's device slot and every transfer. */
+void dump_placement(FILE *out, const Graph *g);
 
 /* ================================================================ fuse.c */
 
@@ -396,6 +425,7 @@ typedef enum StorageKind {
 typedef struct Storage {
     int id;
     StorageKind kind;
+    int slot;        /* the device slot whose arena or weight region holds it */
     int index;       /* S_INPUT/S_PARAM/S_OUTPUT: position; S_ARENA: -1 */
     size_t bytes;    /* at max batch */
     size_t offset;   /* S_ARENA: offset in the arena; S_PARAM: offset in the weight region */
@@ -407,8 +437,12 @@ typedef struct MemPlan {
     Storage **st;
     int nst;
     Storage **of;       /* of[node id]: the node's storage (NULL for dead/inlined nodes) */
-    size_t arena_bytes;
+    size_t arena_bytes;  /* slot 0's (the model device's) */
     size_t weight_bytes;
+    size_t *slot_arena;  /* per device slot */
+    size_t *slot_weights;
+    int nslots;
+    size_t align;
     size_t lower_bound;  /* max over steps of bytes live at that step */
     size_t naive_bytes;  /* sum of all arena values without reuse */
     int *inplace_of;     /* inplace_of[node id] = id of the node whose bytes it reuses, or -1 */
@@ -432,19 +466,44 @@ void dump_memplan(FILE *out, const Graph *g, const KernelList *kl, const MemPlan
 /* --dump=memplan-svg: the arena over time as an SVG picture. */
 void dump_memplan_svg(FILE *out, const Graph *g, const KernelList *kl, const MemPlan *mp);
 
-/* ================================================================ emit_c.c */
+/* ================================================================ emit_c.c, emit_cuda.c */
 
 typedef struct EmitOptions {
     const char *c_path;     /* model.c */
     const char *h_path;     /* model.h */
     const char *h_include;  /* how model.c includes the header */
+    const char *cu_path;    /* if non-NULL: model.cu, the CUDA twins of the fused kernels */
     const char *main_path;  /* if non-NULL: a main() calling mrt_main */
 } EmitOptions;
 
-/* Emit the C implementation and the header. Files are written to a temporary name and
- * renamed, so they are whole or absent. */
-void emit_c(const Graph *g, const KernelList *kl, const KernelList *init, const MemPlan *mp,
+/* Emit the C implementation, the header (and the .cu, main). mp is the CPU plan (64-byte
+ * aligned arena), mpc the CUDA plan (256) of the same schedule. Files are written to a
+ * temporary name and renamed, so they are whole or absent. */
+void emit_c(const Graph *g, const KernelList *kl, const KernelList *init, const MemPlan *mp, const MemPlan *mpc,
             const EmitOptions *opt);
+
+/* The loop nest of a fused elementwise kernel after merging contiguous dimensions: operand 0 is
+ * the output, operand 1+i leaf i; stride[op][d] is the element stride of iteration dim d, and
+ * base[op] a constant element offset (as C) or NULL. */
+#define MAX_OPERANDS 65
+typedef struct LoopNest {
+    int rank;
+    Dim n[MAX_RANK];
+    int nops;
+    Dim stride[MAX_OPERANDS][MAX_RANK];
+    char *base[MAX_OPERANDS];
+} LoopNest;
+void kernel_loops(const Kernel *k, LoopNest *ln);
+/* The element index of operand op as C over the loop variables i0, i1, ... and B. */
+char *loop_index(const LoopNest *ln, int op);
+/* NAME_expr(a0, a1, ...): the fused scalar expression, MRT_HD so C and CUDA share the text. */
+void emit_expr_function(FILE *o, const Kernel *k, const char *fname);
+const char *c_type(DType dt);
+char *dim_c(Dim d);       /* a Dim as C over B */
+char *c_ident(const char *name);
+
+/* NAME.cu: a __global__ kernel and an extern "C" launcher per fused elementwise kernel. */
+void emit_cuda(FILE *o, const Graph *g, const KernelList *kl, const KernelList *init, const char *pfx);
 
 /* Write `text` to `path` atomically (temporary file + rename); fatal on failure. */
 void write_file_atomic(const char *path, const char *text, size_t len);

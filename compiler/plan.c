@@ -40,6 +40,9 @@ static Node *view_base(Node *n) {
 
 static size_t align_up(size_t x, size_t a) { return (x + a - 1) / a * a; }
 
+/* Weight regions use the CUDA alignment on every device, so the same host layout serves both. */
+#define WEIGHT_ALIGN 256
+
 static size_t node_bytes(const Graph *g, const Node *n) {
     Dim d = shape_numel(&n->shape);
     return (size_t)dim_at(d, g->max_batch) * dtype_size(n->dtype);
@@ -70,6 +73,7 @@ static void mark_read(void *p, Node *n) {
 static Storage *new_storage(MemPlan *mp, StorageKind kind, int index, Node *owner, size_t bytes) {
     Storage *s = xalloc(sizeof(Storage));
     s->id = mp->nst;
+    s->slot = owner && owner->slot > 0 ? owner->slot : 0;
     s->kind = kind;
     s->index = index;
     s->owner = owner;
@@ -140,10 +144,14 @@ static MemPlan *plan_order(Graph *g, KernelList *kl, KernelList *init, PlanOptio
     mp->def_step = xalloc(sizeof(int) * nn);
     mp->last_step = xalloc(sizeof(int) * nn);
     mp->nsteps = kl->n;
+    mp->nslots = g->nslots;
+    mp->align = opt.align;
+    mp->slot_arena = xalloc(sizeof(size_t) * g->nslots);
+    mp->slot_weights = xalloc(sizeof(size_t) * g->nslots);
     for (int i = 0; i < nn; i++) mp->inplace_of[i] = mp->def_step[i] = mp->last_step[i] = -1;
 
-    /* Inputs and params. */
-    size_t woff = 0;
+    /* Inputs and params (each slot has its own weight region). */
+    size_t *woffs = mp->slot_weights;
     for (int i = 0; i < g->ninputs; i++) {
         Node *n = g->inputs[i];
         mp->of[n->id] = new_storage(mp, S_INPUT, i, n, node_bytes(g, n));
@@ -151,8 +159,8 @@ static MemPlan *plan_order(Graph *g, KernelList *kl, KernelList *init, PlanOptio
     for (int i = 0; i < g->nparams; i++) {
         Node *n = g->params[i];
         Storage *s = new_storage(mp, S_PARAM, i, n, node_bytes(g, n));
-        s->offset = woff;
-        woff = align_up(woff + s->bytes, opt.align);
+        s->offset = woffs[s->slot];
+        woffs[s->slot] = align_up(woffs[s->slot] + s->bytes, WEIGHT_ALIGN);
         mp->of[n->id] = s;
     }
     /* Values computed at load time follow the params in the weight region. */
@@ -160,12 +168,12 @@ static MemPlan *plan_order(Graph *g, KernelList *kl, KernelList *init, PlanOptio
         Node *r = init->k[s]->root;
         if (mp->of[r->id]) continue;
         Storage *st = new_storage(mp, S_INIT, -1, r, node_bytes(g, r));
-        st->offset = woff;
-        woff = align_up(woff + st->bytes, opt.align);
+        st->offset = woffs[st->slot];
+        woffs[st->slot] = align_up(woffs[st->slot] + st->bytes, WEIGHT_ALIGN);
         mp->of[r->id] = st;
         if (init->k[s]->scratch_bytes) ICE("a load-time kernel needs scratch memory");
     }
-    mp->weight_bytes = woff;
+    mp->weight_bytes = woffs[0];
 
     /* Liveness at node level. */
     for (int s = 0; s < kl->n; s++) {
@@ -236,7 +244,7 @@ static MemPlan *plan_order(Graph *g, KernelList *kl, KernelList *init, PlanOptio
         int nov = 0;
         Storage **ov = xalloc(sizeof(Storage *) * (nplaced + 1));
         for (int j = 0; j < nplaced; j++)
-            if (lives_overlap(placed[j], b)) ov[nov++] = placed[j];
+            if (placed[j]->slot == b->slot && lives_overlap(placed[j], b)) ov[nov++] = placed[j];
         qsort(ov, nov, sizeof(Storage *), cmp_offset);
         size_t best = SIZE_MAX, best_gap = SIZE_MAX, prev_end = 0;
         for (int j = 0; j < nov; j++) {
@@ -251,20 +259,23 @@ static MemPlan *plan_order(Graph *g, KernelList *kl, KernelList *init, PlanOptio
         if (best == SIZE_MAX) best = prev_end; /* no gap fits: after the last overlapping block */
         b->offset = best;
         placed[nplaced++] = b;
-        if (best + need > arena) arena = best + need;
+        if (best + need > mp->slot_arena[b->slot]) mp->slot_arena[b->slot] = best + need;
     }
-    mp->arena_bytes = arena;
+    (void)arena;
+    mp->arena_bytes = mp->slot_arena[0];
 
     /* Lower bound and naive sum. */
     for (int s = 0; s < kl->n; s++) {
         size_t live = 0;
         for (int i = 0; i < na; i++)
-            if (blocks[i]->first <= s && s <= blocks[i]->last) live += align_up(blocks[i]->bytes, opt.align);
+            if (blocks[i]->slot == 0 && blocks[i]->first <= s && s <= blocks[i]->last)
+                live += align_up(blocks[i]->bytes, opt.align);
         if (live > mp->lower_bound) mp->lower_bound = live;
     }
     for (int s = 0; s < kl->n; s++) {
         Node *r = kl->k[s]->root;
-        if (mp->of[r->id]->kind == S_ARENA) mp->naive_bytes += align_up(node_bytes(g, r), opt.align);
+        if (mp->of[r->id]->kind == S_ARENA && mp->of[r->id]->slot == 0)
+            mp->naive_bytes += align_up(node_bytes(g, r), opt.align);
     }
     check_plan(g, kl, mp);
     return mp;
@@ -281,10 +292,12 @@ void check_plan(const Graph *g, const KernelList *kl, const MemPlan *mp) {
         if (st->kind == S_INPUT || st->kind == S_PARAM)
             ICE("plan: kernel k%d writes %%%d into an %s buffer", s, r->id, st->kind == S_INPUT ? "input" : "param");
         if (st->kind == S_ARENA) {
-            if (st->offset % 64) ICE("plan: %%%d at offset %zu is not aligned", r->id, st->offset);
-            if (st->offset + node_bytes(g, r) > mp->arena_bytes)
+            if (st->offset % mp->align) ICE("plan: %%%d at offset %zu is not aligned", r->id, st->offset);
+            if (st->offset + node_bytes(g, r) > mp->slot_arena[st->slot])
                 ICE("plan: %%%d [%zu, %zu) lies outside the arena of %zu bytes", r->id, st->offset,
-                    st->offset + node_bytes(g, r), mp->arena_bytes);
+                    st->offset + node_bytes(g, r), mp->slot_arena[st->slot]);
+            if (st->slot != (r->slot > 0 ? r->slot : 0))
+                ICE("plan: %%%d runs on slot %d but its storage is on slot %d", r->id, r->slot, st->slot);
         }
         if (st->kind == S_OUTPUT && st->owner != r)
             ICE("plan: output storage of %%%d reused by %%%d", st->owner->id, r->id);
@@ -293,11 +306,12 @@ void check_plan(const Graph *g, const KernelList *kl, const MemPlan *mp) {
     for (int s = 0; s < kl->n; s++) {
         const Storage *sc = mp->scratch[s];
         if (!sc) continue;
-        if (sc->offset % 64 || sc->offset + sc->bytes > mp->arena_bytes)
+        if (sc->offset % mp->align || sc->offset + sc->bytes > mp->slot_arena[sc->slot])
             ICE("plan: scratch of k%d [%zu, %zu) misaligned or outside the arena", s, sc->offset, sc->offset + sc->bytes);
         for (int i = 0; i < nn; i++) {
             const Storage *a = mp->of[i];
             if (!a || a->kind != S_ARENA || g->nodes[i]->op == OP_RESHAPE || mp->def_step[i] < 0) continue;
+            if (a->slot != sc->slot) continue;
             int ai = mp->def_step[i], al = mp->last_step[i] < ai ? ai : mp->last_step[i];
             if (s < ai || s > al) continue;
             if (a->offset < sc->offset + sc->bytes && sc->offset < a->offset + node_bytes(g, g->nodes[i]))
@@ -313,6 +327,7 @@ void check_plan(const Graph *g, const KernelList *kl, const MemPlan *mp) {
         for (int j = i + 1; j < nn; j++) {
             const Storage *b = mp->of[j];
             if (!b || b->kind != S_ARENA || g->nodes[j]->op == OP_RESHAPE || mp->def_step[j] < 0) continue;
+            if (a->slot != b->slot) continue;
             int bi = mp->def_step[j], bl = mp->last_step[j] < bi ? bi : mp->last_step[j];
             size_t b0 = b->offset, b1 = b0 + node_bytes(g, g->nodes[j]);
             if (a1 <= b0 || b1 <= a0) continue;           /* disjoint bytes */
@@ -346,6 +361,7 @@ void dump_memplan(FILE *out, const Graph *g, const KernelList *kl, const MemPlan
         if (s->kind == S_ARENA || s->kind == S_PARAM || s->kind == S_INIT) fprintf(out, "  offset %zu", s->offset);
         if (s->kind == S_INPUT || s->kind == S_OUTPUT) fprintf(out, "  #%d", s->index);
         if (n->op == OP_RESHAPE) fprintf(out, "  view of %%%d", view_base((Node *)n)->id);
+        if (s->slot > 0) fprintf(out, "  on %s", g->slots[s->slot].name);
         if (mp->inplace_of[i] >= 0) fprintf(out, "  in place of %%%d", mp->inplace_of[i]);
         fprintf(out, "  %s%s", dtype_name(n->dtype), shape_str(&n->shape, g->batch_name, buf, sizeof buf));
         if (n->name) fprintf(out, "  ; %s", n->name);
@@ -359,6 +375,9 @@ void dump_memplan(FILE *out, const Graph *g, const KernelList *kl, const MemPlan
     double nv = mp->naive_bytes ? (double)mp->arena_bytes / mp->naive_bytes : 1.0;
     fprintf(out, "  total cpu: arena %zu bytes, lower bound %zu (ratio %.3f), naive %zu (ratio %.3f), weights %zu bytes\n",
             mp->arena_bytes, mp->lower_bound, lb, mp->naive_bytes, nv, mp->weight_bytes);
+    for (int s = 1; s < mp->nslots; s++)
+        fprintf(out, "  total %s: arena %zu bytes, weights %zu bytes\n", g->slots[s].name, mp->slot_arena[s],
+                mp->slot_weights[s]);
 }
 
 /* ---------------------------------------------------------------- schedule */

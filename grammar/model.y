@@ -8,6 +8,7 @@
  *   stmt     := 'input' NAME ':' type | 'param' NAME ':' type
  *             | 'output' NAME ':' type | 'output' NAME (':' type)? '=' expr
  *             | NAME '=' expr                               (';' may separate statements)
+ *             | 'on' DEVICE '{' stmt* '}'                    DEVICE: cpu, cpu:N, cuda, cuda:N
  *   type     := DTYPE '[' (dim (',' dim)*)? ']'
  *   expr     := expr ('+'|'-') term | term
  *   term     := term ('*'|'/'|'@') unary | unary
@@ -120,7 +121,7 @@ static void yyerror(YYLTYPE *at, yyscan_t scanner, ParseResult *res, const char 
 %token END 0 "end of file"
 %token MODEL "'model'" INPUT "'input'" PARAM "'param'" OUTPUT "'output'"
 %token TRUE "'true'" FALSE "'false'"
-%token BLOCK "'block'" RETURN "'return'" AS "'as'"
+%token BLOCK "'block'" RETURN "'return'" AS "'as'" ON "'on'"
 %token <str> NAME "a name" INT "an integer" FLOAT "a number"
 
 %type <stmts> stmts
@@ -189,6 +190,8 @@ stmt
     | OUTPUT NAME ':' type '=' expr    { $$ = new_stmt(ST_OUTPUT, @1, $2, @2, $4, $6); }
     | OUTPUT NAME '=' expr             { $$ = new_stmt(ST_OUTPUT, @1, $2, @2, NULL, $4); }
     | NAME '=' expr                    { $$ = new_stmt(ST_ASSIGN, @1, $1, @1, NULL, $3); }
+    | ON NAME '{' stmts '}'            { $$ = new_stmt(ST_ON, @1, $2, @2, NULL, NULL); $$->body = $4->v; $$->nbody = $4->n; }
+    | ON NAME ':' INT '{' stmts '}'    { $$ = new_stmt(ST_ON, @1, xprintf("%s:%s", $2, $4), @2, NULL, NULL); $$->body = $6->v; $$->nbody = $6->n; }
     ;
 
 type

@@ -37,6 +37,7 @@ FILECHECK_DIR=$(dirname "$(command -v FileCheck 2>/dev/null || echo /usr/lib/llv
 suite lit env PATH="$FILECHECK_DIR:$PATH" lit -v tests/lit
 suite runtime bash tests/runtime/run.sh
 suite numeric "$PYTHON" tests/numeric/run.py
+suite plan "$PYTHON" tests/plan/run.py
 suite digits bash -c 'make -s -C examples/digits demo MODELC="$MODELC" B="$PWD/$B" && echo "PASS: examples/digits"'
 suite embed bash -c 'make -s -C examples/embed run MODELC="$MODELC" B="$PWD/$B" && echo "PASS: examples/embed"'
 suite install bash tests/install_test.sh

@@ -23,7 +23,13 @@ if [ ! -f "$lib" ]; then
     echo "FAIL: runtime/build: $lib not found (run: make $lib)"
     exit 1
 fi
-libs="$(pkg-config --libs libcjson openblas 2>/dev/null || echo -lcjson -lopenblas)"
+# The link line the library needs (the Makefile writes it beside the library: with CUDA it adds
+# the static CUDA runtime); older build trees without it fall back to pkg-config.
+if [ -s "$B/lib/libmodelrt.libs" ]; then
+    libs="$(cat "$B/lib/libmodelrt.libs")"
+else
+    libs="$(pkg-config --libs libcjson openblas 2>/dev/null || echo -lcjson -lopenblas)"
+fi
 bin="$work/test_runtime"
 # shellcheck disable=SC2086
 if ! "$CC" -std=c11 -D_GNU_SOURCE -O1 -g -Wall -Wextra $CFLAGS_EXTRA -Iruntime \
@@ -41,10 +47,30 @@ fi
 export MRT_TEST_DIR="$work"
 # allocator_may_return_null: the out-of-memory paths are tested with allocations ASan would
 # otherwise abort on before the library sees the NULL.
-export ASAN_OPTIONS="${ASAN_OPTIONS:-detect_leaks=1}:allocator_may_return_null=1"
+# protect_shadow_gap=0: the CUDA driver maps memory where ASan keeps its shadow gap (GPU runs).
+export ASAN_OPTIONS="${ASAN_OPTIONS:-detect_leaks=1}:allocator_may_return_null=1:protect_shadow_gap=0"
 export UBSAN_OPTIONS="${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}"
 unset MODELRT_DEVICE
-failed=0
+# The CUDA kernels against the CPU references: runs them where a GPU is visible; elsewhere it
+# only shows that a program linked with the library starts and says why nothing ran.
+blas_cflags="$(pkg-config --cflags openblas 2>/dev/null)"
+# shellcheck disable=SC2086
+if ! "$CC" -std=c11 -D_GNU_SOURCE -O1 -g -Wall -Wextra $CFLAGS_EXTRA $blas_cflags -Iruntime \
+        tests/runtime/cuda_check.c "$lib" $libs -lm -lpthread -o "$work/cuda_check" 2>"$work/cc2.log" ||
+        [ -s "$work/cc2.log" ]; then
+    echo "FAIL: runtime/cuda/build: compiling tests/runtime/cuda_check.c failed or warned:"
+    sed 's/^/    /' "$work/cc2.log" | head -40
+    cuda_failed=1
+else
+    cuda_out="$("$work/cuda_check" 2>"$work/cuda_check.err")"
+    cuda_failed=$?
+    echo "$cuda_out"
+    if [ $cuda_failed -ne 0 ] && ! grep -q '^FAIL:' <<<"$cuda_out"; then
+        echo "FAIL: runtime/cuda/run: exit status $cuda_failed: $(tail -n3 "$work/cuda_check.err" | tr '\n' ' ')"
+    fi
+fi
+
+failed=$cuda_failed
 for t in $("$bin" --list); do
     out="$("$bin" "$t" 2>"$work/$t.err")"
     rc=$?

@@ -1,5 +1,6 @@
 /*
- * test_runtime.c — unit tests of modelrt: devices, errors, safetensors, npy, and mrt_main
+ * test_runtime.c — unit tests of modelrt: devices (CPU, and CUDA where this machine and build
+ * have it), the CPU GEMM, errors, safetensors, npy, and mrt_main
  * driven with argv arrays against a fake model (y = 2x + b). Bad files are written from C into
  * a fresh temporary directory, so the tests need nothing but the library.
  *
@@ -18,6 +19,7 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <ftw.h>
+#include <math.h>
 #include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -281,8 +283,14 @@ static void test_device_select(void)
     mrt_set_log_hook(test_hook, NULL);
     CHECK_OK(mrt_device_select("auto", &d));
     CHECK(d.kind == MRT_DEVICE_CPU && d.index == 0);
-    CHECKF(g_log_lines == 1 && strcmp(g_log, "INFO auto selected cpu:0 (no CUDA support in this "
-                                             "build)") == 0, "log: %d \"%s\"", g_log_lines, g_log);
+    const char *why = NULL;
+    int ncuda = mrt_cuda_device_count(&why);
+    char want[1200];
+    snprintf(want, sizeof want, "INFO auto selected cpu:0 (no usable CUDA device: %s)", why);
+    CHECKF(ncuda > 0 || (g_log_lines == 1 && strcmp(g_log, want) == 0), "log: %d \"%s\"",
+           g_log_lines, g_log);
+    if (ncuda > 0) /* a GPU machine: the same test, but auto takes the first usable GPU */
+        CHECKF(g_log_lines == 1 && strstr(g_log, "INFO auto selected "), "log: \"%s\"", g_log);
     g_log_lines = 0;
     CHECK_OK(mrt_device_select("cpu", &d));
     CHECK(d.kind == MRT_DEVICE_CPU && d.index == 0 && g_log_lines == 0);
@@ -290,10 +298,11 @@ static void test_device_select(void)
     CHECK(d.kind == MRT_DEVICE_CPU && d.index == 1);
     CHECK_OK(mrt_device_select("cpu:7", &d));
     CHECK_ERR(mrt_device_select("cpu:8", &d), MRT_ERR_DEVICE, "cpu:8");
-    CHECK_ERR(mrt_device_select("cuda", &d), MRT_ERR_DEVICE,
-              "device cuda:0 requested, but this build of modelrt has no CUDA support; devices "
-              "present: cpu");
-    CHECK_ERR(mrt_device_select("cuda:1", &d), MRT_ERR_DEVICE, "device cuda:1 requested");
+    if (ncuda == 0) {
+        snprintf(want, sizeof want, "device cuda:0 requested, 0 CUDA devices visible (%s)", why);
+        CHECK_ERR(mrt_device_select("cuda", &d), MRT_ERR_DEVICE, want);
+    }
+    CHECK_ERR(mrt_device_select("cuda:1023", &d), MRT_ERR_DEVICE, "device cuda:1023 requested");
     CHECK(g_log_lines == 0); /* never a silent (or logged) fallback */
     CHECK_ERR(mrt_device_select("gpu", &d), MRT_ERR_DEVICE, "'gpu'");
     CHECK_ERR(mrt_device_select("", &d), MRT_ERR_DEVICE, "''");
@@ -356,8 +365,266 @@ static void test_alloc(void)
     CHECK(strstr(mrt_last_error(), "cpu:0"));
     CHECK(mrt_alloc(cpu, (size_t)1 << 62) == NULL);
     CHECKF(strstr(mrt_last_error(), "4611686018427387904 bytes"), "\"%s\"", mrt_last_error());
+    mrt_device cuda = {MRT_DEVICE_CUDA, 1023};
+    CHECK(mrt_alloc(cuda, 16) == NULL && strstr(mrt_last_error(), "cuda:1023"));
+    CHECKF(strstr(mrt_last_error(), "cannot allocate 16 bytes on cuda:1023") &&
+           strstr(mrt_last_error(), "CUDA device"), "\"%s\"", mrt_last_error());
+}
+
+/* ---------------------------------------------------------------- CUDA and devices
+ * This machine may have no GPU (no driver: cudaGetDeviceCount fails with error 35) or a build
+ * without CUDA ("no CUDA support"); both must give 0 devices with a reason. On a GPU machine the
+ * no-GPU expectations are skipped and the CPU parts still run. */
+
+static int no_cuda_reason_ok(const char *why)
+{
+    return why && (strstr(why, "error 35") || strstr(why, "error 100") ||
+                   strstr(why, "no CUDA support") || strstr(why, "no devices"));
+}
+
+static void test_cuda_count(void)
+{
+    const char *why = NULL, *why2 = NULL;
+    int n = mrt_cuda_device_count(&why);
+    CHECK(n >= 0 && why != NULL);
+    CHECK(mrt_cuda_device_count(&why2) == n && why2 == why); /* probed once, cached */
+    CHECK(mrt_cuda_device_count(NULL) == n);
+    if (n > 0)
+        return;
+    CHECKF(no_cuda_reason_ok(why), "reason \"%s\"", why);
+    /* CUDA-only calls answer with an error, never crash */
     mrt_device cuda = {MRT_DEVICE_CUDA, 0};
-    CHECK(mrt_alloc(cuda, 16) == NULL && strstr(mrt_last_error(), "cuda:0"));
+    void *s = (void *)1;
+    CHECK_ERR(mrt_device_activate(cuda), MRT_ERR_DEVICE, "cuda:0");
+    CHECK_ERR(mrt_stream_create(cuda, &s), MRT_ERR_DEVICE, "0 CUDA devices visible");
+    CHECK(s == NULL);
+    mrt_stream_destroy(cuda, NULL);
+    CHECK_ERR(mrt_stream_sync(cuda, NULL, "digits run"), MRT_ERR_DEVICE, "digits run");
+    size_t fr, tot;
+    CHECK_ERR(mrt_device_memory(cuda, &fr, &tot), MRT_ERR_DEVICE, "cuda:0");
+    float a[4] = {1, 2, 3, 4}, b[4] = {0};
+    CHECK_ERR(mrt_memcpy(cuda, b, (mrt_device){MRT_DEVICE_CPU, 0}, a, sizeof a, NULL),
+              MRT_ERR_DEVICE, "cannot copy 16 bytes from cpu:0 to cuda:0");
+    CHECK_ERR(mrt_gemm_f32(cuda, NULL, 0, 0, 1, 1, 1, 1.0f, a, 1, 0, a, 1, 0, 0.0f, b, 1, 0, 1),
+              MRT_ERR_DEVICE, "gemm on cuda:0");
+    /* kernels: MRT_ERR_DEVICE without CUDA support; with CUDA but no driver, the launch fails */
+    mrt_status st = mrt_cuda_softmax_f32(NULL, b, a, 1, 4, 1, 0);
+    CHECKF(st == MRT_ERR_DEVICE || st == MRT_ERR_CUDA, "softmax: %s", mrt_status_name(st));
+    CHECKF(strstr(mrt_last_error(), "softmax"), "\"%s\"", mrt_last_error());
+    st = mrt_cuda_check_launch("digits k3");
+    CHECK(st == MRT_ERR_DEVICE || st == MRT_ERR_CUDA || st == MRT_OK);
+    /* free of a NULL CUDA pointer is ignored like free(NULL) */
+    mrt_free(cuda, NULL);
+}
+
+/* CUDA_VISIBLE_DEVICES="" hides every GPU: 0 devices, with the reason. (run.sh runs each test
+ * in a fresh process, so the probe sees the variable.) */
+static void test_cuda_visible_empty(void)
+{
+    setenv("CUDA_VISIBLE_DEVICES", "", 1);
+    const char *why = NULL;
+    int n = mrt_cuda_device_count(&why);
+    CHECKF(n == 0, "%d devices with CUDA_VISIBLE_DEVICES=\"\"", n);
+    CHECKF(no_cuda_reason_ok(why), "reason \"%s\"", why);
+    mrt_device d;
+    g_log_lines = 0;
+    mrt_set_log_hook(test_hook, NULL);
+    CHECK_OK(mrt_device_select("auto", &d));
+    CHECK(d.kind == MRT_DEVICE_CPU && d.index == 0);
+    CHECKF(g_log_lines == 1 && strstr(g_log, "auto selected cpu:0 (no usable CUDA device: ") &&
+           strstr(g_log, why), "log %d \"%s\"", g_log_lines, g_log);
+    CHECK_ERR(mrt_device_select("cuda", &d), MRT_ERR_DEVICE,
+              "device cuda:0 requested, 0 CUDA devices visible (");
+    CHECK(g_log_lines == 1);
+    mrt_set_log_hook(NULL, NULL);
+    unsetenv("CUDA_VISIBLE_DEVICES");
+}
+
+/* auto, cuda, cuda:1, cpu:1 as field case B16 wants them: one line for auto, errors for CUDA. */
+static void test_device_select_b16(void)
+{
+    const char *why = NULL;
+    if (mrt_cuda_device_count(&why) > 0)
+        return;
+    mrt_device d = {MRT_DEVICE_CUDA, 5};
+    g_log_lines = 0;
+    mrt_set_log_hook(test_hook, NULL);
+    CHECK_OK(mrt_device_select("auto", &d));
+    CHECK(d.kind == MRT_DEVICE_CPU && d.index == 0 && g_log_lines == 1);
+    CHECKF(strstr(g_log, "INFO auto selected cpu:0 (no usable CUDA device: ") && strstr(g_log, why),
+           "\"%s\"", g_log);
+    d.kind = MRT_DEVICE_CUDA;
+    d.index = 5;
+    CHECK_ERR(mrt_device_select("cuda", &d), MRT_ERR_DEVICE, "device cuda:0 requested, 0 CUDA "
+                                                             "devices visible (");
+    CHECK(strstr(mrt_last_error(), why));
+    CHECK_ERR(mrt_device_select("cuda:1", &d), MRT_ERR_DEVICE, "device cuda:1 requested, 0 CUDA "
+                                                               "devices visible (");
+    CHECK(d.kind == MRT_DEVICE_CUDA && d.index == 5); /* untouched on failure */
+    CHECK(g_log_lines == 1);                           /* no fallback, no extra line */
+    CHECK_OK(mrt_device_select("cpu:1", &d));
+    CHECK(d.kind == MRT_DEVICE_CPU && d.index == 1 && g_log_lines == 1);
+    mrt_set_log_hook(NULL, NULL);
+}
+
+static void test_device_list(void)
+{
+    mrt_device_info info[8];
+    int n = -1;
+    memset(info, 0xAB, sizeof info);
+    CHECK_OK(mrt_device_list(info, 8, &n));
+    int ncuda = mrt_cuda_device_count(NULL);
+    CHECKF(n == 1 + (ncuda < 7 ? ncuda : 7), "n %d with %d CUDA devices", n, ncuda);
+    CHECK(info[0].device.kind == MRT_DEVICE_CPU && info[0].device.index == 0);
+    CHECK(info[0].name[0] != '\0' && memchr(info[0].name, '\0', sizeof info[0].name));
+    CHECK(info[0].total_bytes > 0 && info[0].free_bytes <= info[0].total_bytes);
+    CHECK(info[0].cc_major == 0 && info[0].cc_minor == 0);
+    for (int i = 1; i < n; i++)
+        CHECK(info[i].device.kind == MRT_DEVICE_CUDA && info[i].device.index == i - 1 &&
+              info[i].cc_major >= 1 && info[i].total_bytes > 0);
+    CHECK_OK(mrt_device_list(info, 1, &n));
+    CHECK(n == 1);
+    CHECK_OK(mrt_device_list(NULL, 0, &n));
+    CHECK(n == 0);
+    CHECK(mrt_device_list(info, 8, NULL) == MRT_ERR_INVALID_ARG);
+    size_t fr = 0, tot = 0;
+    CHECK_OK(mrt_device_memory((mrt_device){MRT_DEVICE_CPU, 0}, &fr, &tot));
+    CHECK(tot == info[0].total_bytes && fr <= tot && fr > 0);
+    CHECK_ERR(mrt_device_memory((mrt_device){MRT_DEVICE_CPU, 9}, &fr, &tot), MRT_ERR_DEVICE, "cpu:9");
+}
+
+static void test_cpu_device_ops(void)
+{
+    mrt_device cpu = {MRT_DEVICE_CPU, 0}, cpu3 = {MRT_DEVICE_CPU, 3};
+    CHECK_OK(mrt_device_activate(cpu));
+    CHECK_OK(mrt_device_activate(cpu3));
+    void *s = (void *)1;
+    CHECK_OK(mrt_stream_create(cpu, &s));
+    CHECK(s == NULL);
+    CHECK_OK(mrt_stream_sync(cpu, NULL, "x"));
+    mrt_stream_destroy(cpu, NULL);
+    float a[5] = {1, 2, 3, 4, 5}, b[5] = {0};
+    CHECK_OK(mrt_memcpy(cpu3, b, cpu, a, sizeof a, NULL));
+    CHECK(memcmp(a, b, sizeof a) == 0);
+    CHECK_OK(mrt_memcpy(cpu, NULL, cpu, NULL, 0, NULL)); /* nothing to copy */
+    CHECK_ERR(mrt_memcpy(cpu, NULL, cpu, a, 4, NULL), MRT_ERR_INVALID_ARG, "4 bytes");
+    /* pointers in host memory, malloc'd or not, are cpu:0 */
+    mrt_device d = {MRT_DEVICE_CUDA, 7};
+    float *heap = malloc(64);
+    CHECK_OK(mrt_pointer_device(heap, &d));
+    CHECK(d.kind == MRT_DEVICE_CPU && d.index == 0);
+    d.kind = MRT_DEVICE_CUDA;
+    CHECK_OK(mrt_pointer_device(a, &d));
+    CHECK(d.kind == MRT_DEVICE_CPU && d.index == 0);
+    d.kind = MRT_DEVICE_CUDA;
+    CHECK_OK(mrt_pointer_device(NULL, &d));
+    CHECK(d.kind == MRT_DEVICE_CPU);
+    void *al = mrt_alloc(cpu, 100);
+    CHECK_OK(mrt_pointer_device(al, &d));
+    CHECK(d.kind == MRT_DEVICE_CPU && d.index == 0);
+    mrt_free(cpu, al);
+    free(heap);
+    CHECK(mrt_pointer_device(a, NULL) == MRT_ERR_INVALID_ARG);
+}
+
+/* ---------------------------------------------------------------- GEMM on the CPU */
+
+static uint64_t g_rng = 0x9E3779B97F4A7C15ull;
+static float frand(void)
+{
+    g_rng ^= g_rng << 13;
+    g_rng ^= g_rng >> 7;
+    g_rng ^= g_rng << 17;
+    return (float)((g_rng >> 40) & 0xFFFF) / 32768.0f - 1.0f;
+}
+
+/* The definition, in double: C_i = alpha op(A_i) op(B_i) + beta C_i, batch items in order. */
+static void naive_gemm(int ta, int tb, int M, int N, int K, float alpha, const float *A, int lda,
+                       int64_t sA, const float *B, int ldb, int64_t sB, float beta, float *C,
+                       int ldc, int64_t sC, int batch)
+{
+    for (int i = 0; i < batch; i++) {
+        const float *Ai = A + i * sA, *Bi = B + i * sB;
+        float *Ci = C + i * sC;
+        for (int r = 0; r < M; r++)
+            for (int c = 0; c < N; c++) {
+                double acc = 0.0;
+                for (int k = 0; k < K; k++)
+                    acc += (double)(ta ? Ai[k * lda + r] : Ai[r * lda + k]) *
+                           (double)(tb ? Bi[c * ldb + k] : Bi[k * ldb + c]);
+                double old = beta == 0.0f ? 0.0 : (double)beta * Ci[r * ldc + c];
+                Ci[r * ldc + c] = (float)(alpha * acc + old);
+            }
+    }
+}
+
+static void test_gemm_cpu(void)
+{
+    mrt_device cpu = {MRT_DEVICE_CPU, 0};
+    enum { MAXF = 4096 };
+    static float A[MAXF], B[MAXF], C[MAXF], R[MAXF];
+    /* M, N, K, batch, padding of the leading dims, which operand has stride 0 (0 none, 1 A,
+     * 2 B, 3 C), alpha, beta */
+    const struct { int M, N, K, batch, pad, zero; float alpha, beta; } cases[] = {
+        {3, 4, 5, 1, 0, 0, 1.0f, 0.0f},   {7, 2, 9, 3, 1, 0, 0.5f, 0.0f},
+        {4, 6, 3, 4, 2, 1, 1.0f, 1.0f},   {5, 3, 4, 3, 0, 2, -2.0f, 0.5f},
+        {2, 3, 4, 3, 3, 3, 1.0f, 1.0f},   {1, 1, 1, 1, 0, 0, 1.0f, 0.0f},
+        {6, 5, 0, 2, 0, 0, 1.0f, 2.0f},   {16, 17, 18, 2, 5, 0, 1.0f, -1.0f},
+    };
+    for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++)
+        for (int ta = 0; ta < 2; ta++)
+            for (int tb = 0; tb < 2; tb++) {
+                int M = cases[ci].M, N = cases[ci].N, K = cases[ci].K, bt = cases[ci].batch;
+                int pad = cases[ci].pad;
+                int lda = (ta ? M : K) + pad, ldb = (tb ? K : N) + pad, ldc = N + pad;
+                if (lda < 1)
+                    lda = 1;
+                if (ldb < 1)
+                    ldb = 1;
+                int64_t sA = (int64_t)(ta ? K : M) * lda + pad, sB = (int64_t)(tb ? N : K) * ldb,
+                        sC = (int64_t)M * ldc + 1;
+                if (cases[ci].zero == 1) sA = 0;
+                if (cases[ci].zero == 2) sB = 0;
+                if (cases[ci].zero == 3) sC = 0;
+                CHECK(sA * bt + lda * 64 < MAXF && sB * bt + ldb * 64 < MAXF &&
+                      sC * bt + ldc * 64 < MAXF);
+                for (int i = 0; i < MAXF; i++) {
+                    A[i] = frand();
+                    B[i] = frand();
+                    C[i] = R[i] = frand();
+                }
+                CHECK_OK(mrt_gemm_f32(cpu, NULL, ta, tb, M, N, K, cases[ci].alpha, A, lda, sA, B, ldb,
+                                      sB, cases[ci].beta, C, ldc, sC, bt));
+                naive_gemm(ta, tb, M, N, K, cases[ci].alpha, A, lda, sA, B, ldb, sB,
+                           cases[ci].beta, R, ldc, sC, bt);
+                double maxdiff = 0.0;
+                for (int i = 0; i < MAXF; i++) {
+                    double dlt = fabs((double)C[i] - (double)R[i]);
+                    if (dlt > maxdiff)
+                        maxdiff = dlt;
+                }
+                /* padding between rows and past the batch is left alone (compared exactly too) */
+                CHECKF(maxdiff <= 1e-4 * (1 + K), "case %zu ta %d tb %d: maxdiff %g tolerance %g",
+                       ci, ta, tb, maxdiff, 1e-4 * (1 + K));
+            }
+    /* nothing to do */
+    CHECK_OK(mrt_gemm_f32(cpu, NULL, 0, 0, 0, 3, 3, 1.0f, NULL, 3, 0, NULL, 3, 0, 0.0f, NULL, 3, 0, 1));
+    CHECK_OK(mrt_gemm_f32(cpu, NULL, 0, 0, 3, 3, 3, 1.0f, NULL, 3, 0, NULL, 3, 0, 0.0f, NULL, 3, 0, 0));
+    /* bad arguments: MRT_ERR_INVALID_ARG, never a BLAS abort */
+    CHECK_ERR(mrt_gemm_f32(cpu, NULL, 0, 0, -1, 3, 3, 1.0f, A, 3, 0, B, 3, 0, 0.0f, C, 3, 0, 1),
+              MRT_ERR_INVALID_ARG, "M=-1");
+    CHECK_ERR(mrt_gemm_f32(cpu, NULL, 0, 0, (int64_t)1 << 31, 3, 3, 1.0f, A, 3, 0, B, 3, 0, 0.0f,
+                           C, 3, 0, 1), MRT_ERR_INVALID_ARG, "M=2147483648");
+    CHECK_ERR(mrt_gemm_f32(cpu, NULL, 0, 0, 3, 3, 4, 1.0f, A, 3, 0, B, 3, 0, 0.0f, C, 3, 0, 1),
+              MRT_ERR_INVALID_ARG, "lda=3");
+    CHECK_ERR(mrt_gemm_f32(cpu, NULL, 0, 1, 3, 5, 4, 1.0f, A, 4, 0, B, 3, 0, 0.0f, C, 5, 0, 1),
+              MRT_ERR_INVALID_ARG, "ldb >= 4");
+    CHECK_ERR(mrt_gemm_f32(cpu, NULL, 0, 0, 3, 3, 3, 1.0f, A, 3, -9, B, 3, 0, 0.0f, C, 3, 0, 2),
+              MRT_ERR_INVALID_ARG, "negative batch stride");
+    CHECK_ERR(mrt_gemm_f32(cpu, NULL, 0, 0, 3, 3, 3, 1.0f, NULL, 3, 0, B, 3, 0, 0.0f, C, 3, 0, 1),
+              MRT_ERR_INVALID_ARG, "NULL");
+    CHECK_ERR(mrt_gemm_f32((mrt_device){MRT_DEVICE_CPU, 8}, NULL, 0, 0, 3, 3, 3, 1.0f, A, 3, 0, B,
+                           3, 0, 0.0f, C, 3, 0, 1), MRT_ERR_DEVICE, "cpu:8");
 }
 
 /* ---------------------------------------------------------------- safetensors */
@@ -1176,8 +1443,7 @@ static void test_cli_run(void)
     int rc = MAIN(&fake_info, "--weights", P("b.safetensors"), "--input", P("x.npy"), "--output",
                   spec);
     CHECKF(rc == 0, "rc %d: %s", rc, err);
-    CHECKF(strstr(err, "modelrt: auto selected cpu:0 (no CUDA support in this build)\n"), "%s",
-           err);
+    CHECKF(strstr(err, "modelrt: auto selected "), "%s", err);
     CHECK(g_runs == 1 && g_max_run_batch == 3);
     int ok;
     check_y(3, &ok);
@@ -1331,8 +1597,10 @@ static void test_cli_device(void)
     fake_files(2);
     int rc = MAIN(&fake_info, "--weights", P("b.safetensors"), "--input", P("x.npy"), "--output",
                   P("y.npy"), "--device", "cuda");
-    CHECKF(rc == 1 && strstr(err, "prog: error: device cuda:0 requested, but this build of "
-                                  "modelrt has no CUDA support"), "rc %d: %s", rc, err);
+    if (mrt_cuda_device_count(NULL) > 0) /* a GPU machine: cuda works there; see cuda_* tests */
+        return;
+    CHECKF(rc == 1 && strstr(err, "prog: error: device cuda:0 requested, 0 CUDA devices visible ("),
+           "rc %d: %s", rc, err);
     CHECK(!exists(P("y.npy")) && g_runs == 0);
     rc = MAIN(&fake_info, "--weights", P("b.safetensors"), "--input", P("x.npy"), "--device",
               "banana");
@@ -1345,6 +1613,49 @@ static void test_cli_device(void)
     rc = MAIN(&fake_info, "--weights", P("b.safetensors"), "--input", P("x.npy"), "--device",
               "cpu:1", "--output", P("y.npy"));
     CHECKF(rc == 0, "rc %d: %s", rc, err);
+}
+
+static void test_cli_list_devices(void)
+{
+    int rc = MAIN(&fake_info, "--list-devices");
+    CHECKF(rc == 0, "rc %d: %s", rc, err);
+    CHECKF(strncmp(out, "cpu:0  ", 7) == 0 && strstr(out, "  memory ") && strstr(out, " GiB\n"),
+           "out: %s", out);
+    const char *why = NULL;
+    if (mrt_cuda_device_count(&why) == 0) {
+        char want[1100];
+        snprintf(want, sizeof want, "\nno CUDA devices: %s\n", why);
+        CHECKF(strstr(out, want), "out: %s", out);
+        CHECK(!strstr(out, "cuda:0"));
+    } else {
+        CHECKF(strstr(out, "\ncuda:0  ") && strstr(out, "(free ") && strstr(out, "  compute "),
+               "out: %s", out);
+    }
+    CHECKF(err[0] == '\0', "stderr: %s", err);
+    /* needs no other argument, and wins over a usage mistake */
+    rc = MAIN(&fake_info, "--bogus", "--list-devices");
+    CHECKF(rc == 0 && strncmp(out, "cpu:0", 5) == 0, "rc %d: %s", rc, err);
+    rc = MAIN(&fake_info, "--help");
+    CHECKF(rc == 0 && strstr(out, "--list-devices") && strstr(out, "cuda:N") &&
+           strstr(out, "auto ") && strstr(out, "cpu:N"), "help: %s", out);
+}
+
+/* The device actually used is reported: auto's one line on stderr, and --time/--memory. */
+static void test_cli_auto_device(void)
+{
+    if (mrt_cuda_device_count(NULL) > 0)
+        return;
+    fake_files(2);
+    unsetenv("MODELRT_DEVICE");
+    int rc = MAIN(&fake_info, "--weights", P("b.safetensors"), "--input", P("x.npy"), "--output",
+                  P("y.npy"), "--memory");
+    CHECKF(rc == 0, "rc %d: %s", rc, err);
+    const char *line = strstr(err, "modelrt: auto selected cpu:0 (no usable CUDA device: ");
+    CHECKF(line && !strstr(line + 20, "auto selected"), "stderr: %s", err);
+    CHECKF(strstr(err, "(device cpu:0)"), "stderr: %s", err);
+    int ok;
+    check_y(2, &ok);
+    CHECK(ok);
 }
 
 static void test_cli_weights_errors(void)
@@ -1399,6 +1710,12 @@ static const test_case tests[] = {
     {"device_env", test_device_env},
     {"device_str", test_device_str},
     {"alloc", test_alloc},
+    {"cuda_count", test_cuda_count},
+    {"cuda_visible_empty", test_cuda_visible_empty},
+    {"device_select_b16", test_device_select_b16},
+    {"device_list", test_device_list},
+    {"cpu_device_ops", test_cpu_device_ops},
+    {"gemm_cpu", test_gemm_cpu},
     {"st_good", test_st_good},
     {"st_missing", test_st_missing},
     {"st_unexpected", test_st_unexpected},
@@ -1422,6 +1739,8 @@ static const test_case tests[] = {
     {"cli_chunked", test_cli_chunked},
     {"cli_shape_errors", test_cli_shape_errors},
     {"cli_device", test_cli_device},
+    {"cli_list_devices", test_cli_list_devices},
+    {"cli_auto_device", test_cli_auto_device},
     {"cli_weights_errors", test_cli_weights_errors},
     {"cli_time_memory", test_cli_time_memory},
 };

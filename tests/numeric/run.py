@@ -1,0 +1,582 @@
+#!/usr/bin/env python3
+"""tests/numeric/run.py — every op and fused chain, compiled by modelc, vs tools/refinterp.py.
+
+For each case tests/numeric/cases/NAME.model (+ optional NAME.json spec, format below):
+  1. write the params to a .safetensors file and the inputs to .npy files (NumPy only);
+  2. compile:  $MODELC NAME.model -o PROG [--max-batch N] $MODELC_FLAGS
+  3. for every batch size: run  PROG [--weights W] --input k=k.npy ... --output y=y.npy ...
+     and compare every output with the reference interpreter (float64, cast to float32):
+       |out - ref| <= atol + rtol * |ref|  (llm.c validate_result style), NaN where the reference
+       has NaN, the same infinities; `bits` outputs compare bit patterns (any NaN matches any NaN);
+       literal `expected` values are checked against both the executable and the reference;
+  4. run-twice check (field case B05): inputs A, then B, then A again in separate processes, and
+     A once more with --repeat 3 in one process: all A outputs must be bit-identical;
+     then in ONE process on one model object (tests/numeric/abarun.c linked with the C from
+     `modelc --emit-c`): A, then B (at batch max_batch), then A, each output buffer pre-filled
+     with a different garbage pattern; both A runs bit-identical, every run vs the reference;
+     B has other inputs but the same params;
+  5. when every input and output has the batch as its leading axis, one more run at
+     batch = 2*max_batch+1, which mrt_main runs in chunks of max_batch (spec "oversize").
+Output: one line per case, `PASS: numeric/NAME (maxdiff 3.1e-07, tol 1e-05)` or
+`FAIL: numeric/NAME: output y: maxdiff ... > tol ... at index ...`; exit status 1 if any failed.
+
+Usage: python3 tests/numeric/run.py [-k SUBSTR ...] [-j N] [--device D] [--keep] [-v]
+                                    [--ref-only] [--no-repeat] [--no-inprocess]
+Environment: MODELC (default build/bin/modelc), MODELC_FLAGS (extra compiler flags, e.g.
+--no-fuse to switch a pass off), MODELC_HOME (include/ and lib/ of the runtime; default: next to
+modelc), CC and MODELC_CFLAGS (for abarun.c, as modelc uses them), NUMERIC_TIMEOUT (seconds per
+process, default 120). Models without params are run without --weights.
+--ref-only checks only the reference against the literal expected values (no compiler needed).
+
+Spec (NAME.json, every key optional):
+  "inputs": {NAME: VALUE}, "params": {NAME: VALUE}   VALUE is a literal (nested lists; NaN,
+      Infinity, -0.0 allowed) or {"dist": D, "seed": S, ...} with D one of
+      normal (mean, scale), uniform (low, high), positive (uniform low=0.1 high=2 by default),
+      arange (start, step), fill (value), antidiag (a square permutation matrix), randint
+      (low, high; for integer tensors). Unlisted tensors: normal, seed from the name.
+  "batches": [1, 3]   batch sizes to run (models with a batch dimension; default [1, 3])
+  "max_batch": 4      passed as --max-batch (default 4 for models with a batch; null: none)
+  "atol": 1e-5, "rtol": 1e-5, "tol": {OUTPUT: {"atol": .., "rtol": ..}}
+  "expected": {OUTPUT: literal}   checked for the A inputs; a scalar fills the output,
+                                  {"arange": START} is START, START+1, ... in C order
+  "bits": true | [OUTPUT, ...]    bit-exact comparison for these outputs (A inputs)
+  "oversize": "correct" (default) | "correct_or_error" | "skip"   the chunked run at 2*max_batch+1
+  "note": "why this case exists"
+"""
+
+import argparse
+import contextlib
+import json
+import os
+import re
+import shlex
+import subprocess
+import sys
+import tempfile
+import time
+import zlib
+from concurrent.futures import ProcessPoolExecutor
+
+import numpy as np
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+sys.path.insert(0, os.path.join(ROOT, "tools"))
+import refinterp  # noqa: E402
+
+CASES = os.path.join(HERE, "cases")
+SPEC_KEYS = {"inputs", "params", "batches", "max_batch", "atol", "rtol", "tol", "expected", "bits",
+             "oversize", "note"}
+NP_DT = {"f32": np.float32, "i32": np.int32, "i64": np.int64}
+
+
+class CaseFail(Exception):
+    pass
+
+
+# ---------------------------------------------------------------------------------- inputs
+
+def make_tensor(name, decl, spec, shape, variant):
+    """The array for input/param `name` of `shape`; variant 'A' or 'B' (the run-twice pair)."""
+    dt = NP_DT[decl.dtype]
+    if spec is None:
+        spec = {"dist": "randint", "low": 0, "high": 5} if decl.dtype != "f32" else {"dist": "normal"}
+    if isinstance(spec, dict) and "values" in spec:
+        spec = spec["values"]
+    if not isinstance(spec, dict):            # a literal
+        a = np.array(spec, dtype=np.float64)
+        if a.shape != tuple(shape):
+            a = np.broadcast_to(a, shape) if a.ndim == 0 else a
+        if a.shape != tuple(shape):
+            raise CaseFail("literal for '%s' has shape %s, want %s" % (name, list(a.shape), list(shape)))
+        if variant == "B":
+            a = a[::-1].copy() + 1 if decl.dtype != "f32" else a * 1.5 + 0.25
+        return np.array(a, dtype=dt, order="C")  # (ascontiguousarray would make 0-d 1-d)
+    dist = spec.get("dist", "normal")
+    seed = spec.get("seed", zlib.crc32(name.encode()) % 100000)
+    if variant == "B":
+        seed += 1000
+    rng = np.random.default_rng(seed)
+    n = int(np.prod(shape, dtype=np.int64))
+    if dist == "normal":
+        a = rng.standard_normal(shape) * spec.get("scale", 1.0) + spec.get("mean", 0.0)
+    elif dist == "uniform":
+        a = rng.uniform(spec.get("low", -1.0), spec.get("high", 1.0), shape)
+    elif dist == "positive":
+        a = rng.uniform(spec.get("low", 0.1), spec.get("high", 2.0), shape)
+    elif dist == "randint":
+        a = rng.integers(spec.get("low", 0), spec.get("high", 5), shape)
+    elif dist == "arange":
+        a = (spec.get("start", 0) + spec.get("step", 1) * np.arange(n)).reshape(shape)
+        if variant == "B":
+            a = a * 1.5 + 0.25
+    elif dist == "fill":
+        a = np.full(shape, float(spec["value"]))
+        if variant == "B":
+            a = a * 1.5 + 0.25
+    elif dist == "antidiag":
+        if len(shape) != 2 or shape[0] != shape[1]:
+            raise CaseFail("antidiag needs a square shape, got %s" % list(shape))
+        a = np.eye(shape[0])[::-1]
+    else:
+        raise CaseFail("unknown dist %r for '%s'" % (dist, name))
+    return np.array(a, dtype=dt, order="C")
+
+
+def literal_batch(model, spec):
+    """The batch fixed by a literal input with a batch dimension, or None."""
+    for d in model.inputs:
+        v = spec.get("inputs", {}).get(d.name)
+        if isinstance(v, dict) and "values" in v:
+            v = v["values"]
+        if v is not None and not isinstance(v, dict):
+            a = np.array(v)
+            for i, dim in enumerate(d.dims):
+                if isinstance(dim, str) and a.ndim == len(d.dims):
+                    return a.shape[i]
+    return None
+
+
+def make_io(model, spec, batch, variant):
+    inputs, params = {}, {}
+    for decls, key, out in ((model.inputs, "inputs", inputs), (model.params, "params", params)):
+        for d in decls:
+            shape = [batch if isinstance(x, str) else x for x in d.dims]
+            # B (the run-twice pair) has other inputs but the same params: one loaded model.
+            v = "A" if key == "params" else variant
+            out[d.name] = make_tensor(d.name, d, spec.get(key, {}).get(d.name), shape, v)
+    return inputs, params
+
+
+# ---------------------------------------------------------------------------------- compare
+
+def fmt_index(idx):
+    return "(" + ", ".join(str(int(i)) for i in idx) + ")" if len(idx) != 1 else "(%d)" % idx[0]
+
+
+def compare(name, got, ref, atol, rtol, bits, what):
+    """Return maxdiff; raise CaseFail describing the worst violation."""
+    if got.shape != ref.shape:
+        raise CaseFail("output %s: shape %s, reference %s%s" % (name, list(got.shape), list(ref.shape), what))
+    if np.issubdtype(ref.dtype, np.integer):
+        if not np.issubdtype(got.dtype, np.integer) or got.dtype.itemsize != ref.dtype.itemsize:
+            raise CaseFail("output %s: dtype %s, reference %s%s" % (name, got.dtype, ref.dtype, what))
+        bad = np.argwhere(got != ref)
+        if bad.size:
+            i = tuple(bad[0])
+            raise CaseFail("output %s: %d wrong elements, first at index %s: got %s, ref %s%s"
+                           % (name, len(bad), fmt_index(i), got[i], ref[i], what))
+        return 0.0, 0.0
+    if got.dtype != np.float32:
+        raise CaseFail("output %s: dtype %s, want float32%s" % (name, got.dtype, what))
+    g = got.astype(np.float64)
+    r = ref.astype(np.float64)
+    gn, rn = np.isnan(g), np.isnan(r)
+    if bits:
+        gb, rb = got.view(np.uint32), ref.astype(np.float32).view(np.uint32)
+        bad = np.argwhere((gb != rb) & ~(gn & rn))
+        if bad.size:
+            i = tuple(bad[0])
+            raise CaseFail("output %s: bit pattern 0x%08x (%r) != reference 0x%08x (%r) at index %s"
+                           " (%d elements differ)%s" % (name, gb[i], float(g[i]), rb[i], float(r[i]),
+                                                       fmt_index(i), len(bad), what))
+        fin = np.isfinite(r) & np.isfinite(g)
+        return float(np.max(np.abs(g - r)[fin], initial=0.0)), 0.0
+    bad = np.argwhere(gn != rn)
+    if bad.size:
+        i = tuple(bad[0])
+        raise CaseFail("output %s: NaN mismatch at index %s: got %r, ref %r (%d elements)%s"
+                       % (name, fmt_index(i), float(g[i]), float(r[i]), len(bad), what))
+    inf = np.isinf(r) | np.isinf(g)
+    bad = np.argwhere(inf & (g != r))
+    if bad.size:
+        i = tuple(bad[0])
+        raise CaseFail("output %s: infinity mismatch at index %s: got %r, ref %r (%d elements)%s"
+                       % (name, fmt_index(i), float(g[i]), float(r[i]), len(bad), what))
+    ok = ~rn & ~inf
+    diff = np.where(ok, np.abs(g - r), 0.0)
+    tol = atol + rtol * np.abs(np.where(ok, r, 0.0))
+    excess = diff - tol
+    if excess.size and excess.max() > 0:
+        i = np.unravel_index(int(np.argmax(excess)), excess.shape)
+        raise CaseFail("output %s: maxdiff %.3g > tol %.3g at index %s: got %.9g, ref %.9g%s"
+                       % (name, diff[i], tol[i], fmt_index(i), g[i], r[i], what))
+    if not diff.size:
+        return 0.0, atol
+    i = np.unravel_index(int(np.argmax(diff)), diff.shape)
+    return float(diff[i]), float(tol[i])
+
+
+# ---------------------------------------------------------------------------------- running
+
+def timeout_s():
+    return float(os.environ.get("NUMERIC_TIMEOUT", "120"))
+
+
+def run_cmd(cmd, what):
+    try:
+        p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s())
+    except subprocess.TimeoutExpired:
+        raise CaseFail("%s timed out after %gs: %s" % (what, timeout_s(), " ".join(cmd)))
+    except OSError as e:
+        raise CaseFail("%s: cannot run %s: %s" % (what, cmd[0], e))
+    return p
+
+
+def last_lines(s, n=3):
+    lines = [l for l in s.strip().splitlines() if l.strip()]
+    return " | ".join(lines[-n:])
+
+
+def same_bits(x_outs, y_outs, names, xtag, ytag, bw):
+    """Require bit-identical outputs of two runs on the same inputs."""
+    for k in names:
+        x, y = x_outs[k], y_outs[k]
+        if x.shape != y.shape or x.dtype != y.dtype:
+            raise CaseFail("run-twice: output %s%s: shape/dtype %s %s in run %s, %s %s in %s"
+                           % (k, bw, list(x.shape), x.dtype, xtag, list(y.shape), y.dtype, ytag))
+        if x.tobytes() != y.tobytes():
+            xi = x.view(np.uint32 if x.dtype.itemsize == 4 else np.uint64)
+            bad = np.argwhere(xi != y.view(xi.dtype))
+            i = tuple(bad[0])
+            raise CaseFail("run-twice: output %s%s differs between run %s and %s: %d elements,"
+                           " first at index %s: %r vs %r"
+                           % (k, bw, xtag, ytag, len(bad), fmt_index(i), x[i].item(), y[i].item()))
+
+
+def build_env():
+    """Compiler settings for the in-process driver, computed once: (cc, cflags, libs, home)."""
+    modelc = os.environ.get("MODELC", os.path.join(ROOT, "build", "bin", "modelc"))
+    home = os.environ.get("MODELC_HOME") or os.path.dirname(os.path.dirname(os.path.abspath(modelc)))
+    # modelc says how to compile and link against the runtime it was built with.
+    cflags = shlex.split(subprocess.run([modelc, "--print-cflags"], capture_output=True, text=True).stdout)
+    libs = shlex.split(subprocess.run([modelc, "--print-libs"], capture_output=True, text=True).stdout)
+    return shlex.split(os.environ.get("CC") or "cc"), cflags, libs, home
+
+
+class Runner:
+    def __init__(self, name, opts):
+        self.name, self.opts = name, opts
+        self.model_path = os.path.join(CASES, name + ".model")
+        spec_path = os.path.join(CASES, name + ".json")
+        self.spec = {}
+        if os.path.exists(spec_path):
+            with open(spec_path) as f:
+                self.spec = json.load(f)
+        self.model = refinterp.parse_file(self.model_path)
+        unknown = set(self.spec) - SPEC_KEYS
+        if unknown:
+            raise CaseFail("unknown keys in %s.json: %s" % (name, sorted(unknown)))
+        for key, decls in (("inputs", self.model.inputs), ("params", self.model.params)):
+            extra = set(self.spec.get(key, {})) - {d.name for d in decls}
+            if extra:
+                raise CaseFail("%s.json: no %s named %s" % (name, key[:-1], sorted(extra)))
+        extra = set(self.spec.get("expected", {})) | set(self.spec.get("tol", {}))
+        extra |= set(self.spec["bits"]) if isinstance(self.spec.get("bits"), list) else set()
+        extra -= set(self.model.outputs)
+        if extra:
+            raise CaseFail("%s.json: no output named %s" % (name, sorted(extra)))
+        self.has_batch = self.model.batch_name is not None and any(
+            isinstance(x, str) for d in self.model.inputs for x in d.dims)
+        self.max_batch = self.spec.get("max_batch", 4 if self.has_batch else None)
+        self.atol = self.spec.get("atol", 1e-5)
+        self.rtol = self.spec.get("rtol", 1e-5)
+        b = self.spec.get("bits", False)
+        self.bits = set(self.model.outputs) if b is True else set(b or [])
+        self.maxdiff, self.maxdiff_tol = 0.0, self.atol
+        self.notes = []
+
+    def tol(self, out):
+        t = self.spec.get("tol", {}).get(out, {})
+        return t.get("atol", self.atol), t.get("rtol", self.rtol)
+
+    def batches(self):
+        if not self.has_batch:
+            return [None]
+        lb = literal_batch(self.model, self.spec)
+        if lb is not None:
+            return [lb]
+        return list(self.spec.get("batches", [1, 3]))
+
+    def reference(self, inputs, params):
+        try:
+            return refinterp.run_model(self.model, params, inputs)
+        except Exception as e:  # noqa: BLE001
+            raise CaseFail("reference interpreter failed: %s: %s" % (type(e).__name__, e))
+
+    def check_expected(self, outs, who):
+        for k, lit in self.spec.get("expected", {}).items():
+            if k not in outs:
+                raise CaseFail("expected value for unknown output '%s'" % k)
+            shape = outs[k].shape
+            if isinstance(lit, dict) and "arange" in lit:   # start + 0, 1, 2, ... in C order
+                lit = (lit["arange"] + np.arange(int(np.prod(shape, dtype=np.int64)))).reshape(shape)
+            want = np.array(lit, dtype=outs[k].dtype)
+            if want.ndim == 0 and len(shape):                 # a scalar fills the whole output
+                want = np.full(shape, want, dtype=want.dtype)
+            atol, rtol = self.tol(k)
+            try:
+                compare(k, outs[k], want, atol, rtol, k in self.bits, "")
+            except CaseFail as e:
+                raise CaseFail("%s vs literal expected: %s" % (who, e))
+
+    def write_io(self, d, tag, inputs, params):
+        wpath = None
+        if self.model.params:
+            wpath = os.path.join(d, "weights_%s.safetensors" % tag)
+            refinterp.write_safetensors(wpath, params)
+        ipaths = {}
+        for k, a in inputs.items():
+            ipaths[k] = os.path.join(d, "in_%s_%s.npy" % (tag, k.replace(".", "_")))
+            np.save(ipaths[k], a)
+        return wpath, ipaths
+
+    def execute(self, d, prog, tag, wpath, ipaths, extra=()):
+        cmd = [prog]
+        if wpath:
+            cmd += ["--weights", wpath]
+        for k, p in ipaths.items():
+            cmd += ["--input", "%s=%s" % (k, p)]
+        opaths = {}
+        for i, k in enumerate(self.model.outputs):
+            opaths[k] = os.path.join(d, "out_%s_%d.npy" % (tag, i))
+            if os.path.exists(opaths[k]):
+                os.unlink(opaths[k])
+            cmd += ["--output", "%s=%s" % (k, opaths[k])]
+        if self.opts.device:
+            cmd += ["--device", self.opts.device]
+        cmd += list(extra)
+        p = run_cmd(cmd, "run (%s)" % tag)
+        if p.returncode != 0:
+            return None, p
+        outs = {}
+        for k, path in opaths.items():
+            try:
+                outs[k] = np.load(path)
+            except Exception as e:  # noqa: BLE001
+                raise CaseFail("run (%s): output %s unreadable: %s" % (tag, k, e))
+        return outs, p
+
+    def check_outputs(self, outs, ref, what, use_bits):
+        for k in self.model.outputs:
+            atol, rtol = self.tol(k)
+            md, tol = compare(k, outs[k], ref[k], atol, rtol, use_bits and k in self.bits, what)
+            if md >= self.maxdiff:
+                self.maxdiff, self.maxdiff_tol = md, tol
+
+    def leading_batch_everywhere(self):
+        """True when every input and output has exactly the batch as its leading axis."""
+        for d in self.model.inputs:
+            if not d.dims or not isinstance(d.dims[0], str):
+                return False
+        shapes = []
+        for b in (2, 3):
+            inputs, params = make_io(self.model, {}, b, "A")
+            shapes.append({k: v.shape for k, v in self.reference(inputs, params).items()})
+        for k in self.model.outputs:
+            s2, s3 = shapes[0][k], shapes[1][k]
+            if not s2 or s2[0] != 2 or s3[0] != 3 or s2[1:] != s3[1:]:
+                return False
+        return True
+
+    def run(self):
+        t0 = time.time()
+        if self.opts.ref_only:
+            for b in self.batches():
+                inputs, params = make_io(self.model, self.spec, b, "A")
+                ref = self.reference(inputs, params)
+                self.check_expected(ref, "reference")
+                inputs, params = make_io(self.model, self.spec, b, "B")
+                self.reference(inputs, params)
+            return "(reference only)"
+        modelc = self.opts.modelc
+        if self.opts.keep:
+            d = tempfile.mkdtemp(prefix="numeric_%s_" % self.name)
+            self.notes.append("files in %s" % d)
+            ctx = contextlib.nullcontext(d)
+        else:
+            ctx = tempfile.TemporaryDirectory(prefix="numeric_%s_" % self.name)
+        with ctx as d:
+            prog = os.path.join(d, self.name)
+            cmd = [modelc, self.model_path, "-o", prog]
+            if self.max_batch is not None:
+                cmd += ["--max-batch", str(self.max_batch)]
+            cmd += shlex.split(os.environ.get("MODELC_FLAGS", ""))
+            p = run_cmd(cmd, "compile")
+            if p.returncode != 0 or not os.path.exists(prog):
+                raise CaseFail("compile failed (exit %d): %s" % (p.returncode, last_lines(p.stderr + p.stdout)))
+            driver = None if self.opts.no_inprocess else self.build_driver(d)
+            for b in self.batches():
+                bw = "" if b is None else " (batch %d)" % b
+                io = {v: make_io(self.model, self.spec, b, v) for v in "AB"}
+                refs = {v: self.reference(*io[v]) for v in "AB"}
+                if b is None or literal_batch(self.model, self.spec) is not None:
+                    self.check_expected(refs["A"], "reference")
+                files = {v: self.write_io(d, "%s%s" % (v, b), *io[v]) for v in "AB"}
+                outs = {}
+                for tag, v, extra in (("A1", "A", ()), ("B", "B", ()), ("A2", "A", ()),
+                                      ("A3", "A", () if self.opts.no_repeat else ("--repeat", "3"))):
+                    o, p = self.execute(d, prog, tag, *files[v], extra=extra)
+                    if o is None:
+                        raise CaseFail("run %s%s failed (exit %d): %s"
+                                       % (tag, bw, p.returncode, last_lines(p.stderr + p.stdout)))
+                    outs[tag] = o
+                    if tag in ("A1", "B"):
+                        self.check_outputs(o, refs[v], "%s, inputs %s" % (bw, v) if bw else " (inputs %s)" % v,
+                                           use_bits=(v == "A"))
+                        if v == "A" and (b is None or literal_batch(self.model, self.spec) is not None):
+                            self.check_expected(o, "executable")
+                for tag in ("A2", "A3"):
+                    same_bits(outs["A1"], outs[tag], self.model.outputs, "A1",
+                              tag + (" (--repeat 3)" if tag == "A3" else ""), bw)
+                if driver:
+                    self.inprocess(d, driver, b, files, refs, bw)
+            self.oversize(d, prog)
+        self.notes.append("%.1fs" % (time.time() - t0))
+        return None
+
+    def build_driver(self, d):
+        """Emit C for the case and link it with abarun.c (the in-process A, B, A driver)."""
+        cc, cflags, libs, home = self.opts.build_env
+        ec = os.path.join(d, "emit")
+        cmd = [self.opts.modelc, self.model_path, "--emit-c", "-o", ec]
+        if self.max_batch is not None:
+            cmd += ["--max-batch", str(self.max_batch)]
+        cmd += shlex.split(os.environ.get("MODELC_FLAGS", ""))
+        p = run_cmd(cmd, "modelc --emit-c")
+        if p.returncode != 0:
+            raise CaseFail("modelc --emit-c failed (exit %d): %s" % (p.returncode, last_lines(p.stderr + p.stdout)))
+        srcs = [f for f in os.listdir(ec) if f.endswith(".c")] if os.path.isdir(ec) else []
+        info = None
+        for f in os.listdir(ec) if os.path.isdir(ec) else []:
+            if f.endswith(".h"):
+                with open(os.path.join(ec, f)) as fh:
+                    m = re.search(r"extern\s+const\s+mrt_model_info\s+(\w+)\s*;", fh.read())
+                if m:
+                    info = m.group(1)
+        if not srcs or not info:
+            raise CaseFail("modelc --emit-c wrote no .c file or no mrt_model_info in %s" % os.listdir(ec))
+        exe = os.path.join(d, "abarun")
+        cmd = (cc + ["-O2", "-std=c11", "-D_GNU_SOURCE", "-I" + os.path.join(home, "include", "modelc"),
+                     "-I" + ec, "-DMODEL_INFO=" + info] + cflags
+               + shlex.split(os.environ.get("MODELC_CFLAGS", ""))
+               + [os.path.join(HERE, "abarun.c")] + [os.path.join(ec, f) for f in sorted(srcs)]
+               + libs + ["-o", exe])
+        p = run_cmd(cmd, "building the in-process driver")
+        if p.returncode != 0:
+            raise CaseFail("building the in-process driver (tests/numeric/abarun.c) failed: %s"
+                           % last_lines(p.stderr + p.stdout))
+        return exe
+
+    def inprocess(self, d, driver, b, files, refs, bw):
+        """Inputs A, B, A on one model object; A runs bit-identical, each run vs the reference."""
+        wpath = files["A"][0] or "-"
+        batch = {"A": b or 1, "B": b or 1}
+        if b is not None and literal_batch(self.model, self.spec) is None:
+            # B at the largest batch: the arena is reused at another size between the A runs
+            batch["B"] = self.max_batch or 64
+            io = make_io(self.model, self.spec, batch["B"], "B")
+            refs = dict(refs, B=self.reference(*io))
+            files = dict(files, B=self.write_io(d, "Bmax", *io))
+        cmd = [driver, wpath, self.opts.device or "-", str(len(self.model.inputs))]
+        for v in "AB":
+            cmd.append(str(batch[v]))
+            cmd += [files[v][1][i.name] for i in self.model.inputs]
+        prefix = os.path.join(d, "inproc")
+        cmd.append(prefix)
+        p = run_cmd(cmd, "in-process run")
+        if p.returncode != 0:
+            raise CaseFail("in-process run A, B, A%s failed (exit %d): %s"
+                           % (bw, p.returncode, last_lines(p.stderr + p.stdout)))
+        outs = {}
+        for tag in ("A1", "B", "A2"):
+            outs[tag] = {k: np.load("%s_%s_%d.npy" % (prefix, tag, i))
+                         for i, k in enumerate(self.model.outputs)}
+        where = "%s, in-process run %%s (A, then B at batch %d, then A)" % (bw, batch["B"])
+        self.check_outputs(outs["A1"], refs["A"], where % "A1", use_bits=True)
+        self.check_outputs(outs["B"], refs["B"], where % "B", use_bits=False)
+        same_bits(outs["A1"], outs["A2"], self.model.outputs, "A1", "A2 (in process, after B)", bw)
+
+    def oversize(self, d, prog):
+        mode = self.spec.get("oversize", "correct")
+        if (mode == "skip" or not self.has_batch or literal_batch(self.model, self.spec) is not None
+                or not self.leading_batch_everywhere()):
+            return
+        b = 2 * (self.max_batch or 64) + 1
+        inputs, params = make_io(self.model, self.spec, b, "A")
+        ref = self.reference(inputs, params)
+        wpath, ipaths = self.write_io(d, "big", inputs, params)
+        o, p = self.execute(d, prog, "big", wpath, ipaths)
+        if o is None:
+            if mode == "correct_or_error" and p.returncode == 1 and p.stderr.strip():
+                self.notes.append("batch %d rejected: %s" % (b, last_lines(p.stderr, 1)))
+                return
+            raise CaseFail("run at batch %d > max-batch %s (chunked) failed (exit %d): %s"
+                           % (b, self.max_batch, p.returncode, last_lines(p.stderr + p.stdout)))
+        self.check_outputs(o, ref, " (batch %d > max-batch %s, chunked)" % (b, self.max_batch), False)
+
+
+def run_case(args):
+    name, opts = args
+    np.seterr(all="ignore")
+    try:
+        r = Runner(name, opts)
+    except Exception as e:  # noqa: BLE001
+        return False, "FAIL: numeric/%s: bad case: %s: %s" % (name, type(e).__name__, e)
+    try:
+        extra = r.run()
+    except CaseFail as e:
+        return False, "FAIL: numeric/%s: %s" % (name, e)
+    except Exception as e:  # noqa: BLE001
+        return False, "FAIL: numeric/%s: runner error: %s: %s" % (name, type(e).__name__, e)
+    # maxdiff: the largest |out - ref| over all outputs and runs; tol: the tolerance
+    # (atol + rtol*|ref|, or 0 for a bit-exact output) at that element.
+    line = "PASS: numeric/%s (maxdiff %.2g, tol %.2g)" % (name, r.maxdiff, r.maxdiff_tol)
+    if extra:
+        line = "PASS: numeric/%s %s" % (name, extra)
+    if opts.verbose and r.notes:
+        line += "  [" + "; ".join(r.notes) + "]"
+    return True, line
+
+
+def main():
+    np.seterr(all="ignore")
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("-k", action="append", default=[], help="run cases whose name contains this")
+    ap.add_argument("-j", type=int, default=2, help="parallel cases (default 2)")
+    ap.add_argument("--device", help="passed to the executables as --device")
+    ap.add_argument("--keep", action="store_true", help="keep the temporary files")
+    ap.add_argument("--ref-only", action="store_true", help="check the reference only")
+    ap.add_argument("--no-repeat", action="store_true", help="skip the --repeat 3 run")
+    ap.add_argument("--no-inprocess", action="store_true",
+                    help="skip the in-process A, B, A run (tests/numeric/abarun.c)")
+    ap.add_argument("-v", "--verbose", action="store_true")
+    opts = ap.parse_args()
+    opts.modelc = os.environ.get("MODELC", os.path.join(ROOT, "build", "bin", "modelc"))
+    opts.build_env = build_env()
+    names = sorted(f[:-6] for f in os.listdir(CASES) if f.endswith(".model"))
+    if opts.k:
+        names = [n for n in names if any(k in n for k in opts.k)]
+    if not opts.ref_only and not os.access(opts.modelc, os.X_OK):
+        for n in names:
+            print("FAIL: numeric/%s: compiler not found: %s (set MODELC)" % (n, opts.modelc))
+        return 1
+    t0 = time.time()
+    fails = 0
+    jobs = [(n, opts) for n in names]
+    with contextlib.ExitStack() as stack:
+        if opts.j <= 1:
+            results = map(run_case, jobs)
+        else:
+            pool = stack.enter_context(ProcessPoolExecutor(max_workers=opts.j))
+            results = pool.map(run_case, jobs)
+        for ok, line in results:
+            fails += not ok
+            print(line, flush=True)
+    if opts.verbose:
+        print("numeric: %d cases, %d failed, %.1fs" % (len(names), fails, time.time() - t0))
+    return 1 if fails else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

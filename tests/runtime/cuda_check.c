@@ -1,0 +1,428 @@
+/*
+ * cuda_check.c — the CUDA library kernels (mrt_cuda_*, rt_cuda_kernels.cu) and the cuBLAS GEMM
+ * against their CPU references in mrt_kernels.h, on inputs with NaN, -inf rows, ties, padding
+ * and groups. Prints one "PASS: runtime/cuda/NAME maxdiff D tolerance T" or "FAIL: ..." line per
+ * check. Without a CUDA device (or in a build without CUDA) it checks only that the program
+ * starts and says why nothing ran: "PASS: runtime/cuda/start (no CUDA device: ...)".
+ * tests/runtime/run.sh builds and runs it; on a GPU machine it is the kernels' numeric check.
+ * MRT_CHECK_B12=1 adds field case B12 (softmax over more than 2^31 elements; ~17 GB on the GPU).
+ */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE
+#endif
+#include "modelrt.h"
+#include "mrt_kernels.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static int g_fail;
+static mrt_device g_dev = {MRT_DEVICE_CUDA, 0};
+static void *g_stream;
+
+static uint64_t g_rng = 0x2545F4914F6CDD1Dull;
+static float frand(void)
+{
+    g_rng ^= g_rng << 13;
+    g_rng ^= g_rng >> 7;
+    g_rng ^= g_rng << 17;
+    return (float)((g_rng >> 40) & 0xFFFFFF) / 8388608.0f - 1.0f;
+}
+
+/* A device copy of host data (NULL-safe for 0 bytes). */
+static void *up(const void *h, size_t bytes)
+{
+    void *d = mrt_alloc(g_dev, bytes);
+    if (!d || mrt_memcpy(g_dev, d, (mrt_device){MRT_DEVICE_CPU, 0}, h, bytes, g_stream) != MRT_OK) {
+        fprintf(stderr, "upload: %s\n", mrt_last_error());
+        exit(1);
+    }
+    return d;
+}
+
+/* A device buffer filled with NaN, so that unwritten outputs show. */
+static float *poisoned(size_t n)
+{
+    float *h = malloc(n * sizeof(float) + 4);
+    for (size_t i = 0; i < n; i++)
+        h[i] = NAN;
+    float *d = up(h, n * sizeof(float));
+    free(h);
+    return d;
+}
+
+static void down(void *h, const void *d, size_t bytes)
+{
+    if (mrt_memcpy((mrt_device){MRT_DEVICE_CPU, 0}, h, g_dev, d, bytes, g_stream) != MRT_OK ||
+        mrt_stream_sync(g_dev, g_stream, "cuda_check") != MRT_OK) {
+        fprintf(stderr, "download: %s\n", mrt_last_error());
+        exit(1);
+    }
+}
+
+/* Compare n floats: NaN must match NaN, inf must match inf, else |d| <= tol * (1 + |ref|). */
+static void report(const char *name, mrt_status st, const float *got, const float *ref, size_t n,
+                   double tol)
+{
+    if (st != MRT_OK) {
+        printf("FAIL: runtime/cuda/%s: %s %s\n", name, mrt_status_name(st), mrt_last_error());
+        g_fail = 1;
+        return;
+    }
+    double maxdiff = 0.0;
+    size_t bad = n;
+    for (size_t i = 0; i < n; i++) {
+        float g = got[i], r = ref[i];
+        if (isnan(r) || isnan(g) || isinf(r) || isinf(g)) {
+            if (!((isnan(r) && isnan(g)) || g == r)) {
+                bad = i;
+                break;
+            }
+            continue;
+        }
+        double d = fabs((double)g - (double)r) / (1.0 + fabs((double)r));
+        if (d > maxdiff)
+            maxdiff = d;
+        if (d > tol && bad == n)
+            bad = i;
+    }
+    if (bad < n) {
+        printf("FAIL: runtime/cuda/%s: element %zu: got %.9g, want %.9g (maxdiff %g tolerance %g)\n",
+               name, bad, got[bad], ref[bad], maxdiff, tol);
+        g_fail = 1;
+    } else {
+        printf("PASS: runtime/cuda/%s maxdiff %g tolerance %g\n", name, maxdiff, tol);
+    }
+}
+
+static float *rand_host(size_t n)
+{
+    float *h = malloc(n * sizeof(float) + 4);
+    for (size_t i = 0; i < n; i++)
+        h[i] = 4.0f * frand();
+    return h;
+}
+
+static void check_softmax(int64_t outer, int64_t n, int64_t inner, int log)
+{
+    size_t N = (size_t)(outer * n * inner);
+    float *x = rand_host(N), *ref = malloc(N * 4), *got = malloc(N * 4);
+    x[5] = NAN; /* a NaN row (or column) */
+    if (inner == 1 && outer > 2)
+        for (int64_t j = 0; j < n; j++)
+            x[2 * n + j] = -INFINITY; /* an all -inf row: NaN out, as PyTorch */
+    x[N - 1] = INFINITY;
+    mrt_softmax_f32(ref, x, outer, n, inner, log);
+    float *dx = up(x, N * 4), *dy = poisoned(N);
+    mrt_status st = mrt_cuda_softmax_f32(g_stream, dy, dx, outer, n, inner, log);
+    down(got, dy, N * 4);
+    char name[96];
+    snprintf(name, sizeof name, "%s_%lldx%lldx%lld", log ? "log_softmax" : "softmax",
+             (long long)outer, (long long)n, (long long)inner);
+    report(name, st, got, ref, N, 1e-5);
+    mrt_free(g_dev, dx), mrt_free(g_dev, dy), free(x), free(ref), free(got);
+}
+
+static void check_masked(int causal, int zero)
+{
+    int64_t L = 8, rows = 3 * L, n = 8;
+    size_t N = (size_t)(rows * n);
+    float *x = rand_host(N), *ref = malloc(N * 4), *got = malloc(N * 4);
+    for (int64_t j = 0; j < n; j++)
+        x[9 * n + j] = -INFINITY; /* a fully masked row */
+    mrt_softmax_masked_f32(ref, x, rows, n, L, causal, zero);
+    float *dx = up(x, N * 4), *dy = poisoned(N);
+    mrt_status st = mrt_cuda_softmax_masked_f32(g_stream, dy, dx, rows, n, L, causal, zero);
+    down(got, dy, N * 4);
+    char name[64];
+    snprintf(name, sizeof name, "softmax_masked_causal%d_zero%d", causal, zero);
+    report(name, st, got, ref, N, 1e-5);
+    mrt_free(g_dev, dx), mrt_free(g_dev, dy), free(x), free(ref), free(got);
+}
+
+static void check_reduce(int64_t outer, int64_t n, int64_t inner)
+{
+    size_t N = (size_t)(outer * n * inner), M = (size_t)(outer * inner);
+    float *x = rand_host(N), *ref = malloc(M * 4), *got = malloc(M * 4);
+    x[3 * inner] = NAN;
+    x[N - 1] = x[N - 1 - inner] = 7.0f; /* a tie at the maximum */
+    float *dx = up(x, N * 4), *dy = poisoned(M);
+    char name[96];
+    for (int mean = 0; mean < 2; mean++) {
+        mrt_sum_f32(ref, x, outer, n, inner, mean);
+        mrt_status st = mrt_cuda_sum_f32(g_stream, dy, dx, outer, n, inner, mean);
+        down(got, dy, M * 4);
+        snprintf(name, sizeof name, "%s_%lldx%lldx%lld", mean ? "mean" : "sum", (long long)outer,
+                 (long long)n, (long long)inner);
+        report(name, st, got, ref, M, 1e-6);
+    }
+    mrt_max_f32(ref, x, outer, n, inner);
+    mrt_status st = mrt_cuda_max_f32(g_stream, dy, dx, outer, n, inner);
+    down(got, dy, M * 4);
+    snprintf(name, sizeof name, "max_%lldx%lldx%lld", (long long)outer, (long long)n, (long long)inner);
+    report(name, st, got, ref, M, 0.0);
+    int64_t *iref = malloc(M * 8), *igot = malloc(M * 8);
+    int64_t *di = mrt_alloc(g_dev, M * 8);
+    mrt_argmax_f32(iref, x, outer, n, inner);
+    st = mrt_cuda_argmax_f32(g_stream, di, dx, outer, n, inner);
+    down(igot, di, M * 8);
+    float *fr = malloc(M * 4), *fg = malloc(M * 4);
+    for (size_t i = 0; i < M; i++)
+        fr[i] = (float)iref[i], fg[i] = (float)igot[i];
+    snprintf(name, sizeof name, "argmax_%lldx%lldx%lld", (long long)outer, (long long)n, (long long)inner);
+    report(name, st, fg, fr, M, 0.0);
+    mrt_free(g_dev, di), mrt_free(g_dev, dx), mrt_free(g_dev, dy);
+    free(x), free(ref), free(got), free(iref), free(igot), free(fr), free(fg);
+}
+
+static void check_conv(int64_t N, int64_t C, int64_t H, int64_t W, int64_t O, int KH, int KW, int sh,
+                       int sw, int pt, int pl, int pb, int pr, int dh, int dw, int groups)
+{
+    int64_t OH = (H + pt + pb - (int64_t)dh * (KH - 1) - 1) / sh + 1;
+    int64_t OW = (W + pl + pr - (int64_t)dw * (KW - 1) - 1) / sw + 1;
+    size_t nx = (size_t)(N * C * H * W), nw = (size_t)(O * (C / groups) * KH * KW),
+           ny = (size_t)(N * O * OH * OW), ncol = (size_t)((C / groups) * KH * KW * OH * OW);
+    float *x = rand_host(nx), *w = rand_host(nw), *ref = malloc(ny * 4), *got = malloc(ny * 4);
+    float *col = malloc(ncol * 4 + 4);
+    mrt_conv2d_f32(ref, x, w, N, C, H, W, O, KH, KW, OH, OW, sh, sw, pt, pl, dh, dw, groups, col);
+    float *dx = up(x, nx * 4), *dw_ = up(w, nw * 4), *dy = poisoned(ny), *dcol = poisoned(ncol + 1);
+    mrt_status st = mrt_cuda_conv2d_f32(g_stream, dy, dx, dw_, N, C, H, W, O, KH, KW, OH, OW, sh, sw, pt,
+                                        pl, dh, dw, groups, dcol);
+    down(got, dy, ny * 4);
+    char name[128];
+    snprintf(name, sizeof name, "conv2d_%lldx%lldx%lldx%lld_o%lld_k%dx%d_s%d%d_p%d%d_d%d%d_g%d",
+             (long long)N, (long long)C, (long long)H, (long long)W, (long long)O, KH, KW, sh, sw, pt,
+             pl, dh, dw, groups);
+    report(name, st, got, ref, ny, 1e-5);
+    mrt_free(g_dev, dx), mrt_free(g_dev, dw_), mrt_free(g_dev, dy), mrt_free(g_dev, dcol);
+    free(x), free(w), free(ref), free(got), free(col);
+}
+
+static void check_pools(void)
+{
+    int64_t NC = 6, H = 9, W = 8;
+    size_t nx = (size_t)(NC * H * W);
+    float *x = rand_host(nx);
+    x[10] = NAN;
+    float *dx = up(x, nx * 4);
+    /* maxpool k3x2 s2x1 p1x0 d1x2 */
+    {
+        int64_t OH = (H + 2 - 3) / 2 + 1, OW = (W + 0 - 2 * 1 - 1) / 1 + 1;
+        size_t ny = (size_t)(NC * OH * OW);
+        float *ref = malloc(ny * 4), *got = malloc(ny * 4), *dy = poisoned(ny);
+        mrt_maxpool2d_f32(ref, x, NC, H, W, OH, OW, 3, 2, 2, 1, 1, 0, 1, 2);
+        mrt_status st = mrt_cuda_maxpool2d_f32(g_stream, dy, dx, NC, H, W, OH, OW, 3, 2, 2, 1, 1, 0, 1, 2);
+        down(got, dy, ny * 4);
+        report("maxpool2d", st, got, ref, ny, 0.0);
+        mrt_free(g_dev, dy), free(ref), free(got);
+    }
+    /* avgpool k2x3 s1x2, pads top 0 left 1 bottom 1 right 2 (B23), both divisor rules */
+    for (int cip = 0; cip < 2; cip++) {
+        int64_t OH = (H + 0 + 1 - 2) / 1 + 1, OW = (W + 1 + 2 - 3) / 2 + 1;
+        size_t ny = (size_t)(NC * OH * OW);
+        float *ref = malloc(ny * 4), *got = malloc(ny * 4), *dy = poisoned(ny);
+        mrt_avgpool2d_f32(ref, x, NC, H, W, OH, OW, 2, 3, 1, 2, 0, 1, 1, 2, cip);
+        mrt_status st = mrt_cuda_avgpool2d_f32(g_stream, dy, dx, NC, H, W, OH, OW, 2, 3, 1, 2, 0, 1, 1, 2, cip);
+        down(got, dy, ny * 4);
+        report(cip ? "avgpool2d_count_include_pad" : "avgpool2d", st, got, ref, ny, 1e-6);
+        mrt_free(g_dev, dy), free(ref), free(got);
+    }
+    {
+        int64_t OH = 4, OW = 3;
+        size_t ny = (size_t)(NC * OH * OW);
+        float *ref = malloc(ny * 4), *got = malloc(ny * 4), *dy = poisoned(ny);
+        mrt_adaptive_avgpool2d_f32(ref, x, NC, H, W, OH, OW);
+        mrt_status st = mrt_cuda_adaptive_avgpool2d_f32(g_stream, dy, dx, NC, H, W, OH, OW);
+        down(got, dy, ny * 4);
+        report("adaptive_avgpool2d", st, got, ref, ny, 1e-6);
+        mrt_free(g_dev, dy), free(ref), free(got);
+    }
+    mrt_free(g_dev, dx), free(x);
+}
+
+static void check_layernorm(int64_t rows, int64_t D)
+{
+    size_t N = (size_t)(rows * D);
+    float *x = rand_host(N), *w = rand_host((size_t)D), *b = rand_host((size_t)D);
+    float *ref = malloc(N * 4), *got = malloc(N * 4);
+    for (int64_t j = 0; j < D; j++)
+        x[j] += 1000.0f; /* a large mean: the two-pass variance keeps it exact */
+    mrt_layernorm_f32(ref, x, w, b, rows, D, 1e-5f);
+    float *dx = up(x, N * 4), *dw = up(w, (size_t)D * 4), *db = up(b, (size_t)D * 4), *dy = poisoned(N);
+    mrt_status st = mrt_cuda_layernorm_f32(g_stream, dy, dx, dw, db, rows, D, 1e-5f);
+    down(got, dy, N * 4);
+    char name[64];
+    snprintf(name, sizeof name, "layernorm_%lldx%lld", (long long)rows, (long long)D);
+    report(name, st, got, ref, N, 1e-5);
+    mrt_free(g_dev, dx), mrt_free(g_dev, dw), mrt_free(g_dev, db), mrt_free(g_dev, dy);
+    free(x), free(w), free(b), free(ref), free(got);
+}
+
+static void check_embedding(int i64)
+{
+    int64_t V = 50, D = 33, n = 9;
+    float *w = rand_host((size_t)(V * D)), *ref = malloc((size_t)(n * D) * 4), *got = malloc((size_t)(n * D) * 4);
+    int64_t ids64[9] = {3, 0, 49, 7, 7, 12, 1, 48, 2};
+    int32_t ids32[9];
+    for (int i = 0; i < 9; i++)
+        ids32[i] = (int32_t)ids64[i];
+    const void *ids = i64 ? (const void *)ids64 : (const void *)ids32;
+    size_t isz = i64 ? 8 : 4;
+    int64_t bad_id;
+    mrt_embedding_f32(ref, ids, i64, n, w, V, D, &bad_id);
+    float *dw = up(w, (size_t)(V * D) * 4), *dy = poisoned((size_t)(n * D));
+    void *dids = up(ids, (size_t)n * isz);
+    mrt_status st = mrt_cuda_embedding_f32(g_stream, dy, dids, i64, n, dw, V, D, "check: embedding ids");
+    down(got, dy, (size_t)(n * D) * 4);
+    report(i64 ? "embedding_i64" : "embedding_i32", st, got, ref, (size_t)(n * D), 0.0);
+    /* out of range at positions 3 and 6: the first is named */
+    ids64[3] = 50, ids64[6] = -1, ids32[3] = 50, ids32[6] = -1;
+    mrt_free(g_dev, dids);
+    dids = up(ids, (size_t)n * isz);
+    st = mrt_cuda_embedding_f32(g_stream, dy, dids, i64, n, dw, V, D, "check: embedding ids");
+    int ok = st == MRT_ERR_INVALID_ARG &&
+             strstr(mrt_last_error(), "check: embedding ids: id 50 at position 3 is out of range [0, 50)");
+    printf("%s: runtime/cuda/embedding_bounds_%s%s%s\n", ok ? "PASS" : "FAIL", i64 ? "i64" : "i32",
+           ok ? "" : ": ", ok ? "" : mrt_last_error());
+    g_fail |= !ok;
+    mrt_free(g_dev, dids), mrt_free(g_dev, dw), mrt_free(g_dev, dy), free(w), free(ref), free(got);
+}
+
+static void check_concat(int64_t outer, int64_t x_row, int64_t y_row, int64_t y_offset)
+{
+    size_t ny = (size_t)(outer * y_row), nx = (size_t)(outer * x_row);
+    unsigned char *x = malloc(nx + 1), *ref = malloc(ny + 1), *got = malloc(ny + 1);
+    for (size_t i = 0; i < nx; i++)
+        x[i] = (unsigned char)(i * 7 + 1);
+    memset(ref, 0xEE, ny);
+    void *dx = up(x, nx), *dy = up(ref, ny); /* untouched bytes must stay 0xEE */
+    mrt_concat_part(ref, x, outer, x_row, y_row, y_offset);
+    mrt_status st = mrt_cuda_concat_part(g_stream, dy, dx, outer, x_row, y_row, y_offset);
+    down(got, dy, ny);
+    int ok = st == MRT_OK && memcmp(got, ref, ny) == 0;
+    printf("%s: runtime/cuda/concat_%lld_%lld_%lld_%lld%s%s\n", ok ? "PASS" : "FAIL", (long long)outer,
+           (long long)x_row, (long long)y_row, (long long)y_offset, ok ? "" : ": ", ok ? "" : mrt_last_error());
+    g_fail |= !ok;
+    mrt_free(g_dev, dx), mrt_free(g_dev, dy), free(x), free(ref), free(got);
+}
+
+static void check_gemm(int ta, int tb, int M, int N, int K, int batch, int zero_stride_a)
+{
+    int lda = (ta ? M : K) + 1, ldb = (tb ? K : N) + 2, ldc = N + 3;
+    int64_t sA = zero_stride_a ? 0 : (int64_t)(ta ? K : M) * lda, sB = (int64_t)(tb ? N : K) * ldb,
+            sC = (int64_t)M * ldc;
+    size_t na = (size_t)(sA * (batch - 1) + (ta ? K : M) * lda), nb = (size_t)(sB * batch),
+           nc = (size_t)(sC * batch);
+    float *a = rand_host(na), *b = rand_host(nb), *c = rand_host(nc), *got = malloc(nc * 4);
+    float *da = up(a, na * 4), *db = up(b, nb * 4), *dc = up(c, nc * 4);
+    mrt_device cpu = {MRT_DEVICE_CPU, 0};
+    mrt_gemm_f32(cpu, NULL, ta, tb, M, N, K, 0.5f, a, lda, sA, b, ldb, sB, 2.0f, c, ldc, sC, batch);
+    mrt_status st = mrt_gemm_f32(g_dev, g_stream, ta, tb, M, N, K, 0.5f, da, lda, sA, db, ldb, sB, 2.0f, dc,
+                                 ldc, sC, batch);
+    down(got, dc, nc * 4);
+    char name[96];
+    snprintf(name, sizeof name, "gemm_t%d%d_%dx%dx%d_b%d%s", ta, tb, M, N, K, batch,
+             zero_stride_a ? "_sA0" : "");
+    report(name, st, got, c, nc, 1e-5 * (1 + K));
+    mrt_free(g_dev, da), mrt_free(g_dev, db), mrt_free(g_dev, dc), free(a), free(b), free(c), free(got);
+}
+
+/* Field case B12: softmax over X [131073, 16384] (more than 2^31 elements), X[i,0] = ln(i+1),
+ * else 0: Y[i,0] = (i+1)/(i+16384), Y[i,j>0] = 1/(i+16384). About 17.2 GB of device memory and
+ * 8.6 GB of host memory: run only with MRT_CHECK_B12=1. */
+static void check_b12(void)
+{
+    const int64_t R = 131073, Ncol = 16384;
+    const size_t N = (size_t)(R * Ncol);
+    float *x = calloc(N, sizeof(float));
+    if (!x) {
+        printf("FAIL: runtime/cuda/b12_softmax_2g: cannot allocate %zu host bytes\n", N * 4);
+        g_fail = 1;
+        return;
+    }
+    for (int64_t i = 0; i < R; i++)
+        x[(size_t)(i * Ncol)] = logf((float)(i + 1));
+    float *dx = up(x, N * 4), *dy = poisoned(N);
+    mrt_status st = mrt_cuda_softmax_f32(g_stream, dy, dx, R, Ncol, 1, 0);
+    float *first = malloc((size_t)Ncol * 4), *last = malloc((size_t)Ncol * 4);
+    down(first, dy, (size_t)Ncol * 4);
+    down(last, dy + (size_t)((R - 1) * Ncol), (size_t)Ncol * 4);
+    int ok = st == MRT_OK;
+    double worst = 0.0;
+    for (int64_t j = 0; ok && j < Ncol; j++) {
+        double wl = j == 0 ? 131073.0 / (131072.0 + 16384.0) : 1.0 / (131072.0 + 16384.0);
+        double d1 = fabs(first[j] - 1.0 / 16384.0) * 16384.0, d2 = fabs(last[j] - wl) / wl;
+        if (!(d1 <= 1e-4 && d2 <= 1e-4))
+            ok = 0;
+        worst = fmax(worst, fmax(d1, d2));
+    }
+    printf("%s: runtime/cuda/b12_softmax_2g rel maxdiff %g tolerance 1e-4%s%s\n", ok ? "PASS" : "FAIL", worst,
+           st == MRT_OK ? "" : ": ", st == MRT_OK ? "" : mrt_last_error());
+    g_fail |= !ok;
+    mrt_free(g_dev, dx), mrt_free(g_dev, dy), free(x), free(first), free(last);
+}
+
+int main(void)
+{
+    const char *why = NULL;
+    int n = mrt_cuda_device_count(&why);
+    if (n == 0) {
+        printf("PASS: runtime/cuda/start (no CUDA device: %s; kernels not run)\n", why);
+        return 0;
+    }
+    mrt_device_info info;
+    int cnt = 0;
+    mrt_device_info list[2];
+    mrt_device_list(list, 2, &cnt);
+    info = list[cnt > 1 ? 1 : 0];
+    printf("# cuda:0 %s, compute %d.%d\n", info.name, info.cc_major, info.cc_minor);
+    if (mrt_device_select("cuda:0", &g_dev) != MRT_OK || mrt_device_activate(g_dev) != MRT_OK ||
+        mrt_stream_create(g_dev, &g_stream) != MRT_OK) {
+        printf("FAIL: runtime/cuda/setup: %s\n", mrt_last_error());
+        return 1;
+    }
+    check_softmax(7, 1000, 1, 0);
+    check_softmax(7, 1000, 1, 1);
+    check_softmax(5, 3, 1, 0);
+    check_softmax(4, 33, 3, 0);
+    check_softmax(4, 33, 3, 1);
+    check_masked(1, 1);
+    check_masked(1, 0);
+    check_masked(0, 1);
+    check_reduce(9, 700, 1);
+    check_reduce(9, 5, 1);
+    check_reduce(4, 37, 6);
+    check_conv(2, 4, 9, 8, 6, 3, 2, 1, 2, 1, 0, 1, 0, 2, 1, 2);
+    check_conv(2, 4, 7, 7, 6, 3, 3, 2, 2, 1, 1, 1, 1, 1, 1, 1);
+    check_conv(3, 4, 5, 6, 8, 1, 1, 1, 1, 0, 0, 0, 0, 1, 1, 1);
+    check_conv(3, 4, 5, 6, 8, 1, 1, 1, 1, 0, 0, 0, 0, 1, 1, 2);
+    check_conv(1, 2, 4, 4, 4, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 2); /* depthwise x2 (B26) */
+    check_pools();
+    check_layernorm(5, 300);
+    check_layernorm(3, 7);
+    check_embedding(0);
+    check_embedding(1);
+    check_concat(3, 12, 40, 8);
+    check_concat(3, 5, 17, 3);
+    check_concat(1, 64, 64, 0);
+    check_concat(4, 32, 64, 32);
+    for (int ta = 0; ta < 2; ta++)
+        for (int tb = 0; tb < 2; tb++)
+            check_gemm(ta, tb, 17, 9, 13, 3, 0);
+    check_gemm(0, 1, 5, 7, 3, 4, 1);
+    check_gemm(0, 0, 64, 48, 32, 1, 0);
+    const char *big = getenv("MRT_CHECK_B12");
+    if (big && strcmp(big, "1") == 0)
+        check_b12();
+    /* an empty tensor launches nothing and succeeds (B18) */
+    mrt_status st = mrt_cuda_softmax_f32(g_stream, NULL, NULL, 0, 4, 1, 0);
+    st = st == MRT_OK ? mrt_cuda_maxpool2d_f32(g_stream, NULL, NULL, 0, 4, 4, 2, 2, 2, 2, 2, 2, 0, 0, 1, 1) : st;
+    st = st == MRT_OK ? mrt_stream_sync(g_dev, g_stream, "empty") : st;
+    printf("%s: runtime/cuda/empty%s%s\n", st == MRT_OK ? "PASS" : "FAIL", st == MRT_OK ? "" : ": ",
+           st == MRT_OK ? "" : mrt_last_error());
+    g_fail |= st != MRT_OK;
+    mrt_stream_destroy(g_dev, g_stream);
+    return g_fail;
+}
