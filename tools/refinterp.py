@@ -346,7 +346,7 @@ _erf = np.frompyfunc(math.erf, 1, 1)
 
 
 def _erf64(x):
-    return _erf(np.asarray(x, np.float64)).astype(np.float64)
+    return np.asarray(_erf(np.asarray(x, np.float64)), np.float64)
 
 
 def _is_int(a):
