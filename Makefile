@@ -26,19 +26,50 @@ CJSON_LIBS   := $(shell pkg-config --libs libcjson 2>/dev/null || echo -lcjson)
 RT_LIBS     := $(CJSON_LIBS) $(BLAS_LIBS) -lm -lpthread
 
 # ---------------------------------------------------------------- runtime
+# With nvcc: runtime/*.cu are built for sm_80 and sm_90 (plus compute_90 PTX for newer chips), the
+# C files get -DMRT_WITH_CUDA, and programs link cudart statically so that they start on a
+# machine without a driver (cuBLAS is dlopen'ed on first use). Without nvcc: rt_cuda_stub.c
+# answers every CUDA call with "no CUDA support". runtime.cfg records which, so switching between
+# `make` and `make NVCC=` rebuilds what depends on it.
 RT_SRC  := $(wildcard runtime/*.c)
 RT_HDR  := $(wildcard runtime/*.h)
 RT_PUB  := runtime/modelrt.h runtime/mrt_kernels.h   # installed; rt_*.h are internal
-RT_OBJ  := $(RT_SRC:runtime/%.c=$(B)/obj/runtime/%.o)
+ifneq ($(strip $(NVCC)),)
+  CUDA_HOME   ?= $(patsubst %/bin/nvcc,%,$(or $(realpath $(NVCC)),$(NVCC)))
+  NVCC_FLAGS  := -O3 -std=c++17 -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=sm_90 \
+                 -gencode arch=compute_90,code=compute_90 -Xcompiler -fPIC
+  RT_CUDA_CFLAGS := -DMRT_WITH_CUDA -I$(CUDA_HOME)/include
+  RT_SRC      := $(filter-out runtime/rt_cuda_stub.c,$(RT_SRC))
+  RT_CU_SRC   := $(wildcard runtime/*.cu)
+  RT_LIBS     += -L$(CUDA_HOME)/lib64 -lcudart_static -ldl -lrt -lpthread -lstdc++
+  MODELC_CUDA_DEFS := -DMODELC_NVCC='"$(NVCC)"' -DMODELC_CUDA_CFLAGS='"$(RT_CUDA_CFLAGS)"'
+else
+  RT_CUDA_CFLAGS :=
+  RT_SRC      := $(filter-out runtime/rt_cuda.c,$(RT_SRC))
+  RT_CU_SRC   :=
+  MODELC_CUDA_DEFS := -DMODELC_NVCC='""' -DMODELC_CUDA_CFLAGS='""'
+endif
+RT_OBJ  := $(RT_SRC:runtime/%.c=$(B)/obj/runtime/%.o) $(RT_CU_SRC:runtime/%.cu=$(B)/obj/runtime/%.cu.o)
 RT_LIB  := $(B)/lib/libmodelrt.a
 RT_INC  := $(RT_PUB:runtime/%=$(B)/include/modelc/%)
+RT_CFG  := $(B)/obj/runtime.cfg
 
-$(B)/obj/runtime/%.o: runtime/%.c $(RT_HDR) | $(B)/setup.stamp
+# Rewritten only when the CUDA configuration changes (its mtime then triggers rebuilds).
+FORCE:
+$(RT_CFG): FORCE | $(B)/setup.stamp
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS_ALL) $(CJSON_CFLAGS) -Iruntime -c $< -o $@
+	@echo 'nvcc=$(NVCC) libs=$(RT_LIBS)' | cmp -s - $@ || echo 'nvcc=$(NVCC) libs=$(RT_LIBS)' > $@
+$(B)/obj/runtime/%.o: runtime/%.c $(RT_HDR) $(RT_CFG) | $(B)/setup.stamp
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS_ALL) $(CJSON_CFLAGS) $(BLAS_CFLAGS) $(RT_CUDA_CFLAGS) -Iruntime -c $< -o $@
+$(B)/obj/runtime/%.cu.o: runtime/%.cu $(RT_HDR) $(RT_CFG) | $(B)/setup.stamp
+	@mkdir -p $(dir $@)
+	$(NVCC) $(NVCC_FLAGS) -Iruntime -c $< -o $@
+# libmodelrt.libs: the link line a program needs besides the library (read by tests/runtime).
 $(RT_LIB): $(RT_OBJ)
 	@mkdir -p $(dir $@)
 	rm -f $@ && ar rcs $@ $^
+	echo '$(RT_LIBS)' > $(B)/lib/libmodelrt.libs
 $(B)/include/modelc/%: runtime/%
 	@mkdir -p $(dir $@)
 	cp $< $@
@@ -57,15 +88,15 @@ $(B)/gen/lex.yy.c $(B)/gen/lex.yy.h: grammar/model.l $(B)/gen/model.tab.h
 $(B)/obj/grammar/%.o: $(B)/gen/%.c $(B)/gen/model.tab.h $(B)/gen/lex.yy.h compiler/modelc.h
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_ALL) -Wno-unused-function -Icompiler -I$(B)/gen -c $< -o $@
-$(B)/obj/compiler/%.o: compiler/%.c compiler/modelc.h $(B)/gen/model.tab.h $(B)/gen/lex.yy.h
+$(B)/obj/compiler/%.o: compiler/%.c compiler/modelc.h $(B)/gen/model.tab.h $(B)/gen/lex.yy.h $(RT_CFG)
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS_ALL) -Icompiler -I$(B)/gen -DMODELC_LINK_LIBS='"$(RT_LIBS)"' -DMODELC_EXTRA_CFLAGS='"$(BLAS_CFLAGS)"' -c $< -o $@
+	$(CC) $(CFLAGS_ALL) -Icompiler -I$(B)/gen -DMODELC_LINK_LIBS='"$(RT_LIBS)"' -DMODELC_EXTRA_CFLAGS='"$(BLAS_CFLAGS)"' $(MODELC_CUDA_DEFS) -c $< -o $@
 $(MODELC): $(C_OBJ) $(RT_LIB) $(RT_INC)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_ALL) $(C_OBJ) -o $@ -lm
 
 # ---------------------------------------------------------------- top-level targets
-.PHONY: all setup demo test test-all bench install clean
+.PHONY: all setup demo test test-all bench install clean FORCE
 all: $(MODELC) $(RT_LIB) $(RT_INC)
 
 # Installs missing system and Python packages once (tools/setup.sh is idempotent).

@@ -120,10 +120,14 @@ typedef struct mrt_device {
 mrt_status mrt_device_parse(const char *s, mrt_device *out, int *is_auto);
 
 /** Parse `s` (NULL means the environment variable MODELRT_DEVICE, or "auto" if unset) and
- *  resolve it to a usable device. `auto` picks the first usable CUDA device, else the CPU, and
- *  logs one MRT_LOG_INFO line saying which and why. An explicit CUDA device that is absent is
- *  MRT_ERR_DEVICE listing the devices present; never a silent fallback. In this build CUDA is
- *  not available, so `auto` resolves to cpu:0. */
+ *  resolve it to a usable device. `auto` picks the first usable CUDA device (compute capability
+ *  8.0 or newer, which the runtime's kernels are built for), else the CPU, and logs one
+ *  MRT_LOG_INFO line saying which and why, e.g. "auto selected cpu:0 (no usable CUDA device:
+ *  cudaGetDeviceCount failed: error 35 (...))" or "auto selected cuda:0 (NVIDIA H200, 139.8
+ *  GiB)". "cpu"/"cpu:N" never probe CUDA. An explicit CUDA device that is absent is
+ *  MRT_ERR_DEVICE listing what is visible, e.g. "device cuda:1 requested, 1 CUDA device
+ *  visible (cuda:0 NVIDIA H200)" or "device cuda:0 requested, 0 CUDA devices visible
+ *  (reason)"; never a silent fallback (field case B16). */
 mrt_status mrt_device_select(const char *s, mrt_device *out);
 
 /** "cpu:0", "cuda:1", ... Returns `buf`. `n` is the buffer size in bytes (>= 16 suffices). */
@@ -143,7 +147,10 @@ void mrt_free(mrt_device d, void *p);
  * These exist in every build. In a build without CUDA (no nvcc when modelrt was built),
  * mrt_cuda_device_count() returns 0 with the reason "this build of modelrt has no CUDA support"
  * and the CUDA-only calls fail with MRT_ERR_DEVICE. A CPU-only run never calls into the CUDA
- * driver: only mrt_device_select("auto"/"cuda...") and mrt_device_list probe it.
+ * driver: only mrt_device_select("auto"/"cuda..."), mrt_device_list, mrt_pointer_device and
+ * calls naming a CUDA device probe it. The CUDA runtime is linked statically, so a program
+ * starts without a driver. Calls on a CUDA device make it current for the call and restore the
+ * caller's current device afterwards; only mrt_device_activate changes it.
  */
 
 /** Number of usable CUDA devices, as CUDA_VISIBLE_DEVICES exposes them. Any error from the
@@ -183,7 +190,9 @@ mrt_status mrt_stream_sync(mrt_device d, void *stream, const char *what);
  *  device to host, device to device, and between two GPUs (peer copy, or staged through host
  *  memory when peer access is unavailable). CUDA copies are queued on `stream` (which belongs to
  *  the device doing the work) and may be asynchronous: call mrt_stream_sync before reading the
- *  result on the host. Errors name both devices and the byte count. */
+ *  result on the host. Between two GPUs without peer access the copy waits for `stream` and
+ *  is synchronous (chunks through a pinned buffer). Errors name both devices and the byte
+ *  count. */
 mrt_status mrt_memcpy(mrt_device dst_dev, void *dst, mrt_device src_dev, const void *src, size_t bytes,
                       void *stream);
 
@@ -316,12 +325,14 @@ typedef struct mrt_model_info {
 
 /** The command-line driver of generated executables:
  *    PROG --weights W.safetensors --input NAME=IN.npy ... --output NAME=OUT.npy ...
- *         [--device D] [--time] [--repeat N] [--memory] [--help]
- *  Reads the inputs, infers the batch from their shapes (checking every other dimension),
- *  runs in chunks of max_batch when the batch is larger, the model is batch_chunkable and the
- *  batch is the leading axis of every input and output (otherwise a batch above max_batch is
- *  an error), and writes each requested output atomically. Prints errors to
- *  stderr as "PROG: error: ..." and returns the process exit code (0 ok, 1 error, 2 usage). */
+ *         [--device D] [--time] [--repeat N] [--memory] [--help] [--list-devices]
+ *  --list-devices prints cpu:0 and each CUDA device (name, memory, compute capability), or the
+ *  reason there is none, and returns 0. Otherwise it reads the inputs, infers the batch from
+ *  their shapes (checking every other dimension), runs in chunks of max_batch when the batch
+ *  is larger, the model is batch_chunkable and the batch is the leading axis of every input
+ *  and output (otherwise a batch above max_batch is an error), and writes each requested
+ *  output atomically. Prints errors to stderr as "PROG: error: ..." and returns the process
+ *  exit code (0 ok, 1 error, 2 usage). */
 int mrt_main(const mrt_model_info *info, int argc, char **argv);
 
 #ifdef __cplusplus

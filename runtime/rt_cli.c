@@ -2,7 +2,7 @@
  * rt_cli.c — mrt_main, the command-line driver every generated executable calls:
  *
  *   PROG --weights W.safetensors --input NAME=IN.npy ... --output NAME=OUT.npy ...
- *        [--device D] [--time] [--repeat N] [--memory] [--help]
+ *        [--device D] [--time] [--repeat N] [--memory] [--help] [--list-devices]
  *
  * It is the only part of modelrt that prints. Steps: parse the arguments (usage errors exit 2);
  * read every input; infer the batch from the inputs' shapes against the model's descriptors and
@@ -10,7 +10,8 @@
  * of max_batch when the batch is larger, the model is batch_chunkable and the batch leads every
  * input and output); write the requested
  * outputs atomically. Runtime failures print "PROG: error: <message>" and exit 1. Every path
- * frees what it allocated.
+ * frees what it allocated. --list-devices prints the devices (CPU first, then each visible CUDA
+ * GPU, or why there is none) and exits 0.
  */
 #include "rt_internal.h"
 
@@ -26,7 +27,7 @@ typedef struct cli_opts {
     const char *weights, *device;
     const char **in_files;  /* [n_inputs], NULL where not given */
     const char **out_files; /* [n_outputs], NULL where not requested */
-    int time, memory, help;
+    int time, memory, help, list_devices;
     long repeat;
 } cli_opts;
 
@@ -63,7 +64,8 @@ static void cli_usage_line(FILE *f, const char *prog)
 {
     fprintf(f, "usage: %s --weights W.safetensors --input NAME=FILE.npy ... "
                "[--output NAME=FILE.npy ...]\n"
-               "       [--device D] [--time] [--repeat N] [--memory] [--help]\n", prog);
+               "       [--device D] [--time] [--repeat N] [--memory] [--help] "
+               "[--list-devices]\n", prog);
 }
 
 static void cli_help(const mrt_model_info *info, const char *prog)
@@ -89,7 +91,13 @@ static void cli_help(const mrt_model_info *info, const char *prog)
            "                       has one input); every input is required\n"
            "  --output NAME=FILE   write an output to a .npy file (NAME= may be left out when\n"
            "                       the model has one output); outputs not named are not written\n"
-           "  --device D           auto (default, or $MODELRT_DEVICE), cpu, cpu:N, cuda, cuda:N\n"
+           "  --device D           where to run (default: $MODELRT_DEVICE, else auto):\n"
+           "                         auto     the first usable CUDA GPU, else the CPU (one\n"
+           "                                  line on stderr says which and why)\n"
+           "                         cpu      the CPU (cpu:N, N 0..7, names a placement)\n"
+           "                         cuda     CUDA GPU 0; cuda:N GPU N as CUDA_VISIBLE_DEVICES\n"
+           "                                  numbers them; a GPU that is missing is an error\n"
+           "  --list-devices       print the devices this program can use, and exit\n"
            "  --time               print the time per run to stderr\n"
            "  --repeat N           run N times (with --time: after one warm-up run)\n"
            "  --memory             print the weight and arena sizes to stderr\n"
@@ -177,10 +185,16 @@ static int cli_bind(const char *prog, const char *kind, const char *spec,
 static int cli_parse(const mrt_model_info *info, const char *prog, int argc, char **argv,
                      cli_opts *o)
 {
-    /* --help wins wherever it stands, even after a mistake the help would explain. */
+    /* --help wins wherever it stands, even after a mistake the help would explain; then
+     * --list-devices, which needs no other argument. */
     for (int i = 1; i < argc; i++)
         if (argv[i] && (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0)) {
             o->help = 1;
+            return CLI_OK;
+        }
+    for (int i = 1; i < argc; i++)
+        if (argv[i] && strcmp(argv[i], "--list-devices") == 0) {
+            o->list_devices = 1;
             return CLI_OK;
         }
     for (int i = 1; i < argc; i++) {
@@ -235,6 +249,39 @@ static int cli_parse(const mrt_model_info *info, const char *prog, int argc, cha
     if (!o->weights && info->weight_bytes > 0)
         return cli_usage_error(prog, "missing --weights FILE.safetensors (the model has %zu "
                                "bytes of parameters)", info->weight_bytes);
+    return CLI_OK;
+}
+
+/* ---------------------------------------------------------------- --list-devices */
+
+static double cli_gib(size_t bytes) { return (double)bytes / (1024.0 * 1024.0 * 1024.0); }
+
+/*   cpu:0  AMD EPYC 7763  memory 23.4 GiB
+ *   cuda:0  NVIDIA H200  memory 139.8 GiB (free 139.1 GiB)  compute 9.0
+ *   no CUDA devices: <reason>                                (when there is none) */
+static int cli_list_devices(const char *prog)
+{
+    enum { MAX_LIST = 65 };
+    mrt_device_info info[MAX_LIST];
+    int n = 0;
+    if (mrt_device_list(info, MAX_LIST, &n) != MRT_OK) {
+        fprintf(stderr, "%s: error: %s\n", prog, mrt_last_error());
+        return CLI_ERROR;
+    }
+    for (int i = 0; i < n; i++) {
+        char name[32];
+        mrt_device_str(info[i].device, name, sizeof name);
+        if (info[i].device.kind == MRT_DEVICE_CPU)
+            printf("%s  %s  memory %.1f GiB\n", name, info[i].name, cli_gib(info[i].total_bytes));
+        else
+            printf("%s  %s  memory %.1f GiB (free %.1f GiB)  compute %d.%d\n", name, info[i].name,
+                   cli_gib(info[i].total_bytes), cli_gib(info[i].free_bytes), info[i].cc_major,
+                   info[i].cc_minor);
+    }
+    const char *why = NULL;
+    if (mrt_cuda_device_count(&why) == 0)
+        printf("no CUDA devices: %s\n", why && *why ? why : "none found");
+    fflush(stdout);
     return CLI_OK;
 }
 
@@ -541,6 +588,8 @@ int mrt_main(const mrt_model_info *info, int argc, char **argv)
         cli_help(info, prog);
         fflush(stdout);
         rc = CLI_OK;
+    } else if (o.list_devices) {
+        rc = cli_list_devices(prog);
     } else {
         mrt_log_fn old_fn;
         void *old_user;

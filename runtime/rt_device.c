@@ -1,15 +1,21 @@
 /*
- * rt_device.c — device strings and device memory. Parsing ("cpu", "cpu:N", "cuda", "cuda:N",
- * "auto") is pure; selection resolves a parsed device against what this build and machine
- * offer. This build has no CUDA: `auto` resolves to cpu:0 and says so through the log hook, and
- * an explicit CUDA device is an error that lists what is present, never a silent fallback.
- * CPU devices cpu:0..cpu:7 are distinct ordinals for placement; they share host memory.
+ * rt_device.c — device strings, selection, memory, copies and GEMM: the device API of modelrt.h
+ * for every build. Parsing ("cpu", "cpu:N", "cuda", "cuda:N", "auto") is pure; selection
+ * resolves a parsed device against what this build and machine offer. `auto` takes the first
+ * CUDA device the kernels were built for, else cpu:0, and says which and why through the log
+ * hook; an explicit CUDA device that is absent is an error listing what is visible, never a
+ * silent fallback (field case B16). CPU devices cpu:0..cpu:7 are distinct ordinals for
+ * placement; they share host memory. This file does the CPU half and checks CUDA ordinals
+ * against the probe; the CUDA half lives in rt_cuda.c (or rt_cuda_stub.c without CUDA), so a
+ * CPU-only run never touches the driver.
  */
 #include "rt_internal.h"
 
+#include <cblas.h>
+#include <limits.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <stdio.h>
 
 #define RT_MAX_ORDINAL 1023   /* largest N accepted in "cpu:N" / "cuda:N" */
 #define RT_N_CPU_DEVICES 8    /* cpu:0 .. cpu:7 */
@@ -64,11 +70,50 @@ mrt_status mrt_device_parse(const char *s, mrt_device *out, int *is_auto)
     return MRT_OK;
 }
 
+/* "1 CUDA device visible (cuda:0 NVIDIA H200)", "0 CUDA devices visible (reason)". */
+static char *rt_cuda_visible(char *buf, size_t n)
+{
+    const char *why = NULL;
+    int count = mrt_cuda_device_count(&why);
+    size_t used = 0;
+    int k = snprintf(buf, n, "%d CUDA device%s visible (", count, count == 1 ? "" : "s");
+    if (count == 0 && k >= 0 && (size_t)k < n)
+        k += snprintf(buf + k, n - (size_t)k, "%s", why ? why : "reason unknown");
+    for (int i = 0; i < count && k >= 0 && (size_t)k < n; i++) {
+        mrt_device_info info;
+        if (rt_cuda_info(i, &info, 0) != MRT_OK)
+            snprintf(info.name, sizeof info.name, "?");
+        used = (size_t)k;
+        k += snprintf(buf + used, n - used, "%scuda:%d %s", i ? ", " : "", i, info.name);
+    }
+    if (k >= 0 && (size_t)k < n)
+        snprintf(buf + k, n - (size_t)k, ")");
+    return buf;
+}
+
+/* MRT_OK if d is a CPU device or a visible CUDA device; else MRT_ERR_DEVICE "<prefix>, N CUDA
+ * devices visible (...)". */
+static mrt_status rt_device_present(mrt_device d, const char *prefix)
+{
+    if (d.kind == MRT_DEVICE_CPU) {
+        if (d.index >= 0 && d.index < RT_N_CPU_DEVICES)
+            return MRT_OK;
+        return mrt_set_error(MRT_ERR_DEVICE, "%s, but it is not present; devices present: "
+                             "cpu:0..cpu:%d", prefix, RT_N_CPU_DEVICES - 1);
+    }
+    if (d.index >= 0 && d.index < mrt_cuda_device_count(NULL))
+        return MRT_OK;
+    char vis[768];
+    return mrt_set_error(MRT_ERR_DEVICE, "%s, %s", prefix, rt_cuda_visible(vis, sizeof vis));
+}
+
+static double rt_gib(size_t bytes) { return (double)bytes / (1024.0 * 1024.0 * 1024.0); }
+
 mrt_status mrt_device_select(const char *s, mrt_device *out)
 {
     if (!out)
         return mrt_set_error(MRT_ERR_INVALID_ARG, "mrt_device_select: out is NULL");
-    const char *from_env = NULL;
+    const char *from_env = "";
     if (!s) {
         const char *e = getenv("MODELRT_DEVICE");
         if (e && *e) {
@@ -81,27 +126,53 @@ mrt_status mrt_device_select(const char *s, mrt_device *out)
     mrt_device d;
     int automatic = 0;
     if (mrt_device_parse(s, &d, &automatic) != MRT_OK) {
-        if (from_env)
+        if (*from_env)
             return mrt_set_error(MRT_ERR_DEVICE, "%s%s", mrt_last_error(), from_env);
         return MRT_ERR_DEVICE;
     }
     if (automatic) {
-        mrt_log(MRT_LOG_INFO, "auto selected cpu:0 (no CUDA support in this build)");
-        *out = d;
+        /* The first CUDA device the kernels run on; else the CPU, with the reason. */
+        const char *why = NULL;
+        int count = mrt_cuda_device_count(&why);
+        char reason[512] = "";
+        for (int i = 0; i < count; i++) {
+            mrt_device_info info;
+            if (rt_cuda_info(i, &info, 0) != MRT_OK) {
+                snprintf(reason, sizeof reason, "cuda:%d: %s", i, mrt_last_error());
+                continue;
+            }
+            if (info.cc_major < RT_CUDA_MIN_CC_MAJOR) {
+                snprintf(reason, sizeof reason, "cuda:%d %s has compute capability %d.%d; "
+                         "modelrt's kernels need %d.0 or newer", i, info.name, info.cc_major,
+                         info.cc_minor, RT_CUDA_MIN_CC_MAJOR);
+                continue;
+            }
+            mrt_log(MRT_LOG_INFO, "auto selected cuda:%d (%s, %.1f GiB)%s", i, info.name,
+                    rt_gib(info.total_bytes), from_env);
+            out->kind = MRT_DEVICE_CUDA;
+            out->index = i;
+            return MRT_OK;
+        }
+        mrt_log(MRT_LOG_INFO, "auto selected cpu:0 (no usable CUDA device: %s)%s",
+                count == 0 ? (why ? why : "none found") : reason, from_env);
+        out->kind = MRT_DEVICE_CPU;
+        out->index = 0;
         return MRT_OK;
     }
-    char name[32];
+    char name[32], prefix[96];
     mrt_device_str(d, name, sizeof name);
-    if (d.kind == MRT_DEVICE_CUDA)
-        return mrt_set_error(MRT_ERR_DEVICE,
-                             "device %s requested%s, but this build of modelrt has no CUDA "
-                             "support; devices present: cpu:0..cpu:%d",
-                             name, from_env ? from_env : "", RT_N_CPU_DEVICES - 1);
-    if (d.index >= RT_N_CPU_DEVICES)
-        return mrt_set_error(MRT_ERR_DEVICE,
-                             "device %s requested%s, but it is not present; devices present: "
-                             "cpu:0..cpu:%d",
-                             name, from_env ? from_env : "", RT_N_CPU_DEVICES - 1);
+    snprintf(prefix, sizeof prefix, "device %s requested%s", name, from_env);
+    if (rt_device_present(d, prefix) != MRT_OK)
+        return MRT_ERR_DEVICE;
+    if (d.kind == MRT_DEVICE_CUDA) {
+        mrt_device_info info;
+        if (rt_cuda_info(d.index, &info, 0) != MRT_OK)
+            return mrt_set_error(MRT_ERR_DEVICE, "%s: %s", prefix, mrt_last_error());
+        if (info.cc_major < RT_CUDA_MIN_CC_MAJOR)
+            return mrt_set_error(MRT_ERR_DEVICE, "%s: %s has compute capability %d.%d, but "
+                                 "modelrt's kernels need %d.0 or newer", prefix, info.name,
+                                 info.cc_major, info.cc_minor, RT_CUDA_MIN_CC_MAJOR);
+    }
     *out = d;
     return MRT_OK;
 }
@@ -114,14 +185,18 @@ char *mrt_device_str(mrt_device d, char *buf, size_t n)
     return buf;
 }
 
+/* ---------------------------------------------------------------- memory */
+
 void *mrt_alloc(mrt_device d, size_t bytes)
 {
-    char name[32];
+    char name[32], prefix[128];
     mrt_device_str(d, name, sizeof name);
-    if (d.kind != MRT_DEVICE_CPU) {
-        mrt_set_error(MRT_ERR_DEVICE, "cannot allocate %zu bytes on %s: this build of modelrt "
-                      "has no CUDA support", bytes, name);
-        return NULL;
+    if (d.kind == MRT_DEVICE_CUDA) {
+        snprintf(prefix, sizeof prefix, "cannot allocate %zu bytes on %s: no such device", bytes,
+                 name);
+        if (rt_device_present(d, prefix) != MRT_OK)
+            return NULL;
+        return rt_cuda_alloc(d.index, bytes);
     }
     /* aligned_alloc wants a multiple of the alignment; 0 bytes still gets a unique block. */
     size_t rounded;
@@ -142,6 +217,261 @@ void *mrt_alloc(mrt_device d, size_t bytes)
 
 void mrt_free(mrt_device d, void *p)
 {
-    (void)d;
-    free(p); /* CPU only in this build; NULL is fine */
+    if (!p)
+        return;
+    if (d.kind == MRT_DEVICE_CUDA)
+        rt_cuda_free(d.index, p);
+    else
+        free(p);
+}
+
+/* MemTotal and MemAvailable from /proc/meminfo, in bytes. */
+static mrt_status rt_cpu_memory(size_t *free_bytes, size_t *total_bytes)
+{
+    FILE *f = fopen("/proc/meminfo", "r");
+    if (!f)
+        return mrt_set_error(MRT_ERR_IO, "cannot read /proc/meminfo for the memory of cpu:0");
+    char line[256];
+    unsigned long long total = 0, avail = 0, freek = 0, v;
+    int have_avail = 0;
+    while (fgets(line, sizeof line, f)) {
+        if (sscanf(line, "MemTotal: %llu kB", &v) == 1)
+            total = v;
+        else if (sscanf(line, "MemAvailable: %llu kB", &v) == 1)
+            avail = v, have_avail = 1;
+        else if (sscanf(line, "MemFree: %llu kB", &v) == 1)
+            freek = v;
+    }
+    fclose(f);
+    if (total == 0)
+        return mrt_set_error(MRT_ERR_FORMAT, "/proc/meminfo has no MemTotal line");
+    if (total_bytes)
+        *total_bytes = (size_t)(total * 1024ull);
+    if (free_bytes)
+        *free_bytes = (size_t)((have_avail ? avail : freek) * 1024ull);
+    return MRT_OK;
+}
+
+/* "model name" from /proc/cpuinfo (x86), else "Hardware"/"cpu model", else "CPU". */
+static void rt_cpu_name(char *buf, size_t n)
+{
+    snprintf(buf, n, "CPU");
+    FILE *f = fopen("/proc/cpuinfo", "r");
+    if (!f)
+        return;
+    char line[512];
+    while (fgets(line, sizeof line, f)) {
+        if (strncmp(line, "model name", 10) && strncmp(line, "Hardware", 8) &&
+            strncmp(line, "cpu model", 9))
+            continue;
+        char *colon = strchr(line, ':');
+        if (!colon)
+            continue;
+        char *v = colon + 1;
+        while (*v == ' ' || *v == '\t')
+            v++;
+        v[strcspn(v, "\r\n")] = '\0';
+        if (*v) {
+            snprintf(buf, n, "%s", v);
+            break;
+        }
+    }
+    fclose(f);
+}
+
+mrt_status mrt_device_memory(mrt_device d, size_t *free_bytes, size_t *total_bytes)
+{
+    char name[32], prefix[96];
+    snprintf(prefix, sizeof prefix, "cannot query the memory of %s: no such device",
+             mrt_device_str(d, name, sizeof name));
+    if (rt_device_present(d, prefix) != MRT_OK)
+        return MRT_ERR_DEVICE;
+    if (d.kind == MRT_DEVICE_CPU)
+        return rt_cpu_memory(free_bytes, total_bytes);
+    mrt_device_info info;
+    mrt_status st = rt_cuda_info(d.index, &info, 1);
+    if (st != MRT_OK)
+        return st;
+    if (free_bytes)
+        *free_bytes = info.free_bytes;
+    if (total_bytes)
+        *total_bytes = info.total_bytes;
+    return MRT_OK;
+}
+
+mrt_status mrt_device_list(mrt_device_info *out, int max, int *n)
+{
+    if (!n || (max > 0 && !out))
+        return mrt_set_error(MRT_ERR_INVALID_ARG, "mrt_device_list: out or n is NULL");
+    *n = 0;
+    if (max <= 0)
+        return MRT_OK;
+    mrt_device_info *cpu = &out[0];
+    memset(cpu, 0, sizeof *cpu);
+    cpu->device.kind = MRT_DEVICE_CPU;
+    rt_cpu_name(cpu->name, sizeof cpu->name);
+    if (rt_cpu_memory(&cpu->free_bytes, &cpu->total_bytes) != MRT_OK)
+        cpu->free_bytes = cpu->total_bytes = 0; /* listed all the same */
+    *n = 1;
+    int count = mrt_cuda_device_count(NULL);
+    for (int i = 0; i < count && *n < max; i++) {
+        /* a device whose free memory cannot be read (busy, exclusive) is listed with free 0 */
+        if (rt_cuda_info(i, &out[*n], 1) != MRT_OK) {
+            rt_cuda_info(i, &out[*n], 0);
+            out[*n].free_bytes = 0;
+        }
+        ++*n;
+    }
+    return MRT_OK;
+}
+
+/* ---------------------------------------------------------------- activation and streams */
+
+mrt_status mrt_device_activate(mrt_device d)
+{
+    char name[32], prefix[96];
+    snprintf(prefix, sizeof prefix, "cannot activate %s: no such device",
+             mrt_device_str(d, name, sizeof name));
+    if (rt_device_present(d, prefix) != MRT_OK)
+        return MRT_ERR_DEVICE;
+    return d.kind == MRT_DEVICE_CUDA ? rt_cuda_activate(d.index) : MRT_OK;
+}
+
+mrt_status mrt_stream_create(mrt_device d, void **stream)
+{
+    if (!stream)
+        return mrt_set_error(MRT_ERR_INVALID_ARG, "mrt_stream_create: stream is NULL");
+    *stream = NULL;
+    char name[32], prefix[96];
+    snprintf(prefix, sizeof prefix, "cannot create a stream on %s: no such device",
+             mrt_device_str(d, name, sizeof name));
+    if (rt_device_present(d, prefix) != MRT_OK)
+        return MRT_ERR_DEVICE;
+    return d.kind == MRT_DEVICE_CUDA ? rt_cuda_stream_create(d.index, stream) : MRT_OK;
+}
+
+void mrt_stream_destroy(mrt_device d, void *stream)
+{
+    if (stream && d.kind == MRT_DEVICE_CUDA)
+        rt_cuda_stream_destroy(d.index, stream);
+}
+
+mrt_status mrt_stream_sync(mrt_device d, void *stream, const char *what)
+{
+    if (d.kind != MRT_DEVICE_CUDA)
+        return MRT_OK;
+    char name[32], prefix[160];
+    snprintf(prefix, sizeof prefix, "%s: cannot synchronize %s: no such device",
+             what ? what : "sync", mrt_device_str(d, name, sizeof name));
+    if (rt_device_present(d, prefix) != MRT_OK)
+        return MRT_ERR_DEVICE;
+    return rt_cuda_stream_sync(d.index, stream, what ? what : "stream");
+}
+
+/* ---------------------------------------------------------------- copies and pointers */
+
+mrt_status mrt_memcpy(mrt_device dst_dev, void *dst, mrt_device src_dev, const void *src, size_t bytes,
+                      void *stream)
+{
+    char dn[32], sn[32], prefix[192];
+    mrt_device_str(dst_dev, dn, sizeof dn);
+    mrt_device_str(src_dev, sn, sizeof sn);
+    if (bytes == 0)
+        return MRT_OK;
+    if (!dst || !src)
+        return mrt_set_error(MRT_ERR_INVALID_ARG, "cannot copy %zu bytes from %s to %s: %s "
+                             "pointer is NULL", bytes, sn, dn, !src ? "source" : "destination");
+    snprintf(prefix, sizeof prefix, "cannot copy %zu bytes from %s to %s: %s is not present",
+             bytes, sn, dn, sn);
+    if (rt_device_present(src_dev, prefix) != MRT_OK)
+        return MRT_ERR_DEVICE;
+    snprintf(prefix, sizeof prefix, "cannot copy %zu bytes from %s to %s: %s is not present",
+             bytes, sn, dn, dn);
+    if (rt_device_present(dst_dev, prefix) != MRT_OK)
+        return MRT_ERR_DEVICE;
+    if (dst_dev.kind == MRT_DEVICE_CPU && src_dev.kind == MRT_DEVICE_CPU) {
+        memmove(dst, src, bytes); /* host memory is shared by every cpu:N */
+        return MRT_OK;
+    }
+    return rt_cuda_memcpy(dst_dev, dst, src_dev, src, bytes, stream);
+}
+
+mrt_status mrt_pointer_device(const void *p, mrt_device *out)
+{
+    if (!out)
+        return mrt_set_error(MRT_ERR_INVALID_ARG, "mrt_pointer_device: out is NULL");
+    out->kind = MRT_DEVICE_CPU;
+    out->index = 0;
+    /* Without a visible CUDA device no pointer can be device memory: ask nothing more. */
+    if (!p || mrt_cuda_device_count(NULL) == 0)
+        return MRT_OK;
+    int idx = rt_cuda_pointer_index(p);
+    if (idx >= 0) {
+        out->kind = MRT_DEVICE_CUDA;
+        out->index = idx;
+    }
+    return MRT_OK;
+}
+
+/* ---------------------------------------------------------------- GEMM */
+
+/* C_i = alpha * op(A_i) @ op(B_i) + beta * C_i on the CPU, one cblas_sgemm per batch item (in
+ * order, so a C stride of 0 accumulates as a loop would). K == 0 scales C by beta (OpenBLAS
+ * rejects lda < 1 there). */
+static void rt_cpu_gemm(int ta, int tb, int M, int N, int K, float alpha, const float *A, int lda,
+                        int64_t sA, const float *B, int ldb, int64_t sB, float beta, float *C,
+                        int ldc, int64_t sC, int64_t batch)
+{
+    for (int64_t i = 0; i < batch; i++) {
+        float *Ci = C + i * sC;
+        if (K == 0) {
+            for (int64_t r = 0; r < M; r++)
+                for (int64_t c = 0; c < N; c++)
+                    Ci[r * ldc + c] = beta == 0.0f ? 0.0f : beta * Ci[r * ldc + c];
+            continue;
+        }
+        cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans,
+                    M, N, K, alpha, A + i * sA, lda, B + i * sB, ldb, beta, Ci, ldc);
+    }
+}
+
+mrt_status mrt_gemm_f32(mrt_device d, void *stream, int trans_a, int trans_b, int64_t M, int64_t N, int64_t K,
+                        float alpha, const float *A, int64_t lda, int64_t strideA, const float *B, int64_t ldb,
+                        int64_t strideB, float beta, float *C, int64_t ldc, int64_t strideC, int64_t batch)
+{
+    char name[32];
+    mrt_device_str(d, name, sizeof name);
+    if (M < 0 || N < 0 || K < 0 || batch < 0 || M > INT_MAX || N > INT_MAX || K > INT_MAX ||
+        batch > INT_MAX)
+        return mrt_set_error(MRT_ERR_INVALID_ARG, "gemm on %s: M=%lld N=%lld K=%lld batch=%lld "
+                             "must each be in 0..%d", name, (long long)M, (long long)N,
+                             (long long)K, (long long)batch, INT_MAX);
+    /* Row-major leading dimensions: the row length of each stored matrix, at least 1. */
+    int64_t need_a = trans_a ? M : K, need_b = trans_b ? K : N;
+    if (lda < (need_a > 1 ? need_a : 1) || ldb < (need_b > 1 ? need_b : 1) ||
+        ldc < (N > 1 ? N : 1) || lda > INT_MAX || ldb > INT_MAX || ldc > INT_MAX)
+        return mrt_set_error(MRT_ERR_INVALID_ARG, "gemm on %s: leading dimensions lda=%lld "
+                             "ldb=%lld ldc=%lld, need lda >= %lld, ldb >= %lld, ldc >= %lld and "
+                             "each <= %d", name, (long long)lda, (long long)ldb, (long long)ldc,
+                             (long long)(need_a > 1 ? need_a : 1),
+                             (long long)(need_b > 1 ? need_b : 1), (long long)(N > 1 ? N : 1),
+                             INT_MAX);
+    if (strideA < 0 || strideB < 0 || strideC < 0)
+        return mrt_set_error(MRT_ERR_INVALID_ARG, "gemm on %s: negative batch stride", name);
+    if (M == 0 || N == 0 || batch == 0)
+        return MRT_OK;
+    if (!C || (K > 0 && (!A || !B)))
+        return mrt_set_error(MRT_ERR_INVALID_ARG, "gemm on %s: NULL matrix", name);
+    char prefix[96];
+    snprintf(prefix, sizeof prefix, "gemm on %s: no such device", name);
+    if (rt_device_present(d, prefix) != MRT_OK)
+        return MRT_ERR_DEVICE;
+    if (d.kind == MRT_DEVICE_CPU) {
+        rt_cpu_gemm(trans_a, trans_b, (int)M, (int)N, (int)K, alpha, A, (int)lda, strideA, B,
+                    (int)ldb, strideB, beta, C, (int)ldc, strideC, batch);
+        return MRT_OK;
+    }
+    return rt_cuda_gemm(d.index, stream, trans_a, trans_b, (int)M, (int)N, (int)K, alpha, A,
+                        (int)lda, strideA, B, (int)ldb, strideB, beta, C, (int)ldc, strideC,
+                        (int)batch);
 }

@@ -24,4 +24,34 @@ int rt_shape_numel(const int64_t *shape, int rank, uint64_t *numel);
 /** The log hook currently installed (for mrt_main to restore the caller's on return). */
 void rt_log_hook_get(mrt_log_fn *fn, void **user);
 
+/* ---------------------------------------------------------------- rt_cuda.c / rt_cuda_stub.c
+ * The CUDA half of the device API. rt_device.c handles the CPU and checks that a CUDA ordinal
+ * is below mrt_cuda_device_count() before calling these; rt_cuda.c implements them in a build
+ * with CUDA (MRT_WITH_CUDA), rt_cuda_stub.c answers MRT_ERR_DEVICE in a build without. */
+
+/** Smallest compute capability (major) the runtime's kernels are built for (sm_80). */
+#define RT_CUDA_MIN_CC_MAJOR 8
+
+/** Name, total memory and compute capability of CUDA device `index` (cached at the probe);
+ *  free_bytes is queried only when with_free (that creates the device's context). */
+mrt_status rt_cuda_info(int index, mrt_device_info *info, int with_free);
+/** cudaMalloc on device `index` (made current for the call, then restored); NULL with
+ *  MRT_ERR_OOM naming bytes and device on failure. 0 bytes gives a unique 256-byte block. */
+void *rt_cuda_alloc(int index, size_t bytes);
+void rt_cuda_free(int index, void *p);
+mrt_status rt_cuda_activate(int index);
+mrt_status rt_cuda_stream_create(int index, void **stream);
+void rt_cuda_stream_destroy(int index, void *stream);
+mrt_status rt_cuda_stream_sync(int index, void *stream, const char *what);
+/** Any copy with at least one CUDA side (see mrt_memcpy). */
+mrt_status rt_cuda_memcpy(mrt_device dst_dev, void *dst, mrt_device src_dev, const void *src,
+                          size_t bytes, void *stream);
+/** The CUDA ordinal holding device memory p, or -1 for host memory or any error. */
+int rt_cuda_pointer_index(const void *p);
+/** cuBLAS part of mrt_gemm_f32 (arguments already checked to fit int32, batch >= 1). */
+mrt_status rt_cuda_gemm(int index, void *stream, int trans_a, int trans_b, int M, int N, int K,
+                        float alpha, const float *A, int lda, int64_t strideA, const float *B,
+                        int ldb, int64_t strideB, float beta, float *C, int ldc, int64_t strideC,
+                        int batch);
+
 #endif /* MODELRT_INTERNAL_H */

@@ -1,0 +1,496 @@
+/*
+ * rt_cuda.c — the CUDA half of the device API (built only with CUDA: -DMRT_WITH_CUDA; without
+ * it, rt_cuda_stub.c stands in). It talks to the CUDA runtime API, linked statically
+ * (cudart_static), so that a program starts, and runs on the CPU, on a machine with no driver.
+ *
+ * The probe (cudaGetDeviceCount and each device's properties) runs once, under pthread_once,
+ * and only when something asks about CUDA; any error from it means "no usable GPU", with the
+ * reason kept for messages (no driver gives error 35, CUDA_VISIBLE_DEVICES="" error 100).
+ *
+ * Every call that needs a device makes it current for the call and restores the caller's
+ * current device afterwards (the device guard of PyTorch eager; field case B14), except
+ * mrt_device_activate, whose job is to change it. cuBLAS is not linked: it is dlopen'ed on the
+ * first GEMM on a CUDA device, with one handle per device kept for the life of the process.
+ */
+#include "rt_internal.h"
+
+#include <cuda_runtime_api.h>
+#include <dlfcn.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#ifndef MRT_WITH_CUDA
+#error "rt_cuda.c is the CUDA build's file; without CUDA the Makefile builds rt_cuda_stub.c"
+#endif
+
+#define RT_CUDA_MAX_DEVICES 64
+#define RT_STAGE_BYTES ((size_t)64 << 20) /* pinned buffer for GPU-to-GPU copies without peer access */
+
+/* ---------------------------------------------------------------- errors */
+
+/* MRT_ERR_CUDA (or `st`) with the formatted context and the CUDA error's name and text. Clears
+ * the runtime's last error so that a later mrt_cuda_check_launch does not see this one. */
+static mrt_status rt_cuda_fail(mrt_status st, cudaError_t e, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static mrt_status rt_cuda_fail(mrt_status st, cudaError_t e, const char *fmt, ...)
+{
+    char ctx[768];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(ctx, sizeof ctx, fmt, ap);
+    va_end(ap);
+    (void)cudaGetLastError();
+    return mrt_set_error(st, "%s: %s (%s)", ctx, cudaGetErrorName(e), cudaGetErrorString(e));
+}
+
+mrt_status mrt_cuda_check_launch(const char *what)
+{
+    cudaError_t e = cudaGetLastError();
+    if (e == cudaSuccess)
+        return MRT_OK;
+    return mrt_set_error(MRT_ERR_CUDA, "%s: kernel launch failed: %s (%s)",
+                         what ? what : "kernel", cudaGetErrorName(e), cudaGetErrorString(e));
+}
+
+/* ---------------------------------------------------------------- probe */
+
+static struct {
+    pthread_once_t once;
+    int count;
+    char why[384];
+    mrt_device_info info[RT_CUDA_MAX_DEVICES];
+    cudaError_t info_err[RT_CUDA_MAX_DEVICES];
+} rt_probe = {.once = PTHREAD_ONCE_INIT};
+
+static void rt_cuda_probe(void)
+{
+    int n = 0;
+    cudaError_t e = cudaGetDeviceCount(&n);
+    if (e != cudaSuccess) {
+        const char *cvd = getenv("CUDA_VISIBLE_DEVICES");
+        char env[160] = "";
+        if (cvd)
+            snprintf(env, sizeof env, "; CUDA_VISIBLE_DEVICES=\"%.100s\"", cvd);
+        snprintf(rt_probe.why, sizeof rt_probe.why, "cudaGetDeviceCount failed: error %d (%s)%s",
+                 (int)e, cudaGetErrorString(e), env);
+        (void)cudaGetLastError();
+        rt_probe.count = 0;
+        return;
+    }
+    if (n <= 0) {
+        snprintf(rt_probe.why, sizeof rt_probe.why, "cudaGetDeviceCount found no devices");
+        rt_probe.count = 0;
+        return;
+    }
+    if (n > RT_CUDA_MAX_DEVICES)
+        n = RT_CUDA_MAX_DEVICES;
+    for (int i = 0; i < n; i++) {
+        mrt_device_info *d = &rt_probe.info[i];
+        struct cudaDeviceProp prop;
+        d->device.kind = MRT_DEVICE_CUDA;
+        d->device.index = i;
+        rt_probe.info_err[i] = cudaGetDeviceProperties(&prop, i); /* creates no context */
+        if (rt_probe.info_err[i] != cudaSuccess) {
+            snprintf(d->name, sizeof d->name, "(properties unavailable)");
+            (void)cudaGetLastError();
+            continue;
+        }
+        snprintf(d->name, sizeof d->name, "%.127s", prop.name);
+        d->total_bytes = prop.totalGlobalMem;
+        d->cc_major = prop.major;
+        d->cc_minor = prop.minor;
+    }
+    rt_probe.count = n;
+}
+
+int mrt_cuda_device_count(const char **why)
+{
+    pthread_once(&rt_probe.once, rt_cuda_probe);
+    if (why)
+        *why = rt_probe.count > 0 ? "" : rt_probe.why;
+    return rt_probe.count;
+}
+
+/* ---------------------------------------------------------------- device guard */
+
+/* Make `index` current, remembering the caller's device in *prev (-1 if unknown). */
+static cudaError_t rt_guard_enter(int index, int *prev)
+{
+    if (cudaGetDevice(prev) != cudaSuccess) {
+        (void)cudaGetLastError();
+        *prev = -1;
+    }
+    return *prev == index ? cudaSuccess : cudaSetDevice(index);
+}
+
+static void rt_guard_leave(int index, int prev)
+{
+    if (prev >= 0 && prev != index && cudaSetDevice(prev) != cudaSuccess)
+        (void)cudaGetLastError();
+}
+
+mrt_status rt_cuda_info(int index, mrt_device_info *info, int with_free)
+{
+    if (index < 0 || index >= mrt_cuda_device_count(NULL))
+        return mrt_set_error(MRT_ERR_DEVICE, "cuda:%d is not present", index);
+    *info = rt_probe.info[index];
+    if (rt_probe.info_err[index] != cudaSuccess)
+        return mrt_set_error(MRT_ERR_CUDA, "cudaGetDeviceProperties(cuda:%d) failed: %s (%s)",
+                             index, cudaGetErrorName(rt_probe.info_err[index]),
+                             cudaGetErrorString(rt_probe.info_err[index]));
+    if (with_free) {
+        int prev;
+        size_t fr = 0, total = 0;
+        cudaError_t e = rt_guard_enter(index, &prev);
+        if (e == cudaSuccess)
+            e = cudaMemGetInfo(&fr, &total);
+        rt_guard_leave(index, prev);
+        if (e != cudaSuccess)
+            return rt_cuda_fail(MRT_ERR_CUDA, e, "cannot query the memory of cuda:%d (%s)", index,
+                                info->name);
+        info->free_bytes = fr;
+        info->total_bytes = total;
+    }
+    return MRT_OK;
+}
+
+/* ---------------------------------------------------------------- memory and streams */
+
+void *rt_cuda_alloc(int index, size_t bytes)
+{
+    int prev;
+    void *p = NULL;
+    cudaError_t e = rt_guard_enter(index, &prev);
+    if (e == cudaSuccess)
+        e = cudaMalloc(&p, bytes ? bytes : 256); /* cudaMalloc(0) gives NULL; 256-byte aligned */
+    if (e == cudaErrorMemoryAllocation) {
+        size_t fr = 0, total = 0;
+        (void)cudaGetLastError();
+        if (cudaMemGetInfo(&fr, &total) != cudaSuccess)
+            (void)cudaGetLastError();
+        rt_guard_leave(index, prev);
+        mrt_set_error(MRT_ERR_OOM, "cannot allocate %zu bytes on cuda:%d (%s): out of memory "
+                      "(%zu of %zu bytes free)", bytes, index, rt_probe.info[index].name, fr,
+                      total);
+        return NULL;
+    }
+    rt_guard_leave(index, prev);
+    if (e != cudaSuccess) {
+        rt_cuda_fail(MRT_ERR_OOM, e, "cannot allocate %zu bytes on cuda:%d", bytes, index);
+        return NULL;
+    }
+    return p;
+}
+
+void rt_cuda_free(int index, void *p)
+{
+    int prev;
+    if (rt_guard_enter(index, &prev) != cudaSuccess || cudaFree(p) != cudaSuccess)
+        (void)cudaGetLastError(); /* a free cannot report; an earlier async error resurfaces later */
+    rt_guard_leave(index, prev);
+}
+
+mrt_status rt_cuda_activate(int index)
+{
+    cudaError_t e = cudaSetDevice(index);
+    if (e != cudaSuccess)
+        return rt_cuda_fail(MRT_ERR_CUDA, e, "cannot activate cuda:%d", index);
+    return MRT_OK;
+}
+
+mrt_status rt_cuda_stream_create(int index, void **stream)
+{
+    int prev;
+    cudaStream_t s = NULL;
+    cudaError_t e = rt_guard_enter(index, &prev);
+    if (e == cudaSuccess)
+        e = cudaStreamCreate(&s);
+    rt_guard_leave(index, prev);
+    if (e != cudaSuccess)
+        return rt_cuda_fail(MRT_ERR_CUDA, e, "cannot create a stream on cuda:%d", index);
+    *stream = s;
+    return MRT_OK;
+}
+
+void rt_cuda_stream_destroy(int index, void *stream)
+{
+    int prev;
+    if (rt_guard_enter(index, &prev) != cudaSuccess ||
+        cudaStreamDestroy((cudaStream_t)stream) != cudaSuccess)
+        (void)cudaGetLastError();
+    rt_guard_leave(index, prev);
+}
+
+mrt_status rt_cuda_stream_sync(int index, void *stream, const char *what)
+{
+    int prev;
+    cudaError_t e = rt_guard_enter(index, &prev); /* the NULL stream is the device's own */
+    if (e == cudaSuccess)
+        e = cudaStreamSynchronize((cudaStream_t)stream);
+    rt_guard_leave(index, prev);
+    if (e != cudaSuccess)
+        return rt_cuda_fail(MRT_ERR_CUDA, e, "%s on cuda:%d failed", what, index);
+    return MRT_OK;
+}
+
+/* ---------------------------------------------------------------- copies */
+
+/* GPU to GPU without peer access: wait for the stream, then copy through a pinned host buffer in
+ * chunks, synchronously. */
+static cudaError_t rt_copy_staged(int dst, void *d, int src, const void *s, size_t bytes,
+                                  cudaStream_t stream)
+{
+    int prev;
+    cudaError_t e = rt_guard_enter(src, &prev);
+    if (e == cudaSuccess)
+        e = cudaStreamSynchronize(stream);
+    size_t chunk = bytes < RT_STAGE_BYTES ? bytes : RT_STAGE_BYTES;
+    void *host = NULL;
+    if (e == cudaSuccess)
+        e = cudaMallocHost(&host, chunk);
+    for (size_t off = 0; e == cudaSuccess && off < bytes; off += chunk) {
+        size_t k = bytes - off < chunk ? bytes - off : chunk;
+        e = cudaSetDevice(src);
+        if (e == cudaSuccess)
+            e = cudaMemcpy(host, (const char *)s + off, k, cudaMemcpyDeviceToHost);
+        if (e == cudaSuccess)
+            e = cudaSetDevice(dst);
+        if (e == cudaSuccess)
+            e = cudaMemcpy((char *)d + off, host, k, cudaMemcpyHostToDevice);
+    }
+    if (host && cudaFreeHost(host) != cudaSuccess && e == cudaSuccess)
+        e = cudaGetLastError();
+    rt_guard_leave(-1, prev);
+    return e;
+}
+
+static pthread_mutex_t rt_peer_lock = PTHREAD_MUTEX_INITIALIZER;
+static unsigned char rt_peer_state[RT_CUDA_MAX_DEVICES][RT_CUDA_MAX_DEVICES]; /* 0 ?, 1 yes, 2 no */
+
+/* 1 if dst can read src's memory directly (enabling access once per pair), else 0. */
+static int rt_peer_ok(int dst, int src)
+{
+    pthread_mutex_lock(&rt_peer_lock);
+    unsigned char *st = &rt_peer_state[dst][src];
+    if (*st == 0) {
+        int can = 0, prev;
+        if (cudaDeviceCanAccessPeer(&can, dst, src) != cudaSuccess)
+            can = 0;
+        if (can && rt_guard_enter(dst, &prev) == cudaSuccess) {
+            cudaError_t e = cudaDeviceEnablePeerAccess(src, 0);
+            if (e != cudaSuccess && e != cudaErrorPeerAccessAlreadyEnabled)
+                can = 0;
+            rt_guard_leave(dst, prev);
+        } else {
+            can = 0;
+        }
+        (void)cudaGetLastError();
+        *st = can ? 1 : 2;
+    }
+    int ok = *st == 1;
+    pthread_mutex_unlock(&rt_peer_lock);
+    return ok;
+}
+
+mrt_status rt_cuda_memcpy(mrt_device dst_dev, void *dst, mrt_device src_dev, const void *src,
+                          size_t bytes, void *stream)
+{
+    cudaStream_t s = (cudaStream_t)stream;
+    cudaError_t e;
+    int prev, work;
+    if (dst_dev.kind == MRT_DEVICE_CUDA && src_dev.kind == MRT_DEVICE_CUDA &&
+        dst_dev.index != src_dev.index) {
+        if (rt_peer_ok(dst_dev.index, src_dev.index)) {
+            work = dst_dev.index;
+            e = rt_guard_enter(work, &prev);
+            if (e == cudaSuccess)
+                e = cudaMemcpyPeerAsync(dst, dst_dev.index, src, src_dev.index, bytes, s);
+            rt_guard_leave(work, prev);
+        } else {
+            e = rt_copy_staged(dst_dev.index, dst, src_dev.index, src, bytes, s);
+        }
+    } else {
+        enum cudaMemcpyKind kind;
+        if (src_dev.kind == MRT_DEVICE_CPU) {
+            kind = cudaMemcpyHostToDevice;
+            work = dst_dev.index;
+        } else if (dst_dev.kind == MRT_DEVICE_CPU) {
+            kind = cudaMemcpyDeviceToHost;
+            work = src_dev.index;
+        } else {
+            kind = cudaMemcpyDeviceToDevice;
+            work = dst_dev.index;
+        }
+        e = rt_guard_enter(work, &prev);
+        if (e == cudaSuccess)
+            e = cudaMemcpyAsync(dst, src, bytes, kind, s);
+        rt_guard_leave(work, prev);
+    }
+    if (e != cudaSuccess) {
+        char dn[32], sn[32];
+        return rt_cuda_fail(MRT_ERR_CUDA, e, "cannot copy %zu bytes from %s to %s", bytes,
+                            mrt_device_str(src_dev, sn, sizeof sn),
+                            mrt_device_str(dst_dev, dn, sizeof dn));
+    }
+    return MRT_OK;
+}
+
+int rt_cuda_pointer_index(const void *p)
+{
+    struct cudaPointerAttributes a;
+    memset(&a, 0, sizeof a);
+    if (cudaPointerGetAttributes(&a, p) != cudaSuccess) {
+        (void)cudaGetLastError(); /* older runtimes fail for unregistered host memory */
+        return -1;
+    }
+    if (a.type == cudaMemoryTypeDevice || a.type == cudaMemoryTypeManaged)
+        return a.device;
+    return -1;
+}
+
+/* ---------------------------------------------------------------- cuBLAS, loaded on demand */
+
+/* The few cuBLAS entry points used, declared here so that no cuBLAS header or library is
+ * needed to build or start: handles are opaque pointers, statuses and operations ints
+ * (CUBLAS_STATUS_SUCCESS 0, CUBLAS_OP_N 0, CUBLAS_OP_T 1). */
+typedef void *rt_cublas_handle;
+typedef int (*rt_cublas_create_fn)(rt_cublas_handle *);
+typedef int (*rt_cublas_destroy_fn)(rt_cublas_handle);
+typedef int (*rt_cublas_set_stream_fn)(rt_cublas_handle, cudaStream_t);
+typedef int (*rt_cublas_sgemm_fn)(rt_cublas_handle, int, int, int, int, int, const float *,
+                                  const float *, int, const float *, int, const float *, float *,
+                                  int);
+typedef int (*rt_cublas_sgemm_sb_fn)(rt_cublas_handle, int, int, int, int, int, const float *,
+                                     const float *, int, long long, const float *, int, long long,
+                                     const float *, float *, int, long long, int);
+typedef const char *(*rt_cublas_status_fn)(int);
+
+static struct {
+    pthread_mutex_t lock;
+    int tried;
+    mrt_status st;
+    char err[512];
+    const char *lib;
+    rt_cublas_create_fn create;
+    rt_cublas_destroy_fn destroy;
+    rt_cublas_set_stream_fn set_stream;
+    rt_cublas_sgemm_fn sgemm;
+    rt_cublas_sgemm_sb_fn sgemm_sb;
+    rt_cublas_status_fn status_name;
+    rt_cublas_handle handle[RT_CUDA_MAX_DEVICES];
+} rt_blas = {.lock = PTHREAD_MUTEX_INITIALIZER};
+
+/* dlopen cuBLAS and resolve its symbols, once; call with rt_blas.lock held. */
+static mrt_status rt_blas_load(void)
+{
+    if (rt_blas.tried) {
+        if (rt_blas.st != MRT_OK)
+            return mrt_set_error(rt_blas.st, "%s", rt_blas.err);
+        return MRT_OK;
+    }
+    rt_blas.tried = 1;
+    static const char *names[] = {"libcublas.so.13", "libcublas.so.12", "libcublas.so.11",
+                                  "libcublas.so"};
+    char first_err[256] = "";
+    void *h = NULL;
+    for (size_t i = 0; i < sizeof names / sizeof names[0] && !h; i++) {
+        h = dlopen(names[i], RTLD_NOW | RTLD_LOCAL);
+        if (h) {
+            rt_blas.lib = names[i];
+        } else if (!first_err[0]) {
+            const char *de = dlerror();
+            snprintf(first_err, sizeof first_err, "%s", de ? de : "not found");
+        }
+    }
+    if (!h) {
+        rt_blas.st = MRT_ERR_CUDA;
+        snprintf(rt_blas.err, sizeof rt_blas.err, "cannot load cuBLAS: tried libcublas.so.13, "
+                 "libcublas.so.12, libcublas.so.11 and libcublas.so (%s)", first_err);
+        return mrt_set_error(rt_blas.st, "%s", rt_blas.err);
+    }
+    static const char *syms[] = {"cublasCreate_v2", "cublasDestroy_v2", "cublasSetStream_v2",
+                                 "cublasSgemm_v2", "cublasSgemmStridedBatched"};
+    void *f[5];
+    for (int i = 0; i < 5; i++) {
+        f[i] = dlsym(h, syms[i]);
+        if (!f[i]) {
+            rt_blas.st = MRT_ERR_CUDA;
+            snprintf(rt_blas.err, sizeof rt_blas.err, "cannot load cuBLAS: %s has no symbol %s",
+                     rt_blas.lib, syms[i]);
+            return mrt_set_error(rt_blas.st, "%s", rt_blas.err);
+        }
+    }
+    /* POSIX dlsym returns object pointers; converting to function pointers is how it is used. */
+    memcpy(&rt_blas.create, &f[0], sizeof f[0]);
+    memcpy(&rt_blas.destroy, &f[1], sizeof f[1]);
+    memcpy(&rt_blas.set_stream, &f[2], sizeof f[2]);
+    memcpy(&rt_blas.sgemm, &f[3], sizeof f[3]);
+    memcpy(&rt_blas.sgemm_sb, &f[4], sizeof f[4]);
+    void *sn = dlsym(h, "cublasGetStatusName"); /* cuBLAS 11.4+; optional */
+    if (sn)
+        memcpy(&rt_blas.status_name, &sn, sizeof sn);
+    return MRT_OK;
+}
+
+static mrt_status rt_blas_fail(int index, const char *call, int status)
+{
+    return mrt_set_error(MRT_ERR_CUDA, "gemm on cuda:%d: %s failed: %s (cuBLAS status %d)",
+                         index, call,
+                         rt_blas.status_name ? rt_blas.status_name(status) : "cuBLAS error",
+                         status);
+}
+
+mrt_status rt_cuda_gemm(int index, void *stream, int trans_a, int trans_b, int M, int N, int K,
+                        float alpha, const float *A, int lda, int64_t strideA, const float *B,
+                        int ldb, int64_t strideB, float beta, float *C, int ldc, int64_t strideC,
+                        int batch)
+{
+    if (index < 0 || index >= RT_CUDA_MAX_DEVICES)
+        return mrt_set_error(MRT_ERR_DEVICE, "gemm on cuda:%d: no such device", index);
+    pthread_mutex_lock(&rt_blas.lock); /* a handle is used by one thread at a time */
+    int prev = -1;
+    mrt_status st = rt_blas_load();
+    cudaError_t e = cudaSuccess;
+    if (st == MRT_OK)
+        e = rt_guard_enter(index, &prev);
+    if (st == MRT_OK && e != cudaSuccess) {
+        st = rt_cuda_fail(MRT_ERR_CUDA, e, "gemm on cuda:%d", index);
+        rt_guard_leave(index, prev);
+    }
+    if (st != MRT_OK) {
+        pthread_mutex_unlock(&rt_blas.lock);
+        return st;
+    }
+    int s = 0;
+    if (!rt_blas.handle[index] && (s = rt_blas.create(&rt_blas.handle[index])) != 0) {
+        rt_blas.handle[index] = NULL;
+        st = rt_blas_fail(index, "cublasCreate", s);
+    }
+    rt_cublas_handle h = rt_blas.handle[index];
+    if (st == MRT_OK && (s = rt_blas.set_stream(h, (cudaStream_t)stream)) != 0)
+        st = rt_blas_fail(index, "cublasSetStream", s);
+    /* cuBLAS is column-major: a row-major C [M, N] is a column-major C^T [N, M], and
+     * C^T = op(B)^T op(A)^T, so pass B first, A second, and swap M and N. */
+    int opa = trans_a ? 1 : 0, opb = trans_b ? 1 : 0;
+    if (st == MRT_OK && batch == 1) {
+        if ((s = rt_blas.sgemm(h, opb, opa, N, M, K, &alpha, B, ldb, A, lda, &beta, C, ldc)) != 0)
+            st = rt_blas_fail(index, "cublasSgemm", s);
+    } else if (st == MRT_OK && strideC == 0) {
+        /* every item writes the same C: in order, as the CPU loop does */
+        for (int i = 0; i < batch && st == MRT_OK; i++)
+            if ((s = rt_blas.sgemm(h, opb, opa, N, M, K, &alpha, B + (int64_t)i * strideB, ldb,
+                                   A + (int64_t)i * strideA, lda, &beta, C, ldc)) != 0)
+                st = rt_blas_fail(index, "cublasSgemm", s);
+    } else if (st == MRT_OK) {
+        if ((s = rt_blas.sgemm_sb(h, opb, opa, N, M, K, &alpha, B, ldb, (long long)strideB, A, lda,
+                                  (long long)strideA, &beta, C, ldc, (long long)strideC,
+                                  batch)) != 0)
+            st = rt_blas_fail(index, "cublasSgemmStridedBatched", s);
+    }
+    rt_guard_leave(index, prev);
+    pthread_mutex_unlock(&rt_blas.lock);
+    return st;
+}

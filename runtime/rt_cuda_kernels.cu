@@ -1,0 +1,799 @@
+/*
+ * rt_cuda_kernels.cu — the CUDA twins of the library kernels in mrt_kernels.h (softmax, masked
+ * softmax, sum/mean, max, argmax, conv2d, pooling, layernorm, embedding, concat), with the same
+ * arguments and the same numerics: NaN propagates through max and softmax, an all -inf softmax
+ * row gives NaN (or zeros with zero_masked_rows), argmax takes the first maximum with NaN as the
+ * maximum, sums accumulate in double, layernorm takes two passes in double. Generated CUDA code
+ * calls these on the model's stream after mrt_device_activate; the CPU versions are the
+ * reference they are checked against (tests/numeric on a GPU machine).
+ *
+ * Habits: all index math is int64 (field case B12: more than 2^31 elements); every kernel is a
+ * grid-stride loop, so a grid is capped and never sized from 32-bit products; an empty tensor
+ * returns before any launch (a grid of 0 blocks is an invalid configuration, field case B18);
+ * each launch is checked with cudaGetLastError and a failure names the kernel. Row-wise
+ * reductions over the last axis (inner == 1, the common case) use one block per row with a
+ * warp-shuffle block reduction and coalesced reads; over an inner axis (inner > 1) one thread
+ * per (outer, inner) column walks the axis, adjacent threads reading adjacent columns. Outputs
+ * never alias inputs here (plan.c writes in place only inside elementwise kernels), hence
+ * __restrict__.
+ */
+#include "modelrt.h"
+#include "mrt_kernels.h"
+
+#include <cuda_runtime.h>
+#include <limits.h>
+#include <math.h>
+#include <stdint.h>
+
+namespace {
+
+constexpr int kBlock = 256;                  // threads per block for element-wise grids
+constexpr int64_t kMaxGrid = 65535LL * 16;   // grid-stride loops cover the rest
+
+unsigned grid_for(int64_t items, int block)
+{
+    int64_t g = (items + block - 1) / block;
+    if (g > kMaxGrid)
+        g = kMaxGrid;
+    return (unsigned)(g < 1 ? 1 : g);
+}
+
+// Threads for one block per row of n elements: a multiple of 32 up to 256.
+int row_block(int64_t n)
+{
+    if (n >= kBlock)
+        return kBlock;
+    int t = (int)((n + 31) / 32) * 32;
+    return t < 32 ? 32 : t;
+}
+
+mrt_status launched(const char *fn, const char *kernel)
+{
+    cudaError_t e = cudaGetLastError();
+    if (e == cudaSuccess)
+        return MRT_OK;
+    return mrt_set_error(MRT_ERR_CUDA, "%s: kernel %s failed: %s (%s)", fn, kernel,
+                         cudaGetErrorName(e), cudaGetErrorString(e));
+}
+
+mrt_status bad_arg(const char *fn, const char *why)
+{
+    return mrt_set_error(MRT_ERR_INVALID_ARG, "%s: %s", fn, why);
+}
+
+#define LAUNCH_CHECK(fn, kernel)                                                                \
+    do {                                                                                        \
+        mrt_status st_ = launched(fn, kernel);                                                  \
+        if (st_ != MRT_OK)                                                                      \
+            return st_;                                                                         \
+    } while (0)
+
+/* ---------------------------------------------------------------- block reductions */
+
+struct MaxOp {
+    __device__ float operator()(float a, float b) const { return mrt_maxf(a, b); }
+};
+struct AddF {
+    __device__ float operator()(float a, float b) const { return a + b; }
+};
+struct AddD {
+    __device__ double operator()(double a, double b) const { return a + b; }
+};
+
+template <typename T, typename Op>
+__device__ __forceinline__ T warp_reduce(T v, Op op)
+{
+    for (int o = 16; o > 0; o >>= 1)
+        v = op(v, __shfl_xor_sync(0xffffffffu, v, o));
+    return v;
+}
+
+// Every thread of the block gets the reduction of v over the block (blockDim.x a multiple of
+// 32). Called uniformly by all threads; `shm` holds 32 values. The leading barrier makes it safe
+// to call twice in a row with the same `shm`.
+template <typename T, typename Op>
+__device__ __forceinline__ T block_reduce(T v, Op op, T *shm)
+{
+    const int lane = threadIdx.x & 31, wid = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    v = warp_reduce(v, op);
+    __syncthreads();
+    if (lane == 0)
+        shm[wid] = v;
+    __syncthreads();
+    T r = shm[0];
+    for (int i = 1; i < nw; i++)
+        r = op(r, shm[i]);
+    return r;
+}
+
+// argmax state: value and index; NaN wins (first NaN), else the larger value, ties to the
+// smaller index. (-inf, INT64_MAX) is the empty state.
+__device__ __forceinline__ void am_combine(float &m, long long &k, float m2, long long k2)
+{
+    const bool n1 = m != m, n2 = m2 != m2;
+    if (n1 || n2) {
+        if (n2 && (!n1 || k2 < k)) {
+            m = m2;
+            k = k2;
+        }
+        return;
+    }
+    if (m2 > m || (m2 == m && k2 < k)) {
+        m = m2;
+        k = k2;
+    }
+}
+
+/* ---------------------------------------------------------------- softmax */
+
+// x, y [rows, n]: one block per row.
+__global__ void softmax_rows_kernel(float *__restrict__ y, const float *__restrict__ x, int64_t rows,
+                                    int64_t n, int log)
+{
+    __shared__ float shm[32];
+    for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
+        const float *xr = x + r * n;
+        float *yr = y + r * n;
+        float m = -INFINITY;
+        for (int64_t j = threadIdx.x; j < n; j += blockDim.x)
+            m = mrt_maxf(m, xr[j]);
+        m = block_reduce(m, MaxOp(), shm);
+        if (m == -INFINITY)
+            m = 0.0f; // an all -inf row: sum 0, NaN out, as PyTorch
+        float s = 0.0f;
+        for (int64_t j = threadIdx.x; j < n; j += blockDim.x)
+            s += expf(xr[j] - m);
+        s = block_reduce(s, AddF(), shm);
+        if (log) {
+            const float ls = logf(s);
+            for (int64_t j = threadIdx.x; j < n; j += blockDim.x)
+                yr[j] = xr[j] - m - ls;
+        } else {
+            const float inv = 1.0f / s;
+            for (int64_t j = threadIdx.x; j < n; j += blockDim.x)
+                yr[j] = expf(xr[j] - m) * inv;
+        }
+    }
+}
+
+// x, y [outer, n, inner], inner > 1: one thread per (o, i) column.
+__global__ void softmax_cols_kernel(float *__restrict__ y, const float *__restrict__ x, int64_t outer,
+                                    int64_t n, int64_t inner, int log)
+{
+    const int64_t cols = outer * inner;
+    for (int64_t t = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; t < cols;
+         t += (int64_t)gridDim.x * blockDim.x) {
+        const int64_t o = t / inner, i = t - o * inner;
+        const float *xr = x + o * n * inner + i;
+        float *yr = y + o * n * inner + i;
+        float m = -INFINITY;
+        for (int64_t j = 0; j < n; j++)
+            m = mrt_maxf(m, xr[j * inner]);
+        if (m == -INFINITY)
+            m = 0.0f;
+        float s = 0.0f;
+        for (int64_t j = 0; j < n; j++)
+            s += expf(xr[j * inner] - m);
+        if (log) {
+            const float ls = logf(s);
+            for (int64_t j = 0; j < n; j++)
+                yr[j * inner] = xr[j * inner] - m - ls;
+        } else {
+            const float inv = 1.0f / s;
+            for (int64_t j = 0; j < n; j++)
+                yr[j * inner] = expf(xr[j * inner] - m) * inv;
+        }
+    }
+}
+
+// x, y [rows, n]; row r sees keys j < lim (causal: (r % L) + 1).
+__global__ void softmax_masked_kernel(float *__restrict__ y, const float *__restrict__ x, int64_t rows,
+                                      int64_t n, int64_t L, int causal, int zero_masked_rows)
+{
+    __shared__ float shm[32];
+    for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
+        const float *xr = x + r * n;
+        float *yr = y + r * n;
+        int64_t lim = causal ? (r % L) + 1 : n;
+        if (lim > n)
+            lim = n;
+        float m = -INFINITY;
+        for (int64_t j = threadIdx.x; j < lim; j += blockDim.x)
+            m = mrt_maxf(m, xr[j]);
+        m = block_reduce(m, MaxOp(), shm);
+        if (m == -INFINITY && zero_masked_rows) {
+            for (int64_t j = threadIdx.x; j < n; j += blockDim.x)
+                yr[j] = 0.0f;
+            continue; // uniform across the block: m is the same in every thread
+        }
+        float s = 0.0f;
+        for (int64_t j = threadIdx.x; j < lim; j += blockDim.x)
+            s += expf(xr[j] - m);
+        s = block_reduce(s, AddF(), shm);
+        const float inv = 1.0f / s;
+        for (int64_t j = threadIdx.x; j < n; j += blockDim.x)
+            yr[j] = j < lim ? expf(xr[j] - m) * inv : 0.0f;
+    }
+}
+
+/* ---------------------------------------------------------------- sum, max, argmax */
+
+__global__ void sum_rows_kernel(float *__restrict__ y, const float *__restrict__ x, int64_t rows, int64_t n,
+                                int mean)
+{
+    __shared__ double shm[32];
+    for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
+        const float *xr = x + r * n;
+        double s = 0.0;
+        for (int64_t j = threadIdx.x; j < n; j += blockDim.x)
+            s += xr[j];
+        s = block_reduce(s, AddD(), shm);
+        if (threadIdx.x == 0)
+            y[r] = (float)(mean ? s / (double)n : s);
+    }
+}
+
+__global__ void sum_cols_kernel(float *__restrict__ y, const float *__restrict__ x, int64_t outer, int64_t n,
+                                int64_t inner, int mean)
+{
+    const int64_t cols = outer * inner;
+    for (int64_t t = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; t < cols;
+         t += (int64_t)gridDim.x * blockDim.x) {
+        const int64_t o = t / inner, i = t - o * inner;
+        const float *xr = x + o * n * inner + i;
+        double s = 0.0;
+        for (int64_t j = 0; j < n; j++)
+            s += xr[j * inner];
+        y[t] = (float)(mean ? s / (double)n : s);
+    }
+}
+
+__global__ void max_rows_kernel(float *__restrict__ y, const float *__restrict__ x, int64_t rows, int64_t n)
+{
+    __shared__ float shm[32];
+    for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
+        const float *xr = x + r * n;
+        float m = -INFINITY; // n >= 1: every row has a first element
+        for (int64_t j = threadIdx.x; j < n; j += blockDim.x)
+            m = mrt_maxf(m, xr[j]);
+        m = block_reduce(m, MaxOp(), shm);
+        if (threadIdx.x == 0)
+            y[r] = m;
+    }
+}
+
+__global__ void max_cols_kernel(float *__restrict__ y, const float *__restrict__ x, int64_t outer, int64_t n,
+                                int64_t inner)
+{
+    const int64_t cols = outer * inner;
+    for (int64_t t = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; t < cols;
+         t += (int64_t)gridDim.x * blockDim.x) {
+        const int64_t o = t / inner, i = t - o * inner;
+        const float *xr = x + o * n * inner + i;
+        float m = xr[0];
+        for (int64_t j = 1; j < n; j++)
+            m = mrt_maxf(m, xr[j * inner]);
+        y[t] = m;
+    }
+}
+
+__global__ void argmax_rows_kernel(int64_t *__restrict__ y, const float *__restrict__ x, int64_t rows,
+                                   int64_t n)
+{
+    __shared__ float shm_m[32];
+    __shared__ long long shm_k[32];
+    const int lane = threadIdx.x & 31, wid = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
+        const float *xr = x + r * n;
+        float m = -INFINITY;
+        long long k = LLONG_MAX;
+        for (int64_t j = threadIdx.x; j < n; j += blockDim.x)
+            am_combine(m, k, xr[j], (long long)j);
+        for (int o = 16; o > 0; o >>= 1) {
+            const float m2 = __shfl_xor_sync(0xffffffffu, m, o);
+            const long long k2 = __shfl_xor_sync(0xffffffffu, k, o);
+            am_combine(m, k, m2, k2);
+        }
+        __syncthreads();
+        if (lane == 0) {
+            shm_m[wid] = m;
+            shm_k[wid] = k;
+        }
+        __syncthreads();
+        if (threadIdx.x == 0) {
+            m = shm_m[0];
+            k = shm_k[0];
+            for (int i = 1; i < nw; i++)
+                am_combine(m, k, shm_m[i], shm_k[i]);
+            y[r] = (int64_t)k;
+        }
+    }
+}
+
+__global__ void argmax_cols_kernel(int64_t *__restrict__ y, const float *__restrict__ x, int64_t outer,
+                                   int64_t n, int64_t inner)
+{
+    const int64_t cols = outer * inner;
+    for (int64_t t = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; t < cols;
+         t += (int64_t)gridDim.x * blockDim.x) {
+        const int64_t o = t / inner, i = t - o * inner;
+        const float *xr = x + o * n * inner + i;
+        float m = xr[0];
+        int64_t k = 0;
+        for (int64_t j = 1; j < n && m == m; j++) { // the CPU loop, verbatim
+            const float v = xr[j * inner];
+            if (v > m || v != v) {
+                m = v;
+                k = j;
+            }
+        }
+        y[t] = k;
+    }
+}
+
+/* ---------------------------------------------------------------- conv2d, pooling */
+
+// col [Cg*KH*KW, OH*OW] = im2col of one image's group xg [Cg, H, W] (as mrt_conv2d_f32).
+__global__ void im2col_kernel(float *__restrict__ col, const float *__restrict__ xg, int64_t Cg, int64_t H,
+                              int64_t W, int KH, int KW, int64_t OH, int64_t OW, int sh, int sw, int pt,
+                              int pl, int dh, int dw)
+{
+    const int64_t P = OH * OW, total = Cg * KH * KW * P;
+    for (int64_t t = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; t < total;
+         t += (int64_t)gridDim.x * blockDim.x) {
+        const int64_t row = t / P, p = t - row * P;
+        const int kw = (int)(row % KW);
+        const int64_t rk = row / KW;
+        const int kh = (int)(rk % KH);
+        const int64_t c = rk / KH;
+        const int64_t oh = p / OW, ow = p - oh * OW;
+        const int64_t ih = oh * sh - pt + (int64_t)kh * dh, iw = ow * sw - pl + (int64_t)kw * dw;
+        col[t] = (ih >= 0 && ih < H && iw >= 0 && iw < W) ? xg[(c * H + ih) * W + iw] : 0.0f;
+    }
+}
+
+__global__ void maxpool2d_kernel(float *__restrict__ y, const float *__restrict__ x, int64_t NC, int64_t H,
+                                 int64_t W, int64_t OH, int64_t OW, int kh, int kw, int sh, int sw, int pt,
+                                 int pl, int dh, int dw)
+{
+    const int64_t total = NC * OH * OW;
+    for (int64_t t = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; t < total;
+         t += (int64_t)gridDim.x * blockDim.x) {
+        const int64_t ow = t % OW, r = t / OW, oh = r % OH, p = r / OH;
+        const float *xp = x + p * H * W;
+        float m = -INFINITY;
+        for (int i = 0; i < kh; i++) {
+            const int64_t ih = oh * sh - pt + (int64_t)i * dh;
+            if (ih < 0 || ih >= H)
+                continue;
+            for (int j = 0; j < kw; j++) {
+                const int64_t iw = ow * sw - pl + (int64_t)j * dw;
+                if (iw >= 0 && iw < W)
+                    m = mrt_maxf(m, xp[ih * W + iw]);
+            }
+        }
+        y[t] = m;
+    }
+}
+
+__global__ void avgpool2d_kernel(float *__restrict__ y, const float *__restrict__ x, int64_t NC, int64_t H,
+                                 int64_t W, int64_t OH, int64_t OW, int kh, int kw, int sh, int sw, int pt,
+                                 int pl, int pb, int pr, int count_include_pad)
+{
+    const int64_t total = NC * OH * OW;
+    for (int64_t t = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; t < total;
+         t += (int64_t)gridDim.x * blockDim.x) {
+        const int64_t ow = t % OW, r = t / OW, oh = r % OH, p = r / OH;
+        const float *xp = x + p * H * W;
+        const int64_t h0 = oh * sh - pt, w0 = ow * sw - pl;
+        const int64_t h1 = h0 + kh, w1 = w0 + kw;
+        // clipped to the explicitly padded input (divisor) and to the input (sum); B23, B24
+        const int64_t ph0 = h0 < -pt ? -pt : h0, ph1 = h1 > H + pb ? H + pb : h1;
+        const int64_t pw0 = w0 < -pl ? -pl : w0, pw1 = w1 > W + pr ? W + pr : w1;
+        const int64_t ih0 = h0 < 0 ? 0 : h0, ih1 = h1 > H ? H : h1;
+        const int64_t iw0 = w0 < 0 ? 0 : w0, iw1 = w1 > W ? W : w1;
+        double s = 0.0;
+        for (int64_t ih = ih0; ih < ih1; ih++)
+            for (int64_t iw = iw0; iw < iw1; iw++)
+                s += xp[ih * W + iw];
+        const int64_t cnt = count_include_pad ? (ph1 - ph0) * (pw1 - pw0) : (ih1 - ih0) * (iw1 - iw0);
+        y[t] = cnt > 0 ? (float)(s / (double)cnt) : 0.0f;
+    }
+}
+
+__global__ void adaptive_avgpool2d_kernel(float *__restrict__ y, const float *__restrict__ x, int64_t NC,
+                                          int64_t H, int64_t W, int64_t OH, int64_t OW)
+{
+    const int64_t total = NC * OH * OW;
+    for (int64_t t = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; t < total;
+         t += (int64_t)gridDim.x * blockDim.x) {
+        const int64_t j = t % OW, r = t / OW, i = r % OH, p = r / OH;
+        const float *xp = x + p * H * W;
+        const int64_t h0 = i * H / OH, h1 = ((i + 1) * H + OH - 1) / OH;
+        const int64_t w0 = j * W / OW, w1 = ((j + 1) * W + OW - 1) / OW;
+        double s = 0.0;
+        for (int64_t ih = h0; ih < h1; ih++)
+            for (int64_t iw = w0; iw < w1; iw++)
+                s += xp[ih * W + iw];
+        y[t] = (float)(s / (double)((h1 - h0) * (w1 - w0)));
+    }
+}
+
+/* ---------------------------------------------------------------- layernorm, embedding, concat */
+
+__global__ void layernorm_kernel(float *__restrict__ y, const float *__restrict__ x, const float *__restrict__ w,
+                                 const float *__restrict__ b, int64_t rows, int64_t D, float eps)
+{
+    __shared__ double shm[32];
+    for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
+        const float *xr = x + r * D;
+        float *yr = y + r * D;
+        double s = 0.0;
+        for (int64_t j = threadIdx.x; j < D; j += blockDim.x)
+            s += xr[j];
+        const double mean = block_reduce(s, AddD(), shm) / (double)D;
+        double v = 0.0;
+        for (int64_t j = threadIdx.x; j < D; j += blockDim.x) {
+            const double d = xr[j] - mean;
+            v += d * d;
+        }
+        const double var = block_reduce(v, AddD(), shm) / (double)D;
+        const float inv = (float)(1.0 / sqrt(var + (double)eps));
+        const float mf = (float)mean;
+        for (int64_t j = threadIdx.x; j < D; j += blockDim.x)
+            yr[j] = (xr[j] - mf) * inv * w[j] + b[j];
+    }
+}
+
+// y [n, D] = w[ids]; rows with an id outside [0, V) are skipped and the smallest such position
+// goes to *first_bad (initialised to ~0). Dl = max(D, 1), so that D == 0 still checks every id.
+__global__ void embedding_kernel(float *__restrict__ y, const void *__restrict__ ids, int ids_i64, int64_t n,
+                                 const float *__restrict__ w, int64_t V, int64_t D, int64_t Dl,
+                                 unsigned long long *__restrict__ first_bad)
+{
+    const int64_t total = n * Dl;
+    for (int64_t t = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; t < total;
+         t += (int64_t)gridDim.x * blockDim.x) {
+        const int64_t i = t / Dl, j = t - i * Dl;
+        const int64_t id = ids_i64 ? ((const int64_t *)ids)[i] : (int64_t)((const int32_t *)ids)[i];
+        if (id < 0 || id >= V) {
+            if (j == 0)
+                atomicMin(first_bad, (unsigned long long)i);
+        } else if (j < D) {
+            y[i * D + j] = w[id * D + j];
+        }
+    }
+}
+
+// outer rows of `words` T-sized words from x (row pitch x_row bytes) to y + y_offset (pitch y_row).
+template <typename T>
+__global__ void concat_kernel(char *__restrict__ y, const char *__restrict__ x, int64_t outer, int64_t words,
+                              int64_t x_row, int64_t y_row, int64_t y_offset)
+{
+    const int64_t total = outer * words;
+    for (int64_t t = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; t < total;
+         t += (int64_t)gridDim.x * blockDim.x) {
+        const int64_t o = t / words, k = t - o * words;
+        reinterpret_cast<T *>(y + o * y_row + y_offset)[k] = reinterpret_cast<const T *>(x + o * x_row)[k];
+    }
+}
+
+template <typename T>
+mrt_status concat_launch(cudaStream_t s, void *y, const void *x, int64_t outer, int64_t x_row, int64_t y_row,
+                         int64_t y_offset)
+{
+    const int64_t words = x_row / (int64_t)sizeof(T);
+    concat_kernel<T><<<grid_for(outer * words, kBlock), kBlock, 0, s>>>((char *)y, (const char *)x, outer,
+                                                                         words, x_row, y_row, y_offset);
+    return launched("mrt_cuda_concat_part", "concat_kernel");
+}
+
+} // namespace
+
+/* ---------------------------------------------------------------- entry points */
+
+extern "C" {
+
+mrt_status mrt_cuda_softmax_f32(void *stream, float *y, const float *x, int64_t outer, int64_t n, int64_t inner,
+                                int log)
+{
+    static const char fn[] = "mrt_cuda_softmax_f32";
+    if (outer < 0 || n < 0 || inner < 0)
+        return bad_arg(fn, "negative dimension");
+    if (outer == 0 || n == 0 || inner == 0)
+        return MRT_OK;
+    cudaStream_t s = (cudaStream_t)stream;
+    if (inner == 1) {
+        const int t = row_block(n);
+        softmax_rows_kernel<<<grid_for(outer, 1), t, 0, s>>>(y, x, outer, n, log);
+        LAUNCH_CHECK(fn, "softmax_rows_kernel");
+    } else {
+        softmax_cols_kernel<<<grid_for(outer * inner, kBlock), kBlock, 0, s>>>(y, x, outer, n, inner, log);
+        LAUNCH_CHECK(fn, "softmax_cols_kernel");
+    }
+    return MRT_OK;
+}
+
+mrt_status mrt_cuda_softmax_masked_f32(void *stream, float *y, const float *x, int64_t rows, int64_t n, int64_t L,
+                                       int causal, int zero_masked_rows)
+{
+    static const char fn[] = "mrt_cuda_softmax_masked_f32";
+    if (rows < 0 || n < 0)
+        return bad_arg(fn, "negative dimension");
+    if (causal && L <= 0)
+        return bad_arg(fn, "causal mask with query length L <= 0");
+    if (rows == 0 || n == 0)
+        return MRT_OK;
+    softmax_masked_kernel<<<grid_for(rows, 1), row_block(n), 0, (cudaStream_t)stream>>>(y, x, rows, n, L, causal,
+                                                                                       zero_masked_rows);
+    LAUNCH_CHECK(fn, "softmax_masked_kernel");
+    return MRT_OK;
+}
+
+mrt_status mrt_cuda_sum_f32(void *stream, float *y, const float *x, int64_t outer, int64_t n, int64_t inner, int mean)
+{
+    static const char fn[] = "mrt_cuda_sum_f32";
+    if (outer < 0 || n < 0 || inner < 0)
+        return bad_arg(fn, "negative dimension");
+    if (outer == 0 || inner == 0)
+        return MRT_OK;
+    cudaStream_t s = (cudaStream_t)stream;
+    if (inner == 1) {
+        sum_rows_kernel<<<grid_for(outer, 1), row_block(n), 0, s>>>(y, x, outer, n, mean);
+        LAUNCH_CHECK(fn, "sum_rows_kernel");
+    } else {
+        sum_cols_kernel<<<grid_for(outer * inner, kBlock), kBlock, 0, s>>>(y, x, outer, n, inner, mean);
+        LAUNCH_CHECK(fn, "sum_cols_kernel");
+    }
+    return MRT_OK;
+}
+
+mrt_status mrt_cuda_max_f32(void *stream, float *y, const float *x, int64_t outer, int64_t n, int64_t inner)
+{
+    static const char fn[] = "mrt_cuda_max_f32";
+    if (outer < 0 || n < 0 || inner < 0)
+        return bad_arg(fn, "negative dimension");
+    if (outer == 0 || inner == 0)
+        return MRT_OK;
+    if (n == 0)
+        return bad_arg(fn, "max over an empty axis");
+    cudaStream_t s = (cudaStream_t)stream;
+    if (inner == 1) {
+        max_rows_kernel<<<grid_for(outer, 1), row_block(n), 0, s>>>(y, x, outer, n);
+        LAUNCH_CHECK(fn, "max_rows_kernel");
+    } else {
+        max_cols_kernel<<<grid_for(outer * inner, kBlock), kBlock, 0, s>>>(y, x, outer, n, inner);
+        LAUNCH_CHECK(fn, "max_cols_kernel");
+    }
+    return MRT_OK;
+}
+
+mrt_status mrt_cuda_argmax_f32(void *stream, int64_t *y, const float *x, int64_t outer, int64_t n, int64_t inner)
+{
+    static const char fn[] = "mrt_cuda_argmax_f32";
+    if (outer < 0 || n < 0 || inner < 0)
+        return bad_arg(fn, "negative dimension");
+    if (outer == 0 || inner == 0)
+        return MRT_OK;
+    if (n == 0)
+        return bad_arg(fn, "argmax over an empty axis");
+    cudaStream_t s = (cudaStream_t)stream;
+    if (inner == 1) {
+        argmax_rows_kernel<<<grid_for(outer, 1), row_block(n), 0, s>>>(y, x, outer, n);
+        LAUNCH_CHECK(fn, "argmax_rows_kernel");
+    } else {
+        argmax_cols_kernel<<<grid_for(outer * inner, kBlock), kBlock, 0, s>>>(y, x, outer, n, inner);
+        LAUNCH_CHECK(fn, "argmax_cols_kernel");
+    }
+    return MRT_OK;
+}
+
+mrt_status mrt_cuda_conv2d_f32(void *stream, float *y, const float *x, const float *w, int64_t N, int64_t C, int64_t H,
+                               int64_t W, int64_t O, int KH, int KW, int64_t OH, int64_t OW, int sh, int sw, int pt,
+                               int pl, int dh, int dw, int groups, float *col)
+{
+    static const char fn[] = "mrt_cuda_conv2d_f32";
+    if (N < 0 || C < 0 || H < 0 || W < 0 || O < 0 || OH < 0 || OW < 0 || KH < 1 || KW < 1 || sh < 1 ||
+        sw < 1 || dh < 1 || dw < 1 || groups < 1 || C % groups != 0 || O % groups != 0)
+        return bad_arg(fn, "bad shape or attributes");
+    if (N == 0 || O == 0 || OH == 0 || OW == 0)
+        return MRT_OK;
+    int cur = 0;
+    cudaError_t e = cudaGetDevice(&cur); // the device mrt_device_activate made current
+    if (e != cudaSuccess)
+        return mrt_set_error(MRT_ERR_CUDA, "%s: cudaGetDevice failed: %s", fn, cudaGetErrorString(e));
+    const mrt_device dev = {MRT_DEVICE_CUDA, cur};
+    cudaStream_t s = (cudaStream_t)stream;
+    const int64_t Cg = C / groups, Og = O / groups, K = Cg * KH * KW, P = OH * OW;
+    const bool direct = KH == 1 && KW == 1 && sh == 1 && sw == 1 && pt == 0 && pl == 0 && OH == H && OW == W;
+    mrt_status st;
+    if (direct) {
+        // x is already [C/g, H*W] per image and group: no im2col.
+        if (groups == 1)
+            return mrt_gemm_f32(dev, stream, 0, 0, O, P, K, 1.0f, w, K, 0, x, P, C * P, 0.0f, y, P, O * P, N);
+        for (int64_t n = 0; n < N; n++)
+            if ((st = mrt_gemm_f32(dev, stream, 0, 0, Og, P, K, 1.0f, w, K, Og * K, x + n * C * P, P, Cg * P,
+                                   0.0f, y + n * O * P, P, Og * P, groups)) != MRT_OK)
+                return st;
+        return MRT_OK;
+    }
+    if (!col)
+        return bad_arg(fn, "col is NULL but the convolution needs im2col");
+    for (int64_t n = 0; n < N; n++)
+        for (int g = 0; g < groups; g++) {
+            const float *xg = x + (n * C + (int64_t)g * Cg) * H * W;
+            im2col_kernel<<<grid_for(K * P, kBlock), kBlock, 0, s>>>(col, xg, Cg, H, W, KH, KW, OH, OW, sh, sw,
+                                                                     pt, pl, dh, dw);
+            LAUNCH_CHECK(fn, "im2col_kernel");
+            // stream order keeps the next im2col from overwriting col before this GEMM read it
+            if ((st = mrt_gemm_f32(dev, stream, 0, 0, Og, P, K, 1.0f, w + g * Og * K, K, 0, col, P, 0, 0.0f,
+                                   y + (n * O + g * Og) * P, P, 0, 1)) != MRT_OK)
+                return st;
+        }
+    return MRT_OK;
+}
+
+mrt_status mrt_cuda_maxpool2d_f32(void *stream, float *y, const float *x, int64_t NC, int64_t H, int64_t W, int64_t OH,
+                                  int64_t OW, int kh, int kw, int sh, int sw, int pt, int pl, int dh, int dw)
+{
+    static const char fn[] = "mrt_cuda_maxpool2d_f32";
+    if (NC < 0 || H < 0 || W < 0 || OH < 0 || OW < 0)
+        return bad_arg(fn, "negative dimension");
+    const int64_t total = NC * OH * OW;
+    if (total == 0)
+        return MRT_OK;
+    maxpool2d_kernel<<<grid_for(total, kBlock), kBlock, 0, (cudaStream_t)stream>>>(y, x, NC, H, W, OH, OW, kh, kw,
+                                                                                  sh, sw, pt, pl, dh, dw);
+    LAUNCH_CHECK(fn, "maxpool2d_kernel");
+    return MRT_OK;
+}
+
+mrt_status mrt_cuda_avgpool2d_f32(void *stream, float *y, const float *x, int64_t NC, int64_t H, int64_t W, int64_t OH,
+                                  int64_t OW, int kh, int kw, int sh, int sw, int pt, int pl, int pb, int pr,
+                                  int count_include_pad)
+{
+    static const char fn[] = "mrt_cuda_avgpool2d_f32";
+    if (NC < 0 || H < 0 || W < 0 || OH < 0 || OW < 0)
+        return bad_arg(fn, "negative dimension");
+    const int64_t total = NC * OH * OW;
+    if (total == 0)
+        return MRT_OK;
+    avgpool2d_kernel<<<grid_for(total, kBlock), kBlock, 0, (cudaStream_t)stream>>>(
+        y, x, NC, H, W, OH, OW, kh, kw, sh, sw, pt, pl, pb, pr, count_include_pad);
+    LAUNCH_CHECK(fn, "avgpool2d_kernel");
+    return MRT_OK;
+}
+
+mrt_status mrt_cuda_adaptive_avgpool2d_f32(void *stream, float *y, const float *x, int64_t NC, int64_t H, int64_t W,
+                                           int64_t OH, int64_t OW)
+{
+    static const char fn[] = "mrt_cuda_adaptive_avgpool2d_f32";
+    if (NC < 0 || H < 1 || W < 1 || OH < 0 || OW < 0)
+        return bad_arg(fn, "bad dimension");
+    const int64_t total = NC * OH * OW;
+    if (total == 0)
+        return MRT_OK;
+    adaptive_avgpool2d_kernel<<<grid_for(total, kBlock), kBlock, 0, (cudaStream_t)stream>>>(y, x, NC, H, W, OH,
+                                                                                           OW);
+    LAUNCH_CHECK(fn, "adaptive_avgpool2d_kernel");
+    return MRT_OK;
+}
+
+mrt_status mrt_cuda_layernorm_f32(void *stream, float *y, const float *x, const float *w, const float *b, int64_t rows,
+                                  int64_t D, float eps)
+{
+    static const char fn[] = "mrt_cuda_layernorm_f32";
+    if (rows < 0 || D < 0)
+        return bad_arg(fn, "negative dimension");
+    if (rows == 0 || D == 0)
+        return MRT_OK;
+    layernorm_kernel<<<grid_for(rows, 1), row_block(D), 0, (cudaStream_t)stream>>>(y, x, w, b, rows, D, eps);
+    LAUNCH_CHECK(fn, "layernorm_kernel");
+    return MRT_OK;
+}
+
+mrt_status mrt_cuda_embedding_f32(void *stream, float *y, const void *ids, int ids_i64, int64_t n, const float *w,
+                                  int64_t V, int64_t D, const char *what)
+{
+    static const char fn[] = "mrt_cuda_embedding_f32";
+    if (!what)
+        what = fn;
+    if (n < 0 || V < 0 || D < 0)
+        return bad_arg(what, "negative dimension");
+    if (n == 0)
+        return MRT_OK;
+    cudaStream_t s = (cudaStream_t)stream;
+    // A device word for the first bad position: stream-ordered, so concurrent calls on other
+    // streams do not share it (cudaMalloc where memory pools are unsupported).
+    unsigned long long *flag = NULL, host_flag = ~0ull;
+    bool pooled = true;
+    auto release = [&]() {
+        if (flag && (pooled ? cudaFreeAsync(flag, s) : cudaFree(flag)) != cudaSuccess)
+            (void)cudaGetLastError();
+        flag = NULL;
+    };
+    cudaError_t e = cudaMallocAsync((void **)&flag, sizeof *flag, s);
+    if (e != cudaSuccess) {
+        (void)cudaGetLastError();
+        pooled = false;
+        flag = NULL;
+        e = cudaMalloc((void **)&flag, sizeof *flag);
+    }
+    if (e == cudaSuccess)
+        e = cudaMemsetAsync(flag, 0xff, sizeof *flag, s);
+    if (e != cudaSuccess) {
+        (void)cudaGetLastError();
+        release();
+        return mrt_set_error(MRT_ERR_CUDA, "%s: cannot set up the id check: %s (%s)", what, cudaGetErrorName(e),
+                             cudaGetErrorString(e));
+    }
+    const int64_t Dl = D > 0 ? D : 1;
+    embedding_kernel<<<grid_for(n * Dl, kBlock), kBlock, 0, s>>>(y, ids, ids_i64, n, w, V, D, Dl, flag);
+    mrt_status st = launched(what, "embedding_kernel");
+    if (st != MRT_OK) {
+        release();
+        return st;
+    }
+    e = cudaMemcpyAsync(&host_flag, flag, sizeof host_flag, cudaMemcpyDeviceToHost, s);
+    if (e == cudaSuccess && pooled)
+        release(); // queued after the copy
+    if (e == cudaSuccess)
+        e = cudaStreamSynchronize(s);
+    release(); // cudaFree after the synchronisation (a no-op when already released)
+    if (e != cudaSuccess) {
+        (void)cudaGetLastError();
+        return mrt_set_error(MRT_ERR_CUDA, "%s: reading back the id check failed: %s (%s)", what,
+                             cudaGetErrorName(e), cudaGetErrorString(e));
+    }
+    if (host_flag == ~0ull)
+        return MRT_OK;
+    const int64_t pos = (int64_t)host_flag;
+    int64_t bad = 0;
+    const size_t isz = ids_i64 ? 8 : 4;
+    int32_t bad32 = 0;
+    e = cudaMemcpyAsync(ids_i64 ? (void *)&bad : (void *)&bad32, (const char *)ids + (size_t)pos * isz, isz,
+                        cudaMemcpyDeviceToHost, s);
+    if (e == cudaSuccess)
+        e = cudaStreamSynchronize(s);
+    if (e != cudaSuccess) {
+        (void)cudaGetLastError();
+        return mrt_set_error(MRT_ERR_INVALID_ARG, "%s: id at position %lld is out of range [0, %lld)", what,
+                             (long long)pos, (long long)V);
+    }
+    if (!ids_i64)
+        bad = bad32;
+    return mrt_set_error(MRT_ERR_INVALID_ARG, "%s: id %lld at position %lld is out of range [0, %lld)", what,
+                         (long long)bad, (long long)pos, (long long)V);
+}
+
+mrt_status mrt_cuda_concat_part(void *stream, void *y, const void *x, int64_t outer, int64_t x_row, int64_t y_row,
+                                int64_t y_offset)
+{
+    static const char fn[] = "mrt_cuda_concat_part";
+    if (outer < 0 || x_row < 0 || y_row < 0 || y_offset < 0 || (outer > 1 && x_row + y_offset > y_row))
+        return bad_arg(fn, "bad row sizes");
+    if (outer == 0 || x_row == 0)
+        return MRT_OK;
+    cudaStream_t s = (cudaStream_t)stream;
+    if (outer == 1 || (x_row == y_row && y_offset == 0)) { // one contiguous block
+        cudaError_t e = cudaMemcpyAsync((char *)y + y_offset, x, (size_t)(outer * x_row), cudaMemcpyDeviceToDevice, s);
+        if (e != cudaSuccess) {
+            (void)cudaGetLastError();
+            return mrt_set_error(MRT_ERR_CUDA, "%s: copying %lld bytes failed: %s (%s)", fn,
+                                 (long long)(outer * x_row), cudaGetErrorName(e), cudaGetErrorString(e));
+        }
+        return MRT_OK;
+    }
+    // the widest word that divides every address and pitch involved
+    const uint64_t a = (uint64_t)(uintptr_t)x | ((uint64_t)(uintptr_t)y + (uint64_t)y_offset) | (uint64_t)x_row |
+                       (uint64_t)y_row;
+    if (a % 16 == 0)
+        return concat_launch<uint4>(s, y, x, outer, x_row, y_row, y_offset);
+    if (a % 8 == 0)
+        return concat_launch<uint2>(s, y, x, outer, x_row, y_row, y_offset);
+    if (a % 4 == 0)
+        return concat_launch<uint32_t>(s, y, x, outer, x_row, y_row, y_offset);
+    return concat_launch<unsigned char>(s, y, x, outer, x_row, y_row, y_offset);
+}
+
+} // extern "C"

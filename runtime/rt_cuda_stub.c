@@ -1,0 +1,167 @@
+/*
+ * rt_cuda_stub.c — the CUDA half of modelrt in a build without CUDA (no nvcc when modelrt was
+ * built; the Makefile compiles this file instead of rt_cuda.c and rt_cuda_kernels.cu). Every
+ * CUDA entry point of modelrt.h exists and answers as the header says: no devices, with the
+ * reason, and MRT_ERR_DEVICE for anything that needs one. (The runtime builds with
+ * -Wno-unused-parameter.)
+ */
+#include "rt_internal.h"
+
+#include <string.h>
+
+static const char rt_no_cuda[] = "this build of modelrt has no CUDA support";
+
+static mrt_status rt_no_cuda_err(const char *what)
+{
+    return mrt_set_error(MRT_ERR_DEVICE, "%s: %s", what, rt_no_cuda);
+}
+
+int mrt_cuda_device_count(const char **why)
+{
+    if (why)
+        *why = rt_no_cuda;
+    return 0;
+}
+
+mrt_status mrt_cuda_check_launch(const char *what)
+{
+    return rt_no_cuda_err(what ? what : "kernel launch");
+}
+
+/* ---------------------------------------------------------------- internal (rt_internal.h) */
+
+mrt_status rt_cuda_info(int index, mrt_device_info *info, int with_free)
+{
+    if (info)
+        memset(info, 0, sizeof *info);
+    return mrt_set_error(MRT_ERR_DEVICE, "cuda:%d: %s", index, rt_no_cuda);
+}
+
+void *rt_cuda_alloc(int index, size_t bytes)
+{
+    mrt_set_error(MRT_ERR_DEVICE, "cannot allocate %zu bytes on cuda:%d: %s", bytes, index,
+                  rt_no_cuda);
+    return NULL;
+}
+
+void rt_cuda_free(int index, void *p)
+{
+}
+
+mrt_status rt_cuda_activate(int index)
+{
+    return mrt_set_error(MRT_ERR_DEVICE, "cannot activate cuda:%d: %s", index, rt_no_cuda);
+}
+
+mrt_status rt_cuda_stream_create(int index, void **stream)
+{
+    if (stream)
+        *stream = NULL;
+    return mrt_set_error(MRT_ERR_DEVICE, "cannot create a stream on cuda:%d: %s", index,
+                         rt_no_cuda);
+}
+
+void rt_cuda_stream_destroy(int index, void *stream)
+{
+}
+
+mrt_status rt_cuda_stream_sync(int index, void *stream, const char *what)
+{
+    return mrt_set_error(MRT_ERR_DEVICE, "%s: cannot synchronize cuda:%d: %s", what, index,
+                         rt_no_cuda);
+}
+
+mrt_status rt_cuda_memcpy(mrt_device dst_dev, void *dst, mrt_device src_dev, const void *src,
+                          size_t bytes, void *stream)
+{
+    char dn[32], sn[32];
+    return mrt_set_error(MRT_ERR_DEVICE, "cannot copy %zu bytes from %s to %s: %s", bytes,
+                         mrt_device_str(src_dev, sn, sizeof sn),
+                         mrt_device_str(dst_dev, dn, sizeof dn), rt_no_cuda);
+}
+
+int rt_cuda_pointer_index(const void *p)
+{
+    return -1;
+}
+
+mrt_status rt_cuda_gemm(int index, void *stream, int trans_a, int trans_b, int M, int N, int K,
+                        float alpha, const float *A, int lda, int64_t strideA, const float *B,
+                        int ldb, int64_t strideB, float beta, float *C, int ldc, int64_t strideC,
+                        int batch)
+{
+    return mrt_set_error(MRT_ERR_DEVICE, "gemm on cuda:%d: %s", index, rt_no_cuda);
+}
+
+/* ---------------------------------------------------------------- library kernels */
+
+mrt_status mrt_cuda_softmax_f32(void *stream, float *y, const float *x, int64_t outer, int64_t n, int64_t inner,
+                                int log)
+{
+    return rt_no_cuda_err("mrt_cuda_softmax_f32");
+}
+
+mrt_status mrt_cuda_softmax_masked_f32(void *stream, float *y, const float *x, int64_t rows, int64_t n, int64_t L,
+                                       int causal, int zero_masked_rows)
+{
+    return rt_no_cuda_err("mrt_cuda_softmax_masked_f32");
+}
+
+mrt_status mrt_cuda_sum_f32(void *stream, float *y, const float *x, int64_t outer, int64_t n, int64_t inner, int mean)
+{
+    return rt_no_cuda_err("mrt_cuda_sum_f32");
+}
+
+mrt_status mrt_cuda_max_f32(void *stream, float *y, const float *x, int64_t outer, int64_t n, int64_t inner)
+{
+    return rt_no_cuda_err("mrt_cuda_max_f32");
+}
+
+mrt_status mrt_cuda_argmax_f32(void *stream, int64_t *y, const float *x, int64_t outer, int64_t n, int64_t inner)
+{
+    return rt_no_cuda_err("mrt_cuda_argmax_f32");
+}
+
+mrt_status mrt_cuda_conv2d_f32(void *stream, float *y, const float *x, const float *w, int64_t N, int64_t C, int64_t H,
+                               int64_t W, int64_t O, int KH, int KW, int64_t OH, int64_t OW, int sh, int sw, int pt,
+                               int pl, int dh, int dw, int groups, float *col)
+{
+    return rt_no_cuda_err("mrt_cuda_conv2d_f32");
+}
+
+mrt_status mrt_cuda_maxpool2d_f32(void *stream, float *y, const float *x, int64_t NC, int64_t H, int64_t W, int64_t OH,
+                                  int64_t OW, int kh, int kw, int sh, int sw, int pt, int pl, int dh, int dw)
+{
+    return rt_no_cuda_err("mrt_cuda_maxpool2d_f32");
+}
+
+mrt_status mrt_cuda_avgpool2d_f32(void *stream, float *y, const float *x, int64_t NC, int64_t H, int64_t W, int64_t OH,
+                                  int64_t OW, int kh, int kw, int sh, int sw, int pt, int pl, int pb, int pr,
+                                  int count_include_pad)
+{
+    return rt_no_cuda_err("mrt_cuda_avgpool2d_f32");
+}
+
+mrt_status mrt_cuda_adaptive_avgpool2d_f32(void *stream, float *y, const float *x, int64_t NC, int64_t H, int64_t W,
+                                           int64_t OH, int64_t OW)
+{
+    return rt_no_cuda_err("mrt_cuda_adaptive_avgpool2d_f32");
+}
+
+mrt_status mrt_cuda_layernorm_f32(void *stream, float *y, const float *x, const float *w, const float *b, int64_t rows,
+                                  int64_t D, float eps)
+{
+    return rt_no_cuda_err("mrt_cuda_layernorm_f32");
+}
+
+mrt_status mrt_cuda_embedding_f32(void *stream, float *y, const void *ids, int ids_i64, int64_t n, const float *w,
+                                  int64_t V, int64_t D, const char *what)
+{
+    return rt_no_cuda_err(what ? what : "mrt_cuda_embedding_f32");
+}
+
+mrt_status mrt_cuda_concat_part(void *stream, void *y, const void *x, int64_t outer, int64_t x_row, int64_t y_row,
+                                int64_t y_offset)
+{
+    return rt_no_cuda_err("mrt_cuda_concat_part");
+}
