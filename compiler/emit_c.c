@@ -837,9 +837,10 @@ static void emit_source(Emit *e, FILE *o, const char *h_include) {
     for (int i = 0; i < g->noutputs; i++) fprintf(o, ", (%s *)out[%d]", c_type(g->outputs[i].node->dtype), i);
     fprintf(o, ");\n}\n\n");
     fprintf(o, "const mrt_model_info %s_info = {\n    \"%s\", %d, %d, %s_inputs, %s_outputs, %d, %d,\n"
-               "    %s_WEIGHT_BYTES, %s_ARENA_BYTES_CPU,\n    %s_create_v, %s_load_v, %s_run_v, %s_destroy_v, %s_device_v,\n    %d,\n};\n",
+               "    %s_WEIGHT_BYTES, %s_ARENA_BYTES_CPU,\n    %s_create_v, %s_load_v, %s_run_v, %s_destroy_v, %s_device_v,\n    %d,\n"
+               "    %s_ARENA_BYTES_CUDA,\n};\n",
             e->pfx, g->name, g->ninputs, g->noutputs, e->pfx, e->pfx, g->has_batch ? 1 : 0, g->has_batch ? g->max_batch : 1,
-            e->PFX, e->PFX, e->pfx, e->pfx, e->pfx, e->pfx, e->pfx, graph_batch_separable(g) ? 1 : 0);
+            e->PFX, e->PFX, e->pfx, e->pfx, e->pfx, e->pfx, e->pfx, graph_batch_separable(g) ? 1 : 0, e->PFX);
 }
 
 static char *render(void (*fn)(Emit *, FILE *, const char *), Emit *e, const char *arg, size_t *len) {

@@ -321,6 +321,7 @@ typedef struct mrt_model_info {
                                as its leading axis and no op mixes batch items (no reduction
                                over the batch, no matmul contracting it): running a batch in
                                chunks then gives the same result as one run */
+    size_t arena_bytes_cuda; /* bytes of the activation arena on a GPU (256-byte alignment) */
 } mrt_model_info;
 
 /** The command-line driver of generated executables:

@@ -505,9 +505,10 @@ static int cli_execute(const mrt_model_info *info, const cli_opts *o, const char
     char dev[32] = "cpu:0";
     if (info->device)
         mrt_device_str(info->device(r.model), dev, sizeof dev);
+    int on_cuda = info->device && info->device(r.model).kind == MRT_DEVICE_CUDA;
+    size_t arena = on_cuda && info->arena_bytes_cuda ? info->arena_bytes_cuda : info->arena_bytes;
     if (o->memory)
-        fprintf(stderr, "memory: weights %zu bytes, arena %zu bytes (device %s)\n",
-                info->weight_bytes, info->arena_bytes, dev);
+        fprintf(stderr, "memory: weights %zu bytes, arena %zu bytes (device %s)\n", info->weight_bytes, arena, dev);
     if (o->weights) {
         if (!info->load_weights) {
             if (info->weight_bytes > 0) {
@@ -529,8 +530,8 @@ static int cli_execute(const mrt_model_info *info, const cli_opts *o, const char
             goto done;
     double t1 = cli_now_ms();
     if (o->time)
-        fprintf(stderr, "time: %.3f ms per run (%ld run%s, batch %d, device %s)\n",
-                (t1 - t0) / (double)repeat, repeat, repeat == 1 ? "" : "s", r.batch, dev);
+        fprintf(stderr, "time: %.3f ms per run (%ld run%s, batch %d, device %s; weights %zu bytes, arena %zu bytes)\n",
+                (t1 - t0) / (double)repeat, repeat, repeat == 1 ? "" : "s", r.batch, dev, info->weight_bytes, arena);
 
     /* Outputs, each written whole or not at all. */
     for (int i = 0; i < nout; i++) {
