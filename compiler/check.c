@@ -269,6 +269,8 @@ static void sort_args(Checker *c, const Ast *e, const OpSpec *spec, Call *call) 
             call->nt = npos;
             continue;
         }
+        if (spec->max_t > 3 && !variadic_attr && !is_attr_literal(a->val))
+            error_at(a->loc, "'%s' takes at most %d tensors", spec->name, spec->max_t);
         int k = npos - spec->max_t;
         if (k >= spec->nattrs || call->nt < spec->min_t)
             error_at(a->loc, "too many arguments to '%s': it takes %s%d tensor%s%s", spec->name,
@@ -677,12 +679,16 @@ static void attr_ints(const Call *call, int k, int *out, int n, int def, bool pa
              pad ? " or [top, left, bottom, right]" : "", ast_text(v));
 }
 
-/* Output length of a sliding window, PyTorch's rule (see docs/language.md); <= 0 means empty. */
+static int64_t floor_div(int64_t a, int64_t b) { return a >= 0 ? a / b : -((-a + b - 1) / b); }
+static int64_t ceil_div(int64_t a, int64_t b) { return a >= 0 ? (a + b - 1) / b : -(-a / b); }
+
+/* Output length of a sliding window, PyTorch's rule (see docs/language.md); <= 0 means empty.
+ * The division is a true floor (or ceil): C's truncation would turn L=1, k=2, s=2 into 1
+ * (field case B22). */
 static int64_t window_out(int64_t L, int k, int s, int pb, int pe, int d, bool ceil_mode) {
     int64_t num = L + pb + pe - (int64_t)d * (k - 1) - 1;
-    if (num < 0) return 0;
-    int64_t o = (ceil_mode ? (num + s - 1) / s : num / s) + 1;
-    if (ceil_mode && (o - 1) * s >= L + pb) o--;
+    int64_t o = (ceil_mode ? ceil_div(num, s) : floor_div(num, s)) + 1;
+    if (ceil_mode && o > 0 && (o - 1) * s >= L + pb) o--;
     return o;
 }
 
@@ -696,14 +702,20 @@ static void require_nchw(Checker *c, const Call *call, Node *x) {
                      shp(c, &x->shape));
 }
 
+/* Where attribute `name` was written (its value), or the call if it was not. */
+static Loc attr_loc(const Call *call, const char *name) {
+    for (int k = 0; k < call->spec->nattrs; k++)
+        if (!strcmp(call->spec->attrs[k].name, name) && call->attr[k]) return call->attr[k]->loc;
+    return call->ast->loc;
+}
+
 static void check_window_attrs(const Call *call, const int *stride, const int *dil, const int *pad) {
-    Loc l = call->ast->loc;
     for (int i = 0; i < 2; i++) {
-        if (stride[i] < 1) error_at(call->attr[1] ? call->attr[1]->loc : l, "'%s' stride must be >= 1, got %d", call->spec->name, stride[i]);
-        if (dil[i] < 1) error_at(l, "'%s' dilation must be >= 1, got %d", call->spec->name, dil[i]);
+        if (stride[i] < 1) error_at(attr_loc(call, "stride"), "'%s' stride must be >= 1, got %d", call->spec->name, stride[i]);
+        if (dil[i] < 1) error_at(attr_loc(call, "dilation"), "'%s' dilation must be >= 1, got %d", call->spec->name, dil[i]);
     }
     for (int i = 0; i < 4; i++)
-        if (pad[i] < 0) error_at(l, "'%s' padding must be >= 0, got %d", call->spec->name, pad[i]);
+        if (pad[i] < 0) error_at(attr_loc(call, "padding"), "'%s' padding must be >= 0, got %d", call->spec->name, pad[i]);
 }
 
 static void window_shape(Checker *c, const Call *call, Node *n, const Node *x, int kh, int kw) {
@@ -1076,10 +1088,11 @@ static Node *instantiate(Checker *c, const Block *b, const Ast *e) {
 static Node *lower_call(Checker *c, const Ast *e) {
     const Block *blk = find_block(c, e->name);
     if (blk) return instantiate(c, blk, e);
-    if (e->scope) error_at(e->scope_loc, "'as %s' names a block instance, but '%s' is an operation", e->scope, e->name);
     int si = -1;
     for (int i = 0; i < S__COUNT; i++)
         if (!strcmp(op_specs[i].name, e->name)) si = i;
+    if (si < 0 && e->scope) error_at(e->loc, "unknown block '%s'", e->name);
+    if (e->scope) error_at(e->scope_loc, "'as %s' names a block instance, but '%s' is an operation", e->scope, e->name);
     if (si < 0) {
         Sym *s = lookup(c, e->name);
         if (s) error_at(e->loc, "'%s' is a tensor, not an operation", e->name);

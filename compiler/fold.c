@@ -42,13 +42,14 @@ static void visit(Node *n, bool *seen, Node **order, int *k) {
     order[(*k)++] = n;
 }
 
+/* Stable: nodes keep their relative order, and a node moves only to follow an operand created
+ * after it, so an unchanged graph keeps its ids (the dumps agree with each other). Dead nodes
+ * stay in the list, marked dead. */
 void toposort_graph(Graph *g) {
     bool *seen = xalloc(sizeof(bool) * (g->nnodes + 1));
     Node **order = xalloc(sizeof(Node *) * (g->nnodes + 1));
     int k = 0;
-    for (int i = 0; i < g->ninputs; i++) visit(g->inputs[i], seen, order, &k);
-    for (int i = 0; i < g->nparams; i++) visit(g->params[i], seen, order, &k);
-    for (int i = 0; i < g->noutputs; i++) visit(g->outputs[i].node, seen, order, &k);
+    for (int i = 0; i < g->nnodes; i++) visit(g->nodes[i], seen, order, &k);
     for (int i = 0; i < k; i++) order[i]->id = i;
     g->nodes = order;
     g->nnodes = k;

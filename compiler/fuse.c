@@ -52,7 +52,11 @@ static void materialize_outputs(Graph *g) {
         bool need = base->op == OP_INPUT || base->op == OP_PARAM || base->op == OP_CONST || base->init;
         for (int j = 0; j < i && !need; j++) need = view_base(g->outputs[j].node) == base;
         if (need) {
+            /* The copy runs where its source lives, so it never reads another device's memory. */
+            int saved = g->cur_slot;
+            g->cur_slot = o->node->slot > 0 ? o->node->slot : 0;
             Node *cp = mk_copy(g, o->node, o->loc);
+            g->cur_slot = saved;
             cp->name = o->name;
             o->node = cp;
         }

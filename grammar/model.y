@@ -192,6 +192,7 @@ stmt
     | NAME '=' expr                    { $$ = new_stmt(ST_ASSIGN, @1, $1, @1, NULL, $3); }
     | ON NAME '{' stmts '}'            { $$ = new_stmt(ST_ON, @1, $2, @2, NULL, NULL); $$->body = $4->v; $$->nbody = $4->n; }
     | ON NAME ':' INT '{' stmts '}'    { $$ = new_stmt(ST_ON, @1, xprintf("%s:%s", $2, $4), @2, NULL, NULL); $$->body = $6->v; $$->nbody = $6->n; }
+    | ON NAME ':' NAME                 { error_at(L(@4), "expected a device index after '%s:', got '%s'", $2, $4); }
     ;
 
 type
