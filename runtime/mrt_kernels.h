@@ -146,18 +146,27 @@ static inline void mrt_conv2d_f32(float *y, const float *x, const float *w, int6
                         for (int kw = 0; kw < KW; kw++) {
                             float *row = col + ((c * KH + kh) * KW + kw) * P;
                             const float *xc = xg + c * H * W;
+                            /* output columns whose input column lies inside [0, W): [lo, hi) */
+                            const int64_t off = (int64_t)kw * dw - pl;
+                            int64_t lo = off >= 0 ? 0 : (-off + sw - 1) / sw;
+                            int64_t hi = W - 1 - off < 0 ? 0 : (W - 1 - off) / sw + 1;
+                            if (lo > OW) lo = OW;
+                            if (hi > OW) hi = OW;
+                            if (hi < lo) hi = lo;
                             for (int64_t oh = 0; oh < OH; oh++) {
-                                int64_t ih = oh * sh - pt + (int64_t)kh * dh;
+                                const int64_t ih = oh * sh - pt + (int64_t)kh * dh;
                                 float *r = row + oh * OW;
                                 if (ih < 0 || ih >= H) {
-                                    for (int64_t ow = 0; ow < OW; ow++) r[ow] = 0.0f;
+                                    memset(r, 0, (size_t)OW * sizeof(float));
                                     continue;
                                 }
-                                const float *xr = xc + ih * W;
-                                for (int64_t ow = 0; ow < OW; ow++) {
-                                    int64_t iw = ow * sw - pl + (int64_t)kw * dw;
-                                    r[ow] = (iw >= 0 && iw < W) ? xr[iw] : 0.0f;
-                                }
+                                const float *xr = xc + ih * W + off;
+                                for (int64_t ow = 0; ow < lo; ow++) r[ow] = 0.0f;
+                                if (sw == 1)
+                                    memcpy(r + lo, xr + lo, (size_t)(hi - lo) * sizeof(float));
+                                else
+                                    for (int64_t ow = lo; ow < hi; ow++) r[ow] = xr[ow * sw];
+                                for (int64_t ow = hi; ow < OW; ow++) r[ow] = 0.0f;
                             }
                         }
                 b = col;
