@@ -98,9 +98,17 @@ void diag_pop_context(void) {
         nctx--;
 }
 
+/* Innermost first; a deep stack (a recursive block) shows its 3 innermost and 2 outermost
+ * levels and counts the rest, as clang does for template instantiations. */
 static void print_context(void) {
-    for (int i = (nctx < MAX_CONTEXT ? nctx : MAX_CONTEXT) - 1; i >= 0; i--)
+    int n = nctx < MAX_CONTEXT ? nctx : MAX_CONTEXT;
+    for (int i = n - 1; i >= 0; i--) {
+        if (n > 6 && i == n - 4) {
+            note_at((Loc){0, 0}, "(skipping %d block instantiations)", n - 5);
+            i = 2;
+        }
         note_at(ctx_loc[i], "%s", ctx_msg[i]);
+    }
 }
 
 noreturn void diag_exit(void) {

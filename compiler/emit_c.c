@@ -196,6 +196,7 @@ typedef struct Emit {
     char *pfx;  /* C identifier prefix: the model name */
     char *PFX;  /* macro prefix */
     const char *scratch; /* the current kernel's scratch pointer (C), or NULL */
+    const char *kpfx;    /* "k" (run) or "init" (load time), for comments */
     size_t *io_off;      /* io_off[storage id]: offset in its slot's CUDA staging area */
     size_t *io_bytes;    /* per slot */
     size_t *wbase;       /* per slot: where its weight region starts in the host layout */
@@ -271,7 +272,7 @@ static void emit_gemm_call(Emit *e, const Kernel *k, char **ptr) {
                              C, A, Bm, dim_c(sx->d[0]), sx->d[1].c, sx->d[2].c, sx->d[3].c, so->d[1].c, m->kernel[0],
                              m->kernel[1], so->d[2].c, so->d[3].c, m->stride[0], m->stride[1], m->pad[0], m->pad[1],
                              m->dilation[0], m->dilation[1], m->groups, e->scratch ? e->scratch : "NULL");
-        fprintf(o, "    /* k%d: conv2d %%%d = conv(%%%d, %%%d) */\n", k->id, m->id, m->in[0]->id, m->in[1]->id);
+        fprintf(o, "    /* %s%d: conv2d %%%d = conv(%%%d, %%%d) */\n", e->kpfx, k->id, m->id, m->in[0]->id, m->in[1]->id);
         dispatch(e, s, xprintf("mrt_conv2d_f32(%s);", args), xprintf("mrt_cuda_conv2d_f32(S%d, %s)", s, args));
         return;
     }
@@ -291,7 +292,7 @@ static void emit_gemm_call(Emit *e, const Kernel *k, char **ptr) {
     Dim anum = {1, false};
     for (int i = 0; i < ab; i++) anum = dim_mul(anum, sa->d[i], NULL);
     bool a_one = !anum.sym && anum.c == 1, b_one = !bnum.sym && bnum.c == 1;
-    fprintf(o, "    /* k%d: gemm %%%d = %%%d @ %%%d%s */\n", k->id, m->id, m->in[0]->id, m->in[1]->id, tb ? "^T" : "");
+    fprintf(o, "    /* %s%d: gemm %%%d = %%%d @ %%%d%s */\n", e->kpfx, k->id, m->id, m->in[0]->id, m->in[1]->id, tb ? "^T" : "");
     char *call;
     if (b_one && a_full) {
         /* One GEMM: a's leading dims fold into M. */
@@ -340,7 +341,7 @@ static void emit_library_call(Emit *e, const Kernel *k, char **ptr) {
     const char *X = ptr[view_base(x)->id], *Y = ptr[r->id];
     const Shape *xs = &x->shape;
     char *args = NULL, *fn = NULL;
-    fprintf(o, "    /* k%d: %s %%%d */\n", k->id, op_name(r->op), r->id);
+    fprintf(o, "    /* %s%d: %s %%%d */\n", e->kpfx, k->id, op_name(r->op), r->id);
     switch (r->op) {
     case OP_TRANSFER: {
         const Node *src = view_base(x);
@@ -584,8 +585,16 @@ static char **declare_pointers(Emit *e, bool at_load) {
 /* The calls of one kernel list, in order. */
 static void emit_calls(Emit *e, const KernelList *kl, char **ptr, const char *pfx) {
     bool run = !strcmp(pfx, "k");
+    int active = 0; /* the slot whose device is current (callers activate slot 0 first) */
+    e->kpfx = pfx;
     for (int i = 0; i < kl->n; i++) {
         const Kernel *k = kl->k[i];
+        int s = kslot(k);
+        if (s != active && !slot_cpu_only(e, s)) {
+            /* launches and library calls run on the current device: make it this slot's (B14) */
+            fprintf(e->o, "#ifdef MRT_WITH_CUDA\n    if (C%d && (st = mrt_device_activate(D%d)) != MRT_OK) return st;\n#endif\n", s, s);
+            active = s;
+        }
         e->scratch = NULL;
         if (run && e->mp->scratch[i])
             e->scratch = xprintf("(float *)(A%d + O%d[%d])", kslot(k), kslot(k), e->mp->scratch[i]->id);
@@ -775,6 +784,7 @@ static void emit_source(Emit *e, FILE *o, const char *h_include) {
         fprintf(o, "    const int64_t B = 1;\n    (void)B;\n");
         declare_slots(e, false);
         char **ptr = declare_pointers(e, true);
+        fprintf(o, "    if (C0 && (st = mrt_device_activate(D0)) != MRT_OK) return st;\n");
         emit_calls(e, e->init, ptr, "init");
         for (int s = 0; s < ns; s++)
             fprintf(o, "    if ((st = mrt_stream_sync(D%d, S%d, \"%s load_weights\")) != MRT_OK) return st;\n", s, s, e->pfx);

@@ -197,7 +197,24 @@ void hoist_graph(Graph *g) {
     }
 }
 
+/* matmul(a, transpose(x)) reads x through the GEMM's transpose flag instead of copying it. */
+static void fold_transposes(Graph *g) {
+    for (int i = 0; i < g->nnodes; i++) {
+        Node *n = g->nodes[i];
+        if (n->dead || n->op != OP_MATMUL || n->trans_b || n->in[1]->op != OP_PERMUTE) continue;
+        Node *p = n->in[1];
+        int r = p->shape.rank;
+        bool swap = r >= 2 && p->perm[r - 1] == r - 2 && p->perm[r - 2] == r - 1;
+        for (int d = 0; d < r - 2 && swap; d++) swap = p->perm[d] == d;
+        if (!swap) continue;
+        n->in[1] = p->in[0];
+        n->trans_b = true;
+    }
+}
+
 void fold_graph(Graph *g, FoldOptions opt) {
+    analyze_uses(g);
+    if (opt.fold_transpose) fold_transposes(g);
     analyze_uses(g);
     int n0 = g->nnodes;
     for (int i = 0; i < n0; i++) {

@@ -52,6 +52,7 @@ static void usage(FILE *f) {
             "  --no-reorder       keep the kernels in source order (no memory-aware schedule)\n"
             "  --no-fold-bn       do not fold batch_norm into the preceding conv2d / linear\n"
             "  --no-hoist         recompute param-only values on every run instead of once at load\n"
+            "  --no-fold-transpose  copy a transposed matmul operand instead of using the GEMM's flag\n"
             "  --keep-c           keep the generated C next to the executable (PATH.c, PATH.h, PATH_main.c)\n"
             "  --no-cuda          build a CPU-only executable even when CUDA is available\n"
             "  --print-cflags     print the flags to compile generated C against the runtime, and exit\n"
@@ -147,7 +148,7 @@ int main(int argc, char **argv) {
     int max_batch = 64;
     FuseOptions fo = {.elementwise = true, .epilogue = true};
     PlanOptions po = {.inplace = true, .align = 64, .reorder = true};
-    FoldOptions fd = {.fold_bn = true, .hoist = true};
+    FoldOptions fd = {.fold_bn = true, .hoist = true, .fold_transpose = true};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
@@ -196,6 +197,8 @@ int main(int argc, char **argv) {
             fd.fold_bn = false;
         } else if (!strcmp(a, "--no-hoist")) {
             fd.hoist = false;
+        } else if (!strcmp(a, "--no-fold-transpose")) {
+            fd.fold_transpose = false;
         } else if (!strcmp(a, "-O0") || !strcmp(a, "-O1") || !strcmp(a, "-O2") || !strcmp(a, "-O3")) {
             olevel = a;
         } else if (a[0] == '-' && a[1]) {

@@ -330,6 +330,7 @@ Graph *build_graph(const Program *p, int max_batch);
 typedef struct FoldOptions {
     bool fold_bn;   /* fold batch_norm into a preceding conv2d / linear */
     bool hoist;     /* compute param-only subgraphs once at load time */
+    bool fold_transpose; /* matmul(a, transpose(b)) uses the GEMM's transpose flag */
 } FoldOptions;
 
 /* Graph rewrites before fusion: batch_norm folding (or lowering to elementwise ops).
