@@ -258,7 +258,7 @@ static void sort_args(Checker *c, const Ast *e, const OpSpec *spec, Call *call) 
             continue;
         }
         long long lit;
-        bool variadic_attr = spec->max_t > 3 && npos >= spec->min_t && spec->nattrs > 0 &&
+        bool variadic_attr = spec->max_t == MAX_IN && npos >= spec->min_t && spec->nattrs > 0 &&
                              ((a->val->kind == AST_NUM && a->val->is_int) ||
                               (a->val->kind == AST_NEG && a->val->lhs->kind == AST_NUM)) && int_literal(a->val, &lit);
         if (variadic_attr) npos = spec->max_t; /* concat(a, b, 1): the integer is the axis */
@@ -269,7 +269,7 @@ static void sort_args(Checker *c, const Ast *e, const OpSpec *spec, Call *call) 
             call->nt = npos;
             continue;
         }
-        if (spec->max_t > 3 && !variadic_attr && !is_attr_literal(a->val))
+        if (spec->max_t == MAX_IN && !variadic_attr && !is_attr_literal(a->val))
             error_at(a->loc, "'%s' takes at most %d tensors", spec->name, spec->max_t);
         int k = npos - spec->max_t;
         if (k >= spec->nattrs || call->nt < spec->min_t)

@@ -11,6 +11,11 @@ end. precision='f32' computes in float32 throughout (closer to the compiled code
 reference). Integer inputs keep their dtype; argmax gives int64.
 
 Semantics follow docs/language.md and the field cases (shared/cases/field-cases.md):
+  - blocks are inlined (params under the "as" prefix, integer/bool arguments substituted);
+    "on DEVICE { }" regions are transparent (they change where things run, never the results).
+  - conv2d/pooling: PyTorch output sizes; avg_pool2d divides by the taps inside the explicitly
+    padded input (never the ceil_mode overhang); attention rows with every key masked give 0;
+    an embedding id outside 0..V-1 is an error naming it.
   - NumPy broadcasting; matmul broadcasts leading dims; linear = x @ W.T + b.
   - gelu: erf form 0.5*x*(1+erf(x/sqrt(2))) (math.erf, vectorized) or the tanh form.
   - softmax / log_softmax subtract the maximum first; max and softmax propagate NaN.
@@ -43,7 +48,7 @@ import numpy as np
 
 # ---------------------------------------------------------------------------------- tokenizer
 
-KEYWORDS = {"model", "input", "param", "output", "true", "false"}
+KEYWORDS = {"model", "input", "param", "output", "true", "false", "block", "return", "as", "on"}
 DTYPES = {"f32": np.float32, "i32": np.int32, "i64": np.int64}
 
 _TOKEN_RE = re.compile(r"""
@@ -117,6 +122,7 @@ class Model:
         self.out_types, self.defs = {}, {}
         self.batch_name = None
         self.path = "<model>"
+        self.blocks, self.stmts = {}, []
 
 
 class Parser:
@@ -151,75 +157,108 @@ class Parser:
         self.i += 1
         return t.text
 
-    # file := 'model' NAME '{' stmt* '}'
+    # file := block* 'model' NAME '{' stmt* '}'
     def parse_file(self):
+        blocks = {}
+        while self.peek().kind == "kw" and self.peek().text == "block":
+            bt = self.peek()
+            b = self.block()
+            if b.name in blocks:
+                self.err("redefinition of block '%s'" % b.name, bt)
+            blocks[b.name] = b
         self.expect("model")
         m = Model(self.name("the model's name"))
         m.path = self.path
+        m.blocks = blocks
         self.expect("{")
+        m.stmts = []
         while not self.accept("}"):
             if self.accept(";"):
                 continue
-            self.stmt(m)
+            m.stmts.append(self.stmt())
         if self.peek().kind != "eof":
             self.err("expected end of file after '}'")
+        _Expander(m).run()
         for o in m.outputs:
             if o not in m.defs:
                 raise ModelError("%s: error: output '%s' is never assigned" % (self.path, o))
         return m
 
-    def define(self, m, name, tok):
-        if name in m.defs or any(d.name == name for d in m.inputs + m.params):
-            raise ModelError("%s:%d:%d: error: '%s' is defined twice"
-                             % (self.path, tok.line, tok.col, name))
+    # block := 'block' NAME '(' NAME ('=' attrval)? (',' NAME ('=' attrval)?)* ')'
+    #          '{' stmt* 'return' expr '}'
+    def block(self):
+        self.expect("block")
+        b = Block(self.name("the block's name"))
+        self.expect("(")
+        while True:
+            pt = self.peek()
+            pn = self.name("a block parameter")
+            if pn in [q[0] for q in b.params]:
+                self.err("block parameter '%s' declared twice" % pn, pt)
+            b.params.append((pn, self.attrval() if self.accept("=") else None))
+            if self.accept(")"):
+                break
+            self.expect(",", "or ')' after a block parameter")
+        self.expect("{")
+        while not self.accept("return"):
+            if self.accept(";"):
+                continue
+            b.stmts.append(self.stmt())
+        b.ret = self.expr()
+        while self.accept(";"):
+            pass
+        self.expect("}", "after the return expression")
+        return b
 
     # stmt := 'input' NAME ':' type | 'param' NAME ':' type | 'output' NAME ':' type
-    #       | 'output' NAME (':' type)? '=' expr | NAME '=' expr
-    def stmt(self, m):
+    #       | 'output' NAME (':' type)? '=' expr | NAME '=' expr | 'on' DEVICE '{' stmt* '}'
+    # Statements are returned as tuples and laid out into the Model by _Expander:
+    #   ('decl', 'input'|'param', name, dtype, dims, tok)  ('output', name, Decl|None, expr|None, tok)
+    #   ('assign', name, expr, tok)  ('on', device, [stmt])
+    def stmt(self):
         t = self.peek()
         if self.accept("input") or self.accept("param"):
             nt = self.peek()
             n = self.name()
-            self.define(m, n, nt)
             self.expect(":")
             dtype, dims = self.type()
-            d = Decl(t.text, n, dtype, dims)
-            (m.inputs if t.text == "input" else m.params).append(d)
-            self.note_batch(m, dims, t.text == "param", nt)
-        elif self.accept("output"):
+            return ("decl", t.text, n, dtype, dims, nt)
+        if self.accept("output"):
             nt = self.peek()
             n = self.name()
-            if n in m.outputs:
-                self.err("output '%s' declared twice" % n, nt)
             decl = None
             if self.accept(":"):
                 dtype, dims = self.type()
                 decl = Decl("output", n, dtype, dims)
-                self.note_batch(m, dims, False, nt)
-            m.outputs.append(n)
-            m.out_types[n] = decl
+            e = None
             if self.accept("="):
-                self.define(m, n, nt)
-                m.defs[n] = self.expr()
+                e = self.expr()
             elif decl is None:
                 self.err("expected ':' or '=' after output name")
-        elif t.kind == "name":
+            return ("output", n, decl, e, nt)
+        if self.accept("on"):
+            dt = self.peek()
+            dev = self.name("a device (cpu, cpu:N, cuda, cuda:N)")
+            if self.accept(":"):
+                it = self.peek()
+                if it.kind != "num" or not re.fullmatch(r"[0-9]+", it.text):
+                    self.err("expected a device number after ':'")
+                self.i += 1
+                dev += ":" + it.text
+            if not re.fullmatch(r"(cpu|cuda)(:[0-9]+)?", dev):
+                self.err("unknown device '%s' in 'on' (expected cpu, cpu:N, cuda or cuda:N)" % dev, dt)
+            self.expect("{", "after the device of 'on'")
+            body = []
+            while not self.accept("}"):
+                if self.accept(";"):
+                    continue
+                body.append(self.stmt())
+            return ("on", dev, body)
+        if t.kind == "name":
             n = self.name()
-            self.define(m, n, t)
             self.expect("=", "after a name at the start of a statement")
-            m.defs[n] = self.expr()
-        else:
-            self.err("expected a statement")
-
-    def note_batch(self, m, dims, is_param, tok):
-        for d in dims:
-            if isinstance(d, str):
-                if is_param:
-                    self.err("params may not use the batch dimension", tok)
-                if m.batch_name is None:
-                    m.batch_name = d
-                elif m.batch_name != d:
-                    self.err("a second symbolic dimension '%s'" % d, tok)
+            return ("assign", n, self.expr(), t)
+        self.err("expected a statement")
 
     # type := DTYPE '[' (dim (',' dim)*)? ']';  dim := INT | NAME
     def type(self):
@@ -281,7 +320,10 @@ class Parser:
                         if self.accept(")"):
                             break
                         self.expect(",", "or ')' after an argument")
-                return ("call", t.text, args)
+                scope = None
+                if self.accept("as"):
+                    scope = self.name("an instance name after 'as'")
+                return ("call", t.text, args, scope)
             return ("name", t.text)
         if t.kind == "num":
             self.i += 1
@@ -329,6 +371,213 @@ class Parser:
                     break
                 self.expect(",", "or ']' in a list")
         return ("list", items)
+
+
+class Block:
+    """A parsed block: name, params [(name, default AST or None)], stmts, ret (an AST)."""
+
+    def __init__(self, name):
+        self.name, self.params, self.stmts, self.ret = name, [], [], None
+
+
+def _flat(stmts):
+    """The statements with 'on DEVICE { ... }' regions opened: a region only says where its
+    statements run, never what they compute, and its names are visible after it."""
+    for st in stmts:
+        if st[0] == "on":
+            yield from _flat(st[2])
+        else:
+            yield st
+
+
+class _Expander:
+    """Lays the parsed statements out into the Model (inputs, params, outputs, defs).
+
+    A block call is inlined: the block's locals and its tensor arguments become defs named
+    '#N/name' (no user name can contain '#'), its params are declared under the instance prefix
+    ('as' scopes nest: outer.inner.name; without 'as' the caller's prefix is kept), and its
+    integer and boolean arguments are substituted into dims, attributes and lists. A block sees
+    only its own names; a name it does not know becomes '?name' (an attribute word such as
+    'tanh' stays usable, a tensor use fails as an unknown name)."""
+
+    def __init__(self, m):
+        self.m, self.n, self.depth = m, 0, 0
+        self.names = set()
+
+    def err(self, msg, tok=None):
+        if tok is not None:
+            raise ModelError("%s:%d:%d: error: %s" % (self.m.path, tok.line, tok.col, msg))
+        raise ModelError("%s: error: %s" % (self.m.path, msg))
+
+    def run(self):
+        m = self.m
+        for st in _flat(m.stmts):
+            k = st[0]
+            if k == "decl":
+                _, kind, n, dtype, dims, tok = st
+                self.define(n, tok)
+                d = Decl(kind, n, dtype, dims)
+                if kind == "input":
+                    m.inputs.append(d)
+                else:
+                    self.add_param(d, tok)
+                self.note_batch(dims, kind == "param", tok)
+            elif k == "output":
+                _, n, decl, e, tok = st
+                if n in m.outputs:
+                    self.err("output '%s' declared twice" % n, tok)
+                self.define(n, tok)
+                m.outputs.append(n)
+                m.out_types[n] = decl
+                if decl is not None:
+                    self.note_batch(decl.dims, False, tok)
+                if e is not None:
+                    m.defs[n] = self.rw(e, None, None)
+            else:  # assign
+                _, n, e, tok = st
+                if n in m.outputs and n not in m.defs:
+                    m.defs[n] = self.rw(e, None, None)
+                    continue
+                if n in m.outputs:
+                    self.err("output '%s' is assigned twice" % n, tok)
+                self.define(n, tok)
+                m.defs[n] = self.rw(e, None, None)
+
+    def define(self, n, tok):
+        if n in self.names:
+            self.err("'%s' is defined twice" % n, tok)
+        self.names.add(n)
+
+    def add_param(self, d, tok):
+        if any(p.name == d.name for p in self.m.params):
+            self.err("param '%s' is declared twice" % d.name, tok)
+        self.m.params.append(d)
+
+    def note_batch(self, dims, is_param, tok):
+        m = self.m
+        for d in dims:
+            if isinstance(d, str):
+                if is_param:
+                    self.err("params may not use the batch dimension", tok)
+                if m.batch_name is None:
+                    m.batch_name = d
+                elif m.batch_name != d:
+                    self.err("a second symbolic dimension '%s'" % d, tok)
+
+    def rw(self, e, ctx, prefix):
+        """Rewrite an expression of the caller's scope ctx (None: model level) into global names."""
+        k = e[0]
+        if k in ("num", "bool"):
+            return e
+        if k == "name":
+            if ctx is None:
+                return e
+            b = ctx.get(e[1])
+            if b is None:
+                return ("name", "?" + e[1])
+            if b[0] == "t":
+                return ("name", b[1])
+            if b[0] == "i":
+                return ("num", float(b[1]), True)
+            return ("bool", b[1])
+        if k == "neg":
+            return ("neg", self.rw(e[1], ctx, prefix))
+        if k == "bin":
+            return ("bin", e[1], self.rw(e[2], ctx, prefix), self.rw(e[3], ctx, prefix))
+        if k == "list":
+            items = []
+            for it in e[1]:
+                b = ctx.get(it) if (ctx is not None and isinstance(it, str)) else None
+                items.append(b[1] if b is not None and b[0] == "i" else it)
+            return ("list", items)
+        if k == "call":
+            name, args, scope = e[1], e[2], e[3]
+            if name in self.m.blocks:
+                return self.inst(self.m.blocks[name], args, scope, ctx, prefix)
+            if scope is not None:
+                self.err("'as %s' names a block instance, but '%s' is an operation" % (scope, name))
+            return ("call", name, [(key, self.rw(v, ctx, prefix)) for key, v in args])
+        raise ModelError("%s: error: bad expression %r" % (self.m.path, e))
+
+    def int_value(self, v, ctx):
+        """The integer an argument stands for (a literal or an integer block parameter), or None."""
+        if v[0] == "num" and v[2]:
+            return int(v[1])
+        if v[0] == "name" and ctx is not None and ctx.get(v[1], ("t",))[0] == "i":
+            return ctx[v[1]][1]
+        if v[0] == "neg":
+            x = self.int_value(v[1], ctx)
+            return None if x is None else -x
+        return None
+
+    def inst(self, b, args, scope, cctx, cprefix):
+        if self.depth >= 32:
+            self.err("blocks nested more than 32 deep: is block '%s' recursive?" % b.name)
+        pnames = [q[0] for q in b.params]
+        bound, npos = {}, 0
+        for key, v in args:
+            if key is None:
+                if npos >= len(pnames):
+                    self.err("too many arguments to block '%s': it takes %d" % (b.name, len(pnames)))
+                key = pnames[npos]
+                npos += 1
+            elif key not in pnames:
+                self.err("block '%s' has no parameter '%s'" % (b.name, key))
+            if key in bound:
+                self.err("parameter '%s' of block '%s' is given twice" % (key, b.name))
+            bound[key] = v
+        self.n += 1
+        uid = self.n
+        ctx = {}
+        for pn, default in b.params:
+            v = bound.get(pn, default)
+            if v is None:
+                self.err("missing argument '%s' for block '%s'" % (pn, b.name))
+            if v[0] == "bool":
+                ctx[pn] = ("b", v[1])
+            elif v[0] == "name" and cctx is not None and cctx.get(v[1], ("t",))[0] == "b":
+                ctx[pn] = cctx[v[1]]
+            elif self.int_value(v, cctx) is not None:
+                ctx[pn] = ("i", self.int_value(v, cctx))
+            else:
+                g = "#%d/%s" % (uid, pn)
+                self.m.defs[g] = self.rw(v, cctx, cprefix)   # evaluated in the caller's scope
+                ctx[pn] = ("t", g)
+        prefix = (cprefix + "." + scope if cprefix else scope) if scope else cprefix
+        self.depth += 1
+        for st in _flat(b.stmts):
+            if st[0] in ("output",) or (st[0] == "decl" and st[1] == "input"):
+                self.err("'%s' is not allowed in a block; a block takes tensors as parameters and "
+                         "returns one" % ("output" if st[0] == "output" else "input"), st[-1])
+            if st[0] == "decl":
+                _, _, n, dtype, dims, tok = st
+                if n in ctx:
+                    self.err("'%s' is defined twice" % n, tok)
+                dd = []
+                for d in dims:
+                    if isinstance(d, str):
+                        bd = ctx.get(d)
+                        if bd is None or bd[0] != "i":
+                            self.err("unknown dimension '%s' in param '%s': not a parameter of block "
+                                     "'%s'" % (d, n, b.name), tok)
+                        if bd[1] <= 0:
+                            self.err("dimension %s = %d of param '%s' must be positive" % (d, bd[1], n), tok)
+                        d = bd[1]
+                    dd.append(d)
+                g = prefix + "." + n if prefix else n
+                self.add_param(Decl("param", g, dtype, dd), tok)
+                ctx[n] = ("t", g)
+            else:
+                _, n, e, tok = st
+                if n in ctx:
+                    self.err("'%s' is defined twice" % n, tok)
+                g = "#%d/%s" % (uid, n)
+                self.m.defs[g] = self.rw(e, ctx, prefix)
+                ctx[n] = ("t", g)
+        g = "#%d/return" % uid
+        self.m.defs[g] = self.rw(b.ret, ctx, prefix)
+        self.depth -= 1
+        return ("name", g)
 
 
 def parse_source(src, path="<model>"):
@@ -416,6 +665,283 @@ def op_linear(x, w, b=None):
     return y
 
 
+def _pair(v, what, op):
+    """An integer (both axes) or [h, w]."""
+    if isinstance(v, bool) or not (isinstance(v, int) or (isinstance(v, list) and len(v) == 2
+                                                          and all(isinstance(i, int) for i in v))):
+        raise ModelError("error: attribute '%s' of '%s' must be an integer or [h, w], got %r" % (what, op, v))
+    return (v, v) if isinstance(v, int) else tuple(v)
+
+
+def _pads(v, op):
+    """padding: an integer, [h, w] (symmetric) or [top, left, bottom, right] -> (t, l, b, r)."""
+    if isinstance(v, int) and not isinstance(v, bool):
+        p = (v, v, v, v)
+    elif isinstance(v, list) and len(v) == 2 and all(isinstance(i, int) for i in v):
+        p = (v[0], v[1], v[0], v[1])
+    elif isinstance(v, list) and len(v) == 4 and all(isinstance(i, int) for i in v):
+        p = tuple(v)
+    else:
+        raise ModelError("error: '%s' padding must be an integer, [h, w] or [top, left, bottom, right],"
+                         " got %r" % (op, v))
+    if min(p) < 0:
+        raise ModelError("error: '%s' padding must be >= 0, got %r" % (op, v))
+    return p
+
+
+def window_out(L, k, s, pb, pe, d=1, ceil_mode=False):
+    """PyTorch's sliding-window output length (docs/language.md): floor (or ceil) of
+    (L + pb + pe - d*(k-1) - 1) / s, plus 1; under ceil_mode a last window starting at or after
+    L + pb is dropped. Exact integer arithmetic: L=1, k=2, s=2 gives 0 (floor), 1 (ceil)."""
+    num = L + pb + pe - d * (k - 1) - 1
+    o = (-(-num // s) if ceil_mode else num // s) + 1
+    if ceil_mode and (o - 1) * s >= L + pb:
+        o -= 1
+    return o
+
+
+def _need_nchw(op, x):
+    if x.ndim != 4:
+        raise ModelError("error: '%s' input must be rank 4 [N, C, H, W], got %s" % (op, list(x.shape)))
+
+
+def _check_window(op, stride, dil):
+    if min(stride) < 1:
+        raise ModelError("error: '%s' stride must be >= 1, got %r" % (op, stride))
+    if min(dil) < 1:
+        raise ModelError("error: '%s' dilation must be >= 1, got %r" % (op, dil))
+
+
+def _out_hw(op, x, k, stride, pads, dil, ceil_mode):
+    H, W = x.shape[2], x.shape[3]
+    oh = window_out(H, k[0], stride[0], pads[0], pads[2], dil[0], ceil_mode)
+    ow = window_out(W, k[1], stride[1], pads[1], pads[3], dil[1], ceil_mode)
+    if oh < 1 or ow < 1:
+        raise ModelError("error: '%s' output size %dx%d is empty (input %dx%d, kernel %dx%d, stride %dx%d, "
+                         "padding %s, dilation %dx%d)" % (op, max(oh, 0), max(ow, 0), H, W, k[0], k[1],
+                                                          stride[0], stride[1], list(pads), dil[0], dil[1]))
+    return oh, ow
+
+
+def _taps(xp, kh, kw, stride, dil, oh, ow):
+    """The window tap (kh, kw) of every output position: xp[..., i*sh + kh*dh, j*sw + kw*dw]."""
+    h0, w0 = kh * dil[0], kw * dil[1]
+    return xp[:, :, h0:h0 + stride[0] * (oh - 1) + 1:stride[0], w0:w0 + stride[1] * (ow - 1) + 1:stride[1]]
+
+
+def _pad_to(x, pads, oh, ow, k, stride, dil, value):
+    """x padded by (t, l, b, r), and further at the end so that every (ceil-mode) window fits."""
+    t, l, b, r = pads
+    need_h = stride[0] * (oh - 1) + dil[0] * (k[0] - 1) + 1
+    need_w = stride[1] * (ow - 1) + dil[1] * (k[1] - 1) + 1
+    eb = max(b, need_h - x.shape[2] - t)
+    er = max(r, need_w - x.shape[3] - l)
+    return np.pad(x, ((0, 0), (0, 0), (t, eb), (l, er)), constant_values=value)
+
+
+def op_conv2d(x, w, b=None, stride=1, padding=0, dilation=1, groups=1):
+    op = "conv2d"
+    if w.ndim != 4:
+        raise ModelError("error: 'conv2d' weight must be rank 4 [O, C/groups, KH, KW], got rank %d" % w.ndim)
+    _need_nchw(op, x)
+    stride, dil, pads = _pair(stride, "stride", op), _pair(dilation, "dilation", op), _pads(padding, op)
+    _check_window(op, stride, dil)
+    if not isinstance(groups, int) or groups < 1:
+        raise ModelError("error: 'conv2d' groups must be >= 1, got %r" % (groups,))
+    N, C = x.shape[:2]
+    O, Cg, KH, KW = w.shape
+    if C % groups:
+        raise ModelError("error: 'conv2d' groups %d does not divide input channels %d" % (groups, C))
+    if O % groups:
+        raise ModelError("error: 'conv2d' groups %d does not divide output channels %d" % (groups, O))
+    if Cg * groups != C:
+        raise ModelError("error: 'conv2d' input channels %d differ from weight C x groups = %d x %d"
+                         % (C, Cg, groups))
+    if b is not None and b.shape != (O,):
+        raise ModelError("error: 'conv2d' bias must be [%d], got %s" % (O, list(b.shape)))
+    oh, ow = _out_hw(op, x, (KH, KW), stride, pads, dil, False)
+    xp = _pad_to(x, pads, oh, ow, (KH, KW), stride, dil, 0)
+    Og = O // groups
+    out = np.zeros((N, O, oh, ow), dtype=np.result_type(x, w))
+    for g in range(groups):
+        xg = xp[:, g * Cg:(g + 1) * Cg]
+        wg = w[g * Og:(g + 1) * Og]
+        acc = np.zeros((N, Og, oh, ow), dtype=out.dtype)
+        for kh in range(KH):
+            for kw in range(KW):
+                acc += np.einsum("nchw,oc->nohw", _taps(xg, kh, kw, stride, dil, oh, ow), wg[:, :, kh, kw])
+        out[:, g * Og:(g + 1) * Og] = acc
+    if b is not None:
+        out = out + b.reshape(O, 1, 1)
+    return out
+
+
+def _pool_attrs(op, x, kernel, stride, padding, dilation):
+    _need_nchw(op, x)
+    if kernel is None:
+        raise ModelError("error: '%s' needs a kernel size" % op)
+    k = _pair(kernel, "kernel", op)
+    if min(k) < 1:
+        raise ModelError("error: '%s' kernel must be >= 1, got %r" % (op, kernel))
+    s = k if stride is None else _pair(stride, "stride", op)
+    d = _pair(dilation, "dilation", op)
+    pads = _pads(padding, op)
+    _check_window(op, s, d)
+    for i in range(4):
+        eff = d[i % 2] * (k[i % 2] - 1) + 1
+        if 2 * pads[i] > eff:
+            raise ModelError("error: '%s' padding %d is more than half the kernel size %d" % (op, pads[i], eff))
+    return k, s, d, pads
+
+
+def op_max_pool2d(x, kernel=None, stride=None, padding=0, dilation=1, ceil_mode=False):
+    op = "max_pool2d"
+    k, s, d, pads = _pool_attrs(op, x, kernel, stride, padding, dilation)
+    oh, ow = _out_hw(op, x, k, s, pads, d, bool(ceil_mode))
+    xp = _pad_to(x, pads, oh, ow, k, s, d, -np.inf)
+    out = np.full(x.shape[:2] + (oh, ow), -np.inf, dtype=x.dtype)
+    for kh in range(k[0]):
+        for kw in range(k[1]):
+            out = np.maximum(out, _taps(xp, kh, kw, s, d, oh, ow))   # NaN propagates, as in PyTorch
+    return out
+
+
+def op_avg_pool2d(x, kernel=None, stride=None, padding=0, ceil_mode=False, count_include_pad=True):
+    op = "avg_pool2d"
+    k, s, d, pads = _pool_attrs(op, x, kernel, stride, padding, 1)
+    oh, ow = _out_hw(op, x, k, s, pads, d, bool(ceil_mode))
+    xp = _pad_to(x, pads, oh, ow, k, s, d, 0)
+    tot = np.zeros(x.shape[:2] + (oh, ow), dtype=x.dtype)
+    for kh in range(k[0]):
+        for kw in range(k[1]):
+            tot = tot + _taps(xp, kh, kw, s, d, oh, ow)
+    H, W = x.shape[2], x.shape[3]
+
+    def count(o, L, kk, ss, pb, pe):
+        st = np.arange(o) * ss - pb
+        if count_include_pad:   # taps inside the explicitly padded input [-pb, L + pe)
+            return np.minimum(st + kk, L + pe) - st
+        return np.minimum(st + kk, L) - np.maximum(st, 0)
+    div = np.outer(count(oh, H, k[0], s[0], pads[0], pads[2]), count(ow, W, k[1], s[1], pads[1], pads[3]))
+    return tot / div.astype(x.dtype)
+
+
+def op_adaptive_avg_pool2d(x, output_size=1):
+    op = "adaptive_avg_pool2d"
+    _need_nchw(op, x)
+    oh, ow = _pair(output_size, "output_size", op)
+    H, W = x.shape[2], x.shape[3]
+    if not (1 <= oh <= H and 1 <= ow <= W):
+        raise ModelError("error: 'adaptive_avg_pool2d' output size %dx%d must be in 1..%dx%d" % (oh, ow, H, W))
+    out = np.zeros(x.shape[:2] + (oh, ow), dtype=x.dtype)
+    for i in range(oh):
+        h0, h1 = (i * H) // oh, -((-(i + 1) * H) // oh)
+        for j in range(ow):
+            w0, w1 = (j * W) // ow, -((-(j + 1) * W) // ow)
+            out[:, :, i, j] = np.mean(x[:, :, h0:h1, w0:w1], axis=(2, 3))
+    return out
+
+
+def op_batch_norm(x, w, b, mean, var, eps=1e-5):
+    if x.ndim < 2:
+        raise ModelError("error: 'batch_norm' input must have rank >= 2 [N, C, ...], got %s" % list(x.shape))
+    C = x.shape[1]
+    for what, p in (("weight", w), ("bias", b), ("running_mean", mean), ("running_var", var)):
+        if p.shape != (C,):
+            raise ModelError("error: 'batch_norm' %s must be [%d], got %s" % (what, C, list(p.shape)))
+    sh = (C,) + (1,) * (x.ndim - 2)
+    return ((x - mean.reshape(sh)) / np.sqrt(var.reshape(sh) + eps)) * w.reshape(sh) + b.reshape(sh)
+
+
+def op_layer_norm(x, w, b, eps=1e-5):
+    D = x.shape[-1]
+    if w.shape != (D,) or b.shape != (D,):
+        raise ModelError("error: 'layer_norm' weight and bias must be [%d]" % D)
+    mu = np.mean(x, axis=-1, keepdims=True)
+    var = np.mean((x - mu) ** 2, axis=-1, keepdims=True)
+    return (x - mu) / np.sqrt(var + eps) * w + b
+
+
+def _axis(op, what, a, r):
+    if not isinstance(a, int) or isinstance(a, bool) or not -r <= a < r:
+        raise ModelError("error: '%s' %s %r is out of range for rank %d" % (op, what, a, r))
+    return a % r
+
+
+def op_flatten(x, start_dim=1, end_dim=-1):
+    if x.ndim == 0:
+        return x.reshape(1)
+    a = _axis("flatten", "start_dim", start_dim, x.ndim)
+    b = _axis("flatten", "end_dim", end_dim, x.ndim)
+    if a > b:
+        raise ModelError("error: 'flatten' start_dim %d comes after end_dim %d" % (a, b))
+    return x.reshape(x.shape[:a] + (-1,) + x.shape[b + 1:]) if x.size else x
+
+
+def op_concat(*xs, axis=0):
+    r = xs[0].ndim
+    ax = _axis("concat", "axis", axis, r)
+    for i, x in enumerate(xs):
+        if x.dtype != xs[0].dtype:
+            raise ModelError("error: 'concat' operand %d is %s but operand 0 is %s" % (i, x.dtype, xs[0].dtype))
+        if x.ndim != r or any(x.shape[d] != xs[0].shape[d] for d in range(r) if d != ax):
+            raise ModelError("error: 'concat' along axis %d: operand %d %s does not match operand 0 %s"
+                             % (ax, i, list(x.shape), list(xs[0].shape)))
+    return np.concatenate(xs, axis=ax)
+
+
+def op_slice(x, axis=None, start=0, end=None, step=1):
+    if axis is None:
+        raise ModelError("error: 'slice' needs an axis")
+    ax = _axis("slice", "axis", axis, x.ndim)
+    if step < 1:
+        raise ModelError("error: 'slice' step must be >= 1, got %d" % step)
+    idx = [slice(None)] * x.ndim
+    idx[ax] = slice(start, end, step)           # Python's rules: negatives from the end, clamped
+    r = x[tuple(idx)]
+    if r.shape[ax] < 1:
+        raise ModelError("error: 'slice' of axis %d (size %d) from %r to %r is empty" % (ax, x.shape[ax], start, end))
+    return r
+
+
+def op_embedding(ids, w):
+    if not _is_int(ids):
+        raise ModelError("error: 'embedding' ids must be i32 or i64, got %s" % ids.dtype)
+    if _is_int(w) or w.ndim != 2:
+        raise ModelError("error: 'embedding' weight must be f32 [num_embeddings, dim]")
+    V = w.shape[0]
+    bad = (ids < 0) | (ids >= V)
+    if np.any(bad):
+        i = tuple(np.argwhere(bad)[0])
+        raise ModelError("error: 'embedding' id %d at index %s is out of range 0..%d"
+                         % (int(ids[i]), list(map(int, i)), V - 1))
+    return w[ids]
+
+
+def op_sdpa(q, k, v, mask=None, causal=False, scale=None):
+    if q.ndim < 2:
+        raise ModelError("error: 'scaled_dot_product_attention' query must have rank >= 2")
+    E = q.shape[-1]
+    if scale is None:
+        scale = 1 / math.sqrt(E)
+    s = np.matmul(q, np.swapaxes(k, -1, -2)) * q.dtype.type(scale)
+    if mask is not None:
+        s = s + mask
+    L, S = s.shape[-2], s.shape[-1]
+    if causal:
+        s = np.where(np.arange(S)[None, :] > np.arange(L)[:, None], -np.inf, s)
+    m = np.max(s, axis=-1, keepdims=True)
+    dead = m == -np.inf                    # every key masked: the row gives zeros, as in PyTorch
+    e = np.exp(s - np.where(dead, 0, m))
+    p = e / np.sum(e, axis=-1, keepdims=True)
+    p = np.where(dead, 0, p)
+    return np.matmul(p, v)
+
+
+def op_where(c, a, b):
+    return np.where(c != 0, a, b)
+
+
 # op name -> (number of tensor args (min, max), tensor arg names, [(attr, default)], function)
 _NOATTR = []
 OPS = {
@@ -446,8 +972,26 @@ OPS = {
     "transpose": ((1, 1), ["x"], [("dim0", -2), ("dim1", -1)],
                   lambda x, dim0, dim1: np.swapaxes(x, dim0, dim1)),
     "permute": ((1, 1), ["x"], [("dims", None)], lambda x, dims: np.transpose(x, dims)),
+    "conv2d": ((2, 3), ["x", "weight", "bias"],
+               [("stride", 1), ("padding", 0), ("dilation", 1), ("groups", 1)], op_conv2d),
+    "max_pool2d": ((1, 1), ["x"], [("kernel", None), ("stride", None), ("padding", 0), ("dilation", 1),
+                                   ("ceil_mode", False)], op_max_pool2d),
+    "avg_pool2d": ((1, 1), ["x"], [("kernel", None), ("stride", None), ("padding", 0), ("ceil_mode", False),
+                                   ("count_include_pad", True)], op_avg_pool2d),
+    "adaptive_avg_pool2d": ((1, 1), ["x"], [("output_size", 1)], op_adaptive_avg_pool2d),
+    "batch_norm": ((5, 5), ["x", "weight", "bias", "running_mean", "running_var"], [("eps", 1e-5)],
+                   op_batch_norm),
+    "layer_norm": ((3, 3), ["x", "weight", "bias"], [("eps", 1e-5)], op_layer_norm),
+    "flatten": ((1, 1), ["x"], [("start_dim", 1), ("end_dim", -1)], op_flatten),
+    "concat": ((1, 16), ["x%d" % i for i in range(16)], [("axis", 0)], op_concat),
+    "slice": ((1, 1), ["x"], [("axis", None), ("start", 0), ("end", None), ("step", 1)], op_slice),
+    "embedding": ((2, 2), ["ids", "weight"], _NOATTR, op_embedding),
+    "scaled_dot_product_attention": ((3, 4), ["q", "k", "v", "mask"], [("causal", False), ("scale", None)],
+                                     op_sdpa),
+    "where": ((3, 3), ["cond", "a", "b"], _NOATTR, op_where),
 }
-_MOVEMENT = {"reshape", "transpose", "permute"}  # allowed on integer tensors
+_MOVEMENT = {"reshape", "transpose", "permute", "flatten", "concat", "slice"}  # allowed on integers
+_INT_ARG = {"embedding": 0, "where": 0}   # the one tensor argument that may be an integer tensor
 _BINOP = {"+": "add", "-": "sub", "*": "mul", "/": "div", "@": "matmul"}
 
 
@@ -462,7 +1006,8 @@ class Evaluator:
         if name in self.env:
             return self.env[name]
         if name not in self.m.defs:
-            raise ModelError("%s: error: unknown name '%s'" % (self.m.path, name))
+            raise ModelError("%s: error: unknown name '%s'%s" % (self.m.path, name.lstrip("?"),
+                             " (a block sees only its parameters and its own names)" if name[0] == "?" else ""))
         if name in self.busy:
             raise ModelError("%s: error: '%s' depends on itself" % (self.m.path, name))
         self.busy.add(name)
@@ -500,7 +1045,7 @@ class Evaluator:
         if k == "neg" and e[1][0] == "num":
             return -int(e[1][1]) if e[1][2] else -e[1][1]
         if k == "name":
-            return e[1]
+            return e[1].lstrip("?")
         if k in ("bool", "list"):
             return e[1]
         raise ModelError("%s: error: bad attribute value %r" % (self.m.path, e))
@@ -512,7 +1057,10 @@ class Evaluator:
         tensors, avals = [], {}
         for key, node in args:
             if key is None:
-                if len(tensors) < nmin or (len(tensors) < nmax and not avals
+                int_lit = node[0] == "num" and node[2] or (node[0] == "neg" and node[1][0] == "num"
+                                                           and node[1][2])
+                variadic_attr = nmax > 3 and attrs and len(tensors) >= nmin and int_lit
+                if len(tensors) < nmin or (len(tensors) < nmax and not avals and not variadic_attr
                                            and node[0] not in ("list", "bool")):
                     tensors.append(node)
                 else:
@@ -533,7 +1081,7 @@ class Evaluator:
             raise ModelError("%s: error: '%s' takes %d..%d tensors" % (self.m.path, op, nmin, nmax))
         xs = [self.eval(t) if t is not None else None for t in tensors]
         if op not in _MOVEMENT:
-            _float_only(op, *[x for x in xs if x is not None])
+            _float_only(op, *[x for i, x in enumerate(xs) if x is not None and i != _INT_ARG.get(op)])
         kw = {}
         for a, default in attrs:
             v = avals.get(a, default)
@@ -551,6 +1099,8 @@ class Evaluator:
                     s = self.batch
                 shape.append(s)
             return np.reshape(xs[0], shape)
+        if op == "concat":
+            xs = [x for x in xs if x is not None]
         with np.errstate(all="ignore"):
             r = fn(*xs, **kw)
         r = np.asarray(r)
@@ -574,6 +1124,9 @@ def _bind_batch(model, decls, arrays, kind):
                              % (model.path, kind, d.name, a.ndim, d.dtype, d.dims))
         for n, dim in zip(a.shape, d.dims):
             if isinstance(dim, str):
+                if n < 1:
+                    raise ModelError("%s: error: %s '%s': batch %d; a batch is at least 1"
+                                     % (model.path, kind, d.name, n))
                 if batch is not None and batch != n:
                     raise ModelError("%s: error: %s '%s': batch %d, but %d elsewhere"
                                      % (model.path, kind, d.name, n, batch))
@@ -591,6 +1144,7 @@ def run_model(model, weights, inputs, precision="f64"):
     if isinstance(model, str):
         model = parse_source(model) if "{" in model else parse_file(model)
     dt = np.dtype(np.float64 if precision == "f64" else np.float32)
+    sys.setrecursionlimit(max(sys.getrecursionlimit(), 20000))   # deep chains of block defs
     env = {}
     arrays = {}
     for decls, src in ((model.inputs, inputs), (model.params, weights)):
@@ -658,6 +1212,9 @@ def read_safetensors(path):
         dt = np.dtype(_ST_DTYPES[e["dtype"]]).newbyteorder("<")
         b, end = e["data_offsets"]
         shape = tuple(e["shape"])
+        for i, dim in enumerate(shape):
+            if dim == 0:   # field case B18: a clean error, never a division by a dimension
+                raise ModelError("%s: tensor %s: dimension %d is 0" % (path, name, i))
         a = np.frombuffer(data[b:end], dtype=dt)
         if a.size != int(np.prod(shape, dtype=np.int64)):
             raise ModelError("%s: tensor '%s': %d bytes for shape %s" % (path, name, end - b, shape))
@@ -848,7 +1405,174 @@ def _self_tests():
         {"x": f([-1, 0.5, 3])}, {},
         {"a": f([-0.15865525, 0.34573123, 2.9959502]),
          "b": f([-0.15880801, 0.34571401, 2.9963627])}, False))
+    one22 = np.ones((1, 1, 2, 2), np.float32)
+    T.append(("B23 avg_pool2d asymmetric pads and count_include_pad", """model b23 {
+        input x: f32[1, 1, 2, 2]
+        output inc = avg_pool2d(x, [2, 2], stride=1, padding=[0, 0, 1, 1])
+        output exc = avg_pool2d(x, 2, 1, [0, 0, 1, 1], false, false)
+        output inc2 = avg_pool2d(x, 2, stride=1, padding=[1, 0, 0, 1], count_include_pad=true)
+        output exc2 = avg_pool2d(x, 2, stride=1, padding=[1, 0, 0, 1], count_include_pad=false) }""",
+        {"x": one22}, {},
+        {"inc": f([[[[1.0, 0.5], [0.5, 0.25]]]]), "exc": np.ones((1, 1, 2, 2), np.float32),
+         "inc2": f([[[[0.5, 0.25], [1.0, 0.5]]]]), "exc2": np.ones((1, 1, 2, 2), np.float32)}, False))
+    x24 = f([[2.0903, 4.6493, 1.6320, -3.2051, 4.6975, 4.7296, 3.3653, -1.5815, -2.3832],
+             [0.9628, -1.5899, -2.6820, 5.7529, 7.7346, -0.8910, -2.0151, 0.1313, -0.5374]])
+    T.append(("B24 avg_pool ceil_mode overhang not counted (1-D as H=1)", """model b24 {
+        input x: f32[1, 2, 1, 9]
+        output y = avg_pool2d(x, [1, 7], stride=[1, 3], padding=[0, 3, 0, 3], ceil_mode=true,
+                              count_include_pad=true) }""",
+        {"x": x24.reshape(1, 2, 1, 9)}, {},
+        {"y": f([[0.7380714, 2.5655572, 0.8032287, -0.0999000],
+                 [0.3491143, 1.0389000, 1.4536142, -0.4035333]]).reshape(1, 2, 1, 4)}, False))
+    w26 = np.zeros((4, 1, 3, 3), np.float32)
+    w26[0, 0, 1, 1] = 1
+    w26[1] = 1
+    w26[2, 0, 1, 1] = 2
+    w26[3, 0, 0, 1] = w26[3, 0, 1, 0] = w26[3, 0, 1, 2] = w26[3, 0, 2, 1] = 1
+    x26 = (np.arange(32, dtype=np.float32) / 10).reshape(1, 2, 4, 4)
+    T.append(("B26 depthwise conv with channel multiplier 2", """model b26 {
+        input x: f32[1, 2, 4, 4]; param w: f32[4, 1, 3, 3]; param b: f32[4]
+        y = conv2d(x, w, b, padding=1, groups=2)
+        output out0 = slice(y, 1, 0, 1)
+        output out1 = slice(y, 1, 1, 2)
+        output out2 = slice(y, 1, 2, 3)
+        output out3 = slice(y, 1, 3, 4) }""",
+        {"x": x26}, {"w": w26, "b": f([0, 0, 0, 0.5])},
+        {"out0": x26[:, :1], "out1": f([[1, 1.8, 2.4, 1.8], [2.7, 4.5, 5.4, 3.9], [5.1, 8.1, 9, 6.3],
+                                        [4.2, 6.6, 7.2, 5]]).reshape(1, 1, 4, 4),
+         "out2": 2 * x26[:, 1:], "out3": f([[4.2, 6, 6.3, 4.6], [6.6, 8.9, 9.3, 7.3], [7.8, 10.5, 10.9, 8.5],
+                                            [5.8, 8.8, 9.1, 6.2]]).reshape(1, 1, 4, 4)}, False))
+    T.append(("B27 conv2d asymmetric dilation (1,3)", """model b27 {
+        input x: f32[1, 1, 5, 7]; param w: f32[1, 1, 2, 2]
+        output y = conv2d(x, w, dilation=[1, 3]) }""",
+        {"x": np.arange(35, dtype=np.float32).reshape(1, 1, 5, 7)}, {"w": np.ones((1, 1, 2, 2), np.float32)},
+        {"y": f([[20, 24, 28, 32], [48, 52, 56, 60], [76, 80, 84, 88], [104, 108, 112, 116]]).reshape(1, 1, 4, 4)},
+        False))
+    T.append(("B22 ceil_mode pool of a 1x1 input: size 1, as in PyTorch", """model b22 {
+        input x: f32[1, 1, 1, 1]
+        output m = max_pool2d(x, 2, 2, ceil_mode=true)
+        output a = avg_pool2d(x, 2, 2, 0, true) }""",
+        {"x": f([[[[3]]]])}, {}, {"m": f([[[[3]]]]), "a": f([[[[3]]]])}, False))
+    T.append(("blocks: scopes, nesting, int/bool/tensor params, defaults, on regions", """
+        block lin(x, n, k) {
+          param weight: f32[n, k]
+          param bias: f32[n]
+          return linear(x, weight, bias)
+        }
+        block mlp(x, d, hidden=3) {
+          h = relu(lin(x, hidden, d) as fc1)
+          return lin(h, d, hidden) as fc2
+        }
+        block plain(x, s) { return x * s }
+        block pool(x, inc=true) { return avg_pool2d(x, 2, 1, [0, 0, 1, 1], false, inc) }
+        model blk {
+          input x: f32[batch, 2]
+          input o: f32[1, 1, 2, 2]
+          on cpu:1 { a = mlp(x, 2) as layer.0 }
+          on cuda { b = mlp(a, 2, hidden=4) as layer.1 }
+          on cpu { output y = plain(b, x) }
+          output z = lin(x, 1, 2) as head
+          output p1 = pool(o)
+          output p0 = pool(o, inc=false)
+        }""",
+        {"x": f([[1, -2], [0.5, 3]]), "o": one22},
+        {"layer.0.fc1.weight": f([[1, 0], [0, 1], [1, 1]]), "layer.0.fc1.bias": f([0, 0, 0]),
+         "layer.0.fc2.weight": f([[1, 0, 0], [0, 1, 1]]), "layer.0.fc2.bias": f([0, 1]),
+         "layer.1.fc1.weight": np.ones((4, 2), np.float32), "layer.1.fc1.bias": f([0, 0, 0, -100]),
+         "layer.1.fc2.weight": np.ones((2, 4), np.float32), "layer.1.fc2.bias": f([1, 2]),
+         "head.weight": f([[1, 1]]), "head.bias": f([-10])},
+        {"y": f([[7, -16], [12.5, 78]]), "z": f([[-11], [-6.5]]),
+         "p1": f([[[[1.0, 0.5], [0.5, 0.25]]]]), "p0": one22}, False))
+    T.append(("concat/slice/flatten/embedding/where/layer_norm/batch_norm/adaptive", """model misc {
+        input a: f32[2, 1, 2]; input b: f32[2, 2, 2]; input ids: i32[3]; input c: i64[2, 2]
+        param e: f32[3, 2]; param g: f32[2]; param bb: f32[2]; param mu: f32[2]; param v: f32[2]
+        output cc = concat(a, b, a, 1)
+        output sl = slice(b, -1, -2, 2, 2)
+        output sl2 = slice(e, axis=0, start=-5, end=10, step=2)
+        output fl = flatten(b)
+        output em = embedding(ids, e)
+        output wh = where(c, 1, -1)
+        output ln = layer_norm(b, g, bb)
+        output bn = batch_norm(b, g, bb, mu, v, eps=0)
+        output ad = adaptive_avg_pool2d(reshape(e, [1, 1, 3, 2]), [2, 1]) }""",
+        {"a": f([[[1, 2]], [[3, 4]]]), "b": f([[[5, 6], [7, 8]], [[9, 10], [11, 12]]]),
+         "ids": np.array([2, 0, 2], np.int32), "c": np.array([[0, 3], [-1, 0]], np.int64)},
+        {"e": f([[0, 1], [2, 3], [4, 5]]), "g": f([1, 2]), "bb": f([0, 1]), "mu": f([1, 0]), "v": f([4, 1])},
+        {"cc": f([[[1, 2], [5, 6], [7, 8], [1, 2]], [[3, 4], [9, 10], [11, 12], [3, 4]]]),
+         "sl": f([[[5], [7]], [[9], [11]]]), "sl2": f([[0, 1], [4, 5]]),
+         "fl": f([[5, 6, 7, 8], [9, 10, 11, 12]]), "em": f([[4, 5], [0, 1], [4, 5]]),
+         "wh": f([[-1, 1], [1, -1]]),
+         "ln": np.tile(f([-0.5 / math.sqrt(0.25001), 1 + 1 / math.sqrt(0.25001)]), (2, 2, 1)),
+         "bn": f([[[2, 2.5], [15, 17]], [[4, 4.5], [23, 25]]]),
+         "ad": f([[[[1.5], [3.5]]]])}, False))
+    T.append(("scaled_dot_product_attention: causal, fully masked row, scale", """model att {
+        input q: f32[2, 2]; input k: f32[2, 2]; input v: f32[2, 3]; input m: f32[2, 2]
+        output c = scaled_dot_product_attention(q, k, v, causal=true)
+        output z = scaled_dot_product_attention(q, k, v, m)
+        output s = scaled_dot_product_attention(q, k, v, scale=0) }""",
+        {"q": f([[1, 0], [0, 1]]), "k": f([[1, 0], [0, 1]]), "v": f([[1, 2, 3], [5, 6, 7]]),
+         "m": f([[-inf, -inf], [0, -inf]])}, {},
+        {"c": f([[1, 2, 3], [1 + 4 / (1 + math.exp(-1 / math.sqrt(2))), 2 + 4 / (1 + math.exp(-1 / math.sqrt(2))),
+                              3 + 4 / (1 + math.exp(-1 / math.sqrt(2)))]]),
+         "z": f([[0, 0, 0], [1, 2, 3]]), "s": f([[3, 4, 5], [3, 4, 5]])}, False))
     return T
+
+
+def _error_tests():
+    """Models the reference must reject, each with a piece of the expected message (B18, B21, B22)."""
+    E = []  # (name, source, inputs, weights, substring)
+    r = np.random.default_rng(0).standard_normal
+    f = lambda *s: r(s).astype(np.float32)  # noqa: E731
+    E.append(("B21 conv2d weight rank 0", "model e { input x: f32[7,6,1,5]; param w: f32[]; param b: f32[2]\n"
+              "output y = conv2d(x, w, b) }", {"x": f(7, 6, 1, 5)}, {"w": f(), "b": f(2)}, "must be rank 4"))
+    E.append(("B21 conv2d channels 6 vs 2", "model e { input x: f32[1,6,5,5]; param w: f32[4,2,3,3]\n"
+              "output y = conv2d(x, w, groups=1) }", {"x": f(1, 6, 5, 5)}, {"w": f(4, 2, 3, 3)}, "channels 6"))
+    E.append(("B21 conv2d groups 4 on 6 channels", "model e { input x: f32[1,6,5,5]; param w: f32[4,2,3,3]\n"
+              "output y = conv2d(x, w, groups=4) }", {"x": f(1, 6, 5, 5)}, {"w": f(4, 2, 3, 3)}, "does not divide"))
+    E.append(("B21 conv2d bias length 3 for O=4", "model e { input x: f32[1,2,5,5]; param w: f32[4,2,3,3]\n"
+              "param b: f32[3]; output y = conv2d(x, w, b) }", {"x": f(1, 2, 5, 5)}, {"w": f(4, 2, 3, 3),
+                                                                                    "b": f(3)}, "bias"))
+    E.append(("B21 concat mismatch", "model e { input a: f32[2,3]; input b: f32[2,4]\n"
+              "output y = concat(a, b, axis=0) }", {"a": f(2, 3), "b": f(2, 4)}, {}, "concat"))
+    for what, call in (("kernel 0", "max_pool2d(x, 0)"), ("stride 0", "avg_pool2d(x, 2, 0)"),
+                       ("negative padding", "conv2d(x, w, padding=-1)")):
+        E.append(("B21 %s" % what, "model e { input x: f32[1,1,4,4]; param w: f32[1,1,2,2]\n"
+                  "output y = %s\n output u = sum(w) }" % call, {"x": f(1, 1, 4, 4)}, {"w": f(1, 1, 2, 2)},
+                  call.split("(")[0]))
+    chain = ["model e { input x: f32[1,3,10,10]"]
+    prev, c = "x", 3
+    for i in range(1, 5):
+        chain.append("param c%d: f32[32,%d,3,3]" % (i, c))
+        chain.append("p%d = max_pool2d(conv2d(%s, c%d, padding=1), 2, 2)" % (i, prev, i))
+        prev, c = "p%d" % i, 32
+    chain.append("param c5: f32[32,32,3,3]; output y = conv2d(p4, c5, padding=1) }")
+    E.append(("B22 pooling chain 10-5-2-1-0", "\n".join(chain), {"x": f(1, 3, 10, 10)},
+              {"c%d" % i: f(32, 3 if i == 1 else 32, 3, 3) for i in range(1, 6)}, "output size 0x0"))
+    E.append(("B18 input with a batch of 0", "model e { input x: f32[batch, 4]; param W: f32[4, 3]\n"
+              "output y = relu(matmul(x, W)) }", {"x": np.zeros((0, 4), np.float32)}, {"W": f(4, 3)}, "batch"))
+    E.append(("embedding id out of range", "model e { input i: i64[3]; param w: f32[4, 2]\n"
+              "output y = embedding(i, w) }", {"i": np.array([0, 4, 1])}, {"w": f(4, 2)}, "id 4"))
+    E.append(("block: a name outside the block", "block bl(x) { return x + q }\n"
+              "model e { input x: f32[2]; input q: f32[2]; output y = bl(x) }", {"x": f(2), "q": f(2)}, {},
+              "unknown name 'q'"))
+    E.append(("block: param declared twice (no 'as')", "block bl(x) { param w: f32[2]; return x * w }\n"
+              "model e { input x: f32[2]; output y = bl(bl(x)) }", {"x": f(2)}, {"w": f(2)}, "declared twice"))
+    return E
+
+
+def _window_unit_checks():
+    """B22: the size function with negative numerators, floor and ceil."""
+    bad = []
+    for args, want in (((1, 2, 2, 0, 0, 1, False), 0), ((1, 2, 2, 0, 0, 1, True), 1),
+                       ((10, 2, 2, 0, 0, 1, False), 5), ((5, 2, 2, 0, 0, 1, False), 2),
+                       ((2, 2, 2, 0, 0, 1, False), 1), ((5, 2, 2, 0, 0, 1, True), 3),
+                       ((9, 7, 3, 3, 3, 1, True), 4), ((9, 7, 3, 3, 3, 1, False), 3),
+                       ((1, 3, 1, 0, 0, 1, False), -1), ((1, 3, 1, 0, 0, 1, True), -1),
+                       ((7, 2, 1, 0, 0, 3, False), 4), ((4, 3, 2, 1, 1, 1, True), 3)):
+        got = window_out(*args)
+        if (got if got >= 1 else -1) != (want if want >= 1 else -1):
+            bad.append("window_out%s = %d, want %d" % (args, got, want))
+    return bad
 
 
 def _torch_cross_check():
@@ -913,6 +1637,115 @@ def _torch_cross_check():
     return bad
 
 
+def _torch_nn_cross_check():
+    """The neural-network ops and blocks vs PyTorch (float64). None if torch is not importable."""
+    try:
+        import torch
+        import torch.nn.functional as F
+    except Exception:  # noqa: BLE001
+        return None
+    rng = np.random.default_rng(1)
+    g = lambda *s: rng.standard_normal(s).astype(np.float32)  # noqa: E731
+    ins = {"x": g(2, 4, 9, 8), "w": g(6, 2, 3, 2), "cb": g(6), "w1": g(3, 4, 2, 2), "xs": g(2, 4, 9, 8),
+           "c": g(4), "bn_b": g(4), "mu": g(4), "var": rng.uniform(0.5, 2, 4).astype(np.float32),
+           "r2": g(5, 4), "q": g(2, 3, 5, 8), "k": g(2, 3, 7, 8), "v": g(2, 3, 7, 6), "mk": g(5, 7),
+           "ln_w": g(8), "ln_b": g(8), "ids": rng.integers(0, 10, (3, 4)).astype(np.int64), "emb": g(10, 5),
+           "cond": rng.integers(-1, 2, (5, 1)).astype(np.int64), "qq": g(2, 6, 8)}
+    ins["x"][0, 0, 0, 0] = np.nan
+    t = {k: torch.from_numpy(np.asarray(v, np.float64) if v.dtype == np.float32 else v) for k, v in ins.items()}
+    x, w, cb, w1, xs = t["x"], t["w"], t["cb"], t["w1"], t["xs"]
+    mkm = t["mk"].clone()
+    mkm[2] = -float("inf")
+    ins["mkm"] = mkm.numpy().astype(np.float32)
+    checks = [
+        ("conv2d(xs, w, cb, stride=[1, 2], padding=[1, 0], dilation=[2, 1], groups=2)",
+         F.conv2d(xs, w, cb, stride=(1, 2), padding=(1, 0), dilation=(2, 1), groups=2)),
+        ("conv2d(xs, w, groups=2, padding=[1, 0, 2, 1], stride=2)",
+         F.conv2d(F.pad(xs, (0, 1, 1, 2)), w, groups=2, stride=2)),
+        ("conv2d(xs, w1, padding=3)", F.conv2d(xs, w1, padding=3)),
+        ("conv2d(xs, w1, stride=[3, 4])", F.conv2d(xs, w1, stride=(3, 4))),
+        ("max_pool2d(x, 3, 2, 1)", F.max_pool2d(x, 3, 2, 1)),
+        ("max_pool2d(xs, [3, 2], stride=[1, 2], padding=[1, 0], dilation=[2, 1])",
+         F.max_pool2d(xs, (3, 2), (1, 2), (1, 0), (2, 1))),
+        ("max_pool2d(xs, 2, stride=3, ceil_mode=true)", F.max_pool2d(xs, 2, 3, ceil_mode=True)),
+        ("max_pool2d(xs, 3, 2, 1, 1, true)", F.max_pool2d(xs, 3, 2, 1, 1, ceil_mode=True)),
+        ("avg_pool2d(xs, 3, 2, 1, true, true)", F.avg_pool2d(xs, 3, 2, 1, ceil_mode=True, count_include_pad=True)),
+        ("avg_pool2d(xs, 3, 2, 1, true, false)", F.avg_pool2d(xs, 3, 2, 1, ceil_mode=True, count_include_pad=False)),
+        ("avg_pool2d(xs, [3, 2], stride=[1, 2], padding=[1, 0])", F.avg_pool2d(xs, (3, 2), (1, 2), (1, 0))),
+        ("avg_pool2d(xs, 2, stride=[3, 4], ceil_mode=true)", F.avg_pool2d(xs, 2, (3, 4), ceil_mode=True)),
+        ("adaptive_avg_pool2d(xs, [4, 3])", F.adaptive_avg_pool2d(xs, (4, 3))),
+        ("adaptive_avg_pool2d(xs)", F.adaptive_avg_pool2d(xs, 1)),
+        ("batch_norm(xs, c, bn_b, mu, var)", F.batch_norm(xs, t["mu"], t["var"], t["c"], t["bn_b"], False)),
+        ("batch_norm(r2, c, bn_b, mu, var, eps=0.001)",
+         F.batch_norm(t["r2"], t["mu"], t["var"], t["c"], t["bn_b"], False, eps=1e-3)),
+        ("layer_norm(xs, ln_w, ln_b)", F.layer_norm(xs, (8,), t["ln_w"], t["ln_b"])),
+        ("flatten(xs)", xs.flatten(1)), ("flatten(xs, 0, 2)", xs.flatten(0, 2)),
+        ("concat(xs, x, xs, axis=-2)", torch.cat([xs, x, xs], -2)),
+        ("slice(xs, 2, -7, 100, 2)", xs[:, :, -7::2]),
+        ("embedding(ids, emb)", F.embedding(t["ids"], t["emb"])),
+        ("scaled_dot_product_attention(q, k, v)", F.scaled_dot_product_attention(t["q"], t["k"], t["v"])),
+        ("scaled_dot_product_attention(q, k, v, mk, scale=0.3)",
+         F.scaled_dot_product_attention(t["q"], t["k"], t["v"], attn_mask=t["mk"], scale=0.3)),
+        ("scaled_dot_product_attention(q, k, v, causal=true)",
+         F.scaled_dot_product_attention(t["q"], t["k"], t["v"], is_causal=True)),
+        ("scaled_dot_product_attention(q, k, v, mkm)",
+         F.scaled_dot_product_attention(t["q"], t["k"], t["v"], attn_mask=mkm)),
+        ("scaled_dot_product_attention(qq, qq, qq, causal=true)",
+         F.scaled_dot_product_attention(t["qq"], t["qq"], t["qq"], is_causal=True)),
+        ("where(cond, r2, 0.5)", torch.where(t["cond"] != 0, t["r2"], torch.tensor(0.5, dtype=torch.float64))),
+    ]
+    decl = {"x": "f32[2,4,9,8]", "w": "f32[6,2,3,2]", "cb": "f32[6]", "w1": "f32[3,4,2,2]",
+            "xs": "f32[2,4,9,8]", "c": "f32[4]", "bn_b": "f32[4]", "mu": "f32[4]", "var": "f32[4]",
+            "r2": "f32[5,4]", "q": "f32[2,3,5,8]", "k": "f32[2,3,7,8]", "v": "f32[2,3,7,6]", "mk": "f32[5,7]",
+            "ln_w": "f32[8]", "ln_b": "f32[8]", "ids": "i64[3,4]", "emb": "f32[10,5]", "cond": "i64[5,1]",
+            "qq": "f32[2,6,8]", "mkm": "f32[5,7]"}
+    src = ["model tn {"] + ["input %s: %s" % kv for kv in decl.items()]
+    src += ["output o%d = %s" % (i, e) for i, (e, _) in enumerate(checks)] + ["}"]
+    out = run_model(parse_source("\n".join(src), "<torch-nn-check>"), {}, ins)
+    bad = []
+    for i, (e, want) in enumerate(checks):
+        got, want = out["o%d" % i], want.numpy()
+        ok, msg = _close(got, want.astype(np.float32), atol=1e-5, rtol=1e-5)
+        if not ok:
+            bad.append("%s: %s" % (e, msg))
+    # a ResNet-style block instantiated twice with 'as', vs the same network in torch
+    blk = """block basic(x, planes, stride=1) {
+      param conv1.weight: f32[planes, planes, 3, 3]
+      param bn1.weight: f32[planes]
+      param bn1.bias: f32[planes]
+      param bn1.running_mean: f32[planes]
+      param bn1.running_var: f32[planes]
+      h = relu(batch_norm(conv2d(x, conv1.weight, stride=stride, padding=1), bn1.weight, bn1.bias,
+                          bn1.running_mean, bn1.running_var))
+      return relu(h + max_pool2d(x, 1, stride))
+    }
+    model net { input x: f32[batch, 4, 6, 6]
+      on cpu:1 { a = basic(x, 4) as layer.0 }
+      output y = basic(a, 4, 2) as layer.1 }"""
+    wts = {}
+    for s in ("layer.0", "layer.1"):
+        wts[s + ".conv1.weight"] = g(4, 4, 3, 3)
+        wts[s + ".bn1.weight"], wts[s + ".bn1.bias"], wts[s + ".bn1.running_mean"] = g(4), g(4), g(4)
+        wts[s + ".bn1.running_var"] = rng.uniform(0.5, 2, 4).astype(np.float32)
+    xb = g(2, 4, 6, 6)
+    m = parse_source(blk, "<torch-block-check>")
+    if sorted(d.name for d in m.params) != sorted(wts):
+        bad.append("block params %s" % [d.name for d in m.params])
+    else:
+        got = run_model(m, wts, {"x": xb})["y"]
+        tw = {k: torch.from_numpy(v.astype(np.float64)) for k, v in wts.items()}
+        h = torch.from_numpy(xb.astype(np.float64))
+        for s, st in (("layer.0", 1), ("layer.1", 2)):
+            z = F.relu(F.batch_norm(F.conv2d(h, tw[s + ".conv1.weight"], stride=st, padding=1),
+                                    tw[s + ".bn1.running_mean"], tw[s + ".bn1.running_var"],
+                                    tw[s + ".bn1.weight"], tw[s + ".bn1.bias"], False))
+            h = F.relu(z + h[:, :, ::st, ::st])
+        ok, msg = _close(got, h.numpy().astype(np.float32))
+        if not ok:
+            bad.append("ResNet-style block x2: %s" % msg)
+    return bad, len(checks) + 1
+
+
 def self_test():
     fails = 0
     bad = _torch_cross_check()
@@ -923,6 +1756,27 @@ def self_test():
         print("FAIL: refinterp/torch cross-check: %s" % "; ".join(bad))
     else:
         print("PASS: refinterp/torch cross-check (34 ops, bit-exact on special values)")
+    r = _torch_nn_cross_check()
+    if r is None:
+        print("PASS: refinterp/torch cross-check of the neural-network ops (skipped: torch not importable)")
+    elif r[0]:
+        fails += 1
+        print("FAIL: refinterp/torch cross-check of the neural-network ops: %s" % "; ".join(r[0]))
+    else:
+        print("PASS: refinterp/torch cross-check of the neural-network ops (%d checks, float64)" % r[1])
+    bad = _window_unit_checks()
+    fails += bool(bad)
+    print("%s: refinterp/B22 window size function%s" % ("FAIL" if bad else "PASS", ": " + "; ".join(bad) if bad else ""))
+    for name, src, inputs, weights, want in _error_tests():
+        try:
+            run_model(parse_source(src, "<self-test>"), weights, inputs)
+            why = "no error (want one containing %r)" % want
+        except ModelError as e:
+            why = None if want in str(e) else "error %r does not contain %r" % (str(e), want)
+        except Exception as e:  # noqa: BLE001
+            why = "not a ModelError: %s: %s" % (type(e).__name__, e)
+        fails += why is not None
+        print("%s: refinterp/rejects: %s%s" % ("FAIL" if why else "PASS", name, ": " + why if why else ""))
     for name, src, inputs, weights, expected, bits in _self_tests():
         try:
             out = run_model(parse_source(src, "<self-test>"), weights, inputs)
@@ -956,6 +1810,16 @@ def self_test():
         ok = all(np.array_equal(r[k], t[k]) and r[k].dtype == t[k].dtype for k in t)
         print("%s: refinterp/safetensors round trip" % ("PASS" if ok else "FAIL"))
         fails += not ok
+        for shape in ([4, 0], [0, 4]):     # field case B18: a dimension of 0 is a clean error
+            write_safetensors(p, {"fc.w": np.zeros(shape, np.float32)})
+            try:
+                read_safetensors(p)
+                why = "accepted"
+            except ModelError as e:
+                why = None if "fc.w: dimension %d is 0" % shape.index(0) in str(e) else str(e)
+            print("%s: refinterp/B18 weight with shape %s rejected%s" % ("FAIL" if why else "PASS", shape,
+                                                                           ": " + why if why else ""))
+            fails += why is not None
     return fails
 
 

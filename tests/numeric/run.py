@@ -41,6 +41,13 @@ Spec (NAME.json, every key optional):
                                   {"arange": START} is START, START+1, ... in C order
   "bits": true | [OUTPUT, ...]    bit-exact comparison for these outputs (A inputs)
   "oversize": "correct" (default) | "correct_or_error" | "skip"   the chunked run at 2*max_batch+1
+  "flags": ["--no-fold-bn"]        extra modelc flags for this case (after $MODELC_FLAGS)
+  "expect_error": "text"          the executable must exit with status 1 on the A inputs, with
+                                  "text" in its stderr, and the reference must reject them too
+                                  (nothing else is run)
+  "same_as": "OTHER"              also compile cases/OTHER.model and require that its outputs on
+                                  the same inputs and params are BIT-identical to this case's
+                                  (e.g. a model with 'on DEVICE' regions vs the same model without)
   "note": "why this case exists"
 """
 
@@ -66,7 +73,7 @@ import refinterp  # noqa: E402
 
 CASES = os.path.join(HERE, "cases")
 SPEC_KEYS = {"inputs", "params", "batches", "max_batch", "atol", "rtol", "tol", "expected", "bits",
-             "oversize", "note"}
+             "oversize", "note", "flags", "expect_error", "same_as"}
 NP_DT = {"f32": np.float32, "i32": np.int32, "i64": np.int64}
 
 
@@ -383,6 +390,12 @@ class Runner:
         t0 = time.time()
         if self.opts.ref_only:
             for b in self.batches():
+                if "expect_error" in self.spec:
+                    try:
+                        refinterp.run_model(self.model, *reversed(make_io(self.model, self.spec, b, "A")))
+                    except refinterp.ModelError:
+                        continue
+                    raise CaseFail("expect_error: the reference accepts the inputs (it should reject them)")
                 inputs, params = make_io(self.model, self.spec, b, "A")
                 ref = self.reference(inputs, params)
                 self.check_expected(ref, "reference")
@@ -401,10 +414,14 @@ class Runner:
             cmd = [modelc, self.model_path, "-o", prog]
             if self.max_batch is not None:
                 cmd += ["--max-batch", str(self.max_batch)]
-            cmd += shlex.split(os.environ.get("MODELC_FLAGS", ""))
+            cmd += self.flags()
             p = run_cmd(cmd, "compile")
             if p.returncode != 0 or not os.path.exists(prog):
                 raise CaseFail("compile failed (exit %d): %s" % (p.returncode, last_lines(p.stderr + p.stdout)))
+            if "expect_error" in self.spec:
+                self.expect_error(d, prog)
+                self.notes.append("%.1fs" % (time.time() - t0))
+                return None
             driver = None if self.opts.no_inprocess else self.build_driver(d)
             for b in self.batches():
                 bw = "" if b is None else " (batch %d)" % b
@@ -431,9 +448,62 @@ class Runner:
                               tag + (" (--repeat 3)" if tag == "A3" else ""), bw)
                 if driver:
                     self.inprocess(d, driver, b, files, refs, bw)
+                if "same_as" in self.spec:
+                    self.same_as(d, files["A"], outs["A1"], bw)
             self.oversize(d, prog)
         self.notes.append("%.1fs" % (time.time() - t0))
         return None
+
+    def flags(self):
+        f = self.spec.get("flags", [])
+        return shlex.split(os.environ.get("MODELC_FLAGS", "")) + (shlex.split(f) if isinstance(f, str) else list(f))
+
+    def expect_error(self, d, prog):
+        """The A inputs must make the executable fail cleanly (exit 1, the message in stderr)."""
+        want = self.spec["expect_error"]
+        for b in self.batches():
+            inputs, params = make_io(self.model, self.spec, b, "A")
+            try:
+                refinterp.run_model(self.model, params, inputs)
+                raise CaseFail("expect_error: the reference accepts the inputs (it should reject them)")
+            except refinterp.ModelError:
+                pass
+            wpath, ipaths = self.write_io(d, "E%s" % b, inputs, params)
+            o, p = self.execute(d, prog, "E%s" % b, wpath, ipaths)
+            err = (p.stderr or "").strip()
+            if o is not None or p.returncode != 1:
+                raise CaseFail("expect_error: run exited %d, want 1 with %r in stderr: %s"
+                               % (p.returncode, want, last_lines(p.stderr + p.stdout)))
+            if want not in err:
+                raise CaseFail("expect_error: stderr %r does not contain %r" % (last_lines(err), want))
+            self.notes.append("rejected: %s" % last_lines(err, 1))
+
+    def same_as(self, d, files, outs, bw):
+        """Compile cases/OTHER.model and require bit-identical outputs on the same inputs/params."""
+        other = self.spec["same_as"]
+        path = os.path.join(CASES, other + ".model")
+        om = refinterp.parse_file(path)
+        if om.outputs != self.model.outputs or [i.name for i in om.inputs] != [i.name for i in self.model.inputs] \
+                or sorted(x.name for x in om.params) != sorted(x.name for x in self.model.params):
+            raise CaseFail("same_as %s: the models differ in inputs, params or outputs" % other)
+        prog = os.path.join(d, "same_as_" + other)
+        cmd = [self.opts.modelc, path, "-o", prog]
+        if self.max_batch is not None:
+            cmd += ["--max-batch", str(self.max_batch)]
+        cmd += self.flags()
+        p = run_cmd(cmd, "compile (same_as %s)" % other)
+        if p.returncode != 0 or not os.path.exists(prog):
+            raise CaseFail("compile of same_as %s failed (exit %d): %s"
+                           % (other, p.returncode, last_lines(p.stderr + p.stdout)))
+        o, p = self.execute(d, prog, "S", *files)
+        if o is None:
+            raise CaseFail("run of same_as %s%s failed (exit %d): %s"
+                           % (other, bw, p.returncode, last_lines(p.stderr + p.stdout)))
+        try:
+            same_bits(outs, o, self.model.outputs, self.name, other, bw)
+        except CaseFail as e:
+            raise CaseFail("same_as %s: not bit-identical: %s" % (other, str(e).replace("run-twice: ", "")))
+        self.notes.append("bit-identical to %s" % other)
 
     def build_driver(self, d):
         """Emit C for the case and link it with abarun.c (the in-process A, B, A driver)."""
@@ -442,7 +512,7 @@ class Runner:
         cmd = [self.opts.modelc, self.model_path, "--emit-c", "-o", ec]
         if self.max_batch is not None:
             cmd += ["--max-batch", str(self.max_batch)]
-        cmd += shlex.split(os.environ.get("MODELC_FLAGS", ""))
+        cmd += self.flags()
         p = run_cmd(cmd, "modelc --emit-c")
         if p.returncode != 0:
             raise CaseFail("modelc --emit-c failed (exit %d): %s" % (p.returncode, last_lines(p.stderr + p.stdout)))
@@ -532,6 +602,8 @@ def run_case(args):
     # maxdiff: the largest |out - ref| over all outputs and runs; tol: the tolerance
     # (atol + rtol*|ref|, or 0 for a bit-exact output) at that element.
     line = "PASS: numeric/%s (maxdiff %.2g, tol %.2g)" % (name, r.maxdiff, r.maxdiff_tol)
+    if "expect_error" in r.spec and not extra:
+        line = "PASS: numeric/%s (run rejected as expected)" % name
     if extra:
         line = "PASS: numeric/%s %s" % (name, extra)
     if opts.verbose and r.notes:
