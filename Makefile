@@ -121,3 +121,15 @@ install: all
 
 clean:
 	rm -rf build build-san
+
+# ---------------------------------------------------------------- bench, gpu-check (not part of test)
+# make bench: modelc vs PyTorch eager (and ONNX Runtime when importable) on the example models;
+#   needs torch. BENCH_ARGS, e.g. "--quick", "--device cuda", "--compile", "-k gpt2".
+# make gpu-check: every GPU check in one script (build with nvcc, runtime and numeric tests on
+#   cuda vs cpu, examples, field cases B09/B12, bench); exits 2 at once without a GPU.
+.PHONY: bench gpu-check
+bench: all
+	$(PYTHON) bench/run.py $(BENCH_ARGS)
+
+gpu-check:
+	$(PYTHON) tools/gpu_check.py $(GPU_CHECK_ARGS)
