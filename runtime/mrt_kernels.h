@@ -38,7 +38,8 @@ MRT_HD float mrt_gelu_tanh(float x) {
 MRT_HD float mrt_maxf(float m, float v) { return (v > m || v != v) ? v : m; }
 
 #ifndef __CUDACC__
-/* y = softmax(x) (or log_softmax when log != 0) along the middle axis of [outer, n, inner]. */
+/* y = softmax(x) (or log_softmax when log != 0) along the middle axis of [outer, n, inner].
+ * The row sum is accumulated in double. */
 static inline void mrt_softmax_f32(float *y, const float *x, int64_t outer, int64_t n, int64_t inner, int log) {
     for (int64_t o = 0; o < outer; o++) {
         for (int64_t i = 0; i < inner; i++) {
@@ -47,8 +48,9 @@ static inline void mrt_softmax_f32(float *y, const float *x, int64_t outer, int6
             float m = -INFINITY;
             for (int64_t j = 0; j < n; j++) m = mrt_maxf(m, xr[j * inner]);
             if (m == -INFINITY) m = 0.0f; /* an all -inf row: exp(-inf - 0) = 0, sum 0 -> NaN as in PyTorch */
-            float s = 0.0f;
-            for (int64_t j = 0; j < n; j++) s += expf(xr[j * inner] - m);
+            double sd = 0.0;
+            for (int64_t j = 0; j < n; j++) sd += expf(xr[j * inner] - m);
+            const float s = (float)sd;
             if (log) {
                 float ls = logf(s);
                 for (int64_t j = 0; j < n; j++) yr[j * inner] = xr[j * inner] - m - ls;
@@ -117,9 +119,9 @@ static inline void mrt_softmax_masked_f32(float *y, const float *x, int64_t rows
             for (int64_t j = 0; j < n; j++) yr[j] = 0.0f;
             continue;
         }
-        float s = 0.0f;
+        double s = 0.0;
         for (int64_t j = 0; j < lim; j++) s += expf(xr[j] - m);
-        float inv = 1.0f / s;
+        float inv = (float)(1.0 / s);
         for (int64_t j = 0; j < lim; j++) yr[j] = expf(xr[j] - m) * inv;
         for (int64_t j = lim; j < n; j++) yr[j] = 0.0f;
     }
