@@ -332,6 +332,69 @@ static void emit_gemm_call(Emit *e, const Kernel *k, char **ptr) {
     fprintf(o, "    if ((st = %s) != MRT_OK) return st;\n", call);
 }
 
+/* A GEMM whose epilogue is exactly act(gemm + bias[N]) (act: none, relu, gelu tanh form) and
+ * that is one plain GEMM: on a GPU it is one cuBLASLt matmul with that epilogue fused. Sets the
+ * bias leaf (-1: none) and act (0, 1 relu, 2 gelu_tanh). */
+static bool lt_epilogue(const Kernel *k, int *bias_leaf, int *act) {
+    const Node *m = k->gemm, *r = k->root;
+    if (!m || m->op != OP_MATMUL || !k->expr || r->dtype != DT_F32) return false;
+    const Shape *sa = &m->in[0]->shape, *sb = &m->in[1]->shape, *so = &m->shape;
+    for (int i = 0; i + 2 < sb->rank; i++)
+        if (sb->d[i].sym || sb->d[i].c != 1) return false;
+    if (sa->rank != so->rank) return false;
+    for (int i = 0; i + 2 < sa->rank; i++)
+        if (!dim_eq(sa->d[i], so->d[i])) return false;
+    const Expr *x = k->expr;
+    *act = 0;
+    if (x->op == OP_RELU || x->op == OP_GELU_TANH) {
+        *act = x->op == OP_RELU ? 1 : 2;
+        x = x->a;
+    }
+    *bias_leaf = -1;
+    if (x->op == OP_INPUT && x->leaf == k->gemm_leaf) return *act != 0;
+    if (x->op != OP_ADD || x->a->op != OP_INPUT || x->b->op != OP_INPUT) return false;
+    int g = x->a->leaf == k->gemm_leaf ? 0 : x->b->leaf == k->gemm_leaf ? 1 : -1;
+    if (g < 0) return false;
+    int bl = g == 0 ? x->b->leaf : x->a->leaf;
+    const LeafRef *l = &k->leaves[bl];
+    int lr = l->node->shape.rank, rr = r->shape.rank;
+    if (lr < 1 || l->node->dtype != DT_F32 || l->map[lr - 1] != rr - 1 || l->start[lr - 1] || l->step[lr - 1] != 1 ||
+        !dim_eq(l->node->shape.d[lr - 1], r->shape.d[rr - 1]))
+        return false;
+    for (int d = 0; d + 1 < lr; d++)
+        if (l->map[d] >= 0 || l->start[d]) return false;
+    *bias_leaf = bl;
+    return true;
+}
+
+static void emit_lt_gemm(Emit *e, const Kernel *k, char **ptr, int bias_leaf, int act) {
+    FILE *o = e->o;
+    const Node *m = k->gemm;
+    int s = kslot(k);
+    const Shape *sa = &m->in[0]->shape, *so = &m->shape;
+    Dim K = sa->d[sa->rank - 1], N = so->d[so->rank - 1], rows = {1, false};
+    for (int i = 0; i < sa->rank - 1; i++) rows = dim_mul(rows, sa->d[i], NULL);
+    check_blas_dim(e, m, rows, "rows");
+    check_blas_dim(e, m, K, "inner dimension");
+    check_blas_dim(e, m, N, "columns");
+    const char *A = ptr[view_base(m->in[0])->id], *Bm = ptr[view_base(m->in[1])->id], *C = ptr[k->root->id];
+    const char *bias = bias_leaf >= 0 ? ptr[view_base(k->leaves[bias_leaf].node)->id] : "NULL";
+    char *ldb = m->trans_b ? dim_c(K) : dim_c(N);
+    static const char *acts[] = {"", " + relu", " + gelu_tanh"};
+    fprintf(o, "    /* %s%d: gemm %%%d = %%%d @ %%%d%s%s%s: one cuBLASLt matmul with its epilogue on a GPU */\n", e->kpfx,
+            k->id, m->id, m->in[0]->id, m->in[1]->id, m->trans_b ? "^T" : "", bias_leaf >= 0 ? " + bias" : "", acts[act]);
+    char *lt = xprintf("mrt_gemm_bias_act_f32(D%d, S%d, %d, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %d)", s, s, m->trans_b,
+                       dim_c(rows), dim_c(N), dim_c(K), A, dim_c(K), Bm, ldb, C, dim_c(N), bias, act);
+    char *args = xstrdup(C);
+    for (int j = 0; j < k->nleaves; j++)
+        args = xprintf("%s, %s", args, j == k->gemm_leaf ? C : ptr[view_base(k->leaves[j].node)->id]);
+    char *cpu = xprintf("if ((st = mrt_gemm_f32(D%d, S%d, 0, %d, %s, %s, %s, 1.0f, %s, %s, 0, %s, %s, 0, 0.0f, %s, %s, 0, 1)) != MRT_OK)\n"
+                        "            return st;\n        %s_%s%d(%s, B);",
+                        s, s, m->trans_b, dim_c(rows), dim_c(N), dim_c(K), A, dim_c(K), Bm, ldb, C, dim_c(N), e->pfx,
+                        e->kpfx, k->id, args);
+    dispatch(e, s, cpu, lt);
+}
+
 /* ---------------------------------------------------------------- library kernels */
 
 static void emit_library_call(Emit *e, const Kernel *k, char **ptr) {
@@ -598,6 +661,11 @@ static void emit_calls(Emit *e, const KernelList *kl, char **ptr, const char *pf
         e->scratch = NULL;
         if (run && e->mp->scratch[i])
             e->scratch = xprintf("(float *)(A%d + O%d[%d])", kslot(k), kslot(k), e->mp->scratch[i]->id);
+        int bias_leaf, act;
+        if (k->kind == K_GEMM && lt_epilogue(k, &bias_leaf, &act)) {
+            emit_lt_gemm(e, k, ptr, bias_leaf, act);
+            continue;
+        }
         if (k->kind == K_GEMM) emit_gemm_call(e, k, ptr);
         if (k->kind == K_REDUCE) emit_library_call(e, k, ptr);
         if (k->expr) emit_elementwise_call(e, k, ptr, pfx);

@@ -215,6 +215,15 @@ mrt_status mrt_gemm_f32(mrt_device d, void *stream, int trans_a, int trans_b, in
                         float alpha, const float *A, int64_t lda, int64_t strideA, const float *B, int64_t ldb,
                         int64_t strideB, float beta, float *C, int64_t ldc, int64_t strideC, int64_t batch);
 
+/** One row-major GEMM with a fused epilogue: C[M, N] = act(A[M, K] @ op(B) + bias), where op(B)
+ *  is B [K, N], or B stored [N, K] transposed when trans_b; bias [N] (NULL: none) is added to
+ *  every row; act is 0 (none), 1 (relu) or 2 (gelu, tanh form). On CUDA this is one cuBLASLt
+ *  matmul with CUBLASLT_EPILOGUE_BIAS / RELU_BIAS / GELU_BIAS (the library is loaded with dlopen
+ *  on first use); on the CPU, cblas_sgemm and one pass over C. */
+mrt_status mrt_gemm_bias_act_f32(mrt_device d, void *stream, int trans_b, int64_t M, int64_t N, int64_t K,
+                                 const float *A, int64_t lda, const float *B, int64_t ldb, float *C, int64_t ldc,
+                                 const float *bias, int act);
+
 /* CUDA versions of the library kernels in mrt_kernels.h, same arguments and semantics, queued on
  * `stream` (device pointers). Each checks its launch and returns MRT_ERR_CUDA naming the kernel. In
  * a build without CUDA they return MRT_ERR_DEVICE. Row-wise kernels use one block (or warp) per

@@ -494,3 +494,126 @@ mrt_status rt_cuda_gemm(int index, void *stream, int trans_a, int trans_b, int M
     pthread_mutex_unlock(&rt_blas.lock);
     return st;
 }
+
+/* ---------------------------------------------------------------- cuBLASLt epilogues */
+
+#include <cublasLt.h>
+
+typedef cublasStatus_t (*rt_lt_create_fn)(cublasLtHandle_t *);
+typedef cublasStatus_t (*rt_lt_desc_create_fn)(cublasLtMatmulDesc_t *, cublasComputeType_t, cudaDataType_t);
+typedef cublasStatus_t (*rt_lt_desc_destroy_fn)(cublasLtMatmulDesc_t);
+typedef cublasStatus_t (*rt_lt_desc_set_fn)(cublasLtMatmulDesc_t, cublasLtMatmulDescAttributes_t, const void *, size_t);
+typedef cublasStatus_t (*rt_lt_layout_create_fn)(cublasLtMatrixLayout_t *, cudaDataType, uint64_t, uint64_t, int64_t);
+typedef cublasStatus_t (*rt_lt_layout_destroy_fn)(cublasLtMatrixLayout_t);
+typedef cublasStatus_t (*rt_lt_matmul_fn)(cublasLtHandle_t, cublasLtMatmulDesc_t, const void *, const void *,
+                                          cublasLtMatrixLayout_t, const void *, cublasLtMatrixLayout_t, const void *,
+                                          const void *, cublasLtMatrixLayout_t, void *, cublasLtMatrixLayout_t,
+                                          const cublasLtMatmulAlgo_t *, void *, size_t, cudaStream_t);
+
+static struct {
+    pthread_mutex_t lock;
+    int tried;
+    mrt_status st;
+    char err[512];
+    rt_lt_create_fn create;
+    rt_lt_desc_create_fn desc_create;
+    rt_lt_desc_destroy_fn desc_destroy;
+    rt_lt_desc_set_fn desc_set;
+    rt_lt_layout_create_fn layout_create;
+    rt_lt_layout_destroy_fn layout_destroy;
+    rt_lt_matmul_fn matmul;
+    cublasLtHandle_t handle[RT_CUDA_MAX_DEVICES];
+} rt_lt = {.lock = PTHREAD_MUTEX_INITIALIZER};
+
+/* dlopen cuBLASLt and resolve its symbols, once; call with rt_lt.lock held. */
+static mrt_status rt_lt_load(void)
+{
+    if (rt_lt.tried)
+        return rt_lt.st == MRT_OK ? MRT_OK : mrt_set_error(rt_lt.st, "%s", rt_lt.err);
+    rt_lt.tried = 1;
+    static const char *names[] = {"libcublasLt.so.13", "libcublasLt.so.12", "libcublasLt.so.11", "libcublasLt.so"};
+    void *h = NULL;
+    for (size_t i = 0; i < sizeof names / sizeof names[0] && !h; i++) h = dlopen(names[i], RTLD_NOW | RTLD_LOCAL);
+    if (!h) {
+        rt_lt.st = MRT_ERR_CUDA;
+        snprintf(rt_lt.err, sizeof rt_lt.err, "cannot load cuBLASLt: tried libcublasLt.so.13, .12, .11 and .so");
+        return mrt_set_error(rt_lt.st, "%s", rt_lt.err);
+    }
+    static const char *syms[] = {"cublasLtCreate", "cublasLtMatmulDescCreate", "cublasLtMatmulDescDestroy",
+                                 "cublasLtMatmulDescSetAttribute", "cublasLtMatrixLayoutCreate",
+                                 "cublasLtMatrixLayoutDestroy", "cublasLtMatmul"};
+    void *f[7];
+    for (int i = 0; i < 7; i++)
+        if (!(f[i] = dlsym(h, syms[i]))) {
+            rt_lt.st = MRT_ERR_CUDA;
+            snprintf(rt_lt.err, sizeof rt_lt.err, "cannot load cuBLASLt: no symbol %s", syms[i]);
+            return mrt_set_error(rt_lt.st, "%s", rt_lt.err);
+        }
+    memcpy(&rt_lt.create, &f[0], sizeof f[0]);
+    memcpy(&rt_lt.desc_create, &f[1], sizeof f[1]);
+    memcpy(&rt_lt.desc_destroy, &f[2], sizeof f[2]);
+    memcpy(&rt_lt.desc_set, &f[3], sizeof f[3]);
+    memcpy(&rt_lt.layout_create, &f[4], sizeof f[4]);
+    memcpy(&rt_lt.layout_destroy, &f[5], sizeof f[5]);
+    memcpy(&rt_lt.matmul, &f[6], sizeof f[6]);
+    return MRT_OK;
+}
+
+mrt_status rt_cuda_gemm_bias_act(int index, void *stream, int trans_b, int M, int N, int K, const float *A, int lda,
+                                 const float *B, int ldb, float *C, int ldc, const float *bias, int act)
+{
+    if (index < 0 || index >= RT_CUDA_MAX_DEVICES)
+        return mrt_set_error(MRT_ERR_DEVICE, "gemm on cuda:%d: no such device", index);
+    pthread_mutex_lock(&rt_lt.lock);
+    int prev = -1;
+    mrt_status st = rt_lt_load();
+    cudaError_t e = st == MRT_OK ? rt_guard_enter(index, &prev) : cudaSuccess;
+    if (st == MRT_OK && e != cudaSuccess) {
+        st = rt_cuda_fail(MRT_ERR_CUDA, e, "gemm on cuda:%d", index);
+        rt_guard_leave(index, prev);
+        pthread_mutex_unlock(&rt_lt.lock);
+        return st;
+    }
+    if (st != MRT_OK) {
+        pthread_mutex_unlock(&rt_lt.lock);
+        return st;
+    }
+    cublasStatus_t s = CUBLAS_STATUS_SUCCESS;
+    const char *call = "cublasLtCreate";
+    if (!rt_lt.handle[index]) s = rt_lt.create(&rt_lt.handle[index]);
+    /* Column-major view, as in rt_cuda_gemm: D^T [N, M] = op(B)^T [N, K] @ A^T [K, M]. The bias
+     * [N] then runs along D^T's rows, which is what CUBLASLT_EPILOGUE_BIAS adds. */
+    cublasLtMatmulDesc_t desc = NULL;
+    cublasLtMatrixLayout_t la = NULL, lb = NULL, lc = NULL;
+    cublasOperation_t opa = trans_b ? CUBLAS_OP_T : CUBLAS_OP_N, opb = CUBLAS_OP_N;
+    cublasLtEpilogue_t epi = !bias ? (act == 1 ? CUBLASLT_EPILOGUE_RELU : act == 2 ? CUBLASLT_EPILOGUE_GELU
+                                                                                 : CUBLASLT_EPILOGUE_DEFAULT)
+                                   : (act == 1 ? CUBLASLT_EPILOGUE_RELU_BIAS
+                                               : act == 2 ? CUBLASLT_EPILOGUE_GELU_BIAS : CUBLASLT_EPILOGUE_BIAS);
+    if (s == CUBLAS_STATUS_SUCCESS && (call = "cublasLtMatmulDescCreate",
+                                       s = rt_lt.desc_create(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F)) == 0 &&
+        (call = "cublasLtMatmulDescSetAttribute",
+         s = rt_lt.desc_set(desc, CUBLASLT_MATMUL_DESC_TRANSA, &opa, sizeof opa)) == 0 &&
+        (s = rt_lt.desc_set(desc, CUBLASLT_MATMUL_DESC_TRANSB, &opb, sizeof opb)) == 0 &&
+        (s = rt_lt.desc_set(desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi)) == 0 &&
+        (!bias || (s = rt_lt.desc_set(desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias)) == 0) &&
+        (call = "cublasLtMatrixLayoutCreate",
+         s = rt_lt.layout_create(&la, CUDA_R_32F, trans_b ? K : N, trans_b ? N : K, ldb)) == 0 &&
+        (s = rt_lt.layout_create(&lb, CUDA_R_32F, K, M, lda)) == 0 &&
+        (s = rt_lt.layout_create(&lc, CUDA_R_32F, N, M, ldc)) == 0) {
+        const float one = 1.0f, zero = 0.0f;
+        call = "cublasLtMatmul";
+        s = rt_lt.matmul(rt_lt.handle[index], desc, &one, B, la, A, lb, &zero, C, lc, C, lc, NULL, NULL, 0,
+                         (cudaStream_t)stream);
+    }
+    if (s != CUBLAS_STATUS_SUCCESS)
+        st = mrt_set_error(MRT_ERR_CUDA, "gemm with epilogue on cuda:%d: %s failed (cuBLAS status %d)", index, call,
+                           (int)s);
+    if (lc) rt_lt.layout_destroy(lc);
+    if (lb) rt_lt.layout_destroy(lb);
+    if (la) rt_lt.layout_destroy(la);
+    if (desc) rt_lt.desc_destroy(desc);
+    rt_guard_leave(index, prev);
+    pthread_mutex_unlock(&rt_lt.lock);
+    return st;
+}

@@ -93,6 +93,12 @@ mrt_status rt_cuda_gemm(int index, void *stream, int trans_a, int trans_b, int M
     return mrt_set_error(MRT_ERR_DEVICE, "gemm on cuda:%d: %s", index, rt_no_cuda);
 }
 
+mrt_status rt_cuda_gemm_bias_act(int index, void *stream, int trans_b, int M, int N, int K, const float *A, int lda,
+                                 const float *B, int ldb, float *C, int ldc, const float *bias, int act)
+{
+    return mrt_set_error(MRT_ERR_DEVICE, "gemm on cuda:%d: %s", index, rt_no_cuda);
+}
+
 /* ---------------------------------------------------------------- library kernels */
 
 mrt_status mrt_cuda_softmax_f32(void *stream, float *y, const float *x, int64_t outer, int64_t n, int64_t inner,

@@ -10,6 +10,7 @@
  * CPU-only run never touches the driver.
  */
 #include "rt_internal.h"
+#include "mrt_kernels.h"
 
 #include <cblas.h>
 #include <limits.h>
@@ -474,4 +475,30 @@ mrt_status mrt_gemm_f32(mrt_device d, void *stream, int trans_a, int trans_b, in
     return rt_cuda_gemm(d.index, stream, trans_a, trans_b, (int)M, (int)N, (int)K, alpha, A,
                         (int)lda, strideA, B, (int)ldb, strideB, beta, C, (int)ldc, strideC,
                         (int)batch);
+}
+
+mrt_status mrt_gemm_bias_act_f32(mrt_device d, void *stream, int trans_b, int64_t M, int64_t N, int64_t K,
+                                 const float *A, int64_t lda, const float *B, int64_t ldb, float *C, int64_t ldc,
+                                 const float *bias, int act)
+{
+    char name[32];
+    mrt_device_str(d, name, sizeof name);
+    if (act < 0 || act > 2)
+        return mrt_set_error(MRT_ERR_INVALID_ARG, "gemm on %s: unknown activation %d (0 none, 1 relu, 2 gelu_tanh)",
+                             name, act);
+    if (d.kind == MRT_DEVICE_CUDA && M > 0 && N > 0 && M <= INT_MAX && N <= INT_MAX && K <= INT_MAX &&
+        lda <= INT_MAX && ldb <= INT_MAX && ldc <= INT_MAX)
+        return rt_cuda_gemm_bias_act(d.index, stream, trans_b, (int)M, (int)N, (int)K, A, (int)lda, B, (int)ldb, C,
+                                     (int)ldc, bias, act);
+    mrt_status st = mrt_gemm_f32(d, stream, 0, trans_b, M, N, K, 1.0f, A, lda, 0, B, ldb, 0, 0.0f, C, ldc, 0, 1);
+    if (st != MRT_OK || d.kind != MRT_DEVICE_CPU)
+        return st;
+    for (int64_t r = 0; r < M; r++) {
+        float *row = C + r * ldc;
+        for (int64_t c = 0; c < N; c++) {
+            float v = row[c] + (bias ? bias[c] : 0.0f);
+            row[c] = act == 1 ? mrt_relu(v) : act == 2 ? mrt_gelu_tanh(v) : v;
+        }
+    }
+    return MRT_OK;
 }

@@ -48,6 +48,9 @@ mrt_status rt_cuda_memcpy(mrt_device dst_dev, void *dst, mrt_device src_dev, con
                           size_t bytes, void *stream);
 /** The CUDA ordinal holding device memory p, or -1 for host memory or any error. */
 int rt_cuda_pointer_index(const void *p);
+/** cuBLASLt part of mrt_gemm_bias_act_f32 (arguments checked to fit int32). */
+mrt_status rt_cuda_gemm_bias_act(int index, void *stream, int trans_b, int M, int N, int K, const float *A, int lda,
+                                 const float *B, int ldb, float *C, int ldc, const float *bias, int act);
 /** cuBLAS part of mrt_gemm_f32 (arguments already checked to fit int32, batch >= 1). */
 mrt_status rt_cuda_gemm(int index, void *stream, int trans_a, int trans_b, int M, int N, int K,
                         float alpha, const float *A, int lda, int64_t strideA, const float *B,

@@ -558,6 +558,37 @@ static void naive_gemm(int ta, int tb, int M, int N, int K, float alpha, const f
     }
 }
 
+/* The fused GEMM + bias + activation (cuBLASLt's epilogue on a GPU) against a naive loop. */
+static void test_gemm_bias_act_cpu(void)
+{
+    mrt_device cpu = {MRT_DEVICE_CPU, 0};
+    enum { M = 5, N = 7, K = 6 };
+    float A[M * K], Bn[K * N], Bt[N * K], bias[N], C[M * N];
+    for (int i = 0; i < M * K; i++) A[i] = (float)((i * 7) % 11) - 5.0f;
+    for (int k = 0; k < K; k++)
+        for (int n = 0; n < N; n++) Bn[k * N + n] = Bt[n * K + k] = (float)((k * 5 + n * 3) % 9) - 4.0f;
+    for (int n = 0; n < N; n++) bias[n] = 0.5f * (float)n - 1.5f;
+    for (int tb = 0; tb < 2; tb++)
+        for (int act = 0; act < 3; act++)
+            for (int with_bias = 0; with_bias < 2; with_bias++) {
+                mrt_status st = mrt_gemm_bias_act_f32(cpu, NULL, tb, M, N, K, A, K, tb ? Bt : Bn, tb ? K : N, C, N,
+                                                      with_bias ? bias : NULL, act);
+                CHECKF(st == MRT_OK, "%s", mrt_last_error());
+                double maxd = 0;
+                for (int m = 0; m < M; m++)
+                    for (int n = 0; n < N; n++) {
+                        double v = with_bias ? bias[n] : 0.0;
+                        for (int k = 0; k < K; k++) v += (double)A[m * K + k] * Bn[k * N + n];
+                        if (act == 1) v = v < 0 ? 0 : v;
+                        if (act == 2) v = 0.5 * v * (1 + tanh(0.7978845608028654 * (v + 0.044715 * v * v * v)));
+                        double d = fabs(v - C[m * N + n]);
+                        if (d > maxd) maxd = d;
+                    }
+                CHECKF(maxd < 1e-4, "tb %d act %d bias %d: maxdiff %g > 1e-4", tb, act, with_bias, maxd);
+            }
+    CHECK(mrt_gemm_bias_act_f32(cpu, NULL, 0, M, N, K, A, K, Bn, N, C, N, bias, 7) == MRT_ERR_INVALID_ARG);
+}
+
 static void test_gemm_cpu(void)
 {
     mrt_device cpu = {MRT_DEVICE_CPU, 0};
@@ -1716,6 +1747,7 @@ static const test_case tests[] = {
     {"device_list", test_device_list},
     {"cpu_device_ops", test_cpu_device_ops},
     {"gemm_cpu", test_gemm_cpu},
+    {"gemm_bias_act_cpu", test_gemm_bias_act_cpu},
     {"st_good", test_st_good},
     {"st_missing", test_st_missing},
     {"st_unexpected", test_st_unexpected},
