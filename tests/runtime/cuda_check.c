@@ -329,6 +329,26 @@ static void check_gemm(int ta, int tb, int M, int N, int K, int batch, int zero_
     mrt_free(g_dev, da), mrt_free(g_dev, db), mrt_free(g_dev, dc), free(a), free(b), free(c), free(got);
 }
 
+/* The cuBLASLt GEMM with a bias/activation epilogue against the CPU path. */
+static void check_gemm_bias_act(int tb, int M, int N, int K, int act, int with_bias)
+{
+    int lda = K, ldb = tb ? K : N, ldc = N;
+    size_t na = (size_t)M * lda, nb = (size_t)(tb ? N : K) * ldb, nc = (size_t)M * ldc;
+    float *a = rand_host(na), *b = rand_host(nb), *bias = rand_host((size_t)N), *c = malloc(nc * 4), *got = malloc(nc * 4);
+    float *da = up(a, na * 4), *db = up(b, nb * 4), *dbias = up(bias, (size_t)N * 4), *dc = up(c, nc * 4);
+    mrt_device cpu = {MRT_DEVICE_CPU, 0};
+    mrt_gemm_bias_act_f32(cpu, NULL, tb, M, N, K, a, lda, b, ldb, c, ldc, with_bias ? bias : NULL, act);
+    mrt_status st = mrt_gemm_bias_act_f32(g_dev, g_stream, tb, M, N, K, da, lda, db, ldb, dc, ldc,
+                                          with_bias ? dbias : NULL, act);
+    if (st == MRT_OK) st = mrt_stream_sync(g_dev, g_stream, "gemm_bias_act");
+    down(got, dc, nc * 4);
+    char name[96];
+    snprintf(name, sizeof name, "gemm_bias_act_t%d_%dx%dx%d_act%d%s", tb, M, N, K, act, with_bias ? "_bias" : "");
+    report(name, st, got, c, nc, 1e-5 * (1 + K));
+    mrt_free(g_dev, da), mrt_free(g_dev, db), mrt_free(g_dev, dbias), mrt_free(g_dev, dc);
+    free(a), free(b), free(bias), free(c), free(got);
+}
+
 /* Field case B12: softmax over X [131073, 16384] (more than 2^31 elements), X[i,0] = ln(i+1),
  * else 0: Y[i,0] = (i+1)/(i+16384), Y[i,j>0] = 1/(i+16384). About 17.2 GB of device memory and
  * 8.6 GB of host memory: run only with MRT_CHECK_B12=1. */
@@ -413,6 +433,8 @@ int main(void)
             check_gemm(ta, tb, 17, 9, 13, 3, 0);
     check_gemm(0, 1, 5, 7, 3, 4, 1);
     check_gemm(0, 0, 64, 48, 32, 1, 0);
+    for (int act = 0; act < 3; act++)
+        for (int tb = 0; tb < 2; tb++) check_gemm_bias_act(tb, 33, 20, 17, act, act != 1);
     const char *big = getenv("MRT_CHECK_B12");
     if (big && strcmp(big, "1") == 0)
         check_b12();
