@@ -21,7 +21,8 @@ suite() {
     out=$(mktemp)
     "$@" >"$out" 2>&1
     rc=$?
-    grep -E '^(PASS|FAIL|XPASS|UNRESOLVED|TIMEOUT): ' "$out" | sed 's/^XPASS:/FAIL:/; s/^UNRESOLVED:/FAIL:/; s/^TIMEOUT:/FAIL:/' >>"$LOG"
+    grep -E '^(PASS|FAIL|SKIP|XPASS|UNRESOLVED|TIMEOUT|UNSUPPORTED): ' "$out" |
+        sed 's/^XPASS:/FAIL:/; s/^UNRESOLVED:/FAIL:/; s/^TIMEOUT:/FAIL:/; s/^UNSUPPORTED:/SKIP:/' >>"$LOG"
     if [ $rc -ne 0 ] || grep -qE '^(FAIL|XPASS|UNRESOLVED|TIMEOUT): ' "$out"; then
         cat "$out"
         if ! grep -qE '^(FAIL|XPASS|UNRESOLVED|TIMEOUT): ' "$out"; then
@@ -29,6 +30,7 @@ suite() {
         fi
     else
         grep -cE '^PASS: ' "$out" | sed "s/^/   passed: /"
+        grep -E '^(SKIP|UNSUPPORTED): ' "$out" | sed 's/^/   /'
     fi
     rm -f "$out"
 }
@@ -47,10 +49,15 @@ suite minilm make -s -C examples/minilm test MODELC="$MODELC" B="$PWD/$B"
 
 passed=$(grep -c '^PASS: ' "$LOG")
 failed=$(grep -c '^FAIL: ' "$LOG")
+skipped=$(grep -c '^SKIP: ' "$LOG")
 if [ "$failed" -gt 0 ]; then
     echo "== failures"
     grep '^FAIL: ' "$LOG"
 fi
 echo "== $(( $(date +%s) - start )) s"
-echo "$passed passed, $failed failed"
+if [ "$skipped" -gt 0 ]; then
+    echo "== skipped (not counted as passed)"
+    grep '^SKIP: ' "$LOG"
+fi
+echo "$passed passed, $failed failed, $skipped skipped"
 [ "$failed" -eq 0 ]

@@ -576,7 +576,7 @@ def main():
         lines = out.splitlines()
         fails = [l for l in lines if l.startswith("FAIL")]
         cuda_pass = [l for l in lines if l.startswith("PASS: runtime/cuda/") and "/start" not in l]
-        for l in fails + [l for l in lines if "runtime/cuda/start" in l or "b12" in l]:
+        for l in fails + [l for l in lines if "runtime/cuda/start" in l or "b12" in l or l.startswith("SKIP")]:
             log("  " + l)
         worst = None
         for l in cuda_pass:

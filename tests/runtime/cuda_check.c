@@ -3,7 +3,7 @@
  * against their CPU references in mrt_kernels.h, on inputs with NaN, -inf rows, ties, padding
  * and groups. Prints one "PASS: runtime/cuda/NAME maxdiff D tolerance T" or "FAIL: ..." line per
  * check. Without a CUDA device (or in a build without CUDA) it checks only that the program
- * starts and says why nothing ran: "PASS: runtime/cuda/start (no CUDA device: ...)".
+ * starts and says why nothing ran: "SKIP: runtime/cuda/start: no CUDA device (...)".
  * tests/runtime/run.sh builds and runs it; on a GPU machine it is the kernels' numeric check.
  * MRT_CHECK_B12=1 adds field case B12 (softmax over more than 2^31 elements; ~17 GB on the GPU).
  */
@@ -389,7 +389,7 @@ int main(void)
     const char *why = NULL;
     int n = mrt_cuda_device_count(&why);
     if (n == 0) {
-        printf("PASS: runtime/cuda/start (no CUDA device: %s; kernels not run)\n", why);
+        printf("SKIP: runtime/cuda/start: no CUDA device (%s); the CUDA kernel checks did not run\n", why);
         return 0;
     }
     mrt_device_info info;

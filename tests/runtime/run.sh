@@ -64,6 +64,7 @@ if ! "$CC" -std=c11 -D_GNU_SOURCE -O1 -g -Wall -Wextra $CFLAGS_EXTRA $blas_cflag
 else
     cuda_out="$("$work/cuda_check" 2>"$work/cuda_check.err")"
     cuda_failed=$?
+    echo "PASS: runtime/cuda/build (cuda_check.c compiles and links against libmodelrt)"
     echo "$cuda_out"
     if [ $cuda_failed -ne 0 ] && ! grep -q '^FAIL:' <<<"$cuda_out"; then
         echo "FAIL: runtime/cuda/run: exit status $cuda_failed: $(tail -n3 "$work/cuda_check.err" | tr '\n' ' ')"
