@@ -28,7 +28,7 @@ RT_LIBS     := $(CJSON_LIBS) $(BLAS_LIBS) -lm -lpthread
 # ---------------------------------------------------------------- runtime
 # With nvcc: runtime/*.cu are built for sm_80 and sm_90 (plus compute_90 PTX for newer chips), the
 # C files get -DMRT_WITH_CUDA, and programs link cudart statically so that they start on a
-# machine without a driver (cuBLAS is dlopen'ed on first use). Without nvcc: rt_cuda_stub.c
+# machine without a driver (cuBLAS is dlopen'ed on first use). Without nvcc: rt_nocuda.c
 # answers every CUDA call with "no CUDA support". runtime.cfg records which, so switching between
 # `make` and `make NVCC=` rebuilds what depends on it.
 RT_SRC  := $(wildcard runtime/*.c)
@@ -39,7 +39,7 @@ ifneq ($(strip $(NVCC)),)
   NVCC_FLAGS  := -O3 -std=c++17 -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=sm_90 \
                  -gencode arch=compute_90,code=compute_90 -Xcompiler -fPIC
   RT_CUDA_CFLAGS := -DMRT_WITH_CUDA -I$(CUDA_HOME)/include
-  RT_SRC      := $(filter-out runtime/rt_cuda_stub.c,$(RT_SRC))
+  RT_SRC      := $(filter-out runtime/rt_nocuda.c,$(RT_SRC))
   RT_CU_SRC   := $(wildcard runtime/*.cu)
   RT_LIBS     += -L$(CUDA_HOME)/lib64 -lcudart_static -ldl -lrt -lpthread -lstdc++
   MODELC_CUDA_DEFS := -DMODELC_NVCC='"$(NVCC)"' -DMODELC_CUDA_CFLAGS='"$(RT_CUDA_CFLAGS)"'

@@ -1,6 +1,6 @@
 /*
  * rt_cuda.c — the CUDA half of the device API (built only with CUDA: -DMRT_WITH_CUDA; without
- * it, rt_cuda_stub.c stands in). It talks to the CUDA runtime API, linked statically
+ * it, rt_nocuda.c stands in). It talks to the CUDA runtime API, linked statically
  * (cudart_static), so that a program starts, and runs on the CPU, on a machine with no driver.
  *
  * The probe (cudaGetDeviceCount and each device's properties) runs once, under pthread_once,
@@ -23,7 +23,7 @@
 #include <string.h>
 
 #ifndef MRT_WITH_CUDA
-#error "rt_cuda.c is the CUDA build's file; without CUDA the Makefile builds rt_cuda_stub.c"
+#error "rt_cuda.c is the CUDA build's file; without CUDA the Makefile builds rt_nocuda.c"
 #endif
 
 #define RT_CUDA_MAX_DEVICES 64

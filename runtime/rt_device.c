@@ -6,7 +6,7 @@
  * hook; an explicit CUDA device that is absent is an error listing what is visible, never a
  * silent fallback (field case B16). CPU devices cpu:0..cpu:7 are distinct ordinals for
  * placement; they share host memory. This file does the CPU half and checks CUDA ordinals
- * against the probe; the CUDA half lives in rt_cuda.c (or rt_cuda_stub.c without CUDA), so a
+ * against the probe; the CUDA half lives in rt_cuda.c (or rt_nocuda.c without CUDA), so a
  * CPU-only run never touches the driver.
  */
 #include "rt_internal.h"

@@ -24,10 +24,10 @@ int rt_shape_numel(const int64_t *shape, int rank, uint64_t *numel);
 /** The log hook currently installed (for mrt_main to restore the caller's on return). */
 void rt_log_hook_get(mrt_log_fn *fn, void **user);
 
-/* ---------------------------------------------------------------- rt_cuda.c / rt_cuda_stub.c
+/* ---------------------------------------------------------------- rt_cuda.c / rt_nocuda.c
  * The CUDA half of the device API. rt_device.c handles the CPU and checks that a CUDA ordinal
  * is below mrt_cuda_device_count() before calling these; rt_cuda.c implements them in a build
- * with CUDA (MRT_WITH_CUDA), rt_cuda_stub.c answers MRT_ERR_DEVICE in a build without. */
+ * with CUDA (MRT_WITH_CUDA), rt_nocuda.c answers MRT_ERR_DEVICE in a build without. */
 
 /** Smallest compute capability (major) the runtime's kernels are built for (sm_80). */
 #define RT_CUDA_MIN_CC_MAJOR 8

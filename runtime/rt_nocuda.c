@@ -1,5 +1,5 @@
 /*
- * rt_cuda_stub.c — the CUDA half of modelrt in a build without CUDA (no nvcc when modelrt was
+ * rt_nocuda.c — the CUDA half of modelrt in a build without CUDA (no nvcc when modelrt was
  * built; the Makefile compiles this file instead of rt_cuda.c and rt_cuda_kernels.cu). Every
  * CUDA entry point of modelrt.h exists and answers as the header says: no devices, with the
  * reason, and MRT_ERR_DEVICE for anything that needs one. (The runtime builds with
