@@ -136,6 +136,62 @@ static int cmp_offset(const void *a, const void *b) {
 
 static bool lives_overlap(const Storage *a, const Storage *b) { return a->first <= b->last && b->first <= a->last; }
 
+static int cmp_first_then_size(const void *a, const void *b) {
+    const Storage *x = *(Storage *const *)a, *y = *(Storage *const *)b;
+    if (x->first != y->first) return x->first - y->first;
+    return x->bytes < y->bytes ? 1 : x->bytes > y->bytes ? -1 : x->id - y->id;
+}
+
+static int cmp_lifetime_desc(const void *a, const void *b) {
+    const Storage *x = *(Storage *const *)a, *y = *(Storage *const *)b;
+    int lx = x->last - x->first, ly = y->last - y->first;
+    if (lx != ly) return ly - lx;
+    return x->bytes < y->bytes ? 1 : x->bytes > y->bytes ? -1 : x->id - y->id;
+}
+
+/* The largest sum of (aligned) block sizes of slot `slot` live at one step. */
+static size_t lower_bound_of(Storage **blocks, int na, int nsteps, size_t align, int slot) {
+    size_t lb = 0;
+    for (int s = 0; s < nsteps; s++) {
+        size_t live = 0;
+        for (int i = 0; i < na; i++)
+            if (blocks[i]->slot == slot && blocks[i]->first <= s && s <= blocks[i]->last)
+                live += align_up(blocks[i]->bytes, align);
+        if (live > lb) lb = live;
+    }
+    return lb;
+}
+
+/* Place the blocks in the given order, each in the smallest gap between already placed blocks
+ * whose lifetimes intersect its own (best fit), or after the last of them. */
+static void place_blocks(Storage **blocks, int na, size_t align, size_t *slot_arena) {
+    Storage **placed = xalloc(sizeof(Storage *) * (na + 1));
+    Storage **ov = xalloc(sizeof(Storage *) * (na + 1));
+    int nplaced = 0;
+    for (int i = 0; i < na; i++) {
+        Storage *b = blocks[i];
+        size_t need = align_up(b->bytes, align);
+        int nov = 0;
+        for (int j = 0; j < nplaced; j++)
+            if (placed[j]->slot == b->slot && lives_overlap(placed[j], b)) ov[nov++] = placed[j];
+        qsort(ov, nov, sizeof(Storage *), cmp_offset);
+        size_t best = SIZE_MAX, best_gap = SIZE_MAX, prev_end = 0;
+        for (int j = 0; j < nov; j++) {
+            size_t gap_start = prev_end, gap_end = ov[j]->offset;
+            if (gap_end > gap_start && gap_end - gap_start >= need && gap_end - gap_start < best_gap) {
+                best_gap = gap_end - gap_start;
+                best = gap_start;
+            }
+            size_t e = align_up(ov[j]->offset + ov[j]->bytes, align);
+            if (e > prev_end) prev_end = e;
+        }
+        if (best == SIZE_MAX) best = prev_end; /* no gap fits: after the last overlapping block */
+        b->offset = best;
+        placed[nplaced++] = b;
+        if (best + need > slot_arena[b->slot]) slot_arena[b->slot] = best + need;
+    }
+}
+
 static MemPlan *plan_order(Graph *g, KernelList *kl, KernelList *init, PlanOptions opt) {
     MemPlan *mp = xalloc(sizeof(MemPlan));
     int nn = g->nnodes;
@@ -229,49 +285,35 @@ static MemPlan *plan_order(Graph *g, KernelList *kl, KernelList *init, PlanOptio
             mp->scratch[s] = st;
         }
 
-    /* Greedy by size over the arena blocks. */
+    /* Offsets: greedy by size first; when that leaves the arena above the lower bound, also try
+     * the blocks in order of first use and in order of lifetime length, and keep the smallest
+     * (Pisarchyk & Lee's paper compares the same families of orderings). */
     int na = 0;
     Storage **blocks = xalloc(sizeof(Storage *) * (mp->nst + 1));
     for (int i = 0; i < mp->nst; i++)
         if (mp->st[i]->kind == S_ARENA) blocks[na++] = mp->st[i];
-    qsort(blocks, na, sizeof(Storage *), cmp_size_desc);
-    Storage **placed = xalloc(sizeof(Storage *) * (na + 1));
-    int nplaced = 0;
-    size_t arena = 0;
-    for (int i = 0; i < na; i++) {
-        Storage *b = blocks[i];
-        size_t need = align_up(b->bytes, opt.align);
-        int nov = 0;
-        Storage **ov = xalloc(sizeof(Storage *) * (nplaced + 1));
-        for (int j = 0; j < nplaced; j++)
-            if (placed[j]->slot == b->slot && lives_overlap(placed[j], b)) ov[nov++] = placed[j];
-        qsort(ov, nov, sizeof(Storage *), cmp_offset);
-        size_t best = SIZE_MAX, best_gap = SIZE_MAX, prev_end = 0;
-        for (int j = 0; j < nov; j++) {
-            size_t gap_start = prev_end, gap_end = ov[j]->offset;
-            if (gap_end > gap_start && gap_end - gap_start >= need && gap_end - gap_start < best_gap) {
-                best_gap = gap_end - gap_start;
-                best = gap_start;
-            }
-            size_t e = align_up(ov[j]->offset + ov[j]->bytes, opt.align);
-            if (e > prev_end) prev_end = e;
+    int (*orders[])(const void *, const void *) = {cmp_size_desc, cmp_first_then_size, cmp_lifetime_desc};
+    size_t *best_off = xalloc(sizeof(size_t) * (mp->nst + 1)), *best_arena = xalloc(sizeof(size_t) * g->nslots);
+    size_t best_total = SIZE_MAX;
+    for (int o = 0; o < 3; o++) {
+        qsort(blocks, na, sizeof(Storage *), orders[o]);
+        for (int sl = 0; sl < g->nslots; sl++) mp->slot_arena[sl] = 0;
+        place_blocks(blocks, na, opt.align, mp->slot_arena);
+        size_t total = 0;
+        for (int sl = 0; sl < g->nslots; sl++) total += mp->slot_arena[sl];
+        if (total < best_total) {
+            best_total = total;
+            for (int i = 0; i < na; i++) best_off[blocks[i]->id] = blocks[i]->offset;
+            memcpy(best_arena, mp->slot_arena, sizeof(size_t) * g->nslots);
         }
-        if (best == SIZE_MAX) best = prev_end; /* no gap fits: after the last overlapping block */
-        b->offset = best;
-        placed[nplaced++] = b;
-        if (best + need > mp->slot_arena[b->slot]) mp->slot_arena[b->slot] = best + need;
+        if (o == 0 && lower_bound_of(blocks, na, kl->n, opt.align, 0) >= mp->slot_arena[0] && g->nslots == 1) break;
     }
-    (void)arena;
+    for (int i = 0; i < na; i++) blocks[i]->offset = best_off[blocks[i]->id];
+    memcpy(mp->slot_arena, best_arena, sizeof(size_t) * g->nslots);
     mp->arena_bytes = mp->slot_arena[0];
 
     /* Lower bound and naive sum. */
-    for (int s = 0; s < kl->n; s++) {
-        size_t live = 0;
-        for (int i = 0; i < na; i++)
-            if (blocks[i]->slot == 0 && blocks[i]->first <= s && s <= blocks[i]->last)
-                live += align_up(blocks[i]->bytes, opt.align);
-        if (live > mp->lower_bound) mp->lower_bound = live;
-    }
+    mp->lower_bound = lower_bound_of(blocks, na, kl->n, opt.align, 0);
     for (int s = 0; s < kl->n; s++) {
         Node *r = kl->k[s]->root;
         if (mp->of[r->id]->kind == S_ARENA && mp->of[r->id]->slot == 0)
