@@ -31,7 +31,17 @@ static Ast *new_ast(AstKind kind, Loc loc) {
     Ast *e = xalloc(sizeof *e);
     e->kind = kind;
     e->loc = loc;
+    e->depth = 1;
     return e;
+}
+
+/* Record that e contains x, and stop at MAX_EXPR_DEPTH: every later phase (checking, fusion,
+ * the dumps) walks expressions recursively. */
+static void nest(Ast *e, const Ast *x) {
+    if (x && x->depth + 1 > e->depth) e->depth = x->depth + 1;
+    if (e->depth > MAX_EXPR_DEPTH)
+        error_at(e->loc, "expression nested too deeply (more than %d levels); split it into several statements",
+                 MAX_EXPR_DEPTH);
 }
 
 /* A number literal as written: "42", "0.5", "1e-5", "2.", ".5". is_int when it has no '.',
@@ -56,6 +66,7 @@ Ast *new_call(Loc loc, const char *name, AstArg *args, int nargs) {
     e->name = xstrdup(name);
     e->args = args;
     e->nargs = nargs;
+    for (int i = 0; i < nargs; i++) nest(e, args[i].val);
     return e;
 }
 
@@ -64,12 +75,15 @@ Ast *new_binop(Loc loc, char op, Ast *lhs, Ast *rhs) {
     e->op = op;
     e->lhs = lhs;
     e->rhs = rhs;
+    nest(e, lhs);
+    nest(e, rhs);
     return e;
 }
 
 Ast *new_neg(Loc loc, Ast *x) {
     Ast *e = new_ast(AST_NEG, loc);
     e->lhs = x;
+    nest(e, x);
     return e;
 }
 

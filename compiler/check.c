@@ -119,6 +119,9 @@ static Shape convert_type(Checker *c, const AstType *t, const char *what, bool a
                          is->ival);
             s.d[i] = (Dim){is->ival, false};
         } else if (d->is_sym) {
+            if (is && c->block)
+                error_at(d->loc, "dimension '%s' of %s must be an integer, but block '%s' was given a tensor or a "
+                         "non-integer number for it", d->name, what, c->block);
             if (!allow_sym && c->block)
                 error_at(d->loc, "unknown dimension '%s' in %s: not a parameter of block '%s'", d->name, what,
                          c->block);
@@ -1165,6 +1168,10 @@ static Node *lower_expr(Checker *c, const Ast *e) {
                 error_at(e->loc, "'%s' is the batch dimension, not a tensor", e->name);
             error_at(e->loc, "unknown name '%s'", e->name);
         }
+        if (s->kind == SYM_INT) { /* an integer (or boolean) block argument used as a number */
+            s->used = true;
+            return mk_const(c, e->loc, (double)s->ival);
+        }
         if (!s->node) {
             error_begin(e->loc, "output '%s' is used before it is assigned", e->name);
             note_at(s->loc, "'%s' is declared here", e->name);
@@ -1257,6 +1264,8 @@ static int device_slot(Checker *c, const Stmt *st) {
     }
     if (!num)
         error_at(st->name_loc, "unknown device '%s' in 'on' (expected cpu, cpu:N, cuda or cuda:N)", d);
+    if (cpu && idx > 7)
+        error_at(st->name_loc, "device '%s': the runtime has CPU devices cpu:0 to cpu:7", d);
     char *name = xprintf("%s:%ld", cuda ? "cuda" : "cpu", idx);
     for (int i = 1; i < g->nslots; i++)
         if (!strcmp(g->slots[i].name, name)) return i;
@@ -1349,6 +1358,10 @@ Graph *build_graph(const Program *p, int max_batch) {
     g->inputs = xalloc(sizeof(Node *) * (nin + 1));
     g->outputs = xalloc(sizeof(GraphOutput) * (nout + 1));
     for (int i = 0; i < p->nblocks; i++)
+        for (int k = 0; k < S__COUNT; k++)
+            if (!strcmp(p->blocks[i]->name, op_specs[k].name))
+                error_at(p->blocks[i]->loc, "block '%s' has the name of a built-in operation", p->blocks[i]->name);
+    for (int i = 0; i < p->nblocks; i++)
         for (int j = 0; j < i; j++)
             if (!strcmp(p->blocks[i]->name, p->blocks[j]->name)) {
                 error_begin(p->blocks[i]->loc, "redefinition of block '%s'", p->blocks[i]->name);
@@ -1363,6 +1376,17 @@ Graph *build_graph(const Program *p, int max_batch) {
             error_at(c->syms[i].loc, "output '%s' is declared but never assigned", c->syms[i].name);
 
     analyze_uses(g);
+    /* Every tensor must be addressable at the largest batch (sizes are planned at max batch). */
+    for (int i = 0; i < g->nnodes; i++) {
+        const Node *n = g->nodes[i];
+        Dim e = shape_numel(&n->shape);
+        int64_t at;
+        if (n->dead || !e.sym) continue;
+        if (__builtin_mul_overflow(e.c, (int64_t)max_batch, &at) || at > MAX_ELEMS)
+            error_at(n->loc, "'%s' gives %s%s with %s elements, too many at %s = %d (the --max-batch); at most 2^40 "
+                     "elements per tensor", op_name(n->op), dtype_name(n->dtype), shp(c, &n->shape), dms(c, e),
+                     g->batch_name, max_batch);
+    }
     /* Model-level names in source order, then params declared inside blocks. */
     for (int i = 0; i < c->nsyms; i++) {
         Sym *s = &c->syms[i];

@@ -55,8 +55,19 @@ static void quote_line(Loc loc) {
     const char *s = find_line(loc.line, &len);
     if (!s)
         return;
-    fprintf(stderr, "%.*s\n", (int)len, s);
     int col = loc.col < 1 ? 1 : loc.col;
+    /* A very long line is shown as a window of it around the column. */
+    enum { WIDTH = 120 };
+    if (len > WIDTH + 40) {
+        size_t start = (size_t)col > WIDTH / 2 ? (size_t)col - WIDTH / 2 : 0;
+        if (start > len) start = len;
+        size_t n = len - start < WIDTH ? len - start : WIDTH;
+        fprintf(stderr, "%s%.*s%s\n", start ? "..." : "", (int)n, s + start, start + n < len ? "..." : "");
+        for (size_t i = 0; i < (start ? 3 : 0) + (size_t)col - 1 - start; i++) fputc(' ', stderr);
+        fputs("^\n", stderr);
+        return;
+    }
+    fprintf(stderr, "%.*s\n", (int)len, s);
     for (int i = 0; i < col - 1; i++) {
         unsigned char c = (size_t)i < len ? (unsigned char)s[i] : ' ';
         if (c == '\t')

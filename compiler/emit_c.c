@@ -940,10 +940,23 @@ static void emit_cuda_adapter(Emit *e, FILE *o, const char *unused) {
     emit_cuda(o, e->g, e->kl, e->init, e->pfx);
 }
 
+/* The model's C name: its own name, unless that would clash with main(), the runtime's mrt_
+ * names or a C library function the generated code uses (then NAME_model). */
+char *model_ident(const char *name) {
+    static const char *taken[] = {"main", "mrt", "memcpy", "memset", "memcmp", "malloc", "calloc", "realloc", "free",
+                                  "exit", "abs", "getenv", "strcmp", "strlen", "printf", "fprintf", "expf", "logf",
+                                  "sqrtf", "tanhf", "erff", "log", "exp", "sqrt", "tanh", "erf", "cblas", NULL};
+    char *s = c_ident(name);
+    for (int i = 0; taken[i]; i++)
+        if (!strcmp(s, taken[i])) return xprintf("%s_model", s);
+    if (!strncmp(s, "mrt_", 4) || !strncmp(s, "cblas_", 6) || !strncmp(s, "cuda", 4)) return xprintf("%s_model", s);
+    return s;
+}
+
 void emit_c(const Graph *g, const KernelList *kl, const KernelList *init, const MemPlan *mp, const MemPlan *mpc,
             const EmitOptions *opt) {
     Emit E = {.g = g, .kl = kl, .init = init, .mp = mp, .mpc = mpc}, *e = &E;
-    e->pfx = c_ident(g->name);
+    e->pfx = model_ident(g->name);
     e->PFX = upper(e->pfx);
     if (mp->nst != mpc->nst) ICE("the CPU and CUDA plans differ in storages (%d vs %d)", mp->nst, mpc->nst);
     /* Host layout of the weights: slot regions one after another. */

@@ -29,6 +29,8 @@
 
 #include <string.h>
 
+#define MAX_FUSED 64 /* nodes in one fused elementwise expression */
+
 /* Follow reshape views down to the node that owns the bytes. */
 static Node *view_base(Node *n) {
     while (n->op == OP_RESHAPE) n = n->in[0];
@@ -223,11 +225,17 @@ KernelList fuse_graph(Graph *g, FuseOptions opt, KernelList *init) {
         if (n->dead) continue;
         for (int j = 0; j < n->nin; j++) f->consumer[n->in[j]->id] = n;
     }
+    /* tree[i]: nodes in i's expression tree so far; a tree stops growing at MAX_FUSED nodes, which
+     * bounds the compile time, the generated function and the registers a kernel needs. */
+    int *tree = xalloc(sizeof(int) * (g->nnodes + 1));
     for (int i = 0; i < g->nnodes; i++) {
         Node *n = g->nodes[i], *c = f->consumer[i];
+        tree[i] = 1;
+        for (int j = 0; j < n->nin; j++)
+            if (f->inl[n->in[j]->id]) tree[i] += tree[n->in[j]->id];
         f->inl[i] = opt.elementwise && !n->dead && op_is_elementwise(n->op) && n->nuses == 1 && !n->is_output &&
                     c && op_is_elementwise(c->op) && same_numel(n, c) && n->dtype == c->dtype && n->init == c->init &&
-                    n->slot == c->slot;
+                    n->slot == c->slot && tree[i] < MAX_FUSED;
     }
     *init = build_kernels(f, true);
     return build_kernels(f, false);

@@ -211,9 +211,14 @@ bool graph_batch_separable(const Graph *g) {
         case OP_SOFTMAX: case OP_LOG_SOFTMAX: case OP_SUM: case OP_MEAN: case OP_MAX: case OP_ARGMAX:
             if (n->axis == 0) return false;
             break;
+        case OP_CONCAT:
+            if (n->axis == 0) return false; /* batch items of several operands interleave */
+            for (int j = 0; j < n->nin; j++)
+                if (dep[n->in[j]->id] && n->in[j]->shape.rank != n->shape.rank) return false;
+            break;
         default:
-            if (op_is_binary(n->op))
-                for (int j = 0; j < 2; j++)
+            if (op_is_binary(n->op) || n->op == OP_WHERE)
+                for (int j = 0; j < n->nin; j++)
                     if (dep[n->in[j]->id] && n->in[j]->shape.rank != n->shape.rank) return false;
             break;
         }

@@ -262,9 +262,7 @@ int main(int argc, char **argv) {
     base = xstrdup(basename(base));
     char *dot = strrchr(base, '.');
     if (dot && !strcmp(dot, ".model")) *dot = 0;
-    char *cname = xstrdup(g->name);
-    for (char *p = cname; *p; p++)
-        if (*p == '.') *p = '_';
+    char *cname = model_ident(g->name);
 
     if (emit_only) {
         const char *dir = out ? out : ".";
@@ -277,6 +275,19 @@ int main(int argc, char **argv) {
     }
 
     const char *exe = out ? out : base;
+    {
+        /* Fail before building: never overwrite the input, and the output's directory must exist. */
+        char rin[PATH_MAX], rout[PATH_MAX];
+        if (realpath(input, rin) && realpath(exe, rout) && !strcmp(rin, rout))
+            fatal("refusing to write the executable over the input file '%s' (use -o)", input);
+        if (is_dir(exe)) fatal("'%s' is a directory; -o names the executable to write", exe);
+        char *dir = xstrdup(exe);
+        dir = dirname(dir);
+        if (!is_dir(dir)) fatal("cannot write '%s': directory '%s' does not exist", exe, dir);
+        char *home = runtime_home();
+        if (access(xprintf("%s/include/modelc/modelrt.h", home), R_OK) != 0)
+            fatal("cannot find the runtime in '%s' (include/modelc/modelrt.h); set MODELC_HOME", home);
+    }
     char *tmpdir = xstrdup("/tmp/modelc.XXXXXX");
     if (!mkdtemp(tmpdir)) fatal("cannot create a temporary directory: %s", strerror(errno));
     bool cuda = MODELC_NVCC[0] && !no_cuda;

@@ -104,7 +104,11 @@ struct Ast {
     bool bval; /* AST_BOOL */
     char *scope;    /* AST_CALL of a block: 'as SCOPE' (NULL if none) */
     Loc scope_loc;
+    int depth;      /* nesting depth of the expression (1 for a leaf) */
 };
+
+/* Expressions nested deeper than this are an error (every later phase recurses over them). */
+#define MAX_EXPR_DEPTH 1000
 
 /* One dimension in a type: an integer (value) or a symbolic name (is_sym, name). */
 typedef struct AstDim {
@@ -502,6 +506,9 @@ void emit_expr_function(FILE *o, const Kernel *k, const char *fname);
 const char *c_type(DType dt);
 char *dim_c(Dim d);       /* a Dim as C over B */
 char *c_ident(const char *name);
+/* The model's C prefix and file name: c_ident, plus "_model" where the name would clash with
+ * main(), the runtime's mrt_ names or a C library function the generated code calls. */
+char *model_ident(const char *name);
 
 /* NAME.cu: a __global__ kernel and an extern "C" launcher per fused elementwise kernel. */
 void emit_cuda(FILE *o, const Graph *g, const KernelList *kl, const KernelList *init, const char *pfx);

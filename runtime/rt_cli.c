@@ -20,6 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 enum { CLI_OK = 0, CLI_ERROR = 1, CLI_USAGE = 2 };
 
@@ -444,6 +445,33 @@ static int cli_execute(const mrt_model_info *info, const cli_opts *o, const char
         mrt_set_error(MRT_ERR_OOM, "out of memory setting up %d inputs and %d outputs", nin,
                       nout);
         goto done;
+    }
+
+    /* Outputs go to distinct files in directories that exist, checked before anything runs, so
+     * a run does not end with some outputs written and others not. */
+    for (int i = 0; i < nout; i++) {
+        if (!o->out_files[i])
+            continue;
+        for (int j = 0; j < i; j++)
+            if (o->out_files[j] && !strcmp(o->out_files[i], o->out_files[j])) {
+                mrt_set_error(MRT_ERR_INVALID_ARG, "outputs '%s' and '%s' are both written to %s",
+                              info->outputs[j].name, info->outputs[i].name, o->out_files[i]);
+                goto done;
+            }
+        char dir[4096];
+        snprintf(dir, sizeof dir, "%s", o->out_files[i]);
+        char *slash = strrchr(dir, '/');
+        if (slash == dir)
+            dir[1] = '\0';
+        else if (slash)
+            *slash = '\0';
+        else
+            snprintf(dir, sizeof dir, ".");
+        if (access(dir, W_OK) != 0) {
+            mrt_set_error(MRT_ERR_IO, "cannot write output '%s' to %s: directory '%s' %s", info->outputs[i].name,
+                          o->out_files[i], dir, access(dir, F_OK) != 0 ? "does not exist" : "is not writable");
+            goto done;
+        }
     }
 
     /* Inputs: read, check, infer the batch. */

@@ -18,11 +18,12 @@ config.test_exec_root = os.path.join(build, "lit")
 modelc = os.environ.get("MODELC", os.path.join(build, "bin", "modelc"))
 config.substitutions.append(("%modelc", modelc))
 config.substitutions.append(("%root", root))
+config.substitutions.append(("%python", os.environ.get("PYTHON", "python3")))
 config.substitutions.append(("%build", build))
 filecheck = shutil.which("FileCheck") or "/usr/lib/llvm-14/bin/FileCheck"
 config.substitutions.append(("FileCheck", filecheck))
 not_tool = shutil.which("not") or "/usr/lib/llvm-14/bin/not"
 config.substitutions.append(("%not", not_tool))
-for var in ("MODELC_CFLAGS", "ASAN_OPTIONS", "UBSAN_OPTIONS", "CC", "PATH", "HOME"):
+for var in ("MODELC_CFLAGS", "ASAN_OPTIONS", "UBSAN_OPTIONS", "CC", "PATH", "HOME", "PYTHONPATH"):
     if var in os.environ:
         config.environment[var] = os.environ[var]
