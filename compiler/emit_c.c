@@ -714,6 +714,13 @@ static void emit_staging_helpers(Emit *e, FILE *o) {
                "    *use = m->io[slot] + off;\n    *back = 1;\n    return MRT_OK;\n}\n#endif\n\n", e->pfx, e->pfx, e->pfx);
 }
 
+/* Activation bytes over every device slot (what --memory reports for a split model). */
+static size_t arena_total(const MemPlan *mp, int nslots) {
+    size_t t = 0;
+    for (int s = 0; s < nslots; s++) t += mp->slot_arena[s];
+    return t;
+}
+
 static void emit_source(Emit *e, FILE *o, const char *h_include) {
     const Graph *g = e->g;
     const KernelList *kl = e->kl;
@@ -915,10 +922,11 @@ static void emit_source(Emit *e, FILE *o, const char *h_include) {
     for (int i = 0; i < g->noutputs; i++) fprintf(o, ", (%s *)out[%d]", c_type(g->outputs[i].node->dtype), i);
     fprintf(o, ");\n}\n\n");
     fprintf(o, "const mrt_model_info %s_info = {\n    \"%s\", %d, %d, %s_inputs, %s_outputs, %d, %d,\n"
-               "    %s_WEIGHT_BYTES, %s_ARENA_BYTES_CPU,\n    %s_create_v, %s_load_v, %s_run_v, %s_destroy_v, %s_device_v,\n    %d,\n"
-               "    %s_ARENA_BYTES_CUDA,\n};\n",
+               "    %s_WEIGHT_BYTES, %zu,\n    %s_create_v, %s_load_v, %s_run_v, %s_destroy_v, %s_device_v,\n    %d,\n"
+               "    %zu,\n};\n",
             e->pfx, g->name, g->ninputs, g->noutputs, e->pfx, e->pfx, g->has_batch ? 1 : 0, g->has_batch ? g->max_batch : 1,
-            e->PFX, e->PFX, e->pfx, e->pfx, e->pfx, e->pfx, e->pfx, graph_batch_separable(g) ? 1 : 0, e->PFX);
+            e->PFX, arena_total(e->mp, g->nslots), e->pfx, e->pfx, e->pfx, e->pfx, e->pfx, graph_batch_separable(g) ? 1 : 0,
+            arena_total(e->mpc, g->nslots));
 }
 
 static char *render(void (*fn)(Emit *, FILE *, const char *), Emit *e, const char *arg, size_t *len) {
