@@ -25,12 +25,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-static Node *view_base(const Node *cn) {
-    Node *n = (Node *)cn;
-    while (n->op == OP_RESHAPE) n = n->in[0];
-    return n;
-}
-
 const char *c_type(DType dt) { return dt == DT_F32 ? "float" : dt == DT_I32 ? "int32_t" : "int64_t"; }
 static const char *mrt_dtype(DType dt) { return dt == DT_F32 ? "MRT_F32" : dt == DT_I32 ? "MRT_I32" : "MRT_I64"; }
 

@@ -31,12 +31,6 @@
 
 #define MAX_FUSED 64 /* nodes in one fused elementwise expression */
 
-/* Follow reshape views down to the node that owns the bytes. */
-static Node *view_base(Node *n) {
-    while (n->op == OP_RESHAPE) n = n->in[0];
-    return n;
-}
-
 static Node *mk_copy(Graph *g, Node *x, Loc loc) {
     Node *n = new_node(g, OP_PERMUTE, loc);
     n->in[0] = x;

@@ -38,6 +38,11 @@ bool op_is_elementwise(OpKind op) {
 }
 bool op_is_reduction(OpKind op) { return op >= OP_SOFTMAX && op <= OP_ARGMAX; }
 
+Node *view_base(const Node *n) {
+    while (n->op == OP_RESHAPE) n = n->in[0];
+    return (Node *)n;
+}
+
 Node *new_node(Graph *g, OpKind op, Loc loc) {
     if (g->nnodes == g->capnodes) {
         int cap = g->capnodes ? 2 * g->capnodes : 32;

@@ -305,6 +305,8 @@ bool op_is_unary(OpKind op);
 bool op_is_binary(OpKind op);
 bool op_is_reduction(OpKind op);
 Node *new_node(Graph *g, OpKind op, Loc loc);
+/* Follow reshape views down to the node that owns the bytes. */
+Node *view_base(const Node *n);
 Dim dim_mul(Dim a, Dim b, bool *ok);        /* ok = false when both are sym */
 bool dim_eq(Dim a, Dim b);
 Dim shape_numel(const Shape *s);

@@ -33,11 +33,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-static Node *view_base(Node *n) {
-    while (n->op == OP_RESHAPE) n = n->in[0];
-    return n;
-}
-
 static size_t align_up(size_t x, size_t a) { return (x + a - 1) / a * a; }
 
 /* Weight regions use the CUDA alignment on every device, so the same host layout serves both. */
