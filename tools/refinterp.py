@@ -38,10 +38,9 @@ Library:
 Only NumPy is required.
 """
 
-import json
 import math
 import re
-import struct
+import os
 import sys
 
 import numpy as np
@@ -1188,58 +1187,21 @@ def run_model(model, weights, inputs, precision="f64"):
 
 # ---------------------------------------------------------------------------------- safetensors
 
-_ST_DTYPES = {"F32": np.float32, "F64": np.float64, "F16": np.float16, "I32": np.int32,
-              "I64": np.int64, "I16": np.int16, "I8": np.int8, "U8": np.uint8, "BOOL": np.bool_}
-_ST_NAMES = {np.dtype(np.float32): "F32", np.dtype(np.int32): "I32", np.dtype(np.int64): "I64",
-             np.dtype(np.float64): "F64"}
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import safetensors_np  # noqa: E402  (tools/, beside this file)
 
 
 def read_safetensors(path):
-    """Read a safetensors file: 8-byte LE header length, JSON header, data. -> {name: array}."""
-    with open(path, "rb") as f:
-        blob = f.read()
-    if len(blob) < 8:
-        raise ModelError("%s: truncated safetensors file" % path)
-    (n,) = struct.unpack("<Q", blob[:8])
-    if 8 + n > len(blob):
-        raise ModelError("%s: header length %d beyond the file" % (path, n))
-    header = json.loads(blob[8:8 + n].decode("utf-8"))
-    data = blob[8 + n:]
-    out = {}
-    for name, e in header.items():
-        if name == "__metadata__":
-            continue
-        dt = np.dtype(_ST_DTYPES[e["dtype"]]).newbyteorder("<")
-        b, end = e["data_offsets"]
-        shape = tuple(e["shape"])
-        for i, dim in enumerate(shape):
-            if dim == 0:   # field case B18: a clean error, never a division by a dimension
-                raise ModelError("%s: tensor %s: dimension %d is 0" % (path, name, i))
-        a = np.frombuffer(data[b:end], dtype=dt)
-        if a.size != int(np.prod(shape, dtype=np.int64)):
-            raise ModelError("%s: tensor '%s': %d bytes for shape %s" % (path, name, end - b, shape))
-        out[name] = a.reshape(shape).astype(dt.newbyteorder("="))
-    return out
+    """Read a safetensors file (tools/safetensors_np.py) -> {name: array}."""
+    try:
+        return safetensors_np.read(path)
+    except safetensors_np.SafetensorsError as e:
+        raise ModelError(str(e))
 
 
 def write_safetensors(path, tensors):
-    """Write {name: array} as safetensors (F32/I32/I64/F64, little-endian, C order)."""
-    header, chunks, off = {}, [], 0
-    for name, a in tensors.items():
-        shape = list(np.shape(a))  # np.ascontiguousarray makes a 0-d array 1-d: keep the true shape
-        a = np.ascontiguousarray(a)
-        raw = a.astype(a.dtype.newbyteorder("<")).tobytes()
-        header[name] = {"dtype": _ST_NAMES[a.dtype], "shape": shape,
-                        "data_offsets": [off, off + len(raw)]}
-        chunks.append(raw)
-        off += len(raw)
-    h = json.dumps(header, separators=(",", ":")).encode()
-    h += b" " * (-len(h) % 8)
-    with open(path, "wb") as f:
-        f.write(struct.pack("<Q", len(h)))
-        f.write(h)
-        for c in chunks:
-            f.write(c)
+    """Write {name: array} as safetensors (tools/safetensors_np.py)."""
+    safetensors_np.write(path, tensors)
 
 
 # ---------------------------------------------------------------------------------- self-test

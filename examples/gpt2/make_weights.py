@@ -22,22 +22,8 @@ import sys
 
 import numpy as np
 
-
-def save_safetensors(path, tensors):
-    """Write a dict of C-contiguous float32 arrays in the safetensors format (no dependency)."""
-    header, offset = {}, 0
-    for name, a in tensors.items():
-        assert a.dtype == np.float32
-        header[name] = {"dtype": "F32", "shape": list(a.shape),
-                        "data_offsets": [offset, offset + a.nbytes]}
-        offset += a.nbytes
-    raw = json.dumps(header, separators=(",", ":")).encode()
-    raw += b" " * (-len(raw) % 8)
-    with open(path, "wb") as f:
-        f.write(len(raw).to_bytes(8, "little"))
-        f.write(raw)
-        for a in tensors.values():
-            f.write(np.ascontiguousarray(a).tobytes())
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tools"))
+import safetensors_np  # noqa: E402  (tools/safetensors_np.py)
 
 
 def load_config(path):
@@ -93,7 +79,7 @@ def main():
     a = ap.parse_args()
     cfg = load_config(a.config)
     os.makedirs(a.outdir, exist_ok=True)
-    save_safetensors(os.path.join(a.outdir, "gpt2.safetensors"), make_weights(cfg))
+    safetensors_np.write(os.path.join(a.outdir, "gpt2.safetensors"), make_weights(cfg))
     for name, ids in make_inputs(cfg).items():
         np.save(os.path.join(a.outdir, f"ids_{name}.npy"), ids)
     return 0

