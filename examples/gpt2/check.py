@@ -11,9 +11,10 @@ tolerance, and at how many positions the next-token argmax agrees; then one line
 import os
 import sys
 
-import numpy as np
-
 HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "..", "tools"))
+from check_logits import check  # noqa: E402  (tools/check_logits.py)
+
 RTOL = 1e-4  # max|got - ref| <= RTOL * max|ref|
 
 
@@ -21,29 +22,7 @@ def main(argv):
     if len(argv) != 3:
         print("usage: check.py VARIANT LOGITS.npy", file=sys.stderr)
         return 2
-    name = f"examples/gpt2/{argv[1]}"
-    try:
-        ref = np.load(os.path.join(HERE, f"ref_{argv[1]}.npy"))
-        got = np.load(argv[2])
-    except (OSError, ValueError) as e:
-        print(f"check.py: error: {e}", file=sys.stderr)
-        return 2
-    if got.shape != ref.shape or got.dtype != np.float32:
-        print(f"FAIL: {name}: output is {got.dtype}{list(got.shape)}, "
-              f"expected float32{list(ref.shape)}")
-        return 1
-    got64, ref64 = got.astype(np.float64), ref.astype(np.float64)
-    scale = float(np.max(np.abs(ref64)))
-    diff = float(np.max(np.abs(got64 - ref64))) if np.all(np.isfinite(got)) else float("inf")
-    rel = diff / scale
-    agree = int((got.argmax(-1) == ref.argmax(-1)).sum())
-    print(f"{name}: max |got - torch| = {diff:.2e}, relative to max|torch| ({scale:.3g}) = "
-          f"{rel:.2e}, tolerance {RTOL:.0e}; argmax agrees at {agree}/{ref[..., 0].size} positions")
-    if rel <= RTOL:
-        print(f"PASS: {name} (max abs diff {diff:.1e}, relative {rel:.1e} <= {RTOL:.0e})")
-        return 0
-    print(f"FAIL: {name}: logits differ from PyTorch by {rel:.1e} of max|ref| (> {RTOL:.0e})")
-    return 1
+    return check(f"examples/gpt2/{argv[1]}", os.path.join(HERE, f"ref_{argv[1]}.npy"), argv[2], RTOL)
 
 
 if __name__ == "__main__":
