@@ -10,6 +10,9 @@ PREFIX   ?= /usr/local
 B        := build
 NVCC     ?= $(shell command -v nvcc 2>/dev/null)
 
+# The first rule: a bare `make` builds the compiler and the runtime.
+.DEFAULT_GOAL := all
+
 CFLAGS_BASE := -std=c11 -D_GNU_SOURCE -O2 -g -Wall -Wextra -Wno-unused-parameter -Wno-sign-compare
 ifeq ($(SANITIZE),1)
   SAN      := -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined

@@ -1265,7 +1265,7 @@ static int device_slot(Checker *c, const Stmt *st) {
     if (!num)
         error_at(st->name_loc, "unknown device '%s' in 'on' (expected cpu, cpu:N, cuda or cuda:N)", d);
     if (cpu && idx > 7)
-        error_at(st->name_loc, "device '%s': the runtime has CPU devices cpu:0 to cpu:7", d);
+        error_at(st->name_loc, "device '%s' is out of range: CPU devices are cpu:0..cpu:7", d);
     char *name = xprintf("%s:%ld", cuda ? "cuda" : "cpu", idx);
     for (int i = 1; i < g->nslots; i++)
         if (!strcmp(g->slots[i].name, name)) return i;
@@ -1278,9 +1278,14 @@ static void lower_stmt(Checker *c, const Stmt *st) {
     Graph *g = c->g;
     switch (st->kind) {
     case ST_ON: {
-        int saved = g->cur_slot;
+        int saved = g->cur_slot, before = g->nnodes;
         g->cur_slot = device_slot(c, st);
         for (int i = 0; i < st->nbody; i++) lower_stmt(c, st->body[i]);
+        bool work = false; /* anything but constants: an operation, an input or a param */
+        for (int i = before; i < g->nnodes && !work; i++) work = g->nodes[i]->op != OP_CONST;
+        if (!work)
+            warning_at(st->loc, "region 'on %s' %s; it is ignored, and %s is not needed at run time", st->name,
+                       st->nbody ? "holds only constants" : "is empty", g->slots[g->cur_slot].name);
         g->cur_slot = saved;
         break;
     }
@@ -1401,5 +1406,6 @@ Graph *build_graph(const Program *p, int max_batch) {
             warning_at(c->param_locs[i], "param '%s' is never used by any output", g->params[i]->name);
     }
     CK = NULL;
+    g->cur_slot = SLOT_NONE; /* from here on, passes create nodes with new_node_for */
     return g;
 }

@@ -193,24 +193,17 @@ typedef struct Emit {
     const char *kpfx;    /* "k" (run) or "init" (load time), for comments */
     size_t *io_off;      /* io_off[storage id]: offset in its slot's CUDA staging area */
     size_t *io_bytes;    /* per slot */
-    size_t *wbase;       /* per slot: where its weight region starts in the host layout */
-    size_t wtotal;
 } Emit;
 
-static bool slot_cpu_only(const Emit *e, int s) { return s > 0 && !e->g->slots[s].cuda; }
-static bool slot_cuda_only(const Emit *e, int s) { return s > 0 && e->g->slots[s].cuda; }
 static int kslot(const Kernel *k) { return k->root->slot > 0 ? k->root->slot : 0; }
 
 /* Print a call dispatched on slot s's device: `cpu` is a C statement, `cuda` an expression
- * returning mrt_status. */
+ * returning mrt_status. Every slot decides when the model runs, not when it is compiled: the
+ * device map can move a slot pinned to a GPU onto the CPU, and back. */
 static void dispatch(Emit *e, int s, const char *cpu, const char *cuda) {
     FILE *o = e->o;
-    if (slot_cpu_only(e, s) || !cuda) {
+    if (!cuda) {
         fprintf(o, "    %s\n", cpu);
-        return;
-    }
-    if (slot_cuda_only(e, s)) {
-        fprintf(o, "#ifdef MRT_WITH_CUDA\n    if ((st = %s) != MRT_OK) return st;\n#endif\n", cuda);
         return;
     }
     fprintf(o, "#ifdef MRT_WITH_CUDA\n    if (C%d) {\n        if ((st = %s) != MRT_OK) return st;\n    } else\n#endif\n"
@@ -404,9 +397,8 @@ static void emit_library_call(Emit *e, const Kernel *k, char **ptr) {
         const Node *src = view_base(x);
         int ss = src->slot > 0 ? src->slot : 0;
         char *bytes = xprintf("%s * %zu", dim_c(shape_numel(&r->shape)), dtype_size(r->dtype));
-        if (!slot_cpu_only(e, ss))
-            fprintf(o, "#ifdef MRT_WITH_CUDA\n    if (C%d && (st = mrt_stream_sync(D%d, S%d, \"%s transfer\")) != MRT_OK) return st;\n#endif\n",
-                    ss, ss, ss, e->pfx);
+        fprintf(o, "#ifdef MRT_WITH_CUDA\n    if (C%d && (st = mrt_stream_sync(D%d, S%d, \"%s transfer\")) != MRT_OK) return st;\n#endif\n",
+                ss, ss, ss, e->pfx);
         fprintf(o, "    if ((st = mrt_memcpy(D%d, %s, D%d, %s, %s, S%d)) != MRT_OK) return st;\n", s, Y, ss, X, bytes, s);
         return;
     }
@@ -524,18 +516,24 @@ static void emit_header(Emit *e, FILE *o, const char *unused) {
                " * libmodelrt (pkg-config --libs modelrt).\n */\n", e->pfx, e->pfx, e->pfx);
     fprintf(o, "#ifndef %s_H\n#define %s_H\n\n#include \"modelrt.h\"\n\n#ifdef __cplusplus\nextern \"C\" {\n#endif\n\n",
             e->PFX, e->PFX);
-    fprintf(o, "typedef struct %s %s;\n\n", e->pfx, e->pfx);
-    fprintf(o, "/* Sizes from the memory plan, in bytes (activations at the maximum batch). */\n");
+    fprintf(o, "/* The model handle is the runtime's mrt_model (see modelrt.h); %s_run checks that it was\n"
+               " * created for this model. */\ntypedef struct mrt_model %s;\n\n", e->pfx, e->pfx);
+    fprintf(o, "/* Sizes from the memory plan, in bytes (activations at the maximum batch), per device slot as\n"
+               " * --dump=memplan prints them. Slot 0 is the model's device: weights (resident after loading),\n"
+               " * load-only weights (raw params only load-time folding reads; freed after loading), and the\n"
+               " * arena with the CPU plan (64-byte alignment) and the CUDA plan (256). */\n");
     fprintf(o, "#define %s_MAX_BATCH %d\n", e->PFX, g->has_batch ? g->max_batch : 1);
-    fprintf(o, "#define %s_WEIGHT_BYTES %zu\n", e->PFX, e->wtotal);
+    fprintf(o, "#define %s_WEIGHT_BYTES %zu\n", e->PFX, e->mp->slot_weights[0]);
+    fprintf(o, "#define %s_LOAD_BYTES %zu\n", e->PFX, e->mp->slot_load[0]);
     fprintf(o, "#define %s_ARENA_BYTES_CPU %zu\n", e->PFX, e->mp->slot_arena[0]);
     fprintf(o, "#define %s_ARENA_BYTES_CUDA %zu\n", e->PFX, e->mpc->slot_arena[0]);
     for (int s = 1; s < g->nslots; s++) {
-        fprintf(o, "/* device slot %d, pinned by 'on %s' */\n", s, g->slots[s].name);
+        fprintf(o, "/* device slot %d, pinned by 'on %s' at %s:%d */\n", s, g->slots[s].name, g->source, g->slots[s].loc.line);
         fprintf(o, "#define %s_SLOT%d_DEVICE \"%s\"\n", e->PFX, s, g->slots[s].name);
-        fprintf(o, "#define %s_SLOT%d_ARENA_BYTES %zu\n", e->PFX, s,
-                (g->slots[s].cuda ? e->mpc : e->mp)->slot_arena[s]);
         fprintf(o, "#define %s_SLOT%d_WEIGHT_BYTES %zu\n", e->PFX, s, e->mp->slot_weights[s]);
+        fprintf(o, "#define %s_SLOT%d_LOAD_BYTES %zu\n", e->PFX, s, e->mp->slot_load[s]);
+        fprintf(o, "#define %s_SLOT%d_ARENA_BYTES_CPU %zu\n", e->PFX, s, e->mp->slot_arena[s]);
+        fprintf(o, "#define %s_SLOT%d_ARENA_BYTES_CUDA %zu\n", e->PFX, s, e->mpc->slot_arena[s]);
     }
     fprintf(o, "\n/** Create the model on `device` (\"auto\", \"cpu\", \"cpu:N\", \"cuda\", \"cuda:N\"; NULL means\n"
                " *  $MODELRT_DEVICE or \"auto\", which picks the first usable GPU, else the CPU, and logs which).\n"
@@ -543,6 +541,9 @@ static void emit_header(Emit *e, FILE *o, const char *unused) {
                " *  activation arena are allocated there once; on a GPU, free memory is checked first. *m is set\n"
                " *  to NULL on failure. Free with %s_destroy. */\n", e->pfx);
     fprintf(o, "mrt_status %s_create(%s **m, const char *device);\n\n", e->pfx, e->pfx);
+    fprintf(o, "/** %s_create with a device map for the devices 'on' regions pin, as PyTorch's map_location:\n"
+               " *  \"cuda:1=cpu,cuda:0=cuda:0\" runs the cuda:1 region on the CPU (NULL: $MODELRT_DEVICE_MAP). */\n"
+               "mrt_status %s_create_mapped(%s **m, const char *device, const char *device_map);\n\n", e->pfx, e->pfx, e->pfx);
     fprintf(o, "/** Load the weights from a safetensors file whose tensor names are the params below (a\n"
                " *  PyTorch state_dict saved with safetensors) and move them to the model's device(s), once.\n"
                " *  Every missing, unexpected, mistyped or mis-shaped tensor is an error naming it. Params:\n");
@@ -562,7 +563,8 @@ static void emit_header(Emit *e, FILE *o, const char *unused) {
     emit_run_proto(e, o);
     fprintf(o, ";\n\n/** Free everything the model holds. NULL is ignored. */\nvoid %s_destroy(%s *m);\n\n", e->pfx, e->pfx);
     fprintf(o, "/** The device the model runs on (slot 0). */\nmrt_device %s_device(const %s *m);\n\n", e->pfx, e->pfx);
-    fprintf(o, "/** Descriptor for generic drivers (mrt_main). */\nextern const mrt_model_info %s_info;\n\n", e->pfx);
+    fprintf(o, "/** Descriptors: for the runtime (mrt_model_create) and for generic drivers (mrt_main). */\n"
+               "extern const mrt_model_desc %s_desc;\nextern const mrt_model_info %s_info;\n\n", e->pfx, e->pfx);
     fprintf(o, "#ifdef __cplusplus\n}\n#endif\n#endif /* %s_H */\n", e->PFX);
 }
 
@@ -598,23 +600,24 @@ static char **declare_pointers(Emit *e, bool at_load) {
         const Storage *s = mp->of[i];
         if (n->dead || !s || n->op == OP_RESHAPE) continue;
         if (at_load && s->kind != S_PARAM && s->kind != S_INIT) continue;
+        if (!at_load && s->load_only) continue; /* freed after loading; run() never reads it */
         const char *T = c_type(n->dtype);
         int sl = s->slot;
         ptr[i] = xprintf("mrt_v%d", i);
         switch (s->kind) {
         case S_INPUT: {
             const char *name = c_ident(g->inputs[s->index]->name);
-            fprintf(o, "    const %s *mrt_v%d = %s;\n", T, i, name);
-            fprintf(o, "#ifdef MRT_WITH_CUDA\n    if (C0 && (st = %s_stage_in(m, %s, %s, %zu, (const void **)&mrt_v%d, \"%s\")) != MRT_OK)\n"
-                       "        return st;\n#endif\n", e->pfx, name, bytes_c(n), e->io_off[s->id], i,
-                    g->inputs[s->index]->name);
+            fprintf(o, "    const %s *mrt_v%d;\n", T, i);
+            fprintf(o, "    if ((st = mrt_model_stage_in(m, %d, %s, %s, %zu, (const void **)&mrt_v%d, \"%s\")) != MRT_OK) return st;\n",
+                    sl, name, bytes_c(n), e->io_off[s->id], i, g->inputs[s->index]->name);
             break;
         }
         case S_PARAM:
-            fprintf(o, "    const %s *const mrt_v%d = (const %s *)(W%d + %zu);  /* %s */\n", T, i, T, sl, s->offset, n->name);
+            fprintf(o, "    const %s *const mrt_v%d = (const %s *)(%c%d + %zu);  /* %s */\n", T, i, T, s->load_only ? 'L' : 'W',
+                    sl, s->offset, n->name);
             break;
         case S_INIT:
-            if (at_load) fprintf(o, "    %s *const mrt_v%d = (%s *)(W%d + %zu);\n", T, i, T, sl, s->offset);
+            if (at_load) fprintf(o, "    %s *const mrt_v%d = (%s *)(%c%d + %zu);\n", T, i, T, s->load_only ? 'L' : 'W', sl, s->offset);
             else fprintf(o, "    const %s *const mrt_v%d = (const %s *)(W%d + %zu);  /* computed at load */\n", T, i, T, sl, s->offset);
             break;
         case S_ARENA:
@@ -622,11 +625,9 @@ static char **declare_pointers(Emit *e, bool at_load) {
             break;
         case S_OUTPUT: {
             const char *name = c_ident(g->outputs[s->index].name);
-            fprintf(o, "    %s *mrt_v%d = %s;\n    int mrt_back%d = 0;\n    (void)mrt_back%d;\n", T, i, name, i, i);
-            if (!slot_cpu_only(e, sl))
-                fprintf(o, "#ifdef MRT_WITH_CUDA\n    if (C%d && (st = %s_stage_out(m, %d, %s, %zu, (void **)&mrt_v%d, &mrt_back%d, \"%s\")) != MRT_OK)\n"
-                           "        return st;\n#endif\n", sl, e->pfx, sl, name, e->io_off[s->id], i, i,
-                        g->outputs[s->index].name);
+            fprintf(o, "    %s *mrt_v%d;\n    int mrt_back%d;\n", T, i, i);
+            fprintf(o, "    if ((st = mrt_model_stage_out(m, %d, %s, %zu, (void **)&mrt_v%d, &mrt_back%d, \"%s\")) != MRT_OK) return st;\n",
+                    sl, name, e->io_off[s->id], i, i, g->outputs[s->index].name);
             break;
         }
         case S_CONST:
@@ -647,7 +648,7 @@ static void emit_calls(Emit *e, const KernelList *kl, char **ptr, const char *pf
     for (int i = 0; i < kl->n; i++) {
         const Kernel *k = kl->k[i];
         int s = kslot(k);
-        if (s != active && !slot_cpu_only(e, s)) {
+        if (s != active) {
             /* launches and library calls run on the current device: make it this slot's (B14) */
             fprintf(e->o, "#ifdef MRT_WITH_CUDA\n    if (C%d && (st = mrt_device_activate(D%d)) != MRT_OK) return st;\n#endif\n", s, s);
             active = s;
@@ -673,6 +674,7 @@ static void declare_slots(Emit *e, bool arenas) {
         fprintf(o, "    const mrt_device D%d = m->dev[%d];\n    void *const S%d = m->stream[%d];\n", s, s, s, s);
         fprintf(o, "    const int C%d = D%d.kind == MRT_DEVICE_CUDA;\n", s, s);
         fprintf(o, "    unsigned char *const W%d = m->weights[%d];\n", s, s);
+        if (!arenas) fprintf(o, "    unsigned char *const L%d = m->load[%d];\n    (void)L%d;\n", s, s, s);
         if (arenas) {
             fprintf(o, "    unsigned char *const A%d = m->arena[%d];\n", s, s);
             fprintf(o, "    const size_t *const O%d = %s_arena_offsets[C%d];\n", s, e->pfx, s);
@@ -682,37 +684,44 @@ static void declare_slots(Emit *e, bool arenas) {
     }
 }
 
-static void emit_staging_helpers(Emit *e, FILE *o) {
-    fprintf(o, "#ifdef MRT_WITH_CUDA\n"
-               "/* An input for a model on a GPU: used in place when it is already in that GPU's memory,\n"
-               " * else copied from host memory into the staging area; another GPU's memory is an error. */\n"
-               "static mrt_status %s_stage_in(%s *m, const void *p, size_t bytes, size_t off, const void **use, const char *name) {\n"
-               "    mrt_device pd, cpu = {MRT_DEVICE_CPU, 0};\n    mrt_status st = mrt_pointer_device(p, &pd);\n"
-               "    if (st != MRT_OK) return st;\n"
-               "    if (pd.kind == MRT_DEVICE_CUDA) {\n"
-               "        if (pd.index != m->dev[0].index)\n"
-               "            return mrt_set_error(MRT_ERR_DEVICE, \"%s_run: input '%%s' is in cuda:%%d memory, but the model runs on cuda:%%d\",\n"
-               "                                 name, pd.index, m->dev[0].index);\n"
-               "        *use = p;\n        return MRT_OK;\n    }\n"
-               "    void *dst = m->io[0] + off;\n    *use = dst;\n"
-               "    return mrt_memcpy(m->dev[0], dst, cpu, p, bytes, m->stream[0]);\n}\n\n", e->pfx, e->pfx, e->pfx);
-    fprintf(o, "/* An output of a GPU slot: written in place when the caller's buffer is in that GPU's memory,\n"
-               " * else into the staging area and copied back at the end of the run. */\n"
-               "static mrt_status %s_stage_out(%s *m, int slot, void *p, size_t off, void **use, int *back, const char *name) {\n"
-               "    mrt_device pd;\n    mrt_status st = mrt_pointer_device(p, &pd);\n    if (st != MRT_OK) return st;\n"
-               "    if (pd.kind == MRT_DEVICE_CUDA) {\n"
-               "        if (pd.index != m->dev[slot].index)\n"
-               "            return mrt_set_error(MRT_ERR_DEVICE, \"%s_run: output '%%s' is in cuda:%%d memory, but it is computed on cuda:%%d\",\n"
-               "                                 name, pd.index, m->dev[slot].index);\n"
-               "        *use = p;\n        *back = 0;\n        return MRT_OK;\n    }\n"
-               "    *use = m->io[slot] + off;\n    *back = 1;\n    return MRT_OK;\n}\n#endif\n\n", e->pfx, e->pfx, e->pfx);
-}
-
 /* Activation bytes over every device slot (what --memory reports for a split model). */
 static size_t arena_total(const MemPlan *mp, int nslots) {
     size_t t = 0;
     for (int s = 0; s < nslots; s++) t += mp->slot_arena[s];
     return t;
+}
+
+/* The descriptor tables: the params (with their regions), the slots, the arena offsets. */
+static void emit_tables(Emit *e, FILE *o) {
+    const Graph *g = e->g;
+    const MemPlan *mp = e->mp;
+    fprintf(o, "static const mrt_param_desc %s_params[] = {\n", e->pfx);
+    for (int i = 0; i < g->nparams; i++) {
+        const Node *n = g->params[i];
+        const Storage *s = mp->of[n->id];
+        fprintf(o, "    {\"%s\", %s, %d, {", n->name, mrt_dtype(n->dtype), n->shape.rank);
+        for (int d = 0; d < n->shape.rank; d++) fprintf(o, "%s%" PRId64, d ? ", " : "", n->shape.d[d].c);
+        fprintf(o, "}, %zu, %d},\n", s->offset, 2 * s->slot + s->load_only);
+    }
+    if (!g->nparams) fprintf(o, "    {0}\n");
+    fprintf(o, "};\n\n/* Per device slot: pinned device, its region, and the plan's bytes (weights, load-only,\n"
+               " * arena with the CPU and the CUDA plan, CUDA staging). */\n");
+    fprintf(o, "static const mrt_slot_desc %s_slots[] = {\n", e->pfx);
+    for (int s = 0; s < g->nslots; s++) {
+        if (s) fprintf(o, "    {\"%s\", \"%s:%d\", ", g->slots[s].name, g->source, g->slots[s].loc.line);
+        else fprintf(o, "    {NULL, NULL, ");
+        fprintf(o, "%zu, %zu, {%zu, %zu}, %zu},\n", mp->slot_weights[s], mp->slot_load[s], mp->slot_arena[s],
+                e->mpc->slot_arena[s], e->io_bytes[s]);
+    }
+    fprintf(o, "};\n\n/* Arena offset of each storage: [0] the CPU plan, [1] the CUDA plan. */\n");
+    fprintf(o, "static const size_t %s_arena_offsets[2][%d] = {\n", e->pfx, mp->nst + 1);
+    for (int p = 0; p < 2; p++) {
+        const MemPlan *pl = p ? e->mpc : mp;
+        fprintf(o, "    {");
+        for (int i = 0; i < mp->nst; i++) fprintf(o, "%s%zu", i ? ", " : "", pl->st[i]->kind == S_ARENA ? pl->st[i]->offset : 0);
+        fprintf(o, "%s0},\n", mp->nst ? ", " : "");
+    }
+    fprintf(o, "};\n\n");
 }
 
 static void emit_source(Emit *e, FILE *o, const char *h_include) {
@@ -722,48 +731,11 @@ static void emit_source(Emit *e, FILE *o, const char *h_include) {
     int ns = g->nslots;
     e->o = o;
     fprintf(o, "/* %s.c — generated by modelc from model '%s'. Do not edit.\n", e->pfx, g->name);
-    fprintf(o, " * Compile as C; add -DMRT_WITH_CUDA and link %s.cu's object for the GPU path. */\n", e->pfx);
+    fprintf(o, " * Compile as C; add -DMRT_WITH_CUDA and link %s.cu's object for the GPU path. Creating,\n"
+               " * loading and staging are the runtime's (mrt_model_*), driven by %s_desc below. */\n", e->pfx, e->pfx);
     fprintf(o, "#include <stdint.h>\n#include <stdlib.h>\n#include <string.h>\n#include <math.h>\n");
     fprintf(o, "#include \"modelrt.h\"\n#include \"mrt_kernels.h\"\n#include \"%s\"\n\n", h_include);
-    fprintf(o, "#define N_SLOTS %d\n#define N_PARAMS %d\n\n", ns, g->nparams);
-    fprintf(o, "struct %s {\n    mrt_device dev[N_SLOTS];        /* slot 0: the model's device */\n"
-               "    unsigned char *weights[N_SLOTS];  /* weight regions (on each slot's device) */\n"
-               "    unsigned char *arena[N_SLOTS];    /* activation arenas */\n"
-               "    unsigned char *io[N_SLOTS];       /* GPU staging for host inputs and outputs */\n"
-               "    void *stream[N_SLOTS];\n    int weights_loaded;\n};\n\n", e->pfx);
-    /* params: offsets in the host layout (slot regions one after another) */
-    fprintf(o, "static const mrt_param_desc %s_params[] = {\n", e->pfx);
-    for (int i = 0; i < g->nparams; i++) {
-        const Node *n = g->params[i];
-        const Storage *s = mp->of[n->id];
-        fprintf(o, "    {\"%s\", %s, %d, {", n->name, mrt_dtype(n->dtype), n->shape.rank);
-        for (int d = 0; d < n->shape.rank; d++) fprintf(o, "%s%" PRId64, d ? ", " : "", n->shape.d[d].c);
-        fprintf(o, "}, %zu},\n", e->wbase[s->slot] + s->offset);
-    }
-    if (!g->nparams) fprintf(o, "    {0}\n");
-    fprintf(o, "};\n\n");
-    /* per-slot sizes and the arena offsets of both plans */
-    fprintf(o, "static const size_t %s_weight_base[N_SLOTS] = {", e->pfx);
-    for (int s = 0; s < ns; s++) fprintf(o, "%s%zu", s ? ", " : "", e->wbase[s]);
-    fprintf(o, "};\nstatic const size_t %s_weight_bytes[N_SLOTS] = {", e->pfx);
-    for (int s = 0; s < ns; s++) fprintf(o, "%s%zu", s ? ", " : "", mp->slot_weights[s]);
-    fprintf(o, "};\nstatic const size_t %s_arena_bytes[2][N_SLOTS] = {{", e->pfx);
-    for (int s = 0; s < ns; s++) fprintf(o, "%s%zu", s ? ", " : "", mp->slot_arena[s]);
-    fprintf(o, "}, {");
-    for (int s = 0; s < ns; s++) fprintf(o, "%s%zu", s ? ", " : "", e->mpc->slot_arena[s]);
-    fprintf(o, "}};\nstatic const size_t %s_io_bytes[N_SLOTS] = {", e->pfx);
-    for (int s = 0; s < ns; s++) fprintf(o, "%s%zu", s ? ", " : "", e->io_bytes[s]);
-    fprintf(o, "};\n/* arena offset of each storage: [0] the CPU plan, [1] the CUDA plan */\n");
-    fprintf(o, "static const size_t %s_arena_offsets[2][%d] = {\n", e->pfx, mp->nst + 1);
-    for (int p = 0; p < 2; p++) {
-        const MemPlan *pl = p ? e->mpc : mp;
-        fprintf(o, "    {");
-        for (int i = 0; i < mp->nst; i++) fprintf(o, "%s%zu", i ? ", " : "", pl->st[i]->kind == S_ARENA ? pl->st[i]->offset : 0);
-        fprintf(o, "%s0},\n", mp->nst ? ", " : "");
-    }
-    fprintf(o, "};\nstatic const char *const %s_slot_device[N_SLOTS] = {NULL", e->pfx);
-    for (int s = 1; s < ns; s++) fprintf(o, ", \"%s\"", g->slots[s].name);
-    fprintf(o, "};\n\n");
+    emit_tables(e, o);
 
     /* kernels: the run's, then the load-time ones; their CUDA twins live in NAME.cu */
     fprintf(o, "#ifdef MRT_WITH_CUDA\n");
@@ -788,85 +760,44 @@ static void emit_source(Emit *e, FILE *o, const char *h_include) {
             emit_elementwise(e, k, xprintf("%s_%s%d", e->pfx, li ? "init" : "k", k->id));
         }
     }
-    emit_staging_helpers(e, o);
 
-    /* destroy */
-    fprintf(o, "void %s_destroy(%s *m) {\n    if (!m) return;\n    for (int s = 0; s < N_SLOTS; s++) {\n"
-               "        mrt_device_activate(m->dev[s]);\n        mrt_stream_destroy(m->dev[s], m->stream[s]);\n"
-               "        mrt_free(m->dev[s], m->weights[s]);\n        mrt_free(m->dev[s], m->arena[s]);\n"
-               "        mrt_free(m->dev[s], m->io[s]);\n    }\n    free(m);\n}\n\n", e->pfx, e->pfx);
-
-    /* create */
-    fprintf(o, "mrt_status %s_create(%s **out, const char *device) {\n", e->pfx, e->pfx);
-    fprintf(o, "    if (!out) return mrt_set_error(MRT_ERR_INVALID_ARG, \"%s_create: out is NULL\");\n", e->pfx);
-    fprintf(o, "    *out = NULL;\n    const char *name = device ? device : getenv(\"MODELRT_DEVICE\");\n"
-               "    const int is_auto = !name || !*name || !strcmp(name, \"auto\");\n");
-    fprintf(o, "    %s *m = calloc(1, sizeof *m);\n", e->pfx);
-    fprintf(o, "    if (!m) return mrt_set_error(MRT_ERR_OOM, \"%s_create: out of memory (%%zu bytes)\", sizeof *m);\n", e->pfx);
-    fprintf(o, "    mrt_status st = MRT_OK;\n");
-    fprintf(o, "    for (int s = 0; s < N_SLOTS && st == MRT_OK; s++)\n"
-               "        st = mrt_device_select(s ? %s_slot_device[s] : device, &m->dev[s]);\n", e->pfx);
-    fprintf(o, "    for (int s = 0; s < N_SLOTS && st == MRT_OK; s++) {\n");
-    fprintf(o, "        mrt_device d = m->dev[s];\n        const int cuda = d.kind == MRT_DEVICE_CUDA;\n");
-    fprintf(o, "#ifndef MRT_WITH_CUDA\n        if (cuda) {\n            char dn[32];\n"
-               "            st = mrt_set_error(MRT_ERR_DEVICE, \"%s: device %%s requested, but this program was built without "
-               "CUDA (compile %s.cu with nvcc and %s.c with -DMRT_WITH_CUDA)\", mrt_device_str(d, dn, sizeof dn));\n"
-               "            break;\n        }\n#endif\n", e->pfx, e->pfx, e->pfx);
-    fprintf(o, "        size_t need = %s_weight_bytes[s] + %s_arena_bytes[cuda][s] + (cuda ? %s_io_bytes[s] : 0);\n",
-            e->pfx, e->pfx, e->pfx);
-    fprintf(o, "        if (cuda) {\n            size_t free_b = 0, total_b = 0;\n"
-               "            if ((st = mrt_device_activate(d)) != MRT_OK || (st = mrt_device_memory(d, &free_b, &total_b)) != MRT_OK) break;\n"
-               "            if (need > free_b) {\n                char dn[32];\n                mrt_device_str(d, dn, sizeof dn);\n"
-               "                if (s == 0 && is_auto) {\n"
-               "                    mrt_log(MRT_LOG_WARN, \"%s: %%s has %%zu bytes free, the model needs %%zu; running on cpu:0 instead\", dn, free_b, need);\n"
-               "                    m->dev[0] = (mrt_device){MRT_DEVICE_CPU, 0};\n                    s--;\n                    continue;\n                }\n"
-               "                st = mrt_set_error(MRT_ERR_OOM, \"%s: %%s has %%zu bytes free (of %%zu), the model needs %%zu "
-               "(weights %%zu, activations %%zu, staging %%zu)\", dn, free_b, total_b, need, %s_weight_bytes[s], "
-               "%s_arena_bytes[1][s], %s_io_bytes[s]);\n                break;\n            }\n        }\n",
-            e->pfx, e->pfx, e->pfx, e->pfx, e->pfx);
-    fprintf(o, "        if ((st = mrt_stream_create(d, &m->stream[s])) != MRT_OK) break;\n");
-    fprintf(o, "        m->weights[s] = mrt_alloc(d, %s_weight_bytes[s]);\n        m->arena[s] = mrt_alloc(d, %s_arena_bytes[cuda][s]);\n"
-               "        if (cuda) m->io[s] = mrt_alloc(d, %s_io_bytes[s]);\n"
-               "        if (!m->weights[s] || !m->arena[s] || (cuda && !m->io[s])) st = MRT_ERR_OOM;\n    }\n",
-            e->pfx, e->pfx, e->pfx);
-    fprintf(o, "    if (st != MRT_OK) {\n        %s_destroy(m);\n        return st;\n    }\n", e->pfx);
-    fprintf(o, "    m->weights_loaded = N_PARAMS == 0 && %d == 0;\n    *out = m;\n    return MRT_OK;\n}\n\n", e->init->n);
-
-    /* load_weights */
-    fprintf(o, "mrt_status %s_load_weights(%s *m, const char *path) {\n", e->pfx, e->pfx);
-    fprintf(o, "    if (!m) return mrt_set_error(MRT_ERR_INVALID_ARG, \"%s_load_weights: model is NULL\");\n", e->pfx);
-    fprintf(o, "    if (!path && N_PARAMS > 0) return mrt_set_error(MRT_ERR_INVALID_ARG, \"%s_load_weights: path is NULL\");\n", e->pfx);
-    fprintf(o, "    mrt_status st = MRT_OK;\n    m->weights_loaded = 0;\n");
-    fprintf(o, "    const mrt_device cpu = {MRT_DEVICE_CPU, 0};\n    (void)cpu;\n");
-    fprintf(o, "    const int direct = N_SLOTS == 1 && m->dev[0].kind == MRT_DEVICE_CPU;\n");
-    fprintf(o, "    unsigned char *host = direct ? m->weights[0] : malloc(%s_WEIGHT_BYTES ? %s_WEIGHT_BYTES : 1);\n", e->PFX, e->PFX);
-    fprintf(o, "    if (!host) return mrt_set_error(MRT_ERR_OOM, \"%s_load_weights: cannot allocate %%zu bytes of host memory\", (size_t)%s_WEIGHT_BYTES);\n",
-            e->pfx, e->PFX);
-    fprintf(o, "    if (N_PARAMS > 0) st = mrt_weights_load(path, %s_params, N_PARAMS, host, %s_WEIGHT_BYTES);\n", e->pfx, e->PFX);
-    fprintf(o, "    for (int s = 0; s < N_SLOTS && !direct && st == MRT_OK; s++)\n"
-               "        if ((st = mrt_device_activate(m->dev[s])) == MRT_OK &&\n"
-               "            (st = mrt_memcpy(m->dev[s], m->weights[s], cpu, host + %s_weight_base[s], %s_weight_bytes[s], m->stream[s])) == MRT_OK)\n"
-               "            st = mrt_stream_sync(m->dev[s], m->stream[s], \"%s load_weights\");\n", e->pfx, e->pfx, e->pfx);
-    fprintf(o, "    if (!direct) free(host);\n    if (st != MRT_OK) return st;\n");
+    /* the load-time kernels, run by mrt_model_load_weights once the params are in place */
     if (e->init->n) {
-        fprintf(o, "    {\n    /* values that depend only on the weights (folded batch norms, ...) */\n");
-        fprintf(o, "    const int64_t B = 1;\n    (void)B;\n");
+        fprintf(o, "/* Values that depend only on the weights (folded batch norms, ...), computed once. */\n");
+        fprintf(o, "static mrt_status %s_init(mrt_model *m) {\n    const int64_t B = 1;\n    (void)B;\n"
+                   "    mrt_status st = MRT_OK;\n", e->pfx);
         declare_slots(e, false);
         char **ptr = declare_pointers(e, true);
         fprintf(o, "    if (C0 && (st = mrt_device_activate(D0)) != MRT_OK) return st;\n");
         emit_calls(e, e->init, ptr, "init");
         for (int s = 0; s < ns; s++)
             fprintf(o, "    if ((st = mrt_stream_sync(D%d, S%d, \"%s load_weights\")) != MRT_OK) return st;\n", s, s, e->pfx);
-        fprintf(o, "    }\n");
+        fprintf(o, "    return MRT_OK;\n}\n\n");
     }
-    fprintf(o, "    m->weights_loaded = 1;\n    return MRT_OK;\n}\n\n");
 
+    fprintf(o, "const mrt_model_desc %s_desc = {\n    .abi = MRT_MODEL_ABI,\n    .size = sizeof(mrt_model_desc),\n"
+               "    .name = \"%s\",\n    .n_slots = %d,\n    .slots = %s_slots,\n    .n_params = %d,\n"
+               "    .params = %s_params,\n", e->pfx, e->pfx, ns, e->pfx, g->nparams, e->pfx);
+    fprintf(o, "#ifdef MRT_WITH_CUDA\n    .cuda = 1,\n#endif\n");
+    if (e->init->n) fprintf(o, "    .init = %s_init,\n", e->pfx);
+    fprintf(o, "};\n\n");
+
+    /* the public API: thin calls into the runtime */
+    fprintf(o, "mrt_status %s_create_mapped(%s **m, const char *device, const char *device_map) {\n"
+               "    return mrt_model_create(m, &%s_desc, device, device_map);\n}\n", e->pfx, e->pfx, e->pfx);
+    fprintf(o, "mrt_status %s_create(%s **m, const char *device) { return mrt_model_create(m, &%s_desc, device, NULL); }\n",
+            e->pfx, e->pfx, e->pfx);
+    fprintf(o, "mrt_status %s_load_weights(%s *m, const char *path) {\n"
+               "    if (!m || m->desc != &%s_desc) return mrt_set_error(MRT_ERR_INVALID_ARG, \"%s_load_weights: not a %s model\");\n"
+               "    return mrt_model_load_weights(m, path);\n}\n", e->pfx, e->pfx, e->pfx, e->pfx, e->pfx);
+    fprintf(o, "void %s_destroy(%s *m) { mrt_model_destroy(m); }\n", e->pfx, e->pfx);
     fprintf(o, "mrt_device %s_device(const %s *m) { return m->dev[0]; }\n\n", e->pfx, e->pfx);
 
     /* run */
     emit_run_proto(e, o);
     fprintf(o, " {\n");
-    fprintf(o, "    if (!m) return mrt_set_error(MRT_ERR_INVALID_ARG, \"%s_run: model is NULL\");\n", e->pfx);
+    fprintf(o, "    if (!m || m->desc != &%s_desc) return mrt_set_error(MRT_ERR_INVALID_ARG, \"%s_run: %s\");\n", e->pfx,
+            e->pfx, "the model is NULL or not a %s model");
     fprintf(o, "    if (batch < 1 || batch > %s_MAX_BATCH)\n        return mrt_set_error(MRT_ERR_INVALID_ARG, "
                "\"%s_run: batch %%d is out of range 1..%%d%s\", batch, %s_MAX_BATCH);\n",
             e->PFX, e->pfx, g->has_batch ? " (the maximum is fixed with modelc --max-batch)" : " (the model has no batch dimension)",
@@ -889,14 +820,14 @@ static void emit_source(Emit *e, FILE *o, const char *h_include) {
     for (int i = 0; i < g->noutputs; i++) {
         const Node *b = view_base(g->outputs[i].node);
         const Storage *s = mp->of[b->id];
-        if (slot_cpu_only(e, s->slot)) continue;
         fprintf(o, "    if (mrt_back%d && (st = mrt_memcpy((mrt_device){MRT_DEVICE_CPU, 0}, %s, D%d, mrt_v%d, %s, S%d)) != MRT_OK) return st;\n",
                 b->id, c_ident(g->outputs[i].name), s->slot, b->id, bytes_c(b), s->slot);
     }
     for (int s = 0; s < ns; s++)
-        if (!slot_cpu_only(e, s))
-            fprintf(o, "    if (C%d && (st = mrt_stream_sync(D%d, S%d, \"%s run\")) != MRT_OK) return st;\n", s, s, s, e->pfx);
-    fprintf(o, "#endif\n    return MRT_OK;\n}\n\n");
+        fprintf(o, "    if (C%d && (st = mrt_stream_sync(D%d, S%d, \"%s run\")) != MRT_OK) return st;\n", s, s, s, e->pfx);
+    fprintf(o, "#endif\n");
+    for (int i = 0; i < g->noutputs; i++) fprintf(o, "    (void)mrt_back%d;\n", view_base(g->outputs[i].node)->id);
+    fprintf(o, "    return MRT_OK;\n}\n\n");
 
     /* the generic descriptor */
     fprintf(o, "static const mrt_io_desc %s_inputs[] = {\n", e->pfx);
@@ -915,12 +846,14 @@ static void emit_source(Emit *e, FILE *o, const char *h_include) {
     for (int i = 0; i < g->ninputs; i++) fprintf(o, ", (const %s *)in[%d]", c_type(g->inputs[i]->dtype), i);
     for (int i = 0; i < g->noutputs; i++) fprintf(o, ", (%s *)out[%d]", c_type(g->outputs[i].node->dtype), i);
     fprintf(o, ");\n}\n\n");
-    fprintf(o, "const mrt_model_info %s_info = {\n    \"%s\", %d, %d, %s_inputs, %s_outputs, %d, %d,\n"
-               "    %s_WEIGHT_BYTES, %zu,\n    %s_create_v, %s_load_v, %s_run_v, %s_destroy_v, %s_device_v,\n    %d,\n"
-               "    %zu,\n};\n",
+    fprintf(o, "const mrt_model_info %s_info = {\n    .name = \"%s\",\n    .n_inputs = %d,\n    .n_outputs = %d,\n"
+               "    .inputs = %s_inputs,\n    .outputs = %s_outputs,\n    .has_batch = %d,\n    .max_batch = %d,\n"
+               "    .weight_bytes = %s_WEIGHT_BYTES,\n    .arena_bytes = %zu,\n    .create = %s_create_v,\n"
+               "    .load_weights = %s_load_v,\n    .run = %s_run_v,\n    .destroy = %s_destroy_v,\n    .device = %s_device_v,\n"
+               "    .batch_chunkable = %d,\n    .arena_bytes_cuda = %zu,\n    .desc = &%s_desc,\n};\n",
             e->pfx, g->name, g->ninputs, g->noutputs, e->pfx, e->pfx, g->has_batch ? 1 : 0, g->has_batch ? g->max_batch : 1,
             e->PFX, arena_total(e->mp, g->nslots), e->pfx, e->pfx, e->pfx, e->pfx, e->pfx, graph_batch_separable(g) ? 1 : 0,
-            arena_total(e->mpc, g->nslots));
+            arena_total(e->mpc, g->nslots), e->pfx);
 }
 
 static char *render(void (*fn)(Emit *, FILE *, const char *), Emit *e, const char *arg, size_t *len) {
@@ -961,12 +894,8 @@ void emit_c(const Graph *g, const KernelList *kl, const KernelList *init, const 
     e->pfx = model_ident(g->name);
     e->PFX = upper(e->pfx);
     if (mp->nst != mpc->nst) ICE("the CPU and CUDA plans differ in storages (%d vs %d)", mp->nst, mpc->nst);
-    /* Host layout of the weights: slot regions one after another. */
-    e->wbase = xalloc(sizeof(size_t) * g->nslots);
-    for (int s = 0; s < g->nslots; s++) {
-        e->wbase[s] = e->wtotal;
-        e->wtotal += mp->slot_weights[s];
-    }
+    if (g->nslots > 16) /* MRT_MAX_SLOTS */
+        error_at(g->slots[16].loc, "a model may use at most 16 devices; this is the 17th");
     /* GPU staging: slot 0 holds the inputs; every slot holds the outputs it computes. */
     e->io_off = xalloc(sizeof(size_t) * (mp->nst + 1));
     e->io_bytes = xalloc(sizeof(size_t) * g->nslots);

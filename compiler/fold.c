@@ -69,8 +69,9 @@ static Shape bcast(const Shape *a, const Shape *b) {
     return r;
 }
 
-static Node *bin(Graph *g, OpKind op, Loc loc, Node *a, Node *b) {
-    Node *n = new_node(g, op, loc);
+/* Each builder takes `at`, the node the new one stands for: its slot and location. */
+static Node *bin(Graph *g, OpKind op, const Node *at, Node *a, Node *b) {
+    Node *n = new_node_for(g, op, at);
     n->in[0] = a;
     n->in[1] = b;
     n->nin = 2;
@@ -78,23 +79,23 @@ static Node *bin(Graph *g, OpKind op, Loc loc, Node *a, Node *b) {
     return n;
 }
 
-static Node *un(Graph *g, OpKind op, Loc loc, Node *a) {
-    Node *n = new_node(g, op, loc);
+static Node *un(Graph *g, OpKind op, const Node *at, Node *a) {
+    Node *n = new_node_for(g, op, at);
     n->in[0] = a;
     n->nin = 1;
     n->shape = a->shape;
     return n;
 }
 
-static Node *cst(Graph *g, Loc loc, double v) {
-    Node *n = new_node(g, OP_CONST, loc);
+static Node *cst(Graph *g, const Node *at, double v) {
+    Node *n = new_node_for(g, OP_CONST, at);
     n->value = (double)(float)v;
     return n;
 }
 
 /* x viewed as [len, 1, ..., 1] (rank `rank`), to broadcast along axis 0 of that rank. */
-static Node *as_column(Graph *g, Loc loc, Node *x, int rank) {
-    Node *n = new_node(g, OP_RESHAPE, loc);
+static Node *as_column(Graph *g, const Node *at, Node *x, int rank) {
+    Node *n = new_node_for(g, OP_RESHAPE, at);
     n->in[0] = x;
     n->nin = 1;
     n->dtype = x->dtype;
@@ -142,7 +143,7 @@ static bool fold_bn_into_producer(Graph *g, Node *bn) {
     if (!conv && !linear) return false;
     Node *W = anchor->in[1];
     if (!is_static(W)) return false;
-    Loc loc = bn->loc;
+    const Node *loc = bn;
     Node *gamma = bn->in[1], *beta = bn->in[2], *mean = bn->in[3], *var = bn->in[4];
     /* s = gamma / sqrt(var + eps) */
     Node *s = bin(g, OP_DIV, loc, gamma, un(g, OP_SQRT, loc, bin(g, OP_ADD, loc, var, cst(g, loc, bn->value))));
@@ -152,7 +153,7 @@ static bool fold_bn_into_producer(Graph *g, Node *bn) {
     /* b' = (b - mean) * s + beta, or beta - mean * s without a bias */
     Node *bf = bias ? bin(g, OP_ADD, loc, bin(g, OP_MUL, loc, bin(g, OP_SUB, loc, bias, mean), s), beta)
                     : bin(g, OP_SUB, loc, beta, bin(g, OP_MUL, loc, mean, s));
-    Node *na = new_node(g, anchor->op, anchor->loc);
+    Node *na = new_node_for(g, anchor->op, anchor);
     *na = *anchor;
     na->id = g->nnodes - 1;
     na->in[1] = Wf;
@@ -165,7 +166,7 @@ static bool fold_bn_into_producer(Graph *g, Node *bn) {
 
 /* y = (x - mean) * s + beta, per channel (axis 1). */
 static void lower_bn(Graph *g, Node *bn) {
-    Loc loc = bn->loc;
+    const Node *loc = bn;
     int r = bn->shape.rank - 1; /* rank of the per-channel view [C, 1, ...] */
     Node *s = bin(g, OP_DIV, loc, bn->in[1], un(g, OP_SQRT, loc, bin(g, OP_ADD, loc, bn->in[4], cst(g, loc, bn->value))));
     Node *y = bin(g, OP_SUB, loc, bn->in[0], as_column(g, loc, bn->in[3], r));

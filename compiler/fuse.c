@@ -31,8 +31,10 @@
 
 #define MAX_FUSED 64 /* nodes in one fused elementwise expression */
 
+/* A copy of x, on x's device slot (so it never reads another device's memory). */
 static Node *mk_copy(Graph *g, Node *x, Loc loc) {
-    Node *n = new_node(g, OP_PERMUTE, loc);
+    Node *n = new_node_for(g, OP_PERMUTE, x);
+    n->loc = loc;
     n->in[0] = x;
     n->nin = 1;
     n->dtype = x->dtype;
@@ -48,11 +50,7 @@ static void materialize_outputs(Graph *g) {
         bool need = base->op == OP_INPUT || base->op == OP_PARAM || base->op == OP_CONST || base->init;
         for (int j = 0; j < i && !need; j++) need = view_base(g->outputs[j].node) == base;
         if (need) {
-            /* The copy runs where its source lives, so it never reads another device's memory. */
-            int saved = g->cur_slot;
-            g->cur_slot = o->node->slot > 0 ? o->node->slot : 0;
             Node *cp = mk_copy(g, o->node, o->loc);
-            g->cur_slot = saved;
             cp->name = o->name;
             o->node = cp;
         }

@@ -43,7 +43,7 @@ Node *view_base(const Node *n) {
     return (Node *)n;
 }
 
-Node *new_node(Graph *g, OpKind op, Loc loc) {
+static Node *alloc_node(Graph *g, OpKind op, Loc loc, int slot) {
     if (g->nnodes == g->capnodes) {
         int cap = g->capnodes ? 2 * g->capnodes : 32;
         g->nodes = xrealloc_array(g->nodes, g->capnodes, cap, sizeof(Node *));
@@ -55,9 +55,20 @@ Node *new_node(Graph *g, OpKind op, Loc loc) {
     n->loc = loc;
     n->dtype = DT_F32;
     n->index = -1;
-    n->slot = g->cur_slot;
+    n->slot = slot;
     g->nodes[g->nnodes++] = n;
     return n;
+}
+
+Node *new_node(Graph *g, OpKind op, Loc loc) {
+    if (g->cur_slot == SLOT_NONE)
+        ICE("a pass created a '%s' node with new_node; passes use new_node_for, so the node keeps the device of "
+            "the node it stands for", op_name(op));
+    return alloc_node(g, op, loc, g->cur_slot);
+}
+
+Node *new_node_for(Graph *g, OpKind op, const Node *orig) {
+    return alloc_node(g, op, orig->loc, orig->slot >= 0 ? orig->slot : 0);
 }
 
 Dim dim_mul(Dim a, Dim b, bool *ok) {

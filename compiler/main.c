@@ -225,6 +225,7 @@ int main(int argc, char **argv) {
         return 0;
     }
     Graph *g = build_graph(prog, max_batch);
+    g->source = basename(xstrdup(input));
     if (dump && !strcmp(dump, "graph")) {
         dump_graph(stdout, g);
         return 0;
@@ -249,7 +250,7 @@ int main(int argc, char **argv) {
     pc.reorder = false;
     MemPlan *mpc = plan_memory(g, &kl, &init, pc);
     if (dump && !strcmp(dump, "memplan")) {
-        dump_memplan(stdout, g, &kl, mp);
+        dump_memplan(stdout, g, &kl, mp, MODELC_NVCC[0] && !no_cuda ? mpc : NULL);
         return 0;
     }
     if (dump && !strcmp(dump, "memplan-svg")) {

@@ -283,9 +283,10 @@ typedef struct DeviceSlot {
 
 typedef struct Graph {
     char *name;
+    const char *source; /* the .model file's name, for run-time messages ("split.model:6") */
     DeviceSlot *slots;
     int nslots;
-    int cur_slot;      /* while checking: the slot new nodes go to */
+    int cur_slot;      /* while checking: the slot new nodes go to; SLOT_NONE afterwards */
     Node **nodes;
     int nnodes, capnodes;
     Node **inputs;
@@ -304,7 +305,13 @@ bool op_is_elementwise(OpKind op); /* unary, binary, permute */
 bool op_is_unary(OpKind op);
 bool op_is_binary(OpKind op);
 bool op_is_reduction(OpKind op);
+/* While checking (build_graph): a node on the slot of the enclosing 'on' region. Afterwards
+ * g->cur_slot is SLOT_NONE and new_node is an internal error: a pass that creates a node says
+ * which node it stands for (new_node_for), and the new node takes that node's device slot and
+ * source location, so no rewrite can move work off the device the user chose. */
+#define SLOT_NONE (-2)
 Node *new_node(Graph *g, OpKind op, Loc loc);
+Node *new_node_for(Graph *g, OpKind op, const Node *orig);
 /* Follow reshape views down to the node that owns the bytes. */
 Node *view_base(const Node *n);
 Dim dim_mul(Dim a, Dim b, bool *ok);        /* ok = false when both are sym */
@@ -438,6 +445,8 @@ typedef struct Storage {
     size_t offset;   /* S_ARENA: offset in the arena; S_PARAM: offset in the weight region */
     int first, last; /* live range in kernel steps, closed */
     Node *owner;     /* the node that first defined it */
+    bool load_only;  /* S_PARAM/S_INIT: read by load-time kernels only; lives in the slot's
+                        load-only region (offset relative to it), freed after loading */
 } Storage;
 
 typedef struct MemPlan {
@@ -445,9 +454,10 @@ typedef struct MemPlan {
     int nst;
     Storage **of;       /* of[node id]: the node's storage (NULL for dead/inlined nodes) */
     size_t arena_bytes;  /* slot 0's (the model device's) */
-    size_t weight_bytes;
+    size_t weight_bytes; /* slot 0's resident weights */
     size_t *slot_arena;  /* per device slot */
-    size_t *slot_weights;
+    size_t *slot_weights; /* per slot: the resident weight region */
+    size_t *slot_load;    /* per slot: the load-only region (freed after loading) */
     int nslots;
     size_t align;
     size_t lower_bound;  /* max over steps of bytes live at that step */
@@ -469,7 +479,11 @@ typedef struct PlanOptions {
 MemPlan *plan_memory(Graph *g, KernelList *kl, KernelList *init, PlanOptions opt);
 /* Verify a plan (overlap, bounds, alignment, outputs); ICE on a violation. */
 void check_plan(const Graph *g, const KernelList *kl, const MemPlan *mp);
-void dump_memplan(FILE *out, const Graph *g, const KernelList *kl, const MemPlan *mp);
+/* --dump=memplan: the offsets of plan mp, then each slot's totals (with cuda_plan's arena
+ * sizes when given: the build has CUDA). */
+void dump_memplan(FILE *out, const Graph *g, const KernelList *kl, const MemPlan *mp, const MemPlan *cuda_plan);
+/* "  slot S DEVICE: arena ... weights ... load-only ..." for every slot. */
+void dump_slot_totals(FILE *out, const Graph *g, const MemPlan *mp, const MemPlan *cuda_plan);
 /* --dump=memplan-svg: the arena over time as an SVG picture. */
 void dump_memplan_svg(FILE *out, const Graph *g, const KernelList *kl, const MemPlan *mp);
 

@@ -3,9 +3,11 @@
  *
  * Slot 0 is the model's device, chosen when the program starts (`--device`, like PyTorch's
  * model.to(device)); every 'on DEVICE { ... }' region pins its nodes to another slot, the
- * compiled counterpart of PyTorch's device context. Inputs arrive on slot 0. A reshape is a view
- * and stays with its source. A param lives on the slot of its first consumer; a constant is
- * inlined wherever it is used. Then every edge whose producer and consumer sit on different
+ * compiled counterpart of PyTorch's device context. Inputs arrive on slot 0, or on the slot of
+ * the region that declares them. A reshape is a view and stays with its source. A param
+ * declared in a region lives there; any other param lives on the slot of its first consumer; a
+ * constant is inlined wherever it is used. A slot that ends up with no live node is dropped, so
+ * its device is not required at run time. Then every edge whose producer and consumer sit on different
  * slots gets an explicit OP_TRANSFER node on the consumer's slot, one per value and destination,
  * so no kernel ever reads memory of another device (field cases B14, B15). A transfer of a
  * param-only value is itself param-only, so hoisting moves it to load time: weights cross
@@ -21,13 +23,34 @@ static Node *find_transfer(Node **memo, int nmemo, Node *src, int slot) {
     return NULL;
 }
 
+/* Remove the slots no live node uses (a region that holds only constants, or whose values
+ * nothing reads): their device is not needed at run time. Renumbers the rest in order. */
+static void drop_empty_slots(Graph *g) {
+    int *map = xalloc(sizeof(int) * (size_t)g->nslots);
+    bool *used = xalloc(sizeof(bool) * (size_t)g->nslots);
+    used[0] = true;
+    for (int i = 0; i < g->nnodes; i++) {
+        const Node *n = g->nodes[i];
+        if (n->slot > 0 && (!n->dead || n->op == OP_INPUT)) used[n->slot] = true;
+    }
+    int k = 0;
+    for (int s = 0; s < g->nslots; s++) {
+        map[s] = used[s] ? k : 0;
+        if (used[s]) g->slots[k++] = g->slots[s];
+    }
+    g->nslots = k;
+    for (int i = 0; i < g->nnodes; i++)
+        if (g->nodes[i]->slot > 0) g->nodes[i]->slot = map[g->nodes[i]->slot];
+}
+
 void place_graph(Graph *g) {
     analyze_uses(g);
-    /* Resolve the slots of values that follow others. */
+    /* An input declared in a region arrives on that region's device; a param declared in one
+     * lives there (its weights are loaded to that device). Other params and constants follow
+     * their consumers. */
     for (int i = 0; i < g->nnodes; i++) {
         Node *n = g->nodes[i];
-        if (n->op == OP_INPUT) n->slot = 0;
-        if (n->op == OP_PARAM || n->op == OP_CONST) n->slot = -1;
+        if ((n->op == OP_PARAM && n->slot <= 0) || n->op == OP_CONST) n->slot = -1;
     }
     for (int i = 0; i < g->nnodes; i++) { /* a param goes to its first consumer's slot */
         Node *n = g->nodes[i];
@@ -44,6 +67,7 @@ void place_graph(Graph *g) {
         Node *n = g->nodes[i];
         if (n->op == OP_RESHAPE) n->slot = n->in[0]->slot < 0 ? 0 : n->in[0]->slot;
     }
+    drop_empty_slots(g);
     if (g->nslots == 1) return;
 
     /* Transfers. */
@@ -57,10 +81,7 @@ void place_graph(Graph *g) {
             if (p->op == OP_CONST || p->slot == n->slot) continue;
             Node *t = find_transfer(memo, nmemo, p, n->slot);
             if (!t) {
-                int saved = g->cur_slot;
-                g->cur_slot = n->slot;
-                t = new_node(g, OP_TRANSFER, n->loc);
-                g->cur_slot = saved;
+                t = new_node_for(g, OP_TRANSFER, n); /* on the consumer's slot */
                 t->in[0] = p;
                 t->nin = 1;
                 t->dtype = p->dtype;

@@ -201,37 +201,43 @@ static MemPlan *plan_order(Graph *g, KernelList *kl, KernelList *init, PlanOptio
     mp->slot_weights = xalloc(sizeof(size_t) * g->nslots);
     for (int i = 0; i < nn; i++) mp->inplace_of[i] = mp->def_step[i] = mp->last_step[i] = -1;
 
-    /* Inputs and params (each slot has its own weight region). */
-    size_t *woffs = mp->slot_weights;
-    for (int i = 0; i < g->ninputs; i++) {
-        Node *n = g->inputs[i];
-        mp->of[n->id] = new_storage(mp, S_INPUT, i, n, node_bytes(g, n));
-    }
-    for (int i = 0; i < g->nparams; i++) {
-        Node *n = g->params[i];
-        Storage *s = new_storage(mp, S_PARAM, i, n, node_bytes(g, n));
-        s->offset = woffs[s->slot];
-        woffs[s->slot] = align_up(woffs[s->slot] + s->bytes, WEIGHT_ALIGN);
-        mp->of[n->id] = s;
-    }
-    /* Values computed at load time follow the params in the weight region. */
-    for (int s = 0; s < init->n; s++) {
-        Node *r = init->k[s]->root;
-        if (mp->of[r->id]) continue;
-        Storage *st = new_storage(mp, S_INIT, -1, r, node_bytes(g, r));
-        st->offset = woffs[st->slot];
-        woffs[st->slot] = align_up(woffs[st->slot] + st->bytes, WEIGHT_ALIGN);
-        mp->of[r->id] = st;
-        if (init->k[s]->scratch_bytes) ICE("a load-time kernel needs scratch memory");
-    }
-    mp->weight_bytes = woffs[0];
-
     /* Liveness at node level. */
     for (int s = 0; s < kl->n; s++) {
         Ctx c = {mp, s};
         mp->def_step[kl->k[s]->root->id] = s;
         kernel_reads(kl->k[s], mark_read, &c);
     }
+
+    /* Inputs, then the weights: each slot has a resident region (the params and load-time
+     * values that run() reads) and a load-only one (those only load-time kernels read, such as
+     * the raw conv weights and batch-norm statistics that folding consumes), which the runtime
+     * frees once the weights are loaded. */
+    for (int i = 0; i < g->ninputs; i++) {
+        Node *n = g->inputs[i];
+        mp->of[n->id] = new_storage(mp, S_INPUT, i, n, node_bytes(g, n));
+    }
+    mp->slot_load = xalloc(sizeof(size_t) * g->nslots);
+    for (int i = 0; i < g->nparams; i++) {
+        Node *n = g->params[i];
+        Storage *s = new_storage(mp, S_PARAM, i, n, node_bytes(g, n));
+        s->load_only = mp->last_step[n->id] < 0;
+        size_t *off = s->load_only ? &mp->slot_load[s->slot] : &mp->slot_weights[s->slot];
+        s->offset = *off;
+        *off = align_up(*off + s->bytes, WEIGHT_ALIGN);
+        mp->of[n->id] = s;
+    }
+    for (int s = 0; s < init->n; s++) {
+        Node *r = init->k[s]->root;
+        if (mp->of[r->id]) continue;
+        Storage *st = new_storage(mp, S_INIT, -1, r, node_bytes(g, r));
+        st->load_only = mp->last_step[r->id] < 0;
+        size_t *off = st->load_only ? &mp->slot_load[st->slot] : &mp->slot_weights[st->slot];
+        st->offset = *off;
+        *off = align_up(*off + st->bytes, WEIGHT_ALIGN);
+        mp->of[r->id] = st;
+        if (init->k[s]->scratch_bytes) ICE("a load-time kernel needs scratch memory");
+    }
+    mp->weight_bytes = mp->slot_weights[0];
 
     /* Outputs own the caller's buffer. */
     for (int i = 0; i < g->noutputs; i++) {
@@ -381,11 +387,11 @@ void check_plan(const Graph *g, const KernelList *kl, const MemPlan *mp) {
 
 /* ---------------------------------------------------------------- dump */
 
-void dump_memplan(FILE *out, const Graph *g, const KernelList *kl, const MemPlan *mp) {
+void dump_memplan(FILE *out, const Graph *g, const KernelList *kl, const MemPlan *mp, const MemPlan *cuda_plan) {
     char buf[256];
     static const char *kinds[] = {"input", "param", "arena", "output", "const", "init"};
-    fprintf(out, "memplan %s: device cpu, align 64, sizes at %s = %d\n", g->name,
-            g->batch_name ? g->batch_name : "batch", g->max_batch);
+    fprintf(out, "memplan %s: offsets of the %s plan (align %zu), sizes at %s = %d\n", g->name,
+            mp->align == 256 ? "CUDA" : "CPU", mp->align, g->batch_name ? g->batch_name : "batch", g->max_batch);
     fprintf(out, "  schedule:");
     for (int s = 0; s < kl->n; s++) fprintf(out, " k%d(%%%d)", s, kl->k[s]->root->id);
     fprintf(out, "\n");
@@ -395,7 +401,8 @@ void dump_memplan(FILE *out, const Graph *g, const KernelList *kl, const MemPlan
         if (!s || n->dead) continue;
         fprintf(out, "  %%%-4d %-8s %10zu bytes  live [%d,%d]", n->id, kinds[s->kind], node_bytes(g, n),
                 mp->def_step[i], mp->last_step[i] < mp->def_step[i] ? mp->def_step[i] : mp->last_step[i]);
-        if (s->kind == S_ARENA || s->kind == S_PARAM || s->kind == S_INIT) fprintf(out, "  offset %zu", s->offset);
+        if (s->kind == S_ARENA || s->kind == S_PARAM || s->kind == S_INIT)
+            fprintf(out, "  offset %zu%s", s->offset, s->load_only ? " (load-only)" : "");
         if (s->kind == S_INPUT || s->kind == S_OUTPUT) fprintf(out, "  #%d", s->index);
         if (n->op == OP_RESHAPE) fprintf(out, "  view of %%%d", view_base((Node *)n)->id);
         if (s->slot > 0) fprintf(out, "  on %s", g->slots[s->slot].name);
@@ -410,11 +417,18 @@ void dump_memplan(FILE *out, const Graph *g, const KernelList *kl, const MemPlan
                     mp->scratch[s]->offset);
     double lb = mp->lower_bound ? (double)mp->arena_bytes / mp->lower_bound : 1.0;
     double nv = mp->naive_bytes ? (double)mp->arena_bytes / mp->naive_bytes : 1.0;
-    fprintf(out, "  total cpu: arena %zu bytes, lower bound %zu (ratio %.3f), naive %zu (ratio %.3f), weights %zu bytes\n",
-            mp->arena_bytes, mp->lower_bound, lb, mp->naive_bytes, nv, mp->weight_bytes);
-    for (int s = 1; s < mp->nslots; s++)
-        fprintf(out, "  total %s: arena %zu bytes, weights %zu bytes\n", g->slots[s].name, mp->slot_arena[s],
-                mp->slot_weights[s]);
+    fprintf(out, "  lower bound %zu bytes (ratio %.3f), naive %zu (ratio %.3f) on slot 0\n", mp->lower_bound, lb,
+            mp->naive_bytes, nv);
+    dump_slot_totals(out, g, mp, cuda_plan);
+}
+
+void dump_slot_totals(FILE *out, const Graph *g, const MemPlan *mp, const MemPlan *cuda_plan) {
+    for (int s = 0; s < mp->nslots; s++) {
+        fprintf(out, "  slot %d %s: arena %zu bytes (CPU, align %zu)", s,
+                s ? g->slots[s].name : "the model's device", mp->slot_arena[s], mp->align);
+        if (cuda_plan) fprintf(out, ", %zu bytes (CUDA, align %zu)", cuda_plan->slot_arena[s], cuda_plan->align);
+        fprintf(out, ", weights %zu bytes, load-only %zu bytes\n", mp->slot_weights[s], mp->slot_load[s]);
+    }
 }
 
 /* ---------------------------------------------------------------- schedule */
@@ -523,37 +537,44 @@ MemPlan *plan_memory(Graph *g, KernelList *kl, KernelList *init, PlanOptions opt
 /* --dump=memplan-svg: the arena over time. x: kernel steps; y: byte offset (0 at the top). Each
  * value is a rectangle spanning its live range and its bytes; in-place chains share a colour. */
 void dump_memplan_svg(FILE *out, const Graph *g, const KernelList *kl, const MemPlan *mp) {
-    const double W = 900, H = 560, left = 90, top = 40, right = 20, bottom = 50;
+    const double W = 900, PH = 520, left = 90, top = 40, right = 20, bottom = 50;
+    const double H = PH * mp->nslots;
     int steps = kl->n ? kl->n : 1;
-    double arena = mp->arena_bytes ? (double)mp->arena_bytes : 1.0;
-    double sx = (W - left - right) / steps, sy = (H - top - bottom) / arena;
+    double sx = (W - left - right) / steps;
     fprintf(out, "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%.0f\" height=\"%.0f\" "
                  "font-family=\"sans-serif\" font-size=\"11\">\n", W, H);
     fprintf(out, "<rect width=\"100%%\" height=\"100%%\" fill=\"white\"/>\n");
-    fprintf(out, "<text x=\"%.0f\" y=\"20\" font-size=\"14\">%s: arena %zu bytes (lower bound %zu, naive %zu)</text>\n",
-            left, g->name, mp->arena_bytes, mp->lower_bound, mp->naive_bytes);
-    fprintf(out, "<rect x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"%.1f\" fill=\"none\" stroke=\"#888\"/>\n", left, top,
-            W - left - right, H - top - bottom);
-    for (int s = 0; s <= steps; s++)
-        fprintf(out, "<text x=\"%.1f\" y=\"%.0f\" text-anchor=\"middle\">%s</text>\n", left + s * sx, H - bottom + 16,
-                s < steps ? xprintf("k%d", s) : "");
-    fprintf(out, "<text x=\"%.0f\" y=\"%.0f\" text-anchor=\"middle\">kernel step</text>\n", (W + left) / 2, H - 12);
-    for (int i = 0; i <= 4; i++)
-        fprintf(out, "<text x=\"%.0f\" y=\"%.1f\" text-anchor=\"end\">%.0f</text>\n", left - 6, top + i * (H - top - bottom) / 4 + 4,
-                arena * i / 4);
     static const char *colours[] = {"#4e79a7", "#f28e2b", "#e15759", "#76b7b2", "#59a14f", "#edc948", "#b07aa1", "#ff9da7", "#9c755f", "#bab0ac"};
-    for (int i = 0; i < g->nnodes; i++) {
-        const Storage *st = mp->of[i];
-        if (!st || st->kind != S_ARENA || g->nodes[i]->op == OP_RESHAPE || mp->def_step[i] < 0) continue;
-        int a = mp->def_step[i], b = mp->last_step[i] < a ? a : mp->last_step[i];
-        double x = left + a * sx, y = top + st->offset * sy, w = (b - a + 1) * sx,
-               h = node_bytes(g, g->nodes[i]) * sy;
-        fprintf(out, "<rect x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"%.1f\" fill=\"%s\" fill-opacity=\"0.75\" "
-                     "stroke=\"black\" stroke-width=\"0.5\"><title>%%%d %s: %zu bytes at offset %zu, live [%d,%d]</title></rect>\n",
-                x + 1, y, w - 2, h < 1 ? 1 : h, colours[st->id % 10], i, g->nodes[i]->name ? g->nodes[i]->name : "",
-                node_bytes(g, g->nodes[i]), st->offset, a, b);
-        if (h > 12 && w > 30)
-            fprintf(out, "<text x=\"%.1f\" y=\"%.1f\" fill=\"white\">%%%d</text>\n", x + 4, y + 12, i);
+    for (int sl = 0; sl < mp->nslots; sl++) { /* one panel per device slot */
+        double y0 = sl * PH, arena = mp->slot_arena[sl] ? (double)mp->slot_arena[sl] : 1.0;
+        double sy = (PH - top - bottom) / arena;
+        fprintf(out, "<text x=\"%.0f\" y=\"%.0f\" font-size=\"14\">%s, slot %d (%s): arena %zu bytes", left, y0 + 20,
+                g->name, sl, sl ? g->slots[sl].name : "the model's device", mp->slot_arena[sl]);
+        if (sl == 0) fprintf(out, " (lower bound %zu, naive %zu)", mp->lower_bound, mp->naive_bytes);
+        fprintf(out, "</text>\n");
+        fprintf(out, "<rect x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"%.1f\" fill=\"none\" stroke=\"#888\"/>\n", left,
+                y0 + top, W - left - right, PH - top - bottom);
+        for (int s = 0; s <= steps; s++)
+            fprintf(out, "<text x=\"%.1f\" y=\"%.0f\" text-anchor=\"middle\">%s</text>\n", left + s * sx,
+                    y0 + PH - bottom + 16, s < steps ? xprintf("k%d", s) : "");
+        fprintf(out, "<text x=\"%.0f\" y=\"%.0f\" text-anchor=\"middle\">kernel step</text>\n", (W + left) / 2, y0 + PH - 12);
+        for (int i = 0; i <= 4; i++)
+            fprintf(out, "<text x=\"%.0f\" y=\"%.1f\" text-anchor=\"end\">%.0f</text>\n", left - 6,
+                    y0 + top + i * (PH - top - bottom) / 4 + 4, arena * i / 4);
+        for (int i = 0; i < g->nnodes; i++) {
+            const Storage *st = mp->of[i];
+            if (!st || st->kind != S_ARENA || st->slot != sl || g->nodes[i]->op == OP_RESHAPE || mp->def_step[i] < 0)
+                continue;
+            int a = mp->def_step[i], b = mp->last_step[i] < a ? a : mp->last_step[i];
+            double x = left + a * sx, y = y0 + top + st->offset * sy, w = (b - a + 1) * sx,
+                   h = node_bytes(g, g->nodes[i]) * sy;
+            fprintf(out, "<rect x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"%.1f\" fill=\"%s\" fill-opacity=\"0.75\" "
+                         "stroke=\"black\" stroke-width=\"0.5\"><title>%%%d %s: %zu bytes at offset %zu, live [%d,%d]</title></rect>\n",
+                    x + 1, y, w - 2, h < 1 ? 1 : h, colours[st->id % 10], i, g->nodes[i]->name ? g->nodes[i]->name : "",
+                    node_bytes(g, g->nodes[i]), st->offset, a, b);
+            if (h > 12 && w > 30)
+                fprintf(out, "<text x=\"%.1f\" y=\"%.1f\" fill=\"white\">%%%d</text>\n", x + 4, y + 12, i);
+        }
     }
     fprintf(out, "</svg>\n");
 }

@@ -126,6 +126,7 @@ static void yyerror(YYLTYPE *at, yyscan_t scanner, ParseResult *res, const char 
 
 %type <stmts> stmts
 %type <stmt> stmt
+%type <str> ordinal
 %type <type> type
 %type <dims> dims dims_opt
 %type <dim> dim
@@ -191,8 +192,20 @@ stmt
     | OUTPUT NAME '=' expr             { $$ = new_stmt(ST_OUTPUT, @1, $2, @2, NULL, $4); }
     | NAME '=' expr                    { $$ = new_stmt(ST_ASSIGN, @1, $1, @1, NULL, $3); }
     | ON NAME '{' stmts '}'            { $$ = new_stmt(ST_ON, @1, $2, @2, NULL, NULL); $$->body = $4->v; $$->nbody = $4->n; }
-    | ON NAME ':' INT '{' stmts '}'    { $$ = new_stmt(ST_ON, @1, xprintf("%s:%s", $2, $4), @2, NULL, NULL); $$->body = $6->v; $$->nbody = $6->n; }
-    | ON NAME ':' NAME                 { error_at(L(@4), "expected a device index after '%s:', got '%s'", $2, $4); }
+    | ON NAME ':' ordinal '{' stmts '}' { $$ = new_stmt(ST_ON, @1, xprintf("%s:%s", $2, $4), @2, NULL, NULL); $$->body = $6->v; $$->nbody = $6->n; }
+    | ON NAME ':' bad_ordinal          { $$ = NULL; }
+    ;
+
+/* A device ordinal is a plain decimal: 0, 1, 12 (no sign, no leading zero, no fraction). */
+ordinal
+    : INT                              { if ($1[0] == '0' && $1[1]) error_at(L(@1), "expected a device ordinal (a plain decimal such as 1), got '%s'", $1); $$ = $1; }
+    ;
+
+bad_ordinal
+    : NAME                             { error_at(L(@1), "expected a device ordinal after ':', got '%s'", $1); }
+    | FLOAT                            { error_at(L(@1), "expected a device ordinal after ':', got '%s'", $1); }
+    | '-'                              { error_at(L(@1), "expected a device ordinal after ':', got '-'"); }
+    | '{'                              { error_at(L(@1), "expected a device ordinal after ':', got '{'"); }
     ;
 
 type

@@ -113,14 +113,21 @@ typedef struct mrt_device {
     int index;
 } mrt_device;
 
-/** Parse a device string without probing hardware: "cpu", "cpu:N", "cuda", "cuda:N" (N a
- *  decimal ordinal, 0..1023). "auto" parses with *is_auto = 1 and *out = cpu:0. Anything else is
- *  MRT_ERR_DEVICE with a message quoting the string and listing the accepted forms.
- *  is_auto may be NULL. */
+/** Parse a device string without probing hardware: "cpu", "cpu:N" (N 0..7), "cuda", "cuda:N"
+ *  (N 0..1023), N a plain decimal: digits only, no sign or space, no leading 0 ("cuda:01" is
+ *  an error). "auto" parses with *is_auto = 1 and *out = cpu:0. Anything else, "" included, is
+ *  MRT_ERR_DEVICE with a message quoting the string and listing the accepted forms, e.g.
+ *  "bad device 'cuda:01'; expected 'auto', 'cpu', 'cpu:N', 'cuda' or 'cuda:N' with N a plain
+ *  decimal (cpu:0..cpu:7, cuda:0..cuda:1023)"; an ordinal past the range is "device 'cpu:8' is
+ *  out of range: CPU devices are cpu:0..cpu:7" (or "... CUDA ordinals are 0..1023"). The quote
+ *  escapes control and non-ASCII bytes (\n, \t, \xNN) and cuts a string over 64 bytes to its
+ *  first 48 and "...", so the message always ends with the accepted forms. *out and *is_auto
+ *  (may be NULL) are written only on success. */
 mrt_status mrt_device_parse(const char *s, mrt_device *out, int *is_auto);
 
-/** Parse `s` (NULL means the environment variable MODELRT_DEVICE, or "auto" if unset) and
- *  resolve it to a usable device. `auto` picks the first usable CUDA device (compute capability
+/** Parse `s` and resolve it to a usable device. NULL means the environment variable
+ *  MODELRT_DEVICE; "" (and NULL with MODELRT_DEVICE unset or "") means "auto". A malformed
+ *  MODELRT_DEVICE is mrt_device_parse's message with " (from MODELRT_DEVICE)" after the quote. `auto` picks the first usable CUDA device (compute capability
  *  8.0 or newer, which the runtime's kernels are built for), else the CPU, and logs one
  *  MRT_LOG_INFO line saying which and why, e.g. "auto selected cpu:0 (no usable CUDA device:
  *  cudaGetDeviceCount failed: error 35 (...))" or "auto selected cuda:0 (NVIDIA H200, 139.8
@@ -156,8 +163,20 @@ void mrt_free(mrt_device d, void *p);
 /** Number of usable CUDA devices, as CUDA_VISIBLE_DEVICES exposes them. Any error from the
  *  driver probe (35: no driver, 100: no device, ...) counts as none, and *why (may be NULL) then
  *  points to a static string with the reason, e.g. "cudaGetDeviceCount failed: error 35 (CUDA
- *  driver version is insufficient for CUDA runtime version)". Probes once; later calls return
- *  the cached answer. Never fails. */
+ *  driver version is insufficient for CUDA runtime version)" ("" when there are devices).
+ *  Probes once; later calls return the cached answer. Never fails.
+ *
+ *  Test seam: MODELRT_TEST_FAKE_CUDA=N or N:MiB (N a plain decimal 0..64, MiB 1..16777216,
+ *  default 16384), set before the first CUDA question, makes every build (with CUDA or without)
+ *  see N CUDA devices that are not there, instead of asking the driver: this returns N;
+ *  mrt_device_list and mrt_device_memory report each as "fake CUDA device
+ *  (MODELRT_TEST_FAKE_CUDA)", compute capability 9.0, MiB of memory free and total; so
+ *  mrt_device_select("auto") picks cuda:0 and "cuda:1" is present when N >= 2. Anything that
+ *  would run on one (mrt_alloc, mrt_device_activate, streams, mrt_memcpy, GEMMs, kernels,
+ *  mrt_cuda_check_launch) fails with MRT_ERR_DEVICE "<what>: cuda:N is a fake device from
+ *  MODELRT_TEST_FAKE_CUDA=<value> (a test seam); nothing runs on it"; the driver is never called.
+ *  A malformed value fakes no device and still asks no driver: this returns 0 and *why says
+ *  "MODELRT_TEST_FAKE_CUDA='x' is malformed (...)". Unset or "": no seam. */
 int mrt_cuda_device_count(const char **why);
 
 /** One device as --list-devices prints it. */
@@ -168,10 +187,16 @@ typedef struct mrt_device_info {
     int cc_major, cc_minor;         /* compute capability (CUDA only, else 0) */
 } mrt_device_info;
 
-/** Fill out[0..max) with cpu:0 and then every usable CUDA device; *n = the number written. */
+/** Fill out[0..max) with cpu:0 and then every usable CUDA device (fake ones too, see
+ *  MODELRT_TEST_FAKE_CUDA above); *n = the number written, at most max (0 when max <= 0).
+ *  A CUDA device whose free memory cannot be read is listed with free_bytes 0. MRT_ERR_INVALID_ARG
+ *  when n is NULL, or out is NULL with max > 0. */
 mrt_status mrt_device_list(mrt_device_info *out, int max, int *n);
 
-/** Free and total memory of device d in bytes. */
+/** Free and total memory of device d in bytes (either pointer may be NULL): for the CPU,
+ *  /proc/meminfo's MemAvailable and MemTotal (shared by cpu:0..cpu:7); for CUDA, cudaMemGetInfo
+ *  (which creates the device's context), or a fake device's MiB for both. MRT_ERR_DEVICE naming
+ *  d when it is not present. */
 mrt_status mrt_device_memory(mrt_device d, size_t *free_bytes, size_t *total_bytes);
 
 /** Make d the calling thread's current CUDA device (cudaSetDevice); a no-op for the CPU. Every
@@ -266,6 +291,7 @@ typedef struct mrt_param_desc {
     int rank;
     int64_t shape[MRT_MAX_RANK];
     size_t offset;
+    int region;      /* which destination region (mrt_weights_load_regions); 0 for mrt_weights_load */
 } mrt_param_desc;
 
 /** Load a safetensors file (https://github.com/huggingface/safetensors: 8-byte little-endian
@@ -285,6 +311,12 @@ typedef struct mrt_param_desc {
 mrt_status mrt_weights_load(const char *path, const mrt_param_desc *params, int n,
                             void *dst, size_t dst_bytes);
 
+/** mrt_weights_load into several host regions: param i goes to regions[params[i].region] at
+ *  params[i].offset; region r holds region_bytes[r] bytes. Same checks and errors; a region
+ *  index outside 0..nregions-1 is MRT_ERR_INVALID_ARG naming the param. */
+mrt_status mrt_weights_load_regions(const char *path, const mrt_param_desc *params, int n,
+                                    void *const *regions, const size_t *region_bytes, int nregions);
+
 /* ---------------------------------------------------------------- npy */
 
 /** Read a NumPy .npy file (format versions 1.0, 2.0, 3.0; https://numpy.org/neps/nep-0001-npy-format.html)
@@ -297,6 +329,115 @@ mrt_status mrt_npy_read(const char *path, mrt_tensor *out);
 /** Write `t` as a version 1.0 .npy file. The file is written to a temporary name in the same
  *  directory and renamed into place, so `path` holds the whole tensor or is left untouched. */
 mrt_status mrt_npy_write(const char *path, const mrt_tensor *t);
+
+/* ---------------------------------------------------------------- compiled models
+ *
+ * The host side every generated model shares, written once: device choice and fallback, the
+ * per-device allocations, weight loading, staging of the caller's buffers. The generated file
+ * holds only an mrt_model_desc (sizes from the memory plan, the params, the pinned devices), its
+ * kernels and its run(). A model runs on device slots: slot 0 is the device chosen at create
+ * time (like model.to(device)); every other slot is pinned by an 'on DEVICE { }' region, and a
+ * device map (PyTorch's map_location) may move a pinned slot to another device at run time. */
+
+#define MRT_MODEL_ABI 1      /* bumped when mrt_model_desc or mrt_model changes */
+#define MRT_MAX_SLOTS 16     /* device slots of one model */
+
+/** One device slot of a compiled model. Sizes in bytes, from the memory plan. */
+typedef struct mrt_slot_desc {
+    const char *device;      /* NULL for slot 0; else the pinned device, e.g. "cuda:1" */
+    const char *where;       /* the region pinning it, "split.model:6" (NULL for slot 0) */
+    size_t weight_bytes;     /* resident weights: the params and load-time values run() reads */
+    size_t load_bytes;       /* load-only: params and values only load-time kernels read; freed
+                                when mrt_model_load_weights returns */
+    size_t arena_bytes[2];   /* the activation arena: [0] the CPU plan (64-byte alignment),
+                                [1] the CUDA plan (256) */
+    size_t io_bytes;         /* on CUDA: staging for the caller's host inputs and outputs */
+} mrt_slot_desc;
+
+typedef struct mrt_model mrt_model;
+
+/** What modelc generates for a model, read by mrt_model_create. `abi` must be MRT_MODEL_ABI
+ *  and `size` sizeof(mrt_model_desc) as the generated code saw it: a model compiled against
+ *  another runtime is refused with both versions named. Params (state_dict order) go to region
+ *  2*slot (resident) or 2*slot+1 (load-only) at their offsets. */
+typedef struct mrt_model_desc {
+    uint32_t abi, size;
+    const char *name;        /* the model's name */
+    int n_slots;             /* 1..MRT_MAX_SLOTS */
+    const mrt_slot_desc *slots;
+    int n_params;
+    const mrt_param_desc *params;
+    int cuda;                /* 1 when the generated code was compiled with MRT_WITH_CUDA */
+    mrt_status (*init)(mrt_model *m); /* the load-time kernels (folded batch norms, ...), or NULL */
+} mrt_model_desc;
+
+/** A created model. The generated run() reads these fields; treat them as read-only. */
+struct mrt_model {
+    const mrt_model_desc *desc;
+    mrt_device dev[MRT_MAX_SLOTS];       /* each slot's device */
+    unsigned char *weights[MRT_MAX_SLOTS]; /* resident weight regions, on each slot's device */
+    unsigned char *load[MRT_MAX_SLOTS];  /* load-only regions, during mrt_model_load_weights */
+    unsigned char *arena[MRT_MAX_SLOTS]; /* activation arenas */
+    unsigned char *io[MRT_MAX_SLOTS];    /* CUDA staging for host buffers */
+    void *stream[MRT_MAX_SLOTS];
+    int weights_loaded;
+};
+
+/** Create a model from its descriptor on `device` ("auto", "cpu", "cuda", "cuda:N"; NULL means
+ *  $MODELRT_DEVICE, else auto; "" is auto). `auto` picks the first usable GPU, else the CPU,
+ *  and logs which; in a program built without CUDA (d->cuda == 0) it picks the CPU, with a
+ *  notice when GPUs are visible. A GPU that lacks the memory the plan needs makes `auto` fall
+ *  back to the CPU with a warning; an explicit device that is absent or too small is an error.
+ *  `device_map` ("cuda:1=cpu,cuda:0=cuda:0"; NULL means $MODELRT_DEVICE_MAP, "" none) moves
+ *  the devices that 'on' regions pin, as PyTorch's map_location does; errors about a pinned
+ *  slot name its region: "split.model:6: on cuda:1: device cuda:1 requested, 0 CUDA devices
+ *  visible (...)". Allocates each slot's weights, arena and staging once. *out is NULL on
+ *  failure. Free with mrt_model_destroy. */
+mrt_status mrt_model_create(mrt_model **out, const mrt_model_desc *d, const char *device,
+                            const char *device_map);
+
+/** Load the weights from a safetensors file (checked by name, dtype and shape), move them to
+ *  each slot's device once, run the load-time kernels, then free the load-only regions. */
+mrt_status mrt_model_load_weights(mrt_model *m, const char *path);
+
+/** Free everything the model holds. NULL is ignored. */
+void mrt_model_destroy(mrt_model *m);
+
+/** For a generated run(): an input read on `slot`. Host memory is copied to the slot's CUDA
+ *  staging at `off` (on a CPU slot it is used in place); memory already on the slot's GPU is
+ *  used in place; another GPU's memory is an error naming the input. `*use` gets the pointer. */
+mrt_status mrt_model_stage_in(mrt_model *m, int slot, const void *p, size_t bytes, size_t off,
+                              const void **use, const char *name);
+
+/** For a generated run(): an output computed on `slot`. The caller's buffer is used in place
+ *  when it is on the slot's device (*back = 0); else the slot's staging at `off` is used and
+ *  *back = 1 (copy back with mrt_memcpy after the run). */
+mrt_status mrt_model_stage_out(mrt_model *m, int slot, void *p, size_t off, void **use, int *back,
+                               const char *name);
+
+/** Resolve the device of every slot without allocating anything: slot 0 from `device`, the
+ *  pinned ones through `device_map`, then the memory pre-flight, with the policy and the errors
+ *  of mrt_model_create (which calls it). devs has d->n_slots entries. */
+mrt_status mrt_model_select_devices(const mrt_model_desc *d, const char *device,
+                                    const char *device_map, mrt_device *devs);
+
+/** mrt_model_create on devices already chosen by mrt_model_select_devices (no second
+ *  selection, no second notice). */
+mrt_status mrt_model_create_on(mrt_model **out, const mrt_model_desc *d, const mrt_device *devs);
+
+/** What the plan puts on one slot's device, in bytes. */
+typedef struct mrt_memory_use {
+    mrt_device device;
+    size_t weights;    /* resident weights */
+    size_t load_only;  /* held only while the weights load */
+    size_t arena;      /* the activation arena of that device's plan (kernel scratch included) */
+    size_t scratch;    /* outside the arena: CUDA staging for the caller's host buffers */
+    size_t total;      /* weights + arena + scratch: what the slot holds while it runs */
+} mrt_memory_use;
+
+/** The plan's bytes of slot `slot` when it runs on devs[slot]. */
+mrt_status mrt_model_plan_memory(const mrt_model_desc *d, const mrt_device *devs, int slot,
+                                 mrt_memory_use *out);
 
 /* ---------------------------------------------------------------- generated-model descriptor */
 
@@ -331,6 +472,10 @@ typedef struct mrt_model_info {
                                over the batch, no matmul contracting it): running a batch in
                                chunks then gives the same result as one run */
     size_t arena_bytes_cuda; /* bytes of the activation arena on a GPU (256-byte alignment) */
+    /* Models compiled by modelc also give their descriptor (the model handle is then an
+     * mrt_model); NULL for hand-written drivers, which then get no --device-map and a --memory
+     * from the two sizes above. */
+    const mrt_model_desc *desc;
 } mrt_model_info;
 
 /** The command-line driver of generated executables:

@@ -2,7 +2,8 @@
  * rt_cli.c — mrt_main, the command-line driver every generated executable calls:
  *
  *   PROG --weights W.safetensors --input NAME=IN.npy ... --output NAME=OUT.npy ...
- *        [--device D] [--time] [--repeat N] [--memory] [--help] [--list-devices]
+ *        [--device D] [--device-map MAP] [--time] [--repeat N] [--memory] [--help]
+ *        [--list-devices]
  *
  * It is the only part of modelrt that prints. Steps: parse the arguments (usage errors exit 2);
  * read every input; infer the batch from the inputs' shapes against the model's descriptors and
@@ -11,8 +12,10 @@
  * input and output); write the requested
  * outputs atomically. Runtime failures print "PROG: error: <message>" and exit 1. Every path
  * frees what it allocated. --list-devices prints the devices (CPU first, then each visible CUDA
- * GPU, or why there is none) and exits 0.
+ * GPU, or why there is none) and exits 0. --memory alone prints the plan's bytes per device and
+ * exits 0; with a run it adds what was measured (peak resident memory, CUDA memory held).
  */
+#include <sys/resource.h>
 #include "rt_internal.h"
 
 #include <stdarg.h>
@@ -25,10 +28,10 @@
 enum { CLI_OK = 0, CLI_ERROR = 1, CLI_USAGE = 2 };
 
 typedef struct cli_opts {
-    const char *weights, *device;
+    const char *weights, *device, *device_map;
     const char **in_files;  /* [n_inputs], NULL where not given */
     const char **out_files; /* [n_outputs], NULL where not requested */
-    int time, memory, help, list_devices;
+    int time, memory, help, list_devices, plan_only;
     long repeat;
 } cli_opts;
 
@@ -65,8 +68,8 @@ static void cli_usage_line(FILE *f, const char *prog)
 {
     fprintf(f, "usage: %s --weights W.safetensors --input NAME=FILE.npy ... "
                "[--output NAME=FILE.npy ...]\n"
-               "       [--device D] [--time] [--repeat N] [--memory] [--help] "
-               "[--list-devices]\n", prog);
+               "       [--device D] [--device-map MAP] [--time] [--repeat N] [--memory] "
+               "[--help] [--list-devices]\n", prog);
 }
 
 static void cli_help(const mrt_model_info *info, const char *prog)
@@ -98,12 +101,29 @@ static void cli_help(const mrt_model_info *info, const char *prog)
            "                         cpu      the CPU (cpu:N, N 0..7, names a placement)\n"
            "                         cuda     CUDA GPU 0; cuda:N GPU N as CUDA_VISIBLE_DEVICES\n"
            "                                  numbers them; a GPU that is missing is an error\n"
+           "  --device-map MAP     move the devices 'on' regions pin, like PyTorch's map_location:\n"
+           "                       FROM=TO[,FROM=TO...], e.g. cuda:1=cpu,cuda:0=cuda:0\n"
+           "                       (default: $MODELRT_DEVICE_MAP)\n"
            "  --list-devices       print the devices this program can use, and exit\n"
            "  --time               print the time per run to stderr\n"
            "  --repeat N           run N times (with --time: after one warm-up run)\n"
-           "  --memory             print the weight and arena sizes to stderr\n"
+           "  --memory             print the bytes each device holds (weights, arena, scratch)\n"
+           "                       to stderr; alone, without --input, print the plan and exit\n"
            "  --help               print this help\n",
            info->weight_bytes ? "" : " (this model has none)");
+    const mrt_model_desc *d = info->desc;
+    printf("\ndevices: the model runs on --device");
+    if (d && d->n_slots > 1) {
+        printf("; it pins regions to:\n");
+        for (int s = 1; s < d->n_slots; s++)
+            printf("  %-10s 'on %s' at %s\n", d->slots[s].device, d->slots[s].device,
+                   d->slots[s].where ? d->slots[s].where : "?");
+        printf("A pinned device that is not present is an error; --device-map moves it.\n");
+    } else {
+        printf(" (no region pins another device).\n");
+    }
+    if (d && !d->cuda)
+        printf("This program was built without CUDA: it runs on the CPU.\n");
 }
 
 static int cli_usage_error(const char *prog, const char *fmt, ...)
@@ -208,6 +228,7 @@ static int cli_parse(const mrt_model_info *info, const char *prog, int argc, cha
         } else if (strcmp(a, "--memory") == 0) {
             o->memory = 1;
         } else if (cli_flag_value(argc, argv, &i, "--weights", &v) ||
+                   cli_flag_value(argc, argv, &i, "--device-map", &v) ||
                    cli_flag_value(argc, argv, &i, "--device", &v) ||
                    cli_flag_value(argc, argv, &i, "--repeat", &v) ||
                    cli_flag_value(argc, argv, &i, "--input", &v) ||
@@ -215,12 +236,16 @@ static int cli_parse(const mrt_model_info *info, const char *prog, int argc, cha
             char flag[16];
             size_t fl = strcspn(a, "=");
             snprintf(flag, sizeof flag, "%.*s", (int)(fl < 15 ? fl : 15), a);
+            if (strcmp(flag, "--device-map") == 0 && !info->desc)
+                return cli_usage_error(prog, "--device-map needs a model compiled by modelc");
             if (!v)
                 return cli_usage_error(prog, "%s needs a value", flag);
             if (strcmp(flag, "--weights") == 0) {
                 o->weights = v;
             } else if (strcmp(flag, "--device") == 0) {
                 o->device = v;
+            } else if (strcmp(flag, "--device-map") == 0) {
+                o->device_map = v;
             } else if (strcmp(flag, "--repeat") == 0) {
                 char *end;
                 long r = strtol(v, &end, 10);
@@ -242,6 +267,13 @@ static int cli_parse(const mrt_model_info *info, const char *prog, int argc, cha
         } else {
             return cli_usage_error(prog, "unexpected argument '%s'", a);
         }
+    }
+    int any_input = 0;
+    for (int i = 0; i < info->n_inputs; i++)
+        any_input |= o->in_files[i] != NULL;
+    if (o->memory && !any_input && info->n_inputs > 0) {
+        o->plan_only = 1; /* --memory alone: the plan, no run */
+        return CLI_OK;
     }
     for (int i = 0; i < info->n_inputs; i++)
         if (!o->in_files[i])
@@ -279,11 +311,104 @@ static int cli_list_devices(const char *prog)
                    cli_gib(info[i].total_bytes), cli_gib(info[i].free_bytes), info[i].cc_major,
                    info[i].cc_minor);
     }
+    printf("cpu:1 .. cpu:7  the same host, as separate devices for models split with 'on cpu:N'\n");
     const char *why = NULL;
     if (mrt_cuda_device_count(&why) == 0)
         printf("no CUDA devices: %s\n", why && *why ? why : "none found");
     fflush(stdout);
     return CLI_OK;
+}
+
+/* ---------------------------------------------------------------- --memory */
+
+/* One line per device slot, as nvidia-smi users read it:
+ *   memory: cpu:0 (the model's device): weights 1.2 MiB, arena 64.0 KiB, scratch 0 B, total 1.3 MiB */
+static void cli_fmt_bytes(char *buf, size_t n, size_t b)
+{
+    if (b < 1024)
+        snprintf(buf, n, "%zu B", b);
+    else if (b < ((size_t)1 << 20))
+        snprintf(buf, n, "%.1f KiB", (double)b / 1024.0);
+    else if (b < ((size_t)1 << 30))
+        snprintf(buf, n, "%.1f MiB", (double)b / 1048576.0);
+    else
+        snprintf(buf, n, "%.2f GiB", (double)b / 1073741824.0);
+}
+
+static void cli_memory_plan(const mrt_model_desc *d, const mrt_device *devs)
+{
+    size_t total = 0, load = 0;
+    for (int s = 0; s < d->n_slots; s++) {
+        mrt_memory_use u;
+        if (mrt_model_plan_memory(d, devs, s, &u) != MRT_OK)
+            continue;
+        char dn[32], w[32], a[32], sc[32], t[32];
+        cli_fmt_bytes(w, sizeof w, u.weights);
+        cli_fmt_bytes(a, sizeof a, u.arena);
+        cli_fmt_bytes(sc, sizeof sc, u.scratch);
+        cli_fmt_bytes(t, sizeof t, u.total);
+        fprintf(stderr, "memory: %s (%s%s%s%s): weights %s, arena %s, scratch %s, total %s (%zu bytes)\n",
+                mrt_device_str(u.device, dn, sizeof dn), s ? "'on " : "the model's device",
+                s ? d->slots[s].device : "", s ? "' at " : "", s && d->slots[s].where ? d->slots[s].where : "", w,
+                a, sc, t, u.total);
+        total += u.total;
+        load += u.load_only;
+    }
+    char t[32], l[32];
+    cli_fmt_bytes(t, sizeof t, total);
+    cli_fmt_bytes(l, sizeof l, load);
+    fprintf(stderr, "memory: planned total %s (%zu bytes); while loading also %s of raw weights that only "
+            "load-time folding reads\n", t, total, l);
+}
+
+/* After a run: what this process holds, measured. cuda_free0[s]: free bytes on slot s's GPU
+ * before the model was created. */
+static void cli_memory_measured(const mrt_model_desc *d, const mrt_device *devs, const size_t *cuda_free0)
+{
+    struct rusage ru;
+    char b[32];
+    if (getrusage(RUSAGE_SELF, &ru) == 0) {
+        cli_fmt_bytes(b, sizeof b, (size_t)ru.ru_maxrss * 1024);
+        fprintf(stderr, "memory: measured: peak resident memory of the process %s\n", b);
+    }
+    for (int s = 0; s < d->n_slots; s++) {
+        int seen = 0;
+        for (int q = 0; q < s; q++)
+            seen |= devs[q].kind == devs[s].kind && devs[q].index == devs[s].index;
+        size_t fr = 0, tot = 0;
+        if (seen || devs[s].kind != MRT_DEVICE_CUDA || mrt_device_memory(devs[s], &fr, &tot) != MRT_OK)
+            continue;
+        char dn[32], held[32], used[32];
+        cli_fmt_bytes(held, sizeof held, cuda_free0[s] > fr ? cuda_free0[s] - fr : 0);
+        cli_fmt_bytes(used, sizeof used, tot - fr);
+        fprintf(stderr, "memory: measured: %s: this process took %s since before create (weights, arena, "
+                "library workspaces); %s in use on the device (cudaMemGetInfo)\n",
+                mrt_device_str(devs[s], dn, sizeof dn), held, used);
+    }
+}
+
+/* --memory without inputs: the plan on the devices the model would run on, nothing allocated. */
+static int cli_memory_only(const mrt_model_info *info, const cli_opts *o, const char *prog)
+{
+    mrt_log_fn old_fn;
+    void *old_user;
+    rt_log_hook_get(&old_fn, &old_user);
+    mrt_set_log_hook(cli_log_hook, NULL);
+    int rc = CLI_OK;
+    if (info->desc) {
+        mrt_device devs[MRT_MAX_SLOTS];
+        if (mrt_model_select_devices(info->desc, o->device, o->device_map, devs) != MRT_OK) {
+            fprintf(stderr, "%s: error: %s\n", prog, mrt_last_error());
+            rc = CLI_ERROR;
+        } else {
+            cli_memory_plan(info->desc, devs);
+        }
+    } else {
+        fprintf(stderr, "memory: weights %zu bytes, arena %zu bytes (CPU plan), %zu bytes (CUDA plan)\n",
+                info->weight_bytes, info->arena_bytes, info->arena_bytes_cuda);
+    }
+    mrt_set_log_hook(old_fn, old_user);
+    return rc;
 }
 
 /* ---------------------------------------------------------------- model descriptor checks */
@@ -524,7 +649,20 @@ static int cli_execute(const mrt_model_info *info, const cli_opts *o, const char
 
     /* Model: device, weights. */
     mrt_set_error(MRT_OK, "%s", "");
-    if (info->create(&r.model, o->device) != MRT_OK || !r.model) {
+    const mrt_model_desc *d = info->desc;
+    mrt_device devs[MRT_MAX_SLOTS];
+    size_t cuda_free0[MRT_MAX_SLOTS] = {0};
+    if (d) {
+        if (mrt_model_select_devices(d, o->device, o->device_map, devs) != MRT_OK)
+            goto done;
+        for (int s = 0; s < d->n_slots; s++) {
+            size_t tot;
+            if (devs[s].kind == MRT_DEVICE_CUDA && mrt_device_memory(devs[s], &cuda_free0[s], &tot) != MRT_OK)
+                goto done;
+        }
+    }
+    if (d ? mrt_model_create_on((mrt_model **)&r.model, d, devs) != MRT_OK
+          : info->create(&r.model, o->device) != MRT_OK || !r.model) {
         if (mrt_last_error()[0] == '\0')
             mrt_set_error(MRT_ERR_INTERNAL, "cannot create model '%s'", info->name);
         r.model = NULL;
@@ -535,7 +673,9 @@ static int cli_execute(const mrt_model_info *info, const cli_opts *o, const char
         mrt_device_str(info->device(r.model), dev, sizeof dev);
     int on_cuda = info->device && info->device(r.model).kind == MRT_DEVICE_CUDA;
     size_t arena = on_cuda && info->arena_bytes_cuda ? info->arena_bytes_cuda : info->arena_bytes;
-    if (o->memory)
+    if (o->memory && d)
+        cli_memory_plan(d, ((mrt_model *)r.model)->dev);
+    else if (o->memory)
         fprintf(stderr, "memory: weights %zu bytes, arena %zu bytes (device %s)\n", info->weight_bytes, arena, dev);
     if (o->weights) {
         if (!info->load_weights) {
@@ -560,6 +700,9 @@ static int cli_execute(const mrt_model_info *info, const cli_opts *o, const char
     if (o->time)
         fprintf(stderr, "time: %.3f ms per run (%ld run%s, batch %d, device %s; weights %zu bytes, arena %zu bytes)\n",
                 (t1 - t0) / (double)repeat, repeat, repeat == 1 ? "" : "s", r.batch, dev, info->weight_bytes, arena);
+
+    if (o->memory && d)
+        cli_memory_measured(d, ((mrt_model *)r.model)->dev, cuda_free0);
 
     /* Outputs, each written whole or not at all. */
     for (int i = 0; i < nout; i++) {
@@ -619,6 +762,8 @@ int mrt_main(const mrt_model_info *info, int argc, char **argv)
         rc = CLI_OK;
     } else if (o.list_devices) {
         rc = cli_list_devices(prog);
+    } else if (o.plan_only) {
+        rc = cli_memory_only(info, &o, prog);
     } else {
         mrt_log_fn old_fn;
         void *old_user;

@@ -6,6 +6,8 @@
  * The probe (cudaGetDeviceCount and each device's properties) runs once, under pthread_once,
  * and only when something asks about CUDA; any error from it means "no usable GPU", with the
  * reason kept for messages (no driver gives error 35, CUDA_VISIBLE_DEVICES="" error 100).
+ * With the test seam MODELRT_TEST_FAKE_CUDA set (rt_fake_cuda_count), the probe reports the
+ * fake devices instead and never asks the driver; rt_device.c refuses all work on them.
  *
  * Every call that needs a device makes it current for the call and restores the caller's
  * current device afterwards (the device guard of PyTorch eager; field case B14), except
@@ -29,6 +31,8 @@
 #define RT_CUDA_MAX_DEVICES 64
 #define RT_STAGE_BYTES ((size_t)64 << 20) /* pinned buffer for GPU-to-GPU copies without peer access */
 
+_Static_assert(RT_FAKE_CUDA_MAX <= RT_CUDA_MAX_DEVICES, "the probe holds every fake device");
+
 /* ---------------------------------------------------------------- errors */
 
 /* MRT_ERR_CUDA (or `st`) with the formatted context and the CUDA error's name and text. Clears
@@ -48,6 +52,8 @@ static mrt_status rt_cuda_fail(mrt_status st, cudaError_t e, const char *fmt, ..
 
 mrt_status mrt_cuda_check_launch(const char *what)
 {
+    if (rt_fake_cuda_count(NULL) >= 0) /* nothing was launched on a fake device */
+        return rt_fake_cuda_refuse(-1, what ? what : "kernel launch");
     cudaError_t e = cudaGetLastError();
     if (e == cudaSuccess)
         return MRT_OK;
@@ -60,20 +66,33 @@ mrt_status mrt_cuda_check_launch(const char *what)
 static struct {
     pthread_once_t once;
     int count;
-    char why[384];
+    int fake; /* the devices are MODELRT_TEST_FAKE_CUDA's */
+    char why[640];
     mrt_device_info info[RT_CUDA_MAX_DEVICES];
     cudaError_t info_err[RT_CUDA_MAX_DEVICES];
 } rt_probe = {.once = PTHREAD_ONCE_INIT};
 
 static void rt_cuda_probe(void)
 {
+    const char *fake_why = NULL;
+    int fake = rt_fake_cuda_count(&fake_why);
+    if (fake >= 0) { /* the test seam: fake devices, and not a word to the driver */
+        for (int i = 0; i < fake; i++) {
+            rt_fake_cuda_info(i, &rt_probe.info[i]);
+            rt_probe.info_err[i] = cudaSuccess;
+        }
+        snprintf(rt_probe.why, sizeof rt_probe.why, "%s", fake_why);
+        rt_probe.fake = 1;
+        rt_probe.count = fake;
+        return;
+    }
     int n = 0;
     cudaError_t e = cudaGetDeviceCount(&n);
     if (e != cudaSuccess) {
         const char *cvd = getenv("CUDA_VISIBLE_DEVICES");
-        char env[160] = "";
+        char env[RT_QUOTE_MAX + 32] = "", q[RT_QUOTE_MAX];
         if (cvd)
-            snprintf(env, sizeof env, "; CUDA_VISIBLE_DEVICES=\"%.100s\"", cvd);
+            snprintf(env, sizeof env, "; CUDA_VISIBLE_DEVICES=%s", rt_quote(q, sizeof q, cvd));
         snprintf(rt_probe.why, sizeof rt_probe.why, "cudaGetDeviceCount failed: error %d (%s)%s",
                  (int)e, cudaGetErrorString(e), env);
         (void)cudaGetLastError();
@@ -137,6 +156,8 @@ mrt_status rt_cuda_info(int index, mrt_device_info *info, int with_free)
     if (index < 0 || index >= mrt_cuda_device_count(NULL))
         return mrt_set_error(MRT_ERR_DEVICE, "cuda:%d is not present", index);
     *info = rt_probe.info[index];
+    if (rt_probe.fake)
+        return MRT_OK; /* free memory included */
     if (rt_probe.info_err[index] != cudaSuccess)
         return mrt_set_error(MRT_ERR_CUDA, "cudaGetDeviceProperties(cuda:%d) failed: %s (%s)",
                              index, cudaGetErrorName(rt_probe.info_err[index]),

@@ -7,47 +7,88 @@
  * silent fallback (field case B16). CPU devices cpu:0..cpu:7 are distinct ordinals for
  * placement; they share host memory. This file does the CPU half and checks CUDA ordinals
  * against the probe; the CUDA half lives in rt_cuda.c (or rt_nocuda.c without CUDA), so a
- * CPU-only run never touches the driver.
+ * CPU-only run never touches the driver. The test seam MODELRT_TEST_FAKE_CUDA (fake CUDA
+ * devices that both probes report and that this file refuses to run anything on) is read here,
+ * once, by rt_fake_cuda_count. Device strings quoted in messages go through rt_quote.
  */
 #include "rt_internal.h"
 #include "mrt_kernels.h"
 
 #include <cblas.h>
 #include <limits.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#define RT_MAX_ORDINAL 1023   /* largest N accepted in "cpu:N" / "cuda:N" */
+#define RT_MAX_ORDINAL 1023   /* largest N accepted in "cuda:N" */
 #define RT_N_CPU_DEVICES 8    /* cpu:0 .. cpu:7 */
 #define RT_CPU_ALIGN 64
+#define RT_QUOTE_LONG 64      /* a quoted string longer than this is shortened ... */
+#define RT_QUOTE_KEEP 48      /* ... to its first 48 bytes and "..." */
 
 static const char rt_device_forms[] = "expected 'auto', 'cpu', 'cpu:N', 'cuda' or 'cuda:N' "
-                                      "with N a decimal ordinal 0..1023";
+                                      "with N a plain decimal (cpu:0..cpu:7, cuda:0..cuda:1023)";
 
-/* Parse the ordinal after "kind:" in `p`: decimal digits only, 0..RT_MAX_ORDINAL. */
-static int parse_ordinal(const char *p, int *out)
+/* ---------------------------------------------------------------- quoting */
+
+char *rt_quote(char *buf, size_t n, const char *s)
 {
-    if (*p == '\0')
+    if (!buf || n == 0)
+        return buf;
+    size_t len = strlen(s), keep = len > RT_QUOTE_LONG ? RT_QUOTE_KEEP : len, k = 0;
+    char tmp[RT_QUOTE_MAX];
+    tmp[k++] = '\'';
+    for (size_t i = 0; i < keep; i++) {
+        unsigned char c = (unsigned char)s[i];
+        const char *esc = c == '\n' ? "\\n" : c == '\t' ? "\\t" : c == '\r' ? "\\r"
+                        : c == '\\' ? "\\\\" : c == '\'' ? "\\'" : NULL;
+        if (esc)
+            k += (size_t)snprintf(tmp + k, sizeof tmp - k, "%s", esc);
+        else if (c < 0x20 || c >= 0x7f)
+            k += (size_t)snprintf(tmp + k, sizeof tmp - k, "\\x%02X", c);
+        else
+            tmp[k++] = (char)c;
+    }
+    /* 2 quotes + 64 bytes of at most 4 characters + "..." + " (N bytes)" fit RT_QUOTE_MAX */
+    tmp[k] = '\0';
+    if (keep < len)
+        snprintf(buf, n, "%s...' (%zu bytes)", tmp, len);
+    else
+        snprintf(buf, n, "%s'", tmp);
+    return buf;
+}
+
+/* ---------------------------------------------------------------- parsing */
+
+/* A plain decimal in p: digits only, no sign or space, and no leading 0 unless it is "0".
+ * Returns 0 with *out = the value (saturated at max + 1, so "99999999999" cannot overflow),
+ * or -1 when p is not one. */
+static int rt_parse_decimal(const char *p, long max, long *out)
+{
+    if (*p == '\0' || (p[0] == '0' && p[1] != '\0'))
         return -1;
     long v = 0;
     for (; *p; p++) {
         if (*p < '0' || *p > '9')
             return -1;
-        v = v * 10 + (*p - '0');
-        if (v > RT_MAX_ORDINAL) /* checked each digit, so "99999999999" cannot overflow */
-            return -1;
+        if (v <= max)
+            v = v * 10 + (*p - '0');
     }
-    *out = (int)v;
+    *out = v > max ? max + 1 : v;
     return 0;
 }
 
-mrt_status mrt_device_parse(const char *s, mrt_device *out, int *is_auto)
+/* mrt_device_parse, with `from` (" (from MODELRT_DEVICE)" or "") said after the quoted string,
+ * so that the accepted forms stay the message's last words. */
+static mrt_status rt_device_parse_from(const char *s, const char *from, mrt_device *out,
+                                       int *is_auto)
 {
     if (!out)
         return mrt_set_error(MRT_ERR_INVALID_ARG, "mrt_device_parse: out is NULL");
     if (!s)
         return mrt_set_error(MRT_ERR_DEVICE, "device string is NULL; %s", rt_device_forms);
+    char q[RT_QUOTE_MAX];
     mrt_device d = {MRT_DEVICE_CPU, 0};
     int automatic = 0;
     const char *rest = NULL;
@@ -59,17 +100,110 @@ mrt_status mrt_device_parse(const char *s, mrt_device *out, int *is_auto)
         d.kind = MRT_DEVICE_CUDA;
         rest = s + 4;
     } else {
-        return mrt_set_error(MRT_ERR_DEVICE, "unknown device '%s'; %s", s, rt_device_forms);
+        return mrt_set_error(MRT_ERR_DEVICE, "unknown device %s%s; %s",
+                             rt_quote(q, sizeof q, s), from, rt_device_forms);
     }
     if (rest && *rest != '\0') {
-        if (*rest != ':' || parse_ordinal(rest + 1, &d.index) != 0)
-            return mrt_set_error(MRT_ERR_DEVICE, "bad device '%s'; %s", s, rt_device_forms);
+        long max = d.kind == MRT_DEVICE_CPU ? RT_N_CPU_DEVICES - 1 : RT_MAX_ORDINAL, v;
+        if (*rest != ':' || rt_parse_decimal(rest + 1, max, &v) != 0)
+            return mrt_set_error(MRT_ERR_DEVICE, "bad device %s%s; %s", rt_quote(q, sizeof q, s),
+                                 from, rt_device_forms);
+        if (v > max && d.kind == MRT_DEVICE_CPU)
+            return mrt_set_error(MRT_ERR_DEVICE, "device %s%s is out of range: CPU devices are "
+                                 "cpu:0..cpu:%d", rt_quote(q, sizeof q, s), from,
+                                 RT_N_CPU_DEVICES - 1);
+        if (v > max)
+            return mrt_set_error(MRT_ERR_DEVICE, "device %s%s is out of range: CUDA ordinals are "
+                                 "0..%d", rt_quote(q, sizeof q, s), from, RT_MAX_ORDINAL);
+        d.index = (int)v;
     }
     *out = d;
     if (is_auto)
         *is_auto = automatic;
     return MRT_OK;
 }
+
+mrt_status mrt_device_parse(const char *s, mrt_device *out, int *is_auto)
+{
+    return rt_device_parse_from(s, "", out, is_auto);
+}
+
+/* ---------------------------------------------------------------- the fake-CUDA test seam */
+
+static struct {
+    pthread_once_t once;
+    int count;            /* -1: MODELRT_TEST_FAKE_CUDA unset or empty */
+    size_t bytes;         /* memory of each fake device */
+    char value[RT_QUOTE_MAX]; /* the value as messages show it ("2", "2:1024", quoted if bad) */
+    char why[512];        /* the reason mrt_cuda_device_count gives when count is 0 */
+} rt_fake = {.once = PTHREAD_ONCE_INIT};
+
+static void rt_fake_cuda_read(void)
+{
+    rt_fake.count = -1;
+    const char *e = getenv("MODELRT_TEST_FAKE_CUDA");
+    if (!e || !*e)
+        return;
+    char n_str[32] = "", mib_str[32] = "";
+    const char *colon = strchr(e, ':');
+    long n = -1, mib = RT_FAKE_CUDA_DEFAULT_MIB;
+    int ok = strlen(e) < sizeof n_str; /* longer than "64:16777216" is malformed anyway */
+    if (ok) {
+        snprintf(n_str, sizeof n_str, "%.*s", colon ? (int)(colon - e) : (int)strlen(e), e);
+        if (colon)
+            snprintf(mib_str, sizeof mib_str, "%s", colon + 1);
+        ok = rt_parse_decimal(n_str, RT_FAKE_CUDA_MAX, &n) == 0 && n <= RT_FAKE_CUDA_MAX &&
+             (!colon || (rt_parse_decimal(mib_str, RT_FAKE_CUDA_MAX_MIB, &mib) == 0 &&
+                         mib >= 1 && mib <= RT_FAKE_CUDA_MAX_MIB));
+    }
+    if (!ok) {
+        rt_fake.count = 0;
+        rt_quote(rt_fake.value, sizeof rt_fake.value, e);
+        snprintf(rt_fake.why, sizeof rt_fake.why, "MODELRT_TEST_FAKE_CUDA=%s is malformed "
+                 "(expected N or N:MiB, N a plain decimal 0..%d and MiB 1..%d), so no CUDA "
+                 "device is faked and the driver is not asked", rt_fake.value,
+                 RT_FAKE_CUDA_MAX, RT_FAKE_CUDA_MAX_MIB);
+        return;
+    }
+    rt_fake.count = (int)n;
+    rt_fake.bytes = (size_t)mib << 20;
+    snprintf(rt_fake.value, sizeof rt_fake.value, "%s", e);
+    if (n == 0)
+        snprintf(rt_fake.why, sizeof rt_fake.why, "MODELRT_TEST_FAKE_CUDA=0 fakes no CUDA "
+                 "device, and the driver is not asked");
+}
+
+int rt_fake_cuda_count(const char **why)
+{
+    pthread_once(&rt_fake.once, rt_fake_cuda_read);
+    if (why)
+        *why = rt_fake.count < 0 ? NULL : rt_fake.count > 0 ? "" : rt_fake.why;
+    return rt_fake.count;
+}
+
+void rt_fake_cuda_info(int index, mrt_device_info *info)
+{
+    memset(info, 0, sizeof *info);
+    info->device.kind = MRT_DEVICE_CUDA;
+    info->device.index = index;
+    snprintf(info->name, sizeof info->name, "%s", RT_FAKE_CUDA_NAME);
+    info->total_bytes = info->free_bytes = rt_fake.bytes;
+    info->cc_major = 9;
+    info->cc_minor = 0;
+}
+
+mrt_status rt_fake_cuda_refuse(int index, const char *what)
+{
+    if (index >= 0)
+        return mrt_set_error(MRT_ERR_DEVICE, "%s: cuda:%d is a fake device from "
+                             "MODELRT_TEST_FAKE_CUDA=%s (a test seam); nothing runs on it", what,
+                             index, rt_fake.value);
+    return mrt_set_error(MRT_ERR_DEVICE, "%s: the CUDA devices are fake, from "
+                         "MODELRT_TEST_FAKE_CUDA=%s (a test seam); nothing runs on them", what,
+                         rt_fake.value);
+}
+
+/* ---------------------------------------------------------------- selection */
 
 /* "1 CUDA device visible (cuda:0 NVIDIA H200)", "0 CUDA devices visible (reason)". */
 static char *rt_cuda_visible(char *buf, size_t n)
@@ -108,6 +242,20 @@ static mrt_status rt_device_present(mrt_device d, const char *prefix)
     return mrt_set_error(MRT_ERR_DEVICE, "%s, %s", prefix, rt_cuda_visible(vis, sizeof vis));
 }
 
+/* MRT_OK if work may run on d: present (else MRT_ERR_DEVICE "<what>: no such device, ..."), and
+ * not a fake device of MODELRT_TEST_FAKE_CUDA (else MRT_ERR_DEVICE "<what>: cuda:N is a fake
+ * device ..."), so that nothing below asks the driver about a device that is not there. */
+static mrt_status rt_device_usable(mrt_device d, const char *what)
+{
+    char prefix[256];
+    snprintf(prefix, sizeof prefix, "%s: no such device", what);
+    if (rt_device_present(d, prefix) != MRT_OK)
+        return MRT_ERR_DEVICE;
+    if (d.kind == MRT_DEVICE_CUDA && rt_fake_cuda_count(NULL) >= 0)
+        return rt_fake_cuda_refuse(d.index, what);
+    return MRT_OK;
+}
+
 static double rt_gib(size_t bytes) { return (double)bytes / (1024.0 * 1024.0 * 1024.0); }
 
 mrt_status mrt_device_select(const char *s, mrt_device *out)
@@ -120,17 +268,14 @@ mrt_status mrt_device_select(const char *s, mrt_device *out)
         if (e && *e) {
             s = e;
             from_env = " (from MODELRT_DEVICE)";
-        } else {
-            s = "auto";
         }
     }
+    if (!s || !*s) /* NULL with MODELRT_DEVICE unset or empty, or "": auto */
+        s = "auto";
     mrt_device d;
     int automatic = 0;
-    if (mrt_device_parse(s, &d, &automatic) != MRT_OK) {
-        if (*from_env)
-            return mrt_set_error(MRT_ERR_DEVICE, "%s%s", mrt_last_error(), from_env);
+    if (rt_device_parse_from(s, from_env, &d, &automatic) != MRT_OK)
         return MRT_ERR_DEVICE;
-    }
     if (automatic) {
         /* The first CUDA device the kernels run on; else the CPU, with the reason. */
         const char *why = NULL;
@@ -190,12 +335,11 @@ char *mrt_device_str(mrt_device d, char *buf, size_t n)
 
 void *mrt_alloc(mrt_device d, size_t bytes)
 {
-    char name[32], prefix[128];
+    char name[32], what[128];
     mrt_device_str(d, name, sizeof name);
     if (d.kind == MRT_DEVICE_CUDA) {
-        snprintf(prefix, sizeof prefix, "cannot allocate %zu bytes on %s: no such device", bytes,
-                 name);
-        if (rt_device_present(d, prefix) != MRT_OK)
+        snprintf(what, sizeof what, "cannot allocate %zu bytes on %s", bytes, name);
+        if (rt_device_usable(d, what) != MRT_OK)
             return NULL;
         return rt_cuda_alloc(d.index, bytes);
     }
@@ -220,9 +364,10 @@ void mrt_free(mrt_device d, void *p)
 {
     if (!p)
         return;
-    if (d.kind == MRT_DEVICE_CUDA)
-        rt_cuda_free(d.index, p);
-    else
+    if (d.kind == MRT_DEVICE_CUDA) {
+        if (rt_fake_cuda_count(NULL) < 0) /* nothing was allocated on a fake device */
+            rt_cuda_free(d.index, p);
+    } else
         free(p);
 }
 
@@ -330,10 +475,9 @@ mrt_status mrt_device_list(mrt_device_info *out, int max, int *n)
 
 mrt_status mrt_device_activate(mrt_device d)
 {
-    char name[32], prefix[96];
-    snprintf(prefix, sizeof prefix, "cannot activate %s: no such device",
-             mrt_device_str(d, name, sizeof name));
-    if (rt_device_present(d, prefix) != MRT_OK)
+    char name[32], what[96];
+    snprintf(what, sizeof what, "cannot activate %s", mrt_device_str(d, name, sizeof name));
+    if (rt_device_usable(d, what) != MRT_OK)
         return MRT_ERR_DEVICE;
     return d.kind == MRT_DEVICE_CUDA ? rt_cuda_activate(d.index) : MRT_OK;
 }
@@ -343,17 +487,17 @@ mrt_status mrt_stream_create(mrt_device d, void **stream)
     if (!stream)
         return mrt_set_error(MRT_ERR_INVALID_ARG, "mrt_stream_create: stream is NULL");
     *stream = NULL;
-    char name[32], prefix[96];
-    snprintf(prefix, sizeof prefix, "cannot create a stream on %s: no such device",
+    char name[32], what[96];
+    snprintf(what, sizeof what, "cannot create a stream on %s",
              mrt_device_str(d, name, sizeof name));
-    if (rt_device_present(d, prefix) != MRT_OK)
+    if (rt_device_usable(d, what) != MRT_OK)
         return MRT_ERR_DEVICE;
     return d.kind == MRT_DEVICE_CUDA ? rt_cuda_stream_create(d.index, stream) : MRT_OK;
 }
 
 void mrt_stream_destroy(mrt_device d, void *stream)
 {
-    if (stream && d.kind == MRT_DEVICE_CUDA)
+    if (stream && d.kind == MRT_DEVICE_CUDA && rt_fake_cuda_count(NULL) < 0)
         rt_cuda_stream_destroy(d.index, stream);
 }
 
@@ -361,10 +505,10 @@ mrt_status mrt_stream_sync(mrt_device d, void *stream, const char *what)
 {
     if (d.kind != MRT_DEVICE_CUDA)
         return MRT_OK;
-    char name[32], prefix[160];
-    snprintf(prefix, sizeof prefix, "%s: cannot synchronize %s: no such device",
-             what ? what : "sync", mrt_device_str(d, name, sizeof name));
-    if (rt_device_present(d, prefix) != MRT_OK)
+    char name[32], ctx[160];
+    snprintf(ctx, sizeof ctx, "%s: cannot synchronize %s", what ? what : "sync",
+             mrt_device_str(d, name, sizeof name));
+    if (rt_device_usable(d, ctx) != MRT_OK)
         return MRT_ERR_DEVICE;
     return rt_cuda_stream_sync(d.index, stream, what ? what : "stream");
 }
@@ -390,6 +534,12 @@ mrt_status mrt_memcpy(mrt_device dst_dev, void *dst, mrt_device src_dev, const v
              bytes, sn, dn, dn);
     if (rt_device_present(dst_dev, prefix) != MRT_OK)
         return MRT_ERR_DEVICE;
+    if (rt_fake_cuda_count(NULL) >= 0 && (src_dev.kind == MRT_DEVICE_CUDA ||
+                                          dst_dev.kind == MRT_DEVICE_CUDA)) {
+        snprintf(prefix, sizeof prefix, "cannot copy %zu bytes from %s to %s", bytes, sn, dn);
+        return rt_fake_cuda_refuse(src_dev.kind == MRT_DEVICE_CUDA ? src_dev.index
+                                                                   : dst_dev.index, prefix);
+    }
     if (dst_dev.kind == MRT_DEVICE_CPU && src_dev.kind == MRT_DEVICE_CPU) {
         memmove(dst, src, bytes); /* host memory is shared by every cpu:N */
         return MRT_OK;
@@ -403,8 +553,9 @@ mrt_status mrt_pointer_device(const void *p, mrt_device *out)
         return mrt_set_error(MRT_ERR_INVALID_ARG, "mrt_pointer_device: out is NULL");
     out->kind = MRT_DEVICE_CPU;
     out->index = 0;
-    /* Without a visible CUDA device no pointer can be device memory: ask nothing more. */
-    if (!p || mrt_cuda_device_count(NULL) == 0)
+    /* Without a visible CUDA device no pointer can be device memory: ask nothing more. Nor
+     * with fake ones (MODELRT_TEST_FAKE_CUDA), which hold no memory. */
+    if (!p || mrt_cuda_device_count(NULL) == 0 || rt_fake_cuda_count(NULL) >= 0)
         return MRT_OK;
     int idx = rt_cuda_pointer_index(p);
     if (idx >= 0) {
@@ -463,9 +614,9 @@ mrt_status mrt_gemm_f32(mrt_device d, void *stream, int trans_a, int trans_b, in
         return MRT_OK;
     if (!C || (K > 0 && (!A || !B)))
         return mrt_set_error(MRT_ERR_INVALID_ARG, "gemm on %s: NULL matrix", name);
-    char prefix[96];
-    snprintf(prefix, sizeof prefix, "gemm on %s: no such device", name);
-    if (rt_device_present(d, prefix) != MRT_OK)
+    char what[64];
+    snprintf(what, sizeof what, "gemm on %s", name);
+    if (rt_device_usable(d, what) != MRT_OK)
         return MRT_ERR_DEVICE;
     if (d.kind == MRT_DEVICE_CPU) {
         rt_cpu_gemm(trans_a, trans_b, (int)M, (int)N, (int)K, alpha, A, (int)lda, strideA, B,
@@ -486,6 +637,10 @@ mrt_status mrt_gemm_bias_act_f32(mrt_device d, void *stream, int trans_b, int64_
     if (act < 0 || act > 2)
         return mrt_set_error(MRT_ERR_INVALID_ARG, "gemm on %s: unknown activation %d (0 none, 1 relu, 2 gelu_tanh)",
                              name, act);
+    char what[64];
+    snprintf(what, sizeof what, "gemm on %s", name);
+    if (d.kind == MRT_DEVICE_CUDA && M > 0 && N > 0 && rt_device_usable(d, what) != MRT_OK)
+        return MRT_ERR_DEVICE; /* before cuBLASLt: an absent or fake device is never asked */
     if (d.kind == MRT_DEVICE_CUDA && M > 0 && N > 0 && M <= INT_MAX && N <= INT_MAX && K <= INT_MAX &&
         lda <= INT_MAX && ldb <= INT_MAX && ldc <= INT_MAX)
         return rt_cuda_gemm_bias_act(d.index, stream, trans_b, (int)M, (int)N, (int)K, A, (int)lda, B, (int)ldb, C,

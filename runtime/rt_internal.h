@@ -7,6 +7,10 @@
 
 #include "modelrt.h"
 
+#ifdef __cplusplus /* rt_cuda_kernels.cu may call the fake-CUDA seam */
+extern "C" {
+#endif
+
 /* Enough for "[" + MRT_MAX_RANK dims of up to 20 digits and a sign, commas, "]", NUL. */
 #define RT_SHAPE_STR_MAX 256
 
@@ -24,16 +28,48 @@ int rt_shape_numel(const int64_t *shape, int rank, uint64_t *numel);
 /** The log hook currently installed (for mrt_main to restore the caller's on return). */
 void rt_log_hook_get(mrt_log_fn *fn, void **user);
 
+/* ---------------------------------------------------------------- rt_device.c */
+
+/** Enough for any rt_quote result. */
+#define RT_QUOTE_MAX 272
+
+/** `s` in single quotes for a message, into `buf` of `n` bytes (RT_QUOTE_MAX suffices): \n,
+ *  \t, \r, \\ and \' escaped, other control and non-ASCII bytes as \xNN; a string over 64
+ *  bytes is cut to its first 48 and shown as 'first 48...' (200 bytes). Returns `buf`. */
+char *rt_quote(char *buf, size_t n, const char *s);
+
+/* The test seam MODELRT_TEST_FAKE_CUDA=N[:MiB] (see modelrt.h): N fake CUDA devices, each with
+ * MiB of memory (default 16384), that the probe of rt_cuda.c / rt_nocuda.c reports instead of
+ * asking the driver, and that rt_device.c refuses to run anything on. */
+#define RT_FAKE_CUDA_MAX 64             /* largest N */
+#define RT_FAKE_CUDA_MAX_MIB 16777216   /* largest MiB (16 TiB) */
+#define RT_FAKE_CUDA_DEFAULT_MIB 16384
+#define RT_FAKE_CUDA_NAME "fake CUDA device (MODELRT_TEST_FAKE_CUDA)"
+
+/** Reads MODELRT_TEST_FAKE_CUDA once per process. -1 when it is unset or empty: probe the
+ *  driver as usual (*why = NULL). Else the seam is on and the driver must not be asked: returns
+ *  N, or 0 for a malformed value, with *why (may be NULL) the reason to give for no devices
+ *  ("" when N > 0; for a malformed value, a static message saying so). */
+int rt_fake_cuda_count(const char **why);
+/** The probe's entry for fake device `index` (0 <= index < N): RT_FAKE_CUDA_NAME, compute
+ *  capability 9.0, total and free memory MiB << 20 bytes. */
+void rt_fake_cuda_info(int index, mrt_device_info *info);
+/** MRT_ERR_DEVICE "<what>: cuda:<index> is a fake device from MODELRT_TEST_FAKE_CUDA=<value> (a
+ *  test seam); nothing runs on it" (index < 0: "<what>: the CUDA devices are fake, ..."). */
+mrt_status rt_fake_cuda_refuse(int index, const char *what);
+
 /* ---------------------------------------------------------------- rt_cuda.c / rt_nocuda.c
  * The CUDA half of the device API. rt_device.c handles the CPU and checks that a CUDA ordinal
- * is below mrt_cuda_device_count() before calling these; rt_cuda.c implements them in a build
- * with CUDA (MRT_WITH_CUDA), rt_nocuda.c answers MRT_ERR_DEVICE in a build without. */
+ * is below mrt_cuda_device_count(), and that it is not a fake one (rt_fake_cuda_count), before
+ * calling these; rt_cuda.c implements them in a build with CUDA (MRT_WITH_CUDA), rt_nocuda.c
+ * answers MRT_ERR_DEVICE in a build without. Both probes report the fake devices. */
 
 /** Smallest compute capability (major) the runtime's kernels are built for (sm_80). */
 #define RT_CUDA_MIN_CC_MAJOR 8
 
 /** Name, total memory and compute capability of CUDA device `index` (cached at the probe);
- *  free_bytes is queried only when with_free (that creates the device's context). */
+ *  free_bytes is queried only when with_free (that creates the device's context). A fake device
+ *  gives rt_fake_cuda_info's entry, free memory included, without asking the driver. */
 mrt_status rt_cuda_info(int index, mrt_device_info *info, int with_free);
 /** cudaMalloc on device `index` (made current for the call, then restored); NULL with
  *  MRT_ERR_OOM naming bytes and device on failure. 0 bytes gives a unique 256-byte block. */
@@ -56,5 +92,9 @@ mrt_status rt_cuda_gemm(int index, void *stream, int trans_a, int trans_b, int M
                         float alpha, const float *A, int lda, int64_t strideA, const float *B,
                         int ldb, int64_t strideB, float beta, float *C, int ldc, int64_t strideC,
                         int batch);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif /* MODELRT_INTERNAL_H */

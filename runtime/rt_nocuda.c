@@ -2,8 +2,9 @@
  * rt_nocuda.c — the CUDA half of modelrt in a build without CUDA (no nvcc when modelrt was
  * built; the Makefile compiles this file instead of rt_cuda.c and rt_cuda_kernels.cu). Every
  * CUDA entry point of modelrt.h exists and answers as the header says: no devices, with the
- * reason, and MRT_ERR_DEVICE for anything that needs one. (The runtime builds with
- * -Wno-unused-parameter.)
+ * reason, and MRT_ERR_DEVICE for anything that needs one. The test seam MODELRT_TEST_FAKE_CUDA
+ * works here too: the fake devices are counted and described (rt_device.c refuses all work on
+ * them). (The runtime builds with -Wno-unused-parameter.)
  */
 #include "rt_internal.h"
 
@@ -13,11 +14,20 @@ static const char rt_no_cuda[] = "this build of modelrt has no CUDA support";
 
 static mrt_status rt_no_cuda_err(const char *what)
 {
+    if (rt_fake_cuda_count(NULL) >= 0)
+        return rt_fake_cuda_refuse(-1, what);
     return mrt_set_error(MRT_ERR_DEVICE, "%s: %s", what, rt_no_cuda);
 }
 
 int mrt_cuda_device_count(const char **why)
 {
+    const char *fake_why = NULL;
+    int fake = rt_fake_cuda_count(&fake_why);
+    if (fake >= 0) {
+        if (why)
+            *why = fake_why;
+        return fake;
+    }
     if (why)
         *why = rt_no_cuda;
     return 0;
@@ -32,6 +42,10 @@ mrt_status mrt_cuda_check_launch(const char *what)
 
 mrt_status rt_cuda_info(int index, mrt_device_info *info, int with_free)
 {
+    if (info && index >= 0 && index < rt_fake_cuda_count(NULL)) {
+        rt_fake_cuda_info(index, info);
+        return MRT_OK;
+    }
     if (info)
         memset(info, 0, sizeof *info);
     return mrt_set_error(MRT_ERR_DEVICE, "cuda:%d: %s", index, rt_no_cuda);

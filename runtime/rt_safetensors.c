@@ -272,7 +272,8 @@ static int st_cmp_param(const void *a, const void *b)
 
 /* ---------------------------------------------------------------- the loader */
 
-static mrt_status st_check_params(const mrt_param_desc *params, int n, size_t dst_bytes)
+static mrt_status st_check_params(const mrt_param_desc *params, int n, void *const *regions,
+                                  const size_t *region_bytes, int nregions)
 {
     for (int i = 0; i < n; i++) {
         const mrt_param_desc *p = &params[i];
@@ -280,6 +281,10 @@ static mrt_status st_check_params(const mrt_param_desc *params, int n, size_t ds
         if (!p->name || !rt_dtype_valid(p->dtype) || p->rank < 0 || p->rank > MRT_MAX_RANK)
             return mrt_set_error(MRT_ERR_INVALID_ARG, "mrt_weights_load: param %d is malformed "
                                  "(name, dtype or rank)", i);
+        if (p->region < 0 || p->region >= nregions || (!regions[p->region] && region_bytes[p->region]))
+            return mrt_set_error(MRT_ERR_INVALID_ARG, "mrt_weights_load: param '%s' names region "
+                                 "%d of %d", p->name, p->region, nregions);
+        size_t dst_bytes = region_bytes[p->region];
         for (int k = 0; k < p->rank; k++)
             if (p->shape[k] <= 0)
                 return mrt_set_error(MRT_ERR_INVALID_ARG, "mrt_weights_load: param '%s': "
@@ -315,12 +320,21 @@ static int st_pread_all(int fd, void *dst, uint64_t len, uint64_t off)
 mrt_status mrt_weights_load(const char *path, const mrt_param_desc *params, int n, void *dst,
                             size_t dst_bytes)
 {
+    if (!dst && dst_bytes > 0)
+        return mrt_set_error(MRT_ERR_INVALID_ARG, "mrt_weights_load: %s: bad params or "
+                             "destination", path ? path : "(null)");
+    return mrt_weights_load_regions(path, params, n, &dst, &dst_bytes, 1);
+}
+
+mrt_status mrt_weights_load_regions(const char *path, const mrt_param_desc *params, int n,
+                                    void *const *regions, const size_t *region_bytes, int nregions)
+{
     if (!path)
         return mrt_set_error(MRT_ERR_INVALID_ARG, "mrt_weights_load: path is NULL");
-    if (n < 0 || (n > 0 && !params) || (!dst && dst_bytes > 0))
+    if (n < 0 || (n > 0 && !params) || nregions < 1 || !regions || !region_bytes)
         return mrt_set_error(MRT_ERR_INVALID_ARG, "mrt_weights_load: %s: bad params or "
                              "destination", path);
-    mrt_status st = st_check_params(params, n, dst_bytes);
+    mrt_status st = st_check_params(params, n, regions, region_bytes, nregions);
     if (st != MRT_OK)
         return st;
 
@@ -501,7 +515,8 @@ mrt_status mrt_weights_load(const char *path, const mrt_param_desc *params, int 
     /* Everything checked: copy the bytes into place. */
     for (int i = 0; i < ne; i++) {
         st_entry *e = &entries[i];
-        if (st_pread_all(fd, (unsigned char *)dst + params[e->param].offset, e->end - e->begin,
+        const mrt_param_desc *p = &params[e->param];
+        if (st_pread_all(fd, (unsigned char *)regions[p->region] + p->offset, e->end - e->begin,
                          data_start + e->begin) != 0) {
             st = mrt_set_error(MRT_ERR_IO, "%s: tensor '%s': cannot read %llu bytes at offset "
                                "%llu", path, e->name, (unsigned long long)(e->end - e->begin),

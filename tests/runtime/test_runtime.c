@@ -1,6 +1,7 @@
 /*
- * test_runtime.c — unit tests of modelrt: devices (CPU, and CUDA where this machine and build
- * have it), the CPU GEMM, errors, safetensors, npy, and mrt_main
+ * test_runtime.c — unit tests of modelrt: devices (CPU, CUDA where this machine and build
+ * have it, and fake CUDA devices through the MODELRT_TEST_FAKE_CUDA seam, each case in a child
+ * process), the CPU GEMM, errors, safetensors, npy, and mrt_main
  * driven with argv arrays against a fake model (y = 2x + b). Bad files are written from C into
  * a fresh temporary directory, so the tests need nothing but the library.
  *
@@ -26,6 +27,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -258,8 +260,9 @@ static void test_device_parse(void)
     CHECK(d.kind == MRT_DEVICE_CUDA && d.index == 1);
     CHECK_OK(mrt_device_parse("cuda:1023", &d, NULL));
     CHECK(d.index == 1023);
-    const char *bad[] = {"gpu", "cuda:", "cuda:-1", "cuda:99999999999", "", "cuda:1024",
-                         "cpu:1x", " cpu", "cuda0", "CUDA", "cuda:+1", "cuda: 1", "auto:0"};
+    const char *bad[] = {"gpu", "cuda:", "cuda:-1", "", "cpu:1x", " cpu", "cuda0", "CUDA",
+                         "cuda:+1", "cuda: 1", "auto:0", "cuda:01", "cpu:007", "cpu:00",
+                         "cuda:1 ", "cpu:-0", "cuda:0x1"};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         d.kind = MRT_DEVICE_CUDA;
         d.index = 77;
@@ -305,7 +308,6 @@ static void test_device_select(void)
     CHECK_ERR(mrt_device_select("cuda:1023", &d), MRT_ERR_DEVICE, "device cuda:1023 requested");
     CHECK(g_log_lines == 0); /* never a silent (or logged) fallback */
     CHECK_ERR(mrt_device_select("gpu", &d), MRT_ERR_DEVICE, "'gpu'");
-    CHECK_ERR(mrt_device_select("", &d), MRT_ERR_DEVICE, "''");
     CHECK_ERR(mrt_device_select("cuda:99999999999", &d), MRT_ERR_DEVICE, "cuda:99999999999");
     mrt_set_log_hook(NULL, NULL);
 }
@@ -330,6 +332,136 @@ static void test_device_env(void)
     CHECK_ERR(mrt_device_select(NULL, &d), MRT_ERR_DEVICE, "'banana'");
     CHECK(strstr(mrt_last_error(), "MODELRT_DEVICE"));
     unsetenv("MODELRT_DEVICE");
+    mrt_set_log_hook(NULL, NULL);
+}
+
+/* The accepted forms, word for word: the tail of every parse error. */
+#define FORMS "expected 'auto', 'cpu', 'cpu:N', 'cuda' or 'cuda:N' with N a plain decimal " \
+              "(cpu:0..cpu:7, cuda:0..cuda:1023)"
+
+/* mrt_device_parse(s) fails with MRT_ERR_DEVICE and exactly the message `want`. */
+#define CHECK_PARSE_MSG(s, want)                                                                \
+    do {                                                                                        \
+        mrt_device d_;                                                                          \
+        mrt_status st_ = mrt_device_parse((s), &d_, NULL);                                      \
+        CHECKF(st_ == MRT_ERR_DEVICE && strcmp(mrt_last_error(), (want)) == 0,                  \
+               "parse: got %s \"%s\", want \"%s\"", mrt_status_name(st_), mrt_last_error(),      \
+               (want));                                                                         \
+    } while (0)
+
+/* Ordinals are plain decimals; cpu:N is 0..7 and cuda:N 0..1023, said by the parser. */
+static void test_device_parse_ordinals(void)
+{
+    mrt_device d;
+    const char *good[] = {"cpu:0", "cpu:7", "cuda:0", "cuda:10", "cuda:1023"};
+    const int idx[] = {0, 7, 0, 10, 1023};
+    for (int i = 0; i < 5; i++) {
+        CHECK_OK(mrt_device_parse(good[i], &d, NULL));
+        CHECKF(d.index == idx[i], "'%s' gave index %d", good[i], d.index);
+    }
+    CHECK_PARSE_MSG("cuda:01", "bad device 'cuda:01'; " FORMS);
+    CHECK_PARSE_MSG("cpu:007", "bad device 'cpu:007'; " FORMS);
+    CHECK_PARSE_MSG("cuda:+1", "bad device 'cuda:+1'; " FORMS);
+    CHECK_PARSE_MSG("cuda: 1", "bad device 'cuda: 1'; " FORMS);
+    CHECK_PARSE_MSG("cuda:00", "bad device 'cuda:00'; " FORMS);
+    CHECK_PARSE_MSG("cpu:8", "device 'cpu:8' is out of range: CPU devices are cpu:0..cpu:7");
+    CHECK_PARSE_MSG("cpu:1023", "device 'cpu:1023' is out of range: CPU devices are cpu:0..cpu:7");
+    CHECK_PARSE_MSG("cpu:99999999999",
+                    "device 'cpu:99999999999' is out of range: CPU devices are cpu:0..cpu:7");
+    CHECK_PARSE_MSG("cuda:1024", "device 'cuda:1024' is out of range: CUDA ordinals are 0..1023");
+    CHECK_PARSE_MSG("cuda:99999999999",
+                    "device 'cuda:99999999999' is out of range: CUDA ordinals are 0..1023");
+    CHECK_PARSE_MSG("cuda:099999999999", "bad device 'cuda:099999999999'; " FORMS);
+    /* mrt_device_select says the same, before looking at any hardware */
+    CHECK_ERR(mrt_device_select("cpu:8", &d), MRT_ERR_DEVICE,
+              "device 'cpu:8' is out of range: CPU devices are cpu:0..cpu:7");
+    setenv("MODELRT_DEVICE", "cpu:9", 1);
+    CHECK_ERR(mrt_device_select(NULL, &d), MRT_ERR_DEVICE,
+              "device 'cpu:9' (from MODELRT_DEVICE) is out of range: CPU devices are cpu:0..cpu:7");
+    unsetenv("MODELRT_DEVICE");
+}
+
+static int ends_with(const char *s, const char *tail)
+{
+    size_t n = strlen(s), k = strlen(tail);
+    return n >= k && strcmp(s + n - k, tail) == 0;
+}
+
+/* A quoted device string is escaped and, when long, shortened; the forms stay the last words. */
+static void test_device_parse_quote(void)
+{
+    CHECK_PARSE_MSG("cu\nda", "unknown device 'cu\\nda'; " FORMS);
+    CHECK_PARSE_MSG("cuda:\t1", "bad device 'cuda:\\t1'; " FORMS);
+    CHECK_PARSE_MSG("gpu\x01\x7f", "unknown device 'gpu\\x01\\x7F'; " FORMS);
+    CHECK_PARSE_MSG("cpu:\xc3\xa9", "bad device 'cpu:\\xC3\\xA9'; " FORMS);
+    CHECK_PARSE_MSG("a'b\\c\r", "unknown device 'a\\'b\\\\c\\r'; " FORMS);
+    char s[2100], want[1100];
+    memset(s, 'x', 64); /* 64 bytes: quoted whole */
+    s[64] = '\0';
+    snprintf(want, sizeof want, "unknown device '%.64s'; %s", s, FORMS);
+    CHECK_PARSE_MSG(s, want);
+    memset(s, 'x', 65); /* 65: the first 48 and "..." */
+    s[65] = '\0';
+    CHECK_PARSE_MSG(s, "unknown device 'xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx...' "
+                       "(65 bytes); " FORMS);
+    memcpy(s, "cuda:", 5); /* 2000 bytes of newlines after "cuda:" */
+    memset(s + 5, '\n', 1995);
+    s[2000] = '\0';
+    mrt_device d;
+    CHECK(mrt_device_parse(s, &d, NULL) == MRT_ERR_DEVICE);
+    CHECKF(strncmp(mrt_last_error(), "bad device 'cuda:\\n\\n", 21) == 0 &&
+           strstr(mrt_last_error(), "\\n...' (2000 bytes); ") && ends_with(mrt_last_error(), FORMS)
+           && strlen(mrt_last_error()) < 400, "\"%s\"", mrt_last_error());
+    memcpy(s, "cpu:", 4); /* a long run of digits: out of range, shortened */
+    memset(s + 4, '9', 196);
+    s[200] = '\0';
+    CHECK(mrt_device_parse(s, &d, NULL) == MRT_ERR_DEVICE);
+    CHECKF(strncmp(mrt_last_error(), "device 'cpu:9999", 16) == 0 &&
+           ends_with(mrt_last_error(), "9...' (200 bytes) is out of range: CPU devices are "
+                                       "cpu:0..cpu:7"), "\"%s\"", mrt_last_error());
+    /* from MODELRT_DEVICE: the origin follows the quote, the forms still end the message */
+    memset(s, 'z', 1500);
+    s[1500] = '\0';
+    setenv("MODELRT_DEVICE", s, 1);
+    CHECK(mrt_device_select(NULL, &d) == MRT_ERR_DEVICE);
+    CHECKF(ends_with(mrt_last_error(), "zzz...' (1500 bytes) (from MODELRT_DEVICE); " FORMS),
+           "\"%s\"", mrt_last_error());
+    setenv("MODELRT_DEVICE", "banana", 1);
+    CHECK_ERR(mrt_device_select(NULL, &d), MRT_ERR_DEVICE,
+              "unknown device 'banana' (from MODELRT_DEVICE); " FORMS);
+    CHECK(ends_with(mrt_last_error(), FORMS));
+    unsetenv("MODELRT_DEVICE");
+}
+
+/* "" is auto, as NULL with MODELRT_DEVICE unset or "" is: the same device, the same one line. */
+static void test_device_select_empty(void)
+{
+    mrt_device want, d;
+    char line[sizeof g_log];
+    mrt_set_log_hook(test_hook, NULL);
+    unsetenv("MODELRT_DEVICE");
+    g_log_lines = 0;
+    CHECK_OK(mrt_device_select("auto", &want));
+    CHECK(g_log_lines == 1 && strstr(g_log, "INFO auto selected "));
+    snprintf(line, sizeof line, "%s", g_log);
+    const char *how[] = {"\"\"", "NULL, MODELRT_DEVICE unset", "NULL, MODELRT_DEVICE=\"\"",
+                         "\"\" with MODELRT_DEVICE=cpu:3"};
+    for (int i = 0; i < 4; i++) {
+        if (i == 2)
+            setenv("MODELRT_DEVICE", "", 1);
+        if (i == 3)
+            setenv("MODELRT_DEVICE", "cpu:3", 1); /* an explicit "" is auto, not the variable */
+        g_log_lines = 0;
+        d.kind = MRT_DEVICE_CUDA;
+        d.index = 77;
+        CHECK_OK(mrt_device_select(i == 1 || i == 2 ? NULL : "", &d));
+        CHECKF(d.kind == want.kind && d.index == want.index && g_log_lines == 1 &&
+               strcmp(g_log, line) == 0, "%s: device %d:%d, log %d \"%s\", want \"%s\"", how[i],
+               (int)d.kind, d.index, g_log_lines, g_log, line);
+    }
+    unsetenv("MODELRT_DEVICE");
+    /* mrt_device_parse itself still rejects "": it is mrt_device_select's default */
+    CHECK_PARSE_MSG("", "unknown device ''; " FORMS);
     mrt_set_log_hook(NULL, NULL);
 }
 
@@ -492,6 +624,220 @@ static void test_device_list(void)
     CHECK(tot == info[0].total_bytes && fr <= tot && fr > 0);
     CHECK_ERR(mrt_device_memory((mrt_device){MRT_DEVICE_CPU, 9}, &fr, &tot), MRT_ERR_DEVICE, "cpu:9");
 }
+
+/* ---------------------------------------------------------------- MODELRT_TEST_FAKE_CUDA
+ * The probe reads the seam once per process, so each case runs in a child process with the
+ * variable set before its first CUDA question (and the parent's probe is left alone). */
+
+/* Run fn in a child with MODELRT_TEST_FAKE_CUDA=value; its failure (or crash) is ours. */
+static void in_child_with_fake(const char *value, void (*fn)(void))
+{
+    int fd[2];
+    if (g_failed || pipe(fd) != 0)
+        return;
+    fflush(stdout);
+    fflush(stderr);
+    pid_t pid = fork();
+    if (pid == 0) {
+        close(fd[0]);
+        setenv("MODELRT_TEST_FAKE_CUDA", value, 1);
+        fn();
+        if (g_failed && write(fd[1], g_why, strlen(g_why)) < 0)
+            _exit(2);
+        _exit(g_failed);
+    }
+    close(fd[1]);
+    char why[sizeof g_why];
+    ssize_t k = pid > 0 ? read(fd[0], why, sizeof why - 1) : -1;
+    why[k > 0 ? k : 0] = '\0';
+    close(fd[0]);
+    int status = 0;
+    if (pid < 0 || waitpid(pid, &status, 0) != pid)
+        fail_at(__LINE__, "fork/waitpid failed");
+    else if (WIFSIGNALED(status))
+        fail_at(__LINE__, "MODELRT_TEST_FAKE_CUDA=%s: killed by signal %d", value,
+                WTERMSIG(status));
+    else if (WEXITSTATUS(status) != 0)
+        fail_at(__LINE__, "MODELRT_TEST_FAKE_CUDA=%s: %s", value, why);
+}
+
+#define FAKE_NAME "fake CUDA device (MODELRT_TEST_FAKE_CUDA)"
+
+/* MODELRT_TEST_FAKE_CUDA=2: two 16 GiB devices, listed, measured and selectable. */
+static void fake_two_seen(void)
+{
+    const char *why = NULL;
+    CHECKF(mrt_cuda_device_count(&why) == 2 && why && *why == '\0', "count %d, why \"%s\"",
+           mrt_cuda_device_count(NULL), why);
+    mrt_device_info info[8];
+    int n = 0;
+    CHECK_OK(mrt_device_list(info, 8, &n));
+    CHECKF(n == 3, "listed %d", n);
+    for (int i = 1; i < 3; i++)
+        CHECKF(info[i].device.kind == MRT_DEVICE_CUDA && info[i].device.index == i - 1 &&
+               strcmp(info[i].name, FAKE_NAME) == 0 && info[i].cc_major == 9 &&
+               info[i].cc_minor == 0 && info[i].total_bytes == ((size_t)16384 << 20) &&
+               info[i].free_bytes == info[i].total_bytes, "entry %d: %s", i, info[i].name);
+    size_t fr = 0, tot = 0;
+    CHECK_OK(mrt_device_memory((mrt_device){MRT_DEVICE_CUDA, 1}, &fr, &tot));
+    CHECK(fr == ((size_t)16384 << 20) && tot == fr);
+    mrt_device d;
+    g_log_lines = 0;
+    mrt_set_log_hook(test_hook, NULL);
+    CHECK_OK(mrt_device_select("auto", &d));
+    CHECK(d.kind == MRT_DEVICE_CUDA && d.index == 0);
+    CHECKF(g_log_lines == 1 &&
+           strcmp(g_log, "INFO auto selected cuda:0 (" FAKE_NAME ", 16.0 GiB)") == 0, "\"%s\"",
+           g_log);
+    CHECK_OK(mrt_device_select("cuda:1", &d));
+    CHECK(d.kind == MRT_DEVICE_CUDA && d.index == 1);
+    CHECK_OK(mrt_device_select("", &d));
+    CHECK(d.kind == MRT_DEVICE_CUDA && d.index == 0);
+    CHECK_ERR(mrt_device_select("cuda:2", &d), MRT_ERR_DEVICE,
+              "device cuda:2 requested, 2 CUDA devices visible (cuda:0 " FAKE_NAME ", cuda:1 "
+              FAKE_NAME ")");
+    mrt_set_log_hook(NULL, NULL);
+    /* host memory is never a fake device's, and nobody is asked */
+    float host[4];
+    d.kind = MRT_DEVICE_CUDA;
+    CHECK_OK(mrt_pointer_device(host, &d));
+    CHECK(d.kind == MRT_DEVICE_CPU && d.index == 0);
+}
+
+#define FAKE_MSG(what, i) what ": cuda:" #i " is a fake device from MODELRT_TEST_FAKE_CUDA=2:1024 " \
+                                        "(a test seam); nothing runs on it"
+
+/* MODELRT_TEST_FAKE_CUDA=2:1024: 1 GiB each; anything that would run on one fails cleanly. */
+static void fake_two_refuse(void)
+{
+    CHECK(mrt_cuda_device_count(NULL) == 2);
+    mrt_device c0 = {MRT_DEVICE_CUDA, 0}, c1 = {MRT_DEVICE_CUDA, 1}, cpu = {MRT_DEVICE_CPU, 0};
+    size_t fr = 0, tot = 0;
+    CHECK_OK(mrt_device_memory(c1, &fr, &tot));
+    CHECK(fr == ((size_t)1 << 30) && tot == fr);
+    CHECK(mrt_alloc(c1, 16) == NULL);
+    CHECKF(strcmp(mrt_last_error(), FAKE_MSG("cannot allocate 16 bytes on cuda:1", 1)) == 0,
+           "\"%s\"", mrt_last_error());
+    CHECK(mrt_alloc(c0, 0) == NULL);
+    CHECK_ERR(mrt_device_activate(c0), MRT_ERR_DEVICE, FAKE_MSG("cannot activate cuda:0", 0));
+    void *s = (void *)1;
+    CHECK_ERR(mrt_stream_create(c1, &s), MRT_ERR_DEVICE,
+              FAKE_MSG("cannot create a stream on cuda:1", 1));
+    CHECK(s == NULL);
+    CHECK_ERR(mrt_stream_sync(c0, NULL, "digits run"), MRT_ERR_DEVICE,
+              FAKE_MSG("digits run: cannot synchronize cuda:0", 0));
+    mrt_stream_destroy(c0, (void *)8); /* no stream can exist: ignored, the driver not asked */
+    mrt_free(c0, (void *)8);
+    float a[4] = {1, 2, 3, 4}, b[4] = {0};
+    CHECK_ERR(mrt_memcpy(c1, b, cpu, a, sizeof a, NULL), MRT_ERR_DEVICE,
+              FAKE_MSG("cannot copy 16 bytes from cpu:0 to cuda:1", 1));
+    CHECK_ERR(mrt_memcpy(cpu, b, c0, a, sizeof a, NULL), MRT_ERR_DEVICE,
+              FAKE_MSG("cannot copy 16 bytes from cuda:0 to cpu:0", 0));
+    CHECK_ERR(mrt_memcpy(c1, b, c0, a, sizeof a, NULL), MRT_ERR_DEVICE,
+              FAKE_MSG("cannot copy 16 bytes from cuda:0 to cuda:1", 0));
+    CHECK_OK(mrt_memcpy(cpu, b, cpu, a, sizeof a, NULL)); /* the CPU is untouched by the seam */
+    CHECK(memcmp(a, b, sizeof a) == 0);
+    CHECK_ERR(mrt_gemm_f32(c1, NULL, 0, 0, 1, 1, 1, 1.0f, a, 1, 0, a, 1, 0, 0.0f, b, 1, 0, 1),
+              MRT_ERR_DEVICE, FAKE_MSG("gemm on cuda:1", 1));
+    CHECK_ERR(mrt_gemm_bias_act_f32(c0, NULL, 0, 1, 1, 1, a, 1, a, 1, b, 1, NULL, 1),
+              MRT_ERR_DEVICE, FAKE_MSG("gemm on cuda:0", 0));
+    CHECK_ERR(mrt_cuda_check_launch("digits k3"), MRT_ERR_DEVICE,
+              "digits k3: the CUDA devices are fake, from MODELRT_TEST_FAKE_CUDA=2:1024 (a test "
+              "seam); nothing runs on them");
+    /* an absent ordinal is still "no such device", listing the fakes */
+    CHECK(mrt_alloc((mrt_device){MRT_DEVICE_CUDA, 2}, 16) == NULL);
+    CHECKF(strcmp(mrt_last_error(), "cannot allocate 16 bytes on cuda:2: no such device, 2 CUDA "
+                  "devices visible (cuda:0 " FAKE_NAME ", cuda:1 " FAKE_NAME ")") == 0, "\"%s\"",
+           mrt_last_error());
+}
+
+/* MODELRT_TEST_FAKE_CUDA=64: the most there can be. */
+static void fake_many(void)
+{
+    CHECK(mrt_cuda_device_count(NULL) == 64);
+    mrt_device d;
+    CHECK_OK(mrt_device_select("cuda:63", &d));
+    CHECK(d.index == 63);
+    CHECK_ERR(mrt_device_select("cuda:64", &d), MRT_ERR_DEVICE,
+              "device cuda:64 requested, 64 CUDA devices visible (cuda:0 " FAKE_NAME);
+}
+
+/* MODELRT_TEST_FAKE_CUDA=0: no device, and the reason says why. */
+static void fake_zero(void)
+{
+    const char *why = NULL;
+    CHECK(mrt_cuda_device_count(&why) == 0);
+    CHECKF(strcmp(why, "MODELRT_TEST_FAKE_CUDA=0 fakes no CUDA device, and the driver is not "
+                  "asked") == 0, "\"%s\"", why);
+    mrt_device d;
+    CHECK_OK(mrt_device_select("auto", &d));
+    CHECK(d.kind == MRT_DEVICE_CPU);
+    CHECK_ERR(mrt_device_select("cuda", &d), MRT_ERR_DEVICE,
+              "device cuda:0 requested, 0 CUDA devices visible (MODELRT_TEST_FAKE_CUDA=0 fakes");
+}
+
+/* MODELRT_TEST_FAKE_CUDA="": no seam, the real probe's answer. */
+static void fake_empty(void)
+{
+    const char *why = NULL;
+    if (mrt_cuda_device_count(&why) == 0)
+        CHECKF(no_cuda_reason_ok(why), "\"%s\"", why);
+    CHECK(!strstr(why, "MODELRT_TEST_FAKE_CUDA"));
+}
+
+static const char *g_bad_fake; /* the malformed value fake_malformed checks */
+static void fake_malformed(void)
+{
+    const char *why = NULL;
+    char q[64], want[512];
+    CHECK(mrt_cuda_device_count(&why) == 0);
+    /* the value as the message quotes it: \n escaped */
+    size_t k = 0;
+    for (const char *p = g_bad_fake; *p && k < sizeof q - 3; p++) {
+        if (*p == '\n') {
+            q[k++] = '\\';
+            q[k++] = 'n';
+        } else {
+            q[k++] = *p;
+        }
+    }
+    q[k] = '\0';
+    snprintf(want, sizeof want, "MODELRT_TEST_FAKE_CUDA='%s' is malformed (expected N or N:MiB, "
+             "N a plain decimal 0..64 and MiB 1..16777216), so no CUDA device is faked and the "
+             "driver is not asked", q);
+    CHECKF(strcmp(why, want) == 0, "why \"%s\", want \"%s\"", why, want);
+    mrt_device d;
+    g_log_lines = 0;
+    mrt_set_log_hook(test_hook, NULL);
+    CHECK_OK(mrt_device_select("auto", &d));
+    CHECK(d.kind == MRT_DEVICE_CPU && g_log_lines == 1 && strstr(g_log, want));
+    CHECK_ERR(mrt_device_select("cuda", &d), MRT_ERR_DEVICE, want);
+    CHECK_ERR(mrt_cuda_check_launch("k"), MRT_ERR_DEVICE, "k: the CUDA devices are fake");
+    mrt_set_log_hook(NULL, NULL);
+}
+
+static void test_fake_cuda(void)
+{
+    in_child_with_fake("2", fake_two_seen);
+    in_child_with_fake("2:1024", fake_two_refuse);
+    in_child_with_fake("64", fake_many);
+    in_child_with_fake("0", fake_zero);
+    in_child_with_fake("", fake_empty);
+}
+
+static void test_fake_cuda_malformed(void)
+{
+    const char *bad[] = {"x", "-1", "99999", "65", "01", "2:", "2:0", "2:016384", "2:16777217",
+                         "2:1:1", " 2", "2\n", "+2", ":1024"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        g_bad_fake = bad[i];
+        in_child_with_fake(bad[i], fake_malformed);
+    }
+}
+
+/* --list-devices shows the fakes like real ones. */
+static void fake_list_cli(void);
+static void test_fake_cuda_cli(void) { in_child_with_fake("1:2048", fake_list_cli); }
 
 static void test_cpu_device_ops(void)
 {
@@ -662,8 +1008,8 @@ static void test_gemm_cpu(void)
 
 /* The model of most weight tests: fc.w f32[4,4] at 0, fc.b f32[4] at 64. */
 static const mrt_param_desc fc_params[] = {
-    {"fc.w", MRT_F32, 2, {4, 4}, 0},
-    {"fc.b", MRT_F32, 1, {4}, 64},
+    {"fc.w", MRT_F32, 2, {4, 4}, 0, 0},
+    {"fc.b", MRT_F32, 1, {4}, 64, 0},
 };
 static float fc_data[32];
 static const char fc_json[] = "{\"fc.w\":{\"dtype\":\"F32\",\"shape\":[4,4],\"data_offsets\":[0,64]},"
@@ -688,9 +1034,9 @@ static void test_st_good(void)
              "  \"c\": {\"dtype\": \"I32\", \"shape\": [], \"data_offsets\": [40, 44]}}     ",
              data, sizeof data);
     mrt_param_desc params[] = {
-        {"c", MRT_I32, 0, {0}, 128},
-        {"a", MRT_F32, 2, {2, 3}, 64},
-        {"b", MRT_I64, 1, {2}, 0},
+        {"c", MRT_I32, 0, {0}, 128, 0},
+        {"a", MRT_F32, 2, {2, 3}, 64, 0},
+        {"b", MRT_I64, 1, {2}, 0, 0},
     };
     unsigned char dst[192];
     memset(dst, 0xAA, sizeof dst);
@@ -886,7 +1232,7 @@ static void test_st_b18_zero_dim(void)
              0);
     CHECK_ERR(load_fc(P("w.safetensors")), MRT_ERR_FORMAT, "tensor 'fc.w': dimension 1");
     /* a model param with a zero dimension is the caller's bug, not a crash either */
-    mrt_param_desc p = {"fc.w", MRT_F32, 2, {4, 0}, 0};
+    mrt_param_desc p = {"fc.w", MRT_F32, 2, {4, 0}, 0, 0};
     unsigned char dst[64];
     CHECK_ERR(mrt_weights_load(P("w.safetensors"), &p, 1, dst, sizeof dst), MRT_ERR_INVALID_ARG,
               "dimension 1 is 0");
@@ -909,7 +1255,7 @@ static void test_st_b19_rank(void)
     float four = 4;
     write_st(P("w.safetensors"), json, &four, 4);
     free(json);
-    mrt_param_desc x = {"X", MRT_F32, 1, {1}, 0};
+    mrt_param_desc x = {"X", MRT_F32, 1, {1}, 0, 0};
     unsigned char dst[64];
     CHECK_ERR(mrt_weights_load(P("w.safetensors"), &x, 1, dst, sizeof dst), MRT_ERR_FORMAT,
               "w.safetensors: tensor 'X': rank 1000000 exceeds maximum 8");
@@ -935,7 +1281,7 @@ static void test_st_b19_overflow(void)
              "{\"X\":{\"dtype\":\"F32\",\"shape\":[4194305,4194305,211106198978564],"
              "\"data_offsets\":[0,16]}}",
              data, 16);
-    mrt_param_desc x = {"X", MRT_F32, 1, {4}, 0};
+    mrt_param_desc x = {"X", MRT_F32, 1, {4}, 0, 0};
     unsigned char dst[64];
     CHECK_ERR(mrt_weights_load(P("w.safetensors"), &x, 1, dst, sizeof dst), MRT_ERR_FORMAT,
               "tensor 'X': element count overflows 64 bits");
@@ -992,7 +1338,7 @@ static void test_st_large(void)
              "\"v\":{\"dtype\":\"F32\",\"shape\":[64],\"data_offsets\":[%zu,%zu]}}",
              n, n * 4, n * 4, n * 4 + 256);
     write_st(P("big.safetensors"), json, w, n * 4 + 256);
-    mrt_param_desc params[] = {{"w", MRT_F32, 1, {(int64_t)n}, 256}, {"v", MRT_F32, 1, {64}, 0}};
+    mrt_param_desc params[] = {{"w", MRT_F32, 1, {(int64_t)n}, 256, 0}, {"v", MRT_F32, 1, {64}, 0, 0}};
     mrt_device cpu = {MRT_DEVICE_CPU, 0};
     float *dst = mrt_alloc(cpu, n * 4 + 256);
     CHECK(dst);
@@ -1260,7 +1606,7 @@ static mrt_status fake_create(void **out, const char *device)
 static mrt_status fake_load(void *model, const char *path)
 {
     fake *m = model;
-    static const mrt_param_desc p = {"b", MRT_F32, 1, {3}, 0};
+    static const mrt_param_desc p = {"b", MRT_F32, 1, {3}, 0, 0};
     return mrt_weights_load(path, &p, 1, m->w, 12);
 }
 static mrt_status fake_run(void *model, int batch, const void *const *in, void *const *out)
@@ -1289,13 +1635,13 @@ static const mrt_io_desc fake_in[] = {{"x", MRT_F32, 2, {1, 3}, 1u}};
 static const mrt_io_desc fake_out[] = {{"y", MRT_F32, 2, {1, 3}, 1u}};
 static const mrt_model_info fake_info = {
     "double", 1, 1, fake_in, fake_out, 1, 4, 12, 4096,
-    fake_create, fake_load, fake_run, fake_destroy, fake_device, 1, 4096,
+    fake_create, fake_load, fake_run, fake_destroy, fake_device, 1, 4096, NULL,
 };
 
 /* The same, but the compiler found an op that mixes batch items: never chunked. */
 static const mrt_model_info fake_info_mixing = {
     "double_mixing", 1, 1, fake_in, fake_out, 1, 4, 12, 4096,
-    fake_create, fake_load, fake_run, fake_destroy, fake_device, 0, 4096,
+    fake_create, fake_load, fake_run, fake_destroy, fake_device, 0, 4096, NULL,
 };
 
 /* The same with the batch on axis 1 (x [3, batch]): cannot be chunked. */
@@ -1303,7 +1649,7 @@ static const mrt_io_desc fake_in_t[] = {{"x", MRT_F32, 2, {3, 1}, 2u}};
 static const mrt_io_desc fake_out_t[] = {{"y", MRT_F32, 2, {3, 1}, 2u}};
 static const mrt_model_info fake_info_t = {
     "double_t", 1, 1, fake_in_t, fake_out_t, 1, 4, 12, 0,
-    fake_create, fake_load, fake_run, fake_destroy, fake_device, 1, 4096,
+    fake_create, fake_load, fake_run, fake_destroy, fake_device, 1, 4096, NULL,
 };
 
 /* Two inputs a, b [batch*2] and output s [batch*2] = a + b; no weights, max batch 8. */
@@ -1330,7 +1676,7 @@ static void add_destroy(void *model) { free(model); }
 static const mrt_io_desc add_in[] = {{"a", MRT_F32, 1, {2}, 1u}, {"b", MRT_F32, 1, {2}, 1u}};
 static const mrt_io_desc add_out[] = {{"s", MRT_F32, 1, {2}, 1u}, {"t", MRT_I32, 0, {0}, 0u}};
 static const mrt_model_info add_info = {
-    "add", 2, 2, add_in, add_out, 1, 8, 0, 0, add_create, NULL, add_run, add_destroy, NULL, 1, 0,
+    "add", 2, 2, add_in, add_out, 1, 8, 0, 0, add_create, NULL, add_run, add_destroy, NULL, 1, 0, NULL,
 };
 
 /* Write x.npy ([n,3] f32, x[i] = i) and b.safetensors (b = [10, 20, 30]). */
@@ -1671,6 +2017,15 @@ static void test_cli_list_devices(void)
            strstr(out, "auto ") && strstr(out, "cpu:N"), "help: %s", out);
 }
 
+static void fake_list_cli(void)
+{
+    int rc = MAIN(&fake_info, "--list-devices");
+    CHECKF(rc == 0 && strstr(out, "\ncuda:0  " FAKE_NAME "  memory 2.0 GiB (free 2.0 GiB)  "
+                                  "compute 9.0\n") && !strstr(out, "cuda:1") &&
+           !strstr(out, "no CUDA devices"), "rc %d: %s", rc, out);
+    main_cleanup();
+}
+
 /* The device actually used is reported: auto's one line on stderr, and --time/--memory. */
 static void test_cli_auto_device(void)
 {
@@ -1739,12 +2094,18 @@ static const test_case tests[] = {
     {"device_parse", test_device_parse},
     {"device_select", test_device_select},
     {"device_env", test_device_env},
+    {"device_parse_ordinals", test_device_parse_ordinals},
+    {"device_parse_quote", test_device_parse_quote},
+    {"device_select_empty", test_device_select_empty},
     {"device_str", test_device_str},
     {"alloc", test_alloc},
     {"cuda_count", test_cuda_count},
     {"cuda_visible_empty", test_cuda_visible_empty},
     {"device_select_b16", test_device_select_b16},
     {"device_list", test_device_list},
+    {"fake_cuda", test_fake_cuda},
+    {"fake_cuda_malformed", test_fake_cuda_malformed},
+    {"fake_cuda_cli", test_fake_cuda_cli},
     {"cpu_device_ops", test_cpu_device_ops},
     {"gemm_cpu", test_gemm_cpu},
     {"gemm_bias_act_cpu", test_gemm_bias_act_cpu},

@@ -1,0 +1,426 @@
+/*
+ * rt_model.c — the host side of every compiled model, written once: mrt_model_create (the
+ * device of each slot, the device map, the memory pre-flight, the allocations),
+ * mrt_model_load_weights (safetensors into resident and load-only regions, the copies to each
+ * device, the load-time kernels), staging of the caller's buffers, and mrt_model_destroy.
+ *
+ * A generated model gives an mrt_model_desc; its create/load/destroy are one-line calls here,
+ * and its run() reads the mrt_model's per-slot pointers. Device policy, as PyTorch users expect
+ * from model.to(device): `auto` is the first usable GPU, else the CPU, said in one line; an
+ * explicit device is exactly that device or an error, never a silent fallback (field case
+ * B16); a program compiled without CUDA runs `auto` on the CPU. Slots pinned by 'on' regions
+ * take their device from the region, or from the device map (map_location), and their errors
+ * name the region.
+ */
+#include "rt_internal.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---------------------------------------------------------------- the device map */
+
+#define MAP_MAX 32
+
+typedef struct map_entry {
+    mrt_device from, to;
+    int used;
+} map_entry;
+
+/* Parse "FROM=TO,FROM=TO" into e[0..*n). "" is an empty map. */
+static mrt_status map_parse(const char *spec, map_entry *e, int *n)
+{
+    *n = 0;
+    const char *p = spec;
+    while (*p) {
+        const char *comma = strchr(p, ',');
+        size_t len = comma ? (size_t)(comma - p) : strlen(p);
+        char item[80], from[80], to[80];
+        if (len == 0 || len >= sizeof item)
+            return mrt_set_error(MRT_ERR_DEVICE, "device map: bad entry %s'%.*s'; expected "
+                                 "FROM=TO[,FROM=TO...] such as cuda:1=cpu,cuda:0=cuda:0",
+                                 len ? "" : "(empty) ", (int)(len < 48 ? len : 48), p);
+        memcpy(item, p, len);
+        item[len] = '\0';
+        char *eq = strchr(item, '=');
+        if (!eq || strchr(eq + 1, '=') || eq == item || !eq[1])
+            return mrt_set_error(MRT_ERR_DEVICE, "device map: bad entry '%s'; expected FROM=TO, "
+                                 "e.g. cuda:1=cpu", item);
+        *eq = '\0';
+        snprintf(from, sizeof from, "%s", item);
+        snprintf(to, sizeof to, "%s", eq + 1);
+        if (*n == MAP_MAX)
+            return mrt_set_error(MRT_ERR_DEVICE, "device map: more than %d entries", MAP_MAX);
+        map_entry *m = &e[*n];
+        int automatic = 0;
+        for (int side = 0; side < 2; side++) {
+            const char *s = side ? to : from;
+            if (mrt_device_parse(s, side ? &m->to : &m->from, &automatic) != MRT_OK)
+                return mrt_set_error(MRT_ERR_DEVICE, "device map entry '%s=%s': %s", from, to,
+                                     mrt_last_error());
+            if (automatic)
+                return mrt_set_error(MRT_ERR_DEVICE, "device map entry '%s=%s': 'auto' cannot be "
+                                     "mapped; name a device (cpu, cuda:N)", from, to);
+        }
+        for (int i = 0; i < *n; i++)
+            if (e[i].from.kind == m->from.kind && e[i].from.index == m->from.index)
+                return mrt_set_error(MRT_ERR_DEVICE, "device map: '%s' is mapped twice", from);
+        m->used = 0;
+        (*n)++;
+        p += len;
+        if (*p == ',')
+            p++;
+    }
+    return MRT_OK;
+}
+
+/* ---------------------------------------------------------------- create and destroy */
+
+void mrt_model_destroy(mrt_model *m)
+{
+    if (!m)
+        return;
+    int n = m->desc ? m->desc->n_slots : 0;
+    for (int s = 0; s < n; s++) {
+        if (m->dev[s].kind == MRT_DEVICE_CUDA && mrt_device_activate(m->dev[s]) != MRT_OK)
+            continue; /* never touch a device we could not make current */
+        mrt_stream_destroy(m->dev[s], m->stream[s]);
+        mrt_free(m->dev[s], m->weights[s]);
+        mrt_free(m->dev[s], m->load[s]);
+        mrt_free(m->dev[s], m->arena[s]);
+        mrt_free(m->dev[s], m->io[s]);
+    }
+    free(m);
+}
+
+static mrt_status desc_check(const mrt_model_desc *d)
+{
+    if (!d)
+        return mrt_set_error(MRT_ERR_INVALID_ARG, "mrt_model_create: descriptor is NULL");
+    if (d->abi != MRT_MODEL_ABI || d->size != sizeof(mrt_model_desc))
+        return mrt_set_error(MRT_ERR_INVALID_ARG, "model '%s' was generated for modelrt ABI %u "
+                             "(descriptor of %u bytes), but this runtime has ABI %d (%zu bytes): "
+                             "regenerate it with the modelc that matches this runtime",
+                             d->abi == MRT_MODEL_ABI && d->name ? d->name : "?", d->abi, d->size,
+                             MRT_MODEL_ABI, sizeof(mrt_model_desc));
+    if (!d->name || d->n_slots < 1 || d->n_slots > MRT_MAX_SLOTS || !d->slots || d->n_params < 0 ||
+        (d->n_params > 0 && !d->params))
+        return mrt_set_error(MRT_ERR_INVALID_ARG, "model '%s': malformed descriptor",
+                             d->name ? d->name : "?");
+    for (int s = 1; s < d->n_slots; s++)
+        if (!d->slots[s].device)
+            return mrt_set_error(MRT_ERR_INVALID_ARG, "model '%s': slot %d names no device",
+                                 d->name, s);
+    return MRT_OK;
+}
+
+/* "split.model:6: on cuda:1: " + the current error, for a pinned slot; `mapped` says which
+ * device the map made of it. */
+static mrt_status slot_error(const mrt_model_desc *d, int s, const char *mapped)
+{
+    char msg[1024];
+    snprintf(msg, sizeof msg, "%s", mrt_last_error());
+    const mrt_slot_desc *sd = &d->slots[s];
+    if (mapped)
+        return mrt_set_error(MRT_ERR_DEVICE, "%s: on %s (mapped to %s by the device map): %s",
+                             sd->where ? sd->where : d->name, sd->device, mapped, msg);
+    return mrt_set_error(MRT_ERR_DEVICE, "%s: on %s: %s", sd->where ? sd->where : d->name,
+                         sd->device, msg);
+}
+
+/* Slot 0: the device the caller asked for. */
+static mrt_status select_main(const mrt_model_desc *d, const char *device, mrt_device *out)
+{
+    const char *name = device ? device : getenv("MODELRT_DEVICE");
+    int automatic = !name || !*name;
+    mrt_device parsed;
+    if (!automatic && mrt_device_parse(name, &parsed, &automatic) != MRT_OK)
+        return mrt_device_select(device, out); /* the same error, with its origin */
+    if (automatic && !d->cuda) {
+        /* A CPU-only program: auto is the CPU, whatever GPUs the runtime can see. */
+        const char *why = NULL;
+        int n = mrt_cuda_device_count(&why);
+        *out = (mrt_device){MRT_DEVICE_CPU, 0};
+        if (n > 0)
+            mrt_log(MRT_LOG_INFO, "auto selected cpu:0 (%s was compiled without CUDA; %d CUDA "
+                    "device%s visible, recompile without --no-cuda to use %s)", d->name, n,
+                    n == 1 ? "" : "s", n == 1 ? "it" : "them");
+        else
+            mrt_log(MRT_LOG_INFO, "auto selected cpu:0 (%s was compiled without CUDA)", d->name);
+        return MRT_OK;
+    }
+    mrt_status st = mrt_device_select(automatic ? "auto" : device, out); /* NULL: MODELRT_DEVICE */
+    if (st != MRT_OK)
+        return st;
+    if (out->kind == MRT_DEVICE_CUDA && !d->cuda) {
+        char dn[32];
+        return mrt_set_error(MRT_ERR_DEVICE, "%s: device %s requested, but this program was "
+                             "built without CUDA (modelc --no-cuda, or %s.c compiled without "
+                             "-DMRT_WITH_CUDA); use --device cpu", d->name,
+                             mrt_device_str(*out, dn, sizeof dn), d->name);
+    }
+    return MRT_OK;
+}
+
+static mrt_status select_pinned(const mrt_model_desc *d, int s, map_entry *map, int nmap,
+                                mrt_device *out)
+{
+    const mrt_slot_desc *sd = &d->slots[s];
+    mrt_device want;
+    if (mrt_device_parse(sd->device, &want, NULL) != MRT_OK)
+        return slot_error(d, s, NULL);
+    const char *mapped = NULL;
+    char mn[32];
+    for (int i = 0; i < nmap; i++)
+        if (map[i].from.kind == want.kind && map[i].from.index == want.index) {
+            want = map[i].to;
+            map[i].used = 1;
+            mapped = mrt_device_str(want, mn, sizeof mn);
+        }
+    char dn[32];
+    if (mrt_device_select(mrt_device_str(want, dn, sizeof dn), out) != MRT_OK)
+        return slot_error(d, s, mapped);
+    if (out->kind == MRT_DEVICE_CUDA && !d->cuda) {
+        mrt_set_error(MRT_ERR_DEVICE, "device %s requested, but this program was built without "
+                      "CUDA; map it to the CPU with --device-map %s=cpu", dn, sd->device);
+        return slot_error(d, s, mapped);
+    }
+    return MRT_OK;
+}
+
+mrt_status mrt_model_select_devices(const mrt_model_desc *d, const char *device,
+                                    const char *device_map, mrt_device *devs)
+{
+    mrt_status st = desc_check(d);
+    if (st != MRT_OK)
+        return st;
+    if (!devs)
+        return mrt_set_error(MRT_ERR_INVALID_ARG, "mrt_model_select_devices: devs is NULL");
+    map_entry map[MAP_MAX];
+    int nmap = 0;
+    const char *spec = device_map ? device_map : getenv("MODELRT_DEVICE_MAP");
+    if (spec && (st = map_parse(spec, map, &nmap)) != MRT_OK)
+        return st;
+    if ((st = select_main(d, device, &devs[0])) != MRT_OK)
+        return st;
+    for (int s = 1; s < d->n_slots; s++)
+        if ((st = select_pinned(d, s, map, nmap, &devs[s])) != MRT_OK)
+            return st;
+    for (int i = 0; i < nmap; i++)
+        if (!map[i].used) {
+            char f[32];
+            mrt_log(MRT_LOG_INFO, "device map: %s pins no region to %s; the entry is unused",
+                    d->name, mrt_device_str(map[i].from, f, sizeof f));
+        }
+    /* The memory pre-flight: a GPU must have room for what the plan puts there. `auto` falls
+     * back to the CPU with a warning; an explicit or pinned device is an error. */
+    const char *name = device ? device : getenv("MODELRT_DEVICE");
+    int is_auto = !name || !*name || !strcmp(name, "auto");
+    for (int s = 0; s < d->n_slots; s++) {
+        if (devs[s].kind != MRT_DEVICE_CUDA)
+            continue;
+        const mrt_slot_desc *sd = &d->slots[s];
+        size_t need = sd->weight_bytes + sd->load_bytes + sd->arena_bytes[1] + sd->io_bytes;
+        size_t free_b = 0, total_b = 0;
+        char dn[32];
+        mrt_device_str(devs[s], dn, sizeof dn);
+        if ((st = mrt_device_memory(devs[s], &free_b, &total_b)) != MRT_OK)
+            return s ? slot_error(d, s, NULL) : st;
+        if (need <= free_b)
+            continue;
+        if (s == 0 && is_auto) {
+            mrt_log(MRT_LOG_WARN, "%s: %s has %zu bytes free, the model needs %zu; running on cpu:0 "
+                    "instead", d->name, dn, free_b, need);
+            devs[0] = (mrt_device){MRT_DEVICE_CPU, 0};
+            continue;
+        }
+        mrt_set_error(MRT_ERR_OOM, "%s: %s has %zu bytes free (of %zu), the model needs %zu "
+                      "(weights %zu, load-time %zu, activations %zu, staging %zu)", d->name, dn,
+                      free_b, total_b, need, sd->weight_bytes, sd->load_bytes, sd->arena_bytes[1],
+                      sd->io_bytes);
+        return s ? slot_error(d, s, NULL) : MRT_ERR_OOM;
+    }
+    return MRT_OK;
+}
+
+mrt_status mrt_model_create(mrt_model **out, const mrt_model_desc *d, const char *device,
+                            const char *device_map)
+{
+    if (!out)
+        return mrt_set_error(MRT_ERR_INVALID_ARG, "mrt_model_create: out is NULL");
+    *out = NULL;
+    mrt_device devs[MRT_MAX_SLOTS];
+    mrt_status st = mrt_model_select_devices(d, device, device_map, devs);
+    return st != MRT_OK ? st : mrt_model_create_on(out, d, devs);
+}
+
+mrt_status mrt_model_create_on(mrt_model **out, const mrt_model_desc *d, const mrt_device *devs)
+{
+    if (!out)
+        return mrt_set_error(MRT_ERR_INVALID_ARG, "mrt_model_create_on: out is NULL");
+    *out = NULL;
+    mrt_status st = desc_check(d);
+    if (st != MRT_OK)
+        return st;
+    mrt_model *m = calloc(1, sizeof *m);
+    if (!m)
+        return mrt_set_error(MRT_ERR_OOM, "%s: out of memory (%zu bytes)", d->name, sizeof *m);
+    m->desc = d;
+    memcpy(m->dev, devs, sizeof(mrt_device) * (size_t)d->n_slots);
+    for (int s = 0; s < d->n_slots && st == MRT_OK; s++) {
+        mrt_device dv = m->dev[s];
+        const mrt_slot_desc *sd = &d->slots[s];
+        int cuda = dv.kind == MRT_DEVICE_CUDA;
+        if ((st = mrt_device_activate(dv)) != MRT_OK || (st = mrt_stream_create(dv, &m->stream[s])) != MRT_OK)
+            break;
+        m->weights[s] = mrt_alloc(dv, sd->weight_bytes);
+        m->arena[s] = mrt_alloc(dv, sd->arena_bytes[cuda]);
+        if (cuda)
+            m->io[s] = mrt_alloc(dv, sd->io_bytes);
+        if (!m->weights[s] || !m->arena[s] || (cuda && !m->io[s]))
+            st = MRT_ERR_OOM; /* mrt_alloc named the bytes and the device */
+    }
+    if (st == MRT_OK)
+        st = mrt_device_activate(m->dev[0]);
+    if (st != MRT_OK) {
+        mrt_model_destroy(m);
+        return st;
+    }
+    m->weights_loaded = d->n_params == 0 && !d->init;
+    *out = m;
+    return MRT_OK;
+}
+
+/* ---------------------------------------------------------------- weights */
+
+mrt_status mrt_model_load_weights(mrt_model *m, const char *path)
+{
+    if (!m || !m->desc)
+        return mrt_set_error(MRT_ERR_INVALID_ARG, "mrt_model_load_weights: model is NULL");
+    const mrt_model_desc *d = m->desc;
+    if (!path && d->n_params > 0)
+        return mrt_set_error(MRT_ERR_INVALID_ARG, "%s_load_weights: path is NULL", d->name);
+    const int nr = 2 * d->n_slots;
+    void *host[2 * MRT_MAX_SLOTS] = {0};
+    size_t bytes[2 * MRT_MAX_SLOTS] = {0};
+    const mrt_device cpu = {MRT_DEVICE_CPU, 0};
+    mrt_status st = MRT_OK;
+    m->weights_loaded = 0;
+    for (int s = 0; s < d->n_slots && st == MRT_OK; s++) {
+        const mrt_slot_desc *sd = &d->slots[s];
+        int cuda = m->dev[s].kind == MRT_DEVICE_CUDA;
+        bytes[2 * s] = sd->weight_bytes;
+        bytes[2 * s + 1] = sd->load_bytes;
+        if ((st = mrt_device_activate(m->dev[s])) != MRT_OK)
+            break;
+        mrt_free(m->dev[s], m->load[s]);
+        m->load[s] = mrt_alloc(m->dev[s], sd->load_bytes);
+        if (!m->load[s]) {
+            st = MRT_ERR_OOM;
+            break;
+        }
+        /* On the CPU the file is read straight into place; a GPU slot reads into host memory
+         * and copies once. */
+        host[2 * s] = cuda ? malloc(sd->weight_bytes ? sd->weight_bytes : 1) : m->weights[s];
+        host[2 * s + 1] = cuda ? malloc(sd->load_bytes ? sd->load_bytes : 1) : m->load[s];
+        if (!host[2 * s] || !host[2 * s + 1])
+            st = mrt_set_error(MRT_ERR_OOM, "%s_load_weights: cannot allocate %zu bytes of host "
+                               "memory", d->name, sd->weight_bytes + sd->load_bytes);
+    }
+    if (st == MRT_OK && d->n_params > 0)
+        st = mrt_weights_load_regions(path, d->params, d->n_params, host, bytes, nr);
+    for (int s = 0; s < d->n_slots && st == MRT_OK; s++) {
+        if (m->dev[s].kind != MRT_DEVICE_CUDA)
+            continue;
+        if ((st = mrt_device_activate(m->dev[s])) == MRT_OK &&
+            (st = mrt_memcpy(m->dev[s], m->weights[s], cpu, host[2 * s], bytes[2 * s],
+                             m->stream[s])) == MRT_OK &&
+            (st = mrt_memcpy(m->dev[s], m->load[s], cpu, host[2 * s + 1], bytes[2 * s + 1],
+                             m->stream[s])) == MRT_OK)
+            st = mrt_stream_sync(m->dev[s], m->stream[s], "load_weights");
+    }
+    for (int s = 0; s < d->n_slots; s++)
+        if (m->dev[s].kind == MRT_DEVICE_CUDA) {
+            free(host[2 * s]);
+            free(host[2 * s + 1]);
+        }
+    if (st == MRT_OK && d->init)
+        st = d->init(m);
+    /* The load-only regions (raw params that only folding reads) are not needed any more. */
+    for (int s = 0; s < d->n_slots; s++) {
+        if (m->dev[s].kind == MRT_DEVICE_CUDA && mrt_device_activate(m->dev[s]) != MRT_OK)
+            continue;
+        mrt_free(m->dev[s], m->load[s]);
+        m->load[s] = NULL;
+    }
+    if (st == MRT_OK)
+        st = mrt_device_activate(m->dev[0]);
+    if (st != MRT_OK)
+        return st;
+    m->weights_loaded = 1;
+    return MRT_OK;
+}
+
+/* ---------------------------------------------------------------- staging */
+
+mrt_status mrt_model_stage_in(mrt_model *m, int slot, const void *p, size_t bytes, size_t off,
+                              const void **use, const char *name)
+{
+    mrt_device pd, cpu = {MRT_DEVICE_CPU, 0}, d = m->dev[slot];
+    *use = p;
+    if (d.kind != MRT_DEVICE_CUDA)
+        return MRT_OK;
+    mrt_status st = mrt_pointer_device(p, &pd);
+    if (st != MRT_OK)
+        return st;
+    if (pd.kind == MRT_DEVICE_CUDA) {
+        if (pd.index != d.index)
+            return mrt_set_error(MRT_ERR_DEVICE, "%s_run: input '%s' is in cuda:%d memory, but "
+                                 "it is read on cuda:%d", m->desc->name, name, pd.index, d.index);
+        return MRT_OK;
+    }
+    void *dst = m->io[slot] + off;
+    *use = dst;
+    return mrt_memcpy(d, dst, cpu, p, bytes, m->stream[slot]);
+}
+
+mrt_status mrt_model_stage_out(mrt_model *m, int slot, void *p, size_t off, void **use, int *back,
+                               const char *name)
+{
+    mrt_device pd, d = m->dev[slot];
+    *use = p;
+    *back = 0;
+    if (d.kind != MRT_DEVICE_CUDA)
+        return MRT_OK;
+    mrt_status st = mrt_pointer_device(p, &pd);
+    if (st != MRT_OK)
+        return st;
+    if (pd.kind == MRT_DEVICE_CUDA) {
+        if (pd.index != d.index)
+            return mrt_set_error(MRT_ERR_DEVICE, "%s_run: output '%s' is in cuda:%d memory, but "
+                                 "it is computed on cuda:%d", m->desc->name, name, pd.index, d.index);
+        return MRT_OK;
+    }
+    *use = m->io[slot] + off;
+    *back = 1;
+    return MRT_OK;
+}
+
+/* ---------------------------------------------------------------- memory */
+
+mrt_status mrt_model_plan_memory(const mrt_model_desc *d, const mrt_device *devs, int slot,
+                                 mrt_memory_use *out)
+{
+    if (!d || !devs || !out || slot < 0 || slot >= d->n_slots)
+        return mrt_set_error(MRT_ERR_INVALID_ARG, "mrt_model_plan_memory: bad descriptor or slot %d",
+                             slot);
+    const mrt_slot_desc *sd = &d->slots[slot];
+    int cuda = devs[slot].kind == MRT_DEVICE_CUDA;
+    out->device = devs[slot];
+    out->weights = sd->weight_bytes;
+    out->load_only = sd->load_bytes;
+    out->arena = sd->arena_bytes[cuda];
+    out->scratch = cuda ? sd->io_bytes : 0;
+    out->total = out->weights + out->arena + out->scratch;
+    return MRT_OK;
+}
