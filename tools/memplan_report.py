@@ -5,9 +5,10 @@
 
 For every .model under examples/, tests/numeric/cases/ and tests/plan/cases/ (or the FILES
 given), runs `modelc F --dump=memplan` (plus any extra compiler FLAGS such as --no-inplace) and
-parses the totals line
+parses slot 0's lines
 
-    total cpu: arena A bytes, lower bound L (ratio ...), naive N (ratio ...), weights W bytes
+    lower bound L bytes (ratio ...), naive N (ratio ...) on slot 0
+    slot 0 the model's device: arena A bytes (CPU, align 64)..., weights W bytes, load-only X bytes
 
 into one row: model, arena bytes, lower bound, arena/lower bound, naive bytes, arena/naive,
 weight bytes. A model that does not compile gets a row saying so. The last line counts how many
@@ -24,8 +25,8 @@ from concurrent.futures import ThreadPoolExecutor
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DIRS = ["examples", "tests/numeric/cases", "tests/plan/cases"]
-TOTAL_RE = re.compile(r"^\s*total (\w+): arena (\d+) bytes, lower bound (\d+) \(ratio [\d.]+\), "
-                      r"naive (\d+) \(ratio [\d.]+\), weights (\d+) bytes\s*$", re.M)
+BOUND_RE = re.compile(r"^\s*lower bound (\d+) bytes \(ratio [\d.]+\), naive (\d+) \(ratio [\d.]+\) on slot 0\s*$", re.M)
+SLOT0_RE = re.compile(r"^\s*slot 0 [^:]*: arena (\d+) bytes \(CPU[^\n]*, weights (\d+) bytes, load-only \d+ bytes\s*$", re.M)
 TARGET = 1.05
 
 
@@ -44,15 +45,13 @@ def plan(modelc, path, flags):
         p = subprocess.run([modelc, path, "--dump=memplan"] + flags, capture_output=True, text=True, timeout=120)
     except subprocess.TimeoutExpired:
         return None, "timed out"
-    m = TOTAL_RE.findall(p.stdout)
-    if p.returncode != 0 or not m:
+    b, s0 = BOUND_RE.search(p.stdout), SLOT0_RE.search(p.stdout)
+    if p.returncode != 0 or not b or not s0:
         err = [l for l in (p.stderr + p.stdout).splitlines() if "error" in l] or (p.stderr + p.stdout).splitlines()
         return None, (err[0].strip() if err else "exit %d" % p.returncode)
-    # one totals line per device; sum them (today: one, cpu)
-    a = sum(int(t[1]) for t in m)
-    lb = sum(int(t[2]) for t in m)
-    nv = sum(int(t[3]) for t in m)
-    w = sum(int(t[4]) for t in m)
+    # the lower bound and the naive sum are slot 0's (the model's device), as is the arena
+    lb, nv = int(b.group(1)), int(b.group(2))
+    a, w = int(s0.group(1)), int(s0.group(2))
     return (a, lb, nv, w), None
 
 

@@ -1,6 +1,8 @@
 # lit configuration for modelc: .model files with RUN/CHECK lines (LLVM lit + FileCheck).
 import os
+import shlex
 import shutil
+import subprocess
 
 import lit.formats
 
@@ -27,3 +29,14 @@ config.substitutions.append(("%not", not_tool))
 for var in ("MODELC_CFLAGS", "ASAN_OPTIONS", "UBSAN_OPTIONS", "CC", "PATH", "HOME", "PYTHONPATH"):
     if var in os.environ:
         config.environment[var] = os.environ[var]
+
+# Compiling generated C against the runtime, as a user would: %cc (with $MODELC_CFLAGS) and the
+# flags modelc prints for it.
+config.substitutions.append(("%cc", " ".join([os.environ.get("CC", "cc")] + shlex.split(os.environ.get("MODELC_CFLAGS", "")))))
+def _modelc_flags(flag):
+    try:
+        return subprocess.run([modelc, flag], capture_output=True, text=True, check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "MODELC_NOT_BUILT"
+config.substitutions.append(("%rtcflags", _modelc_flags("--print-cflags")))
+config.substitutions.append(("%rtlibs", _modelc_flags("--print-libs")))
