@@ -57,6 +57,19 @@ char *c_ident(const char *name) {
     return s;
 }
 
+/* s as the inside of a C string literal: quotes, backslashes and non-printable bytes escaped
+ * (a file name may hold any of them). */
+static char *c_string_body(const char *s) {
+    char *out = xalloc(4 * strlen(s) + 1), *p = out;
+    for (const unsigned char *q = (const unsigned char *)s; *q; q++) {
+        if (*q == '"' || *q == '\\') { *p++ = '\\'; *p++ = (char)*q; }
+        else if (*q < 0x20 || *q >= 0x7f) p += sprintf(p, "\\%03o", *q);
+        else *p++ = (char)*q;
+    }
+    *p = 0;
+    return out;
+}
+
 static char *upper(const char *s) {
     char *u = xstrdup(s);
     for (char *p = u; *p; p++) *p = (char)toupper((unsigned char)*p);
@@ -528,7 +541,7 @@ static void emit_header(Emit *e, FILE *o, const char *unused) {
     fprintf(o, "#define %s_ARENA_BYTES_CPU %zu\n", e->PFX, e->mp->slot_arena[0]);
     fprintf(o, "#define %s_ARENA_BYTES_CUDA %zu\n", e->PFX, e->mpc->slot_arena[0]);
     for (int s = 1; s < g->nslots; s++) {
-        fprintf(o, "/* device slot %d, pinned by 'on %s' at %s:%d */\n", s, g->slots[s].name, g->source, g->slots[s].loc.line);
+        fprintf(o, "/* device slot %d, pinned by 'on %s' at line %d */\n", s, g->slots[s].name, g->slots[s].loc.line);
         fprintf(o, "#define %s_SLOT%d_DEVICE \"%s\"\n", e->PFX, s, g->slots[s].name);
         fprintf(o, "#define %s_SLOT%d_WEIGHT_BYTES %zu\n", e->PFX, s, e->mp->slot_weights[s]);
         fprintf(o, "#define %s_SLOT%d_LOAD_BYTES %zu\n", e->PFX, s, e->mp->slot_load[s]);
@@ -708,7 +721,7 @@ static void emit_tables(Emit *e, FILE *o) {
                " * arena with the CPU and the CUDA plan, CUDA staging). */\n");
     fprintf(o, "static const mrt_slot_desc %s_slots[] = {\n", e->pfx);
     for (int s = 0; s < g->nslots; s++) {
-        if (s) fprintf(o, "    {\"%s\", \"%s:%d\", ", g->slots[s].name, g->source, g->slots[s].loc.line);
+        if (s) fprintf(o, "    {\"%s\", \"%s:%d\", ", g->slots[s].name, c_string_body(g->source), g->slots[s].loc.line);
         else fprintf(o, "    {NULL, NULL, ");
         fprintf(o, "%zu, %zu, {%zu, %zu}, %zu},\n", mp->slot_weights[s], mp->slot_load[s], mp->slot_arena[s],
                 e->mpc->slot_arena[s], e->io_bytes[s]);

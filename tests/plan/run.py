@@ -68,11 +68,11 @@ class Fail(Exception):
 
 LINE_RE = re.compile(
     r"^\s+%(\d+)\s+(input|param|arena|output|const|init)\s+(\d+) bytes\s+live \[(-?\d+),(-?\d+)\]"
-    r"(?:\s+offset (\d+))?(?:\s+#(\d+))?(?:\s+view of %(\d+))?(?:\s+in place of %(\d+))?"
+    r"(?:\s+offset (\d+)( \(load-only\))?)?(?:\s+#(\d+))?(?:\s+view of %(\d+))?(?:\s+in place of %(\d+))?"
     r"\s+(\w+\[[^\]]*\])(?:\s+; (\S+))?\s*$")
-TOTAL_RE = re.compile(
-    r"^\s+total (\w+): arena (\d+) bytes, lower bound (\d+) \(ratio [\d.]+\), naive (\d+) "
-    r"\(ratio [\d.]+\), weights (\d+) bytes\s*$")
+BOUND_RE = re.compile(r"^\s+lower bound (\d+) bytes \(ratio [\d.]+\), naive (\d+) \(ratio [\d.]+\) on slot 0\s*$")
+SLOT_RE = re.compile(r"^\s+slot (\d+) ([^:]*): arena (\d+) bytes \(CPU, align 64\)(?:, \d+ bytes \(CUDA, align 256\))?, "
+                     r"weights (\d+) bytes, load-only (\d+) bytes\s*$")
 KERNEL_RE = re.compile(r"^\s+(k|init)(\d+) (\w+) (.*) -> %(\d+) : (\S+)\s+; nodes (.*)$")
 OUTPUT_RE = re.compile(r"^\s+output (\S+) = %(\d+)\s*$")
 
@@ -84,15 +84,16 @@ class Value:
         self.bytes = int(m.group(3))
         self.first, self.last = int(m.group(4)), int(m.group(5))
         self.offset = int(m.group(6)) if m.group(6) is not None else None
-        self.index = int(m.group(7)) if m.group(7) is not None else None
-        self.view_of = int(m.group(8)) if m.group(8) is not None else None
-        self.inplace_of = int(m.group(9)) if m.group(9) is not None else None
-        self.type = m.group(10)
-        self.name = m.group(11)
+        self.load_only = m.group(7) is not None
+        self.index = int(m.group(8)) if m.group(8) is not None else None
+        self.view_of = int(m.group(9)) if m.group(9) is not None else None
+        self.inplace_of = int(m.group(10)) if m.group(10) is not None else None
+        self.type = m.group(11)
+        self.name = m.group(12)
 
 
 def parse_memplan(text):
-    vals, sched, totals = {}, None, None
+    vals, sched, totals, bound = {}, None, None, (0, 0)
     for line in text.splitlines():
         if line.startswith("memplan "):
             continue
@@ -109,10 +110,14 @@ def parse_memplan(text):
                 raise Fail("memplan: %%%d listed twice" % v.id)
             vals[v.id] = v
             continue
-        m = TOTAL_RE.match(line)
+        m = BOUND_RE.match(line)
         if m:
-            totals = {"arena": int(m.group(2)), "lower": int(m.group(3)), "naive": int(m.group(4)),
-                      "weights": int(m.group(5))}
+            bound = (int(m.group(1)), int(m.group(2)))
+            continue
+        m = SLOT_RE.match(line)
+        if m and m.group(1) == "0":
+            totals = {"arena": int(m.group(3)), "lower": bound[0], "naive": bound[1],
+                      "weights": int(m.group(4)), "load_only": int(m.group(5))}
             continue
         if s:
             raise Fail("memplan: cannot parse line: %r" % line)
@@ -168,15 +173,21 @@ def check_plan(plan_text, fused_text, out_names):
         if v is None or v.kind != "init":
             raise Fail("load-time kernel writes %%%d, which is %s" % (k.root, "not listed" if v is None else
                                                                      "%s storage, not init" % v.kind))
-    weights = sorted((v for v in vals.values() if v.kind in ("param", "init") and v.view_of is None),
-                     key=lambda v: (v.offset, v.id))
-    for i, v in enumerate(weights):
-        if v.offset is None or v.offset % ALIGN or v.offset + v.bytes > totals["weights"]:
-            raise Fail("%s %%%d at offset %s (%d bytes) is unaligned or outside the weight region of %d bytes"
-                       % (v.kind, v.id, v.offset, v.bytes, totals["weights"]))
-        if i and weights[i - 1].offset + weights[i - 1].bytes > v.offset and v.bytes and weights[i - 1].bytes:
-            raise Fail("%s %%%d and %s %%%d overlap in the weight region" % (weights[i - 1].kind, weights[i - 1].id,
-                                                                           v.kind, v.id))
+    # Two weight regions: the resident one (what run() reads) and the load-only one (read only by
+    # load-time kernels, freed after loading). A value run() reads must be resident.
+    for region, size in (("weight", totals["weights"]), ("load-only", totals["load_only"])):
+        weights = sorted((v for v in vals.values() if v.kind in ("param", "init") and v.view_of is None
+                          and v.load_only == (region == "load-only")), key=lambda v: (v.offset, v.id))
+        for i, v in enumerate(weights):
+            if v.offset is None or v.offset % ALIGN or v.offset + v.bytes > size:
+                raise Fail("%s %%%d at offset %s (%d bytes) is unaligned or outside the %s region of %d bytes"
+                           % (v.kind, v.id, v.offset, v.bytes, region, size))
+            if i and weights[i - 1].offset + weights[i - 1].bytes > v.offset and v.bytes and weights[i - 1].bytes:
+                raise Fail("%s %%%d and %s %%%d overlap in the %s region" % (weights[i - 1].kind, weights[i - 1].id,
+                                                                          v.kind, v.id, region))
+            if region == "load-only" and v.last >= 0:
+                raise Fail("%s %%%d is read at run time (live to step %d) but lives in the load-only region"
+                           % (v.kind, v.id, v.last))
     by_root = {}
     for k in kernels:
         if k.root in by_root:
