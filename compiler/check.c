@@ -762,7 +762,7 @@ static Node *lower_conv2d(Checker *c, const Call *call) {
     if (shape_nsym(&w->shape)) error_at(wa->loc, "'conv2d' weight %s must not depend on the batch", shp(c, &w->shape));
     Node *n = new_node(c->g, OP_CONV2D, call->ast->loc);
     long long groups = attr_int(call, 3, 1);
-    if (groups < 1 || groups > INT32_MAX) error_at(call->attr[3]->loc, "'conv2d' groups must be >= 1, got %lld", groups);
+    if (groups < 1 || groups > INT32_MAX) error_at(call->attr[3]->loc, "'conv2d' groups must be in 1..2^31-1, got %lld", groups);
     n->groups = (int)groups;
     attr_ints(call, 0, n->stride, 2, 1, false);
     attr_ints(call, 1, n->pad, 4, 0, true);
