@@ -15,6 +15,7 @@
  */
 #include "modelc.h"
 
+#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -46,12 +47,20 @@ static void nest(Ast *e, const Ast *x) {
 
 /* A number literal as written: "42", "0.5", "1e-5", "2.", ".5". is_int when it has no '.',
  * 'e' or 'E'; num is its value (strtod; an out-of-range literal becomes inf or 0, which the
- * checker may reject). */
+ * checker may reject). An integer is also parsed exactly into ival, and int_ok says whether it
+ * is at most MAX_INT_LITERAL: the checker range-checks on int_ok before it negates or uses the
+ * value, never on the rounded double. */
 Ast *new_num(Loc loc, const char *text) {
     Ast *e = new_ast(AST_NUM, loc);
     e->text = xstrdup(text);
     e->is_int = text[strcspn(text, ".eE")] == '\0';
     e->num = strtod(text, NULL);
+    if (e->is_int) {
+        errno = 0;
+        unsigned long long u = strtoull(text, NULL, 10);
+        e->int_ok = errno != ERANGE && u <= (unsigned long long)MAX_INT_LITERAL;
+        e->ival = e->int_ok ? (int64_t)u : 0;
+    }
     return e;
 }
 

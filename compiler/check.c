@@ -44,6 +44,7 @@ typedef struct Checker {
     int depth;
     Loc batch_loc;   /* where the batch name was first used */
     Loc *param_locs; /* where each of g->params was declared */
+    int nchecked;    /* g->nodes[0..nchecked) have been held to MAX_ELEMS (check_new_nodes) */
 } Checker;
 
 static Checker *CK; /* the checker, for attribute helpers that resolve block integers */
@@ -294,28 +295,26 @@ static void sort_args(Checker *c, const Ast *e, const OpSpec *spec, Call *call) 
     }
 }
 
-/* Integer literal value of an attribute, with sign. */
+/* The integer an attribute, list item or block argument stands for: a literal, a block's
+ * integer argument, or either negated. A literal's magnitude is range-checked (MAX_INT_LITERAL,
+ * on the exact value the parser kept) before it is negated, so no later arithmetic sees a value
+ * near the int64 limits; a literal out of range is an error, never silently another kind of
+ * value. Block integers were bounded the same way when they were bound. */
 static bool int_literal(const Ast *v, long long *out) {
-    if (v->kind == AST_NAME && CK) {
-        Sym *s = lookup(CK, v->name);
-        if (s && s->kind == SYM_INT) {
-            *out = s->ival;
-            return true;
-        }
-        return false;
-    }
-    if (v->kind == AST_NEG && v->lhs->kind == AST_NAME) {
-        if (!int_literal(v->lhs, out)) return false;
-        *out = -*out;
+    bool neg = v->kind == AST_NEG;
+    const Ast *u = neg ? v->lhs : v;
+    if (u->kind == AST_NAME && CK) {
+        Sym *s = lookup(CK, u->name);
+        if (!s || s->kind != SYM_INT) return false;
+        *out = neg ? -s->ival : s->ival;
         return true;
     }
-    if (v->kind == AST_NUM && v->is_int) {
-        *out = (long long)v->num;
-        return fabs(v->num) < 9e15;
-    }
-    if (v->kind == AST_NEG && v->lhs->kind == AST_NUM && v->lhs->is_int) {
-        *out = -(long long)v->lhs->num;
-        return fabs(v->lhs->num) < 9e15;
+    if (u->kind == AST_NUM && u->is_int) {
+        if (!u->int_ok)
+            error_at(v->loc, "integer %s%s is out of range (integers in attributes, lists and block arguments are "
+                     "at most 2^53 in magnitude)", neg ? "-" : "", u->text);
+        *out = neg ? -u->ival : u->ival;
+        return true;
     }
     return false;
 }
@@ -659,15 +658,20 @@ static void attr_ints(const Call *call, int k, int *out, int n, int def, bool pa
         return;
     }
     if (int_literal(v, &x)) {
-        if (x < INT32_MIN || x > INT32_MAX) error_at(v->loc, "attribute '%s' of '%s' is out of range", name, call->spec->name);
+        if (x < INT32_MIN || x > INT32_MAX)
+            error_at(v->loc, "attribute '%s' of '%s' is %lld, out of range (at most 2^31-1 in magnitude)", name,
+                     call->spec->name, x);
         for (int i = 0; i < n; i++) out[i] = (int)x;
         return;
     }
     if (v->kind == AST_LIST && (v->nitems == 2 || (pad && v->nitems == 4))) {
         int vals[4];
         for (int i = 0; i < v->nitems; i++) {
-            if (!int_literal(v->items[i], &x) || x < INT32_MIN || x > INT32_MAX)
+            if (!int_literal(v->items[i], &x))
                 error_at(v->items[i]->loc, "attribute '%s' of '%s' must hold integers", name, call->spec->name);
+            if (x < INT32_MIN || x > INT32_MAX)
+                error_at(v->items[i]->loc, "attribute '%s' of '%s' holds %lld, out of range (at most 2^31-1 in "
+                         "magnitude)", name, call->spec->name, x);
             vals[i] = (int)x;
         }
         if (v->nitems == 2 && pad) { /* [h, w]: symmetric */
@@ -685,11 +689,24 @@ static void attr_ints(const Call *call, int k, int *out, int n, int def, bool pa
 static int64_t floor_div(int64_t a, int64_t b) { return a >= 0 ? a / b : -((-a + b - 1) / b); }
 static int64_t ceil_div(int64_t a, int64_t b) { return a >= 0 ? (a + b - 1) / b : -(-a / b); }
 
+/* Extent d * (k - 1) + 1 of a window of k taps dilated by d, or INT64_MAX when that overflows
+ * (k comes from a weight's shape, up to 2^40, d from an attribute, up to 2^31-1). Computed in
+ * int64 with checks: in int, dilation 2^30 on a 3-wide kernel wrapped to -2147483647. */
+static int64_t window_extent(int64_t k, int64_t d) {
+    int64_t e;
+    if (__builtin_mul_overflow(d, k - 1, &e) || __builtin_add_overflow(e, 1, &e)) return INT64_MAX;
+    return e;
+}
+
 /* Output length of a sliding window, PyTorch's rule (see docs/language.md); <= 0 means empty.
  * The division is a true floor (or ceil): C's truncation would turn L=1, k=2, s=2 into 1
- * (field case B22). */
-static int64_t window_out(int64_t L, int k, int s, int pb, int pe, int d, bool ceil_mode) {
-    int64_t num = L + pb + pe - (int64_t)d * (k - 1) - 1;
+ * (field case B22). L <= 2^40 and the int attributes keep L + pb + pe far from overflow; an
+ * extent more than one stride beyond the padded input is empty in either mode, and is answered
+ * before the subtraction and divisions could wrap. */
+static int64_t window_out(int64_t L, int64_t k, int s, int pb, int pe, int d, bool ceil_mode) {
+    int64_t padded = L + pb + pe, ext = window_extent(k, d);
+    if (ext > padded + s) return 0;
+    int64_t num = padded - ext;
     int64_t o = (ceil_mode ? ceil_div(num, s) : floor_div(num, s)) + 1;
     if (ceil_mode && o > 0 && (o - 1) * s >= L + pb) o--;
     return o;
@@ -721,14 +738,15 @@ static void check_window_attrs(const Call *call, const int *stride, const int *d
         if (pad[i] < 0) error_at(attr_loc(call, "padding"), "'%s' padding must be >= 0, got %d", call->spec->name, pad[i]);
 }
 
-static void window_shape(Checker *c, const Call *call, Node *n, const Node *x, int kh, int kw) {
+static void window_shape(Checker *c, const Call *call, Node *n, const Node *x, int64_t kh, int64_t kw) {
     int64_t H = x->shape.d[2].c, W = x->shape.d[3].c;
     int64_t oh = window_out(H, kh, n->stride[0], n->pad[0], n->pad[2], n->dilation[0], n->ceil_mode);
     int64_t ow = window_out(W, kw, n->stride[1], n->pad[1], n->pad[3], n->dilation[1], n->ceil_mode);
     if (oh < 1 || ow < 1)
-        error_at(call->ast->loc, "'%s' output size %lldx%lld is empty (input %lldx%lld, kernel %dx%d, stride %dx%d, "
+        error_at(call->ast->loc, "'%s' output size %lldx%lld is empty (input %lldx%lld, kernel %lldx%lld, stride %dx%d, "
                  "padding [%d,%d,%d,%d], dilation %dx%d)", call->spec->name, (long long)(oh < 0 ? 0 : oh),
-                 (long long)(ow < 0 ? 0 : ow), (long long)H, (long long)W, kh, kw, n->stride[0], n->stride[1], n->pad[0],
+                 (long long)(ow < 0 ? 0 : ow), (long long)H, (long long)W, (long long)kh, (long long)kw, n->stride[0],
+                 n->stride[1], n->pad[0],
                  n->pad[1], n->pad[2], n->pad[3], n->dilation[0], n->dilation[1]);
     n->shape.d[2] = (Dim){oh, false};
     n->shape.d[3] = (Dim){ow, false};
@@ -744,7 +762,7 @@ static Node *lower_conv2d(Checker *c, const Call *call) {
     if (shape_nsym(&w->shape)) error_at(wa->loc, "'conv2d' weight %s must not depend on the batch", shp(c, &w->shape));
     Node *n = new_node(c->g, OP_CONV2D, call->ast->loc);
     long long groups = attr_int(call, 3, 1);
-    if (groups < 1 || groups > INT32_MAX) error_at(call->attr[3]->loc, "'conv2d' groups must be >= 1, got %lld", groups);
+    if (groups < 1 || groups > INT32_MAX) error_at(call->attr[3]->loc, "'conv2d' groups must be in 1..2^31-1, got %lld", groups);
     n->groups = (int)groups;
     attr_ints(call, 0, n->stride, 2, 1, false);
     attr_ints(call, 1, n->pad, 4, 0, true);
@@ -753,10 +771,12 @@ static Node *lower_conv2d(Checker *c, const Call *call) {
     int64_t C = x->shape.d[1].c, O = w->shape.d[0].c, Cg = w->shape.d[1].c;
     if (C % groups) error_at(call->ast->loc, "'conv2d' groups %lld does not divide input channels %lld", groups, (long long)C);
     if (O % groups) error_at(call->ast->loc, "'conv2d' groups %lld does not divide output channels %lld", groups, (long long)O);
-    if (Cg * groups != C)
-        error_at(call->ast->loc, "'conv2d' input channels %lld differ from weight C x groups = %lld x %lld = %lld "
-                 "(input %s, weight %s)", (long long)C, (long long)Cg, groups, (long long)(Cg * groups),
-                 shp(c, &x->shape), shp(c, &w->shape));
+    int64_t cg_groups;
+    bool ovf = __builtin_mul_overflow(Cg, (int64_t)groups, &cg_groups);
+    if (ovf || cg_groups != C)
+        error_at(call->ast->loc, "'conv2d' input channels %lld differ from weight C x groups = %lld x %lld%s "
+                 "(input %s, weight %s)", (long long)C, (long long)Cg, groups,
+                 ovf ? "" : xprintf(" = %lld", (long long)cg_groups), shp(c, &x->shape), shp(c, &w->shape));
     if (b && (b->shape.rank != 1 || !dim_eq(b->shape.d[0], w->shape.d[0])))
         error_at(call->ast->args[2].val->loc, "'conv2d' bias must be [%lld] (one per output channel), got %s", (long long)O,
                  shp(c, &b->shape));
@@ -764,9 +784,13 @@ static Node *lower_conv2d(Checker *c, const Call *call) {
     n->in[1] = w;
     n->nin = 2;
     n->shape = (Shape){4, {x->shape.d[0], {O, false}, {0, false}, {0, false}}};
-    window_shape(c, call, n, x, (int)w->shape.d[2].c, (int)w->shape.d[3].c);
-    n->kernel[0] = (int)w->shape.d[2].c;
-    n->kernel[1] = (int)w->shape.d[3].c;
+    window_shape(c, call, n, x, w->shape.d[2].c, w->shape.d[3].c);
+    for (int i = 0; i < 2; i++) { /* the kernel is an int from here on (Node, runtime kernels) */
+        if (w->shape.d[2 + i].c > INT32_MAX)
+            error_at(wa->loc, "'conv2d' kernel %s %lld (dimension %d of the weight %s) is more than the maximum "
+                     "2^31-1", i ? "width" : "height", (long long)w->shape.d[2 + i].c, 2 + i, shp(c, &w->shape));
+        n->kernel[i] = (int)w->shape.d[2 + i].c;
+    }
     if (!b) return n;
     Shape bs = {3, {{O, false}, {1, false}, {1, false}}};
     return mk_binary(c, OP_ADD, call->ast->loc, n, mk_reshape(c, call->ast->loc, b, bs));
@@ -793,12 +817,12 @@ static Node *lower_pool(Checker *c, const Call *call, OpKind op) {
         n->count_include_pad = attr_bool(call, 4, true);
     }
     check_window_attrs(call, n->stride, n->dilation, n->pad);
-    for (int i = 0; i < 4; i++) {
-        int k = n->kernel[i % 2], d = n->dilation[i % 2], eff = d * (k - 1) + 1;
-        if (2 * n->pad[i] > eff)
+    for (int i = 0; i < 4; i++) { /* int64: 2 * pad and the extent overflow int (pad 2^31-1, dilation 2^30) */
+        int64_t eff = window_extent(n->kernel[i % 2], n->dilation[i % 2]);
+        if (2 * (int64_t)n->pad[i] > eff)
             error_at(call->attr[2] ? call->attr[2]->loc : call->ast->loc,
-                     "'%s' padding %d is more than half the kernel size %d (as in PyTorch, a window may not lie "
-                     "entirely in the padding)", call->spec->name, n->pad[i], eff);
+                     "'%s' padding %d is more than half the kernel size %lld (as in PyTorch, a window may not lie "
+                     "entirely in the padding)", call->spec->name, n->pad[i], (long long)eff);
     }
     n->in[0] = x;
     n->nin = 1;
@@ -878,7 +902,11 @@ static Node *lower_flatten(Checker *c, const Call *call) {
     Shape s = {0};
     for (int i = 0; i < a; i++) s.d[s.rank++] = x->shape.d[i];
     Dim m = {1, false};
-    for (int i = a; i <= b; i++) m = dim_mul(m, x->shape.d[i], NULL);
+    for (int i = a; i <= b; i++) {
+        bool ok;
+        m = dim_mul(m, x->shape.d[i], &ok);
+        if (!ok) ICE("flatten of %s overflowed: its element count is capped", shp(c, &x->shape));
+    }
     s.d[s.rank++] = m;
     for (int i = b + 1; i < r; i++) s.d[s.rank++] = x->shape.d[i];
     return mk_reshape(c, call->ast->loc, x, s);
@@ -909,7 +937,11 @@ static Node *lower_concat(Checker *c, const Call *call) {
             if (s0.sym != s1.sym)
                 error_at(a->loc, "'concat' along axis %d mixes batch-dependent and fixed sizes (%s and %s)", axis,
                          dms(c, s0), dms(c, s1));
-            n->shape.d[axis].c += s1.c;
+            int64_t sum;
+            if (__builtin_add_overflow(s0.c, s1.c, &sum) || sum > MAX_ELEMS)
+                error_at(a->loc, "'concat' along axis %d: operand %d makes the size %s + %s, more than the maximum 2^40",
+                         axis, i, dms(c, s0), dms(c, s1));
+            n->shape.d[axis].c = sum;
         }
         n->in[i] = x;
     }
@@ -930,7 +962,7 @@ static Node *lower_slice(Checker *c, const Call *call) {
     if (end < 0) end += L.c;
     start = start < 0 ? 0 : start > L.c ? L.c : start;
     end = end < 0 ? 0 : end > L.c ? L.c : end;
-    long long len = end > start ? (end - start + step - 1) / step : 0;
+    long long len = end > start ? (end - start - 1) / step + 1 : 0; /* step may be up to 2^53: no end + step */
     if (len < 1)
         error_at(call->ast->loc, "'slice' of axis %d (size %lld) from %lld to %lld is empty", axis, (long long)L.c,
                  start, end);
@@ -1157,7 +1189,40 @@ static Node *mk_const(Checker *c, Loc loc, double v) {
     return n;
 }
 
+/* Elements of s per batch item, or -1 when that is more than MAX_ELEMS (multiplied with
+ * overflow checks: dims of 2^32 x 2^32 must not wrap to 0). */
+static int64_t shape_elems(const Shape *s) {
+    int64_t n = 1;
+    for (int i = 0; i < s->rank; i++)
+        if (__builtin_mul_overflow(n, s->d[i].c, &n) || n > MAX_ELEMS) return -1;
+    return n;
+}
+
+/* Holds every node made since the last call to the 2^40-element cap that declared tensors
+ * have (convert_type), so that no op's output, nor a tensor an op makes on the way (the scores
+ * of an attention), wraps or outgrows the cap. Runs after each expression, before any other op
+ * reads the expression's shape; `e` names the op in the message. */
+static void check_new_nodes(Checker *c, const Ast *e, const Node *result) {
+    Graph *g = c->g;
+    for (; c->nchecked < g->nnodes; c->nchecked++) {
+        const Node *n = g->nodes[c->nchecked];
+        if (shape_elems(&n->shape) >= 0) continue;
+        const char *op = e->kind == AST_CALL ? e->name : op_name(n->op);
+        error_at(e->loc, "'%s' %s %s%s: more than 2^40 elements%s", op, n == result ? "gives" : "needs an intermediate",
+                 dtype_name(n->dtype), shp(c, &n->shape), shape_nsym(&n->shape) ? " per batch item" : "");
+    }
+}
+
+static Node *lower_expr1(Checker *c, const Ast *e);
+
+/* Lowers expression e to the graph and returns the node of its value. */
 static Node *lower_expr(Checker *c, const Ast *e) {
+    Node *n = lower_expr1(c, e);
+    check_new_nodes(c, e, n);
+    return n;
+}
+
+static Node *lower_expr1(Checker *c, const Ast *e) {
     switch (e->kind) {
     case AST_NUM:
         return mk_const(c, e->loc, e->num);

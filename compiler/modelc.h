@@ -93,6 +93,8 @@ struct Ast {
     Loc loc;        /* start of the expression; for AST_BINOP, the operator */
     double num;     /* AST_NUM */
     bool is_int;    /* AST_NUM written without '.', 'e' */
+    bool int_ok;    /* is_int and the value is at most MAX_INT_LITERAL: ival holds it exactly */
+    int64_t ival;   /* AST_NUM with int_ok: the literal's value, parsed from text (not from num) */
     char *text;     /* AST_NUM: the literal as written */
     char *name;     /* AST_NAME, AST_CALL */
     char op;        /* AST_BINOP */
@@ -106,6 +108,10 @@ struct Ast {
     Loc scope_loc;
     int depth;      /* nesting depth of the expression (1 for a leaf) */
 };
+
+/* Integer literals that stand for integers (attributes, list items, block arguments) are at
+ * most this in magnitude: exact in a double, and far from overflow in any size arithmetic. */
+#define MAX_INT_LITERAL (1LL << 53)
 
 /* Expressions nested deeper than this are an error (every later phase recurses over them). */
 #define MAX_EXPR_DEPTH 1000

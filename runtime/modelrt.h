@@ -298,14 +298,20 @@ typedef struct mrt_param_desc {
  *  header length N, N bytes of JSON, then the data region) into `dst`, a host buffer of
  *  `dst_bytes` bytes, placing each of the `n` params at its offset.
  *  Checks, each failing with a message naming the file and the tensor:
- *   - header length beyond the file or above 100 MB; JSON malformed (parsed with cJSON);
+ *   - an empty path (MRT_ERR_INVALID_ARG); a .npy file, or a header length beyond the file
+ *     ("not a safetensors file"); a header above 100 MB;
+ *   - JSON malformed (parsed with cJSON), nested too deeply, or starting with a UTF-8
+ *     byte-order mark; a tensor name or dtype with an embedded NUL (\u0000);
  *   - an entry without dtype/shape/data_offsets, rank > MRT_MAX_RANK, a negative or zero
  *     dimension, an element count or byte size that overflows 64 bits;
  *   - data_offsets not [begin, end] with begin <= end, end past the data region, a byte span
- *     that disagrees with dtype and shape, two tensors whose spans overlap;
+ *     that disagrees with dtype and shape; data bytes not covered by exactly one tensor (two
+ *     spans that overlap, a hole between spans, bytes after the last one), as the safetensors
+ *     library requires;
  *   - a param missing from the file (MRT_ERR_MISMATCH), a tensor in the file the model does not
  *     have (MRT_ERR_MISMATCH, "unexpected tensor"), a wrong dtype or shape (MRT_ERR_MISMATCH,
- *     both given). The "__metadata__" entry is allowed and ignored.
+ *     both given). The "__metadata__" entry is allowed (an object of strings, or null) and
+ *     ignored.
  *  safetensors dtype names: F32, I32, I64 map to MRT_F32, MRT_I32, MRT_I64.
  *  On failure `dst` may be partly written but nothing else is changed. */
 mrt_status mrt_weights_load(const char *path, const mrt_param_desc *params, int n,
@@ -323,11 +329,12 @@ mrt_status mrt_weights_load_regions(const char *path, const mrt_param_desc *para
  *  of dtype '<f4', '<i4' or '<i8' in C order into `out` (data allocated with malloc).
  *  Other dtypes, fortran_order True, a malformed or truncated header, a data size that does not
  *  match the shape, rank > MRT_MAX_RANK or an element count that overflows: MRT_ERR_FORMAT with
- *  the file name and the reason. */
+ *  the file name and the reason. An empty path is MRT_ERR_INVALID_ARG. */
 mrt_status mrt_npy_read(const char *path, mrt_tensor *out);
 
 /** Write `t` as a version 1.0 .npy file. The file is written to a temporary name in the same
- *  directory and renamed into place, so `path` holds the whole tensor or is left untouched. */
+ *  directory and renamed into place, so `path` holds the whole tensor or is left untouched.
+ *  An empty path is MRT_ERR_INVALID_ARG. */
 mrt_status mrt_npy_write(const char *path, const mrt_tensor *t);
 
 /* ---------------------------------------------------------------- compiled models

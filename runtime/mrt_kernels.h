@@ -248,7 +248,7 @@ static inline void mrt_adaptive_avgpool2d_f32(float *y, const float *x, int64_t 
 }
 
 /* y = (x - mean) / sqrt(var + eps) * w + b over the last axis of [rows, D] (biased variance,
- * two passes, accumulated in double). */
+ * two passes, accumulated in double; x - mean is taken in double too). */
 static inline void mrt_layernorm_f32(float *y, const float *x, const float *w, const float *b, int64_t rows, int64_t D,
                                      float eps) {
     for (int64_t r = 0; r < rows; r++) {
@@ -262,9 +262,11 @@ static inline void mrt_layernorm_f32(float *y, const float *x, const float *w, c
             var += d * d;
         }
         var /= (double)D;
-        float inv = (float)(1.0 / sqrt(var + (double)eps));
-        float mf = (float)mean;
-        for (int64_t j = 0; j < D; j++) yr[j] = (xr[j] - mf) * inv * w[j] + b[j];
+        const double inv = 1.0 / sqrt(var + (double)eps);
+        /* The deviation from the mean in double, like the variance: rounding the mean to float
+         * first would cost a row with a large common offset (1e4 + noise of 1e-2) most of its
+         * digits, since float's spacing at 1e4 is 1e-3. */
+        for (int64_t j = 0; j < D; j++) yr[j] = (float)(((double)xr[j] - mean) * inv) * w[j] + b[j];
     }
 }
 

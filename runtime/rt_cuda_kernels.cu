@@ -438,10 +438,11 @@ __global__ void layernorm_kernel(float *__restrict__ y, const float *__restrict_
             v += d * d;
         }
         const double var = block_reduce(v, AddD(), shm) / (double)D;
-        const float inv = (float)(1.0 / sqrt(var + (double)eps));
-        const float mf = (float)mean;
+        const double inv = 1.0 / sqrt(var + (double)eps);
+        // the deviation from the mean in double, as on the CPU (mrt_layernorm_f32): a float mean
+        // loses the digits of rows with a large common offset
         for (int64_t j = threadIdx.x; j < D; j += blockDim.x)
-            yr[j] = (xr[j] - mf) * inv * w[j] + b[j];
+            yr[j] = (float)(((double)xr[j] - mean) * inv) * w[j] + b[j];
     }
 }
 

@@ -225,6 +225,8 @@ mrt_status mrt_npy_read(const char *path, mrt_tensor *out)
 {
     if (!path || !out)
         return mrt_set_error(MRT_ERR_INVALID_ARG, "mrt_npy_read: path or out is NULL");
+    if (!*path)
+        return mrt_set_error(MRT_ERR_INVALID_ARG, "mrt_npy_read: the .npy path is empty (\"\")");
     memset(out, 0, sizeof *out);
     FILE *f = fopen(path, "rb");
     if (!f)
@@ -375,6 +377,8 @@ mrt_status mrt_npy_write(const char *path, const mrt_tensor *t)
 {
     if (!path || !t)
         return mrt_set_error(MRT_ERR_INVALID_ARG, "mrt_npy_write: path or tensor is NULL");
+    if (!*path)
+        return mrt_set_error(MRT_ERR_INVALID_ARG, "mrt_npy_write: the .npy path is empty (\"\")");
     char sh[RT_SHAPE_STR_MAX];
     uint64_t numel, nbytes;
     if (!rt_dtype_valid(t->dtype) || t->rank < 0 || t->rank > MRT_MAX_RANK)

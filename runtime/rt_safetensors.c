@@ -5,13 +5,20 @@
  * {"name": {"dtype": "F32", "shape": [..], "data_offsets": [begin, end]}, "__metadata__": {..}},
  * then the data region; offsets are relative to the start of the data region (byte 8 + N).
  *
- * The file is untrusted. In order: the header length against the file size; a linear pre-scan
- * of the JSON text that rejects control bytes and oversized arrays (a shape of a million
- * entries) before cJSON builds a node per element; cJSON; then every entry: rank, each dimension (> 0, so that no
- * later check can divide by it), the element count and byte size with overflow-checked
- * multiplies, the span against the data region and against dtype x shape, and overlaps between
- * spans. Only then is the file matched against the model's parameters, strictly: missing,
- * unexpected, wrong dtype, wrong shape. Bytes are copied last, with pread, tensor by tensor.
+ * The file is untrusted. In order: the header length against the file size (a .npy file, or
+ * anything whose length field points past its end, is "not a safetensors file"); the header's
+ * first byte ('{', after optional spaces; a UTF-8 byte-order mark is rejected, as the safetensors
+ * library does, though cJSON would skip it); a linear pre-scan of the JSON text that rejects
+ * control bytes, nesting deeper than any header needs, names and dtypes with an embedded NUL
+ * (\u0000, which cJSON would cut the C string at) and oversized arrays (a shape of a million
+ * entries) before cJSON builds a node per element; cJSON; __metadata__, an object of strings;
+ * then every entry: rank, each dimension (> 0, so that no later check can divide by it), the
+ * element count and byte size with overflow-checked multiplies, the span against the data
+ * region and against dtype x shape; then the spans together: every byte of the data region
+ * belongs to exactly one tensor (no overlap, no hole, nothing after the last one), as the
+ * safetensors library requires. Only then is the file matched against the model's parameters,
+ * strictly: missing, unexpected, wrong dtype, wrong shape. Bytes are copied last, with pread,
+ * tensor by tensor.
  */
 #include "rt_internal.h"
 
@@ -66,10 +73,26 @@ static const char *st_dtype_of(mrt_dtype dt)
 
 /* ---------------------------------------------------------------- JSON pre-scan */
 
+/* Whether the JSON string body s[0..n) holds the escape \u0000 (an embedded NUL). */
+static int st_has_nul_escape(const char *s, size_t n)
+{
+    for (size_t i = 0; i + 1 < n; i++) {
+        if (s[i] != '\\')
+            continue;
+        if (s[i + 1] == 'u' && i + 5 < n && memcmp(s + i + 2, "0000", 4) == 0)
+            return 1;
+        i++; /* skip the escaped character */
+    }
+    return 0;
+}
+
 /* A linear scan over the header text that finds arrays longer than MRT_MAX_RANK (no array in a
  * valid safetensors header is: shapes have at most MRT_MAX_RANK entries, data_offsets two),
- * and names the tensor that has one, before cJSON allocates a node per element. It tracks only
- * nesting, strings and keys; anything it does not understand is left for cJSON to report. */
+ * and names the tensor that has one, before cJSON allocates a node per element. It also rejects
+ * nesting deeper than MAXD (a header nests 3 deep; cJSON's own limit would only say
+ * "malformed") and a NUL escape in a tensor's name or anywhere in its entry (metadata values may
+ * hold one: they are not used). It tracks only nesting, strings and keys; anything it does not
+ * understand is left for cJSON to report. */
 static mrt_status st_prescan(const char *path, const char *s, size_t n)
 {
     enum { MAXD = 64 };
@@ -123,6 +146,16 @@ static mrt_status st_prescan(const char *path, const char *s, size_t n)
                 j += (s[j] == '\\') ? 2 : 1;
             if (j >= n)
                 return MRT_OK;
+            int in_meta = d >= 2 && key1 && key1_len == 12 && memcmp(key1, "__metadata__", 12) == 0;
+            if (d >= 1 && !in_meta && st_has_nul_escape(s + i + 1, j - i - 1)) {
+                if (d == 1 && is_key)
+                    return mrt_set_error(MRT_ERR_FORMAT, "%s: tensor name \"%.*s\" has an embedded "
+                                         "NUL (\\u0000)", path, (int)(j - i - 1), s + i + 1);
+                if (d >= 2 && key1)
+                    return mrt_set_error(MRT_ERR_FORMAT, "%s: tensor '%.*s': string \"%.*s\" has an "
+                                         "embedded NUL (\\u0000)", path, (int)key1_len, key1,
+                                         (int)(j - i - 1), s + i + 1);
+            }
             if (is_key) {
                 expect_key[d - 1] = 0;
                 if (d == 1) { key1 = s + i + 1; key1_len = j - i - 1; key2 = NULL; }
@@ -133,7 +166,9 @@ static mrt_status st_prescan(const char *path, const char *s, size_t n)
         }
         if (c == '{' || c == '[') {
             if (d == MAXD)
-                return MRT_OK; /* deeper than any safetensors header: cJSON's limit applies */
+                return mrt_set_error(MRT_ERR_FORMAT, "%s: JSON header is nested too deeply (more "
+                                     "than %d levels at byte %zu; a safetensors header has 3)",
+                                     path, MAXD, i);
             kind[d] = c;
             expect_key[d] = (c == '{');
             count[d] = 0;
@@ -331,6 +366,9 @@ mrt_status mrt_weights_load_regions(const char *path, const mrt_param_desc *para
 {
     if (!path)
         return mrt_set_error(MRT_ERR_INVALID_ARG, "mrt_weights_load: path is NULL");
+    if (!*path)
+        return mrt_set_error(MRT_ERR_INVALID_ARG, "mrt_weights_load: the weights path is empty "
+                             "(\"\")");
     if (n < 0 || (n > 0 && !params) || nregions < 1 || !regions || !region_bytes)
         return mrt_set_error(MRT_ERR_INVALID_ARG, "mrt_weights_load: %s: bad params or "
                              "destination", path);
@@ -368,6 +406,11 @@ mrt_status mrt_weights_load_regions(const char *path, const mrt_param_desc *para
         st = mrt_set_error(MRT_ERR_IO, "%s: cannot read the header length", path);
         goto done;
     }
+    if (memcmp(len8, "\x93NUMPY", 6) == 0) {
+        st = mrt_set_error(MRT_ERR_FORMAT, "%s: not a safetensors file: it is a NumPy .npy file "
+                           "(weights are safetensors; .npy files are inputs)", path);
+        goto done;
+    }
     uint64_t hlen = 0;
     for (int i = 7; i >= 0; i--)
         hlen = (hlen << 8) | len8[i];
@@ -376,8 +419,8 @@ mrt_status mrt_weights_load_regions(const char *path, const mrt_param_desc *para
         goto done;
     }
     if (hlen > fsize - 8) {
-        st = mrt_set_error(MRT_ERR_FORMAT, "%s: header length %llu is beyond the end of the "
-                           "file (%llu bytes)", path, (unsigned long long)hlen,
+        st = mrt_set_error(MRT_ERR_FORMAT, "%s: not a safetensors file: header length %llu is "
+                           "beyond the end of the file (%llu bytes)", path, (unsigned long long)hlen,
                            (unsigned long long)fsize);
         goto done;
     }
@@ -399,6 +442,11 @@ mrt_status mrt_weights_load_regions(const char *path, const mrt_param_desc *para
         goto done;
     }
     hdr[hlen] = '\0';
+    if (hlen >= 3 && memcmp(hdr, "\xef\xbb\xbf", 3) == 0) {
+        st = mrt_set_error(MRT_ERR_FORMAT, "%s: JSON header starts with a UTF-8 byte-order mark "
+                           "(EF BB BF); a safetensors header starts with '{'", path);
+        goto done;
+    }
     if ((st = st_prescan(path, hdr, (size_t)hlen)) != MRT_OK)
         goto done;
     const char *end = NULL;
@@ -425,8 +473,22 @@ mrt_status mrt_weights_load_regions(const char *path, const mrt_param_desc *para
     }
     const cJSON *item;
     cJSON_ArrayForEach(item, root) {
-        if (strcmp(item->string, "__metadata__") == 0)
+        if (strcmp(item->string, "__metadata__") == 0) {
+            /* a map of strings to strings, or null, as the safetensors library reads it */
+            if (!cJSON_IsObject(item) && !cJSON_IsNull(item)) {
+                st = mrt_set_error(MRT_ERR_FORMAT, "%s: __metadata__ is not a JSON object of "
+                                   "strings", path);
+                goto done;
+            }
+            const cJSON *m;
+            cJSON_ArrayForEach(m, item)
+                if (!cJSON_IsString(m)) {
+                    st = mrt_set_error(MRT_ERR_FORMAT, "%s: __metadata__ '%s' is not a string "
+                                       "(metadata values are strings)", path, m->string);
+                    goto done;
+                }
             continue;
+        }
         if ((st = st_entry_parse(path, item, data_len, &entries[ne])) != MRT_OK)
             goto done;
         order[ne] = &entries[ne];
@@ -441,9 +503,12 @@ mrt_status mrt_weights_load_regions(const char *path, const mrt_param_desc *para
                                order[i]->name);
             goto done;
         }
+    /* Every data byte belongs to exactly one tensor: in order of begin, each span starts where
+     * the one before ended (no overlap, no hole), and the last ends the file. */
     qsort(order, (size_t)ne, sizeof *order, st_cmp_begin);
-    for (int i = 1; i < ne; i++)
-        if (order[i]->begin < order[i - 1]->end) {
+    uint64_t covered = 0;
+    for (int i = 0; i < ne; i++) {
+        if (i > 0 && order[i]->begin < order[i - 1]->end) {
             st = mrt_set_error(MRT_ERR_FORMAT, "%s: tensors '%s' [%llu, %llu] and '%s' [%llu, "
                                "%llu] overlap", path, order[i - 1]->name,
                                (unsigned long long)order[i - 1]->begin,
@@ -452,6 +517,32 @@ mrt_status mrt_weights_load_regions(const char *path, const mrt_param_desc *para
                                (unsigned long long)order[i]->end);
             goto done;
         }
+        if (order[i]->begin > covered) {
+            if (i == 0)
+                st = mrt_set_error(MRT_ERR_FORMAT, "%s: data bytes [0, %llu) before tensor '%s' "
+                                   "belong to no tensor", path,
+                                   (unsigned long long)order[i]->begin, order[i]->name);
+            else
+                st = mrt_set_error(MRT_ERR_FORMAT, "%s: data bytes [%llu, %llu) between tensors "
+                                   "'%s' and '%s' belong to no tensor", path,
+                                   (unsigned long long)covered,
+                                   (unsigned long long)order[i]->begin, order[i - 1]->name,
+                                   order[i]->name);
+            goto done;
+        }
+        covered = order[i]->end;
+    }
+    if (covered != data_len) {
+        if (ne == 0)
+            st = mrt_set_error(MRT_ERR_FORMAT, "%s: %llu data bytes but no tensors", path,
+                               (unsigned long long)data_len);
+        else
+            st = mrt_set_error(MRT_ERR_FORMAT, "%s: %llu trailing bytes after the last tensor "
+                               "'%s' (data bytes [%llu, %llu)) belong to no tensor", path,
+                               (unsigned long long)(data_len - covered), order[ne - 1]->name,
+                               (unsigned long long)covered, (unsigned long long)data_len);
+        goto done;
+    }
 
     /* Match against the model, strictly. */
     byname = malloc(((size_t)n + 1) * sizeof *byname);

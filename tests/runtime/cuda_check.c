@@ -249,6 +249,8 @@ static void check_layernorm(int64_t rows, int64_t D)
     float *ref = malloc(N * 4), *got = malloc(N * 4);
     for (int64_t j = 0; j < D; j++)
         x[j] += 1000.0f; /* a large mean: the two-pass variance keeps it exact */
+    for (int64_t j = 0; rows > 1 && j < D; j++)
+        x[D + j] = 10000.0f + 0.01f * x[D + j]; /* a large offset: x - mean is taken in double */
     mrt_layernorm_f32(ref, x, w, b, rows, D, 1e-5f);
     float *dx = up(x, N * 4), *dw = up(w, (size_t)D * 4), *db = up(b, (size_t)D * 4), *dy = poisoned(N);
     mrt_status st = mrt_cuda_layernorm_f32(g_stream, dy, dx, dw, db, rows, D, 1e-5f);

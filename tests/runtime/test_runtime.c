@@ -1354,6 +1354,139 @@ static void test_st_large(void)
     CHECKF(dt < 5.0, "loading 100 MB took %.2f s", dt);
 }
 
+/* Every data byte belongs to exactly one tensor, as the safetensors library requires: bytes
+ * after the last tensor, a hole between two, or before the first are errors that name them. */
+static void test_st_coverage(void)
+{
+    write_st(P("w.safetensors"), fc_json, fc_data, 84);
+    CHECK_ERR(load_fc(P("w.safetensors")), MRT_ERR_FORMAT,
+              "w.safetensors: 4 trailing bytes after the last tensor 'fc.b' (data bytes [80, 84)) "
+              "belong to no tensor");
+    write_st(P("w.safetensors"),
+             "{\"fc.w\":{\"dtype\":\"F32\",\"shape\":[4,4],\"data_offsets\":[0,64]},"
+             "\"fc.b\":{\"dtype\":\"F32\",\"shape\":[4],\"data_offsets\":[68,84]}}",
+             fc_data, 84);
+    CHECK_ERR(load_fc(P("w.safetensors")), MRT_ERR_FORMAT,
+              "w.safetensors: data bytes [64, 68) between tensors 'fc.w' and 'fc.b' belong to no "
+              "tensor");
+    write_st(P("w.safetensors"),
+             "{\"fc.w\":{\"dtype\":\"F32\",\"shape\":[4,4],\"data_offsets\":[16,80]},"
+             "\"fc.b\":{\"dtype\":\"F32\",\"shape\":[4],\"data_offsets\":[80,96]}}",
+             fc_data, 96);
+    CHECK_ERR(load_fc(P("w.safetensors")), MRT_ERR_FORMAT,
+              "w.safetensors: data bytes [0, 16) before tensor 'fc.w' belong to no tensor");
+    write_st(P("w.safetensors"), "{\"__metadata__\":{\"a\":\"b\"}}", fc_data, 8);
+    CHECK_ERR(mrt_weights_load(P("w.safetensors"), NULL, 0, NULL, 0), MRT_ERR_FORMAT,
+              "w.safetensors: 8 data bytes but no tensors");
+    /* the exact cover loads, in any order of the entries */
+    write_st(P("w.safetensors"),
+             "{\"fc.b\":{\"dtype\":\"F32\",\"shape\":[4],\"data_offsets\":[64,80]},"
+             "\"fc.w\":{\"dtype\":\"F32\",\"shape\":[4,4],\"data_offsets\":[0,64]}}",
+             fc_data, 80);
+    CHECK_OK(load_fc(P("w.safetensors")));
+}
+
+/* A NUL escape would cut a name or dtype short in cJSON's C strings ("fc.w\u0000x" would load
+ * as fc.w): rejected in the name and in the entry; metadata values may hold one. */
+static void test_st_nul(void)
+{
+    write_st(P("w.safetensors"),
+             "{\"fc.w\\u0000x\":{\"dtype\":\"F32\",\"shape\":[4,4],\"data_offsets\":[0,64]},"
+             "\"fc.b\":{\"dtype\":\"F32\",\"shape\":[4],\"data_offsets\":[64,80]}}",
+             fc_data, 80);
+    CHECK_ERR(load_fc(P("w.safetensors")), MRT_ERR_FORMAT,
+              "w.safetensors: tensor name \"fc.w\\u0000x\" has an embedded NUL (\\u0000)");
+    write_st(P("w.safetensors"),
+             "{\"fc.w\":{\"dtype\":\"F32\\u0000\",\"shape\":[4,4],\"data_offsets\":[0,64]},"
+             "\"fc.b\":{\"dtype\":\"F32\",\"shape\":[4],\"data_offsets\":[64,80]}}",
+             fc_data, 80);
+    CHECK_ERR(load_fc(P("w.safetensors")), MRT_ERR_FORMAT,
+              "w.safetensors: tensor 'fc.w': string \"F32\\u0000\" has an embedded NUL (\\u0000)");
+    /* metadata values may hold one; an escaped backslash before "u0000" is not a NUL */
+    write_st(P("w.safetensors"), "{\"__metadata__\":{\"a\":\"x\\u0000\"}}", NULL, 0);
+    CHECK_OK(mrt_weights_load(P("w.safetensors"), NULL, 0, NULL, 0));
+    write_st(P("w.safetensors"), "{\"a\\\\u0000\":{\"dtype\":\"F32\",\"shape\":[4],\"data_offsets\":[0,16]}}",
+             fc_data, 16);
+    CHECK_ERR(mrt_weights_load(P("w.safetensors"), NULL, 0, NULL, 0), MRT_ERR_MISMATCH,
+              "unexpected tensor 'a\\u0000'");
+}
+
+/* __metadata__ is a map of strings to strings (or null), as the safetensors library reads it. */
+static void test_st_metadata(void)
+{
+    const char *bad[] = {"[1]", "\"pt\"", "7"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        char json[64];
+        snprintf(json, sizeof json, "{\"__metadata__\":%s}", bad[i]);
+        write_st(P("w.safetensors"), json, NULL, 0);
+        CHECK_ERR(mrt_weights_load(P("w.safetensors"), NULL, 0, NULL, 0), MRT_ERR_FORMAT,
+                  "w.safetensors: __metadata__ is not a JSON object of strings");
+    }
+    write_st(P("w.safetensors"), "{\"__metadata__\":{\"format\":\"pt\",\"step\":1000}}", NULL, 0);
+    CHECK_ERR(mrt_weights_load(P("w.safetensors"), NULL, 0, NULL, 0), MRT_ERR_FORMAT,
+              "w.safetensors: __metadata__ 'step' is not a string (metadata values are strings)");
+    write_st(P("w.safetensors"), "{\"__metadata__\":{\"a\":{\"b\":\"c\"}}}", NULL, 0);
+    CHECK_ERR(mrt_weights_load(P("w.safetensors"), NULL, 0, NULL, 0), MRT_ERR_FORMAT,
+              "__metadata__ 'a' is not a string");
+    write_st(P("w.safetensors"), "{\"__metadata__\":null}", NULL, 0);
+    CHECK_OK(mrt_weights_load(P("w.safetensors"), NULL, 0, NULL, 0));
+}
+
+/* The header starts with '{' (leading spaces allowed): a UTF-8 byte-order mark, which cJSON
+ * would skip, is rejected as the safetensors library does. */
+static void test_st_bom(void)
+{
+    char json[sizeof fc_json + 8];
+    snprintf(json, sizeof json, "\xef\xbb\xbf%s", fc_json);
+    write_st(P("w.safetensors"), json, fc_data, 80);
+    CHECK_ERR(load_fc(P("w.safetensors")), MRT_ERR_FORMAT,
+              "w.safetensors: JSON header starts with a UTF-8 byte-order mark (EF BB BF); a "
+              "safetensors header starts with '{'");
+    snprintf(json, sizeof json, "  %s", fc_json);
+    write_st(P("w.safetensors"), json, fc_data, 80);
+    CHECK_OK(load_fc(P("w.safetensors")));
+}
+
+/* Deep nesting (valid JSON) is named as such, not "malformed" from cJSON's own limit. */
+static void test_st_deep(void)
+{
+    enum { DEPTH = 2000 };
+    char *json = malloc(2 * DEPTH + 64);
+    char *p = json + sprintf(json, "{\"x\":{\"extra\":");
+    for (int i = 0; i < DEPTH; i++)
+        *p++ = '[';
+    for (int i = 0; i < DEPTH; i++)
+        *p++ = ']';
+    strcpy(p, "}}");
+    write_st(P("w.safetensors"), json, NULL, 0);
+    free(json);
+    CHECK_ERR(mrt_weights_load(P("w.safetensors"), NULL, 0, NULL, 0), MRT_ERR_FORMAT,
+              "w.safetensors: JSON header is nested too deeply (more than 64 levels at byte 76; a "
+              "safetensors header has 3)");
+}
+
+/* A .npy file given as weights: "not a safetensors file", not an absurd header length (its
+ * magic read as a u64). An empty path names the problem for both readers and the writer. */
+static void test_st_not_safetensors(void)
+{
+    float v[4] = {1, 2, 3, 4};
+    mrt_tensor t = {MRT_F32, 1, {4}, v, sizeof v};
+    CHECK_OK(mrt_npy_write(P("x.npy"), &t));
+    CHECK_ERR(load_fc(P("x.npy")), MRT_ERR_FORMAT,
+              "x.npy: not a safetensors file: it is a NumPy .npy file (weights are safetensors; "
+              ".npy files are inputs)");
+    write_bytes(P("w.txt"), "hello, world: this is text", 26);
+    CHECK_ERR(load_fc(P("w.txt")), MRT_ERR_FORMAT,
+              "w.txt: not a safetensors file: header length 8583909746840200552 is beyond the end "
+              "of the file (26 bytes)");
+    CHECK_ERR(load_fc(""), MRT_ERR_INVALID_ARG,
+              "mrt_weights_load: the weights path is empty (\"\")");
+    mrt_tensor r;
+    CHECK_ERR(mrt_npy_read("", &r), MRT_ERR_INVALID_ARG, "mrt_npy_read: the .npy path is empty (\"\")");
+    CHECK_ERR(mrt_npy_write("", &t), MRT_ERR_INVALID_ARG,
+              "mrt_npy_write: the .npy path is empty (\"\")");
+}
+
 /* ---------------------------------------------------------------- npy */
 
 static void test_npy_roundtrip(void)
@@ -2121,6 +2254,12 @@ static const test_case tests[] = {
     {"st_b19_overflow", test_st_b19_overflow},
     {"st_dst", test_st_dst},
     {"st_large", test_st_large},
+    {"st_coverage", test_st_coverage},
+    {"st_nul", test_st_nul},
+    {"st_metadata", test_st_metadata},
+    {"st_bom", test_st_bom},
+    {"st_deep", test_st_deep},
+    {"st_not_safetensors", test_st_not_safetensors},
     {"npy_roundtrip", test_npy_roundtrip},
     {"npy_read_forms", test_npy_read_forms},
     {"npy_bad", test_npy_bad},
