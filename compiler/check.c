@@ -1322,15 +1322,18 @@ static int device_slot(Checker *c, const Stmt *st) {
     bool cpu = !strncmp(d, "cpu", 3) && (d[3] == 0 || d[3] == ':');
     const char *num = cuda ? d + 4 : cpu ? d + 3 : NULL;
     long idx = 0;
-    if (num && *num == ':') {
+    if (num && *num == ':') { /* the grammar gave plain decimal digits */
         char *end;
         idx = strtol(num + 1, &end, 10);
-        if (*end || idx < 0 || idx > 1023) num = NULL;
+        if (*end) num = NULL;
     }
     if (!num)
-        error_at(st->name_loc, "unknown device '%s' in 'on' (expected cpu, cpu:N, cuda or cuda:N)", d);
+        error_at(st->name_loc, "unknown device '%.64s%s' in 'on' (expected cpu, cpu:N, cuda or cuda:N)", d,
+                 strlen(d) > 64 ? "..." : "");
     if (cpu && idx > 7)
-        error_at(st->name_loc, "device '%s' is out of range: CPU devices are cpu:0..cpu:7", d);
+        error_at(st->name_loc, "device '%.64s' is out of range: CPU devices are cpu:0..cpu:7", d);
+    if (cuda && (idx > 1023 || idx < 0))
+        error_at(st->name_loc, "device '%.64s' is out of range: CUDA ordinals are 0..1023", d);
     char *name = xprintf("%s:%ld", cuda ? "cuda" : "cpu", idx);
     for (int i = 1; i < g->nslots; i++)
         if (!strcmp(g->slots[i].name, name)) return i;

@@ -47,6 +47,16 @@ static const char *find_line(int line, size_t *len) {
     return p;
 }
 
+/* Writes n bytes of s to stderr with control characters (other than tab) shown as '?', so a
+ * stray escape sequence in a .model file never reaches the terminal raw; one byte stays one
+ * column, so carets still line up. */
+static void put_safe(const char *s, size_t n) {
+    for (size_t i = 0; i < n; i++) {
+        unsigned char c = (unsigned char)s[i];
+        fputc((c < 0x20 && c != '\t') || c == 0x7f ? '?' : c, stderr);
+    }
+}
+
 /* Prints the source line and a caret under column `col`. The caret line copies the tabs of
  * the source line and skips UTF-8 continuation bytes so the caret sits under the byte `col`
  * in a terminal. */
@@ -62,12 +72,15 @@ static void quote_line(Loc loc) {
         size_t start = (size_t)col > WIDTH / 2 ? (size_t)col - WIDTH / 2 : 0;
         if (start > len) start = len;
         size_t n = len - start < WIDTH ? len - start : WIDTH;
-        fprintf(stderr, "%s%.*s%s\n", start ? "..." : "", (int)n, s + start, start + n < len ? "..." : "");
+        fputs(start ? "..." : "", stderr);
+        put_safe(s + start, n);
+        fprintf(stderr, "%s\n", start + n < len ? "..." : "");
         for (size_t i = 0; i < (start ? 3 : 0) + (size_t)col - 1 - start; i++) fputc(' ', stderr);
         fputs("^\n", stderr);
         return;
     }
-    fprintf(stderr, "%.*s\n", (int)len, s);
+    put_safe(s, len);
+    fputc('\n', stderr);
     for (int i = 0; i < col - 1; i++) {
         unsigned char c = (size_t)i < len ? (unsigned char)s[i] : ' ';
         if (c == '\t')
@@ -84,7 +97,9 @@ static void report(Loc loc, const char *kind, const char *fmt, va_list ap) {
         fprintf(stderr, "%s:%d:%d: %s: ", diag_path, loc.line, loc.col, kind);
     else
         fprintf(stderr, "%s: %s: ", diag_path, kind);
-    vfprintf(stderr, fmt, ap);
+    char msg[4096];
+    int k = vsnprintf(msg, sizeof msg, fmt, ap);
+    put_safe(msg, k < 0 ? 0 : (size_t)k < sizeof msg ? (size_t)k : sizeof msg - 1);
     fputc('\n', stderr);
     quote_line(loc);
 }

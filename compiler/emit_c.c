@@ -549,10 +549,11 @@ static void emit_header(Emit *e, FILE *o, const char *unused) {
         fprintf(o, "#define %s_SLOT%d_ARENA_BYTES_CUDA %zu\n", e->PFX, s, e->mpc->slot_arena[s]);
     }
     fprintf(o, "\n/** Create the model on `device` (\"auto\", \"cpu\", \"cpu:N\", \"cuda\", \"cuda:N\"; NULL means\n"
-               " *  $MODELRT_DEVICE or \"auto\", which picks the first usable GPU, else the CPU, and logs which).\n"
+               " *  $MODELRT_DEVICE or \"auto\", which picks the first usable GPU, else the CPU, and logs which;\n"
+               " *  $MODELRT_DEVICE_MAP, if set, moves the devices 'on' regions pin: see %s_create_mapped).\n"
                " *  An explicit device that is absent is an error, never a fallback. The weight region and the\n"
                " *  activation arena are allocated there once; on a GPU, free memory is checked first. *m is set\n"
-               " *  to NULL on failure. Free with %s_destroy. */\n", e->pfx);
+               " *  to NULL on failure. Free with %s_destroy. */\n", e->pfx, e->pfx);
     fprintf(o, "mrt_status %s_create(%s **m, const char *device);\n\n", e->pfx, e->pfx);
     fprintf(o, "/** %s_create with a device map for the devices 'on' regions pin, as PyTorch's map_location:\n"
                " *  \"cuda:1=cpu,cuda:0=cuda:0\" runs the cuda:1 region on the CPU (NULL: $MODELRT_DEVICE_MAP). */\n"
@@ -575,7 +576,8 @@ static void emit_header(Emit *e, FILE *o, const char *unused) {
     fprintf(o, " */\n");
     emit_run_proto(e, o);
     fprintf(o, ";\n\n/** Free everything the model holds. NULL is ignored. */\nvoid %s_destroy(%s *m);\n\n", e->pfx, e->pfx);
-    fprintf(o, "/** The device the model runs on (slot 0). */\nmrt_device %s_device(const %s *m);\n\n", e->pfx, e->pfx);
+    fprintf(o, "/** The device the model runs on (slot 0); cpu:0 for NULL. */\nmrt_device %s_device(const %s *m);\n\n", e->pfx,
+            e->pfx);
     fprintf(o, "/** Descriptors: for the runtime (mrt_model_create) and for generic drivers (mrt_main). */\n"
                "extern const mrt_model_desc %s_desc;\nextern const mrt_model_info %s_info;\n\n", e->pfx, e->pfx);
     fprintf(o, "#ifdef __cplusplus\n}\n#endif\n#endif /* %s_H */\n", e->PFX);
@@ -801,16 +803,18 @@ static void emit_source(Emit *e, FILE *o, const char *h_include) {
     fprintf(o, "mrt_status %s_create(%s **m, const char *device) { return mrt_model_create(m, &%s_desc, device, NULL); }\n",
             e->pfx, e->pfx, e->pfx);
     fprintf(o, "mrt_status %s_load_weights(%s *m, const char *path) {\n"
-               "    if (!m || m->desc != &%s_desc) return mrt_set_error(MRT_ERR_INVALID_ARG, \"%s_load_weights: not a %s model\");\n"
+               "    if (!m || m->desc != &%s_desc)\n        return mrt_set_error(MRT_ERR_INVALID_ARG, \"%s_load_weights: the "
+               "model is %%s\", m ? \"not a %s model\" : \"NULL\");\n"
                "    return mrt_model_load_weights(m, path);\n}\n", e->pfx, e->pfx, e->pfx, e->pfx, e->pfx);
     fprintf(o, "void %s_destroy(%s *m) { mrt_model_destroy(m); }\n", e->pfx, e->pfx);
-    fprintf(o, "mrt_device %s_device(const %s *m) { return m->dev[0]; }\n\n", e->pfx, e->pfx);
+    fprintf(o, "mrt_device %s_device(const %s *m) { return m ? m->dev[0] : (mrt_device){MRT_DEVICE_CPU, 0}; }\n\n",
+            e->pfx, e->pfx);
 
     /* run */
     emit_run_proto(e, o);
     fprintf(o, " {\n");
-    fprintf(o, "    if (!m || m->desc != &%s_desc) return mrt_set_error(MRT_ERR_INVALID_ARG, \"%s_run: %s\");\n", e->pfx,
-            e->pfx, "the model is NULL or not a %s model");
+    fprintf(o, "    if (!m || m->desc != &%s_desc)\n        return mrt_set_error(MRT_ERR_INVALID_ARG, \"%s_run: the model "
+               "is %%s\", m ? \"not a %s model\" : \"NULL\");\n", e->pfx, e->pfx, e->pfx);
     fprintf(o, "    if (batch < 1 || batch > %s_MAX_BATCH)\n        return mrt_set_error(MRT_ERR_INVALID_ARG, "
                "\"%s_run: batch %%d is out of range 1..%%d%s\", batch, %s_MAX_BATCH);\n",
             e->PFX, e->pfx, g->has_batch ? " (the maximum is fixed with modelc --max-batch)" : " (the model has no batch dimension)",

@@ -147,8 +147,9 @@ static bool fold_bn_into_producer(Graph *g, Node *bn) {
     Node *gamma = bn->in[1], *beta = bn->in[2], *mean = bn->in[3], *var = bn->in[4];
     /* s = gamma / sqrt(var + eps) */
     Node *s = bin(g, OP_DIV, loc, gamma, un(g, OP_SQRT, loc, bin(g, OP_ADD, loc, var, cst(g, loc, bn->value))));
-    /* W' = W * s along the output-channel axis (axis 0 of both layouts) */
-    Node *Wf = bin(g, OP_MUL, loc, W, as_column(g, loc, s, W->shape.rank));
+    /* W' = W * s along the output-channel axis (axis 0 of both layouts); it stands for the
+     * layer's weight, so it lives where the layer runs (the rest stands for the batch norm) */
+    Node *Wf = bin(g, OP_MUL, anchor, W, as_column(g, anchor, s, W->shape.rank));
     Wf->name = xprintf("%s*bn", W->name ? W->name : "w");
     /* b' = (b - mean) * s + beta, or beta - mean * s without a bias */
     Node *bf = bias ? bin(g, OP_ADD, loc, bin(g, OP_MUL, loc, bin(g, OP_SUB, loc, bias, mean), s), beta)

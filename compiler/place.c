@@ -31,7 +31,7 @@ static void drop_empty_slots(Graph *g) {
     used[0] = true;
     for (int i = 0; i < g->nnodes; i++) {
         const Node *n = g->nodes[i];
-        if (n->slot > 0 && (!n->dead || n->op == OP_INPUT)) used[n->slot] = true;
+        if (n->slot > 0 && !n->dead) used[n->slot] = true; /* an unused input pins nothing */
     }
     int k = 0;
     for (int s = 0; s < g->nslots; s++) {

@@ -63,6 +63,9 @@ typedef struct ParseResult {
     Program *prog;
     const char *model_name; /* set once 'model NAME' is read */
     Loc brace_loc;          /* the model's '{' */
+    int nregions;           /* 'on' regions open where the parser is (innermost last) */
+    Loc region_brace[64];   /* their '{' (the first 64) */
+    const char *region_dev[64];
 } ParseResult;
 }
 
@@ -91,6 +94,15 @@ static Stmt *new_stmt(StmtKind kind, YYLTYPE at, const char *name, YYLTYPE name_
 static AstType *new_type(YYLTYPE at, const char *dtype, DimVec *dims);
 static AstDim int_dim(YYLTYPE at, const char *text);
 static void yyerror(YYLTYPE *at, yyscan_t scanner, ParseResult *res, const char *msg);
+
+/* Remember an open 'on' region, so a syntax error inside it can name it. */
+static void open_region(ParseResult *res, const char *dev, YYLTYPE brace) {
+    if (res->nregions < 64) {
+        res->region_brace[res->nregions] = (Loc){brace.first_line, brace.first_column};
+        res->region_dev[res->nregions] = dev;
+    }
+    res->nregions++;
+}
 }
 
 %define api.pure full
@@ -191,8 +203,10 @@ stmt
     | OUTPUT NAME ':' type '=' expr    { $$ = new_stmt(ST_OUTPUT, @1, $2, @2, $4, $6); }
     | OUTPUT NAME '=' expr             { $$ = new_stmt(ST_OUTPUT, @1, $2, @2, NULL, $4); }
     | NAME '=' expr                    { $$ = new_stmt(ST_ASSIGN, @1, $1, @1, NULL, $3); }
-    | ON NAME '{' stmts '}'            { $$ = new_stmt(ST_ON, @1, $2, @2, NULL, NULL); $$->body = $4->v; $$->nbody = $4->n; }
-    | ON NAME ':' ordinal '{' stmts '}' { $$ = new_stmt(ST_ON, @1, xprintf("%s:%s", $2, $4), @2, NULL, NULL); $$->body = $6->v; $$->nbody = $6->n; }
+    | ON NAME '{' { open_region(res, $2, @3); } stmts '}'
+        { $$ = new_stmt(ST_ON, @1, $2, @2, NULL, NULL); $$->body = $5->v; $$->nbody = $5->n; res->nregions--; }
+    | ON NAME ':' ordinal '{' { open_region(res, xprintf("%s:%s", $2, $4), @5); } stmts '}'
+        { $$ = new_stmt(ST_ON, @1, xprintf("%s:%s", $2, $4), @2, NULL, NULL); $$->body = $7->v; $$->nbody = $7->n; res->nregions--; }
     | ON NAME ':' bad_ordinal          { $$ = NULL; }
     ;
 
@@ -405,12 +419,22 @@ static int yyreport_syntax_error(const yypcontext_t *ctx, yyscan_t scanner, Pars
         error_at(at, "expected 'model' at the start of the file, got %s", got);
     if (sym == YYSYMBOL_MODEL)
         error_at(at, "expected the model's name after 'model', got %s", got);
+    if (sym == K(':') && below == YYSYMBOL_NAME && E[YYSYMBOL_INT] && E[K('{')])
+        error_at(at, "expected a device ordinal after ':', got %s", got);
+    if (E[K('{')] && (sym == YYSYMBOL_ordinal || below == YYSYMBOL_ON))
+        error_at(at, "expected '{' to open the 'on' region after its device, got %s", got);
     if (E[K('{')])
         error_at(at, "expected '{' after model %s, got %s", prev, got);
     if (E[YYSYMBOL_YYEOF])
         error_at(at, "expected end of file after the '}' that ends model '%s', got %s",
                  res->model_name, got);
     if (E[K('}')]) {
+        if (tok == YYSYMBOL_YYEOF && res->nregions > 0) {
+            int r = res->nregions <= 64 ? res->nregions - 1 : 63;
+            error_begin(at, "expected '}' at end of region 'on %s', got end of file", res->region_dev[r]);
+            note_at(res->region_brace[r], "to match this '{'");
+            diag_exit();
+        }
         if (tok == YYSYMBOL_YYEOF) {
             error_begin(at, "expected '}' at end of model '%s', got end of file",
                         res->model_name);

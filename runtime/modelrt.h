@@ -428,6 +428,13 @@ mrt_status mrt_model_stage_out(mrt_model *m, int slot, void *p, size_t off, void
 mrt_status mrt_model_select_devices(const mrt_model_desc *d, const char *device,
                                     const char *device_map, mrt_device *devs);
 
+/** The devices the slots ask for, without probing for them: slot 0 as `device` names it
+ *  (cpu:0 for auto), the pinned ones through the device map. A malformed device string or map
+ *  is the error mrt_model_select_devices gives. For reports (--memory) on a machine that
+ *  cannot run the model as it is. */
+mrt_status mrt_model_requested_devices(const mrt_model_desc *d, const char *device,
+                                       const char *device_map, mrt_device *devs);
+
 /** mrt_model_create on devices already chosen by mrt_model_select_devices (no second
  *  selection, no second notice). */
 mrt_status mrt_model_create_on(mrt_model **out, const mrt_model_desc *d, const mrt_device *devs);

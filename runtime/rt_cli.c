@@ -16,6 +16,7 @@
  * exits 0; with a run it adds what was measured (peak resident memory, CUDA memory held).
  */
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include "rt_internal.h"
 
 #include <stdarg.h>
@@ -271,7 +272,10 @@ static int cli_parse(const mrt_model_info *info, const char *prog, int argc, cha
     int any_input = 0;
     for (int i = 0; i < info->n_inputs; i++)
         any_input |= o->in_files[i] != NULL;
-    if (o->memory && !any_input && info->n_inputs > 0) {
+    int any_output = 0;
+    for (int i = 0; i < info->n_outputs; i++)
+        any_output |= o->out_files[i] != NULL;
+    if (o->memory && !any_input && !any_output && !o->weights && info->n_inputs > 0) {
         o->plan_only = 1; /* --memory alone: the plan, no run */
         return CLI_OK;
     }
@@ -287,12 +291,12 @@ static int cli_parse(const mrt_model_info *info, const char *prog, int argc, cha
 
 /* ---------------------------------------------------------------- --list-devices */
 
-static double cli_gib(size_t bytes) { return (double)bytes / (1024.0 * 1024.0 * 1024.0); }
-
 /*   cpu:0  AMD EPYC 7763  memory 23.4 GiB
  *   cuda:0  NVIDIA H200  memory 139.8 GiB (free 139.1 GiB)  compute 9.0
  *   no CUDA devices: <reason>                                (when there is none) */
-static int cli_list_devices(const char *prog)
+static void cli_fmt_bytes(char *buf, size_t n, size_t b);
+
+static int cli_list_devices(const mrt_model_info *minfo, const char *prog)
 {
     enum { MAX_LIST = 65 };
     mrt_device_info info[MAX_LIST];
@@ -304,12 +308,15 @@ static int cli_list_devices(const char *prog)
     for (int i = 0; i < n; i++) {
         char name[32];
         mrt_device_str(info[i].device, name, sizeof name);
+        char tot[32], fr[32];
+        cli_fmt_bytes(tot, sizeof tot, info[i].total_bytes);
+        cli_fmt_bytes(fr, sizeof fr, info[i].free_bytes);
         if (info[i].device.kind == MRT_DEVICE_CPU)
-            printf("%s  %s  memory %.1f GiB\n", name, info[i].name, cli_gib(info[i].total_bytes));
+            printf("%s  %s  memory %s\n", name, info[i].name, tot);
         else
-            printf("%s  %s  memory %.1f GiB (free %.1f GiB)  compute %d.%d\n", name, info[i].name,
-                   cli_gib(info[i].total_bytes), cli_gib(info[i].free_bytes), info[i].cc_major,
-                   info[i].cc_minor);
+            printf("%s  %s  memory %s (free %s)  compute %d.%d%s\n", name, info[i].name, tot, fr,
+                   info[i].cc_major, info[i].cc_minor,
+                   minfo->desc && !minfo->desc->cuda ? "  (not usable: this program was built without CUDA)" : "");
     }
     printf("cpu:1 .. cpu:7  the same host, as separate devices for models split with 'on cpu:N'\n");
     const char *why = NULL;
@@ -332,7 +339,7 @@ static void cli_fmt_bytes(char *buf, size_t n, size_t b)
     else if (b < ((size_t)1 << 30))
         snprintf(buf, n, "%.1f MiB", (double)b / 1048576.0);
     else
-        snprintf(buf, n, "%.2f GiB", (double)b / 1073741824.0);
+        snprintf(buf, n, "%.1f GiB", (double)b / 1073741824.0);
 }
 
 static void cli_memory_plan(const mrt_model_desc *d, const mrt_device *devs)
@@ -397,9 +404,17 @@ static int cli_memory_only(const mrt_model_info *info, const cli_opts *o, const 
     int rc = CLI_OK;
     if (info->desc) {
         mrt_device devs[MRT_MAX_SLOTS];
-        if (mrt_model_select_devices(info->desc, o->device, o->device_map, devs) != MRT_OK) {
-            fprintf(stderr, "%s: error: %s\n", prog, mrt_last_error());
+        if (mrt_model_requested_devices(info->desc, o->device, o->device_map, devs) != MRT_OK) {
+            fprintf(stderr, "%s: error: %s\n", prog, mrt_last_error()); /* a malformed device or map */
             rc = CLI_ERROR;
+        } else if (mrt_model_select_devices(info->desc, o->device, o->device_map, devs) != MRT_OK) {
+            /* The plan is what a user wants most when it does not fit: show it on the devices
+             * asked for, and say why it cannot run here as it is. */
+            char why[1024];
+            snprintf(why, sizeof why, "%s", mrt_last_error());
+            mrt_model_requested_devices(info->desc, o->device, o->device_map, devs);
+            cli_memory_plan(info->desc, devs);
+            fprintf(stderr, "memory: note: it cannot run here as it is: %s\n", why);
         } else {
             cli_memory_plan(info->desc, devs);
         }
@@ -536,6 +551,12 @@ static mrt_status cli_run_once(cli_run *r)
         if (st != MRT_OK) {
             if (mrt_last_error()[0] == '\0')
                 mrt_set_error(st, "run failed with %s", mrt_status_name(st));
+            if (r->chunk < r->batch) {
+                char msg[1024];
+                snprintf(msg, sizeof msg, "%s", mrt_last_error());
+                mrt_set_error(st, "%s (in the chunk of batch items %d..%d: positions count from item %d)",
+                              msg, b0, b0 + nb - 1, b0);
+            }
             return st;
         }
     }
@@ -596,6 +617,27 @@ static int cli_execute(const mrt_model_info *info, const cli_opts *o, const char
             mrt_set_error(MRT_ERR_IO, "cannot write output '%s' to %s: directory '%s' %s", info->outputs[i].name,
                           o->out_files[i], dir, access(dir, F_OK) != 0 ? "does not exist" : "is not writable");
             goto done;
+        }
+        struct stat so, sw;
+        if (stat(o->out_files[i], &so) == 0) {
+            if (S_ISDIR(so.st_mode)) {
+                mrt_set_error(MRT_ERR_IO, "cannot write output '%s' to %s: it is a directory",
+                              info->outputs[i].name, o->out_files[i]);
+                goto done;
+            }
+            if (o->weights && stat(o->weights, &sw) == 0 && sw.st_dev == so.st_dev && sw.st_ino == so.st_ino) {
+                mrt_set_error(MRT_ERR_INVALID_ARG, "output '%s' would overwrite the weights file %s; "
+                              "name another file", info->outputs[i].name, o->out_files[i]);
+                goto done;
+            }
+            for (int j = 0; j < nin; j++)
+                if (o->in_files[j] && stat(o->in_files[j], &sw) == 0 && sw.st_dev == so.st_dev &&
+                    sw.st_ino == so.st_ino) {
+                    mrt_set_error(MRT_ERR_INVALID_ARG, "output '%s' would overwrite input '%s' (%s); "
+                                  "name another file", info->outputs[i].name, info->inputs[j].name,
+                                  o->out_files[i]);
+                    goto done;
+                }
         }
     }
 
@@ -697,9 +739,27 @@ static int cli_execute(const mrt_model_info *info, const cli_opts *o, const char
         if (cli_run_once(&r) != MRT_OK)
             goto done;
     double t1 = cli_now_ms();
-    if (o->time)
+    if (o->time && d) {
+        /* every slot's device, and the bytes summed over the slots */
+        size_t wsum = 0, asum = 0;
+        char devlist[256] = "";
+        for (int s = 0; s < d->n_slots; s++) {
+            mrt_memory_use u;
+            char dn[32];
+            mrt_model_plan_memory(d, ((mrt_model *)r.model)->dev, s, &u);
+            wsum += u.weights;
+            asum += u.arena;
+            mrt_device_str(u.device, dn, sizeof dn);
+            if (!strstr(devlist, dn) && strlen(devlist) + strlen(dn) + 2 < sizeof devlist)
+                snprintf(devlist + strlen(devlist), sizeof devlist - strlen(devlist), "%s%s", *devlist ? "," : "", dn);
+        }
+        fprintf(stderr, "time: %.3f ms per run (%ld run%s, batch %d, device%s %s; weights %zu bytes, arena %zu bytes)\n",
+                (t1 - t0) / (double)repeat, repeat, repeat == 1 ? "" : "s", r.batch, strchr(devlist, ',') ? "s" : "",
+                devlist, wsum, asum);
+    } else if (o->time) {
         fprintf(stderr, "time: %.3f ms per run (%ld run%s, batch %d, device %s; weights %zu bytes, arena %zu bytes)\n",
                 (t1 - t0) / (double)repeat, repeat, repeat == 1 ? "" : "s", r.batch, dev, info->weight_bytes, arena);
+    }
 
     if (o->memory && d)
         cli_memory_measured(d, ((mrt_model *)r.model)->dev, cuda_free0);
@@ -761,7 +821,7 @@ int mrt_main(const mrt_model_info *info, int argc, char **argv)
         fflush(stdout);
         rc = CLI_OK;
     } else if (o.list_devices) {
-        rc = cli_list_devices(prog);
+        rc = cli_list_devices(info, prog);
     } else if (o.plan_only) {
         rc = cli_memory_only(info, &o, prog);
     } else {

@@ -27,51 +27,64 @@ typedef struct map_entry {
     int used;
 } map_entry;
 
-/* Parse "FROM=TO,FROM=TO" into e[0..*n). "" is an empty map. */
+/* Parse "FROM=TO,FROM=TO" into e[0..*n). "" is an empty map; an empty entry anywhere (a
+ * leading, doubled or trailing comma) is an error. Entries are quoted with rt_quote, so control
+ * characters and over-long strings never reach a terminal raw. */
 static mrt_status map_parse(const char *spec, map_entry *e, int *n)
 {
     *n = 0;
+    if (!*spec)
+        return MRT_OK;
     const char *p = spec;
-    while (*p) {
+    char q[RT_QUOTE_MAX];
+    for (;;) {
         const char *comma = strchr(p, ',');
         size_t len = comma ? (size_t)(comma - p) : strlen(p);
         char item[80], from[80], to[80];
-        if (len == 0 || len >= sizeof item)
-            return mrt_set_error(MRT_ERR_DEVICE, "device map: bad entry %s'%.*s'; expected "
+        if (len == 0)
+            return mrt_set_error(MRT_ERR_DEVICE, "device map %s: an empty entry; expected "
                                  "FROM=TO[,FROM=TO...] such as cuda:1=cpu,cuda:0=cuda:0",
-                                 len ? "" : "(empty) ", (int)(len < 48 ? len : 48), p);
+                                 rt_quote(q, sizeof q, spec));
+        if (len >= sizeof item) {
+            char *cut = strndup(p, len);
+            mrt_set_error(MRT_ERR_DEVICE, "device map: bad entry %s; expected FROM=TO, e.g. "
+                          "cuda:1=cpu", rt_quote(q, sizeof q, cut ? cut : ""));
+            free(cut);
+            return MRT_ERR_DEVICE;
+        }
         memcpy(item, p, len);
         item[len] = '\0';
         char *eq = strchr(item, '=');
         if (!eq || strchr(eq + 1, '=') || eq == item || !eq[1])
-            return mrt_set_error(MRT_ERR_DEVICE, "device map: bad entry '%s'; expected FROM=TO, "
-                                 "e.g. cuda:1=cpu", item);
+            return mrt_set_error(MRT_ERR_DEVICE, "device map: bad entry %s; expected FROM=TO, "
+                                 "e.g. cuda:1=cpu", rt_quote(q, sizeof q, item));
         *eq = '\0';
         snprintf(from, sizeof from, "%s", item);
         snprintf(to, sizeof to, "%s", eq + 1);
+        *eq = '=';
         if (*n == MAP_MAX)
             return mrt_set_error(MRT_ERR_DEVICE, "device map: more than %d entries", MAP_MAX);
         map_entry *m = &e[*n];
         int automatic = 0;
         for (int side = 0; side < 2; side++) {
-            const char *s = side ? to : from;
-            if (mrt_device_parse(s, side ? &m->to : &m->from, &automatic) != MRT_OK)
-                return mrt_set_error(MRT_ERR_DEVICE, "device map entry '%s=%s': %s", from, to,
-                                     mrt_last_error());
+            const char *sd = side ? to : from;
+            if (mrt_device_parse(sd, side ? &m->to : &m->from, &automatic) != MRT_OK)
+                return mrt_set_error(MRT_ERR_DEVICE, "device map entry %s: %s",
+                                     rt_quote(q, sizeof q, item), mrt_last_error());
             if (automatic)
-                return mrt_set_error(MRT_ERR_DEVICE, "device map entry '%s=%s': 'auto' cannot be "
-                                     "mapped; name a device (cpu, cuda:N)", from, to);
+                return mrt_set_error(MRT_ERR_DEVICE, "device map entry %s: 'auto' cannot be "
+                                     "mapped; name a device (cpu, cuda:N)", rt_quote(q, sizeof q, item));
         }
         for (int i = 0; i < *n; i++)
             if (e[i].from.kind == m->from.kind && e[i].from.index == m->from.index)
-                return mrt_set_error(MRT_ERR_DEVICE, "device map: '%s' is mapped twice", from);
+                return mrt_set_error(MRT_ERR_DEVICE, "device map: %s is mapped twice",
+                                     rt_quote(q, sizeof q, from));
         m->used = 0;
         (*n)++;
-        p += len;
-        if (*p == ',')
-            p++;
+        if (!comma)
+            return MRT_OK;
+        p = comma + 1;
     }
-    return MRT_OK;
 }
 
 /* ---------------------------------------------------------------- create and destroy */
@@ -121,11 +134,13 @@ static mrt_status slot_error(const mrt_model_desc *d, int s, const char *mapped)
     char msg[1024];
     snprintf(msg, sizeof msg, "%s", mrt_last_error());
     const mrt_slot_desc *sd = &d->slots[s];
+    const char *hint = strstr(msg, "device-map") || strstr(msg, "bytes free") ? ""
+                       : "; --device-map (or $MODELRT_DEVICE_MAP) can move it, e.g. ";
     if (mapped)
         return mrt_set_error(MRT_ERR_DEVICE, "%s: on %s (mapped to %s by the device map): %s",
                              sd->where ? sd->where : d->name, sd->device, mapped, msg);
-    return mrt_set_error(MRT_ERR_DEVICE, "%s: on %s: %s", sd->where ? sd->where : d->name,
-                         sd->device, msg);
+    return mrt_set_error(MRT_ERR_DEVICE, "%s: on %s: %s%s%s%s", sd->where ? sd->where : d->name,
+                         sd->device, msg, hint, *hint ? sd->device : "", *hint ? "=cpu" : "");
 }
 
 /* Slot 0: the device the caller asked for. */
@@ -171,11 +186,12 @@ static mrt_status select_pinned(const mrt_model_desc *d, int s, map_entry *map, 
         return slot_error(d, s, NULL);
     const char *mapped = NULL;
     char mn[32];
-    for (int i = 0; i < nmap; i++)
+    for (int i = 0; i < nmap; i++) /* applied once, to the pinned device: entries never chain */
         if (map[i].from.kind == want.kind && map[i].from.index == want.index) {
             want = map[i].to;
             map[i].used = 1;
             mapped = mrt_device_str(want, mn, sizeof mn);
+            break;
         }
     char dn[32];
     if (mrt_device_select(mrt_device_str(want, dn, sizeof dn), out) != MRT_OK)
@@ -200,7 +216,7 @@ mrt_status mrt_model_select_devices(const mrt_model_desc *d, const char *device,
     int nmap = 0;
     const char *spec = device_map ? device_map : getenv("MODELRT_DEVICE_MAP");
     if (spec && (st = map_parse(spec, map, &nmap)) != MRT_OK)
-        return st;
+        return device_map ? st : mrt_set_error(st, "%s (from MODELRT_DEVICE_MAP)", mrt_last_error());
     if ((st = select_main(d, device, &devs[0])) != MRT_OK)
         return st;
     for (int s = 1; s < d->n_slots; s++)
@@ -212,15 +228,25 @@ mrt_status mrt_model_select_devices(const mrt_model_desc *d, const char *device,
             mrt_log(MRT_LOG_INFO, "device map: %s pins no region to %s; the entry is unused",
                     d->name, mrt_device_str(map[i].from, f, sizeof f));
         }
-    /* The memory pre-flight: a GPU must have room for what the plan puts there. `auto` falls
-     * back to the CPU with a warning; an explicit or pinned device is an error. */
+    /* The memory pre-flight: each GPU must have room for everything the plan puts there, summed
+     * over the slots that share it. `auto` falls back to the CPU with a warning; an explicit or
+     * pinned device is an error. */
     const char *name = device ? device : getenv("MODELRT_DEVICE");
     int is_auto = !name || !*name || !strcmp(name, "auto");
     for (int s = 0; s < d->n_slots; s++) {
         if (devs[s].kind != MRT_DEVICE_CUDA)
             continue;
-        const mrt_slot_desc *sd = &d->slots[s];
-        size_t need = sd->weight_bytes + sd->load_bytes + sd->arena_bytes[1] + sd->io_bytes;
+        int first = 1, last = s;
+        size_t need = 0;
+        for (int t = 0; t < d->n_slots; t++)
+            if (devs[t].kind == MRT_DEVICE_CUDA && devs[t].index == devs[s].index) {
+                const mrt_slot_desc *sd = &d->slots[t];
+                need += sd->weight_bytes + sd->load_bytes + sd->arena_bytes[1] + sd->io_bytes;
+                first &= t >= s;
+                last = t;
+            }
+        if (!first)
+            continue; /* checked with the first slot on this device */
         size_t free_b = 0, total_b = 0;
         char dn[32];
         mrt_device_str(devs[s], dn, sizeof dn);
@@ -232,13 +258,43 @@ mrt_status mrt_model_select_devices(const mrt_model_desc *d, const char *device,
             mrt_log(MRT_LOG_WARN, "%s: %s has %zu bytes free, the model needs %zu; running on cpu:0 "
                     "instead", d->name, dn, free_b, need);
             devs[0] = (mrt_device){MRT_DEVICE_CPU, 0};
+            s = -1; /* check the GPUs again without slot 0 */
             continue;
         }
-        mrt_set_error(MRT_ERR_OOM, "%s: %s has %zu bytes free (of %zu), the model needs %zu "
-                      "(weights %zu, load-time %zu, activations %zu, staging %zu)", d->name, dn,
-                      free_b, total_b, need, sd->weight_bytes, sd->load_bytes, sd->arena_bytes[1],
-                      sd->io_bytes);
+        const mrt_slot_desc *sd = &d->slots[s];
+        mrt_set_error(MRT_ERR_OOM, "%s: %s has %zu bytes free (of %zu), the model needs %zu there "
+                      "(%s%zu weights, %zu load-time, %zu activations, %zu staging)", d->name, dn,
+                      free_b, total_b, need, last != s ? "over its slots; this slot: " : "",
+                      sd->weight_bytes, sd->load_bytes, sd->arena_bytes[1], sd->io_bytes);
         return s ? slot_error(d, s, NULL) : MRT_ERR_OOM;
+    }
+    return MRT_OK;
+}
+
+mrt_status mrt_model_requested_devices(const mrt_model_desc *d, const char *device,
+                                       const char *device_map, mrt_device *devs)
+{
+    mrt_status st = desc_check(d);
+    if (st != MRT_OK)
+        return st;
+    map_entry map[MAP_MAX];
+    int nmap = 0, automatic = 0;
+    const char *spec = device_map ? device_map : getenv("MODELRT_DEVICE_MAP");
+    if (spec && (st = map_parse(spec, map, &nmap)) != MRT_OK)
+        return device_map ? st : mrt_set_error(st, "%s (from MODELRT_DEVICE_MAP)", mrt_last_error());
+    const char *name = device ? device : getenv("MODELRT_DEVICE");
+    if (name && *name && mrt_device_parse(name, &devs[0], &automatic) != MRT_OK)
+        return mrt_device_select(device, &devs[0]); /* the same error, with its origin */
+    if (!name || !*name || automatic)
+        devs[0] = (mrt_device){MRT_DEVICE_CPU, 0};
+    for (int s = 1; s < d->n_slots; s++) {
+        if (mrt_device_parse(d->slots[s].device, &devs[s], NULL) != MRT_OK)
+            devs[s] = (mrt_device){MRT_DEVICE_CPU, 0};
+        for (int i = 0; i < nmap; i++)
+            if (map[i].from.kind == devs[s].kind && map[i].from.index == devs[s].index) {
+                devs[s] = map[i].to;
+                break;
+            }
     }
     return MRT_OK;
 }

@@ -2,8 +2,8 @@
  * embed.c — calling a model compiled by modelc from your own C program.
  *
  *   modelc ../digits/digits.model --emit-c -o OUT      # writes OUT/digits.c and OUT/digits.h
- *   cc -O2 -I<include>/modelc -IOUT embed.c OUT/digits.c libmodelrt.a \
- *      $(pkg-config --cflags --libs libcjson openblas) -lm -lpthread -o embed
+ *   cc -O2 $(modelc --print-cflags) -IOUT embed.c OUT/digits.c $(modelc --print-libs) -o embed
+ *      (or, after make install: cc embed.c OUT/digits.c $(pkg-config --cflags --libs modelrt))
  *   ./embed [WEIGHTS.safetensors TEST_X.npy TORCH_LOGITS.npy]     (defaults: ../digits/...)
  *
  * Runs the first 8 test images through the digits MLP and checks the result against the logits

@@ -21,6 +21,12 @@ int main(void) {
     }
     printf("y = %g %g %g %g\n", y[0], y[1], y[2], y[3]);
     split_destroy(m);
+    /* NULL handles: an error (or cpu:0 for the device), never a crash. */
+    if (split_run(NULL, 1, x, y) == MRT_OK) return 1;
+    printf("error: %s\n", mrt_last_error());
+    if (split_load_weights(NULL, NULL) == MRT_OK) return 1;
+    printf("error: %s\n", mrt_last_error());
+    printf("NULL runs on %s\n", mrt_device_str(split_device(NULL), d, sizeof d));
     /* A bad map is an error from create, and *m stays NULL. */
     if (split_create_mapped(&m, "cpu", "cpu:1") == MRT_OK || m) return 1;
     printf("error: %s\n", mrt_last_error());
