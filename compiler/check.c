@@ -159,75 +159,45 @@ static bool shape_eq(const Shape *a, const Shape *b) {
     return true;
 }
 
-/* ---------------------------------------------------------------- op table */
+/* ---------------------------------------------------------------- the language's functions
+ *
+ * One FN row of ops.def per function: its tensor arity, its attributes with kinds and defaults
+ * (a string, parsed once by fn_specs_init), its lowering function and the IR op it makes. */
 
 typedef enum AttrKind { A_INT, A_BOOL, A_ENUM, A_INTLIST, A_SHAPE, A_FLOAT, A_PAIR, A_PAD } AttrKind;
+
+#define MAX_ATTRS 6
 
 typedef struct AttrSpec {
     const char *name;
     AttrKind kind;
     const char *enums; /* A_ENUM: "none|tanh" */
+    const char *def;   /* the default as written in ops.def, or NULL: required */
+    bool literal;      /* def is a literal value (else the lowering computes it: stride=kernel) */
 } AttrSpec;
 
-typedef struct OpSpec {
+typedef struct Call Call;
+typedef Node *(*LowerFn)(Checker *c, const Call *call);
+
+typedef struct FnSpec {
     const char *name;
     int min_t, max_t;  /* tensor arguments */
-    AttrSpec attrs[6];
+    const char *attr_text;
+    LowerFn lower;
+    OpKind op;
+    const char *doc;
+    AttrSpec attrs[MAX_ATTRS];
     int nattrs;
-} OpSpec;
-
-enum {
-    S_ADD, S_SUB, S_MUL, S_DIV, S_NEG, S_EXP, S_LOG, S_SQRT, S_RELU, S_SIGMOID, S_TANH, S_GELU,
-    S_MATMUL, S_LINEAR, S_SOFTMAX, S_LOG_SOFTMAX, S_SUM, S_MEAN, S_MAX, S_ARGMAX, S_RESHAPE,
-    S_TRANSPOSE, S_PERMUTE, S_CONV2D, S_MAXPOOL2D, S_AVGPOOL2D, S_ADAPTIVE_AVGPOOL2D, S_BATCH_NORM,
-    S_LAYER_NORM, S_FLATTEN, S_CONCAT, S_SLICE, S_EMBEDDING, S_SDPA, S_WHERE, S__COUNT
-};
-
-#define AXIS_ATTRS {{"axis", A_INT, 0}, {"keepdim", A_BOOL, 0}}, 2
-static const OpSpec op_specs[S__COUNT] = {
-    [S_ADD] = {"add", 2, 2, {{0}}, 0},          [S_SUB] = {"sub", 2, 2, {{0}}, 0},
-    [S_MUL] = {"mul", 2, 2, {{0}}, 0},          [S_DIV] = {"div", 2, 2, {{0}}, 0},
-    [S_NEG] = {"neg", 1, 1, {{0}}, 0},          [S_EXP] = {"exp", 1, 1, {{0}}, 0},
-    [S_LOG] = {"log", 1, 1, {{0}}, 0},          [S_SQRT] = {"sqrt", 1, 1, {{0}}, 0},
-    [S_RELU] = {"relu", 1, 1, {{0}}, 0},        [S_SIGMOID] = {"sigmoid", 1, 1, {{0}}, 0},
-    [S_TANH] = {"tanh", 1, 1, {{0}}, 0},
-    [S_GELU] = {"gelu", 1, 1, {{"approximate", A_ENUM, "none|tanh"}}, 1},
-    [S_MATMUL] = {"matmul", 2, 2, {{0}}, 0},    [S_LINEAR] = {"linear", 2, 3, {{0}}, 0},
-    [S_SOFTMAX] = {"softmax", 1, 1, {{"axis", A_INT, 0}}, 1},
-    [S_LOG_SOFTMAX] = {"log_softmax", 1, 1, {{"axis", A_INT, 0}}, 1},
-    [S_SUM] = {"sum", 1, 1, AXIS_ATTRS},        [S_MEAN] = {"mean", 1, 1, AXIS_ATTRS},
-    [S_MAX] = {"max", 1, 1, AXIS_ATTRS},        [S_ARGMAX] = {"argmax", 1, 1, AXIS_ATTRS},
-    [S_RESHAPE] = {"reshape", 1, 1, {{"shape", A_SHAPE, 0}}, 1},
-    [S_TRANSPOSE] = {"transpose", 1, 1, {{"dim0", A_INT, 0}, {"dim1", A_INT, 0}}, 2},
-    [S_PERMUTE] = {"permute", 1, 1, {{"dims", A_INTLIST, 0}}, 1},
-    [S_CONV2D] = {"conv2d", 2, 3,
-                  {{"stride", A_PAIR, 0}, {"padding", A_PAD, 0}, {"dilation", A_PAIR, 0}, {"groups", A_INT, 0}}, 4},
-    [S_MAXPOOL2D] = {"max_pool2d", 1, 1,
-                     {{"kernel", A_PAIR, 0}, {"stride", A_PAIR, 0}, {"padding", A_PAD, 0}, {"dilation", A_PAIR, 0},
-                      {"ceil_mode", A_BOOL, 0}}, 5},
-    [S_AVGPOOL2D] = {"avg_pool2d", 1, 1,
-                     {{"kernel", A_PAIR, 0}, {"stride", A_PAIR, 0}, {"padding", A_PAD, 0}, {"ceil_mode", A_BOOL, 0},
-                      {"count_include_pad", A_BOOL, 0}}, 5},
-    [S_ADAPTIVE_AVGPOOL2D] = {"adaptive_avg_pool2d", 1, 1, {{"output_size", A_PAIR, 0}}, 1},
-    [S_BATCH_NORM] = {"batch_norm", 5, 5, {{"eps", A_FLOAT, 0}}, 1},
-    [S_LAYER_NORM] = {"layer_norm", 3, 3, {{"eps", A_FLOAT, 0}}, 1},
-    [S_FLATTEN] = {"flatten", 1, 1, {{"start_dim", A_INT, 0}, {"end_dim", A_INT, 0}}, 2},
-    [S_CONCAT] = {"concat", 1, MAX_IN, {{"axis", A_INT, 0}}, 1},
-    [S_SLICE] = {"slice", 1, 1, {{"axis", A_INT, 0}, {"start", A_INT, 0}, {"end", A_INT, 0}, {"step", A_INT, 0}}, 4},
-    [S_EMBEDDING] = {"embedding", 2, 2, {{0}}, 0},
-    [S_SDPA] = {"scaled_dot_product_attention", 3, 4, {{"causal", A_BOOL, 0}, {"scale", A_FLOAT, 0}}, 2},
-    [S_WHERE] = {"where", 3, 3, {{0}}, 0},
-};
-
+} FnSpec;
 /* A call with its arguments sorted into tensors and attributes. */
-typedef struct Call {
+struct Call {
     const Ast *ast;
-    const OpSpec *spec;
+    const FnSpec *spec;
     Node *t[MAX_IN];
     int nt;
-    const Ast *attr[6]; /* by spec position; NULL if not given */
-    Loc attr_loc[6];
-} Call;
+    const Ast *attr[MAX_ATTRS]; /* by spec position; NULL if not given */
+    Loc attr_loc[MAX_ATTRS];
+};
 
 static Node *lower_expr(Checker *c, const Ast *e);
 static bool int_literal(const Ast *v, long long *out);
@@ -235,7 +205,7 @@ static Node *mk_const(Checker *c, Loc loc, double v);
 
 static bool is_attr_literal(const Ast *e) { return e->kind == AST_LIST || e->kind == AST_BOOL; }
 
-static void sort_args(Checker *c, const Ast *e, const OpSpec *spec, Call *call) {
+static void sort_args(Checker *c, const Ast *e, const FnSpec *spec, Call *call) {
     memset(call, 0, sizeof *call);
     call->ast = e;
     call->spec = spec;
@@ -330,9 +300,17 @@ static const char *ast_text(const Ast *v) {
     return s;
 }
 
-static long long attr_int(const Call *call, int k, long long def) {
+/* The default of attribute k as ops.def writes it; an attribute without a literal default is
+ * the lowering's to handle (it asks call->attr[k] first), so reaching here is a bug. */
+static const char *attr_default(const Call *call, int k) {
+    const AttrSpec *as = &call->spec->attrs[k];
+    if (!as->literal) ICE("'%s': attribute '%s' has no literal default in ops.def", call->spec->name, as->name);
+    return as->def;
+}
+
+static long long attr_int(const Call *call, int k) {
     const Ast *v = call->attr[k];
-    if (!v) return def;
+    if (!v) return strtoll(attr_default(call, k), NULL, 10);
     long long x;
     if (!int_literal(v, &x))
         error_at(v->loc, "attribute '%s' of '%s' must be an integer, got '%s'", call->spec->attrs[k].name,
@@ -340,9 +318,9 @@ static long long attr_int(const Call *call, int k, long long def) {
     return x;
 }
 
-static bool attr_bool(const Call *call, int k, bool def) {
+static bool attr_bool(const Call *call, int k) {
     const Ast *v = call->attr[k];
-    if (!v) return def;
+    if (!v) return !strcmp(attr_default(call, k), "true");
     if (v->kind == AST_NAME && CK) {
         Sym *s = lookup(CK, v->name);
         if (s && s->kind == SYM_INT && s->is_bool) return s->ival != 0;
@@ -353,11 +331,23 @@ static bool attr_bool(const Call *call, int k, bool def) {
     return v->bval;
 }
 
-/* Returns the index of the chosen alternative in spec->enums, or def. */
-static int attr_enum(const Call *call, int k, int def) {
+/* The index of `name` among the alternatives "a|b|c", or -1. */
+static int enum_index(const char *enums, const char *name) {
+    const char *p = enums;
+    for (int i = 0; *p; i++) {
+        const char *bar = strchr(p, '|');
+        size_t len = bar ? (size_t)(bar - p) : strlen(p);
+        if (strlen(name) == len && !strncmp(p, name, len)) return i;
+        p += len + (bar ? 1 : 0);
+    }
+    return -1;
+}
+
+/* Returns the index of the chosen alternative in spec->enums (the default when not given). */
+static int attr_enum(const Call *call, int k) {
     const Ast *v = call->attr[k];
-    if (!v) return def;
     const AttrSpec *as = &call->spec->attrs[k];
+    if (!v) return enum_index(as->enums, attr_default(call, k));
     if (v->kind == AST_NAME) {
         const char *p = as->enums;
         for (int i = 0; *p; i++) {
@@ -470,6 +460,7 @@ static Node *mk_matmul(Checker *c, Loc loc, const char *opname, Node *a, Node *b
 }
 
 static Node *lower_linear(Checker *c, const Call *call) {
+    for (int i = 0; i < call->nt; i++) require_f32(call, call->t[i], i);
     Loc loc = call->ast->loc;
     Node *x = call->t[0], *w = call->t[1], *b = call->nt > 2 ? call->t[2] : NULL;
     if (w->shape.rank != 2)
@@ -501,10 +492,12 @@ static Node *lower_linear(Checker *c, const Call *call) {
     return y;
 }
 
-static Node *lower_reduce(Checker *c, const Call *call, OpKind op, bool has_keepdim) {
+static Node *lower_reduce(Checker *c, const Call *call) {
+    OpKind op = call->spec->op;
+    bool has_keepdim = call->spec->nattrs > 1;
     Node *x = call->t[0];
     require_f32(call, x, 0);
-    long long ax = attr_int(call, 0, -1);
+    long long ax = attr_int(call, 0);
     int axis = norm_axis(call, call->attr[0], call->ast->loc, ax, x->shape.rank, "axis");
     Node *n = new_node(c->g, op, call->ast->loc);
     n->in[0] = x;
@@ -514,7 +507,7 @@ static Node *lower_reduce(Checker *c, const Call *call, OpKind op, bool has_keep
         n->shape = x->shape;
         return n;
     }
-    n->keepdim = attr_bool(call, 1, false);
+    n->keepdim = attr_bool(call, 1);
     n->shape = x->shape;
     if (n->keepdim) {
         n->shape.d[axis] = (Dim){1, false};
@@ -600,8 +593,8 @@ static Node *lower_transpose(Checker *c, const Call *call) {
     int r = x->shape.rank;
     if (r < 2)
         error_at(call->ast->loc, "'transpose' needs a tensor of rank >= 2, got %s", shp(c, &x->shape));
-    int d0 = norm_axis(call, call->attr[0], call->ast->loc, attr_int(call, 0, -2), r, "dim0");
-    int d1 = norm_axis(call, call->attr[1], call->ast->loc, attr_int(call, 1, -1), r, "dim1");
+    int d0 = norm_axis(call, call->attr[0], call->ast->loc, attr_int(call, 0), r, "dim0");
+    int d1 = norm_axis(call, call->attr[1], call->ast->loc, attr_int(call, 1), r, "dim1");
     int perm[MAX_RANK];
     for (int i = 0; i < r; i++) perm[i] = i;
     perm[d0] = d1;
@@ -637,9 +630,9 @@ static Node *lower_permute(Checker *c, const Call *call) {
 
 /* ---------------------------------------------------------------- neural-network ops */
 
-static double attr_float(const Call *call, int k, double def) {
+static double attr_float(const Call *call, int k) {
     const Ast *v = call->attr[k];
-    if (!v) return def;
+    if (!v) return strtod(attr_default(call, k), NULL);
     long long i;
     if (v->kind == AST_NUM) return v->num;
     if (v->kind == AST_NEG && v->lhs->kind == AST_NUM) return -v->lhs->num;
@@ -649,11 +642,12 @@ static double attr_float(const Call *call, int k, double def) {
 }
 
 /* An integer or a list of `n` integers (n == 2: [h, w]; pads also accept 4: [top, left, bottom, right]). */
-static void attr_ints(const Call *call, int k, int *out, int n, int def, bool pad) {
+static void attr_ints(const Call *call, int k, int *out, int n, bool pad) {
     const Ast *v = call->attr[k];
     const char *name = call->spec->attrs[k].name;
     long long x;
     if (!v) {
+        int def = (int)strtol(attr_default(call, k), NULL, 10);
         for (int i = 0; i < n; i++) out[i] = def;
         return;
     }
@@ -761,12 +755,12 @@ static Node *lower_conv2d(Checker *c, const Call *call) {
     require_nchw(c, call, x);
     if (shape_nsym(&w->shape)) error_at(wa->loc, "'conv2d' weight %s must not depend on the batch", shp(c, &w->shape));
     Node *n = new_node(c->g, OP_CONV2D, call->ast->loc);
-    long long groups = attr_int(call, 3, 1);
+    long long groups = attr_int(call, 3);
     if (groups < 1 || groups > INT32_MAX) error_at(call->attr[3]->loc, "'conv2d' groups must be in 1..2^31-1, got %lld", groups);
     n->groups = (int)groups;
-    attr_ints(call, 0, n->stride, 2, 1, false);
-    attr_ints(call, 1, n->pad, 4, 0, true);
-    attr_ints(call, 2, n->dilation, 2, 1, false);
+    attr_ints(call, 0, n->stride, 2, false);
+    attr_ints(call, 1, n->pad, 4, true);
+    attr_ints(call, 2, n->dilation, 2, false);
     check_window_attrs(call, n->stride, n->dilation, n->pad);
     int64_t C = x->shape.d[1].c, O = w->shape.d[0].c, Cg = w->shape.d[1].c;
     if (C % groups) error_at(call->ast->loc, "'conv2d' groups %lld does not divide input channels %lld", groups, (long long)C);
@@ -796,25 +790,26 @@ static Node *lower_conv2d(Checker *c, const Call *call) {
     return mk_binary(c, OP_ADD, call->ast->loc, n, mk_reshape(c, call->ast->loc, b, bs));
 }
 
-static Node *lower_pool(Checker *c, const Call *call, OpKind op) {
+static Node *lower_pool(Checker *c, const Call *call) {
+    OpKind op = call->spec->op;
     Node *x = call->t[0];
     require_f32(call, x, 0);
     require_nchw(c, call, x);
     Node *n = new_node(c->g, op, call->ast->loc);
     if (!call->attr[0]) error_at(call->ast->loc, "'%s' needs a kernel size, e.g. %s(x, 2)", call->spec->name, call->spec->name);
-    attr_ints(call, 0, n->kernel, 2, 1, false);
+    attr_ints(call, 0, n->kernel, 2, false);
     for (int i = 0; i < 2; i++)
         if (n->kernel[i] < 1) error_at(call->attr[0]->loc, "'%s' kernel must be >= 1, got %d", call->spec->name, n->kernel[i]);
-    attr_ints(call, 1, n->stride, 2, 0, false);
-    if (!call->attr[1]) memcpy(n->stride, n->kernel, sizeof n->stride);
-    attr_ints(call, 2, n->pad, 4, 0, true);
+    if (call->attr[1]) attr_ints(call, 1, n->stride, 2, false);
+    else memcpy(n->stride, n->kernel, sizeof n->stride); /* stride=kernel */
+    attr_ints(call, 2, n->pad, 4, true);
     if (op == OP_MAXPOOL2D) {
-        attr_ints(call, 3, n->dilation, 2, 1, false);
-        n->ceil_mode = attr_bool(call, 4, false);
+        attr_ints(call, 3, n->dilation, 2, false);
+        n->ceil_mode = attr_bool(call, 4);
     } else {
         n->dilation[0] = n->dilation[1] = 1;
-        n->ceil_mode = attr_bool(call, 3, false);
-        n->count_include_pad = attr_bool(call, 4, true);
+        n->ceil_mode = attr_bool(call, 3);
+        n->count_include_pad = attr_bool(call, 4);
     }
     check_window_attrs(call, n->stride, n->dilation, n->pad);
     for (int i = 0; i < 4; i++) { /* int64: 2 * pad and the extent overflow int (pad 2^31-1, dilation 2^30) */
@@ -836,7 +831,7 @@ static Node *lower_adaptive_pool(Checker *c, const Call *call) {
     require_f32(call, x, 0);
     require_nchw(c, call, x);
     int os[2];
-    attr_ints(call, 0, os, 2, 1, false);
+    attr_ints(call, 0, os, 2, false);
     for (int i = 0; i < 2; i++)
         if (os[i] < 1 || os[i] > x->shape.d[2 + i].c)
             error_at(call->attr[0] ? call->attr[0]->loc : call->ast->loc, "'adaptive_avg_pool2d' output size %d must be "
@@ -870,8 +865,8 @@ static Node *lower_batch_norm(Checker *c, const Call *call) {
     for (int i = 0; i < 5; i++) n->in[i] = call->t[i];
     n->nin = 5;
     n->shape = x->shape;
-    n->value = attr_float(call, 0, 1e-5);
-    if (!(n->value >= 0)) error_at(call->attr[0]->loc, "'batch_norm' eps must be >= 0");
+    n->eps = attr_float(call, 0);
+    if (!(n->eps >= 0)) error_at(call->attr[0]->loc, "'batch_norm' eps must be >= 0");
     return n;
 }
 
@@ -887,8 +882,8 @@ static Node *lower_layer_norm(Checker *c, const Call *call) {
     for (int i = 0; i < 3; i++) n->in[i] = call->t[i];
     n->nin = 3;
     n->shape = x->shape;
-    n->value = attr_float(call, 0, 1e-5);
-    if (!(n->value >= 0)) error_at(call->attr[0]->loc, "'layer_norm' eps must be >= 0");
+    n->eps = attr_float(call, 0);
+    if (!(n->eps >= 0)) error_at(call->attr[0]->loc, "'layer_norm' eps must be >= 0");
     return n;
 }
 
@@ -896,8 +891,8 @@ static Node *lower_flatten(Checker *c, const Call *call) {
     Node *x = call->t[0];
     int r = x->shape.rank;
     if (r == 0) return mk_reshape(c, call->ast->loc, x, (Shape){1, {{1, false}}});
-    int a = norm_axis(call, call->attr[0], call->ast->loc, attr_int(call, 0, 1), r, "start_dim");
-    int b = norm_axis(call, call->attr[1], call->ast->loc, attr_int(call, 1, -1), r, "end_dim");
+    int a = norm_axis(call, call->attr[0], call->ast->loc, attr_int(call, 0), r, "start_dim");
+    int b = norm_axis(call, call->attr[1], call->ast->loc, attr_int(call, 1), r, "end_dim");
     if (a > b) error_at(call->ast->loc, "'flatten' start_dim %d comes after end_dim %d", a, b);
     Shape s = {0};
     for (int i = 0; i < a; i++) s.d[s.rank++] = x->shape.d[i];
@@ -915,7 +910,7 @@ static Node *lower_flatten(Checker *c, const Call *call) {
 static Node *lower_concat(Checker *c, const Call *call) {
     Node *x0 = call->t[0];
     int r = x0->shape.rank;
-    int axis = norm_axis(call, call->attr[0], call->ast->loc, attr_int(call, 0, 0), r, "axis");
+    int axis = norm_axis(call, call->attr[0], call->ast->loc, attr_int(call, 0), r, "axis");
     Node *n = new_node(c->g, OP_CONCAT, call->ast->loc);
     n->axis = axis;
     n->dtype = x0->dtype;
@@ -953,10 +948,10 @@ static Node *lower_slice(Checker *c, const Call *call) {
     Node *x = call->t[0];
     int r = x->shape.rank;
     if (!call->attr[0]) error_at(call->ast->loc, "'slice' needs an axis: slice(x, axis, start, end)");
-    int axis = norm_axis(call, call->attr[0], call->ast->loc, attr_int(call, 0, 0), r, "axis");
+    int axis = norm_axis(call, call->attr[0], call->ast->loc, attr_int(call, 0), r, "axis");
     Dim L = x->shape.d[axis];
     if (L.sym) error_at(call->ast->loc, "'slice' cannot cut the batch dimension (axis %d of %s)", axis, shp(c, &x->shape));
-    long long start = attr_int(call, 1, 0), end = attr_int(call, 2, L.c), step = attr_int(call, 3, 1);
+    long long start = attr_int(call, 1), end = call->attr[2] ? attr_int(call, 2) : L.c, step = attr_int(call, 3);
     if (step < 1) error_at(call->attr[3]->loc, "'slice' step must be >= 1, got %lld", step);
     if (start < 0) start += L.c;
     if (end < 0) end += L.c;
@@ -1004,7 +999,7 @@ static Node *lower_sdpa(Checker *c, const Call *call) {
     const char *op = "scaled_dot_product_attention";
     if (q->shape.rank < 2) error_at(loc, "'%s' query must have rank >= 2 [..., L, E], got %s", op, shp(c, &q->shape));
     Dim E = q->shape.d[q->shape.rank - 1];
-    double scale = attr_float(call, 1, E.sym ? 1.0 : 1.0 / sqrt((double)E.c));
+    double scale = call->attr[1] ? attr_float(call, 1) : E.sym ? 1.0 : 1.0 / sqrt((double)E.c); /* 1/sqrt(E) */
     Node *s = mk_matmul(c, loc, op, q, k, true);
     s = mk_binary(c, OP_MUL, loc, s, mk_const(c, loc, scale));
     if (mask) s = mk_binary(c, OP_ADD, loc, s, mask);
@@ -1013,7 +1008,7 @@ static Node *lower_sdpa(Checker *c, const Call *call) {
     p->nin = 1;
     p->shape = s->shape;
     p->axis = s->shape.rank - 1;
-    p->causal = attr_bool(call, 0, false);
+    p->causal = attr_bool(call, 0);
     p->zero_masked_rows = true;
     return mk_matmul(c, loc, op, p, v, false);
 }
@@ -1120,12 +1115,119 @@ static Node *instantiate(Checker *c, const Block *b, const Ast *e) {
     return ret;
 }
 
+/* add sub mul div (broadcasting) and the unary functions: one IR op each. */
+static Node *lower_elementwise(Checker *c, const Call *call) {
+    for (int i = 0; i < call->nt; i++) require_f32(call, call->t[i], i);
+    OpKind op = call->spec->op;
+    if (op_is_binary(op)) return mk_binary(c, op, call->ast->loc, call->t[0], call->t[1]);
+    if (op_is_unary(op)) return mk_unary(c, op, call->ast->loc, call->t[0]);
+    ICE("'%s' is lowered as elementwise, but '%s' is not", call->spec->name, op_name(op));
+}
+
+static Node *lower_gelu(Checker *c, const Call *call) {
+    require_f32(call, call->t[0], 0);
+    return mk_unary(c, attr_enum(call, 0) ? OP_GELU_TANH : OP_GELU, call->ast->loc, call->t[0]);
+}
+
+static Node *lower_matmul(Checker *c, const Call *call) {
+    require_f32(call, call->t[0], 0);
+    require_f32(call, call->t[1], 1);
+    return mk_matmul(c, call->ast->loc, "matmul", call->t[0], call->t[1], false);
+}
+
+/* ---------------------------------------------------------------- the function table */
+
+static FnSpec fn_specs[] = {
+#define FN(name, min_t, max_t, attrs, lower, op, doc) {name, min_t, max_t, attrs, lower, op, doc, {{0}}, 0},
+#include "ops.def"
+};
+#define N_FNS ((int)(sizeof fn_specs / sizeof fn_specs[0]))
+
+/* Parse each row's attribute text ("stride:pair=1 padding:pad=0 ...") once; a malformed row is
+ * a bug in ops.def. */
+static void fn_specs_init(void) {
+    static bool done;
+    if (done) return;
+    done = true;
+    static const char *kinds[] = {"int", "bool", "enum", "ints", "shape", "float", "pair", "pad"};
+    for (int i = 0; i < N_FNS; i++) {
+        FnSpec *f = &fn_specs[i];
+        char *text = xstrdup(f->attr_text), *save = NULL;
+        for (char *tok = strtok_r(text, " ", &save); tok; tok = strtok_r(NULL, " ", &save)) {
+            if (f->nattrs == MAX_ATTRS) ICE("ops.def: '%s' has more than %d attributes", f->name, MAX_ATTRS);
+            AttrSpec *a = &f->attrs[f->nattrs++];
+            char *colon = strchr(tok, ':'), *eq = strchr(tok, '=');
+            if (!colon || (eq && eq < colon)) ICE("ops.def: '%s': attribute '%s' has no kind", f->name, tok);
+            *colon = 0;
+            if (eq) *eq = 0;
+            a->name = tok;
+            char *kind = colon + 1, *paren = strchr(kind, '(');
+            if (paren) {
+                char *close = strchr(paren, ')');
+                if (!close) ICE("ops.def: '%s': bad enum in '%s'", f->name, kind);
+                *close = 0;
+                a->enums = paren + 1;
+                *paren = 0;
+            }
+            int k = -1;
+            for (int j = 0; j < (int)(sizeof kinds / sizeof kinds[0]); j++)
+                if (!strcmp(kind, kinds[j])) k = j;
+            if (k < 0) ICE("ops.def: '%s': unknown attribute kind '%s'", f->name, kind);
+            a->kind = (AttrKind)k;
+            if (!eq) continue;
+            a->def = eq + 1;
+            char *end;
+            if (a->kind == A_BOOL) a->literal = !strcmp(a->def, "true") || !strcmp(a->def, "false");
+            else if (a->kind == A_ENUM) a->literal = enum_index(a->enums, a->def) >= 0;
+            else if (a->kind == A_FLOAT) a->literal = (strtod(a->def, &end), *end == 0);
+            else a->literal = (strtoll(a->def, &end, 10), *end == 0);
+        }
+    }
+}
+
+static const char *cat_names[CAT__COUNT] = {
+    [CAT_LEAF] = "leaf", [CAT_UNARY] = "elementwise", [CAT_BINARY] = "elementwise", [CAT_SELECT] = "elementwise",
+    [CAT_MOVE] = "elementwise (data movement)", [CAT_GEMM] = "GEMM", [CAT_REDUCE] = "reduction",
+    [CAT_LIBRARY] = "library", [CAT_VIEW] = "view", [CAT_REWRITE] = "rewritten before fusion",
+};
+_Static_assert(sizeof cat_names / sizeof cat_names[0] == CAT__COUNT, "one name per category");
+
+void list_ops(FILE *out) {
+    fn_specs_init();
+    fprintf(out, "functions of the language (%d):\n", N_FNS);
+    for (int i = 0; i < N_FNS; i++) {
+        const FnSpec *f = &fn_specs[i];
+        fprintf(out, "  %-30s tensors %d", f->name, f->min_t);
+        if (f->max_t != f->min_t) fprintf(out, "..%d", f->max_t);
+        fprintf(out, "  attrs");
+        for (int k = 0; k < f->nattrs; k++) {
+            const AttrSpec *a = &f->attrs[k];
+            fprintf(out, " %s:%s%s%s%s%s%s", a->name, (const char *[]){"int", "bool", "enum", "ints", "shape", "float",
+                                                                        "pair", "pad"}[a->kind],
+                    a->enums ? "(" : "", a->enums ? a->enums : "", a->enums ? ")" : "", a->def ? "=" : "",
+                    a->def ? a->def : "");
+        }
+        if (!f->nattrs) fprintf(out, " -");
+        fprintf(out, "  op %s (%s)  ; %s\n", op_name(f->op), cat_names[op_info[f->op].cat], f->doc);
+    }
+    fprintf(out, "operations of the graph IR (%d):\n", OP__COUNT);
+    for (int i = 0; i < OP__COUNT; i++) {
+        const OpInfo *o = &op_info[i];
+        fprintf(out, "  %-20s %-28s", o->name, cat_names[o->cat]);
+        if (o->c_expr) fprintf(out, "  expr %s", o->c_expr);
+        if (o->kernel) fprintf(out, "  kernel mrt_%s", o->kernel);
+        if (o->kernel && o->cat != CAT_GEMM && i != OP_TRANSFER) fprintf(out, ", mrt_cuda_%s", o->kernel);
+        if (o->inplace) fprintf(out, "  in place");
+        fprintf(out, "\n");
+    }
+}
+
 static Node *lower_call(Checker *c, const Ast *e) {
     const Block *blk = find_block(c, e->name);
     if (blk) return instantiate(c, blk, e);
     int si = -1;
-    for (int i = 0; i < S__COUNT; i++)
-        if (!strcmp(op_specs[i].name, e->name)) si = i;
+    for (int i = 0; i < N_FNS; i++)
+        if (!strcmp(fn_specs[i].name, e->name)) si = i;
     if (si < 0 && e->scope) error_at(e->loc, "unknown block '%s'", e->name);
     if (e->scope) error_at(e->scope_loc, "'as %s' names a block instance, but '%s' is an operation", e->scope, e->name);
     if (si < 0) {
@@ -1134,52 +1236,8 @@ static Node *lower_call(Checker *c, const Ast *e) {
         error_at(e->loc, "unknown operation '%s'", e->name);
     }
     Call call;
-    sort_args(c, e, &op_specs[si], &call);
-    Loc loc = e->loc;
-    static const OpKind unary[] = {[S_NEG] = OP_NEG, [S_EXP] = OP_EXP, [S_LOG] = OP_LOG, [S_SQRT] = OP_SQRT,
-                                   [S_RELU] = OP_RELU, [S_SIGMOID] = OP_SIGMOID, [S_TANH] = OP_TANH};
-    static const OpKind binary[] = {[S_ADD] = OP_ADD, [S_SUB] = OP_SUB, [S_MUL] = OP_MUL, [S_DIV] = OP_DIV};
-    switch (si) {
-    case S_ADD: case S_SUB: case S_MUL: case S_DIV:
-        require_f32(&call, call.t[0], 0);
-        require_f32(&call, call.t[1], 1);
-        return mk_binary(c, binary[si], loc, call.t[0], call.t[1]);
-    case S_NEG: case S_EXP: case S_LOG: case S_SQRT: case S_RELU: case S_SIGMOID: case S_TANH:
-        require_f32(&call, call.t[0], 0);
-        return mk_unary(c, unary[si], loc, call.t[0]);
-    case S_GELU:
-        require_f32(&call, call.t[0], 0);
-        return mk_unary(c, attr_enum(&call, 0, 0) ? OP_GELU_TANH : OP_GELU, loc, call.t[0]);
-    case S_MATMUL:
-        require_f32(&call, call.t[0], 0);
-        require_f32(&call, call.t[1], 1);
-        return mk_matmul(c, loc, "matmul", call.t[0], call.t[1], false);
-    case S_LINEAR:
-        for (int i = 0; i < call.nt; i++) require_f32(&call, call.t[i], i);
-        return lower_linear(c, &call);
-    case S_SOFTMAX: return lower_reduce(c, &call, OP_SOFTMAX, false);
-    case S_LOG_SOFTMAX: return lower_reduce(c, &call, OP_LOG_SOFTMAX, false);
-    case S_SUM: return lower_reduce(c, &call, OP_SUM, true);
-    case S_MEAN: return lower_reduce(c, &call, OP_MEAN, true);
-    case S_MAX: return lower_reduce(c, &call, OP_MAX, true);
-    case S_ARGMAX: return lower_reduce(c, &call, OP_ARGMAX, true);
-    case S_RESHAPE: return lower_reshape(c, &call);
-    case S_TRANSPOSE: return lower_transpose(c, &call);
-    case S_PERMUTE: return lower_permute(c, &call);
-    case S_CONV2D: return lower_conv2d(c, &call);
-    case S_MAXPOOL2D: return lower_pool(c, &call, OP_MAXPOOL2D);
-    case S_AVGPOOL2D: return lower_pool(c, &call, OP_AVGPOOL2D);
-    case S_ADAPTIVE_AVGPOOL2D: return lower_adaptive_pool(c, &call);
-    case S_BATCH_NORM: return lower_batch_norm(c, &call);
-    case S_LAYER_NORM: return lower_layer_norm(c, &call);
-    case S_FLATTEN: return lower_flatten(c, &call);
-    case S_CONCAT: return lower_concat(c, &call);
-    case S_SLICE: return lower_slice(c, &call);
-    case S_EMBEDDING: return lower_embedding(c, &call);
-    case S_SDPA: return lower_sdpa(c, &call);
-    case S_WHERE: return lower_where(c, &call);
-    }
-    ICE("unhandled op spec %d", si);
+    sort_args(c, e, &fn_specs[si], &call);
+    return fn_specs[si].lower(c, &call);
 }
 
 static Node *mk_const(Checker *c, Loc loc, double v) {
@@ -1418,6 +1476,7 @@ static void count_decls(Stmt **st, int n, int *nin, int *nout) {
 }
 
 Graph *build_graph(const Program *p, int max_batch) {
+    fn_specs_init();
     Graph *g = xalloc(sizeof(Graph));
     g->name = p->name;
     g->max_batch = max_batch;
@@ -1431,8 +1490,8 @@ Graph *build_graph(const Program *p, int max_batch) {
     g->inputs = xalloc(sizeof(Node *) * (nin + 1));
     g->outputs = xalloc(sizeof(GraphOutput) * (nout + 1));
     for (int i = 0; i < p->nblocks; i++)
-        for (int k = 0; k < S__COUNT; k++)
-            if (!strcmp(p->blocks[i]->name, op_specs[k].name))
+        for (int k = 0; k < N_FNS; k++)
+            if (!strcmp(p->blocks[i]->name, fn_specs[k].name))
                 error_at(p->blocks[i]->loc, "block '%s' has the name of a built-in operation", p->blocks[i]->name);
     for (int i = 0; i < p->nblocks; i++)
         for (int j = 0; j < i; j++)

@@ -25,38 +25,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-const char *c_type(DType dt) { return dt == DT_F32 ? "float" : dt == DT_I32 ? "int32_t" : "int64_t"; }
 static const char *mrt_dtype(DType dt) { return dt == DT_F32 ? "MRT_F32" : dt == DT_I32 ? "MRT_I32" : "MRT_I64"; }
-
-char *dim_c(Dim d) {
-    if (!d.sym) return xprintf("%" PRId64, d.c);
-    if (d.c == 1) return xstrdup("B");
-    return xprintf("(%" PRId64 " * B)", d.c);
-}
-
-static void contiguous_strides(const Shape *s, Dim *st) {
-    Dim acc = {1, false};
-    for (int i = s->rank - 1; i >= 0; i--) {
-        st[i] = acc;
-        acc = dim_mul(acc, s->d[i], NULL);
-    }
-}
-
-char *c_ident(const char *name) {
-    static const char *reserved[] = {"auto", "break", "case", "char", "const", "continue", "default", "do",
-                                     "double", "else", "enum", "extern", "float", "for", "goto", "if", "inline",
-                                     "int", "long", "register", "restrict", "return", "short", "signed", "sizeof",
-                                     "static", "struct", "switch", "typedef", "union", "unsigned", "void",
-                                     "volatile", "while", "m", "batch", "B", "st", "host", "direct", NULL};
-    char *s = xstrdup(name);
-    for (char *p = s; *p; p++)
-        if (!isalnum((unsigned char)*p) && *p != '_') *p = '_';
-    for (int i = 0; reserved[i]; i++)
-        if (!strcmp(s, reserved[i])) return xprintf("%s_", s);
-    if (!strncmp(s, "mrt_", 4) || isdigit((unsigned char)s[0])) return xprintf("%s_", s); /* our locals are mrt_* */
-    return s;
-}
-
 /* s as the inside of a C string literal: quotes, backslashes and non-printable bytes escaped
  * (a file name may hold any of them). */
 static char *c_string_body(const char *s) {
@@ -69,131 +38,15 @@ static char *c_string_body(const char *s) {
     *p = 0;
     return out;
 }
-
 static char *upper(const char *s) {
     char *u = xstrdup(s);
     for (char *p = u; *p; p++) *p = (char)toupper((unsigned char)*p);
     return u;
 }
 
-static char *float_lit(double v) {
-    float f = (float)v;
-    if (isinf(f)) return xstrdup(f > 0 ? "INFINITY" : "(-INFINITY)");
-    if (isnan(f)) return xstrdup("NAN");
-    return xprintf("%af", (double)f);
-}
-
-/* ---------------------------------------------------------------- shared with emit_cuda.c */
-
-static int emit_expr(FILE *o, const Kernel *k, const Expr *x, int *tmp) {
-    const char *T = c_type(k->root->dtype);
-    int a = -1, b = -1, c3 = -1, t;
-    if (x->op == OP_CONST) {
-        t = (*tmp)++;
-        fprintf(o, "    const %s t%d = %s;\n", T, t, float_lit(x->value));
-        return t;
-    }
-    if (x->op == OP_INPUT) {
-        t = (*tmp)++;
-        fprintf(o, "    const %s t%d = a%d;\n", T, t, x->leaf);
-        return t;
-    }
-    a = emit_expr(o, k, x->a, tmp);
-    if (x->b) b = emit_expr(o, k, x->b, tmp);
-    if (x->c) c3 = emit_expr(o, k, x->c, tmp);
-    t = (*tmp)++;
-    fprintf(o, "    const %s t%d = ", T, t);
-    switch (x->op) {
-    case OP_NEG: fprintf(o, "-t%d", a); break;
-    case OP_EXP: fprintf(o, "expf(t%d)", a); break;
-    case OP_LOG: fprintf(o, "logf(t%d)", a); break;
-    case OP_SQRT: fprintf(o, "sqrtf(t%d)", a); break;
-    case OP_RELU: fprintf(o, "mrt_relu(t%d)", a); break;
-    case OP_SIGMOID: fprintf(o, "mrt_sigmoid(t%d)", a); break;
-    case OP_TANH: fprintf(o, "tanhf(t%d)", a); break;
-    case OP_GELU: fprintf(o, "mrt_gelu(t%d)", a); break;
-    case OP_GELU_TANH: fprintf(o, "mrt_gelu_tanh(t%d)", a); break;
-    case OP_ADD: fprintf(o, "t%d + t%d", a, b); break;
-    case OP_SUB: fprintf(o, "t%d - t%d", a, b); break;
-    case OP_MUL: fprintf(o, "t%d * t%d", a, b); break;
-    case OP_DIV: fprintf(o, "t%d / t%d", a, b); break;
-    case OP_PERMUTE: case OP_SLICE: fprintf(o, "t%d", a); break;
-    case OP_WHERE: fprintf(o, "t%d != 0 ? t%d : t%d", a, b, c3); break;
-    default: ICE("op %s in an elementwise expression", op_name(x->op));
-    }
-    fprintf(o, ";  /* %%%d %s */\n", x->node ? x->node->id : -1, op_name(x->op));
-    return t;
-}
-
-void emit_expr_function(FILE *o, const Kernel *k, const char *fname) {
-    fprintf(o, "MRT_HD %s %s_expr(", c_type(k->root->dtype), fname);
-    for (int i = 0; i < k->nleaves; i++) fprintf(o, "%s%s a%d", i ? ", " : "", c_type(k->leaves[i].node->dtype), i);
-    if (!k->nleaves) fprintf(o, "void");
-    fprintf(o, ") {\n");
-    int tmp = 0;
-    int res = emit_expr(o, k, k->expr, &tmp);
-    fprintf(o, "    return t%d;\n}\n\n", res);
-}
-
-void kernel_loops(const Kernel *k, LoopNest *ln) {
-    const Node *r = k->root;
-    int rank = r->shape.rank;
-    int nops = 1 + k->nleaves;
-    if (nops > MAX_OPERANDS) ICE("kernel k%d reads %d tensors; at most %d are supported", k->id, k->nleaves, MAX_OPERANDS - 1);
-    ln->nops = nops;
-    for (int d = 0; d < rank; d++) ln->n[d] = r->shape.d[d];
-    contiguous_strides(&r->shape, ln->stride[0]);
-    ln->base[0] = NULL;
-    for (int i = 0; i < k->nleaves; i++) {
-        const LeafRef *l = &k->leaves[i];
-        Dim ls[MAX_RANK];
-        contiguous_strides(&l->node->shape, ls);
-        for (int d = 0; d < rank; d++) ln->stride[1 + i][d] = (Dim){0, false};
-        ln->base[1 + i] = NULL;
-        for (int d = 0; d < l->node->shape.rank; d++) {
-            if (l->map[d] >= 0) ln->stride[1 + i][l->map[d]] = dim_mul(ls[d], (Dim){l->step[d], false}, NULL);
-            if (l->start[d]) {
-                char *term = xprintf("%" PRId64 " * %s", l->start[d], dim_c(ls[d]));
-                ln->base[1 + i] = ln->base[1 + i] ? xprintf("%s + %s", ln->base[1 + i], term) : term;
-            }
-        }
-    }
-    /* Merge dimension d into d+1 when every operand is contiguous across them. */
-    for (int d = rank - 2; d >= 0; d--) {
-        bool ok = true;
-        for (int j = 0; j < nops && ok; j++) {
-            bool mok;
-            Dim want = dim_mul(ln->stride[j][d + 1], ln->n[d + 1], &mok);
-            ok = mok && dim_eq(want, ln->stride[j][d]);
-        }
-        bool mok;
-        Dim merged = dim_mul(ln->n[d], ln->n[d + 1], &mok);
-        if (!ok || !mok) continue;
-        ln->n[d] = merged;
-        for (int j = 0; j < nops; j++) {
-            ln->stride[j][d] = ln->stride[j][d + 1];
-            for (int q = d + 1; q + 1 < rank; q++) ln->stride[j][q] = ln->stride[j][q + 1];
-        }
-        for (int q = d + 1; q + 1 < rank; q++) ln->n[q] = ln->n[q + 1];
-        rank--;
-    }
-    ln->rank = rank;
-}
-
-char *loop_index(const LoopNest *ln, int op) {
-    char *s = ln->base[op] ? xstrdup(ln->base[op]) : NULL;
-    for (int d = 0; d < ln->rank; d++) {
-        Dim st = ln->stride[op][d];
-        if (st.c == 0) continue;
-        char *term = (st.c == 1 && !st.sym) ? xprintf("i%d", d) : xprintf("i%d * %s", d, dim_c(st));
-        s = s ? xprintf("%s + %s", s, term) : term;
-    }
-    return s ? s : xstrdup("0");
-}
-
 /* ---------------------------------------------------------------- state */
 
-typedef struct Emit {
+struct Emit {
     const Graph *g;
     const KernelList *kl;
     const KernelList *init; /* kernels run once at load time */
@@ -206,7 +59,9 @@ typedef struct Emit {
     const char *kpfx;    /* "k" (run) or "init" (load time), for comments */
     size_t *io_off;      /* io_off[storage id]: offset in its slot's CUDA staging area */
     size_t *io_bytes;    /* per slot */
-} Emit;
+    char **cpu_fn[2];    /* cpu_fn[0 run, 1 init][kernel]: the C function computing its elementwise part
+                            (kernels with the same code share one) */
+};
 
 static int kslot(const Kernel *k) { return k->root->slot > 0 ? k->root->slot : 0; }
 
@@ -219,37 +74,18 @@ static void dispatch(Emit *e, int s, const char *cpu, const char *cuda) {
         fprintf(o, "    %s\n", cpu);
         return;
     }
-    fprintf(o, "#ifdef MRT_WITH_CUDA\n    if (C%d) {\n        if ((st = %s) != MRT_OK) return st;\n    } else\n#endif\n"
-               "    {\n        %s\n    }\n", s, cuda, cpu);
+    fprintf(o, "    MRT_DISPATCH(gpu%d, %s,\n                 %s);\n", s, cuda, cpu);
 }
 
 /* ---------------------------------------------------------------- elementwise */
-
-static void emit_elementwise(Emit *e, const Kernel *k, const char *fname) {
-    FILE *o = e->o;
-    const char *T = c_type(k->root->dtype);
-    emit_expr_function(o, k, fname);
-    LoopNest ln;
-    kernel_loops(k, &ln);
-    fprintf(o, "static void %s(%s *out", fname, T);
-    for (int i = 0; i < k->nleaves; i++) fprintf(o, ", const %s *l%d", c_type(k->leaves[i].node->dtype), i);
-    fprintf(o, ", int64_t B) {\n    (void)B;\n");
-    for (int d = 0; d < ln.rank; d++)
-        fprintf(o, "%*sfor (int64_t i%d = 0; i%d < %s; i%d++) {\n", 4 * (d + 1), "", d, d, dim_c(ln.n[d]), d);
-    fprintf(o, "%*sout[%s] = %s_expr(", 4 * (ln.rank + 1), "", loop_index(&ln, 0), fname);
-    for (int i = 0; i < k->nleaves; i++) fprintf(o, "%sl%d[%s]", i ? ", " : "", i, loop_index(&ln, 1 + i));
-    fprintf(o, ");\n");
-    for (int d = ln.rank - 1; d >= 0; d--) fprintf(o, "%*s}\n", 4 * (d + 1), "");
-    fprintf(o, "}\n\n");
-}
 
 static void emit_elementwise_call(Emit *e, const Kernel *k, char **ptr, const char *pfx) {
     char *args = xstrdup(ptr[k->root->id]);
     for (int j = 0; j < k->nleaves; j++)
         args = xprintf("%s, %s", args, j == k->gemm_leaf ? ptr[k->root->id] : ptr[view_base(k->leaves[j].node)->id]);
     if (k->kind == K_ELEMENTWISE) fprintf(e->o, "    /* %s%d: elementwise -> %%%d */\n", pfx, k->id, k->root->id);
-    dispatch(e, kslot(k), xprintf("%s_%s%d(%s, B);", e->pfx, pfx, k->id, args),
-             xprintf("%s_cuda_%s%d(S%d, %s, B)", e->pfx, pfx, k->id, kslot(k), args));
+    dispatch(e, kslot(k), xprintf("%s(%s, B)", e->cpu_fn[!strcmp(pfx, "init")][k->id], args),
+             xprintf("%s_cuda_%s%d(stream%d, %s, B)", e->pfx, pfx, k->id, kslot(k), args));
 }
 
 /* ---------------------------------------------------------------- GEMM and convolution */
@@ -259,23 +95,16 @@ static void check_blas_dim(Emit *e, const Node *m, Dim d, const char *what) {
         error_at(m->loc, "matmul %s %" PRId64 " exceeds the BLAS limit of 2^31-1", what, dim_at(d, e->g->max_batch));
 }
 
-static void emit_gemm_call(Emit *e, const Kernel *k, char **ptr) {
+/* The name of kernel k's parameter struct (conv2d, pooling), emitted by emit_params. */
+static char *params_name(const Emit *e, const Kernel *k) { return xprintf("%s_%s%d_p", e->pfx, e->kpfx, k->id); }
+
+/* A GEMM's root writes C; its epilogue, if any, runs on C after it (or inside cuBLASLt). */
+static void emit_matmul(Emit *e, const Kernel *k, char **ptr) {
     FILE *o = e->o;
     const Node *m = k->gemm;
     int s = kslot(k);
     const Shape *sa = &m->in[0]->shape, *sb = &m->in[1]->shape, *so = &m->shape;
     const char *A = ptr[view_base(m->in[0])->id], *Bm = ptr[view_base(m->in[1])->id], *C = ptr[k->root->id];
-    if (m->op == OP_CONV2D) {
-        const Shape *sx = &m->in[0]->shape;
-        char *args = xprintf("%s, %s, %s, %s, %" PRId64 ", %" PRId64 ", %" PRId64 ", %" PRId64 ", %d, %d, %" PRId64
-                             ", %" PRId64 ", %d, %d, %d, %d, %d, %d, %d, %s",
-                             C, A, Bm, dim_c(sx->d[0]), sx->d[1].c, sx->d[2].c, sx->d[3].c, so->d[1].c, m->kernel[0],
-                             m->kernel[1], so->d[2].c, so->d[3].c, m->stride[0], m->stride[1], m->pad[0], m->pad[1],
-                             m->dilation[0], m->dilation[1], m->groups, e->scratch ? e->scratch : "NULL");
-        fprintf(o, "    /* %s%d: conv2d %%%d = conv(%%%d, %%%d) */\n", e->kpfx, k->id, m->id, m->in[0]->id, m->in[1]->id);
-        dispatch(e, s, xprintf("mrt_conv2d_f32(%s);", args), xprintf("mrt_cuda_conv2d_f32(S%d, %s)", s, args));
-        return;
-    }
     Dim M = sa->d[sa->rank - 2], K = sa->d[sa->rank - 1], N = so->d[so->rank - 1];
     check_blas_dim(e, m, M, "rows");
     check_blas_dim(e, m, K, "inner dimension");
@@ -299,14 +128,14 @@ static void emit_gemm_call(Emit *e, const Kernel *k, char **ptr) {
         Dim rows = {1, false};
         for (int i = 0; i < sa->rank - 1; i++) rows = dim_mul(rows, sa->d[i], NULL);
         check_blas_dim(e, m, rows, "rows");
-        call = xprintf("mrt_gemm_f32(D%d, S%d, 0, %d, %s, %s, %s, 1.0f, %s, %s, 0, %s, %s, 0, 0.0f, %s, %s, 0, 1)", s, s, tb,
-                       dim_c(rows), dim_c(N), dim_c(K), A, dim_c(K), Bm, ldb, C, dim_c(N));
+        call = xprintf("mrt_gemm_f32(dev%d, stream%d, 0, %d, %s, %s, %s, 1.0f, %s, %s, 0, %s, %s, 0, 0.0f, %s, %s, 0, 1)", s,
+                       s, tb, dim_c(rows), dim_c(N), dim_c(K), A, dim_c(K), Bm, ldb, C, dim_c(N));
     } else if ((a_full || a_one) && (b_full || b_one)) {
         /* A strided batch over the flattened leading dims (a stride of 0 repeats a matrix). */
         char *sA = a_one ? xstrdup("0") : dim_c(dim_mul(M, K, NULL));
         char *sB = b_one ? xstrdup("0") : dim_c(dim_mul(sb->d[sb->rank - 2], sb->d[sb->rank - 1], NULL));
-        call = xprintf("mrt_gemm_f32(D%d, S%d, 0, %d, %s, %s, %s, 1.0f, %s, %s, %s, %s, %s, %s, 0.0f, %s, %s, %s, %s)", s, s,
-                       tb, dim_c(M), dim_c(N), dim_c(K), A, dim_c(K), sA, Bm, ldb, sB, C, dim_c(N),
+        call = xprintf("mrt_gemm_f32(dev%d, stream%d, 0, %d, %s, %s, %s, 1.0f, %s, %s, %s, %s, %s, %s, 0.0f, %s, %s, %s, %s)",
+                       s, s, tb, dim_c(M), dim_c(N), dim_c(K), A, dim_c(K), sA, Bm, ldb, sB, C, dim_c(N),
                        dim_c(dim_mul(M, N, NULL)), dim_c(onum));
     } else {
         /* General broadcasting of the leading dims: one GEMM per output matrix. */
@@ -324,12 +153,21 @@ static void emit_gemm_call(Emit *e, const Kernel *k, char **ptr) {
             if (ib >= 0 && !(sb->d[ib].c == 1 && !sb->d[ib].sym)) fprintf(o, " bo += ix * %s;", dim_c(bst[ib]));
             fprintf(o, " }\n");
         }
-        fprintf(o, "        if ((st = mrt_gemm_f32(D%d, S%d, 0, %d, %s, %s, %s, 1.0f, %s + ao, %s, 0, %s + bo, %s, 0, 0.0f, "
-                   "%s + co, %s, 0, 1)) != MRT_OK)\n            return st;\n    }\n",
+        fprintf(o, "        if ((st = mrt_gemm_f32(dev%d, stream%d, 0, %d, %s, %s, %s, 1.0f, %s + ao, %s, 0, %s + bo, %s, 0, "
+                   "0.0f, %s + co, %s, 0, 1)) != MRT_OK)\n            return st;\n    }\n",
                 s, s, tb, dim_c(M), dim_c(N), dim_c(K), A, dim_c(K), Bm, ldb, C, dim_c(N));
         return;
     }
     fprintf(o, "    if ((st = %s) != MRT_OK) return st;\n", call);
+}
+
+static void emit_conv2d(Emit *e, const Kernel *k, char **ptr) {
+    const Node *m = k->gemm;
+    int s = kslot(k);
+    char *args = xprintf("&%s, %s, %s, %s, %s, %s", params_name(e, k), dim_c(m->in[0]->shape.d[0]), ptr[k->root->id],
+                         ptr[view_base(m->in[0])->id], ptr[view_base(m->in[1])->id], e->scratch ? e->scratch : "NULL");
+    fprintf(e->o, "    /* %s%d: conv2d %%%d = conv(%%%d, %%%d) */\n", e->kpfx, k->id, m->id, m->in[0]->id, m->in[1]->id);
+    dispatch(e, s, xprintf("mrt_conv2d(%s)", args), xprintf("mrt_cuda_conv2d(stream%d, %s)", s, args));
 }
 
 /* A GEMM whose epilogue is exactly act(gemm + bias[N]) (act: none, relu, gelu tanh form) and
@@ -351,8 +189,8 @@ static bool lt_epilogue(const Kernel *k, int *bias_leaf, int *act) {
         x = x->a;
     }
     *bias_leaf = -1;
-    if (x->op == OP_INPUT && x->leaf == k->gemm_leaf) return *act != 0;
-    if (x->op != OP_ADD || x->a->op != OP_INPUT || x->b->op != OP_INPUT) return false;
+    if (x->kind == EX_LEAF && x->leaf == k->gemm_leaf) return *act != 0;
+    if (x->op != OP_ADD || x->a->kind != EX_LEAF || x->b->kind != EX_LEAF) return false;
     int g = x->a->leaf == k->gemm_leaf ? 0 : x->b->leaf == k->gemm_leaf ? 1 : -1;
     if (g < 0) return false;
     int bl = g == 0 ? x->b->leaf : x->a->leaf;
@@ -383,120 +221,156 @@ static void emit_lt_gemm(Emit *e, const Kernel *k, char **ptr, int bias_leaf, in
     static const char *acts[] = {"", " + relu", " + gelu_tanh"};
     fprintf(o, "    /* %s%d: gemm %%%d = %%%d @ %%%d%s%s%s: one cuBLASLt matmul with its epilogue on a GPU */\n", e->kpfx,
             k->id, m->id, m->in[0]->id, m->in[1]->id, m->trans_b ? "^T" : "", bias_leaf >= 0 ? " + bias" : "", acts[act]);
-    char *lt = xprintf("mrt_gemm_bias_act_f32(D%d, S%d, %d, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %d)", s, s, m->trans_b,
-                       dim_c(rows), dim_c(N), dim_c(K), A, dim_c(K), Bm, ldb, C, dim_c(N), bias, act);
+    char *lt = xprintf("mrt_gemm_bias_act_f32(dev%d, stream%d, %d, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %d)", s, s,
+                       m->trans_b, dim_c(rows), dim_c(N), dim_c(K), A, dim_c(K), Bm, ldb, C, dim_c(N), bias, act);
     char *args = xstrdup(C);
     for (int j = 0; j < k->nleaves; j++)
         args = xprintf("%s, %s", args, j == k->gemm_leaf ? C : ptr[view_base(k->leaves[j].node)->id]);
-    char *cpu = xprintf("if ((st = mrt_gemm_f32(D%d, S%d, 0, %d, %s, %s, %s, 1.0f, %s, %s, 0, %s, %s, 0, 0.0f, %s, %s, 0, 1)) != MRT_OK)\n"
-                        "            return st;\n        %s_%s%d(%s, B);",
-                        s, s, m->trans_b, dim_c(rows), dim_c(N), dim_c(K), A, dim_c(K), Bm, ldb, C, dim_c(N), e->pfx,
-                        e->kpfx, k->id, args);
+    char *cpu = xprintf("if ((st = mrt_gemm_f32(dev%d, stream%d, 0, %d, %s, %s, %s, 1.0f, %s, %s, 0, %s, %s, 0, 0.0f, %s, "
+                        "%s, 0, 1)) != MRT_OK) return st;\n                 %s(%s, B)",
+                        s, s, m->trans_b, dim_c(rows), dim_c(N), dim_c(K), A, dim_c(K), Bm, ldb, C, dim_c(N),
+                        e->cpu_fn[!strcmp(e->kpfx, "init")][k->id], args);
     dispatch(e, s, cpu, lt);
 }
 
-/* ---------------------------------------------------------------- library kernels */
+/* ---------------------------------------------------------------- library kernels
+ *
+ * One emitter per kind of library op, named by the op's row in ops.def (the `emit` column);
+ * each writes one dispatched call of the runtime kernel the row names. */
 
-static void emit_library_call(Emit *e, const Kernel *k, char **ptr) {
-    FILE *o = e->o;
-    const Node *r = k->reduce, *x = r->in[0];
+static void library_call(Emit *e, const Kernel *k, const char *fn, const char *args) {
     int s = kslot(k);
-    const char *X = ptr[view_base(x)->id], *Y = ptr[r->id];
+    dispatch(e, s, xprintf("mrt_%s(%s)", fn, args), xprintf("mrt_cuda_%s(stream%d, %s)", fn, s, args));
+}
+
+/* Reductions along one axis: x viewed as [outer, n, inner]. */
+static void emit_axis(Emit *e, const Kernel *k, char **ptr) {
+    const Node *r = k->lib, *x = r->in[0];
     const Shape *xs = &x->shape;
-    char *args = NULL, *fn = NULL;
+    const char *X = ptr[view_base(x)->id], *Y = ptr[r->id];
+    Dim outer = {1, false}, inner = {1, false};
+    for (int i = 0; i < r->axis; i++) outer = dim_mul(outer, xs->d[i], NULL);
+    for (int i = r->axis + 1; i < xs->rank; i++) inner = dim_mul(inner, xs->d[i], NULL);
+    char *n = dim_c(xs->d[r->axis]), *ou = dim_c(outer), *in = dim_c(inner);
+    const char *fn = op_info[r->op].kernel;
+    char *args;
+    if (r->op == OP_SOFTMAX && (r->causal || r->zero_masked_rows)) {
+        fn = "softmax_masked_f32";
+        args = xprintf("%s, %s, %s, %s, %" PRId64 ", %d, %d", Y, X, ou, n, xs->rank >= 2 ? xs->d[xs->rank - 2].c : 1,
+                       r->causal, r->zero_masked_rows);
+    } else if (r->op == OP_SOFTMAX || r->op == OP_LOG_SOFTMAX || r->op == OP_SUM || r->op == OP_MEAN) {
+        /* the flag: log for softmax, mean for sum */
+        args = xprintf("%s, %s, %s, %s, %s, %d", Y, X, ou, n, in, r->op == OP_LOG_SOFTMAX || r->op == OP_MEAN);
+    } else {
+        args = xprintf("%s, %s, %s, %s, %s", Y, X, ou, n, in);
+    }
+    fprintf(e->o, "    /* %s%d: %s %%%d */\n", e->kpfx, k->id, op_name(r->op), r->id);
+    library_call(e, k, fn, args);
+}
+
+static void emit_pool(Emit *e, const Kernel *k, char **ptr) {
+    const Node *r = k->lib, *x = r->in[0];
+    fprintf(e->o, "    /* %s%d: %s %%%d */\n", e->kpfx, k->id, op_name(r->op), r->id);
+    library_call(e, k, r->op == OP_MAXPOOL2D ? "maxpool2d" : "avgpool2d",
+                 xprintf("&%s, %s, %s, %s", params_name(e, k), dim_c(x->shape.d[0]), ptr[r->id], ptr[view_base(x)->id]));
+}
+
+static void emit_adaptive_pool(Emit *e, const Kernel *k, char **ptr) {
+    const Node *r = k->lib, *x = r->in[0];
+    const Shape *xs = &x->shape;
+    fprintf(e->o, "    /* %s%d: %s %%%d */\n", e->kpfx, k->id, op_name(r->op), r->id);
+    library_call(e, k, op_info[r->op].kernel,
+                 xprintf("%s, %s, %s, %" PRId64 ", %" PRId64 ", %" PRId64 ", %" PRId64, ptr[r->id], ptr[view_base(x)->id],
+                         dim_c(dim_mul(xs->d[0], xs->d[1], NULL)), xs->d[2].c, xs->d[3].c, r->shape.d[2].c,
+                         r->shape.d[3].c));
+}
+
+static void emit_layer_norm(Emit *e, const Kernel *k, char **ptr) {
+    const Node *r = k->lib, *x = r->in[0];
+    const Shape *xs = &x->shape;
+    Dim rows = {1, false};
+    for (int i = 0; i + 1 < xs->rank; i++) rows = dim_mul(rows, xs->d[i], NULL);
+    fprintf(e->o, "    /* %s%d: %s %%%d */\n", e->kpfx, k->id, op_name(r->op), r->id);
+    library_call(e, k, op_info[r->op].kernel,
+                 xprintf("%s, %s, %s, %s, %s, %" PRId64 ", %s", ptr[r->id], ptr[view_base(x)->id],
+                         ptr[view_base(r->in[1])->id], ptr[view_base(r->in[2])->id], dim_c(rows), xs->d[xs->rank - 1].c,
+                         float_lit(r->eps)));
+}
+
+static void emit_embedding(Emit *e, const Kernel *k, char **ptr) {
+    const Node *r = k->lib, *x = r->in[0], *w = r->in[1];
+    int s = kslot(k);
+    const char *what = xprintf("\"%s: embedding %s\"", e->pfx, x->name ? x->name : "ids");
+    char *a = xprintf("%s, %s, %d, %s, %s, %" PRId64 ", %" PRId64, ptr[r->id], ptr[view_base(x)->id], x->dtype == DT_I64,
+                      dim_c(shape_numel(&x->shape)), ptr[view_base(w)->id], w->shape.d[0].c, w->shape.d[1].c);
+    fprintf(e->o, "    /* %s%d: %s %%%d */\n", e->kpfx, k->id, op_name(r->op), r->id);
+    dispatch(e, s, xprintf("if ((st = mrt_embedding_checked(%s, %s)) != MRT_OK) return st", what, a),
+             xprintf("mrt_cuda_embedding_f32(stream%d, %s, %s)", s, a, what));
+}
+
+static void emit_concat(Emit *e, const Kernel *k, char **ptr) {
+    const Node *r = k->lib;
+    size_t es = dtype_size(r->dtype);
+    Dim outer = {1, false}, inner = {1, false};
+    for (int i = 0; i < r->axis; i++) outer = dim_mul(outer, r->shape.d[i], NULL);
+    for (int i = r->axis + 1; i < r->shape.rank; i++) inner = dim_mul(inner, r->shape.d[i], NULL);
+    Dim yrow = dim_mul(r->shape.d[r->axis], inner, NULL);
+    Dim off = {0, r->shape.d[r->axis].sym};
+    fprintf(e->o, "    /* %s%d: %s %%%d */\n", e->kpfx, k->id, op_name(r->op), r->id);
+    for (int j = 0; j < r->nin; j++) {
+        const Node *xj = r->in[j];
+        Dim xrow = dim_mul(xj->shape.d[r->axis], inner, NULL);
+        library_call(e, k, op_info[r->op].kernel,
+                     xprintf("%s, %s, %s, %s * %zu, %s * %zu, %s * %zu", ptr[r->id], ptr[view_base(xj)->id], dim_c(outer),
+                             dim_c(xrow), es, dim_c(yrow), es, off.c ? dim_c(off) : "0", es));
+        off.c += xrow.c;
+    }
+}
+
+/* A copy between device slots, after the source slot's stream is idle. */
+static void emit_transfer(Emit *e, const Kernel *k, char **ptr) {
+    FILE *o = e->o;
+    const Node *r = k->lib, *src = view_base(r->in[0]);
+    int s = kslot(k), ss = src->slot > 0 ? src->slot : 0;
     fprintf(o, "    /* %s%d: %s %%%d */\n", e->kpfx, k->id, op_name(r->op), r->id);
-    switch (r->op) {
-    case OP_TRANSFER: {
-        const Node *src = view_base(x);
-        int ss = src->slot > 0 ? src->slot : 0;
-        char *bytes = xprintf("%s * %zu", dim_c(shape_numel(&r->shape)), dtype_size(r->dtype));
-        fprintf(o, "#ifdef MRT_WITH_CUDA\n    if (C%d && (st = mrt_stream_sync(D%d, S%d, \"%s transfer\")) != MRT_OK) return st;\n#endif\n",
-                ss, ss, ss, e->pfx);
-        fprintf(o, "    if ((st = mrt_memcpy(D%d, %s, D%d, %s, %s, S%d)) != MRT_OK) return st;\n", s, Y, ss, X, bytes, s);
-        return;
+    fprintf(o, "#ifdef MRT_WITH_CUDA\n    if (gpu%d && (st = mrt_stream_sync(dev%d, stream%d, \"%s transfer\")) != MRT_OK) return st;\n#endif\n",
+            ss, ss, ss, e->pfx);
+    fprintf(o, "    if ((st = mrt_memcpy(dev%d, %s, dev%d, %s, %s * %zu, stream%d)) != MRT_OK) return st;\n", s, ptr[r->id], ss,
+            ptr[src->id], dim_c(shape_numel(&r->shape)), dtype_size(r->dtype), s);
+}
+
+/* emit_fns[op]: the emitter of a GEMM or library op's call, from ops.def (NULL: fused or none). */
+typedef void (*EmitFn)(Emit *e, const Kernel *k, char **ptr);
+static const EmitFn emit_fns[OP__COUNT] = {
+#define OP(id, name, cat, inplace, batch, c_expr, kernel, emit) [OP_##id] = emit,
+#include "ops.def"
+};
+
+/* The static parameter structs of the convolutions and poolings in kl (before the function
+ * that calls them). */
+static void emit_params(Emit *e, const KernelList *kl, const char *kpfx) {
+    FILE *o = e->o;
+    e->kpfx = kpfx;
+    for (int i = 0; i < kl->n; i++) {
+        const Kernel *k = kl->k[i];
+        const Node *n = k->kind == K_GEMM ? k->gemm : k->lib;
+        if (!n || (n->op != OP_CONV2D && n->op != OP_MAXPOOL2D && n->op != OP_AVGPOOL2D)) continue;
+        const Shape *xs = &n->in[0]->shape, *ys = &n->shape;
+        if (n->op == OP_CONV2D)
+            fprintf(o, "static const mrt_conv2d_params %s = {.C = %" PRId64 ", .H = %" PRId64 ", .W = %" PRId64 ", .O = %" PRId64
+                       ", .OH = %" PRId64 ", .OW = %" PRId64 ",\n    .kh = %d, .kw = %d, .sh = %d, .sw = %d, .pt = %d, .pl = %d, "
+                       ".dh = %d, .dw = %d, .groups = %d};\n",
+                    params_name(e, k), xs->d[1].c, xs->d[2].c, xs->d[3].c, ys->d[1].c, ys->d[2].c, ys->d[3].c, n->kernel[0],
+                    n->kernel[1], n->stride[0], n->stride[1], n->pad[0], n->pad[1], n->dilation[0], n->dilation[1],
+                    n->groups);
+        else
+            fprintf(o, "static const mrt_pool2d_params %s = {.C = %" PRId64 ", .H = %" PRId64 ", .W = %" PRId64 ", .OH = %" PRId64
+                       ", .OW = %" PRId64 ",\n    .kh = %d, .kw = %d, .sh = %d, .sw = %d, .pt = %d, .pl = %d, .pb = %d, .pr = %d, "
+                       ".dh = %d, .dw = %d, .count_include_pad = %d};\n",
+                    params_name(e, k), xs->d[1].c, xs->d[2].c, xs->d[3].c, ys->d[2].c, ys->d[3].c, n->kernel[0], n->kernel[1],
+                    n->stride[0], n->stride[1], n->pad[0], n->pad[1], n->pad[2], n->pad[3], n->dilation[0], n->dilation[1],
+                    n->count_include_pad);
     }
-    case OP_MAXPOOL2D:
-        fn = "maxpool2d_f32";
-        args = xprintf("%s, %s, %s, %" PRId64 ", %" PRId64 ", %" PRId64 ", %" PRId64 ", %d, %d, %d, %d, %d, %d, %d, %d", Y, X,
-                       dim_c(dim_mul(xs->d[0], xs->d[1], NULL)), xs->d[2].c, xs->d[3].c, r->shape.d[2].c, r->shape.d[3].c,
-                       r->kernel[0], r->kernel[1], r->stride[0], r->stride[1], r->pad[0], r->pad[1], r->dilation[0],
-                       r->dilation[1]);
-        break;
-    case OP_AVGPOOL2D:
-        fn = "avgpool2d_f32";
-        args = xprintf("%s, %s, %s, %" PRId64 ", %" PRId64 ", %" PRId64 ", %" PRId64 ", %d, %d, %d, %d, %d, %d, %d, %d, %d", Y,
-                       X, dim_c(dim_mul(xs->d[0], xs->d[1], NULL)), xs->d[2].c, xs->d[3].c, r->shape.d[2].c,
-                       r->shape.d[3].c, r->kernel[0], r->kernel[1], r->stride[0], r->stride[1], r->pad[0], r->pad[1],
-                       r->pad[2], r->pad[3], r->count_include_pad);
-        break;
-    case OP_ADAPTIVE_AVGPOOL2D:
-        fn = "adaptive_avgpool2d_f32";
-        args = xprintf("%s, %s, %s, %" PRId64 ", %" PRId64 ", %" PRId64 ", %" PRId64, Y, X,
-                       dim_c(dim_mul(xs->d[0], xs->d[1], NULL)), xs->d[2].c, xs->d[3].c, r->shape.d[2].c, r->shape.d[3].c);
-        break;
-    case OP_LAYER_NORM: {
-        Dim rows = {1, false};
-        for (int i = 0; i + 1 < xs->rank; i++) rows = dim_mul(rows, xs->d[i], NULL);
-        fn = "layernorm_f32";
-        args = xprintf("%s, %s, %s, %s, %s, %" PRId64 ", %s", Y, X, ptr[view_base(r->in[1])->id],
-                       ptr[view_base(r->in[2])->id], dim_c(rows), xs->d[xs->rank - 1].c, float_lit(r->value));
-        break;
-    }
-    case OP_EMBEDDING: {
-        const Node *w = r->in[1];
-        const char *what = xprintf("%s: embedding %s", e->pfx, x->name ? x->name : "ids");
-        char *a = xprintf("%s, %s, %d, %s, %s, %" PRId64 ", %" PRId64, Y, X, x->dtype == DT_I64, dim_c(shape_numel(xs)),
-                          ptr[view_base(w)->id], w->shape.d[0].c, w->shape.d[1].c);
-        char *cpu = xprintf("int64_t bad_id = 0, bad = mrt_embedding_f32(%s, &bad_id);\n"
-                            "        if (bad >= 0)\n            return mrt_set_error(MRT_ERR_INVALID_ARG, \"%s: id %%lld at "
-                            "position %%lld is out of range [0, %" PRId64 ")\", (long long)bad_id, (long long)bad);",
-                            a, what, w->shape.d[0].c);
-        dispatch(e, s, cpu, xprintf("mrt_cuda_embedding_f32(S%d, %s, \"%s\")", s, a, what));
-        return;
-    }
-    case OP_CONCAT: {
-        size_t es = dtype_size(r->dtype);
-        Dim outer = {1, false}, inner = {1, false};
-        for (int i = 0; i < r->axis; i++) outer = dim_mul(outer, r->shape.d[i], NULL);
-        for (int i = r->axis + 1; i < r->shape.rank; i++) inner = dim_mul(inner, r->shape.d[i], NULL);
-        Dim yrow = dim_mul(r->shape.d[r->axis], inner, NULL);
-        Dim off = {0, r->shape.d[r->axis].sym};
-        for (int j = 0; j < r->nin; j++) {
-            const Node *xj = r->in[j];
-            Dim xrow = dim_mul(xj->shape.d[r->axis], inner, NULL);
-            char *a = xprintf("%s, %s, %s, %s * %zu, %s * %zu, %s * %zu", Y, ptr[view_base(xj)->id], dim_c(outer),
-                              dim_c(xrow), es, dim_c(yrow), es, off.c ? dim_c(off) : "0", es);
-            dispatch(e, s, xprintf("mrt_concat_part(%s);", a), xprintf("mrt_cuda_concat_part(S%d, %s)", s, a));
-            off.c += xrow.c;
-        }
-        return;
-    }
-    default: {
-        Dim outer = {1, false}, inner = {1, false};
-        for (int i = 0; i < r->axis; i++) outer = dim_mul(outer, xs->d[i], NULL);
-        for (int i = r->axis + 1; i < xs->rank; i++) inner = dim_mul(inner, xs->d[i], NULL);
-        char *n = dim_c(xs->d[r->axis]), *ou = dim_c(outer), *in = dim_c(inner);
-        switch (r->op) {
-        case OP_SOFTMAX:
-            if (r->causal || r->zero_masked_rows) {
-                fn = "softmax_masked_f32";
-                args = xprintf("%s, %s, %s, %s, %" PRId64 ", %d, %d", Y, X, ou, n,
-                               xs->rank >= 2 ? xs->d[xs->rank - 2].c : 1, r->causal, r->zero_masked_rows);
-            } else {
-                fn = "softmax_f32";
-                args = xprintf("%s, %s, %s, %s, %s, 0", Y, X, ou, n, in);
-            }
-            break;
-        case OP_LOG_SOFTMAX: fn = "softmax_f32"; args = xprintf("%s, %s, %s, %s, %s, 1", Y, X, ou, n, in); break;
-        case OP_SUM: fn = "sum_f32"; args = xprintf("%s, %s, %s, %s, %s, 0", Y, X, ou, n, in); break;
-        case OP_MEAN: fn = "sum_f32"; args = xprintf("%s, %s, %s, %s, %s, 1", Y, X, ou, n, in); break;
-        case OP_MAX: fn = "max_f32"; args = xprintf("%s, %s, %s, %s, %s", Y, X, ou, n, in); break;
-        case OP_ARGMAX: fn = "argmax_f32"; args = xprintf("%s, %s, %s, %s, %s", Y, X, ou, n, in); break;
-        default: ICE("no kernel for op %s", op_name(r->op));
-        }
-    }
-    }
-    dispatch(e, s, xprintf("mrt_%s(%s);", fn, args), xprintf("mrt_cuda_%s(S%d, %s)", fn, s, args));
 }
 
 /* ---------------------------------------------------------------- header */
@@ -517,7 +391,7 @@ static void emit_run_proto(Emit *e, FILE *o) {
     fprintf(o, ")");
 }
 
-static void emit_header(Emit *e, FILE *o, const char *unused) {
+void emit_c_header(Emit *e, FILE *o) {
     const Graph *g = e->g;
     char buf[256];
     fprintf(o, "/* %s.h — generated by modelc from model '%s'. Do not edit.\n *\n", e->pfx, g->name);
@@ -622,25 +496,29 @@ static char **declare_pointers(Emit *e, bool at_load) {
         switch (s->kind) {
         case S_INPUT: {
             const char *name = c_ident(g->inputs[s->index]->name);
-            fprintf(o, "    const %s *mrt_v%d;\n", T, i);
+            fprintf(o, "    MRT_UNUSED const %s *mrt_v%d;\n", T, i);
             fprintf(o, "    if ((st = mrt_model_stage_in(m, %d, %s, %s, %zu, (const void **)&mrt_v%d, \"%s\")) != MRT_OK) return st;\n",
                     sl, name, bytes_c(n), e->io_off[s->id], i, g->inputs[s->index]->name);
             break;
         }
         case S_PARAM:
-            fprintf(o, "    const %s *const mrt_v%d = (const %s *)(%c%d + %zu);  /* %s */\n", T, i, T, s->load_only ? 'L' : 'W',
-                    sl, s->offset, n->name);
+            fprintf(o, "    MRT_UNUSED const %s *const mrt_v%d = (const %s *)(%s%d + %zu);  /* %s */\n", T, i, T,
+                    s->load_only ? "load" : "weights", sl, s->offset, n->name);
             break;
         case S_INIT:
-            if (at_load) fprintf(o, "    %s *const mrt_v%d = (%s *)(%c%d + %zu);\n", T, i, T, s->load_only ? 'L' : 'W', sl, s->offset);
-            else fprintf(o, "    const %s *const mrt_v%d = (const %s *)(W%d + %zu);  /* computed at load */\n", T, i, T, sl, s->offset);
+            if (at_load)
+                fprintf(o, "    MRT_UNUSED %s *const mrt_v%d = (%s *)(%s%d + %zu);\n", T, i, T, s->load_only ? "load" : "weights",
+                        sl, s->offset);
+            else
+                fprintf(o, "    MRT_UNUSED const %s *const mrt_v%d = (const %s *)(weights%d + %zu);  /* computed at load */\n", T,
+                        i, T, sl, s->offset);
             break;
         case S_ARENA:
-            fprintf(o, "    %s *const mrt_v%d = (%s *)(A%d + O%d[%d]);\n", T, i, T, sl, sl, s->id);
+            fprintf(o, "    MRT_UNUSED %s *const mrt_v%d = (%s *)(arena%d + offsets%d[%d]);\n", T, i, T, sl, sl, s->id);
             break;
         case S_OUTPUT: {
             const char *name = c_ident(g->outputs[s->index].name);
-            fprintf(o, "    %s *mrt_v%d;\n    int mrt_back%d;\n", T, i, i);
+            fprintf(o, "    %s *mrt_v%d;\n    MRT_UNUSED int mrt_back%d;\n", T, i, i);
             fprintf(o, "    if ((st = mrt_model_stage_out(m, %d, %s, %zu, (void **)&mrt_v%d, &mrt_back%d, \"%s\")) != MRT_OK) return st;\n",
                     sl, name, e->io_off[s->id], i, i, g->outputs[s->index].name);
             break;
@@ -648,7 +526,6 @@ static char **declare_pointers(Emit *e, bool at_load) {
         case S_CONST:
             break;
         }
-        fprintf(o, "    (void)mrt_v%d;\n", i);
     }
     for (int i = 0; i < g->nnodes; i++)
         if (!g->nodes[i]->dead && g->nodes[i]->op == OP_RESHAPE && mp->of[i]) ptr[i] = ptr[view_base(g->nodes[i])->id];
@@ -665,37 +542,38 @@ static void emit_calls(Emit *e, const KernelList *kl, char **ptr, const char *pf
         int s = kslot(k);
         if (s != active) {
             /* launches and library calls run on the current device: make it this slot's (B14) */
-            fprintf(e->o, "#ifdef MRT_WITH_CUDA\n    if (C%d && (st = mrt_device_activate(D%d)) != MRT_OK) return st;\n#endif\n", s, s);
+            fprintf(e->o, "    if (gpu%d && (st = mrt_device_activate(dev%d)) != MRT_OK) return st;\n", s, s);
             active = s;
         }
         e->scratch = NULL;
         if (run && e->mp->scratch[i])
-            e->scratch = xprintf("(float *)(A%d + O%d[%d])", kslot(k), kslot(k), e->mp->scratch[i]->id);
+            e->scratch = xprintf("(float *)(arena%d + offsets%d[%d])", kslot(k), kslot(k), e->mp->scratch[i]->id);
         int bias_leaf, act;
         if (k->kind == K_GEMM && lt_epilogue(k, &bias_leaf, &act)) {
             emit_lt_gemm(e, k, ptr, bias_leaf, act);
             continue;
         }
-        if (k->kind == K_GEMM) emit_gemm_call(e, k, ptr);
-        if (k->kind == K_REDUCE) emit_library_call(e, k, ptr);
+        if (k->kind != K_ELEMENTWISE) {
+            const Node *n = k->kind == K_GEMM ? k->gemm : k->lib;
+            if (!emit_fns[n->op]) ICE("op '%s' has no kernel emitter (the emit column of ops.def)", op_name(n->op));
+            emit_fns[n->op](e, k, ptr);
+        }
         if (k->expr) emit_elementwise_call(e, k, ptr, pfx);
     }
 }
 
-/* Locals naming each slot's device, stream and whether it is a GPU. */
+/* Locals naming each slot's device, stream, whether it is a GPU, and its memory. */
 static void declare_slots(Emit *e, bool arenas) {
     FILE *o = e->o;
     for (int s = 0; s < e->g->nslots; s++) {
-        fprintf(o, "    const mrt_device D%d = m->dev[%d];\n    void *const S%d = m->stream[%d];\n", s, s, s, s);
-        fprintf(o, "    const int C%d = D%d.kind == MRT_DEVICE_CUDA;\n", s, s);
-        fprintf(o, "    unsigned char *const W%d = m->weights[%d];\n", s, s);
-        if (!arenas) fprintf(o, "    unsigned char *const L%d = m->load[%d];\n    (void)L%d;\n", s, s, s);
-        if (arenas) {
-            fprintf(o, "    unsigned char *const A%d = m->arena[%d];\n", s, s);
-            fprintf(o, "    const size_t *const O%d = %s_arena_offsets[C%d];\n", s, e->pfx, s);
-            fprintf(o, "    (void)A%d;\n    (void)O%d;\n", s, s);
-        }
-        fprintf(o, "    (void)D%d;\n    (void)S%d;\n    (void)C%d;\n    (void)W%d;\n", s, s, s, s);
+        fprintf(o, "    MRT_UNUSED const mrt_device dev%d = m->dev[%d];\n    MRT_UNUSED void *const stream%d = m->stream[%d];\n", s, s,
+                s, s);
+        fprintf(o, "    MRT_UNUSED const int gpu%d = dev%d.kind == MRT_DEVICE_CUDA;\n", s, s);
+        fprintf(o, "    MRT_UNUSED unsigned char *const weights%d = m->weights[%d];\n", s, s);
+        if (!arenas) fprintf(o, "    MRT_UNUSED unsigned char *const load%d = m->load[%d];\n", s, s);
+        if (arenas)
+            fprintf(o, "    MRT_UNUSED unsigned char *const arena%d = m->arena[%d];\n"
+                       "    MRT_UNUSED const size_t *const offsets%d = %s_arena_offsets[gpu%d];\n", s, s, s, e->pfx, s);
     }
 }
 
@@ -739,7 +617,7 @@ static void emit_tables(Emit *e, FILE *o) {
     fprintf(o, "};\n\n");
 }
 
-static void emit_source(Emit *e, FILE *o, const char *h_include) {
+void emit_c_source(Emit *e, FILE *o, const char *h_include) {
     const Graph *g = e->g;
     const KernelList *kl = e->kl;
     const MemPlan *mp = e->mp;
@@ -765,28 +643,57 @@ static void emit_source(Emit *e, FILE *o, const char *h_include) {
         }
     }
     fprintf(o, "#endif\n\n");
+    /* The CPU functions of the elementwise parts. Kernels whose code is the same (the same
+     * expression over the same loop nest: every batch-norm fold of a ResNet stage, say) share
+     * one function, found by comparing the code printed without names and comments. */
+    int nuniq = 0;
+    char **uniq_key = xalloc(sizeof(char *) * (size_t)(kl->n + e->init->n + 1));
+    char **uniq_fn = xalloc(sizeof(char *) * (size_t)(kl->n + e->init->n + 1));
     for (int li = 0; li < 2; li++) {
         const KernelList *L = li ? e->init : kl;
+        e->cpu_fn[li] = xalloc(sizeof(char *) * (size_t)(L->n + 1));
         for (int i = 0; i < L->n; i++) {
             const Kernel *k = L->k[i];
             if (!k->expr) continue;
+            char *key = NULL;
+            size_t klen = 0;
+            FILE *kf = open_memstream(&key, &klen);
+            if (!kf) fatal("out of memory");
+            emit_expr_function(kf, k, "F", false);
+            emit_c_loop(kf, k, "F");
+            fclose(kf);
+            int u = 0;
+            while (u < nuniq && strcmp(uniq_key[u], key)) u++;
+            if (u < nuniq) {
+                e->cpu_fn[li][k->id] = uniq_fn[u];
+                free(key);
+                continue;
+            }
+            char *fname = xprintf("%s_%s%d", e->pfx, li ? "init" : "k", k->id);
+            uniq_key[nuniq] = xstrdup(key);
+            uniq_fn[nuniq++] = fname;
+            free(key);
+            e->cpu_fn[li][k->id] = fname;
             fprintf(o, "/* %s%d: %s -> %%%d */\n", li ? "init" : "k", k->id, k->kind == K_GEMM ? "GEMM epilogue" : "elementwise",
                     k->root->id);
-            emit_elementwise(e, k, xprintf("%s_%s%d", e->pfx, li ? "init" : "k", k->id));
+            emit_expr_function(o, k, fname, true);
+            emit_c_loop(o, k, fname);
+            fprintf(o, "\n");
         }
     }
 
     /* the load-time kernels, run by mrt_model_load_weights once the params are in place */
     if (e->init->n) {
         fprintf(o, "/* Values that depend only on the weights (folded batch norms, ...), computed once. */\n");
-        fprintf(o, "static mrt_status %s_init(mrt_model *m) {\n    const int64_t B = 1;\n    (void)B;\n"
+        emit_params(e, e->init, "init");
+        fprintf(o, "static mrt_status %s_init(mrt_model *m) {\n    MRT_UNUSED const int64_t B = 1;\n"
                    "    mrt_status st = MRT_OK;\n", e->pfx);
         declare_slots(e, false);
         char **ptr = declare_pointers(e, true);
-        fprintf(o, "    if (C0 && (st = mrt_device_activate(D0)) != MRT_OK) return st;\n");
+        fprintf(o, "    if (gpu0 && (st = mrt_device_activate(dev0)) != MRT_OK) return st;\n");
         emit_calls(e, e->init, ptr, "init");
         for (int s = 0; s < ns; s++)
-            fprintf(o, "    if ((st = mrt_stream_sync(D%d, S%d, \"%s load_weights\")) != MRT_OK) return st;\n", s, s, e->pfx);
+            fprintf(o, "    if ((st = mrt_stream_sync(dev%d, stream%d, \"%s load_weights\")) != MRT_OK) return st;\n", s, s, e->pfx);
         fprintf(o, "    return MRT_OK;\n}\n\n");
     }
 
@@ -811,6 +718,7 @@ static void emit_source(Emit *e, FILE *o, const char *h_include) {
             e->pfx, e->pfx);
 
     /* run */
+    emit_params(e, kl, "k");
     emit_run_proto(e, o);
     fprintf(o, " {\n");
     fprintf(o, "    if (!m || m->desc != &%s_desc)\n        return mrt_set_error(MRT_ERR_INVALID_ARG, \"%s_run: the model "
@@ -827,9 +735,9 @@ static void emit_source(Emit *e, FILE *o, const char *h_include) {
                 c_ident(g->outputs[i].name), e->pfx, g->outputs[i].name);
     fprintf(o, "    if (!m->weights_loaded) return mrt_set_error(MRT_ERR_INVALID_ARG, \"%s_run: weights are not loaded "
                "(call %s_load_weights first)\");\n", e->pfx, e->pfx);
-    fprintf(o, "    const int64_t B = batch;\n    (void)B;\n    mrt_status st = MRT_OK;\n    (void)st;\n");
+    fprintf(o, "    MRT_UNUSED const int64_t B = batch;\n    MRT_UNUSED mrt_status st = MRT_OK;\n");
     declare_slots(e, true);
-    fprintf(o, "    if (C0 && (st = mrt_device_activate(D0)) != MRT_OK) return st;\n");
+    fprintf(o, "    if (gpu0 && (st = mrt_device_activate(dev0)) != MRT_OK) return st;\n");
     char **ptr = declare_pointers(e, false);
     emit_calls(e, kl, ptr, "k");
     /* outputs back to the host, then wait for every GPU */
@@ -837,13 +745,13 @@ static void emit_source(Emit *e, FILE *o, const char *h_include) {
     for (int i = 0; i < g->noutputs; i++) {
         const Node *b = view_base(g->outputs[i].node);
         const Storage *s = mp->of[b->id];
-        fprintf(o, "    if (mrt_back%d && (st = mrt_memcpy((mrt_device){MRT_DEVICE_CPU, 0}, %s, D%d, mrt_v%d, %s, S%d)) != MRT_OK) return st;\n",
+        fprintf(o, "    if (mrt_back%d && (st = mrt_memcpy((mrt_device){MRT_DEVICE_CPU, 0}, %s, dev%d, mrt_v%d, %s, stream%d)) != MRT_OK)\n"
+                   "        return st;\n",
                 b->id, c_ident(g->outputs[i].name), s->slot, b->id, bytes_c(b), s->slot);
     }
     for (int s = 0; s < ns; s++)
-        fprintf(o, "    if (C%d && (st = mrt_stream_sync(D%d, S%d, \"%s run\")) != MRT_OK) return st;\n", s, s, s, e->pfx);
+        fprintf(o, "    if (gpu%d && (st = mrt_stream_sync(dev%d, stream%d, \"%s run\")) != MRT_OK) return st;\n", s, s, s, e->pfx);
     fprintf(o, "#endif\n");
-    for (int i = 0; i < g->noutputs; i++) fprintf(o, "    (void)mrt_back%d;\n", view_base(g->outputs[i].node)->id);
     fprintf(o, "    return MRT_OK;\n}\n\n");
 
     /* the generic descriptor */
@@ -873,24 +781,13 @@ static void emit_source(Emit *e, FILE *o, const char *h_include) {
             arena_total(e->mpc, g->nslots), e->pfx);
 }
 
-static char *render(void (*fn)(Emit *, FILE *, const char *), Emit *e, const char *arg, size_t *len) {
-    char *buf = NULL;
-    FILE *f = open_memstream(&buf, len);
-    if (!f) fatal("out of memory");
-    fn(e, f, arg);
-    fclose(f);
-    return buf;
-}
-
-static void emit_main(Emit *e, FILE *o, const char *h_include) {
+void emit_c_main(Emit *e, FILE *o, const char *h_include) {
     fprintf(o, "/* main.c — generated by modelc: the command-line driver for model '%s'. */\n", e->g->name);
     fprintf(o, "#include \"modelrt.h\"\n#include \"%s\"\n\n", h_include);
     fprintf(o, "int main(int argc, char **argv) { return mrt_main(&%s_info, argc, argv); }\n", e->pfx);
 }
 
-static void emit_cuda_adapter(Emit *e, FILE *o, const char *unused) {
-    emit_cuda(o, e->g, e->kl, e->init, e->pfx);
-}
+const char *emit_prefix(const Emit *e) { return e->pfx; }
 
 /* The model's C name: its own name, unless that would clash with main(), the runtime's mrt_
  * names or a C library function the generated code uses (then NAME_model). */
@@ -905,9 +802,9 @@ char *model_ident(const char *name) {
     return s;
 }
 
-void emit_c(const Graph *g, const KernelList *kl, const KernelList *init, const MemPlan *mp, const MemPlan *mpc,
-            const EmitOptions *opt) {
-    Emit E = {.g = g, .kl = kl, .init = init, .mp = mp, .mpc = mpc}, *e = &E;
+Emit *emit_begin(const Graph *g, const KernelList *kl, const KernelList *init, const MemPlan *mp, const MemPlan *mpc) {
+    Emit *e = xalloc(sizeof(Emit));
+    *e = (Emit){.g = g, .kl = kl, .init = init, .mp = mp, .mpc = mpc};
     e->pfx = model_ident(g->name);
     e->PFX = upper(e->pfx);
     if (mp->nst != mpc->nst) ICE("the CPU and CUDA plans differ in storages (%d vs %d)", mp->nst, mpc->nst);
@@ -922,21 +819,5 @@ void emit_c(const Graph *g, const KernelList *kl, const KernelList *init, const 
         e->io_off[i] = e->io_bytes[s->slot];
         e->io_bytes[s->slot] += (bytes_at_max(g, s->owner) + 255) / 256 * 256;
     }
-    size_t len;
-    char *h = render(emit_header, e, NULL, &len);
-    write_file_atomic(opt->h_path, h, len);
-    free(h);
-    char *c = render(emit_source, e, opt->h_include, &len);
-    write_file_atomic(opt->c_path, c, len);
-    free(c);
-    if (opt->cu_path) {
-        char *cu = render(emit_cuda_adapter, e, NULL, &len);
-        write_file_atomic(opt->cu_path, cu, len);
-        free(cu);
-    }
-    if (opt->main_path) {
-        char *mn = render(emit_main, e, opt->h_include, &len);
-        write_file_atomic(opt->main_path, mn, len);
-        free(mn);
-    }
+    return e;
 }

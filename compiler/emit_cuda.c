@@ -34,7 +34,7 @@ static void emit_kernel(FILE *o, const Graph *g, const Kernel *k, const char *pf
     const char *T = c_type(k->root->dtype);
     LoopNest ln;
     kernel_loops(k, &ln);
-    emit_expr_function(o, k, fname);
+    emit_expr_function(o, k, fname, true);
 
     /* the general kernel */
     fprintf(o, "__global__ void %s_g(%s *out", fname, T);

@@ -146,7 +146,7 @@ static bool fold_bn_into_producer(Graph *g, Node *bn) {
     const Node *loc = bn;
     Node *gamma = bn->in[1], *beta = bn->in[2], *mean = bn->in[3], *var = bn->in[4];
     /* s = gamma / sqrt(var + eps) */
-    Node *s = bin(g, OP_DIV, loc, gamma, un(g, OP_SQRT, loc, bin(g, OP_ADD, loc, var, cst(g, loc, bn->value))));
+    Node *s = bin(g, OP_DIV, loc, gamma, un(g, OP_SQRT, loc, bin(g, OP_ADD, loc, var, cst(g, loc, bn->eps))));
     /* W' = W * s along the output-channel axis (axis 0 of both layouts); it stands for the
      * layer's weight, so it lives where the layer runs (the rest stands for the batch norm) */
     Node *Wf = bin(g, OP_MUL, anchor, W, as_column(g, anchor, s, W->shape.rank));
@@ -169,7 +169,7 @@ static bool fold_bn_into_producer(Graph *g, Node *bn) {
 static void lower_bn(Graph *g, Node *bn) {
     const Node *loc = bn;
     int r = bn->shape.rank - 1; /* rank of the per-channel view [C, 1, ...] */
-    Node *s = bin(g, OP_DIV, loc, bn->in[1], un(g, OP_SQRT, loc, bin(g, OP_ADD, loc, bn->in[4], cst(g, loc, bn->value))));
+    Node *s = bin(g, OP_DIV, loc, bn->in[1], un(g, OP_SQRT, loc, bin(g, OP_ADD, loc, bn->in[4], cst(g, loc, bn->eps))));
     Node *y = bin(g, OP_SUB, loc, bn->in[0], as_column(g, loc, bn->in[3], r));
     y = bin(g, OP_MUL, loc, y, as_column(g, loc, s, r));
     y = bin(g, OP_ADD, loc, y, as_column(g, loc, bn->in[2], r));

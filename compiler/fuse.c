@@ -144,15 +144,16 @@ static void add_member(Kernel *k, Node *n) {
 static Expr *build_expr(Fuser *f, Node *n, const IMap *map, bool is_root) {
     Expr *e = xalloc(sizeof(Expr));
     if (n->op == OP_CONST) {
-        e->op = OP_CONST;
+        e->kind = EX_CONST;
         e->value = n->value;
         return e;
     }
     if (!is_root && !f->inl[n->id]) {
-        e->op = OP_INPUT;
+        e->kind = EX_LEAF;
         e->leaf = add_leaf(f, n, map);
         return e;
     }
+    e->kind = EX_OP;
     e->op = n->op;
     e->node = n;
     IMap cm;
@@ -187,11 +188,6 @@ static size_t conv_scratch(const Node *n) {
     (void)x;
     if (direct) return 0;
     return (size_t)w->shape.d[1].c * n->kernel[0] * n->kernel[1] * n->shape.d[2].c * n->shape.d[3].c * sizeof(float);
-}
-
-static bool is_library_op(OpKind op) {
-    return op_is_reduction(op) || op == OP_MAXPOOL2D || op == OP_AVGPOOL2D || op == OP_ADAPTIVE_AVGPOOL2D ||
-           op == OP_LAYER_NORM || op == OP_EMBEDDING || op == OP_CONCAT || op == OP_TRANSFER;
 }
 
 static Kernel *new_kernel(KernelList *kl, KernelKind kind, Node *root) {
@@ -236,8 +232,6 @@ KernelList fuse_graph(Graph *g, FuseOptions opt, KernelList *init) {
 static KernelList build_kernels(Fuser *f, bool init) {
     Graph *g = f->g;
     FuseOptions opt = f->opt;
-    /* Which matmuls become a GEMM epilogue: decided when their consumer's tree is built. */
-    bool *absorbed = xalloc(sizeof(bool) * g->nnodes);
     Kernel **tree_of = xalloc(sizeof(Kernel *) * g->nnodes);
     KernelList kl = {0};
     for (int i = 0; i < g->nnodes; i++) {
@@ -258,7 +252,7 @@ static KernelList build_kernels(Fuser *f, bool init) {
             /* Epilogue: a single-use matmul read with the identity map. */
             for (int l = 0; opt.epilogue && l < tmp.nleaves; l++) {
                 Node *m = tmp.leaves[l].node;
-                if ((m->op != OP_MATMUL && m->op != OP_CONV2D) || m->nuses != 1 || m->is_output ||
+                if (op_info[m->op].cat != CAT_GEMM || m->nuses != 1 || m->is_output ||
                     m->init != n->init || m->slot != n->slot || !map_is_identity(&tmp.leaves[l], n))
                     continue;
                 tmp.gemm_leaf = l;
@@ -268,7 +262,6 @@ static KernelList build_kernels(Fuser *f, bool init) {
             Kernel *k;
             if (tmp.gemm) {
                 /* The GEMM runs where its consumer's kernel runs: remove any kernel made for it. */
-                absorbed[tmp.gemm->id] = true;
                 Kernel *old = tree_of[tmp.gemm->id];
                 if (old) {
                     for (int j = old->id; j + 1 < kl.n; j++) {
@@ -290,21 +283,22 @@ static KernelList build_kernels(Fuser *f, bool init) {
             k->gemm_leaf = tmp.gemm_leaf;
             for (int j = 0; j < tmp.nmembers; j++) add_member(k, tmp.members[j]);
             tree_of[n->id] = k;
-        } else if (n->op == OP_MATMUL || n->op == OP_CONV2D) {
+        } else if (op_info[n->op].cat == CAT_GEMM) {
             Kernel *k = new_kernel(&kl, K_GEMM, n);
             k->gemm = n;
             if (n->op == OP_CONV2D) k->scratch_bytes = conv_scratch(n);
             add_member(k, n);
             tree_of[n->id] = k;
-        } else if (is_library_op(n->op)) {
-            Kernel *k = new_kernel(&kl, K_REDUCE, n);
-            k->reduce = n;
+        } else if (op_is_library(n->op)) {
+            Kernel *k = new_kernel(&kl, K_LIBRARY, n);
+            k->lib = n;
             add_member(k, n);
             tree_of[n->id] = k;
+        } else if (op_info[n->op].cat != CAT_LEAF && op_info[n->op].cat != CAT_VIEW) {
+            /* inputs, params, constants and reshape views need no kernel; anything else does */
+            ICE("op '%s' (%%%d) has no kernel: ops.def gives it category '%d'", op_name(n->op), n->id, op_info[n->op].cat);
         }
-        /* inputs, params, constants and reshape views need no kernel */
     }
-    (void)absorbed;
     return kl;
 }
 
@@ -329,11 +323,11 @@ static void print_leaf(FILE *out, const LeafRef *l, const Node *root) {
 }
 
 static void print_kexpr(FILE *out, const Kernel *k, const Expr *e) {
-    if (e->op == OP_CONST) {
+    if (e->kind == EX_CONST) {
         fprintf(out, "%.9g", e->value);
         return;
     }
-    if (e->op == OP_INPUT) {
+    if (e->kind == EX_LEAF) {
         if (e->leaf == k->gemm_leaf) fprintf(out, "gemm");
         else print_leaf(out, &k->leaves[e->leaf], k->root);
         return;
@@ -391,8 +385,8 @@ static void dump_kernels(FILE *out, const Graph *g, const KernelList *kl, const 
             }
             break;
         }
-        case K_REDUCE: {
-            const Node *r = k->reduce;
+        case K_LIBRARY: {
+            const Node *r = k->lib;
             fprintf(out, "%s", op_name(r->op));
             for (int j = 0; j < r->nin; j++) fprintf(out, "%s%%%d", j ? ", " : " ", r->in[j]->id);
             if (op_is_reduction(r->op) || r->op == OP_CONCAT)

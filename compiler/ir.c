@@ -10,33 +10,23 @@
 #include <inttypes.h>
 #include <string.h>
 
-static const char *op_names[OP__COUNT] = {
-    [OP_INPUT] = "input",     [OP_PARAM] = "param",       [OP_CONST] = "const",
-    [OP_NEG] = "neg",         [OP_EXP] = "exp",           [OP_LOG] = "log",
-    [OP_SQRT] = "sqrt",       [OP_RELU] = "relu",         [OP_SIGMOID] = "sigmoid",
-    [OP_TANH] = "tanh",       [OP_GELU] = "gelu",         [OP_GELU_TANH] = "gelu_tanh",
-    [OP_ADD] = "add",         [OP_SUB] = "sub",           [OP_MUL] = "mul",
-    [OP_DIV] = "div",         [OP_PERMUTE] = "permute",   [OP_MATMUL] = "matmul",
-    [OP_SOFTMAX] = "softmax", [OP_LOG_SOFTMAX] = "log_softmax",
-    [OP_SUM] = "sum",         [OP_MEAN] = "mean",         [OP_MAX] = "max",
-    [OP_ARGMAX] = "argmax",   [OP_RESHAPE] = "reshape",
-    [OP_SLICE] = "slice",     [OP_WHERE] = "where",       [OP_CONV2D] = "conv2d",
-    [OP_MAXPOOL2D] = "max_pool2d", [OP_AVGPOOL2D] = "avg_pool2d",
-    [OP_ADAPTIVE_AVGPOOL2D] = "adaptive_avg_pool2d", [OP_LAYER_NORM] = "layer_norm",
-    [OP_EMBEDDING] = "embedding", [OP_CONCAT] = "concat", [OP_BATCH_NORM] = "batch_norm",
-    [OP_TRANSFER] = "transfer",
+const OpInfo op_info[OP__COUNT] = {
+#define OP(id, name, cat, inplace, batch, c_expr, kernel, emit) [OP_##id] = {name, cat, inplace, batch, c_expr, kernel},
+#include "ops.def"
 };
 
 const char *op_name(OpKind op) {
-    return (op >= 0 && op < OP__COUNT && op_names[op]) ? op_names[op] : "?";
+    return (op >= 0 && op < OP__COUNT && op_info[op].name) ? op_info[op].name : "?";
 }
 
-bool op_is_unary(OpKind op) { return op >= OP_NEG && op <= OP_GELU_TANH; }
-bool op_is_binary(OpKind op) { return op >= OP_ADD && op <= OP_DIV; }
+bool op_is_unary(OpKind op) { return op_info[op].cat == CAT_UNARY; }
+bool op_is_binary(OpKind op) { return op_info[op].cat == CAT_BINARY; }
 bool op_is_elementwise(OpKind op) {
-    return op_is_unary(op) || op_is_binary(op) || op == OP_PERMUTE || op == OP_SLICE || op == OP_WHERE;
+    OpCategory c = op_info[op].cat;
+    return c == CAT_UNARY || c == CAT_BINARY || c == CAT_SELECT || c == CAT_MOVE;
 }
-bool op_is_reduction(OpKind op) { return op >= OP_SOFTMAX && op <= OP_ARGMAX; }
+bool op_is_reduction(OpKind op) { return op_info[op].cat == CAT_REDUCE; }
+bool op_is_library(OpKind op) { return op_info[op].cat == CAT_REDUCE || op_info[op].cat == CAT_LIBRARY; }
 
 Node *view_base(const Node *n) {
     while (n->op == OP_RESHAPE) n = n->in[0];
@@ -164,7 +154,7 @@ static void dump_attrs(FILE *out, const Node *n) {
         fprintf(out, "}");
         break;
     case OP_LAYER_NORM: case OP_BATCH_NORM:
-        fprintf(out, " {eps=%g}", n->value);
+        fprintf(out, " {eps=%g}", n->eps);
         break;
 
     case OP_SUM: case OP_MEAN: case OP_MAX: case OP_ARGMAX:
@@ -214,30 +204,29 @@ bool graph_batch_separable(const Graph *g) {
         if (!dep[i]) continue;
         /* A batch-dependent value must keep the batch as its leading axis ... */
         if (n->shape.rank == 0 || !n->shape.d[0].sym) return false;
-        /* ... and be computed from the same batch items of its operands. */
-        switch (n->op) {
-        case OP_PERMUTE:
+        /* ... and be computed from the same batch items of its operands (the op's batch rule). */
+        bool same_rank = false;
+        switch (op_info[n->op].batch) {
+        case BATCH_KEEPS:
+            break;
+        case BATCH_PERMUTE:
             if (n->perm[0] != 0) return false;
             break;
-        case OP_MATMUL:
-            /* each batch-dependent operand's leading (batch) dim must be the output's */
-            for (int j = 0; j < 2; j++)
-                if (dep[n->in[j]->id] && n->in[j]->shape.rank != n->shape.rank) return false;
-            break;
-        case OP_SOFTMAX: case OP_LOG_SOFTMAX: case OP_SUM: case OP_MEAN: case OP_MAX: case OP_ARGMAX:
+        case BATCH_NOT_AXIS0:
             if (n->axis == 0) return false;
             break;
-        case OP_CONCAT:
+        case BATCH_CONCAT:
             if (n->axis == 0) return false; /* batch items of several operands interleave */
-            for (int j = 0; j < n->nin; j++)
-                if (dep[n->in[j]->id] && n->in[j]->shape.rank != n->shape.rank) return false;
+            same_rank = true;
+            break;
+        case BATCH_SAME_RANK:
+            same_rank = true; /* each batch-dependent operand's leading (batch) dim is the output's */
             break;
         default:
-            if (op_is_binary(n->op) || n->op == OP_WHERE)
-                for (int j = 0; j < n->nin; j++)
-                    if (dep[n->in[j]->id] && n->in[j]->shape.rank != n->shape.rank) return false;
-            break;
+            ICE("op '%s' has no batch rule", op_name(n->op));
         }
+        for (int j = 0; same_rank && j < n->nin; j++)
+            if (dep[n->in[j]->id] && n->in[j]->shape.rank != n->shape.rank) return false;
     }
     return true;
 }

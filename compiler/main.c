@@ -1,8 +1,10 @@
 /*
- * main.c — the modelc driver: command line, the pass pipeline as plain calls, and the C compiler
- * invocation that turns the emitted source into an executable.
+ * main.c — the modelc driver, in three parts: the command line (parse_args), the pass pipeline
+ * as plain calls (compile), and the files: the emitters write into memory streams and only this
+ * file writes them out (atomically) and runs the C compiler on them (build_executable).
  *
- *   parse_program -> build_graph -> fuse_graph -> plan_memory -> emit_c -> $CC
+ *   parse_program -> build_graph -> fold_graph -> place_graph -> hoist_graph -> fuse_graph
+ *   -> plan_memory (CPU and CUDA plans) -> emit_c_* / emit_cuda -> $CC
  *
  * --dump=WHAT prints the named phase's text form to stdout and stops; nothing is written.
  */
@@ -55,6 +57,7 @@ static void usage(FILE *f) {
             "  --no-fold-transpose  copy a transposed matmul operand instead of using the GEMM's flag\n"
             "  --keep-c           keep the generated C next to the executable (PATH.c, PATH.h, PATH_main.c)\n"
             "  --no-cuda          build a CPU-only executable even when CUDA is available\n"
+            "  --list-ops         print the op table (the language's functions, the IR's operations), and exit\n"
             "  --print-cflags     print the flags to compile generated C against the runtime, and exit\n"
             "  --print-libs       print the flags to link a program with the runtime, and exit\n"
             "  -O0 | -O1 | -O2 | -O3   optimization level passed to the C compiler (default -O2)\n"
@@ -66,7 +69,8 @@ static void usage(FILE *f) {
             "             this executable)\n");
 }
 
-void write_file_atomic(const char *path, const char *text, size_t len) {
+/* Write `text` to `path` atomically (temporary file + rename); fatal on failure. */
+static void write_file_atomic(const char *path, const char *text, size_t len) {
     char *tmp = xprintf("%s.tmp.XXXXXX", path);
     int fd = mkstemp(tmp);
     if (fd < 0) fatal("cannot write '%s': %s", path, strerror(errno));
@@ -142,36 +146,47 @@ static bool is_dir(const char *p) {
     return stat(p, &sb) == 0 && S_ISDIR(sb.st_mode);
 }
 
-int main(int argc, char **argv) {
-    const char *input = NULL, *out = NULL, *dump = NULL, *olevel = "-O2";
-    bool emit_only = false, keep = false, no_cuda = false;
-    int max_batch = 64;
-    FuseOptions fo = {.elementwise = true, .epilogue = true};
-    PlanOptions po = {.inplace = true, .align = 64, .reorder = true};
-    FoldOptions fd = {.fold_bn = true, .hoist = true, .fold_transpose = true};
+/* ---------------------------------------------------------------- the command line */
+
+typedef struct Options {
+    const char *input, *out, *dump, *olevel;
+    bool emit_only, keep, no_cuda;
+    int max_batch;
+    FuseOptions fuse;
+    PlanOptions plan;
+    FoldOptions fold;
+} Options;
+
+static void parse_args(int argc, char **argv, Options *o) {
+    *o = (Options){.olevel = "-O2", .max_batch = 64, .fuse = {.elementwise = true, .epilogue = true},
+                   .plan = {.inplace = true, .align = 64, .reorder = true},
+                   .fold = {.fold_bn = true, .hoist = true, .fold_transpose = true}};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
             usage(stdout);
-            return 0;
+            exit(0);
         } else if (!strcmp(a, "--version")) {
             printf("modelc %s\n", MODELC_VERSION);
-            return 0;
-        } else if (!strcmp(a, "-o")) {
-            if (++i >= argc) fatal("'-o' needs a path");
-            out = argv[i];
-        } else if (!strcmp(a, "--emit-c")) {
-            emit_only = true;
-        } else if (!strcmp(a, "--keep-c")) {
-            keep = true;
-        } else if (!strcmp(a, "--no-cuda")) {
-            no_cuda = true;
+            exit(0);
+        } else if (!strcmp(a, "--list-ops")) {
+            list_ops(stdout);
+            exit(0);
         } else if (!strcmp(a, "--print-cflags")) {
             printf("-I%s/include/modelc %s\n", runtime_home(), MODELC_EXTRA_CFLAGS);
-            return 0;
+            exit(0);
         } else if (!strcmp(a, "--print-libs")) {
             printf("%s/lib/libmodelrt.a %s\n", runtime_home(), MODELC_LINK_LIBS);
-            return 0;
+            exit(0);
+        } else if (!strcmp(a, "-o")) {
+            if (++i >= argc) fatal("'-o' needs a path");
+            o->out = argv[i];
+        } else if (!strcmp(a, "--emit-c")) {
+            o->emit_only = true;
+        } else if (!strcmp(a, "--keep-c")) {
+            o->keep = true;
+        } else if (!strcmp(a, "--no-cuda")) {
+            o->no_cuda = true;
         } else if (!strcmp(a, "--max-batch") || !strncmp(a, "--max-batch=", 12)) {
             const char *v = a[11] == '=' ? a + 12 : (++i < argc ? argv[i] : NULL);
             if (!v) fatal("'--max-batch' needs a number");
@@ -179,127 +194,146 @@ int main(int argc, char **argv) {
             errno = 0;
             long n = strtol(v, &end, 10);
             if (*end || errno || n < 1 || n > (1 << 24)) fatal("--max-batch must be an integer in 1..16777216, got '%s'", v);
-            max_batch = (int)n;
+            o->max_batch = (int)n;
         } else if (!strncmp(a, "--dump=", 7)) {
-            dump = a + 7;
-            if (strcmp(dump, "ast") && strcmp(dump, "graph") && strcmp(dump, "fused") && strcmp(dump, "memplan") &&
-                strcmp(dump, "memplan-svg") && strcmp(dump, "placement"))
-                fatal("unknown dump '%s' (expected ast, graph, placement, fused, memplan or memplan-svg)", dump);
+            o->dump = a + 7;
+            if (strcmp(o->dump, "ast") && strcmp(o->dump, "graph") && strcmp(o->dump, "fused") && strcmp(o->dump, "memplan") &&
+                strcmp(o->dump, "memplan-svg") && strcmp(o->dump, "placement"))
+                fatal("unknown dump '%s' (expected ast, graph, placement, fused, memplan or memplan-svg)", o->dump);
         } else if (!strcmp(a, "--no-fuse")) {
-            fo.elementwise = false;
+            o->fuse.elementwise = false;
         } else if (!strcmp(a, "--no-epilogue")) {
-            fo.epilogue = false;
+            o->fuse.epilogue = false;
         } else if (!strcmp(a, "--no-inplace")) {
-            po.inplace = false;
+            o->plan.inplace = false;
         } else if (!strcmp(a, "--no-reorder")) {
-            po.reorder = false;
+            o->plan.reorder = false;
         } else if (!strcmp(a, "--no-fold-bn")) {
-            fd.fold_bn = false;
+            o->fold.fold_bn = false;
         } else if (!strcmp(a, "--no-hoist")) {
-            fd.hoist = false;
+            o->fold.hoist = false;
         } else if (!strcmp(a, "--no-fold-transpose")) {
-            fd.fold_transpose = false;
+            o->fold.fold_transpose = false;
         } else if (!strcmp(a, "-O0") || !strcmp(a, "-O1") || !strcmp(a, "-O2") || !strcmp(a, "-O3")) {
-            olevel = a;
+            o->olevel = a;
         } else if (a[0] == '-' && a[1]) {
             fprintf(stderr, "modelc: error: unknown option '%s'\n", a);
             usage(stderr);
-            return 1;
+            exit(1);
         } else {
-            if (input) fatal("more than one input file ('%s' and '%s')", input, a);
-            input = a;
+            if (o->input) fatal("more than one input file ('%s' and '%s')", o->input, a);
+            o->input = a;
         }
     }
-    if (!input) {
+    if (!o->input) {
         fprintf(stderr, "modelc: error: no input file\n");
         usage(stderr);
-        return 1;
+        exit(1);
     }
+}
 
+/* ---------------------------------------------------------------- the pipeline */
+
+/* Everything a compilation produces for the emitters. */
+typedef struct Compiled {
+    Graph *g;
+    KernelList kl, init;
+    MemPlan *mp, *mpc; /* the CPU plan (64-byte alignment) and the CUDA plan (256) */
+} Compiled;
+
+/* The passes, in order, as plain calls (after QBE's main.c). Returns false when a --dump
+ * printed its phase and the compilation stops there. */
+static bool compile(const Options *o, Compiled *c) {
     size_t len;
-    char *src = read_file(input, &len);
-    diag_init(input, src);
-    Program *prog = parse_program(input, src);
-    if (dump && !strcmp(dump, "ast")) {
-        dump_ast(stdout, prog);
-        return 0;
-    }
-    Graph *g = build_graph(prog, max_batch);
-    g->source = basename(xstrdup(input));
-    if (dump && !strcmp(dump, "graph")) {
-        dump_graph(stdout, g);
-        return 0;
-    }
-    fold_graph(g, fd);
+    char *src = read_file(o->input, &len);
+    diag_init(o->input, src);
+    Program *prog = parse_program(o->input, src);
+    if (o->dump && !strcmp(o->dump, "ast")) return dump_ast(stdout, prog), false;
+    Graph *g = c->g = build_graph(prog, o->max_batch);
+    g->source = basename(xstrdup(o->input));
+    if (o->dump && !strcmp(o->dump, "graph")) return dump_graph(stdout, g), false;
+    fold_graph(g, o->fold);
     place_graph(g);
-    if (fd.hoist) hoist_graph(g);
-    if (dump && !strcmp(dump, "placement")) {
-        dump_placement(stdout, g);
-        return 0;
-    }
-    KernelList init;
-    KernelList kl = fuse_graph(g, fo, &init);
-    if (dump && !strcmp(dump, "fused")) {
-        dump_fused(stdout, g, &kl, &init);
-        return 0;
-    }
-    MemPlan *mp = plan_memory(g, &kl, &init, po);
-    /* The CUDA plan: the same schedule, 256-byte alignment. */
-    PlanOptions pc = po;
+    if (o->fold.hoist) hoist_graph(g);
+    if (o->dump && !strcmp(o->dump, "placement")) return dump_placement(stdout, g), false;
+    c->kl = fuse_graph(g, o->fuse, &c->init);
+    if (o->dump && !strcmp(o->dump, "fused")) return dump_fused(stdout, g, &c->kl, &c->init), false;
+    c->mp = plan_memory(g, &c->kl, &c->init, o->plan);
+    PlanOptions pc = o->plan; /* the CUDA plan: the same schedule, 256-byte alignment */
     pc.align = 256;
     pc.reorder = false;
-    MemPlan *mpc = plan_memory(g, &kl, &init, pc);
-    if (dump && !strcmp(dump, "memplan")) {
-        dump_memplan(stdout, g, &kl, mp, MODELC_NVCC[0] && !no_cuda ? mpc : NULL);
-        return 0;
-    }
-    if (dump && !strcmp(dump, "memplan-svg")) {
-        dump_memplan_svg(stdout, g, &kl, mp);
-        return 0;
-    }
+    c->mpc = plan_memory(g, &c->kl, &c->init, pc);
+    if (o->dump && !strcmp(o->dump, "memplan"))
+        return dump_memplan(stdout, g, &c->kl, c->mp, MODELC_NVCC[0] && !o->no_cuda ? c->mpc : NULL), false;
+    if (o->dump && !strcmp(o->dump, "memplan-svg")) return dump_memplan_svg(stdout, g, &c->kl, c->mp), false;
+    return true;
+}
 
-    /* Names of the generated files. */
-    char *base = xstrdup(input);
-    base = xstrdup(basename(base));
-    char *dot = strrchr(base, '.');
-    if (dot && !strcmp(dot, ".model")) *dot = 0;
-    char *cname = model_ident(g->name);
+/* ---------------------------------------------------------------- files */
 
-    if (emit_only) {
-        const char *dir = out ? out : ".";
-        if (!is_dir(dir) && mkdir(dir, 0755) != 0) fatal("cannot create directory '%s': %s", dir, strerror(errno));
-        EmitOptions eo = {.c_path = xprintf("%s/%s.c", dir, cname), .h_path = xprintf("%s/%s.h", dir, cname),
-                          .h_include = xprintf("%s.h", cname), .cu_path = xprintf("%s/%s.cu", dir, cname)};
-        emit_c(g, &kl, &init, mp, mpc, &eo);
-        arena_free_all();
-        return 0;
+/* Render one emitter's output in memory and write it to `path` atomically. */
+static void write_emitted(const char *path, Emit *e, int which, const char *h_include) {
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&buf, &len);
+    if (!f) fatal("out of memory");
+    switch (which) {
+    case 0: emit_c_header(e, f); break;
+    case 1: emit_c_source(e, f, h_include); break;
+    case 2: emit_c_main(e, f, h_include); break;
     }
+    fclose(f);
+    write_file_atomic(path, buf, len);
+    free(buf);
+}
 
-    const char *exe = out ? out : base;
-    {
-        /* Fail before building: never overwrite the input, and the output's directory must exist. */
-        char rin[PATH_MAX], rout[PATH_MAX];
-        if (realpath(input, rin) && realpath(exe, rout) && !strcmp(rin, rout))
-            fatal("refusing to write the executable over the input file '%s' (use -o)", input);
-        if (is_dir(exe)) fatal("'%s' is a directory; -o names the executable to write", exe);
-        char *dir = xstrdup(exe);
-        dir = dirname(dir);
-        if (!is_dir(dir)) fatal("cannot write '%s': directory '%s' does not exist", exe, dir);
-        char *home = runtime_home();
-        if (access(xprintf("%s/include/modelc/modelrt.h", home), R_OK) != 0)
-            fatal("cannot find the runtime in '%s' (include/modelc/modelrt.h); set MODELC_HOME", home);
-    }
+static void write_cuda(const char *path, const Compiled *c, const char *pfx) {
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&buf, &len);
+    if (!f) fatal("out of memory");
+    emit_cuda(f, c->g, &c->kl, &c->init, pfx);
+    fclose(f);
+    write_file_atomic(path, buf, len);
+    free(buf);
+}
+
+/* The generated files of a model in `dir`: NAME.h, NAME.c, and NAME.cu / NAME_main.c when asked. */
+typedef struct Generated {
+    char *c, *h, *cu, *main, *h_include;
+} Generated;
+
+static Generated write_generated(const Compiled *c, const char *dir, bool cuda, bool with_main) {
+    Emit *e = emit_begin(c->g, &c->kl, &c->init, c->mp, c->mpc);
+    const char *pfx = emit_prefix(e);
+    Generated gen = {.c = xprintf("%s/%s.c", dir, pfx), .h = xprintf("%s/%s.h", dir, pfx),
+                     .cu = cuda ? xprintf("%s/%s.cu", dir, pfx) : NULL,
+                     .main = with_main ? xprintf("%s/%s_main.c", dir, pfx) : NULL, .h_include = xprintf("%s.h", pfx)};
+    write_emitted(gen.h, e, 0, gen.h_include);
+    write_emitted(gen.c, e, 1, gen.h_include);
+    if (gen.cu) write_cuda(gen.cu, c, pfx);
+    if (gen.main) write_emitted(gen.main, e, 2, gen.h_include);
+    return gen;
+}
+
+/* ---------------------------------------------------------------- building the executable */
+
+static void copy_file(const char *from, const char *to) {
+    size_t n;
+    char *t = read_file(from, &n);
+    write_file_atomic(to, t, n);
+}
+
+/* Compile the generated files with nvcc (when CUDA is on) and $CC, link with the runtime, and
+ * put the executable at `exe` atomically. */
+static int build_executable(const Options *o, const Compiled *c, const char *exe) {
     char *tmpdir = xstrdup("/tmp/modelc.XXXXXX");
     if (!mkdtemp(tmpdir)) fatal("cannot create a temporary directory: %s", strerror(errno));
-    bool cuda = MODELC_NVCC[0] && !no_cuda;
-    EmitOptions eo = {.c_path = xprintf("%s/%s.c", tmpdir, cname), .h_path = xprintf("%s/%s.h", tmpdir, cname),
-                      .h_include = xprintf("%s.h", cname), .main_path = xprintf("%s/%s_main.c", tmpdir, cname),
-                      .cu_path = cuda ? xprintf("%s/%s.cu", tmpdir, cname) : NULL};
-    emit_c(g, &kl, &init, mp, mpc, &eo);
-
+    bool cuda = MODELC_NVCC[0] && !o->no_cuda;
+    Generated gen = write_generated(c, tmpdir, cuda, true);
     char *home = runtime_home();
     const char *extra = getenv("MODELC_CFLAGS");
-    char *cu_obj = xprintf("%s/%s.cu.o", tmpdir, cname);
+    char *cu_obj = xprintf("%s.o", gen.cu ? gen.cu : "none");
     char **av = NULL;
     int ac = 0;
     if (cuda) { /* the CUDA twins of the fused kernels */
@@ -308,7 +342,7 @@ int main(int argc, char **argv) {
         split_flags(MODELC_GENCODE, &av, &ac);
         add_arg(&av, &ac, xprintf("-I%s/include/modelc", home));
         add_arg(&av, &ac, "-c");
-        add_arg(&av, &ac, eo.cu_path);
+        add_arg(&av, &ac, gen.cu);
         add_arg(&av, &ac, "-o");
         add_arg(&av, &ac, cu_obj);
         av[ac] = NULL;
@@ -324,15 +358,15 @@ int main(int argc, char **argv) {
     if (!cc || !*cc) cc = "cc";
     char *tmp_exe = xprintf("%s.tmp.%d", exe, (int)getpid());
     split_flags(cc, &av, &ac);
-    add_arg(&av, &ac, olevel);
+    add_arg(&av, &ac, o->olevel);
     add_arg(&av, &ac, "-std=c11");
     add_arg(&av, &ac, "-D_GNU_SOURCE");
     add_arg(&av, &ac, xprintf("-I%s/include/modelc", home));
     split_flags(MODELC_EXTRA_CFLAGS, &av, &ac);
     if (cuda) split_flags(MODELC_CUDA_CFLAGS, &av, &ac);
     if (extra) split_flags(extra, &av, &ac);
-    add_arg(&av, &ac, eo.c_path);
-    add_arg(&av, &ac, eo.main_path);
+    add_arg(&av, &ac, gen.c);
+    add_arg(&av, &ac, gen.main);
     if (cuda) add_arg(&av, &ac, cu_obj);
     add_arg(&av, &ac, xprintf("%s/lib/libmodelrt.a", home));
     split_flags(MODELC_LINK_LIBS, &av, &ac);
@@ -349,29 +383,55 @@ int main(int argc, char **argv) {
         unlink(tmp_exe);
         fatal("cannot write '%s': %s", exe, strerror(errno));
     }
-    if (keep) {
-        size_t n;
-        char *t;
-        t = read_file(eo.c_path, &n);
-        write_file_atomic(xprintf("%s.c", exe), t, n);
-        t = read_file(eo.h_path, &n);
-        write_file_atomic(xprintf("%s.h", exe), t, n);
-        t = read_file(eo.main_path, &n);
-        write_file_atomic(xprintf("%s_main.c", exe), t, n);
+    if (o->keep) {
+        copy_file(gen.c, xprintf("%s.c", exe));
+        copy_file(gen.h, xprintf("%s.h", exe));
+        copy_file(gen.main, xprintf("%s_main.c", exe));
+        if (cuda) copy_file(gen.cu, xprintf("%s.cu", exe));
     }
-    if (keep && cuda) {
-        size_t n;
-        char *t = read_file(eo.cu_path, &n);
-        write_file_atomic(xprintf("%s.cu", exe), t, n);
-    }
-    unlink(eo.c_path);
-    unlink(eo.h_path);
-    unlink(eo.main_path);
+    unlink(gen.c);
+    unlink(gen.h);
+    unlink(gen.main);
     if (cuda) {
-        unlink(eo.cu_path);
+        unlink(gen.cu);
         unlink(cu_obj);
     }
     rmdir(tmpdir);
+    return 0;
+}
+
+/* Fail before building: never overwrite the input, and the output's directory must exist. */
+static void check_output_path(const Options *o, const char *exe) {
+    char rin[PATH_MAX], rout[PATH_MAX];
+    if (realpath(o->input, rin) && realpath(exe, rout) && !strcmp(rin, rout))
+        fatal("refusing to write the executable over the input file '%s' (use -o)", o->input);
+    if (is_dir(exe)) fatal("'%s' is a directory; -o names the executable to write", exe);
+    char *dir = xstrdup(exe);
+    dir = dirname(dir);
+    if (!is_dir(dir)) fatal("cannot write '%s': directory '%s' does not exist", exe, dir);
+    char *home = runtime_home();
+    if (access(xprintf("%s/include/modelc/modelrt.h", home), R_OK) != 0)
+        fatal("cannot find the runtime in '%s' (include/modelc/modelrt.h); set MODELC_HOME", home);
+}
+
+int main(int argc, char **argv) {
+    Options o;
+    parse_args(argc, argv, &o);
+    Compiled c = {0};
+    if (!compile(&o, &c)) return 0; /* a --dump printed its phase */
+    int rc = 0;
+    if (o.emit_only) {
+        const char *dir = o.out ? o.out : ".";
+        if (!is_dir(dir) && mkdir(dir, 0755) != 0) fatal("cannot create directory '%s': %s", dir, strerror(errno));
+        write_generated(&c, dir, true, false);
+    } else {
+        char *base = xstrdup(basename(xstrdup(o.input)));
+        char *dot = strrchr(base, '.');
+        if (dot && !strcmp(dot, ".model")) *dot = 0;
+        const char *exe = o.out ? o.out : base;
+        check_output_path(&o, exe);
+        rc = build_executable(&o, &c, exe);
+    }
     arena_free_all();
-    return diag_warnings && 0;
+    return rc;
 }

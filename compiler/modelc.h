@@ -209,35 +209,34 @@ typedef struct Shape {
     Dim d[MAX_RANK];
 } Shape;
 
+/* What kind of operation an op is; see ops.def, the op table, for each category. */
+typedef enum OpCategory {
+    CAT_LEAF, CAT_UNARY, CAT_BINARY, CAT_SELECT, CAT_MOVE, CAT_GEMM, CAT_REDUCE, CAT_LIBRARY, CAT_VIEW, CAT_REWRITE,
+    CAT__COUNT
+} OpCategory;
+
+/* How an op treats batch items, for graph_batch_separable (ops.def explains each). */
+typedef enum BatchRule { BATCH_KEEPS, BATCH_SAME_RANK, BATCH_NOT_AXIS0, BATCH_PERMUTE, BATCH_CONCAT } BatchRule;
+
+/* The operations of the graph IR, one per OP row of ops.def. */
 typedef enum OpKind {
-    OP_INPUT, OP_PARAM, OP_CONST,
-    /* elementwise, unary */
-    OP_NEG, OP_EXP, OP_LOG, OP_SQRT, OP_RELU, OP_SIGMOID, OP_TANH, OP_GELU, OP_GELU_TANH,
-    /* elementwise, binary (NumPy broadcasting) */
-    OP_ADD, OP_SUB, OP_MUL, OP_DIV,
-    /* elementwise data movement: out[i] = in[perm^-1(i)]; an identity perm is a copy */
-    OP_PERMUTE,
-    /* elementwise data movement: one axis cut to start, start+step, ... (an affine read) */
-    OP_SLICE,
-    /* elementwise select: cond != 0 ? a : b */
-    OP_WHERE,
-    /* GEMM: a[..., M, K] @ b[..., K, N] (b stored [..., N, K] when trans_b) */
-    OP_MATMUL,
-    /* reductions along one axis */
-    OP_SOFTMAX, OP_LOG_SOFTMAX, OP_SUM, OP_MEAN, OP_MAX, OP_ARGMAX,
-    /* a view: same bytes, new shape */
-    OP_RESHAPE,
-    /* convolution (NCHW, weight [O, C/groups, KH, KW]); bias is a separate add */
-    OP_CONV2D,
-    /* library kernels */
-    OP_MAXPOOL2D, OP_AVGPOOL2D, OP_ADAPTIVE_AVGPOOL2D, OP_LAYER_NORM, OP_EMBEDDING, OP_CONCAT,
-    /* inference batch norm over axis 1: in = x, weight, bias, running_mean, running_var; folded
-     * into a preceding conv/linear or lowered to elementwise ops by fold_graph */
-    OP_BATCH_NORM,
-    /* a copy of in[0] from its device slot to this node's slot (inserted by place_graph) */
-    OP_TRANSFER,
+#define OP(id, ...) OP_##id,
+#include "ops.def"
     OP__COUNT
 } OpKind;
+
+/* An op's row of the table. */
+typedef struct OpInfo {
+    const char *name;
+    OpCategory cat;
+    bool inplace;         /* may write over a dying operand in a fused kernel */
+    BatchRule batch;
+    const char *c_expr;   /* elementwise: the C (and CUDA) scalar expression over %0 %1 %2 */
+    const char *kernel;   /* library and GEMM ops: mrt_<kernel> / mrt_cuda_<kernel> */
+} OpInfo;
+
+/* op_info[op]: the table, built from ops.def (ir.c). */
+extern const OpInfo op_info[OP__COUNT];
 
 typedef struct Node Node;
 struct Node {
@@ -254,7 +253,8 @@ struct Node {
     bool keepdim;         /* sum/mean/max/argmax */
     bool trans_b;         /* matmul: b is stored transposed (linear's weight) */
     int perm[MAX_RANK];   /* permute: out dim i is input dim perm[i] */
-    double value;         /* const; eps of batch_norm / layer_norm */
+    double value;         /* const: its value */
+    double eps;           /* batch_norm, layer_norm */
     int index;            /* input/param: position in Graph.inputs / Graph.params */
     /* conv2d and pooling: per-axis [h, w]; pad is [top, left, bottom, right] */
     int kernel[2], stride[2], dilation[2], pad[4], groups;
@@ -307,10 +307,13 @@ typedef struct Graph {
 } Graph;
 
 const char *op_name(OpKind op);
-bool op_is_elementwise(OpKind op); /* unary, binary, permute */
+bool op_is_elementwise(OpKind op); /* fused: CAT_UNARY, CAT_BINARY, CAT_SELECT, CAT_MOVE */
 bool op_is_unary(OpKind op);
 bool op_is_binary(OpKind op);
-bool op_is_reduction(OpKind op);
+bool op_is_reduction(OpKind op);   /* CAT_REDUCE: a library kernel along one axis */
+bool op_is_library(OpKind op);     /* a kernel of its own from the runtime: CAT_REDUCE, CAT_LIBRARY */
+/* --list-ops: the language's functions and the IR's ops, from ops.def. */
+void list_ops(FILE *out);
 /* While checking (build_graph): a node on the slot of the enclosing 'on' region. Afterwards
  * g->cur_slot is SLOT_NONE and new_node is an internal error: a pass that creates a node says
  * which node it stands for (new_node_for), and the new node takes that node's device slot and
@@ -360,22 +363,23 @@ void fold_graph(Graph *g, FoldOptions opt);
 void toposort_graph(Graph *g);
 /* Replace every use of `from` (operands and outputs) by `to`. */
 void replace_uses(Graph *g, Node *from, Node *to);
+/* Hoisting: mark param-only nodes init, computed once at load time (runs after placement). */
+void hoist_graph(Graph *g);
 
 /* ================================================================ place.c */
 
 /* Give params the slot of their first consumer, and insert an OP_TRANSFER wherever a value
  * crosses from one device slot to another (one per value and destination). */
 void place_graph(Graph *g);
-/* Hoisting (fold.c): mark param-only nodes init, computed once at load time. */
-void hoist_graph(Graph *g);
 /* --dump=placement: every node's device slot and every transfer. */
 void dump_placement(FILE *out, const Graph *g);
 
 /* ================================================================ fuse.c */
 
 /* K_GEMM: a matmul or conv2d "anchor" with an optional elementwise epilogue.
- * K_REDUCE: one library node (reductions, pooling, layer norm, embedding, concat). */
-typedef enum KernelKind { K_ELEMENTWISE, K_GEMM, K_REDUCE } KernelKind;
+ * K_LIBRARY: one node computed by a runtime kernel (reductions, pooling, norms, embedding,
+ * concat, transfers: op_is_library). */
+typedef enum KernelKind { K_ELEMENTWISE, K_GEMM, K_LIBRARY } KernelKind;
 
 /* One operand read by an elementwise expression: a materialized node, read through an index
  * map from the kernel's iteration space. map[d] = iteration dim that leaf dim d follows, or -1
@@ -387,12 +391,15 @@ typedef struct LeafRef {
     int64_t step[MAX_RANK];  /* (for map[d] == -1 it is start[d]) */
 } LeafRef;
 
-/* An expression tree node of a fused elementwise kernel. */
+/* An expression tree node of a fused elementwise kernel: a leaf (a materialized operand), an
+ * inlined constant, or an elementwise op over its operands. */
+typedef enum ExprKind { EX_LEAF, EX_CONST, EX_OP } ExprKind;
 typedef struct Expr Expr;
 struct Expr {
-    OpKind op;       /* OP_CONST, an elementwise op, or OP_INPUT meaning "leaf" */
-    int leaf;        /* OP_INPUT: index into Kernel.leaves */
-    double value;    /* OP_CONST */
+    ExprKind kind;
+    OpKind op;       /* EX_OP: an elementwise op */
+    int leaf;        /* EX_LEAF: index into Kernel.leaves */
+    double value;    /* EX_CONST */
     Node *node;      /* the IR node this expression computes (NULL for leaves/consts) */
     Expr *a, *b, *c; /* operands (c: where's second choice) */
 };
@@ -402,7 +409,7 @@ typedef struct Kernel {
     KernelKind kind;
     Node *root;       /* the value this kernel writes */
     Node *gemm;       /* K_GEMM: the matmul or conv2d node; its result is the root when expr == NULL */
-    Node *reduce;     /* K_REDUCE: the library node (== root) */
+    Node *lib;        /* K_LIBRARY: the library node (== root) */
     size_t scratch_bytes; /* temporary bytes the kernel needs (conv2d's im2col buffer) */
     Node **members;   /* every node computed by this kernel, topological order */
     int nmembers;
@@ -493,21 +500,14 @@ void dump_slot_totals(FILE *out, const Graph *g, const MemPlan *mp, const MemPla
 /* --dump=memplan-svg: the arena over time as an SVG picture. */
 void dump_memplan_svg(FILE *out, const Graph *g, const KernelList *kl, const MemPlan *mp);
 
-/* ================================================================ emit_c.c, emit_cuda.c */
+/* ================================================================ kprint.c */
 
-typedef struct EmitOptions {
-    const char *c_path;     /* model.c */
-    const char *h_path;     /* model.h */
-    const char *h_include;  /* how model.c includes the header */
-    const char *cu_path;    /* if non-NULL: model.cu, the CUDA twins of the fused kernels */
-    const char *main_path;  /* if non-NULL: a main() calling mrt_main */
-} EmitOptions;
-
-/* Emit the C implementation, the header (and the .cu, main). mp is the CPU plan (64-byte
- * aligned arena), mpc the CUDA plan (256) of the same schedule. Files are written to a
- * temporary name and renamed, so they are whole or absent. */
-void emit_c(const Graph *g, const KernelList *kl, const KernelList *init, const MemPlan *mp, const MemPlan *mpc,
-            const EmitOptions *opt);
+/* C (and CUDA) text of kernels, shared by both emitters. */
+const char *c_type(DType dt);   /* "float", "int32_t", "int64_t" */
+char *dim_c(Dim d);             /* a Dim as C over the batch B: "64", "B", "(64 * B)" */
+char *float_lit(double v);      /* a float literal: hex, INFINITY, NAN */
+char *c_ident(const char *name); /* a valid C identifier for a model or tensor name */
+void contiguous_strides(const Shape *s, Dim *st); /* C-order element strides */
 
 /* The loop nest of a fused elementwise kernel after merging contiguous dimensions: operand 0 is
  * the output, operand 1+i leaf i; stride[op][d] is the element stride of iteration dim d, and
@@ -523,11 +523,25 @@ typedef struct LoopNest {
 void kernel_loops(const Kernel *k, LoopNest *ln);
 /* The element index of operand op as C over the loop variables i0, i1, ... and B. */
 char *loop_index(const LoopNest *ln, int op);
-/* NAME_expr(a0, a1, ...): the fused scalar expression, MRT_HD so C and CUDA share the text. */
-void emit_expr_function(FILE *o, const Kernel *k, const char *fname);
-const char *c_type(DType dt);
-char *dim_c(Dim d);       /* a Dim as C over B */
-char *c_ident(const char *name);
+/* FNAME_expr(a0, a1, ...): the fused scalar expression, MRT_HD so C and CUDA share the text;
+ * `comments` adds the graph node of each step. */
+void emit_expr_function(FILE *o, const Kernel *k, const char *fname, bool comments);
+/* static void FNAME(out, l0, l1, ..., B): the CPU loop nest calling FNAME_expr. */
+void emit_c_loop(FILE *o, const Kernel *k, const char *fname);
+
+/* ================================================================ emit_c.c, emit_cuda.c */
+
+
+/* The emitters write into the FILE* they are given; only the driver (main.c) touches files.
+ * emit_begin prepares a model's emission: mp is the CPU plan (64-byte aligned arena), mpc the
+ * CUDA plan (256) of the same schedule. */
+typedef struct Emit Emit;
+Emit *emit_begin(const Graph *g, const KernelList *kl, const KernelList *init, const MemPlan *mp, const MemPlan *mpc);
+const char *emit_prefix(const Emit *e); /* the model's C prefix (model_ident) */
+void emit_c_header(Emit *e, FILE *o);   /* NAME.h: the API, the plan's sizes */
+void emit_c_source(Emit *e, FILE *o, const char *h_include); /* NAME.c: descriptor, kernels, run */
+void emit_c_main(Emit *e, FILE *o, const char *h_include);   /* a main() calling mrt_main */
+
 /* The model's C prefix and file name: c_ident, plus "_model" where the name would clash with
  * main(), the runtime's mrt_ names or a C library function the generated code calls. */
 char *model_ident(const char *name);
@@ -535,7 +549,5 @@ char *model_ident(const char *name);
 /* NAME.cu: a __global__ kernel and an extern "C" launcher per fused elementwise kernel. */
 void emit_cuda(FILE *o, const Graph *g, const KernelList *kl, const KernelList *init, const char *pfx);
 
-/* Write `text` to `path` atomically (temporary file + rename); fatal on failure. */
-void write_file_atomic(const char *path, const char *text, size_t len);
 
 #endif /* MODELC_H */

@@ -49,8 +49,8 @@ static void kernel_reads(const Kernel *k, void (*fn)(void *, Node *), void *ctx)
         fn(ctx, view_base(k->gemm->in[0]));
         fn(ctx, view_base(k->gemm->in[1]));
     }
-    if (k->reduce)
-        for (int j = 0; j < k->reduce->nin; j++) fn(ctx, view_base(k->reduce->in[j]));
+    if (k->lib)
+        for (int j = 0; j < k->lib->nin; j++) fn(ctx, view_base(k->lib->in[j]));
     for (int i = 0; i < k->nleaves; i++)
         if (i != k->gemm_leaf) fn(ctx, view_base(k->leaves[i].node));
 }
@@ -87,19 +87,11 @@ static bool leaf_identity(const LeafRef *l, const Node *root) {
     return true;
 }
 
-/* The ops allowed to compute in place: each output element is a function of the operand
- * elements at the same index only, read before the element is written. Every op a fused
- * elementwise kernel contains must be on this list (permute is, because a permuted read is
- * rejected by the identity-map test below, not by the op). */
-static bool op_inplace_ok(OpKind op) {
-    switch (op) {
-    case OP_NEG: case OP_EXP: case OP_LOG: case OP_SQRT: case OP_RELU: case OP_SIGMOID: case OP_TANH:
-    case OP_GELU: case OP_GELU_TANH: case OP_ADD: case OP_SUB: case OP_MUL: case OP_DIV: case OP_PERMUTE:
-        return true;
-    default:
-        return false;
-    }
-}
+/* The ops allowed to compute in place (ops.def's `inplace` column): each output element is a
+ * function of the operand elements at the same index only, read before the element is
+ * written. Every op a fused elementwise kernel contains must have it (permute does, because a
+ * permuted read is rejected by the identity-map test below, not by the op). */
+static bool op_inplace_ok(OpKind op) { return op_info[op].inplace; }
 
 /* Can kernel k's root be written over storage s? */
 static bool can_write_in_place(const Graph *g, const MemPlan *mp, const Kernel *k, const Storage *s, int step) {

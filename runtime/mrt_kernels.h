@@ -18,6 +18,7 @@
 #include <string.h>
 #ifndef __CUDACC__
 #include <cblas.h>
+#include "modelrt.h"
 #endif
 
 #ifdef __CUDACC__
@@ -292,6 +293,88 @@ static inline void mrt_concat_part(void *y, const void *x, int64_t outer, int64_
     for (int64_t o = 0; o < outer; o++)
         memcpy((char *)y + o * y_row + y_offset, (const char *)x + o * x_row, (size_t)x_row);
 }
+
+/* ---------------------------------------------------------------- for generated code
+ *
+ * Generated code describes each convolution and pooling once, as a static parameter struct with
+ * designated initializers, and calls these with the batch and the pointers; every kernel call
+ * is one MRT_DISPATCH on its slot's device. */
+
+/** One conv2d, NCHW: input [N, C, H, W], weight [O, C/groups, kh, kw], output [N, O, OH, OW];
+ *  stride sh x sw, padding pt (top) and pl (left), dilation dh x dw. N comes with the call. */
+typedef struct mrt_conv2d_params {
+    int64_t C, H, W, O, OH, OW;
+    int kh, kw, sh, sw, pt, pl, dh, dw, groups;
+} mrt_conv2d_params;
+
+/** One 2-D pooling, NCHW: input [N, C, H, W], output [N, C, OH, OW]; padding top, left,
+ *  bottom, right; dilation (max pooling) and count_include_pad (average pooling). */
+typedef struct mrt_pool2d_params {
+    int64_t C, H, W, OH, OW;
+    int kh, kw, sh, sw, pt, pl, pb, pr, dh, dw, count_include_pad;
+} mrt_pool2d_params;
+
+/** mrt_conv2d_f32 for a batch of N; col is the im2col scratch (NULL when the conv reads its
+ *  input directly). */
+static inline void mrt_conv2d(const mrt_conv2d_params *p, int64_t N, float *y, const float *x, const float *w,
+                              float *col) {
+    mrt_conv2d_f32(y, x, w, N, p->C, p->H, p->W, p->O, p->kh, p->kw, p->OH, p->OW, p->sh, p->sw, p->pt, p->pl, p->dh,
+                   p->dw, p->groups, col);
+}
+static inline void mrt_maxpool2d(const mrt_pool2d_params *p, int64_t N, float *y, const float *x) {
+    mrt_maxpool2d_f32(y, x, N * p->C, p->H, p->W, p->OH, p->OW, p->kh, p->kw, p->sh, p->sw, p->pt, p->pl, p->dh, p->dw);
+}
+static inline void mrt_avgpool2d(const mrt_pool2d_params *p, int64_t N, float *y, const float *x) {
+    mrt_avgpool2d_f32(y, x, N * p->C, p->H, p->W, p->OH, p->OW, p->kh, p->kw, p->sh, p->sw, p->pt, p->pl, p->pb, p->pr,
+                      p->count_include_pad);
+}
+/** mrt_embedding_f32 as a status: an id outside [0, V) is MRT_ERR_INVALID_ARG naming `what`
+ *  (model and tensor), the id and its position. */
+static inline int mrt_embedding_checked(const char *what, float *y, const void *ids, int ids_i64, int64_t n,
+                                        const float *w, int64_t V, int64_t D) {
+    int64_t bad_id = 0, bad = mrt_embedding_f32(y, ids, ids_i64, n, w, V, D, &bad_id);
+    if (bad < 0) return MRT_OK;
+    return mrt_set_error(MRT_ERR_INVALID_ARG, "%s: id %lld at position %lld is out of range [0, %lld)", what,
+                         (long long)bad_id, (long long)bad, (long long)V);
+}
+
+#ifdef MRT_WITH_CUDA
+static inline mrt_status mrt_cuda_conv2d(void *stream, const mrt_conv2d_params *p, int64_t N, float *y, const float *x,
+                                         const float *w, float *col) {
+    return mrt_cuda_conv2d_f32(stream, y, x, w, N, p->C, p->H, p->W, p->O, p->kh, p->kw, p->OH, p->OW, p->sh, p->sw,
+                               p->pt, p->pl, p->dh, p->dw, p->groups, col);
+}
+static inline mrt_status mrt_cuda_maxpool2d(void *stream, const mrt_pool2d_params *p, int64_t N, float *y,
+                                            const float *x) {
+    return mrt_cuda_maxpool2d_f32(stream, y, x, N * p->C, p->H, p->W, p->OH, p->OW, p->kh, p->kw, p->sh, p->sw, p->pt,
+                                  p->pl, p->dh, p->dw);
+}
+static inline mrt_status mrt_cuda_avgpool2d(void *stream, const mrt_pool2d_params *p, int64_t N, float *y,
+                                            const float *x) {
+    return mrt_cuda_avgpool2d_f32(stream, y, x, N * p->C, p->H, p->W, p->OH, p->OW, p->kh, p->kw, p->sh, p->sw, p->pt,
+                                  p->pl, p->pb, p->pr, p->count_include_pad);
+}
+/** One dispatch point per kernel call in generated code: the CUDA call (an mrt_status
+ *  expression) when the slot's device is a GPU, else the CPU statement; a failing status
+ *  returns from the caller, which has `mrt_status st` in scope. */
+#define MRT_DISPATCH(gpu, cuda_call, cpu_stmt)                                                                   \
+    do {                                                                                                       \
+        if (gpu) {                                                                                             \
+            if ((st = (cuda_call)) != MRT_OK) return st;                                                       \
+        } else {                                                                                               \
+            cpu_stmt;                                                                                          \
+        }                                                                                                      \
+    } while (0)
+#else
+#define MRT_DISPATCH(gpu, cuda_call, cpu_stmt) \
+    do {                                       \
+        (void)(gpu);                           \
+        cpu_stmt;                              \
+    } while (0)
+#endif
+
+/** Marks generated locals that some models do not read. */
+#define MRT_UNUSED __attribute__((unused))
 #endif /* !__CUDACC__ */
 
 #endif /* MRT_KERNELS_H */
