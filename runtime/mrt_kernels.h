@@ -29,6 +29,8 @@
 
 MRT_HD float mrt_relu(float x) { return x < 0.0f ? 0.0f : x; }
 MRT_HD float mrt_sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
+/* x * sigmoid(x), as x / (1 + e^-x): silu(-0.0) is -0.0, silu(-inf) is NaN, as in PyTorch. */
+MRT_HD float mrt_silu(float x) { return x / (1.0f + expf(-x)); }
 /* gelu, erf form: x/2 * (1 + erf(x/sqrt(2))) */
 MRT_HD float mrt_gelu(float x) { return 0.5f * x * (1.0f + erff(x * 0.70710678118654752440f)); }
 /* gelu, tanh approximation: x/2 * (1 + tanh(sqrt(2/pi) * (x + 0.044715 x^3))) */

@@ -26,7 +26,7 @@ import argparse
 import random
 import sys
 
-UNARY = ["neg", "exp", "log", "sqrt", "relu", "sigmoid", "tanh", "gelu"]
+UNARY = ["neg", "exp", "log", "sqrt", "relu", "sigmoid", "tanh", "gelu", "silu"]
 
 
 class Val:

@@ -955,6 +955,7 @@ OPS = {
     "relu": ((1, 1), ["x"], _NOATTR, op_relu),
     "sigmoid": ((1, 1), ["x"], _NOATTR, op_sigmoid),
     "tanh": ((1, 1), ["x"], _NOATTR, np.tanh),
+    "silu": ((1, 1), ["x"], _NOATTR, lambda x: x / (1 + np.exp(-x))),
     "gelu": ((1, 1), ["x"], [("approximate", "none")], op_gelu),
     "matmul": ((2, 2), ["a", "b"], _NOATTR, op_matmul),
     "linear": ((2, 3), ["x", "weight", "bias"], _NOATTR, op_linear),
