@@ -164,7 +164,11 @@ static bool shape_eq(const Shape *a, const Shape *b) {
  * One FN row of ops.def per function: its tensor arity, its attributes with kinds and defaults
  * (a string, parsed once by fn_specs_init), its lowering function and the IR op it makes. */
 
-typedef enum AttrKind { A_INT, A_BOOL, A_ENUM, A_INTLIST, A_SHAPE, A_FLOAT, A_PAIR, A_PAD } AttrKind;
+typedef enum AttrKind { A_INT, A_BOOL, A_ENUM, A_INTLIST, A_SHAPE, A_FLOAT, A_PAIR, A_PAD, A__COUNT } AttrKind;
+
+/* The kinds as ops.def and --list-ops write them. */
+static const char *const attr_kind_names[A__COUNT] = {"int", "bool", "enum", "ints", "shape", "float", "pair", "pad"};
+_Static_assert(sizeof attr_kind_names / sizeof attr_kind_names[0] == A__COUNT, "one name per attribute kind");
 
 #define MAX_ATTRS 6
 
@@ -1149,7 +1153,6 @@ static void fn_specs_init(void) {
     static bool done;
     if (done) return;
     done = true;
-    static const char *kinds[] = {"int", "bool", "enum", "ints", "shape", "float", "pair", "pad"};
     for (int i = 0; i < N_FNS; i++) {
         FnSpec *f = &fn_specs[i];
         char *text = xstrdup(f->attr_text), *save = NULL;
@@ -1170,8 +1173,8 @@ static void fn_specs_init(void) {
                 *paren = 0;
             }
             int k = -1;
-            for (int j = 0; j < (int)(sizeof kinds / sizeof kinds[0]); j++)
-                if (!strcmp(kind, kinds[j])) k = j;
+            for (int j = 0; j < A__COUNT; j++)
+                if (!strcmp(kind, attr_kind_names[j])) k = j;
             if (k < 0) ICE("ops.def: '%s': unknown attribute kind '%s'", f->name, kind);
             a->kind = (AttrKind)k;
             if (!eq) continue;
@@ -1202,8 +1205,7 @@ void list_ops(FILE *out) {
         fprintf(out, "  attrs");
         for (int k = 0; k < f->nattrs; k++) {
             const AttrSpec *a = &f->attrs[k];
-            fprintf(out, " %s:%s%s%s%s%s%s", a->name, (const char *[]){"int", "bool", "enum", "ints", "shape", "float",
-                                                                        "pair", "pad"}[a->kind],
+            fprintf(out, " %s:%s%s%s%s%s%s", a->name, attr_kind_names[a->kind],
                     a->enums ? "(" : "", a->enums ? a->enums : "", a->enums ? ")" : "", a->def ? "=" : "",
                     a->def ? a->def : "");
         }

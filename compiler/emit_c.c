@@ -525,6 +525,8 @@ static char **declare_pointers(Emit *e, bool at_load) {
         }
         case S_CONST:
             break;
+        case S__COUNT:
+            ICE("storage of %%%d has no kind", i);
         }
     }
     for (int i = 0; i < g->nnodes; i++)

@@ -445,7 +445,8 @@ typedef enum StorageKind {
     S_ARENA,     /* the activation arena */
     S_OUTPUT,    /* the caller's output buffer */
     S_CONST,     /* no storage: an inlined constant */
-    S_INIT       /* the weight region, after the params: computed at load time */
+    S_INIT,      /* the weight region, after the params: computed at load time */
+    S__COUNT
 } StorageKind;
 
 /* Where a materialized value lives. Views share their source's Storage. */

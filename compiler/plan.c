@@ -381,7 +381,9 @@ void check_plan(const Graph *g, const KernelList *kl, const MemPlan *mp) {
 
 void dump_memplan(FILE *out, const Graph *g, const KernelList *kl, const MemPlan *mp, const MemPlan *cuda_plan) {
     char buf[256];
-    static const char *kinds[] = {"input", "param", "arena", "output", "const", "init"};
+    static const char *const kinds[S__COUNT] = {[S_INPUT] = "input", [S_PARAM] = "param", [S_ARENA] = "arena",
+                                                [S_OUTPUT] = "output", [S_CONST] = "const", [S_INIT] = "init"};
+    _Static_assert(sizeof kinds / sizeof kinds[0] == S__COUNT, "one name per storage kind");
     fprintf(out, "memplan %s: offsets of the %s plan (align %zu), sizes at %s = %d\n", g->name,
             mp->align == 256 ? "CUDA" : "CPU", mp->align, g->batch_name ? g->batch_name : "batch", g->max_batch);
     fprintf(out, "  schedule:");
