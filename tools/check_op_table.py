@@ -11,7 +11,8 @@ Checks, each failure printed as "FAIL: op-table/WHAT: why":
   - docs: every `name=default` a row writes is the table's default for that attribute;
   - refinterp: the same functions, the same tensor arity (min..max), the same attributes in the
     same order, and the same defaults (a default the table leaves to the lowering, such as
-    stride=kernel, and a required attribute are None in refinterp).
+    stride=kernel, and a required attribute are None in refinterp);
+  - randgraph: every unary function tools/randgraph.py draws is in the table.
 Prints "PASS: op-table/docs" and "PASS: op-table/refinterp" when they agree. Exit status 1 on
 any failure.
 """
@@ -111,13 +112,21 @@ def check_refinterp(fns):
     return fails
 
 
+def check_randgraph(fns):
+    sys.path.insert(0, os.path.join(ROOT, "tools"))
+    import randgraph  # noqa: E402
+    return ["tools/randgraph.py draws '%s', which the op table does not have" % u for u in randgraph.UNARY
+            if u not in fns]
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--modelc", default=os.path.join(ROOT, os.environ.get("B", "build"), "bin", "modelc"))
     args = ap.parse_args()
     fns = table(args.modelc)
     bad = False
-    for what, fails in (("docs", check_docs(fns)), ("refinterp", check_refinterp(fns))):
+    for what, fails in (("docs", check_docs(fns)), ("refinterp", check_refinterp(fns)),
+                        ("randgraph", check_randgraph(fns))):
         for f in fails:
             print("FAIL: op-table/%s: %s" % (what, f))
         if not fails:
