@@ -88,10 +88,10 @@ $(B)/gen/model.tab.c $(B)/gen/model.tab.h: grammar/model.y | $(B)/setup.stamp
 $(B)/gen/lex.yy.c $(B)/gen/lex.yy.h: grammar/model.l $(B)/gen/model.tab.h
 	@mkdir -p $(B)/gen
 	flex --header-file=$(B)/gen/lex.yy.h -o $(B)/gen/lex.yy.c $<
-$(B)/obj/grammar/%.o: $(B)/gen/%.c $(B)/gen/model.tab.h $(B)/gen/lex.yy.h compiler/modelc.h
+$(B)/obj/grammar/%.o: $(B)/gen/%.c $(B)/gen/model.tab.h $(B)/gen/lex.yy.h compiler/modelc.h compiler/ops.def
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_ALL) -Wno-unused-function -Icompiler -I$(B)/gen -c $< -o $@
-$(B)/obj/compiler/%.o: compiler/%.c compiler/modelc.h $(B)/gen/model.tab.h $(B)/gen/lex.yy.h $(RT_CFG)
+$(B)/obj/compiler/%.o: compiler/%.c compiler/modelc.h compiler/ops.def $(B)/gen/model.tab.h $(B)/gen/lex.yy.h $(RT_CFG)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_ALL) -Icompiler -I$(B)/gen -DMODELC_LINK_LIBS='"$(RT_LIBS)"' -DMODELC_EXTRA_CFLAGS='"$(BLAS_CFLAGS)"' $(MODELC_CUDA_DEFS) -c $< -o $@
 $(MODELC): $(C_OBJ) $(RT_LIB) $(RT_INC)
@@ -112,8 +112,8 @@ setup: $(B)/setup.stamp
 demo: all
 	$(MAKE) -s -C examples/digits demo MODELC=$(abspath $(MODELC)) B=$(abspath $(B))
 
-test: all
-	B=$(B) PYTHON=$(PYTHON) bash tests/run_tests.sh
+test: all   # make test SUITE=lit (or numeric,plan ...): only those suites
+	B=$(B) PYTHON=$(PYTHON) SUITE=$(SUITE) bash tests/run_tests.sh
 
 install: all
 	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/lib/pkgconfig $(DESTDIR)$(PREFIX)/include/modelc

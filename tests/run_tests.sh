@@ -1,10 +1,31 @@
 #!/usr/bin/env bash
-# tests/run_tests.sh — run every test suite (see tests/README.md) and end with one line
-# "N passed, N failed". Each suite prints "PASS: name" / "FAIL: name: why" lines; a suite that
-# exits non-zero without printing a FAIL line counts as one failure.
-# Environment: B (build dir, default build), PYTHON (default python3), MODELC_CFLAGS.
+# tests/run_tests.sh — run the test suites (see tests/README.md) and end with one line
+# "N passed, N failed, N skipped". Each suite prints "PASS: name" / "FAIL: name: why" lines; a
+# suite that exits non-zero without printing a FAIL line counts as one failure.
+#   bash tests/run_tests.sh                  every suite
+#   SUITE=lit bash tests/run_tests.sh        one suite (make test SUITE=lit)
+#   SUITE=numeric,plan bash tests/run_tests.sh   a comma list
+# Environment: SUITE (default all), B (build dir, default build), PYTHON (default python3),
+# MODELC_CFLAGS.
 set -u
 cd "$(dirname "$0")/.."
+SUITES="lit runtime numeric plan digits embed install resnet18 gpt2 minilm"
+SUITE=${SUITE:-all}
+SELECTED=" "
+for s in ${SUITE//,/ }; do
+    if [ "$s" = all ]; then
+        SELECTED=" $SUITES "
+    elif [[ " $SUITES " == *" $s "* ]]; then
+        SELECTED="$SELECTED$s "
+    else
+        echo "run_tests.sh: error: unknown suite '$s' in SUITE=$SUITE; suites: $SUITES (or all)" >&2
+        exit 2
+    fi
+done
+if [ "$SELECTED" = " " ]; then
+    echo "run_tests.sh: error: SUITE is empty; suites: $SUITES (or all)" >&2
+    exit 2
+fi
 B=${B:-build}
 PYTHON=${PYTHON:-python3}
 export B PYTHON
@@ -13,9 +34,11 @@ LOG=$(mktemp)
 trap 'rm -f "$LOG"' EXIT
 start=$(date +%s)
 
+# suite NAME CMD...: run CMD when NAME is selected, collect its PASS/FAIL/SKIP lines.
 suite() {
     local name=$1
     shift
+    [[ "$SELECTED" == *" $name "* ]] || return 0
     echo "== $name"
     local out rc
     out=$(mktemp)
@@ -35,8 +58,34 @@ suite() {
     rm -f "$out"
 }
 
-FILECHECK_DIR=$(dirname "$(command -v FileCheck 2>/dev/null || echo /usr/lib/llvm-14/bin/FileCheck)")
-suite lit env PATH="$FILECHECK_DIR:$PATH" lit -v tests/lit
+# llvm_tool NAME: NAME on PATH, else in the newest /usr/lib/llvm-N/bin that has it.
+llvm_tool() {
+    local d
+    if command -v "$1" >/dev/null 2>&1; then
+        command -v "$1"
+        return 0
+    fi
+    for d in $(printf '%s\n' /usr/lib/llvm-*/bin | sort -V -r); do
+        if [ -x "$d/$1" ]; then
+            echo "$d/$1"
+            return 0
+        fi
+    done
+    return 1
+}
+
+# lit: FileCheck and not are found here and in tests/lit/lit.cfg.py alike.
+lit_suite() {
+    local fc nt
+    if ! fc=$(llvm_tool FileCheck) || ! nt=$(llvm_tool not); then
+        echo "FAIL: lit: FileCheck and not not found on PATH or in /usr/lib/llvm-*/bin" \
+             "(install LLVM's test tools, e.g. Debian llvm-14-tools, or put them on PATH)"
+        return 1
+    fi
+    PATH="$(dirname "$fc"):$(dirname "$nt"):$PATH" lit -v tests/lit
+}
+
+suite lit lit_suite
 suite runtime bash tests/runtime/run.sh
 suite numeric "$PYTHON" tests/numeric/run.py
 suite plan "$PYTHON" tests/plan/run.py

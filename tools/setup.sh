@@ -38,7 +38,9 @@ need bison           command -v bison
 need pkg-config      command -v pkg-config
 need libopenblas-dev false
 need libcjson-dev    false
-need llvm-14-tools   sh -c 'command -v FileCheck || test -x /usr/lib/llvm-14/bin/FileCheck'
+# FileCheck and not: on PATH or in any /usr/lib/llvm-N/bin (the tests take the newest); Debian 12
+# packages them as llvm-14-tools.
+need llvm-14-tools   sh -c 'command -v FileCheck || ls /usr/lib/llvm-*/bin/FileCheck'
 command -v cc      >/dev/null 2>&1 || have_pkg gcc || missing+=(gcc)
 if ! command -v "$PY" >/dev/null 2>&1; then
     [ "$PY" = python3 ] || die "PYTHON=$PY not found"

@@ -1,5 +1,7 @@
 # lit configuration for modelc: .model files with RUN/CHECK lines (LLVM lit + FileCheck).
+import glob
 import os
+import re
 import shlex
 import shutil
 import subprocess
@@ -22,10 +24,27 @@ config.substitutions.append(("%modelc", modelc))
 config.substitutions.append(("%root", root))
 config.substitutions.append(("%python", os.environ.get("PYTHON", "python3")))
 config.substitutions.append(("%build", build))
-filecheck = shutil.which("FileCheck") or "/usr/lib/llvm-14/bin/FileCheck"
-config.substitutions.append(("FileCheck", filecheck))
-not_tool = shutil.which("not") or "/usr/lib/llvm-14/bin/not"
-config.substitutions.append(("%not", not_tool))
+
+
+def _llvm_tool(name):
+    """`name` on PATH, else in the newest /usr/lib/llvm-N/bin that has it (highest N)."""
+    found = shutil.which(name)
+    if found:
+        return found
+    def version(d):
+        m = re.search(r"llvm-(\d+(?:\.\d+)*)", d)
+        return tuple(int(x) for x in m.group(1).split(".")) if m else ()
+    for d in sorted(glob.glob("/usr/lib/llvm-*/bin"), key=version, reverse=True):
+        if os.access(os.path.join(d, name), os.X_OK):
+            return os.path.join(d, name)
+    dirs = sorted(glob.glob("/usr/lib/llvm-*/bin"), key=version) or ["none"]
+    lit_config.fatal("%s not found on PATH or in /usr/lib/llvm-*/bin (looked in: %s); install "
+                     "LLVM's test tools (Debian: llvm-N-tools) or put %s on PATH"
+                     % (name, ", ".join(dirs), name))
+
+
+config.substitutions.append(("FileCheck", _llvm_tool("FileCheck")))
+config.substitutions.append(("%not", _llvm_tool("not")))
 for var in ("MODELC_CFLAGS", "ASAN_OPTIONS", "UBSAN_OPTIONS", "CC", "PATH", "HOME", "PYTHONPATH"):
     if var in os.environ:
         config.environment[var] = os.environ[var]

@@ -11,7 +11,7 @@ For each case tests/numeric/cases/NAME.model (+ optional NAME.json spec, format 
        literal `expected` values are checked against both the executable and the reference;
   4. run-twice check (field case B05): inputs A, then B, then A again in separate processes, and
      A once more with --repeat 3 in one process: all A outputs must be bit-identical;
-     then in ONE process on one model object (tests/numeric/abarun.c linked with the C from
+     then in ONE process on one model object (tests/numeric/run_aba.c linked with the C from
      `modelc --emit-c`): A, then B (at batch max_batch), then A, each output buffer pre-filled
      with a different garbage pattern; both A runs bit-identical, every run vs the reference;
      B has other inputs but the same params;
@@ -24,7 +24,7 @@ Usage: python3 tests/numeric/run.py [-k SUBSTR ...] [-j N] [--device D] [--keep]
                                     [--ref-only] [--no-repeat] [--no-inprocess]
 Environment: MODELC (default build/bin/modelc), MODELC_FLAGS (extra compiler flags, e.g.
 --no-fuse to switch a pass off), MODELC_HOME (include/ and lib/ of the runtime; default: next to
-modelc), CC and MODELC_CFLAGS (for abarun.c, as modelc uses them), NUMERIC_TIMEOUT (seconds per
+modelc), CC and MODELC_CFLAGS (for run_aba.c, as modelc uses them), NUMERIC_TIMEOUT (seconds per
 process, default 120). Models without params are run without --weights.
 --ref-only checks only the reference against the literal expected values (no compiler needed).
 
@@ -62,23 +62,18 @@ import sys
 import tempfile
 import time
 import zlib
-from concurrent.futures import ProcessPoolExecutor
 
 import numpy as np
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(os.path.dirname(HERE))
-sys.path.insert(0, os.path.join(ROOT, "tools"))
+sys.path.insert(0, os.path.dirname(HERE))
+import harness  # noqa: E402  (puts tools/ on sys.path)
 import refinterp  # noqa: E402
+from harness import NP_DT, CaseFail  # noqa: E402,F401
 
 CASES = os.path.join(HERE, "cases")
 SPEC_KEYS = {"inputs", "params", "batches", "max_batch", "atol", "rtol", "tol", "expected", "bits",
              "oversize", "note", "flags", "expect_error", "same_as"}
-NP_DT = {"f32": np.float32, "i32": np.int32, "i64": np.int64}
-
-
-class CaseFail(Exception):
-    pass
 
 
 # ---------------------------------------------------------------------------------- inputs
@@ -221,18 +216,10 @@ def timeout_s():
 
 
 def run_cmd(cmd, what):
-    try:
-        p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s())
-    except subprocess.TimeoutExpired:
-        raise CaseFail("%s timed out after %gs: %s" % (what, timeout_s(), " ".join(cmd)))
-    except OSError as e:
-        raise CaseFail("%s: cannot run %s: %s" % (what, cmd[0], e))
-    return p
+    return harness.run_cmd(cmd, what, timeout_s())
 
 
-def last_lines(s, n=3):
-    lines = [l for l in s.strip().splitlines() if l.strip()]
-    return " | ".join(lines[-n:])
+last_lines = harness.tail
 
 
 def same_bits(x_outs, y_outs, names, xtag, ytag, bw):
@@ -253,7 +240,7 @@ def same_bits(x_outs, y_outs, names, xtag, ytag, bw):
 
 def build_env():
     """Compiler settings for the in-process driver, computed once: (cc, cflags, libs, home)."""
-    modelc = os.environ.get("MODELC", os.path.join(ROOT, "build", "bin", "modelc"))
+    modelc = harness.modelc_path()
     home = os.environ.get("MODELC_HOME") or os.path.dirname(os.path.dirname(os.path.abspath(modelc)))
     # modelc says how to compile and link against the runtime it was built with.
     cflags = shlex.split(subprocess.run([modelc, "--print-cflags"], capture_output=True, text=True).stdout)
@@ -328,41 +315,12 @@ class Runner:
                 raise CaseFail("%s vs literal expected: %s" % (who, e))
 
     def write_io(self, d, tag, inputs, params):
-        wpath = None
-        if self.model.params:
-            wpath = os.path.join(d, "weights_%s.safetensors" % tag)
-            refinterp.write_safetensors(wpath, params)
-        ipaths = {}
-        for k, a in inputs.items():
-            ipaths[k] = os.path.join(d, "in_%s_%s.npy" % (tag, k.replace(".", "_")))
-            np.save(ipaths[k], a)
-        return wpath, ipaths
+        return harness.write_io(d, tag, self.model, inputs, params)
 
     def execute(self, d, prog, tag, wpath, ipaths, extra=()):
-        cmd = [prog]
-        if wpath:
-            cmd += ["--weights", wpath]
-        for k, p in ipaths.items():
-            cmd += ["--input", "%s=%s" % (k, p)]
-        opaths = {}
-        for i, k in enumerate(self.model.outputs):
-            opaths[k] = os.path.join(d, "out_%s_%d.npy" % (tag, i))
-            if os.path.exists(opaths[k]):
-                os.unlink(opaths[k])
-            cmd += ["--output", "%s=%s" % (k, opaths[k])]
-        if self.opts.device:
-            cmd += ["--device", self.opts.device]
-        cmd += list(extra)
-        p = run_cmd(cmd, "run (%s)" % tag)
-        if p.returncode != 0:
-            return None, p
-        outs = {}
-        for k, path in opaths.items():
-            try:
-                outs[k] = np.load(path)
-            except Exception as e:  # noqa: BLE001
-                raise CaseFail("run (%s): output %s unreadable: %s" % (tag, k, e))
-        return outs, p
+        """(outputs, process), or (None, process) when the run exits non-zero."""
+        return harness.execute(d, prog, tag, self.model, wpath, ipaths, extra,
+                               device=self.opts.device, timeout=timeout_s())
 
     def check_outputs(self, outs, ref, what, use_bits):
         for k in self.model.outputs:
@@ -506,7 +464,7 @@ class Runner:
         self.notes.append("bit-identical to %s" % other)
 
     def build_driver(self, d):
-        """Emit C for the case and link it with abarun.c (the in-process A, B, A driver)."""
+        """Emit C for the case and link it with run_aba.c (the in-process A, B, A driver)."""
         cc, cflags, libs, home = self.opts.build_env
         ec = os.path.join(d, "emit")
         cmd = [self.opts.modelc, self.model_path, "--emit-c", "-o", ec]
@@ -526,15 +484,15 @@ class Runner:
                     info = m.group(1)
         if not srcs or not info:
             raise CaseFail("modelc --emit-c wrote no .c file or no mrt_model_info in %s" % os.listdir(ec))
-        exe = os.path.join(d, "abarun")
+        exe = os.path.join(d, "run_aba")
         cmd = (cc + ["-O2", "-std=c11", "-D_GNU_SOURCE", "-I" + os.path.join(home, "include", "modelc"),
                      "-I" + ec, "-DMODEL_INFO=" + info] + cflags
                + shlex.split(os.environ.get("MODELC_CFLAGS", ""))
-               + [os.path.join(HERE, "abarun.c")] + [os.path.join(ec, f) for f in sorted(srcs)]
+               + [os.path.join(HERE, "run_aba.c")] + [os.path.join(ec, f) for f in sorted(srcs)]
                + libs + ["-o", exe])
         p = run_cmd(cmd, "building the in-process driver")
         if p.returncode != 0:
-            raise CaseFail("building the in-process driver (tests/numeric/abarun.c) failed: %s"
+            raise CaseFail("building the in-process driver (tests/numeric/run_aba.c) failed: %s"
                            % last_lines(p.stderr + p.stdout))
         return exe
 
@@ -621,30 +579,18 @@ def main():
     ap.add_argument("--ref-only", action="store_true", help="check the reference only")
     ap.add_argument("--no-repeat", action="store_true", help="skip the --repeat 3 run")
     ap.add_argument("--no-inprocess", action="store_true",
-                    help="skip the in-process A, B, A run (tests/numeric/abarun.c)")
+                    help="skip the in-process A, B, A run (tests/numeric/run_aba.c)")
     ap.add_argument("-v", "--verbose", action="store_true")
     opts = ap.parse_args()
-    opts.modelc = os.environ.get("MODELC", os.path.join(ROOT, "build", "bin", "modelc"))
-    opts.build_env = build_env()
+    opts.modelc = harness.modelc_path()
     names = sorted(f[:-6] for f in os.listdir(CASES) if f.endswith(".model"))
     if opts.k:
         names = [n for n in names if any(k in n for k in opts.k)]
-    if not opts.ref_only and not os.access(opts.modelc, os.X_OK):
-        for n in names:
-            print("FAIL: numeric/%s: compiler not found: %s (set MODELC)" % (n, opts.modelc))
+    if not opts.ref_only and harness.compiler_missing(opts.modelc, ["numeric/" + n for n in names]):
         return 1
+    opts.build_env = None if opts.ref_only else build_env()
     t0 = time.time()
-    fails = 0
-    jobs = [(n, opts) for n in names]
-    with contextlib.ExitStack() as stack:
-        if opts.j <= 1:
-            results = map(run_case, jobs)
-        else:
-            pool = stack.enter_context(ProcessPoolExecutor(max_workers=opts.j))
-            results = pool.map(run_case, jobs)
-        for ok, line in results:
-            fails += not ok
-            print(line, flush=True)
+    fails = harness.run_jobs(run_case, [(n, opts) for n in names], opts.j)
     if opts.verbose:
         print("numeric: %d cases, %d failed, %.1fs" % (len(names), fails, time.time() - t0))
     return 1 if fails else 0

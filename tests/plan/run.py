@@ -36,32 +36,26 @@ import argparse
 import json
 import os
 import re
-import subprocess
 import sys
 import tempfile
 import time
-from concurrent.futures import ProcessPoolExecutor
 
 import numpy as np
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(os.path.dirname(HERE))
-sys.path.insert(0, os.path.join(ROOT, "tools"))
+sys.path.insert(0, os.path.dirname(HERE))
+import harness  # noqa: E402  (puts tools/ on sys.path)
 import randgraph  # noqa: E402
 import refinterp  # noqa: E402
-import safetensors_np  # noqa: E402
+from harness import NP_DT  # noqa: E402
+from harness import CaseFail as Fail  # noqa: E402
 
 CASES = os.path.join(HERE, "cases")
 ALIGN = 64
 ATOL = 1e-4
 RTOL = 1e-4
 MAX_BATCH = 4
-NP_DT = {"f32": np.float32, "i32": np.int32, "i64": np.int64}
 VARIANT_FLAGS = [[], ["--no-inplace"], ["--no-fuse"], ["--no-reorder"]]
-
-
-class Fail(Exception):
-    pass
 
 
 # ------------------------------------------------------------------------------ dump parsing
@@ -409,46 +403,19 @@ def timeout():
 
 
 def run(cmd, what):
-    try:
-        return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout())
-    except subprocess.TimeoutExpired:
-        raise Fail("%s timed out after %gs" % (what, timeout()))
+    return harness.run_cmd(cmd, what, timeout())
 
 
-def tail(s, n=3):
-    lines = [l for l in s.strip().splitlines() if l.strip()]
-    return " | ".join(lines[-n:])
-
-
-def write_io(d, tag, model, inputs, params):
-    w = None
-    if model.params:
-        w = os.path.join(d, "w_%s.safetensors" % tag)
-        safetensors_np.write(w, params)
-    ips = {}
-    for k, a in inputs.items():
-        ips[k] = os.path.join(d, "in_%s_%s.npy" % (tag, k.replace(".", "_")))
-        np.save(ips[k], a)
-    return w, ips
+tail = harness.tail
+write_io = harness.write_io
 
 
 def execute(d, prog, tag, model, w, ips, extra=()):
-    cmd = [prog]
-    if w:
-        cmd += ["--weights", w]
-    for k, p in ips.items():
-        cmd += ["--input", "%s=%s" % (k, p)]
-    ops = {}
-    for i, k in enumerate(model.outputs):
-        ops[k] = os.path.join(d, "out_%s_%d.npy" % (tag, i))
-        if os.path.exists(ops[k]):
-            os.unlink(ops[k])
-        cmd += ["--output", "%s=%s" % (k, ops[k])]
-    cmd += list(extra)
-    p = run(cmd, "run %s" % tag)
-    if p.returncode != 0:
+    """The outputs of one run; Fail when it exits non-zero."""
+    outs, p = harness.execute(d, prog, tag, model, w, ips, extra, timeout=timeout())
+    if outs is None:
         raise Fail("run %s failed (exit %d): %s" % (tag, p.returncode, tail(p.stderr + p.stdout)))
-    return {k: np.load(path) for k, path in ops.items()}
+    return outs
 
 
 def check_program(path, flags, d, spec, seed, modelc):
@@ -563,7 +530,7 @@ def main():
     ap.add_argument("--keep", metavar="DIR", help="also write each generated program to DIR")
     ap.add_argument("-v", "--verbose", action="store_true")
     opts = ap.parse_args()
-    opts.modelc = os.environ.get("MODELC", os.path.join(ROOT, "build", "bin", "modelc"))
+    opts.modelc = harness.modelc_path()
     if opts.keep:
         os.makedirs(opts.keep, exist_ok=True)
     jobs = []
@@ -577,19 +544,10 @@ def main():
             jobs += [("case", c, opts) for c in cases]
         if not opts.cases_only:
             jobs += [("seed", s, opts) for s in range(opts.start, opts.start + opts.count)]
-    if not os.access(opts.modelc, os.X_OK):
-        for kind, key, _ in jobs:
-            print("FAIL: plan/%s-%s: compiler not found: %s (set MODELC)" % (kind, key, opts.modelc))
+    if harness.compiler_missing(opts.modelc, ["plan/%s-%s" % (kind, key) for kind, key, _ in jobs]):
         return 1
     t0 = time.time()
-    fails = 0
-    if opts.j <= 1:
-        results = map(job, jobs)
-    else:
-        results = ProcessPoolExecutor(max_workers=opts.j).map(job, jobs)
-    for ok, line in results:
-        fails += not ok
-        print(line, flush=True)
+    fails = harness.run_jobs(job, jobs, opts.j)
     if opts.verbose:
         print("plan: %d programs, %d failed, %.1fs" % (len(jobs), fails, time.time() - t0))
     return 1 if fails else 0
