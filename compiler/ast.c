@@ -128,7 +128,8 @@ void print_expr(FILE *out, const Ast *e) {
     case AST_BINOP:
         fputc('(', out);
         print_expr(out, e->lhs);
-        fprintf(out, " %c ", e->op);
+        if (e->op == '^') fputs(" ** ", out);
+        else fprintf(out, " %c ", e->op);
         print_expr(out, e->rhs);
         fputc(')', out);
         return;

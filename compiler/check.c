@@ -1124,8 +1124,39 @@ static Node *lower_elementwise(Checker *c, const Call *call) {
     for (int i = 0; i < call->nt; i++) require_f32(call, call->t[i], i);
     OpKind op = call->spec->op;
     if (op_is_binary(op)) return mk_binary(c, op, call->ast->loc, call->t[0], call->t[1]);
-    if (op_is_unary(op)) return mk_unary(c, op, call->ast->loc, call->t[0]);
-    ICE("'%s' is lowered as elementwise, but '%s' is not", call->spec->name, op_name(op));
+    if (!op_is_unary(op)) ICE("'%s' is lowered as elementwise, but '%s' is not", call->spec->name, op_name(op));
+    Node *n = mk_unary(c, op, call->ast->loc, call->t[0]);
+    /* float attributes, in order, become the op's %a and %b */
+    if (call->spec->nattrs > 2) ICE("'%s': an elementwise op takes at most 2 attributes", call->spec->name);
+    for (int k = 0; k < call->spec->nattrs; k++) {
+        if (call->spec->attrs[k].kind != A_FLOAT) ICE("'%s': elementwise attributes are floats", call->spec->name);
+        n->fattr[k] = attr_float(call, k);
+        if (isnan(n->fattr[k]))
+            error_at(call->attr[k]->loc, "'%s' attribute '%s' is NaN", call->spec->name, call->spec->attrs[k].name);
+    }
+    if (op == OP_CLAMP && n->fattr[0] > n->fattr[1])
+        error_at(call->attr[0] ? call->attr[0]->loc : call->ast->loc, "'%s' has %s %g above %s %g", call->spec->name,
+                 call->spec->attrs[0].name, n->fattr[0], call->spec->attrs[1].name, n->fattr[1]);
+    if (op == OP_SOFTPLUS && n->fattr[0] == 0)
+        error_at(call->attr[0]->loc, "'softplus' beta must not be 0");
+    return n;
+}
+
+static Node *lower_relu6(Checker *c, const Call *call) {
+    require_f32(call, call->t[0], 0);
+    Node *n = mk_unary(c, OP_CLAMP, call->ast->loc, call->t[0]);
+    n->fattr[0] = 0.0;
+    n->fattr[1] = 6.0;
+    return n;
+}
+
+/* dropout at inference is the identity (PyTorch's eval mode); p must still be a probability. */
+static Node *lower_dropout(Checker *c, const Call *call) {
+    (void)c;
+    double p = attr_float(call, 0);
+    if (!(p >= 0 && p <= 1))
+        error_at(call->attr[0]->loc, "'dropout' p must be in [0, 1], got %g", p);
+    return call->t[0];
 }
 
 static Node *lower_gelu(Checker *c, const Call *call) {
@@ -1315,15 +1346,16 @@ static Node *lower_expr1(Checker *c, const Ast *e) {
     case AST_BINOP: {
         Node *a = lower_expr(c, e->lhs), *b = lower_expr(c, e->rhs);
         const char *name = e->op == '+' ? "add" : e->op == '-' ? "sub" : e->op == '*' ? "mul"
-                         : e->op == '/' ? "div" : "matmul";
+                         : e->op == '/' ? "div" : e->op == '^' ? "pow" : "matmul";
         if (a->dtype != DT_F32 || b->dtype != DT_F32)
-            error_at(e->loc, "'%c' (%s) expects f32 tensors, got %s and %s", e->op, name, dtype_name(a->dtype),
-                     dtype_name(b->dtype));
+            error_at(e->loc, "'%s' (%s) expects f32 tensors, got %s and %s", e->op == '^' ? "**" : (char[]){e->op, 0},
+                     name, dtype_name(a->dtype), dtype_name(b->dtype));
         switch (e->op) {
         case '+': return mk_binary(c, OP_ADD, e->loc, a, b);
         case '-': return mk_binary(c, OP_SUB, e->loc, a, b);
         case '*': return mk_binary(c, OP_MUL, e->loc, a, b);
         case '/': return mk_binary(c, OP_DIV, e->loc, a, b);
+        case '^': return mk_binary(c, OP_POW, e->loc, a, b);
         case '@': return mk_matmul(c, e->loc, "matmul", a, b, false);
         }
         ICE("unknown binary operator '%c'", e->op);

@@ -156,6 +156,15 @@ static void dump_attrs(FILE *out, const Node *n) {
     case OP_LAYER_NORM: case OP_BATCH_NORM:
         fprintf(out, " {eps=%g}", n->eps);
         break;
+    case OP_CLAMP:
+        fprintf(out, " {min=%g, max=%g}", n->fattr[0], n->fattr[1]);
+        break;
+    case OP_LEAKY_RELU: case OP_ELU:
+        fprintf(out, " {%s=%g}", n->op == OP_ELU ? "alpha" : "negative_slope", n->fattr[0]);
+        break;
+    case OP_SOFTPLUS:
+        fprintf(out, " {beta=%g, threshold=%g}", n->fattr[0], n->fattr[1]);
+        break;
 
     case OP_SUM: case OP_MEAN: case OP_MAX: case OP_ARGMAX:
         fprintf(out, " {axis=%d%s}", n->axis, n->keepdim ? ", keepdim" : "");

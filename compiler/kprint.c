@@ -73,7 +73,11 @@ static int emit_expr(FILE *o, const Kernel *k, const Expr *x, int *tmp, bool com
     int t = (*tmp)++;
     fprintf(o, "    const %s t%d = ", T, t);
     for (const char *p = tmpl; *p; p++) {
-        if (p[0] == '%' && p[1] >= '0' && p[1] <= '2') {
+        if (p[0] == '%' && (p[1] == 'a' || p[1] == 'b')) {
+            if (!x->node) ICE("c_expr of '%s' reads an attribute, but the expression has no node", op_name(x->op));
+            fputs(float_lit(x->node->fattr[p[1] - 'a']), o);
+            p++;
+        } else if (p[0] == '%' && p[1] >= '0' && p[1] <= '2') {
             int i = p[1] - '0';
             if (arg[i] < 0) ICE("c_expr of '%s' reads operand %d, which it does not have", op_name(x->op), i);
             fprintf(o, "t%d", arg[i]);

@@ -255,6 +255,7 @@ struct Node {
     int perm[MAX_RANK];   /* permute: out dim i is input dim perm[i] */
     double value;         /* const: its value */
     double eps;           /* batch_norm, layer_norm */
+    double fattr[2];      /* an elementwise op's float attributes (clamp: min, max; elu: alpha; ...) */
     int index;            /* input/param: position in Graph.inputs / Graph.params */
     /* conv2d and pooling: per-axis [h, w]; pad is [top, left, bottom, right] */
     int kernel[2], stride[2], dilation[2], pad[4], groups;

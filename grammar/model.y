@@ -133,7 +133,7 @@ static void open_region(ParseResult *res, const char *dev, YYLTYPE brace) {
 %token END 0 "end of file"
 %token MODEL "'model'" INPUT "'input'" PARAM "'param'" OUTPUT "'output'"
 %token TRUE "'true'" FALSE "'false'"
-%token BLOCK "'block'" RETURN "'return'" AS "'as'" ON "'on'"
+%token BLOCK "'block'" RETURN "'return'" AS "'as'" ON "'on'" POW "'**'"
 %token <str> NAME "a name" INT "an integer" FLOAT "a number"
 
 %type <stmts> stmts
@@ -142,7 +142,7 @@ static void open_region(ParseResult *res, const char *dev, YYLTYPE brace) {
 %type <type> type
 %type <dims> dims dims_opt
 %type <dim> dim
-%type <ast> expr term unary postfix primary list attrval item
+%type <ast> expr term unary power postfix primary list attrval item
 %type <args> args args_opt
 %type <arg> arg
 %type <items> items items_opt
@@ -258,7 +258,14 @@ term
 
 unary
     : '-' unary                        { $$ = new_neg(L(@1), $2); }
-    | postfix
+    | power
+    ;
+
+/* a ** b binds tighter than unary minus on its left and groups to the right, as in Python:
+ * -x ** 2 is -(x ** 2), and 2 ** -1 is 0.5. */
+power
+    : postfix
+    | postfix POW unary                { $$ = new_binop(L(@2), '^', $1, $3); }
     ;
 
 postfix

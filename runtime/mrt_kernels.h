@@ -31,6 +31,20 @@ MRT_HD float mrt_relu(float x) { return x < 0.0f ? 0.0f : x; }
 MRT_HD float mrt_sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
 /* x * sigmoid(x), as x / (1 + e^-x): silu(-0.0) is -0.0, silu(-inf) is NaN, as in PyTorch. */
 MRT_HD float mrt_silu(float x) { return x / (1.0f + expf(-x)); }
+/* clamp / hardtanh / relu6: NaN passes through (no comparison holds), as in PyTorch. */
+MRT_HD float mrt_clamp(float x, float lo, float hi) { return x < lo ? lo : x > hi ? hi : x; }
+MRT_HD float mrt_leaky_relu(float x, float slope) { return x > 0.0f ? x : x * slope; }
+MRT_HD float mrt_elu(float x, float alpha) { return x > 0.0f ? x : alpha * expm1f(x); }
+/* PyTorch's softplus: x where beta x exceeds the threshold, else log1p(e^(beta x)) / beta. */
+MRT_HD float mrt_softplus(float x, float beta, float threshold) {
+    return x * beta > threshold ? x : log1pf(expf(x * beta)) / beta;
+}
+/* hardswish and hardsigmoid piecewise, as PyTorch computes them (hardswish(-inf) is 0). */
+MRT_HD float mrt_hardswish(float x) { return x <= -3.0f ? 0.0f : x >= 3.0f ? x : x * (x + 3.0f) / 6.0f; }
+MRT_HD float mrt_hardsigmoid(float x) { return x <= -3.0f ? 0.0f : x >= 3.0f ? 1.0f : x / 6.0f + 0.5f; }
+/* minimum / maximum of two tensors: a NaN in either gives NaN (torch.minimum, torch.maximum). */
+MRT_HD float mrt_minimum(float a, float b) { return a != a ? a : b != b ? b : a < b ? a : b; }
+MRT_HD float mrt_maximum(float a, float b) { return a != a ? a : b != b ? b : a > b ? a : b; }
 /* gelu, erf form: x/2 * (1 + erf(x/sqrt(2))) */
 MRT_HD float mrt_gelu(float x) { return 0.5f * x * (1.0f + erff(x * 0.70710678118654752440f)); }
 /* gelu, tanh approximation: x/2 * (1 + tanh(sqrt(2/pi) * (x + 0.044715 x^3))) */

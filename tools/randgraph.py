@@ -26,7 +26,8 @@ import argparse
 import random
 import sys
 
-UNARY = ["neg", "exp", "log", "sqrt", "relu", "sigmoid", "tanh", "gelu", "silu"]
+UNARY = ["neg", "exp", "log", "sqrt", "relu", "sigmoid", "tanh", "gelu", "silu", "erf", "abs", "sin", "cos",
+         "hardswish", "hardsigmoid", "relu6", "elu", "leaky_relu", "softplus"]
 
 
 class Val:

@@ -54,7 +54,7 @@ _TOKEN_RE = re.compile(r"""
     (?P<ws>[ \t\r\n]+|\#[^\n]*)
   | (?P<num>(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?)
   | (?P<name>[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z0-9_]+)*)
-  | (?P<punct>[{}()\[\],:=;+\-*/@])
+  | (?P<punct>\*\*|[{}()\[\],:=;+\-*/@])
 """, re.VERBOSE)
 
 
@@ -300,11 +300,14 @@ class Parser:
                 return e
             e = ("bin", t.text, e, self.unary())
 
-    # unary := '-' unary | postfix
+    # unary := '-' unary | power;  power := postfix ('**' unary)?   (as in Python)
     def unary(self):
         if self.accept("-"):
             return ("neg", self.unary())
-        return self.postfix()
+        e = self.postfix()
+        if self.accept("**"):
+            return ("bin", "**", e, self.unary())
+        return e
 
     # postfix := NAME '(' args? ')' | primary;  primary := NUMBER | NAME | '(' expr ')' | list
     def postfix(self):
@@ -614,6 +617,21 @@ def op_relu(x):
 
 def op_sqrt(x):
     return np.sqrt(x)  # IEEE: sqrt(-0.0) = -0.0, sqrt(negative) = NaN
+
+
+def op_clamp(x, lo, hi):
+    # NaN passes through: no comparison holds for it (PyTorch's clamp)
+    return np.where(x < lo, lo, np.where(x > hi, hi, x))
+
+
+def op_softplus(x, beta=1.0, threshold=20.0):
+    with np.errstate(over="ignore"):
+        return np.where(x * beta > threshold, x, np.log1p(np.exp(x * beta)) / beta)
+
+
+def op_erf(x):
+    import math
+    return np.vectorize(math.erf, otypes=[np.float64])(x)
 
 
 def op_sigmoid(x):
@@ -956,6 +974,24 @@ OPS = {
     "sigmoid": ((1, 1), ["x"], _NOATTR, op_sigmoid),
     "tanh": ((1, 1), ["x"], _NOATTR, np.tanh),
     "silu": ((1, 1), ["x"], _NOATTR, lambda x: x / (1 + np.exp(-x))),
+    "hardtanh": ((1, 1), ["x"], [("min_val", -1.0), ("max_val", 1.0)],
+                 lambda x, min_val, max_val: op_clamp(x, min_val, max_val)),
+    "clamp": ((1, 1), ["x"], [("min", float("-inf")), ("max", float("inf"))], lambda x, min, max: op_clamp(x, min, max)),
+    "relu6": ((1, 1), ["x"], _NOATTR, lambda x: op_clamp(x, 0.0, 6.0)),
+    "leaky_relu": ((1, 1), ["x"], [("negative_slope", 0.01)], lambda x, negative_slope: np.where(x > 0, x, x * negative_slope)),
+    "elu": ((1, 1), ["x"], [("alpha", 1.0)], lambda x, alpha: np.where(x > 0, x, alpha * np.expm1(np.where(x > 0, 0.0, x)))),
+    "softplus": ((1, 1), ["x"], [("beta", 1.0), ("threshold", 20.0)], op_softplus),
+    "hardswish": ((1, 1), ["x"], _NOATTR, lambda x: np.where(x <= -3, 0.0, np.where(x >= 3, x, x * (x + 3) / 6))),
+    "hardsigmoid": ((1, 1), ["x"], _NOATTR, lambda x: np.where(x <= -3, 0.0, np.where(x >= 3, 1.0, x / 6 + 0.5))),
+    "erf": ((1, 1), ["x"], _NOATTR, op_erf),
+    "abs": ((1, 1), ["x"], _NOATTR, np.abs),
+    "rsqrt": ((1, 1), ["x"], _NOATTR, lambda x: 1 / np.sqrt(x)),
+    "sin": ((1, 1), ["x"], _NOATTR, np.sin),
+    "cos": ((1, 1), ["x"], _NOATTR, np.cos),
+    "pow": ((2, 2), ["a", "b"], _NOATTR, np.power),
+    "minimum": ((2, 2), ["a", "b"], _NOATTR, np.minimum),
+    "maximum": ((2, 2), ["a", "b"], _NOATTR, np.maximum),
+    "dropout": ((1, 1), ["x"], [("p", 0.5)], lambda x, p: x),
     "gelu": ((1, 1), ["x"], [("approximate", "none")], op_gelu),
     "matmul": ((2, 2), ["a", "b"], _NOATTR, op_matmul),
     "linear": ((2, 3), ["x", "weight", "bias"], _NOATTR, op_linear),
@@ -992,7 +1028,7 @@ OPS = {
 }
 _MOVEMENT = {"reshape", "transpose", "permute", "flatten", "concat", "slice"}  # allowed on integers
 _INT_ARG = {"embedding": 0, "where": 0}   # the one tensor argument that may be an integer tensor
-_BINOP = {"+": "add", "-": "sub", "*": "mul", "/": "div", "@": "matmul"}
+_BINOP = {"+": "add", "-": "sub", "*": "mul", "/": "div", "@": "matmul", "**": "pow"}
 
 
 # ---------------------------------------------------------------------------------- evaluator
