@@ -136,3 +136,6 @@ bench: all
 
 gpu-check:
 	$(PYTHON) tools/gpu_check.py $(GPU_CHECK_ARGS)
+
+# make cudasim: the runtime against the CUDA simulator of the tests (tests/cudasim/run.sh).
+include tests/cudasim/cudasim.mk
