@@ -38,6 +38,7 @@ suite() {
 FILECHECK_DIR=$(dirname "$(command -v FileCheck 2>/dev/null || echo /usr/lib/llvm-14/bin/FileCheck)")
 suite lit env PATH="$FILECHECK_DIR:$PATH" lit -v tests/lit
 suite runtime bash tests/runtime/run.sh
+suite cudasim bash tests/cudasim/run.sh
 suite numeric "$PYTHON" tests/numeric/run.py
 suite plan "$PYTHON" tests/plan/run.py
 suite digits bash -c 'make -s -C examples/digits demo MODELC="$MODELC" B="$PWD/$B" && echo "PASS: examples/digits"'

@@ -70,6 +70,7 @@ bool untrack(const void *p)
 struct Mat {
     const float *p;
     int64_t rows, cols, ld, stride;
+    bool is_c = false; // the C input, which may be the output itself
     size_t bytes() const { return rows && cols ? (size_t)((cols - 1) * ld + rows) * sizeof(float) : 0; }
 };
 
@@ -102,7 +103,7 @@ cublasStatus_t check_run(const char *api, int device, cudaStream_t stream, const
             snprintf(what, sizeof what, "%s: input %d of item %d", api, i + 1, b);
             if (in[i].bytes() && cudasim_check_access(in[i].p + b * in[i].stride, in[i].bytes(), device, what) != 0)
                 return CUBLAS_STATUS_EXECUTION_FAILED;
-            if (overlap(out, b, in[i], b) && out.p + b * out.stride != in[i].p + b * in[i].stride) {
+            if (overlap(out, b, in[i], b) && !(in[i].is_c && out.p == in[i].p && out.ld == in[i].ld)) {
                 cudasim_report("%s: item %d's output overlaps its input %d", api, b, i + 1);
                 return CUBLAS_STATUS_INVALID_VALUE;
             }
@@ -186,7 +187,7 @@ cublasStatus_t sgemm(const char *api, cublasHandle_t h, cublasOperation_t transa
     if (m == 0 || n == 0 || batch == 0)
         return CUBLAS_STATUS_SUCCESS;
     const bool reads_ab = *alpha != 0.0f && k > 0;
-    Mat in[3] = {{A, arows, ta ? m : k, lda, sA}, {B, brows, tb ? k : n, ldb, sB}, {C, m, n, ldc, sC}};
+    Mat in[3] = {{A, arows, ta ? m : k, lda, sA}, {B, brows, tb ? k : n, ldb, sB}, {C, m, n, ldc, sC, true}};
     Mat out = {C, m, n, ldc, sC};
     Mat used[3];
     int nin = 0;
@@ -427,7 +428,7 @@ CUBLAS_EXPORT cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDe
         in[nin++] = Mat{(const float *)B, (int64_t)lb->rows, (int64_t)lb->cols, lb->ld, 0};
     }
     if (b != 0.0f)
-        in[nin++] = Mat{(const float *)C, m, n, lc->ld, 0};
+        in[nin++] = Mat{(const float *)C, m, n, lc->ld, 0, true};
     if (has_bias)
         in[nin++] = Mat{(const float *)desc->bias, m, 1, m, 0};
     Mat out = {(const float *)D, m, n, ld->ld, 0};

@@ -356,6 +356,17 @@ std::string describe(const void *p)
     int d = device_of_address(a);
     if (d >= 0) {
         const Alloc *al = alloc_at(a);
+        if (!al) { // between allocations: name the nearer one of this device
+            auto next = g_allocs.upper_bound(a);
+            const Alloc *n = next != g_allocs.end() && next->second.device == d ? &next->second : NULL;
+            const Alloc *pr = NULL;
+            if (next != g_allocs.begin() && std::prev(next)->second.device == d)
+                pr = &std::prev(next)->second;
+            if (pr && (!n || a - (pr->base + pr->size) < n->base - a))
+                al = pr;
+            else
+                al = n;
+        }
         if (!al) {
             snprintf(buf, sizeof buf, "%p, in cuda:%d's address range but in no allocation", p, d);
         } else {
@@ -693,6 +704,7 @@ struct Launch {
     void (*run)(void *);
     void *closure;
     void (*drop)(void *);
+    char *shared_lo, *shared_hi; // the module's __shared__ variables
     ~Launch() { drop(closure); }
 };
 
@@ -857,6 +869,8 @@ void release_or_die(int n)
 void run_block(Launch *L, unsigned bx, unsigned by, unsigned bz)
 {
     const int n = L->nthreads;
+    if (g_fill >= 0 && L->shared_lo && L->shared_hi > L->shared_lo) // shared memory starts as garbage
+        memset(L->shared_lo, g_fill, (size_t)(L->shared_hi - L->shared_lo));
     for (int i = 0; i < n; i++) {
         SimThread &t = g_th[i];
         t.lin = i;
@@ -1709,7 +1723,8 @@ CUDASIM_EXPORT cudaError_t cudaEventElapsedTime(float *ms, cudaEvent_t a, cudaEv
 
 CUDASIM_EXPORT void cudasim_launch_kernel(const char *name, const void *func, dim3 grid, dim3 block, size_t shmem,
                                           cudaStream_t stream, const cudasim_arg *args, int nargs,
-                                          void (*run)(void *), void *closure, void (*drop)(void *))
+                                          void (*run)(void *), void *closure, void (*drop)(void *),
+                                          char *shared_lo, char *shared_hi)
 {
     Lock l(g_mu);
     auto refuse = [&](cudaError_t e) {
@@ -1761,6 +1776,8 @@ CUDASIM_EXPORT void cudasim_launch_kernel(const char *name, const void *func, di
     L->run = run;
     L->closure = closure;
     L->drop = drop;
+    L->shared_lo = shared_lo;
+    L->shared_hi = shared_hi;
     enqueue(s, Op{std::string("kernel ") + name, [L] { execute(L.get()); }, true});
 }
 

@@ -236,6 +236,10 @@ inline dim3 make_dim3(unsigned x, unsigned y, unsigned z) { return dim3(x, y, z)
 
 /* ---------------------------------------------------------------- the launch */
 
+/* Where this module's __shared__ variables are (the linker defines these when there are any). */
+extern "C" char __start_cudasim_shared[] __attribute__((weak, visibility("hidden")));
+extern "C" char __stop_cudasim_shared[] __attribute__((weak, visibility("hidden")));
+
 namespace cudasim_detail {
 template <typename T> cudasim_arg arg_of(const T &v)
 {
@@ -268,7 +272,8 @@ void cudasim_launch(const char *name, void (*kernel)(P...), dim3 grid, dim3 bloc
     cudasim_arg info[sizeof...(P) + 1];
     int n = 0;
     std::apply([&](const auto &...v) { ((info[n++] = cudasim_detail::arg_of(v)), ...); }, c->args);
-    cudasim_launch_kernel(name, (const void *)kernel, grid, block, shmem, stream, info, n, &C::run, c, &C::drop);
+    cudasim_launch_kernel(name, (const void *)kernel, grid, block, shmem, stream, info, n, &C::run, c, &C::drop,
+                          __start_cudasim_shared, __stop_cudasim_shared);
 }
 
 /* cudaFuncSetAttribute on a kernel, as the toolkit's C++ overload. */

@@ -17,11 +17,13 @@
 
 /* ---------------------------------------------------------------- execution space qualifiers
  * Everything is host code here. __shared__ is a function-local static: blocks run one after
- * another, so one instance serves every block in turn (no dynamic `extern __shared__`). */
+ * another, so one instance serves every block in turn (no dynamic `extern __shared__`). Such
+ * variables go to the section cudasim_shared, which the simulator fills with 0xff bytes before
+ * each block, as shared memory holds garbage when a block starts. */
 #define __host__
 #define __device__
 #define __global__
-#define __shared__ static
+#define __shared__ static __attribute__((section("cudasim_shared")))
 #define __constant__
 #define __forceinline__ inline __attribute__((always_inline))
 #define __launch_bounds__(...)

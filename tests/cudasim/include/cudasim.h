@@ -65,10 +65,12 @@ typedef struct cudasim_arg {
 
 /* Queue a kernel (the closure runs the kernel body for the current simulated thread) on
  * `stream`; the launch error, if any, goes to cudaGetLastError, and drop(closure) is called
- * once the kernel ran or was refused. cuda_runtime.h's cudasim_launch template calls this. */
+ * once the kernel ran or was refused. [shared_lo, shared_hi) is the cudasim_shared section of
+ * the kernel's module (NULLs if it has none). cuda_runtime.h's cudasim_launch calls this. */
 void cudasim_launch_kernel(const char *name, const void *func, dim3 grid, dim3 block, size_t shmem,
                            cudaStream_t stream, const cudasim_arg *args, int nargs,
-                           void (*run)(void *), void *closure, void (*drop)(void *));
+                           void (*run)(void *), void *closure, void (*drop)(void *),
+                           char *shared_lo, char *shared_hi);
 
 /* Device-side primitives behind __syncthreads* and the warp intrinsics (cuda_runtime.h). */
 enum { CUDASIM_BAR_SYNC, CUDASIM_BAR_COUNT, CUDASIM_BAR_AND, CUDASIM_BAR_OR };
