@@ -2,7 +2,9 @@
 # tests/cudasim/run.sh — the CUDA code on the simulated device (tests/cudasim/include/cudasim.h):
 #   1. the simulator's own tests (test_cudasim.cu): what a GPU runs, and what it rejects;
 #   2. tests/runtime/cuda_check.c against the runtime built for the simulator (make cudasim):
-#      every runtime CUDA kernel and the cuBLAS/cuBLASLt GEMMs against the CPU references.
+#      every runtime CUDA kernel and the cuBLAS/cuBLASLt GEMMs against the CPU references;
+#   3. the runtime's unit tests (tests/runtime/test_runtime.c) with two simulated GPUs, so that
+#      the CUDA half of the device API (rt_cuda.c) runs where the ordinary suite has no GPU.
 # Prints one line per test, "PASS: cudasim/NAME" or "FAIL: cudasim/NAME: why", and exits 1 if any
 # failed. Needs no GPU and no nvcc: only the host C and C++ compilers.
 #
@@ -75,5 +77,29 @@ else
         grep -q '^FAIL:' <<<"$out" ||
             echo "FAIL: cudasim/kernels: exit status $rc: $(tail -n3 "$work/cuda_check.err" | tr '\n' ' ')"
     fi
+fi
+
+# ---------------------------------------------------------------- 3. the runtime's unit tests
+# shellcheck disable=SC2086
+if ! "$CC" -std=c11 -D_GNU_SOURCE -O1 -g -Wall -Wextra -Werror -Iruntime tests/runtime/test_runtime.c \
+        "$sim/libmodelrt-sim.a" $link -o "$work/test_runtime" 2>"$work/cc3.log"; then
+    fail_log runtime/build "compiling tests/runtime/test_runtime.c against libmodelrt-sim.a failed" "$work/cc3.log"
+else
+    mkdir -p "$work/rt"
+    for t in $("$work/test_runtime" --list); do
+        out="$(CUDASIM_DEVICES=2:16384:9.0 MRT_TEST_DIR="$work/rt" timeout 60 "$work/test_runtime" "$t" \
+               2>"$work/rt.err")"
+        rc=$?
+        if [ $rc -eq 0 ] && [ "$out" = PASS ]; then
+            echo "PASS: cudasim/runtime/$t"
+        else
+            failed=1
+            case "$out" in
+                FAIL:*) echo "FAIL: cudasim/runtime/$t:${out#FAIL:}" ;;
+                *) echo "FAIL: cudasim/runtime/$t: exit status $rc: $(grep -m1 cudasim: "$work/rt.err" ||
+                                                                     tail -n1 "$work/rt.err")" ;;
+            esac
+        fi
+    done
 fi
 exit $failed
