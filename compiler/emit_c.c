@@ -796,8 +796,8 @@ static void emit_source(Emit *e, FILE *o, const char *h_include) {
     /* run */
     emit_run_proto(e, o);
     fprintf(o, " {\n");
-    fprintf(o, "    if (!m || m->desc != &%s_desc) return mrt_set_error(MRT_ERR_INVALID_ARG, \"%s_run: %s\");\n", e->pfx,
-            e->pfx, "the model is NULL or not a %s model");
+    fprintf(o, "    if (!m || m->desc != &%s_desc) return mrt_set_error(MRT_ERR_INVALID_ARG, \"%s_run: the model is NULL or not "
+               "a %s model\");\n", e->pfx, e->pfx, e->pfx);
     fprintf(o, "    if (batch < 1 || batch > %s_MAX_BATCH)\n        return mrt_set_error(MRT_ERR_INVALID_ARG, "
                "\"%s_run: batch %%d is out of range 1..%%d%s\", batch, %s_MAX_BATCH);\n",
             e->PFX, e->pfx, g->has_batch ? " (the maximum is fixed with modelc --max-batch)" : " (the model has no batch dimension)",
