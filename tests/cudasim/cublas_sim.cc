@@ -10,8 +10,8 @@
  * access, an output overlapping an input or (batched) another item's output. Those say why on
  * stderr ("cudasim: cublasSgemm: ...") and return CUBLAS_STATUS_EXECUTION_FAILED or
  * INVALID_VALUE. The product itself is queued on the handle's stream as plain loops with double
- * accumulation, column-major as cuBLAS: beta == 0 does not read C, alpha == 0 does not read A
- * or B. The cuBLASLt GELU epilogue is the tanh approximation, as cuBLASLt's.
+ * accumulation rounded once to float (then alpha, beta C and the epilogue in float), column-major
+ * as cuBLAS: beta == 0 does not read C, alpha == 0 does not read A or B. The cuBLASLt GELU epilogue is the tanh approximation, as cuBLASLt's.
  */
 #include "cublasLt.h"
 #include "cudasim.h"
@@ -147,12 +147,13 @@ struct Gemm {
                             const float bv = g.tb ? B[j + p2 * g.ldb] : B[p2 + j * g.ldb];
                             acc += (double)a * bv;
                         }
-                    double v = g.alpha * acc;
+                    // the product rounded once; scaling and the epilogue in float, as cuBLAS's
+                    // FP32 compute type does
+                    float f = g.alpha * (float)acc;
                     if (g.beta != 0.0f)
-                        v += (double)g.beta * C[i + j * g.ldc];
+                        f += g.beta * C[i + j * g.ldc];
                     if (g.bias)
-                        v += g.bias[i];
-                    float f = (float)v;
+                        f += g.bias[i];
                     if (g.act == 1)
                         f = f < 0.0f ? 0.0f : f;
                     else if (g.act == 2)

@@ -6,6 +6,9 @@
 #                  $(B)/cudasim/lib/libcudasim.so  the simulated device and runtime API
 #                  $(B)/cudasim/lib/libcublas.so.13, libcublasLt.so.13   the cuBLAS stand-in
 #                  $(B)/cudasim/libmodelrt-sim.libs   the link line a program needs besides the .a
+#                  $(B)/cudasim/bin/modelc         modelc building executables for the simulator:
+#                      NAME.cu by the host C++ compiler, linked with the simulated runtime (its
+#                      home, $(B)/cudasim/{include/modelc,lib}, holds that runtime)
 SIM         := $(B)/cudasim
 SIM_INC     := tests/cudasim/include
 SIM_HDR     := $(wildcard $(SIM_INC)/*.h)
@@ -39,5 +42,24 @@ $(SIM)/libmodelrt-sim.libs: tests/cudasim/cudasim.mk
 	@mkdir -p $(dir $@)
 	echo '$(SIM_LINK)' > $@
 
+
+SIM_ABS_INC := $(abspath $(SIM_INC))
+$(SIM)/obj/compiler/main.o: compiler/main.c compiler/modelc.h $(B)/gen/model.tab.h $(B)/gen/lex.yy.h tests/cudasim/cudasim.mk
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS_ALL) -Icompiler -I$(B)/gen -DMODELC_LINK_LIBS='"$(SIM_LINK)"' -DMODELC_EXTRA_CFLAGS='"$(BLAS_CFLAGS)"' \
+	    -DMODELC_NVCC='"$(abspath tests/cudasim/nvcc.sh)"' \
+	    -DMODELC_CUDA_CFLAGS='"-DMRT_WITH_CUDA -I$(SIM_ABS_INC)"' -c $< -o $@
+$(SIM)/bin/modelc: $(SIM)/obj/compiler/main.o $(filter-out $(B)/obj/compiler/main.o,$(C_OBJ))
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS_ALL) $^ -o $@ -lm
+$(SIM)/include/modelc/%: runtime/%
+	@mkdir -p $(dir $@)
+	cp $< $@
+$(SIM_LIBDIR)/libmodelrt.a: $(SIM_RT_LIB)
+	@mkdir -p $(dir $@)
+	cp $< $@
+
 .PHONY: cudasim
-cudasim: $(SIM_RT_LIB) $(SIM)/libmodelrt-sim.libs $(SIM_LIBDIR)/libcudasim.so $(SIM_LIBDIR)/libcublas.so.13 $(SIM_LIBDIR)/libcublasLt.so.13
+cudasim: $(SIM_RT_LIB) $(SIM)/libmodelrt-sim.libs $(SIM_LIBDIR)/libcudasim.so $(SIM_LIBDIR)/libcublas.so.13 \
+         $(SIM_LIBDIR)/libcublasLt.so.13 $(SIM)/bin/modelc $(RT_PUB:runtime/%=$(SIM)/include/modelc/%) \
+         $(SIM_LIBDIR)/libmodelrt.a
