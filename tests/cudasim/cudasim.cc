@@ -69,6 +69,8 @@ bool g_peer_ok = true;
 int g_fill = 0xff; // -1: do not fill new allocations
 bool g_quiet = false;
 char g_last_report[1024];
+int g_schedule = 0;          // 0 forward, 1 reverse, 2 random: the order ready threads run in
+unsigned long long g_seed = 1;
 
 thread_local int t_dev = 0;
 thread_local cudaError_t t_err = cudaSuccess;
@@ -131,6 +133,17 @@ void init_once()
         g_fill = (int)(strtol(fill, NULL, 0) & 0xff);
     const char *peer = getenv("CUDASIM_PEER");
     g_peer_ok = !(peer && strcmp(peer, "0") == 0);
+    const char *sched = getenv("CUDASIM_SCHEDULE");
+    if (sched && strcmp(sched, "reverse") == 0) {
+        g_schedule = 1;
+    } else if (sched && strncmp(sched, "random", 6) == 0) {
+        g_schedule = 2;
+        g_seed = sched[6] == ':' ? strtoull(sched + 7, NULL, 10) + 1 : 1;
+    } else if (sched && *sched && strcmp(sched, "forward") != 0) {
+        report("CUDASIM_SCHEDULE='%s' is malformed: expected forward, reverse or random[:SEED]", sched);
+        g_init_err = cudaErrorInitializationError;
+        return;
+    }
 
     const char *cfg = getenv("CUDASIM_DEVICES");
     if (!cfg || !*cfg)
@@ -654,6 +667,47 @@ cudaError_t check_event(cudaEvent_t h, Event **out)
 
 enum ThreadState { ST_READY, ST_BAR, ST_WARP, ST_DONE };
 
+/* The ready threads of the running block, one bit each. The scheduler runs one ready thread at a
+ * time until it waits or exits: the lowest-numbered (the default), the highest (reverse) or one
+ * at random. A warp whose collective completes thus runs on at once, ahead of the threads that
+ * have not started: what other warps have not yet read from shared memory can be overwritten,
+ * as on a GPU that schedules that warp first. */
+uint64_t g_ready[16];
+void set_ready(int i) { g_ready[i >> 6] |= 1ull << (i & 63); }
+int pick_ready()
+{
+    if (g_schedule == 1) {
+        for (int w = 15; w >= 0; w--)
+            if (g_ready[w])
+                return w * 64 + 63 - __builtin_clzll(g_ready[w]);
+        return -1;
+    }
+    if (g_schedule == 2) {
+        int total = 0;
+        for (int w = 0; w < 16; w++)
+            total += __builtin_popcountll(g_ready[w]);
+        if (!total)
+            return -1;
+        g_seed ^= g_seed << 13, g_seed ^= g_seed >> 7, g_seed ^= g_seed << 17; // xorshift64
+        int k = (int)(g_seed % (unsigned long long)total);
+        for (int w = 0;; w++) {
+            int c = __builtin_popcountll(g_ready[w]);
+            if (k >= c) {
+                k -= c;
+                continue;
+            }
+            uint64_t m = g_ready[w];
+            while (k--)
+                m &= m - 1;
+            return w * 64 + __builtin_ctzll(m);
+        }
+    }
+    for (int w = 0; w < 16; w++)
+        if (g_ready[w])
+            return w * 64 + __builtin_ctzll(g_ready[w]);
+    return -1;
+}
+
 #if defined(__x86_64__) && !defined(CUDASIM_UCONTEXT)
 /* Save the callee-saved registers, MXCSR and the x87 control word on the current stack, store
  * the stack pointer in *save, and continue on stack `to` (made by fiber_make or saved here). */
@@ -863,6 +917,7 @@ void release_or_die(int n)
                      : t.bar_kind == CUDASIM_BAR_OR    ? count > 0
                                                        : 0;
         t.state = ST_READY;
+        set_ready(i);
     }
 }
 
@@ -879,21 +934,20 @@ void run_block(Launch *L, unsigned bx, unsigned by, unsigned bz)
         t.ids.blockDim = L->block;
         t.ids.gridDim = L->grid;
         t.state = ST_READY;
+        set_ready(i);
     }
     int done = 0;
     for (;;) {
-        bool ran = false;
-        for (int i = 0; i < n; i++) {
-            if (g_th[i].state != ST_READY)
-                continue;
-            ran = true;
-            resume(&g_th[i]);
-            done += g_th[i].state == ST_DONE;
-        }
-        if (done == n)
-            return;
-        if (!ran)
+        const int i = pick_ready();
+        if (i < 0) {
+            if (done == n)
+                return;
             release_or_die(n);
+            continue;
+        }
+        g_ready[i >> 6] &= ~(1ull << (i & 63));
+        resume(&g_th[i]);
+        done += g_th[i].state == ST_DONE;
     }
 }
 
@@ -1890,8 +1944,10 @@ CUDASIM_EXPORT unsigned long long cudasim_warp(int op, unsigned mask, unsigned l
         case CUDASIM_WARP_REDUCE_MAX_S: u.wout = (unsigned)(int)smax; break;
         default: u.wout = 0; break;
         }
-        if (&u != t)
+        if (&u != t) {
             u.state = ST_READY;
+            set_ready(base + l);
+        }
     }
     t->state = ST_READY;
     return t->wout;

@@ -2,7 +2,8 @@
 # tests/cudasim/run.sh — the CUDA code on the simulated device (tests/cudasim/include/cudasim.h):
 #   1. the simulator's own tests (test_cudasim.cu): what a GPU runs, and what it rejects;
 #   2. tests/runtime/cuda_check.c against the runtime built for the simulator (make cudasim):
-#      every runtime CUDA kernel and the cuBLAS/cuBLASLt GEMMs against the CPU references;
+#      every runtime CUDA kernel and the cuBLAS/cuBLASLt GEMMs against the CPU references, with
+#      the threads of a block scheduled lowest first, then again highest first and at random;
 #   3. the runtime's unit tests (tests/runtime/test_runtime.c) with two simulated GPUs, so that
 #      the CUDA half of the device API (rt_cuda.c) runs where the ordinary suite has no GPU;
 #   4. every tests/numeric case compiled by $B/cudasim/bin/modelc (NAME.cu by the host C++
@@ -82,6 +83,19 @@ else
         grep -q '^FAIL:' <<<"$out" ||
             echo "FAIL: cudasim/kernels: exit status $rc: $(tail -n3 "$work/cuda_check.err" | tr '\n' ' ')"
     fi
+    for sched in reverse random:1; do # other interleavings show other races
+        out="$(CUDASIM_DEVICES=2:16384:9.0 CUDASIM_SCHEDULE=$sched timeout 300 "$work/cuda_check" \
+               2>"$work/cuda_check.err")"
+        rc=$?
+        n="$(grep -c '^PASS:' <<<"$out")"
+        if [ $rc -eq 0 ] && ! grep -q '^\(FAIL\|SKIP\):' <<<"$out"; then
+            echo "PASS: cudasim/kernels_schedule_${sched%%:*} ($n checks, CUDASIM_SCHEDULE=$sched)"
+        else
+            failed=1
+            echo "FAIL: cudasim/kernels_schedule_${sched%%:*}: CUDASIM_SCHEDULE=$sched: exit status $rc:" \
+                 "$(grep -m1 '^\(FAIL\|SKIP\):' <<<"$out" || tail -n2 "$work/cuda_check.err" | tr '\n' ' ')"
+        fi
+    done
 fi
 
 # ---------------------------------------------------------------- 3. the runtime's unit tests

@@ -31,6 +31,8 @@
  *    the same barrier; a warp intrinsic (__shfl_*_sync, __ballot_sync, __syncwarp, ...) completes
  *    when every lane of its mask has arrived with that mask. Barriers at different places, masks
  *    naming missing or exited lanes, and waits that can never complete are diagnosed and abort.
+ *    Ready threads run in thread order, or with CUDASIM_SCHEDULE=reverse or random[:SEED] in
+ *    another order, so that a race one interleaving hides shows in another.
  *  - Launch checks, as the GPU's: block over 1024 threads or over (1024, 1024, 64), grid over
  *    (2^31-1, 65535, 65535) or empty: cudaErrorInvalidConfiguration; dynamic shared memory over
  *    48 KiB without cudaFuncSetAttribute(MaxDynamicSharedMemorySize), or over the opt-in limit:
