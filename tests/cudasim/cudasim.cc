@@ -1813,6 +1813,11 @@ CUDASIM_EXPORT void cudasim_launch_kernel(const char *name, const void *func, di
     for (int i = 0; i < nargs; i++) {
         if (!args[i].is_pointer || !args[i].ptr)
             continue;
+        if (args[i].align > 1 && (uintptr_t)args[i].ptr % args[i].align) {
+            report("kernel '%s' on cuda:%d: pointer argument %d (%p) is not aligned to the %zu bytes of its type", name,
+                   dev, i + 1, args[i].ptr, args[i].align);
+            return refuse(cudaErrorMisalignedAddress);
+        }
         int d;
         Where w = where(args[i].ptr, 0, &d);
         if (w == Where::Pinned || (w == Where::Device && (d == dev || g_dev[dev].peer[d])))

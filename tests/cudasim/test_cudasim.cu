@@ -234,6 +234,8 @@ __global__ void exited_lanes_kernel(int *p)
 
 __global__ void nothing_kernel(int *p) { (void)p; }
 
+__global__ void float4_kernel(float4 *p) { p[0].x = 1.0f; }
+
 static int *g_dev_ptr;
 
 /* ---------------------------------------------------------------- devices and errors */
@@ -600,6 +602,13 @@ static void test_pointer_args()
     MRT_LAUNCH(fill_kernel, 1, 4, 0, 0, (int *)pinned, 4, 0); // pinned host memory is mapped
     CHECK_OK(cudaGetLastError());
     MRT_LAUNCH(fill_kernel, 1, 4, 0, 0, d + 4, 0, 0); // one past the end: a valid pointer
+    CHECK_OK(cudaGetLastError());
+    MRT_LAUNCH(fill_kernel, 1, 4, 0, 0, (int *)((char *)d + 2), 0, 0); // an int * off by 2 bytes
+    CHECK_ERR(cudaGetLastError(), cudaErrorMisalignedAddress);
+    REPORTED("is not aligned to the 4 bytes of its type");
+    MRT_LAUNCH(float4_kernel, 1, 1, 0, 0, (float4 *)(d + 1));
+    CHECK_ERR(cudaGetLastError(), cudaErrorMisalignedAddress);
+    MRT_LAUNCH(float4_kernel, 1, 1, 0, 0, (float4 *)d);
     CHECK_OK(cudaGetLastError());
     CHECK_OK(cudaDeviceSynchronize());
     CHECK(((int *)pinned)[3] == 3);

@@ -243,10 +243,15 @@ extern "C" char __stop_cudasim_shared[] __attribute__((weak, visibility("hidden"
 namespace cudasim_detail {
 template <typename T> cudasim_arg arg_of(const T &v)
 {
-    if constexpr (std::is_pointer<T>::value)
-        return cudasim_arg{(const void *)v, 1};
-    else
-        return cudasim_arg{nullptr, 0};
+    if constexpr (std::is_pointer<T>::value) {
+        using P = typename std::remove_cv<typename std::remove_pointer<T>::type>::type;
+        if constexpr (std::is_void<P>::value || std::is_function<P>::value)
+            return cudasim_arg{(const void *)v, 1, 1};
+        else
+            return cudasim_arg{(const void *)v, 1, alignof(P)};
+    } else {
+        return cudasim_arg{nullptr, 0, 0};
+    }
 }
 template <typename K, typename Tuple> struct Closure {
     K kernel;

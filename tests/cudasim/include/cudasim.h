@@ -38,7 +38,8 @@
  *    48 KiB without cudaFuncSetAttribute(MaxDynamicSharedMemorySize), or over the opt-in limit:
  *    cudaErrorInvalidValue; a stream of another device: cudaErrorInvalidResourceHandle; a pointer
  *    argument that is host memory, freed, or another device's without peer access:
- *    cudaErrorIllegalAddress (the kernel does not run).
+ *    cudaErrorIllegalAddress; one not aligned for its type (a float4 * off 16 bytes):
+ *    cudaErrorMisalignedAddress. The kernel then does not run.
  *
  * Every diagnosed error is also said on stderr as one "cudasim: ..." line (CUDASIM_QUIET=1
  * silences them). The simulator proves indexing, synchronisation and API use, not speed.
@@ -59,10 +60,12 @@ typedef struct cudasim_ids {
 } cudasim_ids;
 extern const cudasim_ids *cudasim_cur;
 
-/* One kernel argument, for the launch checks: pointers are checked, other values ignored. */
+/* One kernel argument, for the launch checks: pointers are checked (where they point, and that
+ * they are aligned for their pointee type, `align` bytes), other values ignored. */
 typedef struct cudasim_arg {
     const void *ptr;
     int is_pointer;
+    size_t align;
 } cudasim_arg;
 
 /* Queue a kernel (the closure runs the kernel body for the current simulated thread) on
