@@ -25,14 +25,20 @@
  *    memory, cudaFree, ...), in stream order, with events and cudaStreamWaitEvent ordering streams.
  *    The legacy NULL stream first drains the device's blocking streams and then runs at once.
  *    A host that reads a result before waiting for it sees the old bytes, as on a GPU.
- *  - Kernels: blocks run one after another; the threads of a block are fibers (one stack each,
- *    switched by a few lines of assembly on x86-64, by ucontext elsewhere) that run in turn until
- *    each finishes or waits: __syncthreads releases when every live thread of the block waits at
- *    the same barrier; a warp intrinsic (__shfl_*_sync, __ballot_sync, __syncwarp, ...) completes
- *    when every lane of its mask has arrived with that mask. Barriers at different places, masks
- *    naming missing or exited lanes, and waits that can never complete are diagnosed and abort.
- *    Ready threads run in thread order, or with CUDASIM_SCHEDULE=reverse or random[:SEED] in
- *    another order, so that a race one interleaving hides shows in another.
+ *  - Kernels: blocks run one after another; the threads of a block are fibers (one 256 KiB stack
+ *    each, switched by a few lines of assembly on x86-64, by ucontext elsewhere), one running at a
+ *    time until it finishes or waits: __syncthreads releases when every live thread of the block
+ *    waits at the same barrier; a warp intrinsic (__shfl_*_sync, __ballot_sync, __syncwarp, ...)
+ *    completes when every lane of its mask has arrived with that mask, and the last lane to
+ *    arrive computes every lane's result by the PTX rules (width, out-of-segment lanes). Barriers
+ *    at different places, masks naming missing or exited lanes, reading a lane outside the mask,
+ *    and waits that can never complete are diagnosed and abort. The lowest-numbered ready thread
+ *    runs next, so a warp whose shuffle completes runs ahead of the others; CUDASIM_SCHEDULE=
+ *    reverse or random[:SEED] picks the highest or one at random, so that a race one order hides
+ *    shows in another. __shared__ variables (static, in section cudasim_shared) are refilled with
+ *    0xff bytes before every block; dynamic `extern __shared__` memory is not provided. Atomics
+ *    are plain read-modify-writes (no thread is interrupted between two waits); __activemask is
+ *    the lanes not yet exited.
  *  - Launch checks, as the GPU's: block over 1024 threads or over (1024, 1024, 64), grid over
  *    (2^31-1, 65535, 65535) or empty: cudaErrorInvalidConfiguration; dynamic shared memory over
  *    48 KiB without cudaFuncSetAttribute(MaxDynamicSharedMemorySize), or over the opt-in limit:
@@ -40,6 +46,13 @@
  *    argument that is host memory, freed, or another device's without peer access:
  *    cudaErrorIllegalAddress; one not aligned for its type (a float4 * off 16 bytes):
  *    cudaErrorMisalignedAddress. The kernel then does not run.
+ *
+ * cuBLAS and cuBLASLt: a checking stand-in, cublas_sim.cc, built as libcublas.so.13 (and
+ * libcublasLt.so.13, a link to it), which runtime/rt_cuda.c dlopens unchanged.
+ *
+ * Build and use: `make cudasim` builds $B/cudasim (libcudasim.so, the stand-in, the runtime as
+ * libmodelrt-sim.a, and bin/modelc, a modelc whose executables are built for the simulator with
+ * tests/cudasim/nvcc.sh in place of nvcc); tests/cudasim/run.sh runs the suite.
  *
  * Every diagnosed error is also said on stderr as one "cudasim: ..." line (CUDASIM_QUIET=1
  * silences them). The simulator proves indexing, synchronisation and API use, not speed.
