@@ -38,8 +38,8 @@ if ! ${MAKE:-make} -s --no-print-directory B="$B" cudasim >"$work/make.log" 2>&1
     exit 1
 fi
 echo "PASS: cudasim/build (make cudasim)"
-sim="$B/cudasim"
-simlib="$(cd "$sim/lib" && pwd)"
+sim="$(cd "$B/cudasim" && pwd)"
+simlib="$sim/lib"
 link="$(cat "$sim/libmodelrt-sim.libs")"
 unset CUDA_VISIBLE_DEVICES CUDASIM_DEVICES CUDASIM_PEER CUDASIM_FILL CUDASIM_QUIET MODELRT_DEVICE \
       MODELRT_TEST_FAKE_CUDA
@@ -124,7 +124,7 @@ fi
 
 # ---------------------------------------------------------------- 4. the numeric cases
 PY="${PYTHON:-python3}"
-out="$(CUDASIM_DEVICES=2:16384:9.0 MODELC="$PWD/$sim/bin/modelc" timeout 1200 "$PY" tests/numeric/run.py \
+out="$(CUDASIM_DEVICES=2:16384:9.0 MODELC="$sim/bin/modelc" timeout 1200 "$PY" tests/numeric/run.py \
        --device cuda 2>"$work/numeric.err")"
 rc=$?
 sed -n 's#^\(PASS\|FAIL\|SKIP\): numeric/#\1: cudasim/numeric/#p' <<<"$out"
