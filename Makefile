@@ -36,7 +36,7 @@ RT_LIBS     := $(CJSON_LIBS) $(BLAS_LIBS) -lm -lpthread
 # `make` and `make NVCC=` rebuilds what depends on it.
 RT_SRC  := $(wildcard runtime/*.c)
 RT_HDR  := $(wildcard runtime/*.h)
-RT_PUB  := runtime/modelrt.h runtime/mrt_kernels.h   # installed; rt_*.h are internal
+RT_PUB  := runtime/modelrt.h runtime/mrt_kernels.h runtime/mrt_launch.h   # installed; rt_*.h are internal
 ifneq ($(strip $(NVCC)),)
   CUDA_HOME   ?= $(patsubst %/bin/nvcc,%,$(or $(realpath $(NVCC)),$(NVCC)))
   NVCC_FLAGS  := -O3 -std=c++17 -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=sm_90 \
@@ -136,3 +136,6 @@ bench: all
 
 gpu-check:
 	$(PYTHON) tools/gpu_check.py $(GPU_CHECK_ARGS)
+
+# make cudasim: the runtime against the CUDA simulator of the tests (tests/cudasim/run.sh).
+include tests/cudasim/cudasim.mk

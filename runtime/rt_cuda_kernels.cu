@@ -19,6 +19,7 @@
  */
 #include "modelrt.h"
 #include "mrt_kernels.h"
+#include "mrt_launch.h"
 
 #include <cuda_runtime.h>
 #include <limits.h>
@@ -484,8 +485,8 @@ mrt_status concat_launch(cudaStream_t s, void *y, const void *x, int64_t outer, 
                          int64_t y_offset)
 {
     const int64_t words = x_row / (int64_t)sizeof(T);
-    concat_kernel<T><<<grid_for(outer * words, kBlock), kBlock, 0, s>>>((char *)y, (const char *)x, outer,
-                                                                         words, x_row, y_row, y_offset);
+    MRT_LAUNCH(concat_kernel<T>, grid_for(outer * words, kBlock), kBlock, 0, s, (char *)y, (const char *)x, outer,
+               words, x_row, y_row, y_offset);
     return launched("mrt_cuda_concat_part", "concat_kernel");
 }
 
@@ -506,10 +507,10 @@ mrt_status mrt_cuda_softmax_f32(void *stream, float *y, const float *x, int64_t 
     cudaStream_t s = (cudaStream_t)stream;
     if (inner == 1) {
         const int t = row_block(n);
-        softmax_rows_kernel<<<grid_for(outer, 1), t, 0, s>>>(y, x, outer, n, log);
+        MRT_LAUNCH(softmax_rows_kernel, grid_for(outer, 1), t, 0, s, y, x, outer, n, log);
         LAUNCH_CHECK(fn, "softmax_rows_kernel");
     } else {
-        softmax_cols_kernel<<<grid_for(outer * inner, kBlock), kBlock, 0, s>>>(y, x, outer, n, inner, log);
+        MRT_LAUNCH(softmax_cols_kernel, grid_for(outer * inner, kBlock), kBlock, 0, s, y, x, outer, n, inner, log);
         LAUNCH_CHECK(fn, "softmax_cols_kernel");
     }
     return MRT_OK;
@@ -525,8 +526,8 @@ mrt_status mrt_cuda_softmax_masked_f32(void *stream, float *y, const float *x, i
         return bad_arg(fn, "causal mask with query length L <= 0");
     if (rows == 0 || n == 0)
         return MRT_OK;
-    softmax_masked_kernel<<<grid_for(rows, 1), row_block(n), 0, (cudaStream_t)stream>>>(y, x, rows, n, L, causal,
-                                                                                       zero_masked_rows);
+    MRT_LAUNCH(softmax_masked_kernel, grid_for(rows, 1), row_block(n), 0, (cudaStream_t)stream, y, x, rows, n, L,
+               causal, zero_masked_rows);
     LAUNCH_CHECK(fn, "softmax_masked_kernel");
     return MRT_OK;
 }
@@ -540,10 +541,10 @@ mrt_status mrt_cuda_sum_f32(void *stream, float *y, const float *x, int64_t oute
         return MRT_OK;
     cudaStream_t s = (cudaStream_t)stream;
     if (inner == 1) {
-        sum_rows_kernel<<<grid_for(outer, 1), row_block(n), 0, s>>>(y, x, outer, n, mean);
+        MRT_LAUNCH(sum_rows_kernel, grid_for(outer, 1), row_block(n), 0, s, y, x, outer, n, mean);
         LAUNCH_CHECK(fn, "sum_rows_kernel");
     } else {
-        sum_cols_kernel<<<grid_for(outer * inner, kBlock), kBlock, 0, s>>>(y, x, outer, n, inner, mean);
+        MRT_LAUNCH(sum_cols_kernel, grid_for(outer * inner, kBlock), kBlock, 0, s, y, x, outer, n, inner, mean);
         LAUNCH_CHECK(fn, "sum_cols_kernel");
     }
     return MRT_OK;
@@ -560,10 +561,10 @@ mrt_status mrt_cuda_max_f32(void *stream, float *y, const float *x, int64_t oute
         return bad_arg(fn, "max over an empty axis");
     cudaStream_t s = (cudaStream_t)stream;
     if (inner == 1) {
-        max_rows_kernel<<<grid_for(outer, 1), row_block(n), 0, s>>>(y, x, outer, n);
+        MRT_LAUNCH(max_rows_kernel, grid_for(outer, 1), row_block(n), 0, s, y, x, outer, n);
         LAUNCH_CHECK(fn, "max_rows_kernel");
     } else {
-        max_cols_kernel<<<grid_for(outer * inner, kBlock), kBlock, 0, s>>>(y, x, outer, n, inner);
+        MRT_LAUNCH(max_cols_kernel, grid_for(outer * inner, kBlock), kBlock, 0, s, y, x, outer, n, inner);
         LAUNCH_CHECK(fn, "max_cols_kernel");
     }
     return MRT_OK;
@@ -580,10 +581,10 @@ mrt_status mrt_cuda_argmax_f32(void *stream, int64_t *y, const float *x, int64_t
         return bad_arg(fn, "argmax over an empty axis");
     cudaStream_t s = (cudaStream_t)stream;
     if (inner == 1) {
-        argmax_rows_kernel<<<grid_for(outer, 1), row_block(n), 0, s>>>(y, x, outer, n);
+        MRT_LAUNCH(argmax_rows_kernel, grid_for(outer, 1), row_block(n), 0, s, y, x, outer, n);
         LAUNCH_CHECK(fn, "argmax_rows_kernel");
     } else {
-        argmax_cols_kernel<<<grid_for(outer * inner, kBlock), kBlock, 0, s>>>(y, x, outer, n, inner);
+        MRT_LAUNCH(argmax_cols_kernel, grid_for(outer * inner, kBlock), kBlock, 0, s, y, x, outer, n, inner);
         LAUNCH_CHECK(fn, "argmax_cols_kernel");
     }
     return MRT_OK;
@@ -623,8 +624,8 @@ mrt_status mrt_cuda_conv2d_f32(void *stream, float *y, const float *x, const flo
     for (int64_t n = 0; n < N; n++)
         for (int g = 0; g < groups; g++) {
             const float *xg = x + (n * C + (int64_t)g * Cg) * H * W;
-            im2col_kernel<<<grid_for(K * P, kBlock), kBlock, 0, s>>>(col, xg, Cg, H, W, KH, KW, OH, OW, sh, sw,
-                                                                     pt, pl, dh, dw);
+            MRT_LAUNCH(im2col_kernel, grid_for(K * P, kBlock), kBlock, 0, s, col, xg, Cg, H, W, KH, KW, OH, OW, sh,
+                       sw, pt, pl, dh, dw);
             LAUNCH_CHECK(fn, "im2col_kernel");
             // stream order keeps the next im2col from overwriting col before this GEMM read it
             if ((st = mrt_gemm_f32(dev, stream, 0, 0, Og, P, K, 1.0f, w + g * Og * K, K, 0, col, P, 0, 0.0f,
@@ -643,8 +644,8 @@ mrt_status mrt_cuda_maxpool2d_f32(void *stream, float *y, const float *x, int64_
     const int64_t total = NC * OH * OW;
     if (total == 0)
         return MRT_OK;
-    maxpool2d_kernel<<<grid_for(total, kBlock), kBlock, 0, (cudaStream_t)stream>>>(y, x, NC, H, W, OH, OW, kh, kw,
-                                                                                  sh, sw, pt, pl, dh, dw);
+    MRT_LAUNCH(maxpool2d_kernel, grid_for(total, kBlock), kBlock, 0, (cudaStream_t)stream, y, x, NC, H, W, OH, OW,
+               kh, kw, sh, sw, pt, pl, dh, dw);
     LAUNCH_CHECK(fn, "maxpool2d_kernel");
     return MRT_OK;
 }
@@ -659,8 +660,8 @@ mrt_status mrt_cuda_avgpool2d_f32(void *stream, float *y, const float *x, int64_
     const int64_t total = NC * OH * OW;
     if (total == 0)
         return MRT_OK;
-    avgpool2d_kernel<<<grid_for(total, kBlock), kBlock, 0, (cudaStream_t)stream>>>(
-        y, x, NC, H, W, OH, OW, kh, kw, sh, sw, pt, pl, pb, pr, count_include_pad);
+    MRT_LAUNCH(avgpool2d_kernel, grid_for(total, kBlock), kBlock, 0, (cudaStream_t)stream, y, x, NC, H, W, OH, OW,
+               kh, kw, sh, sw, pt, pl, pb, pr, count_include_pad);
     LAUNCH_CHECK(fn, "avgpool2d_kernel");
     return MRT_OK;
 }
@@ -674,8 +675,8 @@ mrt_status mrt_cuda_adaptive_avgpool2d_f32(void *stream, float *y, const float *
     const int64_t total = NC * OH * OW;
     if (total == 0)
         return MRT_OK;
-    adaptive_avgpool2d_kernel<<<grid_for(total, kBlock), kBlock, 0, (cudaStream_t)stream>>>(y, x, NC, H, W, OH,
-                                                                                           OW);
+    MRT_LAUNCH(adaptive_avgpool2d_kernel, grid_for(total, kBlock), kBlock, 0, (cudaStream_t)stream, y, x, NC, H, W,
+               OH, OW);
     LAUNCH_CHECK(fn, "adaptive_avgpool2d_kernel");
     return MRT_OK;
 }
@@ -688,7 +689,7 @@ mrt_status mrt_cuda_layernorm_f32(void *stream, float *y, const float *x, const 
         return bad_arg(fn, "negative dimension");
     if (rows == 0 || D == 0)
         return MRT_OK;
-    layernorm_kernel<<<grid_for(rows, 1), row_block(D), 0, (cudaStream_t)stream>>>(y, x, w, b, rows, D, eps);
+    MRT_LAUNCH(layernorm_kernel, grid_for(rows, 1), row_block(D), 0, (cudaStream_t)stream, y, x, w, b, rows, D, eps);
     LAUNCH_CHECK(fn, "layernorm_kernel");
     return MRT_OK;
 }
@@ -729,7 +730,7 @@ mrt_status mrt_cuda_embedding_f32(void *stream, float *y, const void *ids, int i
                              cudaGetErrorString(e));
     }
     const int64_t Dl = D > 0 ? D : 1;
-    embedding_kernel<<<grid_for(n * Dl, kBlock), kBlock, 0, s>>>(y, ids, ids_i64, n, w, V, D, Dl, flag);
+    MRT_LAUNCH(embedding_kernel, grid_for(n * Dl, kBlock), kBlock, 0, s, y, ids, ids_i64, n, w, V, D, Dl, flag);
     mrt_status st = launched(what, "embedding_kernel");
     if (st != MRT_OK) {
         release();

@@ -11,7 +11,7 @@ trap 'rm -rf "$prefix" "$work"' EXIT
 fail() { echo "FAIL: install/$1: $2"; exit 1; }
 
 make -s install PREFIX="$prefix" B="$B" >"$work/log" 2>&1 || { cat "$work/log"; fail make "make install failed"; }
-for f in bin/modelc lib/libmodelrt.a include/modelc/modelrt.h include/modelc/mrt_kernels.h lib/pkgconfig/modelrt.pc; do
+for f in bin/modelc lib/libmodelrt.a include/modelc/modelrt.h include/modelc/mrt_kernels.h include/modelc/mrt_launch.h lib/pkgconfig/modelrt.pc; do
     [ -e "$prefix/$f" ] || fail layout "missing $f"
 done
 [ ! -e "$prefix/include/modelc/rt_internal.h" ] || fail layout "internal header rt_internal.h installed"

@@ -9,7 +9,7 @@
 # MODELC_CFLAGS.
 set -u
 cd "$(dirname "$0")/.."
-SUITES="lit runtime numeric plan digits embed install resnet18 gpt2 minilm"
+SUITES="lit runtime numeric plan cudasim digits embed install resnet18 gpt2 minilm"
 SUITE=${SUITE:-all}
 SELECTED=" "
 for s in ${SUITE//,/ }; do
@@ -87,6 +87,7 @@ lit_suite() {
 
 suite lit lit_suite
 suite runtime bash tests/runtime/run.sh
+suite cudasim bash tests/cudasim/run.sh
 suite numeric "$PYTHON" tests/numeric/run.py
 suite plan "$PYTHON" tests/plan/run.py
 suite digits bash -c 'make -s -C examples/digits demo MODELC="$MODELC" B="$PWD/$B" && echo "PASS: examples/digits"'

@@ -380,7 +380,12 @@ class Runner:
                 self.expect_error(d, prog)
                 self.notes.append("%.1fs" % (time.time() - t0))
                 return None
-            driver = None if self.opts.no_inprocess else self.build_driver(d)
+            # the in-process driver links the emitted C only (modelc --print-cflags/--print-libs
+            # give no way to build NAME.cu): it has no CUDA, so it runs on the CPU only
+            on_cpu = (self.opts.device or "cpu").startswith("cpu")
+            driver = None if self.opts.no_inprocess or not on_cpu else self.build_driver(d)
+            if not on_cpu and not self.opts.no_inprocess:
+                self.notes.append("in-process runs not on %s" % self.opts.device)
             for b in self.batches():
                 bw = "" if b is None else " (batch %d)" % b
                 io = {v: make_io(self.model, self.spec, b, v) for v in "AB"}
@@ -406,8 +411,12 @@ class Runner:
                               tag + (" (--repeat 3)" if tag == "A3" else ""), bw)
                 if driver:
                     self.inprocess(d, driver, b, files, refs, bw)
-                if "same_as" in self.spec:
+                if "same_as" in self.spec and (self.opts.device or "cpu").startswith("cpu"):
                     self.same_as(d, files["A"], outs["A1"], bw)
+                elif "same_as" in self.spec and b == self.batches()[0]:
+                    # its regions pinned to cpu:N stay on the CPU while the twin runs on the GPU:
+                    # the GEMMs round differently, so bit identity holds on the CPU only
+                    self.notes.append("same_as not checked on %s" % self.opts.device)
             self.oversize(d, prog)
         self.notes.append("%.1fs" % (time.time() - t0))
         return None

@@ -1,0 +1,445 @@
+/*
+ * cublas_sim.cc — the CUDA simulator's checking stand-in for cuBLAS and cuBLASLt (tests/cudasim).
+ *
+ * Built as build/cudasim/lib/libcublas.so.13, with libcublasLt.so.13 a link to it: the first
+ * names runtime/rt_cuda.c dlopens, found before the toolkit's through the test programs' rpath,
+ * so rt_cuda.c runs unchanged, dlopen and dlsym included. Each call checks what cuBLAS checks
+ * (operations, sizes, leading dimensions: CUBLAS_STATUS_INVALID_VALUE) and what a GPU would fault
+ * on or compute garbage from, which cuBLAS does not check: a handle or stream used on another
+ * device than the handle's, a matrix that is not inside device memory the handle's device can
+ * access, an output overlapping an input or (batched) another item's output. Those say why on
+ * stderr ("cudasim: cublasSgemm: ...") and return CUBLAS_STATUS_EXECUTION_FAILED or
+ * INVALID_VALUE. The product itself is queued on the handle's stream as plain loops with double
+ * accumulation rounded once to float (then alpha, beta C and the epilogue in float), column-major
+ * as cuBLAS: beta == 0 does not read C, alpha == 0 does not read A or B. The cuBLASLt GELU epilogue is the tanh approximation, as cuBLASLt's.
+ */
+#include "cublasLt.h"
+#include "cudasim.h"
+
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+
+#include <mutex>
+#include <set>
+#include <vector>
+
+#define CUBLAS_EXPORT extern "C" __attribute__((visibility("default")))
+
+struct cublasContext {
+    int device;
+    cudaStream_t stream;
+};
+struct cublasLtContext {
+    int device;
+};
+struct cublasLtMatmulDescOpaque_t {
+    int compute, scale;
+    int32_t transa = CUBLAS_OP_N, transb = CUBLAS_OP_N, transc = CUBLAS_OP_N, pointer_mode = 0;
+    uint32_t epilogue = CUBLASLT_EPILOGUE_DEFAULT;
+    const void *bias = nullptr;
+};
+struct cublasLtMatrixLayoutOpaque_t {
+    int type;
+    uint64_t rows, cols;
+    int64_t ld;
+};
+
+namespace {
+
+std::mutex g_mu;
+std::set<const void *> g_live; // every handle, descriptor and layout not yet destroyed
+
+bool live(const void *p)
+{
+    std::lock_guard<std::mutex> l(g_mu);
+    return p && g_live.count(p);
+}
+void track(const void *p)
+{
+    std::lock_guard<std::mutex> l(g_mu);
+    g_live.insert(p);
+}
+bool untrack(const void *p)
+{
+    std::lock_guard<std::mutex> l(g_mu);
+    return g_live.erase(p) == 1;
+}
+
+/* One matrix operand: column-major rows x cols with leading dimension ld, batch items apart. */
+struct Mat {
+    const float *p;
+    int64_t rows, cols, ld, stride;
+    bool is_c = false; // the C input, which may be the output itself
+    size_t bytes() const { return rows && cols ? (size_t)((cols - 1) * ld + rows) * sizeof(float) : 0; }
+};
+
+bool overlap(const Mat &a, int64_t i, const Mat &b, int64_t j)
+{
+    uintptr_t a0 = (uintptr_t)(a.p + i * a.stride), b0 = (uintptr_t)(b.p + j * b.stride);
+    return a.bytes() && b.bytes() && a0 < b0 + b.bytes() && b0 < a0 + a.bytes();
+}
+
+/* The handle's device is current and its stream belongs to it; every matrix lies in memory
+ * that device may access; the output overlaps no input and no other item's output. */
+cublasStatus_t check_run(const char *api, int device, cudaStream_t stream, const Mat *in, int nin, const Mat &out,
+                         int batch)
+{
+    int cur = -1;
+    if (cudaGetDevice(&cur) != cudaSuccess || cur != device) {
+        (void)cudaGetLastError();
+        cudasim_report("%s: the handle was created on cuda:%d but cuda:%d is current", api, device, cur);
+        return CUBLAS_STATUS_EXECUTION_FAILED;
+    }
+    int sd = cudasim_stream_device(stream);
+    if (sd != device) {
+        cudasim_report("%s: the stream %s cuda:%d's, not the handle's cuda:%d", api,
+                       sd < 0 ? "does not exist; it is not" : "is", sd, device);
+        return CUBLAS_STATUS_EXECUTION_FAILED;
+    }
+    char what[96];
+    for (int b = 0; b < batch; b++) {
+        for (int i = 0; i < nin; i++) {
+            snprintf(what, sizeof what, "%s: input %d of item %d", api, i + 1, b);
+            if (in[i].bytes() && cudasim_check_access(in[i].p + b * in[i].stride, in[i].bytes(), device, what) != 0)
+                return CUBLAS_STATUS_EXECUTION_FAILED;
+            if (overlap(out, b, in[i], b) && !(in[i].is_c && out.p == in[i].p && out.ld == in[i].ld)) {
+                cudasim_report("%s: item %d's output overlaps its input %d", api, b, i + 1);
+                return CUBLAS_STATUS_INVALID_VALUE;
+            }
+        }
+        snprintf(what, sizeof what, "%s: output of item %d", api, b);
+        if (out.bytes() && cudasim_check_access(out.p + b * out.stride, out.bytes(), device, what) != 0)
+            return CUBLAS_STATUS_EXECUTION_FAILED;
+    }
+    if (batch > 1 && overlap(out, 0, out, 1)) {
+        cudasim_report("%s: the outputs of batch items overlap (stride %lld, each item %zu bytes)", api,
+                       (long long)out.stride, out.bytes());
+        return CUBLAS_STATUS_INVALID_VALUE;
+    }
+    return CUBLAS_STATUS_SUCCESS;
+}
+
+/* D = act(alpha op(A) op(B) + beta C + bias), for `batch` items, on the stream. */
+struct Gemm {
+    int ta, tb;
+    int64_t m, n, k;
+    float alpha, beta;
+    const float *A, *B, *C, *bias;
+    float *D;
+    int64_t lda, ldb, ldc, ldd, sA, sB, sC, sD;
+    int batch;
+    int act; // 0 none, 1 relu, 2 gelu (tanh)
+
+    static void run(void *p)
+    {
+        const Gemm &g = *static_cast<Gemm *>(p);
+        for (int b = 0; b < g.batch; b++) {
+            const float *A = g.A + b * g.sA, *B = g.B + b * g.sB, *C = g.C ? g.C + b * g.sC : nullptr;
+            float *D = g.D + b * g.sD;
+            std::vector<float> col((size_t)g.m); // C may be D: read a column before writing it
+            for (int64_t j = 0; j < g.n; j++) {
+                for (int64_t i = 0; i < g.m; i++) {
+                    double acc = 0.0;
+                    if (g.alpha != 0.0f)
+                        for (int64_t p2 = 0; p2 < g.k; p2++) {
+                            const float a = g.ta ? A[p2 + i * g.lda] : A[i + p2 * g.lda];
+                            const float bv = g.tb ? B[j + p2 * g.ldb] : B[p2 + j * g.ldb];
+                            acc += (double)a * bv;
+                        }
+                    // the product rounded once; scaling and the epilogue in float, as cuBLAS's
+                    // FP32 compute type does
+                    float f = g.alpha * (float)acc;
+                    if (g.beta != 0.0f)
+                        f += g.beta * C[i + j * g.ldc];
+                    if (g.bias)
+                        f += g.bias[i];
+                    if (g.act == 1)
+                        f = f < 0.0f ? 0.0f : f;
+                    else if (g.act == 2)
+                        f = 0.5f * f * (1.0f + tanhf(0.79788456080286535588f * (f + 0.044715f * f * f * f)));
+                    col[(size_t)i] = f;
+                }
+                for (int64_t i = 0; i < g.m; i++)
+                    D[i + j * g.ldd] = col[(size_t)i];
+            }
+        }
+    }
+    static void drop(void *p) { delete static_cast<Gemm *>(p); }
+};
+
+cublasStatus_t sgemm(const char *api, cublasHandle_t h, cublasOperation_t transa, cublasOperation_t transb, int m,
+                     int n, int k, const float *alpha, const float *A, int lda, long long sA, const float *B, int ldb,
+                     long long sB, const float *beta, float *C, int ldc, long long sC, int batch)
+{
+    if (!live(h))
+        return CUBLAS_STATUS_NOT_INITIALIZED;
+    const bool ta = transa != CUBLAS_OP_N, tb = transb != CUBLAS_OP_N;
+    const int arows = ta ? k : m, brows = tb ? n : k;
+    if ((transa != CUBLAS_OP_N && transa != CUBLAS_OP_T && transa != CUBLAS_OP_C) ||
+        (transb != CUBLAS_OP_N && transb != CUBLAS_OP_T && transb != CUBLAS_OP_C) || m < 0 || n < 0 || k < 0 ||
+        batch < 0 || lda < (arows > 1 ? arows : 1) || ldb < (brows > 1 ? brows : 1) || ldc < (m > 1 ? m : 1) ||
+        !alpha || !beta) {
+        cudasim_report("%s: invalid arguments: op %d %d, m %d n %d k %d, lda %d ldb %d ldc %d, batch %d%s", api,
+                       (int)transa, (int)transb, m, n, k, lda, ldb, ldc, batch,
+                       !alpha || !beta ? ", alpha or beta NULL" : "");
+        return CUBLAS_STATUS_INVALID_VALUE;
+    }
+    if (m == 0 || n == 0 || batch == 0)
+        return CUBLAS_STATUS_SUCCESS;
+    const bool reads_ab = *alpha != 0.0f && k > 0;
+    Mat in[3] = {{A, arows, ta ? m : k, lda, sA}, {B, brows, tb ? k : n, ldb, sB}, {C, m, n, ldc, sC, true}};
+    Mat out = {C, m, n, ldc, sC};
+    Mat used[3];
+    int nin = 0;
+    if (reads_ab)
+        used[nin++] = in[0], used[nin++] = in[1];
+    if (*beta != 0.0f)
+        used[nin++] = in[2];
+    cublasStatus_t st = check_run(api, h->device, h->stream, used, nin, out, batch);
+    if (st != CUBLAS_STATUS_SUCCESS)
+        return st;
+    Gemm *g = new Gemm{ta, tb, m, n, reads_ab ? k : 0, *alpha, *beta, A, B, C, nullptr, C,
+                       lda, ldb, ldc, ldc, sA, sB, sC, sC, batch, 0};
+    if (cudasim_enqueue(h->stream, api, &Gemm::run, g, &Gemm::drop) != cudaSuccess)
+        return CUBLAS_STATUS_EXECUTION_FAILED;
+    return CUBLAS_STATUS_SUCCESS;
+}
+
+} // namespace
+
+/* ---------------------------------------------------------------- cuBLAS */
+
+CUBLAS_EXPORT cublasStatus_t cublasCreate_v2(cublasHandle_t *handle)
+{
+    int dev;
+    if (!handle)
+        return CUBLAS_STATUS_INVALID_VALUE;
+    if (cudaGetDevice(&dev) != cudaSuccess) {
+        (void)cudaGetLastError();
+        return CUBLAS_STATUS_NOT_INITIALIZED;
+    }
+    *handle = new cublasContext{dev, nullptr};
+    track(*handle);
+    return CUBLAS_STATUS_SUCCESS;
+}
+
+CUBLAS_EXPORT cublasStatus_t cublasDestroy_v2(cublasHandle_t h)
+{
+    if (!untrack(h))
+        return CUBLAS_STATUS_NOT_INITIALIZED;
+    delete h;
+    return CUBLAS_STATUS_SUCCESS;
+}
+
+CUBLAS_EXPORT cublasStatus_t cublasSetStream_v2(cublasHandle_t h, cudaStream_t stream)
+{
+    if (!live(h))
+        return CUBLAS_STATUS_NOT_INITIALIZED;
+    h->stream = stream; // checked against the handle's device where it is used, as on a GPU
+    return CUBLAS_STATUS_SUCCESS;
+}
+
+CUBLAS_EXPORT const char *cublasGetStatusName(cublasStatus_t s)
+{
+    switch (s) {
+    case CUBLAS_STATUS_SUCCESS: return "CUBLAS_STATUS_SUCCESS";
+    case CUBLAS_STATUS_NOT_INITIALIZED: return "CUBLAS_STATUS_NOT_INITIALIZED";
+    case CUBLAS_STATUS_ALLOC_FAILED: return "CUBLAS_STATUS_ALLOC_FAILED";
+    case CUBLAS_STATUS_INVALID_VALUE: return "CUBLAS_STATUS_INVALID_VALUE";
+    case CUBLAS_STATUS_ARCH_MISMATCH: return "CUBLAS_STATUS_ARCH_MISMATCH";
+    case CUBLAS_STATUS_MAPPING_ERROR: return "CUBLAS_STATUS_MAPPING_ERROR";
+    case CUBLAS_STATUS_EXECUTION_FAILED: return "CUBLAS_STATUS_EXECUTION_FAILED";
+    case CUBLAS_STATUS_INTERNAL_ERROR: return "CUBLAS_STATUS_INTERNAL_ERROR";
+    case CUBLAS_STATUS_NOT_SUPPORTED: return "CUBLAS_STATUS_NOT_SUPPORTED";
+    }
+    return "CUBLAS_STATUS_UNKNOWN";
+}
+CUBLAS_EXPORT const char *cublasGetStatusString(cublasStatus_t s) { return cublasGetStatusName(s); }
+
+CUBLAS_EXPORT cublasStatus_t cublasSgemm_v2(cublasHandle_t h, cublasOperation_t transa, cublasOperation_t transb,
+                                            int m, int n, int k, const float *alpha, const float *A, int lda,
+                                            const float *B, int ldb, const float *beta, float *C, int ldc)
+{
+    return sgemm("cublasSgemm", h, transa, transb, m, n, k, alpha, A, lda, 0, B, ldb, 0, beta, C, ldc, 0, 1);
+}
+
+CUBLAS_EXPORT cublasStatus_t cublasSgemmStridedBatched(cublasHandle_t h, cublasOperation_t transa,
+                                                       cublasOperation_t transb, int m, int n, int k,
+                                                       const float *alpha, const float *A, int lda, long long sA,
+                                                       const float *B, int ldb, long long sB, const float *beta,
+                                                       float *C, int ldc, long long sC, int batch)
+{
+    return sgemm("cublasSgemmStridedBatched", h, transa, transb, m, n, k, alpha, A, lda, sA, B, ldb, sB, beta, C, ldc,
+                 sC, batch);
+}
+
+/* ---------------------------------------------------------------- cuBLASLt */
+
+CUBLAS_EXPORT cublasStatus_t cublasLtCreate(cublasLtHandle_t *handle)
+{
+    int dev;
+    if (!handle)
+        return CUBLAS_STATUS_INVALID_VALUE;
+    if (cudaGetDevice(&dev) != cudaSuccess) {
+        (void)cudaGetLastError();
+        return CUBLAS_STATUS_NOT_INITIALIZED;
+    }
+    *handle = new cublasLtContext{dev};
+    track(*handle);
+    return CUBLAS_STATUS_SUCCESS;
+}
+
+CUBLAS_EXPORT cublasStatus_t cublasLtDestroy(cublasLtHandle_t h)
+{
+    if (!untrack(h))
+        return CUBLAS_STATUS_NOT_INITIALIZED;
+    delete h;
+    return CUBLAS_STATUS_SUCCESS;
+}
+
+CUBLAS_EXPORT cublasStatus_t cublasLtMatmulDescCreate(cublasLtMatmulDesc_t *desc, cublasComputeType_t compute,
+                                                      cudaDataType_t scale)
+{
+    if (!desc)
+        return CUBLAS_STATUS_INVALID_VALUE;
+    *desc = new cublasLtMatmulDescOpaque_t{};
+    (*desc)->compute = compute;
+    (*desc)->scale = scale;
+    track(*desc);
+    return CUBLAS_STATUS_SUCCESS;
+}
+
+CUBLAS_EXPORT cublasStatus_t cublasLtMatmulDescDestroy(cublasLtMatmulDesc_t desc)
+{
+    if (!untrack(desc))
+        return CUBLAS_STATUS_INVALID_VALUE;
+    delete desc;
+    return CUBLAS_STATUS_SUCCESS;
+}
+
+CUBLAS_EXPORT cublasStatus_t cublasLtMatmulDescSetAttribute(cublasLtMatmulDesc_t d, cublasLtMatmulDescAttributes_t attr,
+                                                            const void *buf, size_t size)
+{
+    if (!live(d) || !buf)
+        return CUBLAS_STATUS_INVALID_VALUE;
+    void *field = nullptr;
+    size_t want = 4;
+    switch (attr) {
+    case CUBLASLT_MATMUL_DESC_COMPUTE_TYPE: field = &d->compute; break;
+    case CUBLASLT_MATMUL_DESC_SCALE_TYPE: field = &d->scale; break;
+    case CUBLASLT_MATMUL_DESC_POINTER_MODE: field = &d->pointer_mode; break;
+    case CUBLASLT_MATMUL_DESC_TRANSA: field = &d->transa; break;
+    case CUBLASLT_MATMUL_DESC_TRANSB: field = &d->transb; break;
+    case CUBLASLT_MATMUL_DESC_TRANSC: field = &d->transc; break;
+    case CUBLASLT_MATMUL_DESC_EPILOGUE: field = &d->epilogue; break;
+    case CUBLASLT_MATMUL_DESC_BIAS_POINTER: field = &d->bias, want = sizeof(void *); break;
+    }
+    if (!field || size != want) {
+        cudasim_report("cublasLtMatmulDescSetAttribute: attribute %d takes %zu bytes, given %zu", (int)attr, want, size);
+        return CUBLAS_STATUS_INVALID_VALUE;
+    }
+    memcpy(field, buf, size);
+    return CUBLAS_STATUS_SUCCESS;
+}
+
+CUBLAS_EXPORT cublasStatus_t cublasLtMatrixLayoutCreate(cublasLtMatrixLayout_t *layout, cudaDataType type,
+                                                        uint64_t rows, uint64_t cols, int64_t ld)
+{
+    if (!layout)
+        return CUBLAS_STATUS_INVALID_VALUE;
+    if (type != CUDA_R_32F) {
+        cudasim_report("cublasLtMatrixLayoutCreate: the stand-in computes in float32 only (type %d)", (int)type);
+        return CUBLAS_STATUS_NOT_SUPPORTED;
+    }
+    if (rows > INT32_MAX || cols > INT32_MAX || ld < (int64_t)(rows > 1 ? rows : 1)) {
+        cudasim_report("cublasLtMatrixLayoutCreate: %llu x %llu with leading dimension %lld (at least the rows)",
+                       (unsigned long long)rows, (unsigned long long)cols, (long long)ld);
+        return CUBLAS_STATUS_INVALID_VALUE;
+    }
+    *layout = new cublasLtMatrixLayoutOpaque_t{type, rows, cols, ld};
+    track(*layout);
+    return CUBLAS_STATUS_SUCCESS;
+}
+
+CUBLAS_EXPORT cublasStatus_t cublasLtMatrixLayoutDestroy(cublasLtMatrixLayout_t layout)
+{
+    if (!untrack(layout))
+        return CUBLAS_STATUS_INVALID_VALUE;
+    delete layout;
+    return CUBLAS_STATUS_SUCCESS;
+}
+
+CUBLAS_EXPORT cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_t desc, const void *alpha,
+                                            const void *A, cublasLtMatrixLayout_t la, const void *B,
+                                            cublasLtMatrixLayout_t lb, const void *beta, const void *C,
+                                            cublasLtMatrixLayout_t lc, void *D, cublasLtMatrixLayout_t ld,
+                                            const cublasLtMatmulAlgo_t *algo, void *workspace, size_t ws,
+                                            cudaStream_t stream)
+{
+    static const char api[] = "cublasLtMatmul";
+    (void)algo, (void)workspace, (void)ws;
+    if (!live(h))
+        return CUBLAS_STATUS_NOT_INITIALIZED;
+    if (!live(desc) || !live(la) || !live(lb) || !live(lc) || !live(ld) || !alpha || !beta) {
+        cudasim_report("%s: a descriptor or layout does not exist, or alpha or beta is NULL", api);
+        return CUBLAS_STATUS_INVALID_VALUE;
+    }
+    if (desc->compute != CUBLAS_COMPUTE_32F || desc->scale != CUDA_R_32F || desc->pointer_mode != 0 ||
+        desc->transc != CUBLAS_OP_N) {
+        cudasim_report("%s: the stand-in supports compute 32F, scale 32F, host pointer mode, no transc", api);
+        return CUBLAS_STATUS_NOT_SUPPORTED;
+    }
+    const bool ta = desc->transa != CUBLAS_OP_N, tb = desc->transb != CUBLAS_OP_N;
+    const int64_t m = ta ? la->cols : la->rows, k = ta ? la->rows : la->cols;
+    const int64_t kb = tb ? lb->cols : lb->rows, n = tb ? lb->rows : lb->cols;
+    if (k != kb || lc->rows != (uint64_t)m || lc->cols != (uint64_t)n || ld->rows != (uint64_t)m ||
+        ld->cols != (uint64_t)n || (C == D && lc->ld != ld->ld)) {
+        cudasim_report("%s: shapes do not agree: op(A) %lld x %lld, op(B) %lld x %lld, C %llu x %llu, D %llu x %llu%s",
+                       api, (long long)m, (long long)k, (long long)kb, (long long)n, (unsigned long long)lc->rows,
+                       (unsigned long long)lc->cols, (unsigned long long)ld->rows, (unsigned long long)ld->cols,
+                       C == D && lc->ld != ld->ld ? ", and C == D with different leading dimensions" : "");
+        return CUBLAS_STATUS_INVALID_VALUE;
+    }
+    int act;
+    bool has_bias;
+    switch (desc->epilogue) {
+    case CUBLASLT_EPILOGUE_DEFAULT: act = 0, has_bias = false; break;
+    case CUBLASLT_EPILOGUE_RELU: act = 1, has_bias = false; break;
+    case CUBLASLT_EPILOGUE_BIAS: act = 0, has_bias = true; break;
+    case CUBLASLT_EPILOGUE_RELU_BIAS: act = 1, has_bias = true; break;
+    case CUBLASLT_EPILOGUE_GELU: act = 2, has_bias = false; break;
+    case CUBLASLT_EPILOGUE_GELU_BIAS: act = 2, has_bias = true; break;
+    default:
+        cudasim_report("%s: epilogue %u is not supported by the stand-in", api, desc->epilogue);
+        return CUBLAS_STATUS_NOT_SUPPORTED;
+    }
+    if (has_bias && !desc->bias) {
+        cudasim_report("%s: a bias epilogue without CUBLASLT_MATMUL_DESC_BIAS_POINTER", api);
+        return CUBLAS_STATUS_INVALID_VALUE;
+    }
+    const float a = *(const float *)alpha, b = *(const float *)beta;
+    if (m == 0 || n == 0)
+        return CUBLAS_STATUS_SUCCESS;
+    const bool reads_ab = a != 0.0f && k > 0;
+    Mat in[4];
+    int nin = 0;
+    if (reads_ab) {
+        in[nin++] = Mat{(const float *)A, (int64_t)la->rows, (int64_t)la->cols, la->ld, 0};
+        in[nin++] = Mat{(const float *)B, (int64_t)lb->rows, (int64_t)lb->cols, lb->ld, 0};
+    }
+    if (b != 0.0f)
+        in[nin++] = Mat{(const float *)C, m, n, lc->ld, 0, true};
+    if (has_bias)
+        in[nin++] = Mat{(const float *)desc->bias, m, 1, m, 0};
+    Mat out = {(const float *)D, m, n, ld->ld, 0};
+    cublasStatus_t st = check_run(api, h->device, stream, in, nin, out, 1);
+    if (st != CUBLAS_STATUS_SUCCESS)
+        return st;
+    Gemm *g = new Gemm{ta, tb, m, n, reads_ab ? k : 0, a, b, (const float *)A, (const float *)B,
+                       (const float *)C, has_bias ? (const float *)desc->bias : nullptr, (float *)D,
+                       la->ld, lb->ld, lc->ld, ld->ld, 0, 0, 0, 0, 1, act};
+    if (cudasim_enqueue(stream, api, &Gemm::run, g, &Gemm::drop) != cudaSuccess)
+        return CUBLAS_STATUS_EXECUTION_FAILED;
+    return CUBLAS_STATUS_SUCCESS;
+}

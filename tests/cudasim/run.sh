@@ -1,0 +1,212 @@
+#!/usr/bin/env bash
+# tests/cudasim/run.sh — the CUDA code on the simulated device (tests/cudasim/include/cudasim.h):
+#   1. the simulator's own tests (test_cudasim.cu): what a GPU runs, and what it rejects;
+#   2. tests/runtime/cuda_check.c against the runtime built for the simulator (make cudasim):
+#      every runtime CUDA kernel and the cuBLAS/cuBLASLt GEMMs against the CPU references, with
+#      the threads of a block scheduled lowest first, then again highest first and at random;
+#   3. the runtime's unit tests (tests/runtime/test_runtime.c) with two simulated GPUs, so that
+#      the CUDA half of the device API (rt_cuda.c) runs where the ordinary suite has no GPU;
+#   4. every tests/numeric case compiled by $B/cudasim/bin/modelc (NAME.cu by the host C++
+#      compiler) and run with --device cuda against the reference interpreter;
+#   5. generated models run on the simulated GPUs against their own CPU run (|gpu - cpu| <=
+#      1e-5 (1 + |cpu|)): examples/digits, and tests/numeric's dev_split_bits with its cpu:N
+#      regions mapped to two GPUs, with peer access and without (staged copies).
+# Prints one line per test, "PASS: cudasim/NAME" or "FAIL: cudasim/NAME: why", and exits 1 if any
+# failed. Needs no GPU and no nvcc: only the host C and C++ compilers.
+#
+#   B      build directory (default: build); the simulator builds into $B/cudasim
+#   CC     C compiler (default: cc); CXX: C++ compiler (default: g++)
+set -u
+cd "$(dirname "$0")/../.."
+B="${B:-build}"
+CC="${CC:-cc}"
+CXX="${CXX:-g++}"
+
+work="$(mktemp -d "${TMPDIR:-/tmp}/cudasim-tests.XXXXXX")"
+trap 'rm -rf "$work"' EXIT
+failed=0
+
+# fail_log NAME WHY LOGFILE: a FAIL line with the log's first lines, indented.
+fail_log() {
+    echo "FAIL: cudasim/$1: $2:"
+    sed 's/^/    /' "$3" | head -40
+    failed=1
+}
+
+if ! ${MAKE:-make} -s --no-print-directory B="$B" cudasim >"$work/make.log" 2>&1; then
+    fail_log build "make cudasim failed" "$work/make.log"
+    exit 1
+fi
+echo "PASS: cudasim/build (make cudasim)"
+sim="$(cd "$B/cudasim" && pwd)"
+simlib="$sim/lib"
+link="$(cat "$sim/libmodelrt-sim.libs")"
+unset CUDA_VISIBLE_DEVICES CUDASIM_DEVICES CUDASIM_PEER CUDASIM_FILL CUDASIM_QUIET MODELRT_DEVICE \
+      MODELRT_TEST_FAKE_CUDA
+
+# ---------------------------------------------------------------- 1. the simulator itself
+if ! "$CXX" -std=c++17 -x c++ -O1 -g -Wall -Wextra -Werror -Itests/cudasim/include -Iruntime \
+        tests/cudasim/test_cudasim.cu -o "$work/test_cudasim" -L"$simlib" -lcudasim -l:libcublas.so.13 \
+        -Wl,--disable-new-dtags,-rpath,"$simlib" 2>"$work/cxx.log"; then
+    fail_log sim/build "compiling tests/cudasim/test_cudasim.cu failed or warned" "$work/cxx.log"
+else
+    for t in $("$work/test_cudasim" --list); do
+        out="$(timeout 60 "$work/test_cudasim" "$t" 2>"$work/$t.err")"
+        rc=$?
+        if [ $rc -eq 0 ] && [ "$out" = PASS ]; then
+            echo "PASS: cudasim/sim/$t"
+        else
+            failed=1
+            case "$out" in
+                FAIL:*) echo "FAIL: cudasim/sim/$t:${out#FAIL:}" ;;
+                *) echo "FAIL: cudasim/sim/$t: exit status $rc: $(tail -n2 "$work/$t.err" | tr '\n' ' ')" ;;
+            esac
+        fi
+    done
+fi
+
+# ---------------------------------------------------------------- 2. the runtime's kernels
+blas_cflags="$(pkg-config --cflags openblas 2>/dev/null)"
+# shellcheck disable=SC2086
+if ! "$CC" -std=c11 -D_GNU_SOURCE -O1 -g -Wall -Wextra -Werror $blas_cflags -Iruntime tests/runtime/cuda_check.c \
+        "$sim/libmodelrt-sim.a" $link -o "$work/cuda_check" 2>"$work/cc.log"; then
+    fail_log kernels/build "compiling tests/runtime/cuda_check.c against libmodelrt-sim.a failed" "$work/cc.log"
+else
+    out="$(CUDASIM_DEVICES=2:16384:9.0 timeout 300 "$work/cuda_check" 2>"$work/cuda_check.err")"
+    rc=$?
+    sed -n 's#^\(PASS\|FAIL\|SKIP\): runtime/cuda/#\1: cudasim/#p' <<<"$out"
+    if grep -q '^SKIP:' <<<"$out"; then # on the simulator, nothing may be skipped
+        echo "FAIL: cudasim/kernels: cuda_check skipped: $(grep -m1 '^SKIP:' <<<"$out")"
+        failed=1
+    elif [ $rc -ne 0 ] || grep -q '^FAIL:' <<<"$out"; then
+        failed=1
+        grep -q '^FAIL:' <<<"$out" ||
+            echo "FAIL: cudasim/kernels: exit status $rc: $(tail -n3 "$work/cuda_check.err" | tr '\n' ' ')"
+    fi
+    for sched in reverse random:1; do # other interleavings show other races
+        out="$(CUDASIM_DEVICES=2:16384:9.0 CUDASIM_SCHEDULE=$sched timeout 300 "$work/cuda_check" \
+               2>"$work/cuda_check.err")"
+        rc=$?
+        n="$(grep -c '^PASS:' <<<"$out")"
+        if [ $rc -eq 0 ] && ! grep -q '^\(FAIL\|SKIP\):' <<<"$out"; then
+            echo "PASS: cudasim/kernels_schedule_${sched%%:*} ($n checks, CUDASIM_SCHEDULE=$sched)"
+        else
+            failed=1
+            echo "FAIL: cudasim/kernels_schedule_${sched%%:*}: CUDASIM_SCHEDULE=$sched: exit status $rc:" \
+                 "$(grep -m1 '^\(FAIL\|SKIP\):' <<<"$out" || tail -n2 "$work/cuda_check.err" | tr '\n' ' ')"
+        fi
+    done
+fi
+
+# ---------------------------------------------------------------- 3. the runtime's unit tests
+# shellcheck disable=SC2086
+if ! "$CC" -std=c11 -D_GNU_SOURCE -O1 -g -Wall -Wextra -Werror -Iruntime tests/runtime/test_runtime.c \
+        "$sim/libmodelrt-sim.a" $link -o "$work/test_runtime" 2>"$work/cc3.log"; then
+    fail_log runtime/build "compiling tests/runtime/test_runtime.c against libmodelrt-sim.a failed" "$work/cc3.log"
+else
+    mkdir -p "$work/rt"
+    for t in $("$work/test_runtime" --list); do
+        out="$(CUDASIM_DEVICES=2:16384:9.0 MRT_TEST_DIR="$work/rt" timeout 60 "$work/test_runtime" "$t" \
+               2>"$work/rt.err")"
+        rc=$?
+        if [ $rc -eq 0 ] && [ "$out" = PASS ]; then
+            echo "PASS: cudasim/runtime/$t"
+        else
+            failed=1
+            case "$out" in
+                FAIL:*) echo "FAIL: cudasim/runtime/$t:${out#FAIL:}" ;;
+                *) echo "FAIL: cudasim/runtime/$t: exit status $rc: $(grep -m1 cudasim: "$work/rt.err" ||
+                                                                     tail -n1 "$work/rt.err")" ;;
+            esac
+        fi
+    done
+fi
+
+# ---------------------------------------------------------------- 4. the numeric cases
+PY="${PYTHON:-python3}"
+out="$(CUDASIM_DEVICES=2:16384:9.0 MODELC="$sim/bin/modelc" timeout 1200 "$PY" tests/numeric/run.py \
+       --device cuda 2>"$work/numeric.err")"
+rc=$?
+sed -n 's#^\(PASS\|FAIL\|SKIP\): numeric/#\1: cudasim/numeric/#p' <<<"$out"
+if [ $rc -ne 0 ]; then
+    failed=1
+    grep -q '^FAIL:' <<<"$out" ||
+        echo "FAIL: cudasim/numeric: exit status $rc: $(tail -n3 "$work/numeric.err" | tr '\n' ' ')"
+fi
+
+# ---------------------------------------------------------------- 5. models, GPU against CPU
+# model_check NAME MODEL WEIGHTS INPUTS OUTPUTS [ENV=VALUE ...] -- RUN_ARGS...: compile MODEL with the
+# simulator's modelc, run it on the CPU and with RUN_ARGS under ENV, compare every output.
+model_check() {
+    local name=$1 model=$2 weights=$3 inputs=$4 outputs=$5
+    shift 5
+    local envs=()
+    while [ $# -gt 0 ] && [ "$1" != -- ]; do envs+=("$1"); shift; done
+    shift
+    local d="$work/model_$name" io=() o
+    mkdir -p "$d"
+    if ! "$sim/bin/modelc" "$model" -o "$d/prog" --max-batch 4 >"$d/log" 2>&1; then
+        fail_log "model/$name" "modelc failed" "$d/log"
+        return
+    fi
+    for o in $inputs; do io+=(--input "$o"); done
+    for o in $outputs; do io+=(--output "$o=$d/cpu_$o.npy"); done
+    if ! "$d/prog" --weights "$weights" "${io[@]}" --device cpu >"$d/log" 2>&1; then
+        fail_log "model/$name" "the CPU run failed" "$d/log"
+        return
+    fi
+    io=()
+    for o in $inputs; do io+=(--input "$o"); done
+    for o in $outputs; do io+=(--output "$o=$d/gpu_$o.npy"); done
+    if ! env "${envs[@]}" "$d/prog" --weights "$weights" "${io[@]}" "$@" >"$d/log" 2>&1; then
+        fail_log "model/$name" "the run with $* failed" "$d/log"
+        return
+    fi
+    "$PY" - "$name" "$d" $outputs <<'PYEOF' || failed=1
+import sys
+import numpy as np
+name, d, outs = sys.argv[1], sys.argv[2], sys.argv[3:]
+worst, bad = 0.0, None
+for o in outs:
+    c, g = np.load("%s/cpu_%s.npy" % (d, o)), np.load("%s/gpu_%s.npy" % (d, o))
+    if c.shape != g.shape:
+        bad = "output %s: shape %s on the GPU, %s on the CPU" % (o, g.shape, c.shape)
+        break
+    r = np.abs(g.astype(np.float64) - c) / (1.0 + np.abs(c.astype(np.float64)))
+    m = float(r.max()) if r.size else 0.0
+    if not np.isfinite(m) or m > 1e-5:
+        i = np.unravel_index(int(np.nanargmax(np.where(np.isfinite(r), r, np.inf))), r.shape)
+        bad = "output %s: at %s the GPU gives %r, the CPU %r" % (o, tuple(int(k) for k in i), g[i], c[i])
+        break
+    worst = max(worst, m)
+if bad:
+    print("FAIL: cudasim/model/%s: %s (tolerance 1e-5)" % (name, bad))
+    sys.exit(1)
+print("PASS: cudasim/model/%s maxdiff %.3g tolerance 1e-05" % (name, worst))
+PYEOF
+}
+
+ex=examples/digits
+model_check digits "$ex/digits.model" "$ex/digits.safetensors" "x=$ex/test_x.npy" logits \
+    CUDASIM_DEVICES=1 -- --device cuda
+"$PY" - "$work/split" <<'PYEOF' || { echo "FAIL: cudasim/model/dev_split: cannot write its inputs"; failed=1; }
+import os, sys
+import numpy as np
+sys.path.insert(0, "tools")
+from safetensors_np import write
+d = sys.argv[1]
+os.makedirs(d, exist_ok=True)
+rng = np.random.default_rng(7)
+shapes = {"conv.weight": (4, 3, 3, 3), "conv.bias": (4,), "fc.weight": (10, 16), "fc.bias": (10,),
+          "ln.weight": (10,), "ln.bias": (10,)}
+write(os.path.join(d, "w.safetensors"), {k: rng.normal(size=s).astype(np.float32) for k, s in shapes.items()})
+np.save(os.path.join(d, "x.npy"), rng.normal(size=(3, 3, 6, 6)).astype(np.float32))
+PYEOF
+split=tests/numeric/cases/dev_split_bits.model
+model_check dev_split_peer "$split" "$work/split/w.safetensors" "x=$work/split/x.npy" "y s m" \
+    CUDASIM_DEVICES=2 -- --device cuda --device-map cpu:1=cuda:1,cpu:2=cuda:0
+model_check dev_split_staged "$split" "$work/split/w.safetensors" "x=$work/split/x.npy" "y s m" \
+    CUDASIM_DEVICES=2 CUDASIM_PEER=0 -- --device cuda --device-map cpu:1=cuda:1,cpu:2=cuda:0
+model_check dev_split_three "$split" "$work/split/w.safetensors" "x=$work/split/x.npy" "y s m" \
+    CUDASIM_DEVICES=3 -- --device cuda:2 --device-map cpu:1=cuda:0,cpu:2=cuda:1
+exit $failed
