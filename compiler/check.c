@@ -11,6 +11,7 @@
 #include "modelc.h"
 
 #include <inttypes.h>
+#include <float.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -164,10 +165,10 @@ static bool shape_eq(const Shape *a, const Shape *b) {
  * One FN row of ops.def per function: its tensor arity, its attributes with kinds and defaults
  * (a string, parsed once by fn_specs_init), its lowering function and the IR op it makes. */
 
-typedef enum AttrKind { A_INT, A_BOOL, A_ENUM, A_INTLIST, A_SHAPE, A_FLOAT, A_PAIR, A_PAD, A__COUNT } AttrKind;
+typedef enum AttrKind { A_INT, A_BOOL, A_ENUM, A_INTLIST, A_SHAPE, A_FLOAT, A_PAIR, A_PAD, A_AXES, A__COUNT } AttrKind;
 
 /* The kinds as ops.def and --list-ops write them. */
-static const char *const attr_kind_names[A__COUNT] = {"int", "bool", "enum", "ints", "shape", "float", "pair", "pad"};
+static const char *const attr_kind_names[A__COUNT] = {"int", "bool", "enum", "ints", "shape", "float", "pair", "pad", "axes"};
 _Static_assert(sizeof attr_kind_names / sizeof attr_kind_names[0] == A__COUNT, "one name per attribute kind");
 
 #define MAX_ATTRS 6
@@ -205,6 +206,7 @@ struct Call {
 
 static Node *lower_expr(Checker *c, const Ast *e);
 static bool int_literal(const Ast *v, long long *out);
+static double attr_float(const Call *call, int k);
 static Node *mk_const(Checker *c, Loc loc, double v);
 
 static bool is_attr_literal(const Ast *e) { return e->kind == AST_LIST || e->kind == AST_BOOL; }
@@ -496,30 +498,279 @@ static Node *lower_linear(Checker *c, const Call *call) {
     return y;
 }
 
-static Node *lower_reduce(Checker *c, const Call *call) {
-    OpKind op = call->spec->op;
-    bool has_keepdim = call->spec->nattrs > 1;
-    Node *x = call->t[0];
-    require_f32(call, x, 0);
-    long long ax = attr_int(call, 0);
-    int axis = norm_axis(call, call->attr[0], call->ast->loc, ax, x->shape.rank, "axis");
-    Node *n = new_node(c->g, op, call->ast->loc);
+/* One reduction of x along `axis` (normalized); argmax/argmin give i64. */
+static Node *mk_reduce(Checker *c, OpKind op, Loc loc, Node *x, int axis, bool keepdim) {
+    Node *n = new_node(c->g, op, loc);
     n->in[0] = x;
     n->nin = 1;
     n->axis = axis;
-    if (!has_keepdim) {
-        n->shape = x->shape;
-        return n;
-    }
-    n->keepdim = attr_bool(call, 1);
+    n->keepdim = keepdim;
     n->shape = x->shape;
-    if (n->keepdim) {
+    if (op == OP_SOFTMAX || op == OP_LOG_SOFTMAX) return n;
+    if (keepdim) {
         n->shape.d[axis] = (Dim){1, false};
     } else {
         for (int i = axis; i + 1 < x->shape.rank; i++) n->shape.d[i] = x->shape.d[i + 1];
         n->shape.rank--;
     }
     if (op == OP_ARGMAX) n->dtype = DT_I64;
+    return n;
+}
+
+/* The axes attribute k: an integer or a list of distinct axes, normalized, in decreasing order
+ * (so reducing one keeps the others' indices). Returns their count. */
+static int attr_axes(const Call *call, int k, int rank, int *axes) {
+    const Ast *v = call->attr[k];
+    const char *name = call->spec->attrs[k].name;
+    int n = 0;
+    if (v && v->kind == AST_LIST) {
+        if (v->nitems < 1 || v->nitems > rank)
+            error_at(v->loc, "'%s' %s lists %d axes; a tensor of rank %d has 1 to %d", call->spec->name, name, v->nitems,
+                     rank, rank);
+        for (int i = 0; i < v->nitems; i++) {
+            long long a;
+            if (!int_literal(v->items[i], &a))
+                error_at(v->items[i]->loc, "attribute '%s' of '%s' must hold integers", name, call->spec->name);
+            axes[n++] = norm_axis(call, v->items[i], call->ast->loc, a, rank, name);
+        }
+    } else {
+        axes[n++] = norm_axis(call, v, call->ast->loc, attr_int(call, k), rank, name);
+    }
+    for (int i = 0; i < n; i++)
+        for (int j = i + 1; j < n; j++) {
+            if (axes[i] == axes[j])
+                error_at(v->loc, "'%s' %s names axis %d twice", call->spec->name, name, axes[i]);
+            if (axes[j] > axes[i]) {
+                int t = axes[i];
+                axes[i] = axes[j];
+                axes[j] = t;
+            }
+        }
+    return n;
+}
+
+/* Reduce x over several axes (decreasing order) with single-axis kernels, keeping the reduced
+ * dims; then drop them unless keepdim. */
+static Node *reduce_axes(Checker *c, OpKind op, Loc loc, Node *x, const int *axes, int n, bool keepdim) {
+    Shape out = {0};
+    for (int d = 0; d < x->shape.rank; d++) {
+        bool red = false;
+        for (int i = 0; i < n; i++) red = red || axes[i] == d;
+        if (!red) out.d[out.rank++] = x->shape.d[d];
+        else if (keepdim) out.d[out.rank++] = (Dim){1, false};
+    }
+    if (n == 1) return mk_reduce(c, op, loc, x, axes[0], keepdim);
+    Node *y = x;
+    for (int i = 0; i < n; i++) y = mk_reduce(c, op, loc, y, axes[i], true);
+    return keepdim ? y : mk_reshape(c, loc, y, out);
+}
+
+static Node *lower_reduce(Checker *c, const Call *call) {
+    OpKind op = call->spec->op;
+    Node *x = call->t[0];
+    require_f32(call, x, 0);
+    Loc loc = call->ast->loc;
+    bool has_keepdim = call->spec->nattrs > 1, keepdim = has_keepdim && attr_bool(call, 1);
+    if (x->shape.rank == 0) error_at(loc, "'%s' needs a tensor of rank >= 1, got a scalar", call->spec->name);
+    int axes[MAX_RANK], n = 1;
+    if (call->spec->attrs[0].kind == A_AXES) {
+        n = attr_axes(call, 0, x->shape.rank, axes);
+    } else {
+        axes[0] = norm_axis(call, call->attr[0], loc, attr_int(call, 0), x->shape.rank, "axis");
+    }
+    bool is_min = !strcmp(call->spec->name, "min") || !strcmp(call->spec->name, "argmin");
+    if (is_min) /* min(x) = -max(-x), argmin(x) = argmax(-x): same NaN and tie rules as max */
+        x = mk_unary(c, OP_NEG, loc, x);
+    Node *y = reduce_axes(c, op, loc, x, axes, n, keepdim);
+    return is_min && op == OP_MAX ? mk_unary(c, OP_NEG, loc, y) : y;
+}
+
+/* var / std: the mean of squared deviations over the axes, times n / (n - 1) when unbiased
+ * (PyTorch's correction=1; n = 1 then gives NaN, as PyTorch does). */
+static Node *lower_var(Checker *c, const Call *call) {
+    Node *x = call->t[0];
+    require_f32(call, x, 0);
+    Loc loc = call->ast->loc;
+    if (x->shape.rank == 0) error_at(loc, "'%s' needs a tensor of rank >= 1, got a scalar", call->spec->name);
+    int axes[MAX_RANK], n = attr_axes(call, 0, x->shape.rank, axes);
+    bool unbiased = attr_bool(call, 1), keepdim = attr_bool(call, 2);
+    int64_t count = 1;
+    for (int i = 0; i < n; i++) {
+        if (x->shape.d[axes[i]].sym)
+            error_at(loc, "'%s' over the batch dimension is not supported (axis %d)", call->spec->name, axes[i]);
+        count *= x->shape.d[axes[i]].c;
+    }
+    Node *m = reduce_axes(c, OP_MEAN, loc, x, axes, n, true);
+    Node *d = mk_binary(c, OP_SUB, loc, x, m);
+    Node *v = reduce_axes(c, OP_MEAN, loc, mk_binary(c, OP_MUL, loc, d, d), axes, n, keepdim);
+    if (unbiased) v = mk_binary(c, OP_MUL, loc, v, mk_const(c, loc, count > 1 ? (double)count / (double)(count - 1) : INFINITY));
+    return strcmp(call->spec->name, "std") ? v : mk_unary(c, OP_SQRT, loc, v);
+}
+
+/* logsumexp = m + log(sum(exp(x - m))) with m the row maximum clamped to the finite range, so an
+ * all -inf row gives -inf (not NaN), a +inf gives +inf, and NaN propagates. */
+static Node *lower_logsumexp(Checker *c, const Call *call) {
+    Node *x = call->t[0];
+    require_f32(call, x, 0);
+    Loc loc = call->ast->loc;
+    if (x->shape.rank == 0) error_at(loc, "'logsumexp' needs a tensor of rank >= 1, got a scalar");
+    int axes[MAX_RANK], n = attr_axes(call, 0, x->shape.rank, axes);
+    bool keepdim = attr_bool(call, 1);
+    Node *m = mk_unary(c, OP_CLAMP, loc, reduce_axes(c, OP_MAX, loc, x, axes, n, true));
+    m->fattr[0] = -FLT_MAX;
+    m->fattr[1] = FLT_MAX;
+    Node *s = reduce_axes(c, OP_SUM, loc, mk_unary(c, OP_EXP, loc, mk_binary(c, OP_SUB, loc, x, m)), axes, n, true);
+    Node *r = mk_binary(c, OP_ADD, loc, m, mk_unary(c, OP_LOG, loc, s));
+    if (keepdim) return r;
+    Shape out = {0};
+    for (int d = 0; d < x->shape.rank; d++) {
+        bool red = false;
+        for (int i = 0; i < n; i++) red = red || axes[i] == d;
+        if (!red) out.d[out.rank++] = x->shape.d[d];
+    }
+    return mk_reshape(c, loc, r, out);
+}
+
+/* rms_norm(x, weight?, eps): x / sqrt(mean(x^2 over the last axis) + eps) * weight. */
+static Node *lower_rms_norm(Checker *c, const Call *call) {
+    Node *x = call->t[0], *w = call->nt > 1 ? call->t[1] : NULL;
+    for (int i = 0; i < call->nt; i++) require_f32(call, call->t[i], i);
+    Loc loc = call->ast->loc;
+    if (x->shape.rank == 0) error_at(loc, "'rms_norm' needs a tensor of rank >= 1, got a scalar");
+    Dim D = x->shape.d[x->shape.rank - 1];
+    if (w && (w->shape.rank != 1 || !dim_eq(w->shape.d[0], D)))
+        error_at(call->ast->args[1].val->loc, "'rms_norm' weight must be [%s] (the last axis of %s), got %s", dms(c, D),
+                 shp(c, &x->shape), shp(c, &w->shape));
+    double eps = attr_float(call, 0);
+    if (!(eps >= 0)) error_at(call->attr[0]->loc, "'rms_norm' eps must be >= 0");
+    int ax = x->shape.rank - 1;
+    Node *ms = mk_reduce(c, OP_MEAN, loc, mk_binary(c, OP_MUL, loc, x, x), ax, true);
+    Node *y = mk_binary(c, OP_MUL, loc, x, mk_unary(c, OP_RSQRT, loc, mk_binary(c, OP_ADD, loc, ms, mk_const(c, loc, eps))));
+    return w ? mk_binary(c, OP_MUL, loc, y, w) : y;
+}
+
+/* unsqueeze(x, dim) and squeeze(x, dim=all): views. */
+static Node *lower_unsqueeze(Checker *c, const Call *call) {
+    Node *x = call->t[0];
+    int r = x->shape.rank;
+    if (r + 1 > MAX_RANK) error_at(call->ast->loc, "'unsqueeze' of a rank-%d tensor: at most rank %d", r, MAX_RANK);
+    int d = norm_axis(call, call->attr[0], call->ast->loc, attr_int(call, 0), r + 1, "dim");
+    Shape s = {r + 1, {{0}}};
+    for (int i = 0, j = 0; i < r + 1; i++) s.d[i] = i == d ? (Dim){1, false} : x->shape.d[j++];
+    return mk_reshape(c, call->ast->loc, x, s);
+}
+
+static Node *lower_squeeze(Checker *c, const Call *call) {
+    Node *x = call->t[0];
+    int r = x->shape.rank, d = -1;
+    if (call->attr[0]) d = norm_axis(call, call->attr[0], call->ast->loc, attr_int(call, 0), r, "dim");
+    Shape s = {0};
+    for (int i = 0; i < r; i++) {
+        bool one = !x->shape.d[i].sym && x->shape.d[i].c == 1;
+        if (one && (d < 0 || d == i)) continue;
+        s.d[s.rank++] = x->shape.d[i];
+    }
+    return mk_reshape(c, call->ast->loc, x, s);
+}
+
+/* flip(x, dims): each axis read backwards (a slice with step -1). */
+static Node *lower_flip(Checker *c, const Call *call) {
+    Node *x = call->t[0];
+    int r = x->shape.rank, axes[MAX_RANK];
+    if (!call->attr[0]) error_at(call->ast->loc, "'flip' needs dims, e.g. flip(x, dims=[0])");
+    int n = attr_axes(call, 0, r, axes);
+    for (int i = 0; i < n; i++) {
+        Dim L = x->shape.d[axes[i]];
+        if (L.sym) error_at(call->ast->loc, "'flip' cannot reverse the batch dimension (axis %d)", axes[i]);
+        Node *s = new_node(c->g, OP_SLICE, call->ast->loc);
+        s->in[0] = x;
+        s->nin = 1;
+        s->dtype = x->dtype;
+        s->axis = axes[i];
+        s->start = L.c - 1;
+        s->step = -1;
+        s->shape = x->shape;
+        x = s;
+    }
+    return x;
+}
+
+/* expand / broadcast_to(x, shape): x broadcast to shape (NumPy rules; -1 keeps a dim). */
+static Node *lower_expand(Checker *c, const Call *call) {
+    Node *x = call->t[0];
+    const Ast *v = call->attr[0];
+    if (!v || v->kind != AST_LIST)
+        error_at(v ? v->loc : call->ast->loc, "'%s' needs a shape list, e.g. %s(x, [4, -1])", call->spec->name,
+                 call->spec->name);
+    if (v->nitems > MAX_RANK || v->nitems < x->shape.rank)
+        error_at(v->loc, "'%s' to rank %d: %s has rank %d (at most %d, and not fewer than the input's)",
+                 call->spec->name, v->nitems, shp(c, &x->shape), x->shape.rank, MAX_RANK);
+    Shape s = {v->nitems, {{0}}};
+    int off = v->nitems - x->shape.rank;
+    for (int i = 0; i < v->nitems; i++) {
+        const Ast *it = v->items[i];
+        Dim in = i >= off ? x->shape.d[i - off] : (Dim){1, false};
+        long long k;
+        if (it->kind == AST_NAME && c->g->batch_name && !strcmp(it->name, c->g->batch_name)) s.d[i] = (Dim){1, true};
+        else if (int_literal(it, &k) && k == -1 && i >= off) s.d[i] = in;
+        else if (int_literal(it, &k) && k >= 1 && k <= MAX_ELEMS) s.d[i] = (Dim){k, false};
+        else error_at(it->loc, "'%s' sizes are positive integers, the batch name, or -1 for an existing dim, got '%s'",
+                      call->spec->name, ast_text(it));
+        if (!dim_eq(in, s.d[i]) && !(!in.sym && in.c == 1))
+            error_at(it->loc, "'%s' cannot broadcast dimension %d of %s (%s) to %s", call->spec->name, i - off,
+                     shp(c, &x->shape), dms(c, in), dms(c, s.d[i]));
+    }
+    Node *n = new_node(c->g, OP_EXPAND, call->ast->loc);
+    n->in[0] = x;
+    n->nin = 1;
+    n->dtype = x->dtype;
+    n->shape = s;
+    return n;
+}
+
+/* stack(x1, ..., axis): each unsqueezed at axis, then concatenated there. */
+static Node *lower_stack(Checker *c, const Call *call) {
+    Node *x0 = call->t[0];
+    int r = x0->shape.rank;
+    int axis = norm_axis(call, call->attr[0], call->ast->loc, attr_int(call, 0), r + 1, "axis");
+    Node *n = new_node(c->g, OP_CONCAT, call->ast->loc);
+    n->axis = axis;
+    n->dtype = x0->dtype;
+    for (int i = 0; i < call->nt; i++) {
+        Node *x = call->t[i];
+        if (x->dtype != x0->dtype || !shape_eq(&x->shape, &x0->shape))
+            error_at(call->ast->args[i].val->loc, "'stack' operand %d is %s%s, operand 0 %s%s; stacked tensors are alike",
+                     i, dtype_name(x->dtype), shp(c, &x->shape), dtype_name(x0->dtype), shp(c, &x0->shape));
+        Shape s = {r + 1, {{0}}};
+        for (int d = 0, j = 0; d < r + 1; d++) s.d[d] = d == axis ? (Dim){1, false} : x->shape.d[j++];
+        n->in[i] = mk_reshape(c, call->ast->loc, x, s);
+    }
+    n->nin = call->nt;
+    n->shape = n->in[0]->shape;
+    n->shape.d[axis] = (Dim){call->nt, false};
+    return n;
+}
+
+/* zeros / ones / full(shape, value): a constant broadcast to shape. */
+static Node *lower_full(Checker *c, const Call *call) {
+    const char *fn = call->spec->name;
+    if (!strcmp(fn, "full") && !call->attr[1]) error_at(call->ast->loc, "'full' needs a value, e.g. full([2, 3], 1.5)");
+    double value = !strcmp(fn, "zeros") ? 0.0 : !strcmp(fn, "ones") ? 1.0 : attr_float(call, 1);
+    const Ast *v = call->attr[0];
+    if (!v || v->kind != AST_LIST) error_at(v ? v->loc : call->ast->loc, "'%s' needs a shape list, e.g. %s([2, 3])", fn, fn);
+    if (v->nitems > MAX_RANK) error_at(v->loc, "'%s' shape has rank %d; at most %d", fn, v->nitems, MAX_RANK);
+    Shape s = {v->nitems, {{0}}};
+    for (int i = 0; i < v->nitems; i++) {
+        const Ast *it = v->items[i];
+        long long k;
+        if (it->kind == AST_NAME && c->g->batch_name && !strcmp(it->name, c->g->batch_name)) s.d[i] = (Dim){1, true};
+        else if (int_literal(it, &k) && k >= 1 && k <= MAX_ELEMS) s.d[i] = (Dim){k, false};
+        else error_at(it->loc, "'%s' sizes are positive integers or the batch name, got '%s'", fn, ast_text(it));
+    }
+    Node *n = new_node(c->g, OP_EXPAND, call->ast->loc);
+    n->in[0] = mk_const(c, call->ast->loc, value);
+    n->nin = 1;
+    n->shape = s;
     return n;
 }
 

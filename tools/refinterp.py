@@ -619,6 +619,34 @@ def op_sqrt(x):
     return np.sqrt(x)  # IEEE: sqrt(-0.0) = -0.0, sqrt(negative) = NaN
 
 
+def _ax(axis):
+    return tuple(axis) if isinstance(axis, list) else axis
+
+
+def op_logsumexp(x, axis=-1, keepdim=False):
+    big = float(np.finfo(np.float32).max)
+    m = np.clip(np.max(x, axis=_ax(axis), keepdims=True), -big, big)
+    r = m + np.log(np.sum(np.exp(x - m), axis=_ax(axis), keepdims=True))
+    return r if keepdim else np.squeeze(r, axis=_ax(axis))
+
+
+def op_rms_norm(x, w=None, eps=1e-6):
+    y = x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + eps)
+    return y * w if w is not None else y
+
+
+def op_squeeze(x, dim=None):
+    if dim is None:
+        return np.squeeze(x)
+    return np.squeeze(x, axis=dim) if x.shape[dim] == 1 else x
+
+
+def op_expand(x, shape):
+    off = len(shape) - x.ndim
+    full = [x.shape[i - off] if s == -1 else s for i, s in enumerate(shape)]
+    return np.broadcast_to(x, full).copy()
+
+
 def op_clamp(x, lo, hi):
     # NaN passes through: no comparison holds for it (PyTorch's clamp)
     return np.where(x < lo, lo, np.where(x > hi, hi, x))
@@ -998,12 +1026,30 @@ OPS = {
     "softmax": ((1, 1), ["x"], [("axis", -1)], op_softmax),
     "log_softmax": ((1, 1), ["x"], [("axis", -1)], op_log_softmax),
     "sum": ((1, 1), ["x"], [("axis", -1), ("keepdim", False)],
-            lambda x, axis, keepdim: np.sum(x, axis=axis, keepdims=keepdim)),
+            lambda x, axis, keepdim: np.sum(x, axis=_ax(axis), keepdims=keepdim)),
     "mean": ((1, 1), ["x"], [("axis", -1), ("keepdim", False)],
-             lambda x, axis, keepdim: np.mean(x, axis=axis, keepdims=keepdim)),
+             lambda x, axis, keepdim: np.mean(x, axis=_ax(axis), keepdims=keepdim)),
     "max": ((1, 1), ["x"], [("axis", -1), ("keepdim", False)],
-            lambda x, axis, keepdim: np.max(x, axis=axis, keepdims=keepdim)),
+            lambda x, axis, keepdim: np.max(x, axis=_ax(axis), keepdims=keepdim)),
+    "min": ((1, 1), ["x"], [("axis", -1), ("keepdim", False)],
+            lambda x, axis, keepdim: np.min(x, axis=_ax(axis), keepdims=keepdim)),
     "argmax": ((1, 1), ["x"], [("axis", -1), ("keepdim", False)], op_argmax),
+    "argmin": ((1, 1), ["x"], [("axis", -1), ("keepdim", False)], lambda x, axis, keepdim: op_argmax(-x, axis, keepdim)),
+    "var": ((1, 1), ["x"], [("axis", -1), ("unbiased", True), ("keepdim", False)],
+            lambda x, axis, unbiased, keepdim: np.var(x, axis=_ax(axis), ddof=1 if unbiased else 0, keepdims=keepdim)),
+    "std": ((1, 1), ["x"], [("axis", -1), ("unbiased", True), ("keepdim", False)],
+            lambda x, axis, unbiased, keepdim: np.std(x, axis=_ax(axis), ddof=1 if unbiased else 0, keepdims=keepdim)),
+    "logsumexp": ((1, 1), ["x"], [("axis", -1), ("keepdim", False)], op_logsumexp),
+    "rms_norm": ((1, 2), ["x", "weight"], [("eps", 1e-6)], op_rms_norm),
+    "unsqueeze": ((1, 1), ["x"], [("dim", None)], lambda x, dim: np.expand_dims(x, dim)),
+    "squeeze": ((1, 1), ["x"], [("dim", None)], op_squeeze),
+    "flip": ((1, 1), ["x"], [("dims", None)], lambda x, dims: np.flip(x, axis=_ax(dims))),
+    "expand": ((1, 1), ["x"], [("shape", None)], op_expand),
+    "broadcast_to": ((1, 1), ["x"], [("shape", None)], op_expand),
+    "stack": ((1, 16), ["x%d" % i for i in range(16)], [("axis", 0)], lambda *xs, axis: np.stack(xs, axis=axis)),
+    "zeros": ((0, 0), [], [("shape", None)], lambda shape: np.zeros(shape)),
+    "ones": ((0, 0), [], [("shape", None)], lambda shape: np.ones(shape)),
+    "full": ((0, 0), [], [("shape", None), ("value", None)], lambda shape, value: np.full(shape, float(value))),
     "reshape": ((1, 1), ["x"], [("shape", None)], None),
     "transpose": ((1, 1), ["x"], [("dim0", -2), ("dim1", -1)],
                   lambda x, dim0, dim1: np.swapaxes(x, dim0, dim1)),
@@ -1026,7 +1072,8 @@ OPS = {
                                      op_sdpa),
     "where": ((3, 3), ["cond", "a", "b"], _NOATTR, op_where),
 }
-_MOVEMENT = {"reshape", "transpose", "permute", "flatten", "concat", "slice"}  # allowed on integers
+_MOVEMENT = {"reshape", "transpose", "permute", "flatten", "concat", "slice", "unsqueeze", "squeeze", "flip", "expand",
+             "broadcast_to", "stack"}  # allowed on integers
 _INT_ARG = {"embedding": 0, "where": 0}   # the one tensor argument that may be an integer tensor
 _BINOP = {"+": "add", "-": "sub", "*": "mul", "/": "div", "@": "matmul", "**": "pow"}
 
@@ -1121,7 +1168,7 @@ class Evaluator:
         kw = {}
         for a, default in attrs:
             v = avals.get(a, default)
-            if v is None and a in ("shape", "dims"):
+            if v is None and a in ("shape", "dims", "value"):
                 raise ModelError("%s: error: '%s' needs '%s'" % (self.m.path, op, a))
             kw[a] = v
         if "keepdim" in kw:
@@ -1135,7 +1182,9 @@ class Evaluator:
                     s = self.batch
                 shape.append(s)
             return np.reshape(xs[0], shape)
-        if op == "concat":
+        if "shape" in kw and op != "reshape" and kw["shape"] is not None:   # expand, zeros, ones, full
+            kw["shape"] = [self.batch if isinstance(s, str) and s == self.m.batch_name else s for s in kw["shape"]]
+        if op in ("concat", "stack"):
             xs = [x for x in xs if x is not None]
         with np.errstate(all="ignore"):
             r = fn(*xs, **kw)
