@@ -97,6 +97,7 @@ $(B)/obj/compiler/%.o: compiler/%.c compiler/modelc.h compiler/ops.def $(B)/gen/
 $(MODELC): $(C_OBJ) $(RT_LIB) $(RT_INC)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_ALL) $(C_OBJ) -o $@ -lm
+	@$@ --list-ops > /dev/null || { rm -f $@; echo "the op table (compiler/ops.def) is inconsistent: see above"; exit 1; }
 
 # ---------------------------------------------------------------- top-level targets
 .PHONY: all setup demo test test-all bench install clean FORCE

@@ -1467,15 +1467,36 @@ static void fn_specs_init(void) {
             else if (a->kind == A_FLOAT) a->literal = (strtod(a->def, &end), *end == 0);
             else a->literal = (strtoll(a->def, &end, 10), *end == 0);
         }
+        for (int k = 0; k < f->nattrs; k++)
+            for (int j = 0; j < k; j++)
+                if (!strcmp(f->attrs[k].name, f->attrs[j].name))
+                    ICE("ops.def: '%s' has two attributes named '%s'", f->name, f->attrs[k].name);
+        for (int j = 0; j < i; j++)
+            if (!strcmp(fn_specs[j].name, f->name)) ICE("ops.def: two functions are named '%s'", f->name);
+        if (f->op < 0 || f->op >= OP__COUNT) ICE("ops.def: '%s' names no op", f->name);
+        if (f->lower == lower_elementwise) {
+            /* one op, its operands the call's tensors, its %a %b the call's float attributes */
+            OpCategory cat = op_info[f->op].cat;
+            int want = cat == CAT_UNARY ? 1 : cat == CAT_BINARY ? 2 : -1;
+            if (want < 0 || f->min_t != want || f->max_t != want)
+                ICE("ops.def: '%s' is lowered by lower_elementwise, so its op '%s' must be unary or binary and take "
+                    "exactly its %d..%d tensors", f->name, op_name(f->op), f->min_t, f->max_t);
+            int used = 0;
+            for (const char *p = op_info[f->op].c_expr; p && *p; p++)
+                if (p[0] == '%' && (p[1] == 'a' || p[1] == 'b') && p[1] - 'a' + 1 > used) used = p[1] - 'a' + 1;
+            if (used > f->nattrs)
+                ICE("ops.def: the c_expr of '%s' reads %%%c, but '%s' has %d attribute%s", op_name(f->op), 'a' + used - 1,
+                    f->name, f->nattrs, f->nattrs == 1 ? "" : "s");
+            for (int k = 0; k < f->nattrs; k++)
+                if (f->attrs[k].kind != A_FLOAT)
+                    ICE("ops.def: '%s' attribute '%s' must be a float (elementwise attributes are the op's %%a %%b)",
+                        f->name, f->attrs[k].name);
+        }
     }
+    validate_op_table();
 }
 
-static const char *cat_names[CAT__COUNT] = {
-    [CAT_LEAF] = "leaf", [CAT_UNARY] = "elementwise", [CAT_BINARY] = "elementwise", [CAT_SELECT] = "elementwise",
-    [CAT_MOVE] = "elementwise (data movement)", [CAT_GEMM] = "GEMM", [CAT_REDUCE] = "reduction",
-    [CAT_LIBRARY] = "library", [CAT_VIEW] = "view", [CAT_REWRITE] = "rewritten before fusion",
-};
-_Static_assert(sizeof cat_names / sizeof cat_names[0] == CAT__COUNT, "one name per category");
+
 
 void list_ops(FILE *out) {
     fn_specs_init();
@@ -1492,15 +1513,20 @@ void list_ops(FILE *out) {
                     a->def ? a->def : "");
         }
         if (!f->nattrs) fprintf(out, " -");
-        fprintf(out, "  op %s (%s)  ; %s\n", op_name(f->op), cat_names[op_info[f->op].cat], f->doc);
+        if (f->lower == lower_dropout) fprintf(out, "  op none (the identity at inference)  ; %s\n", f->doc);
+        else fprintf(out, "  op %s (%s)  ; %s\n", op_name(f->op), op_category_name(op_info[f->op].cat), f->doc);
     }
+    fprintf(out, "operators: a + b add, a - b sub, a * b mul, a / b div, a ** b pow (binds tighter than unary -, "
+                 "groups right), a @ b matmul, -x neg\n");
+    fprintf(out, "defaults that are not literals are computed from the call: stride=kernel (pooling), end=len "
+                 "(slice), scale=1/sqrt(E) (attention), dim=all (squeeze)\n");
     fprintf(out, "operations of the graph IR (%d):\n", OP__COUNT);
     for (int i = 0; i < OP__COUNT; i++) {
         const OpInfo *o = &op_info[i];
-        fprintf(out, "  %-20s %-28s", o->name, cat_names[o->cat]);
+        fprintf(out, "  %-20s %-28s", o->name, op_category_name(o->cat));
         if (o->c_expr) fprintf(out, "  expr %s", o->c_expr);
         if (o->kernel) fprintf(out, "  kernel mrt_%s", o->kernel);
-        if (o->kernel && o->cat != CAT_GEMM && i != OP_TRANSFER) fprintf(out, ", mrt_cuda_%s", o->kernel);
+        if (o->kernel && i != OP_MATMUL && i != OP_TRANSFER) fprintf(out, ", mrt_cuda_%s", o->kernel);
         if (o->inplace) fprintf(out, "  in place");
         fprintf(out, "\n");
     }

@@ -167,7 +167,8 @@ static void emit_conv2d(Emit *e, const Kernel *k, char **ptr) {
     char *args = xprintf("&%s, %s, %s, %s, %s, %s", params_name(e, k), dim_c(m->in[0]->shape.d[0]), ptr[k->root->id],
                          ptr[view_base(m->in[0])->id], ptr[view_base(m->in[1])->id], e->scratch ? e->scratch : "NULL");
     fprintf(e->o, "    /* %s%d: conv2d %%%d = conv(%%%d, %%%d) */\n", e->kpfx, k->id, m->id, m->in[0]->id, m->in[1]->id);
-    dispatch(e, s, xprintf("mrt_conv2d(%s)", args), xprintf("mrt_cuda_conv2d(stream%d, %s)", s, args));
+    const char *fn = op_info[m->op].kernel;
+    dispatch(e, s, xprintf("mrt_%s(%s)", fn, args), xprintf("mrt_cuda_%s(stream%d, %s)", fn, s, args));
 }
 
 /* A GEMM whose epilogue is exactly act(gemm + bias[N]) (act: none, relu, gelu tanh form) and
@@ -240,6 +241,7 @@ static void emit_lt_gemm(Emit *e, const Kernel *k, char **ptr, int bias_leaf, in
 
 static void library_call(Emit *e, const Kernel *k, const char *fn, const char *args) {
     int s = kslot(k);
+    if (!fn) ICE("op '%s' has no kernel in ops.def", op_name(k->root->op));
     dispatch(e, s, xprintf("mrt_%s(%s)", fn, args), xprintf("mrt_cuda_%s(stream%d, %s)", fn, s, args));
 }
 
@@ -271,7 +273,7 @@ static void emit_axis(Emit *e, const Kernel *k, char **ptr) {
 static void emit_pool(Emit *e, const Kernel *k, char **ptr) {
     const Node *r = k->lib, *x = r->in[0];
     fprintf(e->o, "    /* %s%d: %s %%%d */\n", e->kpfx, k->id, op_name(r->op), r->id);
-    library_call(e, k, r->op == OP_MAXPOOL2D ? "maxpool2d" : "avgpool2d",
+    library_call(e, k, op_info[r->op].kernel,
                  xprintf("&%s, %s, %s, %s", params_name(e, k), dim_c(x->shape.d[0]), ptr[r->id], ptr[view_base(x)->id]));
 }
 
@@ -304,8 +306,9 @@ static void emit_embedding(Emit *e, const Kernel *k, char **ptr) {
     char *a = xprintf("%s, %s, %d, %s, %s, %" PRId64 ", %" PRId64, ptr[r->id], ptr[view_base(x)->id], x->dtype == DT_I64,
                       dim_c(shape_numel(&x->shape)), ptr[view_base(w)->id], w->shape.d[0].c, w->shape.d[1].c);
     fprintf(e->o, "    /* %s%d: %s %%%d */\n", e->kpfx, k->id, op_name(r->op), r->id);
-    dispatch(e, s, xprintf("if ((st = mrt_embedding_checked(%s, %s)) != MRT_OK) return st", what, a),
-             xprintf("mrt_cuda_embedding_f32(stream%d, %s, %s)", s, a, what));
+    const char *fn = op_info[r->op].kernel; /* the CPU kernel's checked form returns a status */
+    dispatch(e, s, xprintf("if ((st = mrt_%s_checked(%s, %s)) != MRT_OK) return st", fn, what, a),
+             xprintf("mrt_cuda_%s(stream%d, %s, %s)", fn, s, a, what));
 }
 
 static void emit_concat(Emit *e, const Kernel *k, char **ptr) {

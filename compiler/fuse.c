@@ -296,7 +296,7 @@ static KernelList build_kernels(Fuser *f, bool init) {
             tree_of[n->id] = k;
         } else if (op_info[n->op].cat != CAT_LEAF && op_info[n->op].cat != CAT_VIEW) {
             /* inputs, params, constants and reshape views need no kernel; anything else does */
-            ICE("op '%s' (%%%d) has no kernel: ops.def gives it category '%d'", op_name(n->op), n->id, op_info[n->op].cat);
+            ICE("op '%s' (%%%d) has no kernel: ops.def gives it category '%s'", op_name(n->op), n->id, op_category_name(op_info[n->op].cat));
         }
     }
     return kl;

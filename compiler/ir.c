@@ -15,6 +15,37 @@ const OpInfo op_info[OP__COUNT] = {
 #include "ops.def"
 };
 
+static const char *const cat_names[CAT__COUNT] = {
+    [CAT_LEAF] = "leaf", [CAT_UNARY] = "elementwise", [CAT_BINARY] = "elementwise", [CAT_SELECT] = "elementwise",
+    [CAT_MOVE] = "elementwise (data movement)", [CAT_GEMM] = "GEMM", [CAT_REDUCE] = "reduction",
+    [CAT_LIBRARY] = "library", [CAT_VIEW] = "view", [CAT_REWRITE] = "rewritten before fusion",
+};
+_Static_assert(sizeof cat_names / sizeof cat_names[0] == CAT__COUNT, "one name per category");
+
+const char *op_category_name(OpCategory c) { return c >= 0 && c < CAT__COUNT ? cat_names[c] : "?"; }
+
+/* The number of operands an elementwise category's c_expr may read. */
+static int expr_operands(OpCategory c) { return c == CAT_BINARY ? 2 : c == CAT_SELECT ? 3 : 1; }
+
+void validate_op_table(void) {
+    for (int i = 0; i < OP__COUNT; i++) {
+        const OpInfo *o = &op_info[i];
+        bool elem = op_is_elementwise((OpKind)i), kern = o->cat == CAT_GEMM || o->cat == CAT_REDUCE || o->cat == CAT_LIBRARY;
+        if (!o->name) ICE("ops.def: op %d has no name", i);
+        for (int j = 0; j < i; j++)
+            if (!strcmp(op_info[j].name, o->name)) ICE("ops.def: two ops are named '%s'", o->name);
+        if (elem != (o->c_expr != NULL))
+            ICE("ops.def: op '%s' (%s) %s a c_expr", o->name, cat_names[o->cat], elem ? "needs" : "must not have");
+        if (kern != (o->kernel != NULL))
+            ICE("ops.def: op '%s' (%s) %s a kernel", o->name, cat_names[o->cat], kern ? "needs" : "must not have");
+        if (o->inplace && !elem) ICE("ops.def: op '%s' is marked in place, but only elementwise ops may be", o->name);
+        for (const char *p = o->c_expr; p && *p; p++)
+            if (p[0] == '%' && p[1] >= '0' && p[1] <= '9' && p[1] - '0' >= expr_operands(o->cat))
+                ICE("ops.def: the c_expr of '%s' reads %%%c, but a %s op has %d operand%s", o->name, p[1],
+                    cat_names[o->cat], expr_operands(o->cat), expr_operands(o->cat) == 1 ? "" : "s");
+    }
+}
+
 const char *op_name(OpKind op) {
     return (op >= 0 && op < OP__COUNT && op_info[op].name) ? op_info[op].name : "?";
 }

@@ -313,6 +313,12 @@ bool op_is_unary(OpKind op);
 bool op_is_binary(OpKind op);
 bool op_is_reduction(OpKind op);   /* CAT_REDUCE: a library kernel along one axis */
 bool op_is_library(OpKind op);     /* a kernel of its own from the runtime: CAT_REDUCE, CAT_LIBRARY */
+/* "elementwise", "GEMM", "reduction", ... */
+const char *op_category_name(OpCategory c);
+/* Check the OP rows of ops.def against each other (an internal error names the row at fault):
+ * names unique, c_expr exactly for elementwise ops and reading only their operands, a kernel
+ * exactly for GEMM, reduction and library ops. Run by every compilation and --list-ops. */
+void validate_op_table(void);
 /* --list-ops: the language's functions and the IR's ops, from ops.def. */
 void list_ops(FILE *out);
 /* While checking (build_graph): a node on the slot of the enclosing 'on' region. Afterwards

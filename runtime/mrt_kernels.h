@@ -344,9 +344,9 @@ static inline void mrt_avgpool2d(const mrt_pool2d_params *p, int64_t N, float *y
     mrt_avgpool2d_f32(y, x, N * p->C, p->H, p->W, p->OH, p->OW, p->kh, p->kw, p->sh, p->sw, p->pt, p->pl, p->pb, p->pr,
                       p->count_include_pad);
 }
-/** mrt_embedding_f32 as a status: an id outside [0, V) is MRT_ERR_INVALID_ARG naming `what`
+/** mrt_embedding_f32 returning a status: an id outside [0, V) is MRT_ERR_INVALID_ARG naming `what`
  *  (model and tensor), the id and its position. */
-static inline int mrt_embedding_checked(const char *what, float *y, const void *ids, int ids_i64, int64_t n,
+static inline int mrt_embedding_f32_checked(const char *what, float *y, const void *ids, int ids_i64, int64_t n,
                                         const float *w, int64_t V, int64_t D) {
     int64_t bad_id = 0, bad = mrt_embedding_f32(y, ids, ids_i64, n, w, V, D, &bad_id);
     if (bad < 0) return MRT_OK;

@@ -76,6 +76,15 @@ def check_docs(fns):
     for name in sorted(set(rows) - set(fns)):
         fails.append("docs/language.md has a row for '%s', which the op table does not have" % name)
     for name in sorted(set(rows) & set(fns)):
+        # every attribute appears in the row, in the table's order (attributes may be given
+        # by position, so the order the docs show is part of the language)
+        pos = -1
+        for a, _, _ in fns[name]["attrs"]:
+            m = re.search(r"\b%s\b" % re.escape(a), rows[name][pos + 1:])
+            if not m:
+                fails.append("'%s': docs/language.md does not show attribute '%s' (or shows it out of order)" % (name, a))
+                break
+            pos += 1 + m.start()
         defaults = {a: d for a, _, d in fns[name]["attrs"]}
         for a, d in re.findall(r"\b([a-z_]+)=([^,`\s]+)", rows[name]):
             if d == "[...]":  # a placeholder: the attribute is required
