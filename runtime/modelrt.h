@@ -140,6 +140,12 @@ mrt_status mrt_device_select(const char *s, mrt_device *out);
 /** "cpu:0", "cuda:1", ... Returns `buf`. `n` is the buffer size in bytes (>= 16 suffices). */
 char *mrt_device_str(mrt_device d, char *buf, size_t n);
 
+/** The number of CPU threads the runtime's kernels use (OpenBLAS's GEMMs today): n >= 1, or 0
+ *  for the default: $MODELRT_THREADS, else $OMP_NUM_THREADS, else the cores this process may run
+ *  on (sched_getaffinity). A malformed or out-of-range variable is MRT_ERR_INVALID_ARG naming it.
+ *  Process-wide; *used (may be NULL) gets the number in effect. */
+mrt_status mrt_set_threads(int n, int *used);
+
 /** Allocate `bytes` on device `d`, aligned to 64 bytes on the CPU (256 on CUDA). bytes == 0
  *  returns a valid unique pointer. On failure returns NULL and sets MRT_ERR_OOM naming the byte
  *  count and device. */

@@ -33,6 +33,7 @@ typedef struct cli_opts {
     const char **in_files;  /* [n_inputs], NULL where not given */
     const char **out_files; /* [n_outputs], NULL where not requested */
     int time, memory, help, list_devices, plan_only;
+    int threads; /* --threads, 0: the default (mrt_set_threads) */
     long repeat;
 } cli_opts;
 
@@ -106,6 +107,8 @@ static void cli_help(const mrt_model_info *info, const char *prog)
            "                       FROM=TO[,FROM=TO...], e.g. cuda:1=cpu,cuda:0=cuda:0\n"
            "                       (default: $MODELRT_DEVICE_MAP)\n"
            "  --list-devices       print the devices this program can use, and exit\n"
+           "  --threads N          CPU threads for the kernels (default: $MODELRT_THREADS, else\n"
+           "                       $OMP_NUM_THREADS, else the cores this process may use)\n"
            "  --time               print the time per run to stderr\n"
            "  --repeat N           run N times (with --time: after one warm-up run)\n"
            "  --memory             print the bytes each device holds (weights, arena, scratch)\n"
@@ -232,6 +235,7 @@ static int cli_parse(const mrt_model_info *info, const char *prog, int argc, cha
                    cli_flag_value(argc, argv, &i, "--device-map", &v) ||
                    cli_flag_value(argc, argv, &i, "--device", &v) ||
                    cli_flag_value(argc, argv, &i, "--repeat", &v) ||
+                   cli_flag_value(argc, argv, &i, "--threads", &v) ||
                    cli_flag_value(argc, argv, &i, "--input", &v) ||
                    cli_flag_value(argc, argv, &i, "--output", &v)) {
             char flag[16];
@@ -245,6 +249,12 @@ static int cli_parse(const mrt_model_info *info, const char *prog, int argc, cha
                 o->weights = v;
             } else if (strcmp(flag, "--device") == 0) {
                 o->device = v;
+            } else if (strcmp(flag, "--threads") == 0) {
+                char *end;
+                long t = strtol(v, &end, 10);
+                if (*v < '0' || *v > '9' || *end != '\0' || t < 1 || t > 4096)
+                    return cli_usage_error(prog, "--threads '%s': expected a count from 1 to 4096", v);
+                o->threads = (int)t;
             } else if (strcmp(flag, "--device-map") == 0) {
                 o->device_map = v;
             } else if (strcmp(flag, "--repeat") == 0) {
@@ -689,7 +699,10 @@ static int cli_execute(const mrt_model_info *info, const cli_opts *o, const char
         }
     }
 
-    /* Model: device, weights. */
+    /* Threads, then the model: device, weights. */
+    int threads = 0;
+    if (mrt_set_threads(o->threads, &threads) != MRT_OK)
+        goto done;
     mrt_set_error(MRT_OK, "%s", "");
     const mrt_model_desc *d = info->desc;
     mrt_device devs[MRT_MAX_SLOTS];
@@ -753,9 +766,9 @@ static int cli_execute(const mrt_model_info *info, const cli_opts *o, const char
             if (!strstr(devlist, dn) && strlen(devlist) + strlen(dn) + 2 < sizeof devlist)
                 snprintf(devlist + strlen(devlist), sizeof devlist - strlen(devlist), "%s%s", *devlist ? "," : "", dn);
         }
-        fprintf(stderr, "time: %.3f ms per run (%ld run%s, batch %d, device%s %s; weights %zu bytes, arena %zu bytes)\n",
-                (t1 - t0) / (double)repeat, repeat, repeat == 1 ? "" : "s", r.batch, strchr(devlist, ',') ? "s" : "",
-                devlist, wsum, asum);
+        fprintf(stderr, "time: %.3f ms per run (%ld run%s, batch %d, device%s %s, %d thread%s; weights %zu bytes, arena %zu "
+                "bytes)\n", (t1 - t0) / (double)repeat, repeat, repeat == 1 ? "" : "s", r.batch,
+                strchr(devlist, ',') ? "s" : "", devlist, threads, threads == 1 ? "" : "s", wsum, asum);
     } else if (o->time) {
         fprintf(stderr, "time: %.3f ms per run (%ld run%s, batch %d, device %s; weights %zu bytes, arena %zu bytes)\n",
                 (t1 - t0) / (double)repeat, repeat, repeat == 1 ? "" : "s", r.batch, dev, info->weight_bytes, arena);

@@ -15,6 +15,8 @@
 #include "mrt_kernels.h"
 
 #include <cblas.h>
+#include <sched.h>
+#include <unistd.h>
 #include <limits.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -655,5 +657,48 @@ mrt_status mrt_gemm_bias_act_f32(mrt_device d, void *stream, int trans_b, int64_
             row[c] = act == 1 ? mrt_relu(v) : act == 2 ? mrt_gelu_tanh(v) : v;
         }
     }
+    return MRT_OK;
+}
+
+/* ---------------------------------------------------------------- CPU threads */
+
+/* OpenBLAS's own knob (declared in its cblas.h in most builds; declared here for the others). */
+void openblas_set_num_threads(int n);
+
+static int rt_env_threads(const char *var, int *out)
+{
+    const char *v = getenv(var);
+    if (!v || !*v)
+        return 0;
+    char *end;
+    long n = strtol(v, &end, 10);
+    if (*end || n < 1 || n > 4096)
+        return -1;
+    *out = (int)n;
+    return 1;
+}
+
+mrt_status mrt_set_threads(int n, int *used)
+{
+    if (n < 0 || n > 4096)
+        return mrt_set_error(MRT_ERR_INVALID_ARG, "threads must be 1..4096 (or 0 for the default), got %d", n);
+    if (n == 0) {
+        static const char *vars[] = {"MODELRT_THREADS", "OMP_NUM_THREADS"};
+        for (int i = 0; i < 2 && n == 0; i++) {
+            int r = rt_env_threads(vars[i], &n);
+            if (r < 0)
+                return mrt_set_error(MRT_ERR_INVALID_ARG, "%s='%s' is not a thread count (1..4096)", vars[i],
+                                     getenv(vars[i]));
+        }
+    }
+    if (n == 0) {
+        cpu_set_t set;
+        n = sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : (int)sysconf(_SC_NPROCESSORS_ONLN);
+        if (n < 1)
+            n = 1;
+    }
+    openblas_set_num_threads(n);
+    if (used)
+        *used = n;
     return MRT_OK;
 }
