@@ -419,47 +419,50 @@ mrt_status mrt_model_load_weights(mrt_model *m, const char *path)
 
 /* ---------------------------------------------------------------- staging */
 
-mrt_status mrt_model_stage_in(mrt_model *m, int slot, const void *p, size_t bytes, size_t off,
-                              const void **use, const char *name)
+/* Whether the caller's buffer p is used in place on `slot`: on a CPU slot, or when p is in that
+ * GPU's memory; another GPU's memory is an error naming the tensor. */
+static mrt_status stage_in_place(const mrt_model *m, int slot, const void *p, const char *what, const char *name,
+                                 int *in_place)
 {
-    mrt_device pd, cpu = {MRT_DEVICE_CPU, 0}, d = m->dev[slot];
-    *use = p;
+    mrt_device pd, d = m->dev[slot];
+    *in_place = 1;
     if (d.kind != MRT_DEVICE_CUDA)
         return MRT_OK;
     mrt_status st = mrt_pointer_device(p, &pd);
     if (st != MRT_OK)
         return st;
-    if (pd.kind == MRT_DEVICE_CUDA) {
-        if (pd.index != d.index)
-            return mrt_set_error(MRT_ERR_DEVICE, "%s_run: input '%s' is in cuda:%d memory, but "
-                                 "it is read on cuda:%d", m->desc->name, name, pd.index, d.index);
+    if (pd.kind != MRT_DEVICE_CUDA) {
+        *in_place = 0;
         return MRT_OK;
     }
+    if (pd.index != d.index)
+        return mrt_set_error(MRT_ERR_DEVICE, "%s_run: %s '%s' is in cuda:%d memory, but it is %s on cuda:%d",
+                             m->desc->name, what, name, pd.index, !strcmp(what, "input") ? "read" : "computed",
+                             d.index);
+    return MRT_OK;
+}
+
+mrt_status mrt_model_stage_in(mrt_model *m, int slot, const void *p, size_t bytes, size_t off,
+                              const void **use, const char *name)
+{
+    int in_place;
+    mrt_status st = stage_in_place(m, slot, p, "input", name, &in_place);
+    *use = p;
+    if (st != MRT_OK || in_place)
+        return st;
     void *dst = m->io[slot] + off;
     *use = dst;
-    return mrt_memcpy(d, dst, cpu, p, bytes, m->stream[slot]);
+    return mrt_memcpy(m->dev[slot], dst, (mrt_device){MRT_DEVICE_CPU, 0}, p, bytes, m->stream[slot]);
 }
 
 mrt_status mrt_model_stage_out(mrt_model *m, int slot, void *p, size_t off, void **use, int *back,
                                const char *name)
 {
-    mrt_device pd, d = m->dev[slot];
-    *use = p;
-    *back = 0;
-    if (d.kind != MRT_DEVICE_CUDA)
-        return MRT_OK;
-    mrt_status st = mrt_pointer_device(p, &pd);
-    if (st != MRT_OK)
-        return st;
-    if (pd.kind == MRT_DEVICE_CUDA) {
-        if (pd.index != d.index)
-            return mrt_set_error(MRT_ERR_DEVICE, "%s_run: output '%s' is in cuda:%d memory, but "
-                                 "it is computed on cuda:%d", m->desc->name, name, pd.index, d.index);
-        return MRT_OK;
-    }
-    *use = m->io[slot] + off;
-    *back = 1;
-    return MRT_OK;
+    int in_place;
+    mrt_status st = stage_in_place(m, slot, p, "output", name, &in_place);
+    *use = in_place ? p : m->io[slot] + off;
+    *back = !in_place;
+    return st;
 }
 
 /* ---------------------------------------------------------------- memory */
