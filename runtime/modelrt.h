@@ -210,6 +210,11 @@ void mrt_stream_destroy(mrt_device d, void *stream);
 /** Wait until the work queued on `stream` is done. A failure (an asynchronous CUDA error) is
  *  MRT_ERR_CUDA naming `what` (e.g. "digits run") and the CUDA error. No-op for the CPU. */
 mrt_status mrt_stream_sync(mrt_device d, void *stream, const char *what);
+/** Make the work queued later on `waiter` (on wait_dev) wait for the work queued so far on
+ *  `stream` (on d), without the host waiting: after a copy queued on the destination's stream,
+ *  the source's stream waits for it before it may overwrite the copy's source. No-op unless both
+ *  are CUDA devices and the streams differ; errors are MRT_ERR_CUDA naming `what`. */
+mrt_status mrt_stream_wait(mrt_device wait_dev, void *waiter, mrt_device d, void *stream, const char *what);
 
 /** Copy `bytes` from src on src_dev to dst on dst_dev: host to host (memcpy), host to device,
  *  device to host, device to device, and between two GPUs (peer copy, or staged through host

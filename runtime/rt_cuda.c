@@ -257,6 +257,28 @@ mrt_status rt_cuda_stream_sync(int index, void *stream, const char *what)
     return MRT_OK;
 }
 
+mrt_status rt_cuda_stream_wait(int wait_index, void *waiter, int index, void *stream, const char *what)
+{
+    int prev;
+    cudaEvent_t ev = NULL;
+    cudaError_t e = rt_guard_enter(index, &prev);
+    if (e == cudaSuccess)
+        e = cudaEventCreateWithFlags(&ev, cudaEventDisableTiming);
+    if (e == cudaSuccess)
+        e = cudaEventRecord(ev, (cudaStream_t)stream);
+    if (e == cudaSuccess && wait_index != index)
+        e = cudaSetDevice(wait_index);
+    if (e == cudaSuccess) /* an event of another device may be waited on (CUDA guide, 3.2.8.6) */
+        e = cudaStreamWaitEvent((cudaStream_t)waiter, ev, 0);
+    if (ev && cudaEventDestroy(ev) != cudaSuccess && e == cudaSuccess) /* freed once it completes */
+        e = cudaGetLastError();
+    rt_guard_leave(-1, prev);
+    if (e != cudaSuccess)
+        return rt_cuda_fail(MRT_ERR_CUDA, e, "%s: cannot make a stream of cuda:%d wait for one of cuda:%d",
+                            what, wait_index, index);
+    return MRT_OK;
+}
+
 /* ---------------------------------------------------------------- copies */
 
 /* GPU to GPU without peer access: wait for the stream, then copy through a pinned host buffer in

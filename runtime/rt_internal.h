@@ -79,6 +79,9 @@ mrt_status rt_cuda_activate(int index);
 mrt_status rt_cuda_stream_create(int index, void **stream);
 void rt_cuda_stream_destroy(int index, void *stream);
 mrt_status rt_cuda_stream_sync(int index, void *stream, const char *what);
+/** Make `waiter` (on cuda:wait_index) wait for the work queued so far on `stream` (on cuda:index):
+ *  an event recorded on stream, cudaStreamWaitEvent on waiter. The host does not wait. */
+mrt_status rt_cuda_stream_wait(int wait_index, void *waiter, int index, void *stream, const char *what);
 /** Any copy with at least one CUDA side (see mrt_memcpy). */
 mrt_status rt_cuda_memcpy(mrt_device dst_dev, void *dst, mrt_device src_dev, const void *src,
                           size_t bytes, void *stream);

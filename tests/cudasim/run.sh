@@ -10,7 +10,8 @@
 #      compiler) and run with --device cuda against the reference interpreter;
 #   5. generated models run on the simulated GPUs against their own CPU run (|gpu - cpu| <=
 #      1e-5 (1 + |cpu|)): examples/digits, and tests/numeric's dev_split_bits with its cpu:N
-#      regions mapped to two GPUs, with peer access and without (staged copies).
+#      regions mapped to two GPUs, with peer access and without (staged copies), and
+#      tests/cudasim/transfer_race.model (a peer copy whose source block is reused at once).
 # Prints one line per test, "PASS: cudasim/NAME" or "FAIL: cudasim/NAME: why", and exits 1 if any
 # failed. Needs no GPU and no nvcc: only the host C and C++ compilers.
 #
@@ -200,6 +201,7 @@ rng = np.random.default_rng(7)
 shapes = {"conv.weight": (4, 3, 3, 3), "conv.bias": (4,), "fc.weight": (10, 16), "fc.bias": (10,),
           "ln.weight": (10,), "ln.bias": (10,)}
 write(os.path.join(d, "w.safetensors"), {k: rng.normal(size=s).astype(np.float32) for k, s in shapes.items()})
+write(os.path.join(d, "none.safetensors"), {})
 np.save(os.path.join(d, "x.npy"), rng.normal(size=(3, 3, 6, 6)).astype(np.float32))
 PYEOF
 split=tests/numeric/cases/dev_split_bits.model
@@ -209,4 +211,10 @@ model_check dev_split_staged "$split" "$work/split/w.safetensors" "x=$work/split
     CUDASIM_DEVICES=2 CUDASIM_PEER=0 -- --device cuda --device-map cpu:1=cuda:1,cpu:2=cuda:0
 model_check dev_split_three "$split" "$work/split/w.safetensors" "x=$work/split/x.npy" "y s m" \
     CUDASIM_DEVICES=3 -- --device cuda:2 --device-map cpu:1=cuda:0,cpu:2=cuda:1
+# a transfer between GPUs whose source block is reused by the source slot right after it
+"$PY" -c "import numpy as np; np.save('$work/split/race_x.npy', np.random.default_rng(3).normal(size=(2, 64)).astype(np.float32))"
+model_check transfer_race tests/cudasim/transfer_race.model "$work/split/none.safetensors" "x=$work/split/race_x.npy" "z y" \
+    CUDASIM_DEVICES=2 -- --device cuda --device-map cpu:1=cuda:1
+model_check transfer_race_one_gpu tests/cudasim/transfer_race.model "$work/split/none.safetensors" "x=$work/split/race_x.npy" \
+    "z y" CUDASIM_DEVICES=1 -- --device cuda --device-map cpu:1=cuda:0
 exit $failed
