@@ -331,22 +331,26 @@ static void check_gemm(int ta, int tb, int M, int N, int K, int batch, int zero_
     mrt_free(g_dev, da), mrt_free(g_dev, db), mrt_free(g_dev, dc), free(a), free(b), free(c), free(got);
 }
 
-/* The cuBLASLt GEMM with a bias/activation epilogue against the CPU path. */
-static void check_gemm_bias_act(int tb, int M, int N, int K, int act, int with_bias)
+/* The cuBLASLt GEMM with a bias/activation epilogue against the CPU path; with `off` > 0, A, B
+ * and C start `off` floats into their allocations (a caller's buffer used in place, less than
+ * 256-byte aligned: cuBLASLt's default preference, and so an algorithm chosen without the real
+ * alignments, would reject or fault on it). */
+static void check_gemm_bias_act(int tb, int M, int N, int K, int act, int with_bias, int off)
 {
     int lda = K, ldb = tb ? K : N, ldc = N;
-    size_t na = (size_t)M * lda, nb = (size_t)(tb ? N : K) * ldb, nc = (size_t)M * ldc;
+    size_t na = (size_t)M * lda + off, nb = (size_t)(tb ? N : K) * ldb + off, nc = (size_t)M * ldc + off;
     float *a = rand_host(na), *b = rand_host(nb), *bias = rand_host((size_t)N), *c = malloc(nc * 4), *got = malloc(nc * 4);
     float *da = up(a, na * 4), *db = up(b, nb * 4), *dbias = up(bias, (size_t)N * 4), *dc = up(c, nc * 4);
     mrt_device cpu = {MRT_DEVICE_CPU, 0};
-    mrt_gemm_bias_act_f32(cpu, NULL, tb, M, N, K, a, lda, b, ldb, c, ldc, with_bias ? bias : NULL, act);
-    mrt_status st = mrt_gemm_bias_act_f32(g_dev, g_stream, tb, M, N, K, da, lda, db, ldb, dc, ldc,
+    mrt_gemm_bias_act_f32(cpu, NULL, tb, M, N, K, a + off, lda, b + off, ldb, c + off, ldc, with_bias ? bias : NULL, act);
+    mrt_status st = mrt_gemm_bias_act_f32(g_dev, g_stream, tb, M, N, K, da + off, lda, db + off, ldb, dc + off, ldc,
                                           with_bias ? dbias : NULL, act);
     if (st == MRT_OK) st = mrt_stream_sync(g_dev, g_stream, "gemm_bias_act");
     down(got, dc, nc * 4);
     char name[96];
-    snprintf(name, sizeof name, "gemm_bias_act_t%d_%dx%dx%d_act%d%s", tb, M, N, K, act, with_bias ? "_bias" : "");
-    report(name, st, got, c, nc, 1e-5 * (1 + K));
+    snprintf(name, sizeof name, "gemm_bias_act_t%d_%dx%dx%d_act%d%s%s", tb, M, N, K, act, with_bias ? "_bias" : "",
+             off ? "_unaligned" : "");
+    report(name, st, got + off, c + off, nc - off, 1e-5 * (1 + K));
     mrt_free(g_dev, da), mrt_free(g_dev, db), mrt_free(g_dev, dbias), mrt_free(g_dev, dc);
     free(a), free(b), free(bias), free(c), free(got);
 }
@@ -436,7 +440,9 @@ int main(void)
     check_gemm(0, 1, 5, 7, 3, 4, 1);
     check_gemm(0, 0, 64, 48, 32, 1, 0);
     for (int act = 0; act < 3; act++)
-        for (int tb = 0; tb < 2; tb++) check_gemm_bias_act(tb, 33, 20, 17, act, act != 1);
+        for (int tb = 0; tb < 2; tb++) check_gemm_bias_act(tb, 33, 20, 17, act, act != 1, 0);
+    check_gemm_bias_act(1, 33, 20, 17, 2, 1, 1); /* 4-byte aligned A, B, C */
+    check_gemm_bias_act(0, 8, 12, 5, 1, 1, 3);
     const char *big = getenv("MRT_CHECK_B12");
     if (big && strcmp(big, "1") == 0)
         check_b12();
