@@ -279,8 +279,9 @@ mrt_status mrt_cuda_adaptive_avgpool2d_f32(void *stream, float *y, const float *
                                            int64_t OH, int64_t OW);
 mrt_status mrt_cuda_layernorm_f32(void *stream, float *y, const float *x, const float *w, const float *b, int64_t rows,
                                   int64_t D, float eps);
-/** Returns MRT_ERR_INVALID_ARG naming the first id outside [0, V) and its position (it
- *  synchronizes the stream to read that back). `what` names the model and the ids tensor. */
+/** An id outside [0, V) leaves its row unwritten and is reported by the stream's next
+ *  mrt_stream_sync (the end of a model's run): MRT_ERR_INVALID_ARG naming `what` (the model and
+ *  the ids tensor), the first such id and its position. No host synchronization of its own. */
 mrt_status mrt_cuda_embedding_f32(void *stream, float *y, const void *ids, int ids_i64, int64_t n, const float *w,
                                   int64_t V, int64_t D, const char *what);
 mrt_status mrt_cuda_concat_part(void *stream, void *y, const void *x, int64_t outer, int64_t x_row, int64_t y_row,

@@ -91,6 +91,12 @@ mrt_status rt_cuda_stream_wait(int wait_index, void *waiter, int index, void *st
                          rt_no_cuda);
 }
 
+int rt_cuda_sim_counters(unsigned long long c[4])
+{
+    (void)c;
+    return 0;
+}
+
 mrt_status rt_cuda_memcpy(mrt_device dst_dev, void *dst, mrt_device src_dev, const void *src,
                           size_t bytes, void *stream)
 {
