@@ -298,8 +298,23 @@ int rt_cuda_sim_counters(unsigned long long c[4])
 
 /* ---------------------------------------------------------------- copies */
 
-/* GPU to GPU without peer access: wait for the stream, then copy through a pinned host buffer in
- * chunks, synchronously. */
+/* The pinned buffer of the staged copies: one per process, grown to the largest chunk asked
+ * (at most RT_STAGE_BYTES), held under its lock for a whole copy, freed at exit. */
+static struct {
+    pthread_mutex_t lock;
+    void *buf;
+    size_t size;
+} rt_stage = {.lock = PTHREAD_MUTEX_INITIALIZER};
+
+static void rt_stage_free(void)
+{
+    if (rt_stage.buf && cudaFreeHost(rt_stage.buf) != cudaSuccess)
+        (void)cudaGetLastError(); /* at exit the driver may be gone already */
+    rt_stage.buf = NULL;
+}
+
+/* GPU to GPU without peer access: wait for the stream, then copy through the pinned staging
+ * buffer in chunks, synchronously. */
 static cudaError_t rt_copy_staged(int dst, void *d, int src, const void *s, size_t bytes,
                                   cudaStream_t stream)
 {
@@ -308,9 +323,19 @@ static cudaError_t rt_copy_staged(int dst, void *d, int src, const void *s, size
     if (e == cudaSuccess)
         e = cudaStreamSynchronize(stream);
     size_t chunk = bytes < RT_STAGE_BYTES ? bytes : RT_STAGE_BYTES;
-    void *host = NULL;
-    if (e == cudaSuccess)
-        e = cudaMallocHost(&host, chunk);
+    pthread_mutex_lock(&rt_stage.lock);
+    if (e == cudaSuccess && rt_stage.size < chunk) {
+        static int registered;
+        if (!registered)
+            registered = atexit(rt_stage_free) == 0;
+        rt_stage_free();
+        rt_stage.size = 0;
+        if ((e = cudaMallocHost(&rt_stage.buf, chunk)) == cudaSuccess)
+            rt_stage.size = chunk;
+        else
+            rt_stage.buf = NULL;
+    }
+    void *host = rt_stage.buf;
     for (size_t off = 0; e == cudaSuccess && off < bytes; off += chunk) {
         size_t k = bytes - off < chunk ? bytes - off : chunk;
         e = cudaSetDevice(src);
@@ -321,8 +346,7 @@ static cudaError_t rt_copy_staged(int dst, void *d, int src, const void *s, size
         if (e == cudaSuccess)
             e = cudaMemcpy((char *)d + off, host, k, cudaMemcpyHostToDevice);
     }
-    if (host && cudaFreeHost(host) != cudaSuccess && e == cudaSuccess)
-        e = cudaGetLastError();
+    pthread_mutex_unlock(&rt_stage.lock);
     rt_guard_leave(-1, prev);
     return e;
 }
@@ -441,11 +465,15 @@ static struct {
     rt_cublas_sgemm_sb_fn sgemm_sb;
     rt_cublas_status_fn status_name;
     rt_cublas_handle handle[RT_CUDA_MAX_DEVICES];
+    pthread_mutex_t dev_lock[RT_CUDA_MAX_DEVICES]; /* a handle is used by one thread at a time */
 } rt_blas = {.lock = PTHREAD_MUTEX_INITIALIZER};
 
 /* dlopen cuBLAS and resolve its symbols, once; call with rt_blas.lock held. */
 static mrt_status rt_blas_load(void)
 {
+    if (!rt_blas.tried)
+        for (int i = 0; i < RT_CUDA_MAX_DEVICES; i++)
+            pthread_mutex_init(&rt_blas.dev_lock[i], NULL);
     if (rt_blas.tried) {
         if (rt_blas.st != MRT_OK)
             return mrt_set_error(rt_blas.st, "%s", rt_blas.err);
@@ -510,9 +538,14 @@ mrt_status rt_cuda_gemm(int index, void *stream, int trans_a, int trans_b, int M
 {
     if (index < 0 || index >= RT_CUDA_MAX_DEVICES)
         return mrt_set_error(MRT_ERR_DEVICE, "gemm on cuda:%d: no such device", index);
-    pthread_mutex_lock(&rt_blas.lock); /* a handle is used by one thread at a time */
+    pthread_mutex_lock(&rt_blas.lock); /* the loading only; then the device's own lock */
     int prev = -1;
     mrt_status st = rt_blas_load();
+    pthread_mutex_unlock(&rt_blas.lock);
+    if (st != MRT_OK)
+        return st;
+    pthread_mutex_t *lock = &rt_blas.dev_lock[index];
+    pthread_mutex_lock(lock);
     cudaError_t e = cudaSuccess;
     if (st == MRT_OK)
         e = rt_guard_enter(index, &prev);
@@ -521,7 +554,7 @@ mrt_status rt_cuda_gemm(int index, void *stream, int trans_a, int trans_b, int M
         rt_guard_leave(index, prev);
     }
     if (st != MRT_OK) {
-        pthread_mutex_unlock(&rt_blas.lock);
+        pthread_mutex_unlock(lock);
         return st;
     }
     int s = 0;
@@ -551,7 +584,7 @@ mrt_status rt_cuda_gemm(int index, void *stream, int trans_a, int trans_b, int M
             st = rt_blas_fail(index, "cublasSgemmStridedBatched", s);
     }
     rt_guard_leave(index, prev);
-    pthread_mutex_unlock(&rt_blas.lock);
+    pthread_mutex_unlock(lock);
     return st;
 }
 

@@ -561,6 +561,7 @@ const char *g_op = NULL; // the stream operation running now (for fault messages
  * synchronization (or query), a copy that returns once done (cudaMemcpy, cudaMemcpyAsync to
  * pageable memory, cudaMemcpyPeer), cudaMemset, cudaFree and cudaFreeHost. */
 cudasim_counters g_counts;
+unsigned long long g_pinned_allocs; // cudaMallocHost calls of a non-empty block
 
 double now_ms()
 {
@@ -1444,6 +1445,7 @@ CUDASIM_EXPORT cudaError_t cudaMallocHost(void **p, size_t size)
     *p = NULL;
     if (size == 0)
         return cudaSuccess;
+    g_pinned_allocs++;
     size_t mapped = round_up(size, kPage);
     void *m = mmap(NULL, mapped, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (m == MAP_FAILED)
@@ -2001,6 +2003,12 @@ CUDASIM_EXPORT cudaError_t cudasim_enqueue(cudaStream_t stream, const char *what
     enqueue(s, Op{what, [run, owner] { run(owner.get()); }, true});
     g_counts.library_calls++;
     return cudaSuccess;
+}
+
+CUDASIM_EXPORT unsigned long long cudasim_pinned_allocs(void)
+{
+    Lock l(g_mu);
+    return g_pinned_allocs;
 }
 
 CUDASIM_EXPORT void cudasim_get_counters(cudasim_counters *out)

@@ -84,6 +84,15 @@ else
         grep -q '^FAIL:' <<<"$out" ||
             echo "FAIL: cudasim/kernels: exit status $rc: $(tail -n3 "$work/cuda_check.err" | tr '\n' ' ')"
     fi
+    out="$(CUDASIM_DEVICES=2:16384:9.0 CUDASIM_PEER=0 timeout 300 "$work/cuda_check" 2>"$work/cuda_check.err")"
+    rc=$?
+    if [ $rc -eq 0 ] && grep -q '^PASS: runtime/cuda/gpu_to_gpu_copies' <<<"$out" && ! grep -q '^\(FAIL\|SKIP\):' <<<"$out"; then
+        echo "PASS: cudasim/kernels_no_peer (CUDASIM_PEER=0: GPU-to-GPU copies staged)"
+    else
+        failed=1
+        echo "FAIL: cudasim/kernels_no_peer: CUDASIM_PEER=0: exit status $rc:" \
+             "$(grep -m1 '^\(FAIL\|SKIP\):' <<<"$out" || tail -n2 "$work/cuda_check.err" | tr '\n' ' ')"
+    fi
     for sched in reverse random:1; do # other interleavings show other races
         out="$(CUDASIM_DEVICES=2:16384:9.0 CUDASIM_SCHEDULE=$sched timeout 300 "$work/cuda_check" \
                2>"$work/cuda_check.err")"

@@ -389,6 +389,41 @@ static void check_gemm_bias_act(int tb, int M, int N, int K, int act, int with_b
     free(a), free(b), free(bias), free(c), free(got);
 }
 
+/* GPU to GPU copies (peer, or staged through pinned memory under CUDASIM_PEER=0), three of
+ * them, checked byte for byte; under the simulator, staging allocates pinned memory at most
+ * once for them all (the buffer is kept), where it once allocated 64 MB per copy. */
+static void check_gpu_copies(void)
+{
+    mrt_device d1 = {MRT_DEVICE_CUDA, 1};
+    if (mrt_cuda_device_count(NULL) < 2)
+        return;
+    const size_t n = 4099;
+    unsigned char *h = malloc(n), *got = malloc(n);
+    for (size_t i = 0; i < n; i++)
+        h[i] = (unsigned char)(i * 13 + 5);
+    void *src = up(h, n), *dst = mrt_alloc(d1, n);
+    void *f = dlsym(RTLD_DEFAULT, "cudasim_pinned_allocs");
+    unsigned long long (*pinned)(void) = NULL;
+    if (f)
+        memcpy(&pinned, &f, sizeof f);
+    unsigned long long p0 = pinned ? pinned() : 0;
+    mrt_status st = dst ? MRT_OK : MRT_ERR_OOM;
+    for (int k = 0; k < 3 && st == MRT_OK; k++)
+        st = mrt_memcpy(d1, dst, g_dev, src, n, g_stream);
+    if (st == MRT_OK)
+        st = mrt_stream_sync(g_dev, g_stream, "check");
+    if (st == MRT_OK)
+        st = mrt_memcpy((mrt_device){MRT_DEVICE_CPU, 0}, got, d1, dst, n, NULL);
+    if (st == MRT_OK)
+        st = mrt_stream_sync(d1, NULL, "check");
+    unsigned long long allocs = pinned ? pinned() - p0 : 0;
+    int ok = st == MRT_OK && memcmp(got, h, n) == 0 && allocs <= 1;
+    printf("%s: runtime/cuda/gpu_to_gpu_copies%s%s\n", ok ? "PASS" : "FAIL", ok ? "" : ": ",
+           ok ? "" : st != MRT_OK ? mrt_last_error() : allocs > 1 ? "a pinned buffer allocated per copy" : "bytes differ");
+    g_fail |= !ok;
+    mrt_free(g_dev, src), mrt_free(d1, dst), free(h), free(got);
+}
+
 /* Field case B12: softmax over X [131073, 16384] (more than 2^31 elements), X[i,0] = ln(i+1),
  * else 0: Y[i,0] = (i+1)/(i+16384), Y[i,j>0] = 1/(i+16384). About 17.2 GB of device memory and
  * 8.6 GB of host memory: run only with MRT_CHECK_B12=1. */
@@ -477,6 +512,7 @@ int main(void)
         for (int tb = 0; tb < 2; tb++) check_gemm_bias_act(tb, 33, 20, 17, act, act != 1, 0);
     check_gemm_bias_act(1, 33, 20, 17, 2, 1, 1); /* 4-byte aligned A, B, C */
     check_gemm_bias_act(0, 8, 12, 5, 1, 1, 3);
+    check_gpu_copies();
     const char *big = getenv("MRT_CHECK_B12");
     if (big && strcmp(big, "1") == 0)
         check_b12();

@@ -127,6 +127,8 @@ typedef struct cudasim_counters {
     unsigned long long launches, library_calls, copies, host_syncs;
 } cudasim_counters;
 void cudasim_get_counters(cudasim_counters *out);
+/* cudaMallocHost calls (of at least one byte) since the process started. */
+unsigned long long cudasim_pinned_allocs(void);
 /* Bytes of device memory live on `device` (for leak checks in tests). */
 size_t cudasim_live_bytes(int device);
 
