@@ -12,7 +12,13 @@
  * Every call that needs a device makes it current for the call and restores the caller's
  * current device afterwards (the device guard of PyTorch eager; field case B14), except
  * mrt_device_activate, whose job is to change it. cuBLAS is not linked: it is dlopen'ed on the
- * first GEMM on a CUDA device, with one handle per device kept for the life of the process.
+ * first GEMM on a CUDA device, with one handle per device kept for the life of the process,
+ * used under that device's lock. cuBLASLt (the GEMMs with an epilogue) keeps, per device, the
+ * descriptors and the heuristic's algorithm of the last few shapes, chosen for the pointers'
+ * real alignments (a caller's buffer used in place may be only 4-byte aligned) and no
+ * workspace. Copies between two GPUs: a peer copy on the destination's stream, which the
+ * source's stream then waits for (mrt_stream_wait, from the generated code), or, without peer
+ * access, a synchronous copy through one pinned buffer kept for the process.
  */
 #include "rt_internal.h"
 
