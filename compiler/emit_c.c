@@ -330,7 +330,8 @@ static void emit_concat(Emit *e, const Kernel *k, char **ptr) {
     }
 }
 
-/* A copy between device slots, after the source slot's stream is idle. */
+/* A copy between device slots, after the source slot's stream is idle; the source slot's stream
+ * then waits for the copy. */
 static void emit_transfer(Emit *e, const Kernel *k, char **ptr) {
     FILE *o = e->o;
     const Node *r = k->lib, *src = view_base(r->in[0]);
@@ -340,6 +341,10 @@ static void emit_transfer(Emit *e, const Kernel *k, char **ptr) {
             ss, ss, ss, e->pfx);
     fprintf(o, "    if ((st = mrt_memcpy(dev%d, %s, dev%d, %s, %s * %zu, stream%d)) != MRT_OK) return st;\n", s, ptr[r->id], ss,
             ptr[src->id], dim_c(shape_numel(&r->shape)), dtype_size(r->dtype), s);
+    /* the copy runs on the destination's stream: later kernels of the source slot, which may
+     * reuse the source block, wait for it (a write-after-read race on two GPUs otherwise) */
+    fprintf(o, "#ifdef MRT_WITH_CUDA\n    if (gpu%d && gpu%d && (st = mrt_stream_wait(dev%d, stream%d, dev%d, stream%d, \"%s transfer\")) != MRT_OK)"
+               " return st;\n#endif\n", ss, s, ss, ss, s, s, e->pfx);
 }
 
 /* emit_fns[op]: the emitter of a GEMM or library op's call, from ops.def (NULL: fused or none). */

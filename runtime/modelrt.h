@@ -216,6 +216,11 @@ void mrt_stream_destroy(mrt_device d, void *stream);
 /** Wait until the work queued on `stream` is done. A failure (an asynchronous CUDA error) is
  *  MRT_ERR_CUDA naming `what` (e.g. "digits run") and the CUDA error. No-op for the CPU. */
 mrt_status mrt_stream_sync(mrt_device d, void *stream, const char *what);
+/** Make the work queued later on `waiter` (on wait_dev) wait for the work queued so far on
+ *  `stream` (on d), without the host waiting: after a copy queued on the destination's stream,
+ *  the source's stream waits for it before it may overwrite the copy's source. No-op unless both
+ *  are CUDA devices and the streams differ; errors are MRT_ERR_CUDA naming `what`. */
+mrt_status mrt_stream_wait(mrt_device wait_dev, void *waiter, mrt_device d, void *stream, const char *what);
 
 /** Copy `bytes` from src on src_dev to dst on dst_dev: host to host (memcpy), host to device,
  *  device to host, device to device, and between two GPUs (peer copy, or staged through host
@@ -280,8 +285,9 @@ mrt_status mrt_cuda_adaptive_avgpool2d_f32(void *stream, float *y, const float *
                                            int64_t OH, int64_t OW);
 mrt_status mrt_cuda_layernorm_f32(void *stream, float *y, const float *x, const float *w, const float *b, int64_t rows,
                                   int64_t D, float eps);
-/** Returns MRT_ERR_INVALID_ARG naming the first id outside [0, V) and its position (it
- *  synchronizes the stream to read that back). `what` names the model and the ids tensor. */
+/** An id outside [0, V) leaves its row unwritten and is reported by the stream's next
+ *  mrt_stream_sync (the end of a model's run): MRT_ERR_INVALID_ARG naming `what` (the model and
+ *  the ids tensor), the first such id and its position. No host synchronization of its own. */
 mrt_status mrt_cuda_embedding_f32(void *stream, float *y, const void *ids, int ids_i64, int64_t n, const float *w,
                                   int64_t V, int64_t D, const char *what);
 mrt_status mrt_cuda_concat_part(void *stream, void *y, const void *x, int64_t outer, int64_t x_row, int64_t y_row,

@@ -109,7 +109,8 @@ static void cli_help(const mrt_model_info *info, const char *prog)
            "  --list-devices       print the devices this program can use, and exit\n"
            "  --threads N          CPU threads for the kernels (default: $MODELRT_THREADS, else\n"
            "                       $OMP_NUM_THREADS, else the cores this process may use)\n"
-           "  --time               print the time per run to stderr\n"
+           "  --time               print the time per run to stderr (on the tests' CUDA simulator,\n"
+           "                       also the launches, copies and host synchronizations per run)\n"
            "  --repeat N           run N times (with --time: after one warm-up run)\n"
            "  --memory             print the bytes each device holds (weights, arena, scratch)\n"
            "                       to stderr; alone, without --input, print the plan and exit\n"
@@ -747,11 +748,18 @@ static int cli_execute(const mrt_model_info *info, const cli_opts *o, const char
     long repeat = o->repeat > 0 ? o->repeat : 1;
     if (o->time && repeat > 1 && cli_run_once(&r) != MRT_OK)
         goto done;
+    unsigned long long c0[4] = {0}, c1[4] = {0};
+    int sim = o->time && rt_cuda_sim_counters(c0);
     double t0 = cli_now_ms();
     for (long k = 0; k < repeat; k++)
         if (cli_run_once(&r) != MRT_OK)
             goto done;
     double t1 = cli_now_ms();
+    if (sim && rt_cuda_sim_counters(c1)) /* what a run asks of the (simulated) GPU */
+        fprintf(stderr, "time: simulated CUDA per run: %g kernel launches, %g library calls, %g copies, "
+                        "%g host synchronizations\n", (double)(c1[0] - c0[0]) / (double)repeat,
+                (double)(c1[1] - c0[1]) / (double)repeat, (double)(c1[2] - c0[2]) / (double)repeat,
+                (double)(c1[3] - c0[3]) / (double)repeat);
     if (o->time && d) {
         /* every slot's device, and the bytes summed over the slots */
         size_t wsum = 0, asum = 0;

@@ -12,7 +12,13 @@
  * Every call that needs a device makes it current for the call and restores the caller's
  * current device afterwards (the device guard of PyTorch eager; field case B14), except
  * mrt_device_activate, whose job is to change it. cuBLAS is not linked: it is dlopen'ed on the
- * first GEMM on a CUDA device, with one handle per device kept for the life of the process.
+ * first GEMM on a CUDA device, with one handle per device kept for the life of the process,
+ * used under that device's lock. cuBLASLt (the GEMMs with an epilogue) keeps, per device, the
+ * descriptors and the heuristic's algorithm of the last few shapes, chosen for the pointers'
+ * real alignments (a caller's buffer used in place may be only 4-byte aligned) and no
+ * workspace. Copies between two GPUs: a peer copy on the destination's stream, which the
+ * source's stream then waits for (mrt_stream_wait, from the generated code), or, without peer
+ * access, a synchronous copy through one pinned buffer kept for the process.
  */
 #include "rt_internal.h"
 
@@ -239,8 +245,10 @@ mrt_status rt_cuda_stream_create(int index, void **stream)
 void rt_cuda_stream_destroy(int index, void *stream)
 {
     int prev;
-    if (rt_guard_enter(index, &prev) != cudaSuccess ||
-        cudaStreamDestroy((cudaStream_t)stream) != cudaSuccess)
+    cudaError_t e = rt_guard_enter(index, &prev);
+    if (e == cudaSuccess)
+        rt_cuda_checks_release(index, stream);
+    if (e != cudaSuccess || cudaStreamDestroy((cudaStream_t)stream) != cudaSuccess)
         (void)cudaGetLastError();
     rt_guard_leave(index, prev);
 }
@@ -254,13 +262,65 @@ mrt_status rt_cuda_stream_sync(int index, void *stream, const char *what)
     rt_guard_leave(index, prev);
     if (e != cudaSuccess)
         return rt_cuda_fail(MRT_ERR_CUDA, e, "%s on cuda:%d failed", what, index);
+    return rt_cuda_checks_collect(index, stream); /* the embeddings' id checks, now complete */
+}
+
+mrt_status rt_cuda_stream_wait(int wait_index, void *waiter, int index, void *stream, const char *what)
+{
+    int prev;
+    cudaEvent_t ev = NULL;
+    cudaError_t e = rt_guard_enter(index, &prev);
+    if (e == cudaSuccess)
+        e = cudaEventCreateWithFlags(&ev, cudaEventDisableTiming);
+    if (e == cudaSuccess)
+        e = cudaEventRecord(ev, (cudaStream_t)stream);
+    if (e == cudaSuccess && wait_index != index)
+        e = cudaSetDevice(wait_index);
+    if (e == cudaSuccess) /* an event of another device may be waited on (CUDA guide, 3.2.8.6) */
+        e = cudaStreamWaitEvent((cudaStream_t)waiter, ev, 0);
+    if (ev && cudaEventDestroy(ev) != cudaSuccess && e == cudaSuccess) /* freed once it completes */
+        e = cudaGetLastError();
+    rt_guard_leave(-1, prev);
+    if (e != cudaSuccess)
+        return rt_cuda_fail(MRT_ERR_CUDA, e, "%s: cannot make a stream of cuda:%d wait for one of cuda:%d",
+                            what, wait_index, index);
     return MRT_OK;
+}
+
+int rt_cuda_sim_counters(unsigned long long c[4])
+{
+    static int tried;
+    static void (*get)(unsigned long long *);
+    if (!tried) { /* no lock: every thread finds the same answer */
+        void *f = dlsym(RTLD_DEFAULT, "cudasim_get_counters");
+        memcpy(&get, &f, sizeof f);
+        tried = 1;
+    }
+    if (!get)
+        return 0;
+    get(c); /* cudasim_counters is four unsigned long longs, in this order */
+    return 1;
 }
 
 /* ---------------------------------------------------------------- copies */
 
-/* GPU to GPU without peer access: wait for the stream, then copy through a pinned host buffer in
- * chunks, synchronously. */
+/* The pinned buffer of the staged copies: one per process, grown to the largest chunk asked
+ * (at most RT_STAGE_BYTES), held under its lock for a whole copy, freed at exit. */
+static struct {
+    pthread_mutex_t lock;
+    void *buf;
+    size_t size;
+} rt_stage = {.lock = PTHREAD_MUTEX_INITIALIZER};
+
+static void rt_stage_free(void)
+{
+    if (rt_stage.buf && cudaFreeHost(rt_stage.buf) != cudaSuccess)
+        (void)cudaGetLastError(); /* at exit the driver may be gone already */
+    rt_stage.buf = NULL;
+}
+
+/* GPU to GPU without peer access: wait for the stream, then copy through the pinned staging
+ * buffer in chunks, synchronously. */
 static cudaError_t rt_copy_staged(int dst, void *d, int src, const void *s, size_t bytes,
                                   cudaStream_t stream)
 {
@@ -269,9 +329,19 @@ static cudaError_t rt_copy_staged(int dst, void *d, int src, const void *s, size
     if (e == cudaSuccess)
         e = cudaStreamSynchronize(stream);
     size_t chunk = bytes < RT_STAGE_BYTES ? bytes : RT_STAGE_BYTES;
-    void *host = NULL;
-    if (e == cudaSuccess)
-        e = cudaMallocHost(&host, chunk);
+    pthread_mutex_lock(&rt_stage.lock);
+    if (e == cudaSuccess && rt_stage.size < chunk) {
+        static int registered;
+        if (!registered)
+            registered = atexit(rt_stage_free) == 0;
+        rt_stage_free();
+        rt_stage.size = 0;
+        if ((e = cudaMallocHost(&rt_stage.buf, chunk)) == cudaSuccess)
+            rt_stage.size = chunk;
+        else
+            rt_stage.buf = NULL;
+    }
+    void *host = rt_stage.buf;
     for (size_t off = 0; e == cudaSuccess && off < bytes; off += chunk) {
         size_t k = bytes - off < chunk ? bytes - off : chunk;
         e = cudaSetDevice(src);
@@ -282,8 +352,7 @@ static cudaError_t rt_copy_staged(int dst, void *d, int src, const void *s, size
         if (e == cudaSuccess)
             e = cudaMemcpy((char *)d + off, host, k, cudaMemcpyHostToDevice);
     }
-    if (host && cudaFreeHost(host) != cudaSuccess && e == cudaSuccess)
-        e = cudaGetLastError();
+    pthread_mutex_unlock(&rt_stage.lock);
     rt_guard_leave(-1, prev);
     return e;
 }
@@ -402,11 +471,15 @@ static struct {
     rt_cublas_sgemm_sb_fn sgemm_sb;
     rt_cublas_status_fn status_name;
     rt_cublas_handle handle[RT_CUDA_MAX_DEVICES];
+    pthread_mutex_t dev_lock[RT_CUDA_MAX_DEVICES]; /* a handle is used by one thread at a time */
 } rt_blas = {.lock = PTHREAD_MUTEX_INITIALIZER};
 
 /* dlopen cuBLAS and resolve its symbols, once; call with rt_blas.lock held. */
 static mrt_status rt_blas_load(void)
 {
+    if (!rt_blas.tried)
+        for (int i = 0; i < RT_CUDA_MAX_DEVICES; i++)
+            pthread_mutex_init(&rt_blas.dev_lock[i], NULL);
     if (rt_blas.tried) {
         if (rt_blas.st != MRT_OK)
             return mrt_set_error(rt_blas.st, "%s", rt_blas.err);
@@ -471,9 +544,14 @@ mrt_status rt_cuda_gemm(int index, void *stream, int trans_a, int trans_b, int M
 {
     if (index < 0 || index >= RT_CUDA_MAX_DEVICES)
         return mrt_set_error(MRT_ERR_DEVICE, "gemm on cuda:%d: no such device", index);
-    pthread_mutex_lock(&rt_blas.lock); /* a handle is used by one thread at a time */
+    pthread_mutex_lock(&rt_blas.lock); /* the loading only; then the device's own lock */
     int prev = -1;
     mrt_status st = rt_blas_load();
+    pthread_mutex_unlock(&rt_blas.lock);
+    if (st != MRT_OK)
+        return st;
+    pthread_mutex_t *lock = &rt_blas.dev_lock[index];
+    pthread_mutex_lock(lock);
     cudaError_t e = cudaSuccess;
     if (st == MRT_OK)
         e = rt_guard_enter(index, &prev);
@@ -482,7 +560,7 @@ mrt_status rt_cuda_gemm(int index, void *stream, int trans_a, int trans_b, int M
         rt_guard_leave(index, prev);
     }
     if (st != MRT_OK) {
-        pthread_mutex_unlock(&rt_blas.lock);
+        pthread_mutex_unlock(lock);
         return st;
     }
     int s = 0;
@@ -512,7 +590,7 @@ mrt_status rt_cuda_gemm(int index, void *stream, int trans_a, int trans_b, int M
             st = rt_blas_fail(index, "cublasSgemmStridedBatched", s);
     }
     rt_guard_leave(index, prev);
-    pthread_mutex_unlock(&rt_blas.lock);
+    pthread_mutex_unlock(lock);
     return st;
 }
 
@@ -530,9 +608,36 @@ typedef cublasStatus_t (*rt_lt_matmul_fn)(cublasLtHandle_t, cublasLtMatmulDesc_t
                                           cublasLtMatrixLayout_t, const void *, cublasLtMatrixLayout_t, const void *,
                                           const void *, cublasLtMatrixLayout_t, void *, cublasLtMatrixLayout_t,
                                           const cublasLtMatmulAlgo_t *, void *, size_t, cudaStream_t);
+typedef cublasStatus_t (*rt_lt_pref_create_fn)(cublasLtMatmulPreference_t *);
+typedef cublasStatus_t (*rt_lt_pref_destroy_fn)(cublasLtMatmulPreference_t);
+typedef cublasStatus_t (*rt_lt_pref_set_fn)(cublasLtMatmulPreference_t, cublasLtMatmulPreferenceAttributes_t,
+                                            const void *, size_t);
+typedef cublasStatus_t (*rt_lt_heuristic_fn)(cublasLtHandle_t, cublasLtMatmulDesc_t, cublasLtMatrixLayout_t,
+                                             cublasLtMatrixLayout_t, cublasLtMatrixLayout_t, cublasLtMatrixLayout_t,
+                                             cublasLtMatmulPreference_t, int, cublasLtMatmulHeuristicResult_t *, int *);
+
+/* One GEMM shape's descriptors and algorithm, kept for the next call of that shape: a model calls
+ * the same few shapes every run. The key holds the pointers' alignments (the algorithm was
+ * chosen for them), not the pointers; the bias pointer is set on the descriptor at each call. */
+typedef struct {
+    int used, trans_b, M, N, K, lda, ldb, ldc, epi;
+    uint32_t align[3]; /* B (cuBLASLt's A), A (its B), C (its C and D), in bytes */
+    cublasLtMatmulDesc_t desc;
+    cublasLtMatrixLayout_t la, lb, lc;
+    cublasLtMatmulAlgo_t algo;
+} rt_lt_plan;
+
+#define RT_LT_PLANS 32 /* per device; the oldest is replaced when full */
+
+typedef struct {
+    pthread_mutex_t lock; /* a handle and its plans are used by one thread at a time */
+    cublasLtHandle_t handle;
+    rt_lt_plan plan[RT_LT_PLANS];
+    int next;
+} rt_lt_device;
 
 static struct {
-    pthread_mutex_t lock;
+    pthread_mutex_t lock; /* guards the loading only */
     int tried;
     mrt_status st;
     char err[512];
@@ -543,41 +648,116 @@ static struct {
     rt_lt_layout_create_fn layout_create;
     rt_lt_layout_destroy_fn layout_destroy;
     rt_lt_matmul_fn matmul;
-    cublasLtHandle_t handle[RT_CUDA_MAX_DEVICES];
+    rt_lt_pref_create_fn pref_create;
+    rt_lt_pref_destroy_fn pref_destroy;
+    rt_lt_pref_set_fn pref_set;
+    rt_lt_heuristic_fn heuristic;
+    rt_lt_device dev[RT_CUDA_MAX_DEVICES];
 } rt_lt = {.lock = PTHREAD_MUTEX_INITIALIZER};
 
-/* dlopen cuBLASLt and resolve its symbols, once; call with rt_lt.lock held. */
+/* dlopen cuBLASLt and resolve its symbols, once. */
 static mrt_status rt_lt_load(void)
 {
-    if (rt_lt.tried)
-        return rt_lt.st == MRT_OK ? MRT_OK : mrt_set_error(rt_lt.st, "%s", rt_lt.err);
+    pthread_mutex_lock(&rt_lt.lock);
+    if (rt_lt.tried) {
+        mrt_status st = rt_lt.st;
+        pthread_mutex_unlock(&rt_lt.lock);
+        return st == MRT_OK ? MRT_OK : mrt_set_error(st, "%s", rt_lt.err);
+    }
     rt_lt.tried = 1;
+    rt_lt.st = MRT_ERR_CUDA;
+    for (int i = 0; i < RT_CUDA_MAX_DEVICES; i++)
+        pthread_mutex_init(&rt_lt.dev[i].lock, NULL);
     static const char *names[] = {"libcublasLt.so.13", "libcublasLt.so.12", "libcublasLt.so.11", "libcublasLt.so"};
     void *h = NULL;
     for (size_t i = 0; i < sizeof names / sizeof names[0] && !h; i++) h = dlopen(names[i], RTLD_NOW | RTLD_LOCAL);
-    if (!h) {
-        rt_lt.st = MRT_ERR_CUDA;
-        snprintf(rt_lt.err, sizeof rt_lt.err, "cannot load cuBLASLt: tried libcublasLt.so.13, .12, .11 and .so");
-        return mrt_set_error(rt_lt.st, "%s", rt_lt.err);
-    }
     static const char *syms[] = {"cublasLtCreate", "cublasLtMatmulDescCreate", "cublasLtMatmulDescDestroy",
                                  "cublasLtMatmulDescSetAttribute", "cublasLtMatrixLayoutCreate",
-                                 "cublasLtMatrixLayoutDestroy", "cublasLtMatmul"};
-    void *f[7];
-    for (int i = 0; i < 7; i++)
+                                 "cublasLtMatrixLayoutDestroy", "cublasLtMatmul", "cublasLtMatmulPreferenceCreate",
+                                 "cublasLtMatmulPreferenceDestroy", "cublasLtMatmulPreferenceSetAttribute",
+                                 "cublasLtMatmulAlgoGetHeuristic"};
+    enum { NSYMS = sizeof syms / sizeof syms[0] };
+    void *f[NSYMS];
+    if (!h)
+        snprintf(rt_lt.err, sizeof rt_lt.err, "cannot load cuBLASLt: tried libcublasLt.so.13, .12, .11 and .so");
+    for (int i = 0; h && i < NSYMS; i++)
         if (!(f[i] = dlsym(h, syms[i]))) {
-            rt_lt.st = MRT_ERR_CUDA;
             snprintf(rt_lt.err, sizeof rt_lt.err, "cannot load cuBLASLt: no symbol %s", syms[i]);
-            return mrt_set_error(rt_lt.st, "%s", rt_lt.err);
+            h = NULL;
         }
-    memcpy(&rt_lt.create, &f[0], sizeof f[0]);
-    memcpy(&rt_lt.desc_create, &f[1], sizeof f[1]);
-    memcpy(&rt_lt.desc_destroy, &f[2], sizeof f[2]);
-    memcpy(&rt_lt.desc_set, &f[3], sizeof f[3]);
-    memcpy(&rt_lt.layout_create, &f[4], sizeof f[4]);
-    memcpy(&rt_lt.layout_destroy, &f[5], sizeof f[5]);
-    memcpy(&rt_lt.matmul, &f[6], sizeof f[6]);
-    return MRT_OK;
+    if (h) {
+        memcpy(&rt_lt.create, &f[0], sizeof f[0]);
+        memcpy(&rt_lt.desc_create, &f[1], sizeof f[1]);
+        memcpy(&rt_lt.desc_destroy, &f[2], sizeof f[2]);
+        memcpy(&rt_lt.desc_set, &f[3], sizeof f[3]);
+        memcpy(&rt_lt.layout_create, &f[4], sizeof f[4]);
+        memcpy(&rt_lt.layout_destroy, &f[5], sizeof f[5]);
+        memcpy(&rt_lt.matmul, &f[6], sizeof f[6]);
+        memcpy(&rt_lt.pref_create, &f[7], sizeof f[7]);
+        memcpy(&rt_lt.pref_destroy, &f[8], sizeof f[8]);
+        memcpy(&rt_lt.pref_set, &f[9], sizeof f[9]);
+        memcpy(&rt_lt.heuristic, &f[10], sizeof f[10]);
+        rt_lt.st = MRT_OK;
+    }
+    mrt_status st = rt_lt.st;
+    pthread_mutex_unlock(&rt_lt.lock);
+    return st == MRT_OK ? MRT_OK : mrt_set_error(st, "%s", rt_lt.err);
+}
+
+/* The largest power of two up to 256 dividing p's address: the alignment cuBLASLt is told. */
+static uint32_t rt_lt_align(const void *p)
+{
+    uintptr_t a = (uintptr_t)p;
+    return (a & 255) == 0 ? 256u : (uint32_t)(a & (~a + 1));
+}
+
+static void rt_lt_plan_free(rt_lt_plan *p)
+{
+    if (p->lc) rt_lt.layout_destroy(p->lc);
+    if (p->lb) rt_lt.layout_destroy(p->lb);
+    if (p->la) rt_lt.layout_destroy(p->la);
+    if (p->desc) rt_lt.desc_destroy(p->desc);
+    memset(p, 0, sizeof *p);
+}
+
+/* Build plan p for its key: descriptor, layouts, and the heuristic's first algorithm for the
+ * real alignments and no workspace. Returns the failing call's status, its name in *call. */
+static cublasStatus_t rt_lt_plan_make(cublasLtHandle_t h, rt_lt_plan *p, const char **call)
+{
+    int trans_b = p->trans_b, M = p->M, N = p->N, K = p->K;
+    cublasOperation_t opa = trans_b ? CUBLAS_OP_T : CUBLAS_OP_N, opb = CUBLAS_OP_N;
+    cublasLtEpilogue_t epi = (cublasLtEpilogue_t)p->epi;
+    cublasLtMatmulPreference_t pref = NULL;
+    cublasStatus_t s;
+    uint64_t ws = 0;
+    int n = 0;
+    cublasLtMatmulHeuristicResult_t res;
+    memset(&res, 0, sizeof res);
+    if ((*call = "cublasLtMatmulDescCreate", s = rt_lt.desc_create(&p->desc, CUBLAS_COMPUTE_32F, CUDA_R_32F)) == 0 &&
+        (*call = "cublasLtMatmulDescSetAttribute",
+         s = rt_lt.desc_set(p->desc, CUBLASLT_MATMUL_DESC_TRANSA, &opa, sizeof opa)) == 0 &&
+        (s = rt_lt.desc_set(p->desc, CUBLASLT_MATMUL_DESC_TRANSB, &opb, sizeof opb)) == 0 &&
+        (s = rt_lt.desc_set(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi)) == 0 &&
+        (*call = "cublasLtMatrixLayoutCreate",
+         s = rt_lt.layout_create(&p->la, CUDA_R_32F, trans_b ? K : N, trans_b ? N : K, p->ldb)) == 0 &&
+        (s = rt_lt.layout_create(&p->lb, CUDA_R_32F, K, M, p->lda)) == 0 &&
+        (s = rt_lt.layout_create(&p->lc, CUDA_R_32F, N, M, p->ldc)) == 0 &&
+        (*call = "cublasLtMatmulPreferenceCreate", s = rt_lt.pref_create(&pref)) == 0 &&
+        (*call = "cublasLtMatmulPreferenceSetAttribute",
+         s = rt_lt.pref_set(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws)) == 0 &&
+        (s = rt_lt.pref_set(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &p->align[0], sizeof p->align[0])) == 0 &&
+        (s = rt_lt.pref_set(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &p->align[1], sizeof p->align[1])) == 0 &&
+        (s = rt_lt.pref_set(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &p->align[2], sizeof p->align[2])) == 0 &&
+        (s = rt_lt.pref_set(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &p->align[2], sizeof p->align[2])) == 0 &&
+        (*call = "cublasLtMatmulAlgoGetHeuristic",
+         s = rt_lt.heuristic(h, p->desc, p->la, p->lb, p->lc, p->lc, pref, 1, &res, &n)) == 0) {
+        if (n < 1 || res.state != CUBLAS_STATUS_SUCCESS)
+            s = CUBLAS_STATUS_NOT_SUPPORTED; /* no algorithm for these alignments */
+        else
+            p->algo = res.algo;
+    }
+    if (pref) rt_lt.pref_destroy(pref);
+    return s;
 }
 
 mrt_status rt_cuda_gemm_bias_act(int index, void *stream, int trans_b, int M, int N, int K, const float *A, int lda,
@@ -585,56 +765,59 @@ mrt_status rt_cuda_gemm_bias_act(int index, void *stream, int trans_b, int M, in
 {
     if (index < 0 || index >= RT_CUDA_MAX_DEVICES)
         return mrt_set_error(MRT_ERR_DEVICE, "gemm on cuda:%d: no such device", index);
-    pthread_mutex_lock(&rt_lt.lock);
-    int prev = -1;
     mrt_status st = rt_lt_load();
-    cudaError_t e = st == MRT_OK ? rt_guard_enter(index, &prev) : cudaSuccess;
-    if (st == MRT_OK && e != cudaSuccess) {
+    if (st != MRT_OK)
+        return st;
+    rt_lt_device *dv = &rt_lt.dev[index];
+    pthread_mutex_lock(&dv->lock);
+    int prev = -1;
+    cudaError_t e = rt_guard_enter(index, &prev);
+    if (e != cudaSuccess) {
         st = rt_cuda_fail(MRT_ERR_CUDA, e, "gemm on cuda:%d", index);
         rt_guard_leave(index, prev);
-        pthread_mutex_unlock(&rt_lt.lock);
-        return st;
-    }
-    if (st != MRT_OK) {
-        pthread_mutex_unlock(&rt_lt.lock);
+        pthread_mutex_unlock(&dv->lock);
         return st;
     }
     cublasStatus_t s = CUBLAS_STATUS_SUCCESS;
     const char *call = "cublasLtCreate";
-    if (!rt_lt.handle[index]) s = rt_lt.create(&rt_lt.handle[index]);
+    if (!dv->handle) s = rt_lt.create(&dv->handle);
     /* Column-major view, as in rt_cuda_gemm: D^T [N, M] = op(B)^T [N, K] @ A^T [K, M]. The bias
      * [N] then runs along D^T's rows, which is what CUBLASLT_EPILOGUE_BIAS adds. */
-    cublasLtMatmulDesc_t desc = NULL;
-    cublasLtMatrixLayout_t la = NULL, lb = NULL, lc = NULL;
-    cublasOperation_t opa = trans_b ? CUBLAS_OP_T : CUBLAS_OP_N, opb = CUBLAS_OP_N;
-    cublasLtEpilogue_t epi = !bias ? (act == 1 ? CUBLASLT_EPILOGUE_RELU : act == 2 ? CUBLASLT_EPILOGUE_GELU
-                                                                                 : CUBLASLT_EPILOGUE_DEFAULT)
-                                   : (act == 1 ? CUBLASLT_EPILOGUE_RELU_BIAS
-                                               : act == 2 ? CUBLASLT_EPILOGUE_GELU_BIAS : CUBLASLT_EPILOGUE_BIAS);
-    if (s == CUBLAS_STATUS_SUCCESS && (call = "cublasLtMatmulDescCreate",
-                                       s = rt_lt.desc_create(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F)) == 0 &&
-        (call = "cublasLtMatmulDescSetAttribute",
-         s = rt_lt.desc_set(desc, CUBLASLT_MATMUL_DESC_TRANSA, &opa, sizeof opa)) == 0 &&
-        (s = rt_lt.desc_set(desc, CUBLASLT_MATMUL_DESC_TRANSB, &opb, sizeof opb)) == 0 &&
-        (s = rt_lt.desc_set(desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi)) == 0 &&
-        (!bias || (s = rt_lt.desc_set(desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias)) == 0) &&
-        (call = "cublasLtMatrixLayoutCreate",
-         s = rt_lt.layout_create(&la, CUDA_R_32F, trans_b ? K : N, trans_b ? N : K, ldb)) == 0 &&
-        (s = rt_lt.layout_create(&lb, CUDA_R_32F, K, M, lda)) == 0 &&
-        (s = rt_lt.layout_create(&lc, CUDA_R_32F, N, M, ldc)) == 0) {
+    int epi = !bias ? (act == 1 ? CUBLASLT_EPILOGUE_RELU : act == 2 ? CUBLASLT_EPILOGUE_GELU : CUBLASLT_EPILOGUE_DEFAULT)
+                    : (act == 1 ? CUBLASLT_EPILOGUE_RELU_BIAS
+                                : act == 2 ? CUBLASLT_EPILOGUE_GELU_BIAS : CUBLASLT_EPILOGUE_BIAS);
+    rt_lt_plan key = {.used = 1, .trans_b = trans_b, .M = M, .N = N, .K = K, .lda = lda, .ldb = ldb, .ldc = ldc,
+                      .epi = epi, .align = {rt_lt_align(B), rt_lt_align(A), rt_lt_align(C)}};
+    rt_lt_plan *p = NULL;
+    for (int i = 0; s == CUBLAS_STATUS_SUCCESS && i < RT_LT_PLANS && !p; i++) {
+        rt_lt_plan *q = &dv->plan[i];
+        if (q->used && q->trans_b == key.trans_b && q->M == M && q->N == N && q->K == K && q->lda == lda &&
+            q->ldb == ldb && q->ldc == ldc && q->epi == epi && !memcmp(q->align, key.align, sizeof key.align))
+            p = q;
+    }
+    if (s == CUBLAS_STATUS_SUCCESS && !p) {
+        p = &dv->plan[dv->next];
+        dv->next = (dv->next + 1) % RT_LT_PLANS;
+        if (p->used) rt_lt_plan_free(p);
+        *p = key;
+        if ((s = rt_lt_plan_make(dv->handle, p, &call)) != CUBLAS_STATUS_SUCCESS)
+            rt_lt_plan_free(p);
+    }
+    if (s == CUBLAS_STATUS_SUCCESS && bias) {
+        call = "cublasLtMatmulDescSetAttribute";
+        s = rt_lt.desc_set(p->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias);
+    }
+    if (s == CUBLAS_STATUS_SUCCESS) {
         const float one = 1.0f, zero = 0.0f;
         call = "cublasLtMatmul";
-        s = rt_lt.matmul(rt_lt.handle[index], desc, &one, B, la, A, lb, &zero, C, lc, C, lc, NULL, NULL, 0,
+        s = rt_lt.matmul(dv->handle, p->desc, &one, B, p->la, A, p->lb, &zero, C, p->lc, C, p->lc, &p->algo, NULL, 0,
                          (cudaStream_t)stream);
     }
     if (s != CUBLAS_STATUS_SUCCESS)
-        st = mrt_set_error(MRT_ERR_CUDA, "gemm with epilogue on cuda:%d: %s failed (cuBLAS status %d)", index, call,
-                           (int)s);
-    if (lc) rt_lt.layout_destroy(lc);
-    if (lb) rt_lt.layout_destroy(lb);
-    if (la) rt_lt.layout_destroy(la);
-    if (desc) rt_lt.desc_destroy(desc);
+        st = mrt_set_error(MRT_ERR_CUDA, "gemm with epilogue on cuda:%d (%dx%dx%d; A, B, C %u-, %u-, %u-byte aligned): "
+                           "%s failed (cuBLAS status %d)", index, M, N, K, key.align[1], key.align[0], key.align[2],
+                           call, (int)s);
     rt_guard_leave(index, prev);
-    pthread_mutex_unlock(&rt_lt.lock);
+    pthread_mutex_unlock(&dv->lock);
     return st;
 }

@@ -22,6 +22,9 @@
 #include "mrt_launch.h"
 
 #include <cuda_runtime.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <string.h>
 #include <limits.h>
 #include <math.h>
 #include <stdint.h>
@@ -694,6 +697,80 @@ mrt_status mrt_cuda_layernorm_f32(void *stream, float *y, const float *x, const 
     return MRT_OK;
 }
 
+/* The ids check of the embeddings, deferred to the stream's next synchronization: each call's
+ * kernel marks the first bad position in a device record of its own, a one-thread kernel adds
+ * the id found there, and an asynchronous copy brings the record to pinned host memory; the
+ * record is read after the host waits for the stream anyway (rt_cuda_stream_sync, at the end of
+ * a model's run), so a run makes no host synchronization of its own for the check. Up to
+ * kChecks calls per stream between two synchronizations (more: the stream is synchronized and
+ * checked early); a stream's records are allocated at its first embedding and freed with it. */
+namespace {
+struct EmbedRecord {
+    unsigned long long pos; // the smallest bad position, ~0 if none
+    long long id;           // the id there
+};
+constexpr int kChecks = 16, kCheckStreams = 64;
+struct EmbedChecks {
+    cudaStream_t stream;
+    int device, used, n;  // n: records queued since the last collect
+    EmbedRecord *dev_rec; // kChecks device records
+    EmbedRecord *host_rec; // kChecks pinned host records
+    int64_t V[kChecks];
+    char what[kChecks][128];
+};
+pthread_mutex_t g_checks_lock = PTHREAD_MUTEX_INITIALIZER;
+EmbedChecks g_checks[kCheckStreams];
+
+EmbedChecks *checks_find(cudaStream_t s, int device)
+{
+    for (int i = 0; i < kCheckStreams; i++)
+        if (g_checks[i].used && g_checks[i].stream == s && g_checks[i].device == device)
+            return &g_checks[i];
+    return NULL;
+}
+
+// The first bad id among the records collected (call order), as an error; the records reset.
+mrt_status checks_report(EmbedChecks *c)
+{
+    mrt_status st = MRT_OK;
+    for (int k = 0; k < c->n && st == MRT_OK; k++)
+        if (c->host_rec[k].pos != ~0ull)
+            st = mrt_set_error(MRT_ERR_INVALID_ARG, "%s: id %lld at position %lld is out of range [0, %lld)",
+                               c->what[k], c->host_rec[k].id, (long long)c->host_rec[k].pos, (long long)c->V[k]);
+    c->n = 0;
+    return st;
+}
+} // namespace
+
+// The id at the first bad position (rec->pos from embedding_kernel), while ids still holds it.
+__global__ void embedding_bad_id_kernel(EmbedRecord *rec, const void *ids, int ids_i64)
+{
+    const unsigned long long p = rec->pos;
+    if (p != ~0ull)
+        rec->id = ids_i64 ? ((const int64_t *)ids)[p] : (long long)((const int32_t *)ids)[p];
+}
+
+extern "C" mrt_status rt_cuda_checks_collect(int device, void *stream)
+{
+    pthread_mutex_lock(&g_checks_lock);
+    EmbedChecks *c = checks_find((cudaStream_t)stream, device);
+    mrt_status st = c ? checks_report(c) : MRT_OK;
+    pthread_mutex_unlock(&g_checks_lock);
+    return st;
+}
+
+extern "C" void rt_cuda_checks_release(int device, void *stream)
+{
+    pthread_mutex_lock(&g_checks_lock);
+    EmbedChecks *c = checks_find((cudaStream_t)stream, device);
+    if (c) {
+        if (cudaFree(c->dev_rec) != cudaSuccess || cudaFreeHost(c->host_rec) != cudaSuccess)
+            (void)cudaGetLastError();
+        memset(c, 0, sizeof *c);
+    }
+    pthread_mutex_unlock(&g_checks_lock);
+}
+
 mrt_status mrt_cuda_embedding_f32(void *stream, float *y, const void *ids, int ids_i64, int64_t n, const float *w,
                                   int64_t V, int64_t D, const char *what)
 {
@@ -705,67 +782,64 @@ mrt_status mrt_cuda_embedding_f32(void *stream, float *y, const void *ids, int i
     if (n == 0)
         return MRT_OK;
     cudaStream_t s = (cudaStream_t)stream;
-    // A device word for the first bad position: stream-ordered, so concurrent calls on other
-    // streams do not share it (cudaMalloc where memory pools are unsupported).
-    unsigned long long *flag = NULL, host_flag = ~0ull;
-    bool pooled = true;
-    auto release = [&]() {
-        if (flag && (pooled ? cudaFreeAsync(flag, s) : cudaFree(flag)) != cudaSuccess)
-            (void)cudaGetLastError();
-        flag = NULL;
-    };
-    cudaError_t e = cudaMallocAsync((void **)&flag, sizeof *flag, s);
+    int device = 0;
+    cudaError_t e = cudaGetDevice(&device);
+    pthread_mutex_lock(&g_checks_lock);
+    EmbedChecks *c = e == cudaSuccess ? checks_find(s, device) : NULL;
+    for (int i = 0; e == cudaSuccess && !c && i < kCheckStreams; i++)
+        if (!g_checks[i].used) { // the stream's first embedding: its records, once
+            EmbedChecks *f = &g_checks[i];
+            e = cudaMalloc((void **)&f->dev_rec, kChecks * sizeof(EmbedRecord));
+            if (e == cudaSuccess && (e = cudaMallocHost((void **)&f->host_rec, kChecks * sizeof(EmbedRecord))) != cudaSuccess)
+                (void)cudaFree(f->dev_rec);
+            if (e == cudaSuccess) {
+                f->used = 1, f->stream = s, f->device = device, f->n = 0;
+                c = f;
+            }
+        }
+    mrt_status st = MRT_OK;
+    if (e == cudaSuccess && !c)
+        st = mrt_set_error(MRT_ERR_CUDA, "%s: cannot set up the id check: more than %d streams with embeddings", what,
+                           kCheckStreams);
+    if (e == cudaSuccess && c && c->n == kChecks) { // full: wait for the stream and check now
+        e = cudaStreamSynchronize(s);
+        if (e == cudaSuccess)
+            st = checks_report(c);
+    }
+    int k = c ? c->n : 0;
+    if (e == cudaSuccess && st == MRT_OK)
+        e = cudaMemsetAsync(&c->dev_rec[k], 0xff, sizeof(EmbedRecord), s);
     if (e != cudaSuccess) {
         (void)cudaGetLastError();
-        pooled = false;
-        flag = NULL;
-        e = cudaMalloc((void **)&flag, sizeof *flag);
+        st = mrt_set_error(MRT_ERR_CUDA, "%s: cannot set up the id check: %s (%s)", what, cudaGetErrorName(e),
+                           cudaGetErrorString(e));
     }
-    if (e == cudaSuccess)
-        e = cudaMemsetAsync(flag, 0xff, sizeof *flag, s);
-    if (e != cudaSuccess) {
-        (void)cudaGetLastError();
-        release();
-        return mrt_set_error(MRT_ERR_CUDA, "%s: cannot set up the id check: %s (%s)", what, cudaGetErrorName(e),
-                             cudaGetErrorString(e));
-    }
-    const int64_t Dl = D > 0 ? D : 1;
-    MRT_LAUNCH(embedding_kernel, grid_for(n * Dl, kBlock), kBlock, 0, s, y, ids, ids_i64, n, w, V, D, Dl, flag);
-    mrt_status st = launched(what, "embedding_kernel");
     if (st != MRT_OK) {
-        release();
+        pthread_mutex_unlock(&g_checks_lock);
         return st;
     }
-    e = cudaMemcpyAsync(&host_flag, flag, sizeof host_flag, cudaMemcpyDeviceToHost, s);
-    if (e == cudaSuccess && pooled)
-        release(); // queued after the copy
-    if (e == cudaSuccess)
-        e = cudaStreamSynchronize(s);
-    release(); // cudaFree after the synchronisation (a no-op when already released)
-    if (e != cudaSuccess) {
-        (void)cudaGetLastError();
-        return mrt_set_error(MRT_ERR_CUDA, "%s: reading back the id check failed: %s (%s)", what,
-                             cudaGetErrorName(e), cudaGetErrorString(e));
+    const int64_t Dl = D > 0 ? D : 1;
+    MRT_LAUNCH(embedding_kernel, grid_for(n * Dl, kBlock), kBlock, 0, s, y, ids, ids_i64, n, w, V, D, Dl,
+               &c->dev_rec[k].pos);
+    st = launched(what, "embedding_kernel");
+    if (st == MRT_OK) {
+        MRT_LAUNCH(embedding_bad_id_kernel, 1, 1, 0, s, &c->dev_rec[k], ids, ids_i64);
+        st = launched(what, "embedding_bad_id_kernel");
     }
-    if (host_flag == ~0ull)
-        return MRT_OK;
-    const int64_t pos = (int64_t)host_flag;
-    int64_t bad = 0;
-    const size_t isz = ids_i64 ? 8 : 4;
-    int32_t bad32 = 0;
-    e = cudaMemcpyAsync(ids_i64 ? (void *)&bad : (void *)&bad32, (const char *)ids + (size_t)pos * isz, isz,
-                        cudaMemcpyDeviceToHost, s);
-    if (e == cudaSuccess)
-        e = cudaStreamSynchronize(s);
-    if (e != cudaSuccess) {
+    if (st == MRT_OK &&
+        (e = cudaMemcpyAsync(&c->host_rec[k], &c->dev_rec[k], sizeof(EmbedRecord), cudaMemcpyDeviceToHost, s)) !=
+            cudaSuccess) {
         (void)cudaGetLastError();
-        return mrt_set_error(MRT_ERR_INVALID_ARG, "%s: id at position %lld is out of range [0, %lld)", what,
-                             (long long)pos, (long long)V);
+        st = mrt_set_error(MRT_ERR_CUDA, "%s: cannot queue the id check: %s (%s)", what, cudaGetErrorName(e),
+                           cudaGetErrorString(e));
     }
-    if (!ids_i64)
-        bad = bad32;
-    return mrt_set_error(MRT_ERR_INVALID_ARG, "%s: id %lld at position %lld is out of range [0, %lld)", what,
-                         (long long)bad, (long long)pos, (long long)V);
+    if (st == MRT_OK) {
+        c->V[k] = V;
+        snprintf(c->what[k], sizeof c->what[k], "%s", what);
+        c->n = k + 1;
+    }
+    pthread_mutex_unlock(&g_checks_lock);
+    return st;
 }
 
 mrt_status mrt_cuda_concat_part(void *stream, void *y, const void *x, int64_t outer, int64_t x_row, int64_t y_row,

@@ -515,6 +515,19 @@ mrt_status mrt_stream_sync(mrt_device d, void *stream, const char *what)
     return rt_cuda_stream_sync(d.index, stream, what ? what : "stream");
 }
 
+mrt_status mrt_stream_wait(mrt_device wait_dev, void *waiter, mrt_device d, void *stream, const char *what)
+{
+    if (wait_dev.kind != MRT_DEVICE_CUDA || d.kind != MRT_DEVICE_CUDA || waiter == stream ||
+        rt_fake_cuda_count(NULL) >= 0)
+        return MRT_OK;
+    char wn[32], name[32], ctx[160];
+    snprintf(ctx, sizeof ctx, "%s: cannot make a stream of %s wait for %s", what ? what : "wait",
+             mrt_device_str(wait_dev, wn, sizeof wn), mrt_device_str(d, name, sizeof name));
+    if (rt_device_usable(wait_dev, ctx) != MRT_OK || rt_device_usable(d, ctx) != MRT_OK)
+        return MRT_ERR_DEVICE;
+    return rt_cuda_stream_wait(wait_dev.index, waiter, d.index, stream, what ? what : "wait");
+}
+
 /* ---------------------------------------------------------------- copies and pointers */
 
 mrt_status mrt_memcpy(mrt_device dst_dev, void *dst, mrt_device src_dev, const void *src, size_t bytes,

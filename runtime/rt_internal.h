@@ -79,6 +79,18 @@ mrt_status rt_cuda_activate(int index);
 mrt_status rt_cuda_stream_create(int index, void **stream);
 void rt_cuda_stream_destroy(int index, void *stream);
 mrt_status rt_cuda_stream_sync(int index, void *stream, const char *what);
+/** Make `waiter` (on cuda:wait_index) wait for the work queued so far on `stream` (on cuda:index):
+ *  an event recorded on stream, cudaStreamWaitEvent on waiter. The host does not wait. */
+mrt_status rt_cuda_stream_wait(int wait_index, void *waiter, int index, void *stream, const char *what);
+/** Under the tests' CUDA simulator (tests/cudasim, found with dlsym), its counters since the
+ *  process started: c = {kernel launches, library calls, copies, host synchronizations}; returns
+ *  1. Returns 0, c untouched, with a real CUDA runtime or without CUDA. */
+int rt_cuda_sim_counters(unsigned long long c[4]);
+/** rt_cuda_kernels.cu: the deferred checks of the embeddings queued on `stream` of cuda:device
+ *  (read after the stream was synchronized: the first bad id as an error), and their records
+ *  freed before the stream is destroyed. */
+mrt_status rt_cuda_checks_collect(int device, void *stream);
+void rt_cuda_checks_release(int device, void *stream);
 /** Any copy with at least one CUDA side (see mrt_memcpy). */
 mrt_status rt_cuda_memcpy(mrt_device dst_dev, void *dst, mrt_device src_dev, const void *src,
                           size_t bytes, void *stream);

@@ -85,6 +85,18 @@ mrt_status rt_cuda_stream_sync(int index, void *stream, const char *what)
                          rt_no_cuda);
 }
 
+mrt_status rt_cuda_stream_wait(int wait_index, void *waiter, int index, void *stream, const char *what)
+{
+    return mrt_set_error(MRT_ERR_DEVICE, "%s: cannot order cuda:%d after cuda:%d: %s", what, wait_index, index,
+                         rt_no_cuda);
+}
+
+int rt_cuda_sim_counters(unsigned long long c[4])
+{
+    (void)c;
+    return 0;
+}
+
 mrt_status rt_cuda_memcpy(mrt_device dst_dev, void *dst, mrt_device src_dev, const void *src,
                           size_t bytes, void *stream)
 {

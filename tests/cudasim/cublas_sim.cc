@@ -39,6 +39,10 @@ struct cublasLtMatmulDescOpaque_t {
     uint32_t epilogue = CUBLASLT_EPILOGUE_DEFAULT;
     const void *bias = nullptr;
 };
+struct cublasLtMatmulPreferenceOpaque_t {
+    uint64_t max_workspace = 0;
+    uint32_t align[4] = {256, 256, 256, 256}; // A, B, C, D: cuBLASLt's defaults
+};
 struct cublasLtMatrixLayoutOpaque_t {
     int type;
     uint64_t rows, cols;
@@ -64,6 +68,15 @@ bool untrack(const void *p)
 {
     std::lock_guard<std::mutex> l(g_mu);
     return g_live.erase(p) == 1;
+}
+
+const uint64_t kAlgoMagic = 0x6375646173696dULL; // marks an algorithm the stand-in's heuristic made
+
+/* The largest power of two (up to 256) that divides p's address. */
+uint32_t alignment(const void *p)
+{
+    uintptr_t a = (uintptr_t)p;
+    return a == 0 || (a & 255) == 0 ? 256u : (uint32_t)(a & (~a + 1));
 }
 
 /* One matrix operand: column-major rows x cols with leading dimension ld, batch items apart. */
@@ -370,6 +383,84 @@ CUBLAS_EXPORT cublasStatus_t cublasLtMatrixLayoutDestroy(cublasLtMatrixLayout_t 
     return CUBLAS_STATUS_SUCCESS;
 }
 
+CUBLAS_EXPORT cublasStatus_t cublasLtMatmulPreferenceCreate(cublasLtMatmulPreference_t *pref)
+{
+    if (!pref)
+        return CUBLAS_STATUS_INVALID_VALUE;
+    *pref = new cublasLtMatmulPreferenceOpaque_t{};
+    track(*pref);
+    return CUBLAS_STATUS_SUCCESS;
+}
+
+CUBLAS_EXPORT cublasStatus_t cublasLtMatmulPreferenceDestroy(cublasLtMatmulPreference_t pref)
+{
+    if (!untrack(pref))
+        return CUBLAS_STATUS_INVALID_VALUE;
+    delete pref;
+    return CUBLAS_STATUS_SUCCESS;
+}
+
+CUBLAS_EXPORT cublasStatus_t cublasLtMatmulPreferenceSetAttribute(cublasLtMatmulPreference_t p,
+                                                                  cublasLtMatmulPreferenceAttributes_t attr,
+                                                                  const void *buf, size_t size)
+{
+    if (!live(p) || !buf)
+        return CUBLAS_STATUS_INVALID_VALUE;
+    void *field = nullptr;
+    size_t want = 4;
+    switch (attr) {
+    case CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES: field = &p->max_workspace, want = 8; break;
+    case CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES: field = &p->align[0]; break;
+    case CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES: field = &p->align[1]; break;
+    case CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES: field = &p->align[2]; break;
+    case CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES: field = &p->align[3]; break;
+    default: break;
+    }
+    if (!field || size != want) {
+        cudasim_report("cublasLtMatmulPreferenceSetAttribute: attribute %d takes %zu bytes, given %zu (or is not "
+                       "supported by the stand-in)", (int)attr, want, size);
+        return CUBLAS_STATUS_INVALID_VALUE;
+    }
+    memcpy(field, buf, size);
+    return CUBLAS_STATUS_SUCCESS;
+}
+
+/* One algorithm when the preference's alignments are powers of two of at least a float (what an
+ * fp32 kernel can load), none otherwise (CUBLAS_STATUS_NOT_SUPPORTED, as cuBLASLt). The algorithm
+ * remembers those alignments, which cublasLtMatmul then holds the pointers to; it needs no
+ * workspace. */
+CUBLAS_EXPORT cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t h, cublasLtMatmulDesc_t desc,
+                                                            cublasLtMatrixLayout_t la, cublasLtMatrixLayout_t lb,
+                                                            cublasLtMatrixLayout_t lc, cublasLtMatrixLayout_t ld,
+                                                            cublasLtMatmulPreference_t pref, int requested,
+                                                            cublasLtMatmulHeuristicResult_t results[], int *returned)
+{
+    static const char api[] = "cublasLtMatmulAlgoGetHeuristic";
+    if (!live(h))
+        return CUBLAS_STATUS_NOT_INITIALIZED;
+    if (!live(desc) || !live(la) || !live(lb) || !live(lc) || !live(ld) || !live(pref) || requested < 1 || !results ||
+        !returned) {
+        cudasim_report("%s: a descriptor, layout or preference does not exist, or no room for a result", api);
+        return CUBLAS_STATUS_INVALID_VALUE;
+    }
+    *returned = 0;
+    for (int i = 0; i < 4; i++)
+        if (pref->align[i] < 4 || (pref->align[i] & (pref->align[i] - 1))) {
+            cudasim_report("%s: no algorithm for %c aligned to %u bytes", api, "ABCD"[i], pref->align[i]);
+            return CUBLAS_STATUS_NOT_SUPPORTED;
+        }
+    memset(&results[0], 0, sizeof results[0]);
+    for (int i = 0; i < 4; i++)
+        results[0].algo.data[i] = pref->align[i];
+    results[0].algo.data[4] = 0; // workspace bytes it needs
+    results[0].algo.data[7] = kAlgoMagic;
+    results[0].workspaceSize = 0;
+    results[0].state = CUBLAS_STATUS_SUCCESS;
+    results[0].wavesCount = 1.0f;
+    *returned = 1;
+    return CUBLAS_STATUS_SUCCESS;
+}
+
 CUBLAS_EXPORT cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_t desc, const void *alpha,
                                             const void *A, cublasLtMatrixLayout_t la, const void *B,
                                             cublasLtMatrixLayout_t lb, const void *beta, const void *C,
@@ -378,9 +469,30 @@ CUBLAS_EXPORT cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDe
                                             cudaStream_t stream)
 {
     static const char api[] = "cublasLtMatmul";
-    (void)algo, (void)workspace, (void)ws;
     if (!live(h))
         return CUBLAS_STATUS_NOT_INITIALIZED;
+    /* the alignments the algorithm was chosen for (no algorithm: the default preference's) */
+    const uint32_t dflt[4] = {256, 256, 256, 256};
+    uint32_t need[4];
+    for (int i = 0; i < 4; i++)
+        need[i] = algo ? (uint32_t)algo->data[i] : dflt[i];
+    if (algo && algo->data[7] != kAlgoMagic) {
+        cudasim_report("%s: the algorithm is not one cublasLtMatmulAlgoGetHeuristic returned", api);
+        return CUBLAS_STATUS_INVALID_VALUE;
+    }
+    if ((algo ? algo->data[4] : 0) > ws || (ws && !workspace)) {
+        cudasim_report("%s: the algorithm needs %llu bytes of workspace, given %zu at %p", api,
+                       (unsigned long long)(algo ? algo->data[4] : 0), ws, workspace);
+        return CUBLAS_STATUS_INVALID_VALUE;
+    }
+    const void *ptrs[4] = {A, B, C, D};
+    for (int i = 0; i < 4; i++)
+        if (alignment(ptrs[i]) < need[i]) {
+            cudasim_report("%s: %c at %p is %u-byte aligned, but the algorithm %s %u-byte alignment", api, "ABCD"[i],
+                           ptrs[i], alignment(ptrs[i]), algo ? "was chosen for" : "(none given: the default preference) assumes",
+                           need[i]);
+            return CUBLAS_STATUS_INVALID_VALUE;
+        }
     if (!live(desc) || !live(la) || !live(lb) || !live(lc) || !live(ld) || !alpha || !beta) {
         cudasim_report("%s: a descriptor or layout does not exist, or alpha or beta is NULL", api);
         return CUBLAS_STATUS_INVALID_VALUE;

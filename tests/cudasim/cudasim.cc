@@ -556,6 +556,13 @@ std::map<Event *, bool> g_events;
 
 const char *g_op = NULL; // the stream operation running now (for fault messages)
 
+/* What the host asked of the simulated devices (cudasim_get_counters). A host synchronization
+ * is a call that returns only once device work is done: a stream, event or device
+ * synchronization (or query), a copy that returns once done (cudaMemcpy, cudaMemcpyAsync to
+ * pageable memory, cudaMemcpyPeer), cudaMemset, cudaFree and cudaFreeHost. */
+cudasim_counters g_counts;
+unsigned long long g_pinned_allocs; // cudaMallocHost calls of a non-empty block
+
 double now_ms()
 {
     struct timespec ts;
@@ -1064,11 +1071,17 @@ cudaError_t memcpy_impl(const char *api, void *dst, const void *src, size_t n, e
         auto staged = std::make_shared<std::vector<unsigned char>>((const unsigned char *)src,
                                                                    (const unsigned char *)src + n);
         enqueue(s, Op{what, [dst, staged, n] { memcpy(dst, staged->data(), n); }, true});
+        g_counts.copies++;
         return cudaSuccess;
     }
     enqueue(s, Op{what, [dst, src, n] { memmove(dst, src, n); }, true});
-    if (async && (wd == Where::Host || (dst_host && src_host))) // returns once the copy is done
+    g_counts.copies++;
+    if (!async)
+        g_counts.host_syncs++;
+    if (async && (wd == Where::Host || (dst_host && src_host))) { // returns once the copy is done
+        g_counts.host_syncs++;
         flush(s, s->enq);
+    }
     return cudaSuccess;
 }
 
@@ -1235,6 +1248,7 @@ CUDASIM_EXPORT cudaError_t cudaDeviceSynchronize(void)
     cudaError_t e = ready();
     if (e != cudaSuccess)
         return fail(e);
+    g_counts.host_syncs++;
     drain(t_dev, false);
     return cudaSuccess;
 }
@@ -1375,6 +1389,7 @@ CUDASIM_EXPORT cudaError_t cudaFree(void *p)
     Alloc *al = alloc_to_free(p, "cudaFree");
     if (!al)
         return fail(cudaErrorInvalidValue);
+    g_counts.host_syncs++;
     drain(al->device, false); // cudaFree waits for the device's work
     release(*al);
     return cudaSuccess;
@@ -1430,6 +1445,7 @@ CUDASIM_EXPORT cudaError_t cudaMallocHost(void **p, size_t size)
     *p = NULL;
     if (size == 0)
         return cudaSuccess;
+    g_pinned_allocs++;
     size_t mapped = round_up(size, kPage);
     void *m = mmap(NULL, mapped, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (m == MAP_FAILED)
@@ -1458,6 +1474,7 @@ CUDASIM_EXPORT cudaError_t cudaFreeHost(void *p)
         report("cudaFreeHost(%p): not a block from cudaMallocHost: %s", p, describe(p).c_str());
         return fail(cudaErrorInvalidValue);
     }
+    g_counts.host_syncs++;
     for (size_t d = 0; d < g_dev.size(); d++) // queued copies may still use it
         drain((int)d, false);
     munmap(p, it->second.mapped);
@@ -1501,7 +1518,9 @@ static cudaError_t peer_copy(const char *api, void *dst, int dd, const void *src
     }
     char what[160];
     snprintf(what, sizeof what, "%s of %zu bytes to %p (cuda:%d) from %p (cuda:%d)", api, n, dst, dd, src, sd);
+    g_counts.copies++;
     if (!s) { // synchronous: after the work of both devices' blocking streams
+        g_counts.host_syncs++;
         drain(sd, true);
         drain(dd, true);
         DeviceAccess open;
@@ -1540,6 +1559,7 @@ CUDASIM_EXPORT cudaError_t cudaMemset(void *p, int value, size_t n)
     cudaError_t e = ready();
     if (e != cudaSuccess)
         return fail(e);
+    g_counts.host_syncs++;
     return fail(memset_impl("cudaMemset", p, value, n, null_stream(t_dev)));
 }
 
@@ -1633,6 +1653,7 @@ CUDASIM_EXPORT cudaError_t cudaStreamSynchronize(cudaStream_t h)
     Stream *s;
     if ((e = resolve(h, &s)) != cudaSuccess)
         return fail(e);
+    g_counts.host_syncs++;
     if (s->is_null)
         drain(s->device, true);
     flush(s);
@@ -1747,6 +1768,7 @@ CUDASIM_EXPORT cudaError_t cudaEventSynchronize(cudaEvent_t ev)
     if (e != cudaSuccess)
         return fail(e);
     auto it = g_streams.find(v->stream);
+    g_counts.host_syncs++;
     if (v->stream && it != g_streams.end())
         flush(it->second, v->seq);
     return cudaSuccess;
@@ -1838,6 +1860,7 @@ CUDASIM_EXPORT void cudasim_launch_kernel(const char *name, const void *func, di
     L->shared_lo = shared_lo;
     L->shared_hi = shared_hi;
     enqueue(s, Op{std::string("kernel ") + name, [L] { execute(L.get()); }, true});
+    g_counts.launches++;
 }
 
 CUDASIM_EXPORT int cudasim_barrier(int kind, int pred, const char *file, int line)
@@ -1978,7 +2001,20 @@ CUDASIM_EXPORT cudaError_t cudasim_enqueue(cudaStream_t stream, const char *what
             drop(p);
     });
     enqueue(s, Op{what, [run, owner] { run(owner.get()); }, true});
+    g_counts.library_calls++;
     return cudaSuccess;
+}
+
+CUDASIM_EXPORT unsigned long long cudasim_pinned_allocs(void)
+{
+    Lock l(g_mu);
+    return g_pinned_allocs;
+}
+
+CUDASIM_EXPORT void cudasim_get_counters(cudasim_counters *out)
+{
+    Lock l(g_mu);
+    *out = g_counts;
 }
 
 CUDASIM_EXPORT int cudasim_stream_device(cudaStream_t stream)

@@ -9,8 +9,12 @@
 #   4. every tests/numeric case compiled by $B/cudasim/bin/modelc (NAME.cu by the host C++
 #      compiler) and run with --device cuda against the reference interpreter;
 #   5. generated models run on the simulated GPUs against their own CPU run (|gpu - cpu| <=
-#      1e-5 (1 + |cpu|)): examples/digits, and tests/numeric's dev_split_bits with its cpu:N
-#      regions mapped to two GPUs, with peer access and without (staged copies).
+#      1e-5 (1 + |cpu|)): examples/digits (and its launch, copy and host synchronization counts
+#      per run, from --time), and tests/numeric's dev_split_bits with its cpu:N
+#      regions mapped to two GPUs, with peer access and without (staged copies), and
+#      tests/cudasim/transfer_race.model (a peer copy whose source block is reused at once);
+#   6. the examples ResNet-18 and GPT-2 (batch 1) and MiniLM with MODELRT_DEVICE=cuda, each
+#      against PyTorch by its own check.py as make gpu-check runs them (about 10, 3 and 10 s).
 # Prints one line per test, "PASS: cudasim/NAME" or "FAIL: cudasim/NAME: why", and exits 1 if any
 # failed. Needs no GPU and no nvcc: only the host C and C++ compilers.
 #
@@ -82,6 +86,15 @@ else
         failed=1
         grep -q '^FAIL:' <<<"$out" ||
             echo "FAIL: cudasim/kernels: exit status $rc: $(tail -n3 "$work/cuda_check.err" | tr '\n' ' ')"
+    fi
+    out="$(CUDASIM_DEVICES=2:16384:9.0 CUDASIM_PEER=0 timeout 300 "$work/cuda_check" 2>"$work/cuda_check.err")"
+    rc=$?
+    if [ $rc -eq 0 ] && grep -q '^PASS: runtime/cuda/gpu_to_gpu_copies' <<<"$out" && ! grep -q '^\(FAIL\|SKIP\):' <<<"$out"; then
+        echo "PASS: cudasim/kernels_no_peer (CUDASIM_PEER=0: GPU-to-GPU copies staged)"
+    else
+        failed=1
+        echo "FAIL: cudasim/kernels_no_peer: CUDASIM_PEER=0: exit status $rc:" \
+             "$(grep -m1 '^\(FAIL\|SKIP\):' <<<"$out" || tail -n2 "$work/cuda_check.err" | tr '\n' ' ')"
     fi
     for sched in reverse random:1; do # other interleavings show other races
         out="$(CUDASIM_DEVICES=2:16384:9.0 CUDASIM_SCHEDULE=$sched timeout 300 "$work/cuda_check" \
@@ -189,6 +202,19 @@ PYEOF
 ex=examples/digits
 model_check digits "$ex/digits.model" "$ex/digits.safetensors" "x=$ex/test_x.npy" logits \
     CUDASIM_DEVICES=1 -- --device cuda
+# What a digits run asks of the GPU (--time on the simulator): its two GEMMs, the input's copy in
+# and the logits' copy out, and no host synchronization before the end: the copy of the logits
+# to pageable memory and the end-of-run stream synchronization are its only two.
+"$PY" -c "import numpy as np; np.save('$work/digits_x4.npy', np.load('$ex/test_x.npy')[:4])"
+want="0 kernel launches, 2 library calls, 2 copies, 2 host synchronizations"
+got="$(CUDASIM_DEVICES=1 "$work/model_digits/prog" --weights "$ex/digits.safetensors" --input x="$work/digits_x4.npy" \
+       --device cuda --time --repeat 3 2>&1 >/dev/null | sed -n 's/^time: simulated CUDA per run: //p')"
+if [ "$got" = "$want" ]; then
+    echo "PASS: cudasim/model/digits_counts (per run: $got)"
+else
+    echo "FAIL: cudasim/model/digits_counts: per run: '$got', expected '$want'"
+    failed=1
+fi
 "$PY" - "$work/split" <<'PYEOF' || { echo "FAIL: cudasim/model/dev_split: cannot write its inputs"; failed=1; }
 import os, sys
 import numpy as np
@@ -200,6 +226,7 @@ rng = np.random.default_rng(7)
 shapes = {"conv.weight": (4, 3, 3, 3), "conv.bias": (4,), "fc.weight": (10, 16), "fc.bias": (10,),
           "ln.weight": (10,), "ln.bias": (10,)}
 write(os.path.join(d, "w.safetensors"), {k: rng.normal(size=s).astype(np.float32) for k, s in shapes.items()})
+write(os.path.join(d, "none.safetensors"), {})
 np.save(os.path.join(d, "x.npy"), rng.normal(size=(3, 3, 6, 6)).astype(np.float32))
 PYEOF
 split=tests/numeric/cases/dev_split_bits.model
@@ -209,4 +236,35 @@ model_check dev_split_staged "$split" "$work/split/w.safetensors" "x=$work/split
     CUDASIM_DEVICES=2 CUDASIM_PEER=0 -- --device cuda --device-map cpu:1=cuda:1,cpu:2=cuda:0
 model_check dev_split_three "$split" "$work/split/w.safetensors" "x=$work/split/x.npy" "y s m" \
     CUDASIM_DEVICES=3 -- --device cuda:2 --device-map cpu:1=cuda:0,cpu:2=cuda:1
+# a transfer between GPUs whose source block is reused by the source slot right after it
+"$PY" -c "import numpy as np; np.save('$work/split/race_x.npy', np.random.default_rng(3).normal(size=(2, 64)).astype(np.float32))"
+model_check transfer_race tests/cudasim/transfer_race.model "$work/split/none.safetensors" "x=$work/split/race_x.npy" "z y" \
+    CUDASIM_DEVICES=2 -- --device cuda --device-map cpu:1=cuda:1
+model_check transfer_race_one_gpu tests/cudasim/transfer_race.model "$work/split/none.safetensors" "x=$work/split/race_x.npy" \
+    "z y" CUDASIM_DEVICES=1 -- --device cuda --device-map cpu:1=cuda:0
+
+# ---------------------------------------------------------------- 6. the examples, on the GPU
+# ResNet-18 and GPT-2 at batch 1, MiniLM on its 5 sentences: each example's own check (against
+# PyTorch's outputs, at the tolerance of its check.py, as make gpu-check runs them) with
+# MODELRT_DEVICE=cuda on one simulated GPU; the run must say it ran on cuda:0, and make no host
+# synchronization before its end: one per output copied back to pageable memory, and the
+# end-of-run stream synchronization (the third word: their number).
+for ex in "resnet18 check-b1 2" "gpt2 check-b1 2" "minilm test 3"; do
+    set -- $ex
+    log="$work/example_$1.log"
+    CUDASIM_DEVICES=1 MODELRT_DEVICE=cuda timeout 300 ${MAKE:-make} -s --no-print-directory -C "examples/$1" "$2" \
+        MODELC="$sim/bin/modelc" B="$work/examples" PYTHON="$PY" >"$log" 2>&1
+    rc=$?
+    counts="$(sed -n 's/^time: simulated CUDA per run: //p' "$log" | head -n1)"
+    if [ "$1" = minilm ] && grep -q "not installed" "$log"; then
+        echo "SKIP: cudasim/example/$1: $(grep -m1 'not installed' "$log")"
+    elif [ $rc -eq 0 ] && grep -q '^PASS: ' "$log" && ! grep -q '^FAIL' "$log" &&
+         grep -q '^time: .*device cuda:0' "$log" && [ "${counts##*copies, }" = "$3 host synchronizations" ]; then
+        sed -n "s#^PASS: examples/#PASS: cudasim/example/#p" "$log" | sed "s#\$# (per run: $counts)#"
+    else
+        failed=1
+        fail_log "example/$1" "make -C examples/$1 $2 with MODELRT_DEVICE=cuda: exit status $rc, per run: $counts" \
+            "$log"
+    fi
+done
 exit $failed

@@ -13,6 +13,7 @@
 #include "modelrt.h"
 #include "mrt_kernels.h"
 
+#include <dlfcn.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -262,6 +263,19 @@ static void check_layernorm(int64_t rows, int64_t D)
     free(x), free(w), free(b), free(ref), free(got);
 }
 
+/* The simulator's counters (tests/cudasim/include/cudasim.h) when it is the CUDA runtime:
+ * {launches, library calls, copies, host synchronizations}; 0 on a real GPU. */
+static int sim_counters(unsigned long long c[4])
+{
+    void *f = dlsym(RTLD_DEFAULT, "cudasim_get_counters");
+    void (*get)(unsigned long long *);
+    if (!f)
+        return 0;
+    memcpy(&get, &f, sizeof f);
+    get(c);
+    return 1;
+}
+
 static void check_embedding(int i64)
 {
     int64_t V = 50, D = 33, n = 9;
@@ -283,9 +297,29 @@ static void check_embedding(int i64)
     ids64[3] = 50, ids64[6] = -1, ids32[3] = 50, ids32[6] = -1;
     mrt_free(g_dev, dids);
     dids = up(ids, (size_t)n * isz);
+    /* the error comes with the stream's synchronization, and the call itself makes the host wait
+     * for nothing (counted under the simulator; elsewhere only the error is checked) */
+    unsigned long long c0[4], c1[4];
+    int sim = sim_counters(c0);
     st = mrt_cuda_embedding_f32(g_stream, dy, dids, i64, n, dw, V, D, "check: embedding ids");
-    int ok = st == MRT_ERR_INVALID_ARG &&
+    int no_wait = !sim || (sim_counters(c1) && c1[3] == c0[3]);
+    if (st == MRT_OK)
+        st = mrt_stream_sync(g_dev, g_stream, "check");
+    int ok = st == MRT_ERR_INVALID_ARG && no_wait &&
              strstr(mrt_last_error(), "check: embedding ids: id 50 at position 3 is out of range [0, 50)");
+    if (!no_wait)
+        mrt_set_error(MRT_ERR_INTERNAL, "mrt_cuda_embedding_f32 made %llu host synchronizations", c1[3] - c0[3]);
+    /* the stream is clean again: a good call after it succeeds */
+    mrt_status st2 = MRT_OK;
+    if (ok) {
+        mrt_free(g_dev, dids);
+        ids64[3] = 5, ids64[6] = 6, ids32[3] = 5, ids32[6] = 6;
+        dids = up(ids, (size_t)n * isz);
+        st2 = mrt_cuda_embedding_f32(g_stream, dy, dids, i64, n, dw, V, D, "check: embedding ids");
+        if (st2 == MRT_OK)
+            st2 = mrt_stream_sync(g_dev, g_stream, "check");
+        ok = st2 == MRT_OK;
+    }
     printf("%s: runtime/cuda/embedding_bounds_%s%s%s\n", ok ? "PASS" : "FAIL", i64 ? "i64" : "i32",
            ok ? "" : ": ", ok ? "" : mrt_last_error());
     g_fail |= !ok;
@@ -331,24 +365,63 @@ static void check_gemm(int ta, int tb, int M, int N, int K, int batch, int zero_
     mrt_free(g_dev, da), mrt_free(g_dev, db), mrt_free(g_dev, dc), free(a), free(b), free(c), free(got);
 }
 
-/* The cuBLASLt GEMM with a bias/activation epilogue against the CPU path. */
-static void check_gemm_bias_act(int tb, int M, int N, int K, int act, int with_bias)
+/* The cuBLASLt GEMM with a bias/activation epilogue against the CPU path; with `off` > 0, A, B
+ * and C start `off` floats into their allocations (a caller's buffer used in place, less than
+ * 256-byte aligned: cuBLASLt's default preference, and so an algorithm chosen without the real
+ * alignments, would reject or fault on it). */
+static void check_gemm_bias_act(int tb, int M, int N, int K, int act, int with_bias, int off)
 {
     int lda = K, ldb = tb ? K : N, ldc = N;
-    size_t na = (size_t)M * lda, nb = (size_t)(tb ? N : K) * ldb, nc = (size_t)M * ldc;
+    size_t na = (size_t)M * lda + off, nb = (size_t)(tb ? N : K) * ldb + off, nc = (size_t)M * ldc + off;
     float *a = rand_host(na), *b = rand_host(nb), *bias = rand_host((size_t)N), *c = malloc(nc * 4), *got = malloc(nc * 4);
     float *da = up(a, na * 4), *db = up(b, nb * 4), *dbias = up(bias, (size_t)N * 4), *dc = up(c, nc * 4);
     mrt_device cpu = {MRT_DEVICE_CPU, 0};
-    mrt_gemm_bias_act_f32(cpu, NULL, tb, M, N, K, a, lda, b, ldb, c, ldc, with_bias ? bias : NULL, act);
-    mrt_status st = mrt_gemm_bias_act_f32(g_dev, g_stream, tb, M, N, K, da, lda, db, ldb, dc, ldc,
+    mrt_gemm_bias_act_f32(cpu, NULL, tb, M, N, K, a + off, lda, b + off, ldb, c + off, ldc, with_bias ? bias : NULL, act);
+    mrt_status st = mrt_gemm_bias_act_f32(g_dev, g_stream, tb, M, N, K, da + off, lda, db + off, ldb, dc + off, ldc,
                                           with_bias ? dbias : NULL, act);
     if (st == MRT_OK) st = mrt_stream_sync(g_dev, g_stream, "gemm_bias_act");
     down(got, dc, nc * 4);
     char name[96];
-    snprintf(name, sizeof name, "gemm_bias_act_t%d_%dx%dx%d_act%d%s", tb, M, N, K, act, with_bias ? "_bias" : "");
-    report(name, st, got, c, nc, 1e-5 * (1 + K));
+    snprintf(name, sizeof name, "gemm_bias_act_t%d_%dx%dx%d_act%d%s%s", tb, M, N, K, act, with_bias ? "_bias" : "",
+             off ? "_unaligned" : "");
+    report(name, st, got + off, c + off, nc - off, 1e-5 * (1 + K));
     mrt_free(g_dev, da), mrt_free(g_dev, db), mrt_free(g_dev, dbias), mrt_free(g_dev, dc);
     free(a), free(b), free(bias), free(c), free(got);
+}
+
+/* GPU to GPU copies (peer, or staged through pinned memory under CUDASIM_PEER=0), three of
+ * them, checked byte for byte; under the simulator, staging allocates pinned memory at most
+ * once for them all (the buffer is kept), where it once allocated 64 MB per copy. */
+static void check_gpu_copies(void)
+{
+    mrt_device d1 = {MRT_DEVICE_CUDA, 1};
+    if (mrt_cuda_device_count(NULL) < 2)
+        return;
+    const size_t n = 4099;
+    unsigned char *h = malloc(n), *got = malloc(n);
+    for (size_t i = 0; i < n; i++)
+        h[i] = (unsigned char)(i * 13 + 5);
+    void *src = up(h, n), *dst = mrt_alloc(d1, n);
+    void *f = dlsym(RTLD_DEFAULT, "cudasim_pinned_allocs");
+    unsigned long long (*pinned)(void) = NULL;
+    if (f)
+        memcpy(&pinned, &f, sizeof f);
+    unsigned long long p0 = pinned ? pinned() : 0;
+    mrt_status st = dst ? MRT_OK : MRT_ERR_OOM;
+    for (int k = 0; k < 3 && st == MRT_OK; k++)
+        st = mrt_memcpy(d1, dst, g_dev, src, n, g_stream);
+    if (st == MRT_OK)
+        st = mrt_stream_sync(g_dev, g_stream, "check");
+    if (st == MRT_OK)
+        st = mrt_memcpy((mrt_device){MRT_DEVICE_CPU, 0}, got, d1, dst, n, NULL);
+    if (st == MRT_OK)
+        st = mrt_stream_sync(d1, NULL, "check");
+    unsigned long long allocs = pinned ? pinned() - p0 : 0;
+    int ok = st == MRT_OK && memcmp(got, h, n) == 0 && allocs <= 1;
+    printf("%s: runtime/cuda/gpu_to_gpu_copies%s%s\n", ok ? "PASS" : "FAIL", ok ? "" : ": ",
+           ok ? "" : st != MRT_OK ? mrt_last_error() : allocs > 1 ? "a pinned buffer allocated per copy" : "bytes differ");
+    g_fail |= !ok;
+    mrt_free(g_dev, src), mrt_free(d1, dst), free(h), free(got);
 }
 
 /* Field case B12: softmax over X [131073, 16384] (more than 2^31 elements), X[i,0] = ln(i+1),
@@ -436,7 +509,10 @@ int main(void)
     check_gemm(0, 1, 5, 7, 3, 4, 1);
     check_gemm(0, 0, 64, 48, 32, 1, 0);
     for (int act = 0; act < 3; act++)
-        for (int tb = 0; tb < 2; tb++) check_gemm_bias_act(tb, 33, 20, 17, act, act != 1);
+        for (int tb = 0; tb < 2; tb++) check_gemm_bias_act(tb, 33, 20, 17, act, act != 1, 0);
+    check_gemm_bias_act(1, 33, 20, 17, 2, 1, 1); /* 4-byte aligned A, B, C */
+    check_gemm_bias_act(0, 8, 12, 5, 1, 1, 3);
+    check_gpu_copies();
     const char *big = getenv("MRT_CHECK_B12");
     if (big && strcmp(big, "1") == 0)
         check_b12();

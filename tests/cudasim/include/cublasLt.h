@@ -3,7 +3,10 @@
  * bias and activation epilogues that runtime/rt_cuda.c loads, numbered as in cuBLAS 13. The
  * stand-in (cublas_sim.cc) computes D = epilogue(alpha op(A) op(B) + beta C) in plain loops,
  * column-major, after checking layouts, leading dimensions and that every matrix is device
- * memory of the handle's device. Valid C and C++.
+ * memory of the handle's device. Valid C and C++. An algorithm from cublasLtMatmulAlgoGetHeuristic
+ * holds the alignments it was chosen for; cublasLtMatmul with no algorithm assumes the default
+ * preference (256-byte aligned matrices) as cuBLASLt does, and either rejects pointers less
+ * aligned than that.
  */
 #ifndef CUDASIM_CUBLASLT_H
 #define CUDASIM_CUBLASLT_H
@@ -16,6 +19,22 @@ typedef struct cublasLtMatrixLayoutOpaque_t *cublasLtMatrixLayout_t;
 typedef struct {
     uint64_t data[8];
 } cublasLtMatmulAlgo_t;
+typedef struct cublasLtMatmulPreferenceOpaque_t *cublasLtMatmulPreference_t;
+typedef enum {
+    CUBLASLT_MATMUL_PREF_SEARCH_MODE = 0,
+    CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES = 1,
+    CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES = 5,
+    CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES = 6,
+    CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES = 7,
+    CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES = 8
+} cublasLtMatmulPreferenceAttributes_t;
+typedef struct {
+    cublasLtMatmulAlgo_t algo;
+    size_t workspaceSize;
+    cublasStatus_t state;
+    float wavesCount;
+    int reserved[4];
+} cublasLtMatmulHeuristicResult_t;
 
 typedef enum {
     CUBLASLT_MATMUL_DESC_COMPUTE_TYPE = 0,

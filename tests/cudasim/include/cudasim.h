@@ -117,6 +117,18 @@ int cudasim_check_access(const void *p, size_t bytes, int device, const char *wh
 void cudasim_report(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 /* The last message cudasim_report said in this process ("" if none). */
 const char *cudasim_last_report(void);
+/* What the host asked of the simulated devices since the process started: kernels launched
+ * (accepted), library calls queued (cuBLAS stand-in), copies (every cudaMemcpy* of at least one
+ * byte), and host synchronizations: calls that return only once device work is done (stream,
+ * event and device synchronizations and queries, cudaMemcpy, cudaMemcpyAsync to pageable
+ * memory, cudaMemcpyPeer, cudaMemset, cudaFree, cudaFreeHost). The runtime's --time finds this
+ * with dlsym and prints the counts of a run; a real CUDA build has no such symbol. */
+typedef struct cudasim_counters {
+    unsigned long long launches, library_calls, copies, host_syncs;
+} cudasim_counters;
+void cudasim_get_counters(cudasim_counters *out);
+/* cudaMallocHost calls (of at least one byte) since the process started. */
+unsigned long long cudasim_pinned_allocs(void);
 /* Bytes of device memory live on `device` (for leak checks in tests). */
 size_t cudasim_live_bytes(int device);
 
