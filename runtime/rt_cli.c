@@ -11,7 +11,8 @@
  * of max_batch when the batch is larger, the model is batch_chunkable and the batch leads every
  * input and output); write the requested
  * outputs atomically. Runtime failures print "PROG: error: <message>" and exit 1. Every path
- * frees what it allocated. --list-devices prints the devices (CPU first, then each visible CUDA
+ * frees what it allocated. A single-valued flag (--weights, --device, --device-map, --repeat)
+ * given twice is a usage error, as a repeated --input is. --list-devices prints the devices (CPU first, then each visible CUDA
  * GPU, or why there is none) and exits 0. --memory alone prints the plan's bytes per device and
  * exits 0; with a run it adds what was measured (peak resident memory, CUDA memory held).
  */
@@ -30,6 +31,7 @@ enum { CLI_OK = 0, CLI_ERROR = 1, CLI_USAGE = 2 };
 
 typedef struct cli_opts {
     const char *weights, *device, *device_map;
+    const char *repeat_arg; /* --repeat's text, to name it when given twice */
     const char **in_files;  /* [n_inputs], NULL where not given */
     const char **out_files; /* [n_outputs], NULL where not requested */
     int time, memory, help, list_devices, plan_only;
@@ -241,6 +243,16 @@ static int cli_parse(const mrt_model_info *info, const char *prog, int argc, cha
                 return cli_usage_error(prog, "--device-map needs a model compiled by modelc");
             if (!v)
                 return cli_usage_error(prog, "%s needs a value", flag);
+            /* A single-valued flag given twice is a mistake (which one was meant?), as a
+             * repeated --input is, not a silent "last one wins". */
+            const char *prev = strcmp(flag, "--weights") == 0      ? o->weights
+                               : strcmp(flag, "--device") == 0     ? o->device
+                               : strcmp(flag, "--device-map") == 0 ? o->device_map
+                               : strcmp(flag, "--repeat") == 0     ? o->repeat_arg
+                                                                   : NULL;
+            if (prev)
+                return cli_usage_error(prog, "%s given twice ('%s' and '%s'); give it once",
+                                       flag, prev, v);
             if (strcmp(flag, "--weights") == 0) {
                 o->weights = v;
             } else if (strcmp(flag, "--device") == 0) {
@@ -254,6 +266,7 @@ static int cli_parse(const mrt_model_info *info, const char *prog, int argc, cha
                     return cli_usage_error(prog, "--repeat '%s': expected a count from 1 to "
                                            "1000000000", v);
                 o->repeat = r;
+                o->repeat_arg = v;
             } else if (strcmp(flag, "--input") == 0) {
                 if ((rc = cli_bind(prog, "input", v, info->inputs, info->n_inputs,
                                    o->in_files)) != CLI_OK)

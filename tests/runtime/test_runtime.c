@@ -1935,6 +1935,22 @@ static void test_cli_usage_errors(void)
     rc = MAIN(&fake_info, "--weights", P("b.safetensors"), "--input", P("x.npy"), "--input",
               P("x.npy"));
     CHECKF(rc == 2 && strstr(err, "given twice"), "rc %d: %s", rc, err);
+    /* a single-valued flag given twice: an error naming both values, whichever form */
+    rc = MAIN(&fake_info, "--weights", P("b.safetensors"), "--input", P("x.npy"), "--weights=w2");
+    CHECKF(rc == 2 && strstr(err, "prog: error: --weights given twice ('") &&
+           strstr(err, "b.safetensors' and 'w2'); give it once"), "rc %d: %s", rc, err);
+    rc = MAIN(&fake_info, "--weights", P("b.safetensors"), "--input", P("x.npy"), "--device",
+              "cpu", "--device", "cuda");
+    CHECKF(rc == 2 && strstr(err, "prog: error: --device given twice ('cpu' and 'cuda'); give "
+                             "it once"), "rc %d: %s", rc, err);
+    rc = MAIN(&fake_info, "--weights", P("b.safetensors"), "--input", P("x.npy"), "--repeat",
+              "2", "--repeat=3");
+    CHECKF(rc == 2 && strstr(err, "prog: error: --repeat given twice ('2' and '3'); give it "
+                             "once"), "rc %d: %s", rc, err);
+    rc = MAIN(&fake_info, "--weights", "", "--weights", P("b.safetensors"), "--input",
+              P("x.npy"));
+    CHECKF(rc == 2 && strstr(err, "--weights given twice (''"), "rc %d: %s", rc, err);
+    CHECK(g_runs == 0);
     rc = MAIN(&fake_info, "--input", P("x.npy"));
     CHECKF(rc == 2 && strstr(err, "missing --weights"), "rc %d: %s", rc, err);
     rc = MAIN(&fake_info, "--weights", P("b.safetensors"), "--input", P("x.npy"), "stray");
