@@ -27,6 +27,9 @@
  * xalloc returns zeroed memory; it never returns NULL (out of memory is fatal). */
 void *xalloc(size_t bytes);
 void *xrealloc_array(void *old, size_t old_n, size_t new_n, size_t elem); /* grow a vector */
+/* Room for element n of a vector with capacity *cap: the same vector while n < *cap, else a
+ * copy with the capacity doubled (*cap updated). Appending with it is linear overall. */
+void *xgrow_array(void *old, int n, int *cap, size_t elem);
 char *xstrdup(const char *s);
 char *xstrndup(const char *s, size_t n);
 char *xprintf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
@@ -298,7 +301,7 @@ typedef struct Graph {
     Node **inputs;
     int ninputs;
     Node **params;
-    int nparams;
+    int nparams, capparams;
     GraphOutput *outputs;
     int noutputs;
     bool has_batch;
@@ -412,7 +415,7 @@ typedef struct Kernel {
     Node *lib;        /* K_LIBRARY: the library node (== root) */
     size_t scratch_bytes; /* temporary bytes the kernel needs (conv2d's im2col buffer) */
     Node **members;   /* every node computed by this kernel, topological order */
-    int nmembers;
+    int nmembers, capmembers;
     /* elementwise part (K_ELEMENTWISE, and K_GEMM's epilogue when expr != NULL) */
     Expr *expr;
     LeafRef *leaves;
@@ -428,7 +431,7 @@ typedef struct FuseOptions {
 
 typedef struct KernelList {
     Kernel **k;
-    int n;
+    int n, cap;
 } KernelList;
 
 /* Group the live nodes of g into kernels (in a valid execution order). Nodes marked init
@@ -452,6 +455,7 @@ typedef enum StorageKind {
 /* Where a materialized value lives. Views share their source's Storage. */
 typedef struct Storage {
     int id;
+    int newest;      /* the node whose value it holds last (in-place chains), for inplace_of */
     StorageKind kind;
     int slot;        /* the device slot whose arena or weight region holds it */
     int index;       /* S_INPUT/S_PARAM/S_OUTPUT: position; S_ARENA: -1 */
@@ -465,7 +469,7 @@ typedef struct Storage {
 
 typedef struct MemPlan {
     Storage **st;
-    int nst;
+    int nst, capst;
     Storage **of;       /* of[node id]: the node's storage (NULL for dead/inlined nodes) */
     size_t arena_bytes;  /* slot 0's (the model device's) */
     size_t weight_bytes; /* slot 0's resident weights */
