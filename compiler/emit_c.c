@@ -648,9 +648,11 @@ void emit_c_source(Emit *e, FILE *o, const char *h_include) {
     /* The CPU functions of the elementwise parts. Kernels whose code is the same (the same
      * expression over the same loop nest: every batch-norm fold of a ResNet stage, say) share
      * one function, found by comparing the code printed without names and comments. */
-    int nuniq = 0;
+    int nuniq = 0, ntab = 64;
+    while (ntab < 2 * (kl->n + e->init->n + 1)) ntab *= 2;
     char **uniq_key = xalloc(sizeof(char *) * (size_t)(kl->n + e->init->n + 1));
     char **uniq_fn = xalloc(sizeof(char *) * (size_t)(kl->n + e->init->n + 1));
+    int *uniq_tab = xalloc(sizeof(int) * (size_t)ntab); /* open addressing by the code's hash: u + 1, 0 empty */
     for (int li = 0; li < 2; li++) {
         const KernelList *L = li ? e->init : kl;
         e->cpu_fn[li] = xalloc(sizeof(char *) * (size_t)(L->n + 1));
@@ -664,8 +666,11 @@ void emit_c_source(Emit *e, FILE *o, const char *h_include) {
             emit_expr_function(kf, k, "F", false);
             emit_c_loop(kf, k, "F");
             fclose(kf);
-            int u = 0;
-            while (u < nuniq && strcmp(uniq_key[u], key)) u++;
+            unsigned h = 2166136261u; /* FNV-1a */
+            for (const char *c = key; *c; c++) h = (h ^ (unsigned char)*c) * 16777619u;
+            h &= (unsigned)ntab - 1;
+            while (uniq_tab[h] && strcmp(uniq_key[uniq_tab[h] - 1], key)) h = (h + 1) & ((unsigned)ntab - 1);
+            int u = uniq_tab[h] ? uniq_tab[h] - 1 : nuniq;
             if (u < nuniq) {
                 e->cpu_fn[li][k->id] = uniq_fn[u];
                 free(key);
@@ -674,6 +679,7 @@ void emit_c_source(Emit *e, FILE *o, const char *h_include) {
             char *fname = xprintf("%s_%s%d", e->pfx, li ? "init" : "k", k->id);
             uniq_key[nuniq] = xstrdup(key);
             uniq_fn[nuniq++] = fname;
+            uniq_tab[h] = nuniq;
             free(key);
             e->cpu_fn[li][k->id] = fname;
             fprintf(o, "/* %s%d: %s -> %%%d */\n", li ? "init" : "k", k->id, k->kind == K_GEMM ? "GEMM epilogue" : "elementwise",
