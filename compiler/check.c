@@ -1210,7 +1210,11 @@ static void fn_specs_init(void) {
     done = true;
     for (int i = 0; i < N_FNS; i++) {
         FnSpec *f = &fn_specs[i];
-        char *text = xstrdup(f->attr_text), *save = NULL;
+        /* the table lives as long as the process, not one compilation's arena (a harness
+         * compiles many inputs, freeing the arena after each) */
+        if (!f->attr_text[0]) continue; /* no attributes (and nothing to keep) */
+        char *text = strdup(f->attr_text), *save = NULL;
+        if (!text) fatal("out of memory");
         for (char *tok = strtok_r(text, " ", &save); tok; tok = strtok_r(NULL, " ", &save)) {
             if (f->nattrs == MAX_ATTRS) ICE("ops.def: '%s' has more than %d attributes", f->name, MAX_ATTRS);
             AttrSpec *a = &f->attrs[f->nattrs++];

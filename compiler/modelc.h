@@ -66,6 +66,14 @@ noreturn void internal_error(const char *file, int line, const char *fmt, ...)
 #define ASSERT(c) ((c) ? (void)0 : ICE("assertion failed: %s", #c))
 extern int diag_warnings; /* count of warnings printed */
 
+/* For a harness that compiles many inputs in one process (tests/fuzz): diagnostics go to `f`
+ * (NULL: stderr), and where the compiler would exit (status 1 for a user's error or fatal(),
+ * 2 for an internal error) it calls `hook(status)` instead, which must not return (it
+ * longjmps back to the harness, which then calls arena_free_all and parse_cleanup). NULL:
+ * exit, as modelc does. */
+void diag_set_stream(FILE *f);
+void diag_set_exit_hook(void (*hook)(int status));
+
 /* ================================================================ ast.c, grammar/ */
 
 typedef enum DType { DT_F32 = 0, DT_I32 = 1, DT_I64 = 2 } DType;
@@ -181,6 +189,9 @@ typedef struct Program {
 /* Parse a whole file (grammar/model.y). Syntax errors go through error_at with what was
  * expected, e.g. "expected ')' or ',' after argument, got '='". Never returns NULL. */
 Program *parse_program(const char *path, const char *src);
+/* Frees the lexer a parse left when an error ended it (only a harness that catches the exit,
+ * diag_set_exit_hook, needs it; modelc exits instead). */
+void parse_cleanup(void);
 
 /* AST constructors used by the grammar's actions. */
 Ast *new_num(Loc loc, const char *text);
@@ -554,5 +565,32 @@ char *model_ident(const char *name);
 /* NAME.cu: a __global__ kernel and an extern "C" launcher per fused elementwise kernel. */
 void emit_cuda(FILE *o, const Graph *g, const KernelList *kl, const KernelList *init, const char *pfx);
 
+
+/* ================================================================ main.c */
+
+/* modelc's command line, parsed (options_default: what no flag gives). */
+typedef struct Options {
+    const char *input, *out, *dump, *olevel;
+    bool emit_only, keep, no_cuda;
+    int max_batch;
+    FuseOptions fuse;
+    PlanOptions plan;
+    FoldOptions fold;
+} Options;
+
+/* Everything a compilation produces for the emitters. */
+typedef struct Compiled {
+    Graph *g;
+    KernelList kl, init;
+    MemPlan *mp, *mpc; /* the CPU plan (64-byte alignment) and the CUDA plan (256) */
+} Compiled;
+
+void options_default(Options *o);
+
+/* The pass pipeline on the NUL-terminated source `src` of file `path` (for messages): parse,
+ * check, fold, place, hoist, fuse, plan. With o->dump, prints that phase to `out` and returns
+ * false; else fills *c and returns true. Errors exit through diag.c (see diag_set_exit_hook);
+ * everything is allocated from the arena. */
+bool compile_source(const Options *o, const char *path, const char *src, Compiled *c, FILE *out);
 
 #endif /* MODELC_H */
