@@ -29,6 +29,13 @@
  * The first error exits (error_at), so there is no error recovery.
  */
 
+%code top {
+/* The parser's stacks come from the arena, like the AST: a syntax error exits with them in
+ * use, and a harness that catches that exit (tests/fuzz) frees them with the arena. */
+#define YYMALLOC xalloc
+#define YYFREE(p) ((void)(p))
+}
+
 %code requires {
 #include "modelc.h"
 
