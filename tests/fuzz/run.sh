@@ -17,11 +17,13 @@ status=0
 for t in $FUZZ_TARGETS; do
     mkdir -p "$FZ/corpus/$t" "$FZ/crashes/$t"
     log="$FZ/$t.log"
+    dict=()
+    [ -f "$FZ/corpus/$t.dict" ] && dict=(-dict="$FZ/corpus/$t.dict")
     echo "== fuzz_$t: ${FUZZ_SECONDS} s"
     # -rss_limit_mb: a compile of a fuzzed model may not need more than this
     # shellcheck disable=SC2086
     "$FZ/fuzz_$t" -max_total_time="$FUZZ_SECONDS" -rss_limit_mb=2048 -timeout=20 -max_len=65536 \
-        -artifact_prefix="$FZ/crashes/$t/" -print_final_stats=1 ${FUZZ_ARGS:-} "$FZ/corpus/$t" >"$log" 2>&1
+        -artifact_prefix="$FZ/crashes/$t/" -print_final_stats=1 "${dict[@]}" ${FUZZ_ARGS:-} "$FZ/corpus/$t" >"$log" 2>&1
     rc=$?
     execs=$(grep -o 'stat::number_of_executed_units: *[0-9]*' "$log" | grep -o '[0-9]*$' | tail -1)
     crashes=$(find "$FZ/crashes/$t" -type f | wc -l)

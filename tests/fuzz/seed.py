@@ -9,6 +9,8 @@
   npy          the example .npy files under 64 KiB, and small arrays of every dtype the
                reader takes, ranks 0..3, format versions 1.0, 2.0 and 3.0
   regressions  every file under tests/fuzz/regressions/<target>/ (inputs that once crashed)
+and OUT/<target>.dict, libFuzzer dictionaries (the language's words; safetensors' JSON keys and
+dtypes; npy's magic and header keys).
 
 Existing files are kept (a corpus grows between runs); seeds are named by content.
 """
@@ -17,6 +19,7 @@ import hashlib
 import io
 import json
 import os
+import re
 import sys
 
 import numpy as np
@@ -103,6 +106,29 @@ def main():
             for version in (None, (2, 0), (3, 0)):
                 put(out, "npy", npy_bytes(arr, version))
                 n["npy"] += 1
+
+    # A libFuzzer dictionary for fuzz_model: the keywords, dtypes, functions and attribute
+    # names, so that mutations form words the parser knows.
+    words = {"model", "input", "param", "output", "true", "false", "block", "return", "as", "on",
+             "f32", "i32", "i64", "batch", "cpu", "cuda", "cpu:1", "cuda:1", "=", "{", "}", "(", ")",
+             "[", "]", ",", ":", "+", "-", "*", "/", "#", "1e-5", "-1", "2147483647"}
+    with open(os.path.join(ROOT, "compiler", "ops.def")) as f:
+        ops = f.read()
+    words |= set(re.findall(r'^FN\("([a-z0-9_]+)"', ops, re.M))
+    words |= set(re.findall(r'[" ]([a-z_]+):[a-z]', ops))
+    with open(os.path.join(out, "model.dict"), "w") as f:
+        for w in sorted(words):
+            f.write('"%s"\n' % w.replace("\\", "\\\\").replace('"', '\\"'))
+
+    st_words = ['"dtype"', '"shape"', '"data_offsets"', '"__metadata__"', '"F32"', '"I32"', '"I64"',
+                '"F16"', '"BF16"', '"fc1.weight"', '"a"', "null", "[]", "{}", "\\u0000", "18446744073709551615"]
+    with open(os.path.join(out, "safetensors.dict"), "w") as f:
+        for w in st_words:
+            f.write('"%s"\n' % w.replace("\\", "\\\\").replace('"', '\\"'))
+    with open(os.path.join(out, "npy.dict"), "w") as f:
+        for w in ["\x93NUMPY", "'descr'", "'fortran_order'", "'shape'", "'<f4'", "'<i4'", "'<i8'", "'>f4'",
+                  "True", "False", "()", "(0,)", "9223372036854775807"]:
+            f.write('"%s"\n' % "".join(c if c.isprintable() and c not in '"\\' else "\\x%02X" % ord(c) for c in w))
 
     for target in n:
         for p in glob.glob(os.path.join(HERE, "regressions", target, "*")):
