@@ -3,6 +3,8 @@
 #   make test        set up, build, and run every test; ends with "N passed, N failed"
 #   make SANITIZE=1 test   the same under AddressSanitizer + UBSan
 #   make NVCC= ...   force a CPU-only build (CUDA is not required for anything CPU)
+#   make fuzz        libFuzzer harnesses (clang) for the front end, safetensors and npy,
+#                    FUZZ_SECONDS each (default 60); make fuzz-graphs: FUZZ_GRAPHS random graphs
 #   make install PREFIX=/usr/local
 CC       ?= cc
 PYTHON   ?= python3
@@ -131,7 +133,7 @@ clean:
 #   needs torch. BENCH_ARGS, e.g. "--quick", "--device cuda", "--compile", "-k gpt2".
 # make gpu-check: every GPU check in one script (build with nvcc, runtime and numeric tests on
 #   cuda vs cpu, examples, field cases B09/B12, bench); exits 2 at once without a GPU.
-.PHONY: bench gpu-check
+.PHONY: bench gpu-check fuzz fuzz-build fuzz-graphs
 bench: all
 	$(PYTHON) bench/run.py $(BENCH_ARGS)
 
@@ -140,3 +142,49 @@ gpu-check:
 
 # make cudasim: the runtime against the CUDA simulator of the tests (tests/cudasim/run.sh).
 include tests/cudasim/cudasim.mk
+
+# ---------------------------------------------------------------- fuzz (not part of test)
+# make fuzz: builds tests/fuzz/fuzz_{model,safetensors,npy}.c with clang's libFuzzer, ASan and
+#   UBSan into build/fuzz/, seeds build/fuzz/corpus/<target> (tests/fuzz/seed.py) and runs each
+#   target for FUZZ_SECONDS (one at a time); crashes land in build/fuzz/crashes/<target>/.
+#   FUZZ_TARGETS picks some ("model npy"), FUZZ_ARGS adds libFuzzer flags (-jobs=2 ...).
+# make fuzz-graphs: the random-graph differential test (tests/plan/run.py) on FUZZ_GRAPHS
+#   programs (default 10000) from seed FUZZ_GRAPH_START (default 1000, past make test's).
+FUZZ_CC      ?= clang
+FUZZ_SECONDS ?= 60
+FUZZ_GRAPHS  ?= 10000
+FUZZ_GRAPH_START ?= 1000
+FUZZ_TARGETS ?= model safetensors npy
+FZ           := build/fuzz
+FUZZ_SAN     := -fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer
+FUZZ_CFLAGS  := $(CFLAGS_BASE) -O1 $(FUZZ_SAN) -fsanitize=fuzzer-no-link
+FUZZ_C_OBJ   := $(patsubst compiler/%.c,$(FZ)/obj/compiler/%.o,$(C_SRC)) $(FZ)/obj/grammar/model.tab.o $(FZ)/obj/grammar/lex.yy.o
+FUZZ_RT_SRC  := $(filter-out runtime/rt_cuda.c,$(wildcard runtime/*.c))
+FUZZ_RT_OBJ  := $(FUZZ_RT_SRC:runtime/%.c=$(FZ)/obj/runtime/%.o)
+FUZZ_BINS    := $(FZ)/fuzz_model $(FZ)/fuzz_safetensors $(FZ)/fuzz_npy
+
+# main.c without its main() (MODELC_NO_MAIN): the harness calls compile_source.
+$(FZ)/obj/compiler/%.o: compiler/%.c compiler/modelc.h compiler/ops.def $(B)/gen/model.tab.h $(B)/gen/lex.yy.h
+	@mkdir -p $(dir $@)
+	$(FUZZ_CC) $(FUZZ_CFLAGS) -Wno-unused-function -DMODELC_NO_MAIN -Icompiler -I$(B)/gen -c $< -o $@
+$(FZ)/obj/grammar/%.o: $(B)/gen/%.c $(B)/gen/model.tab.h $(B)/gen/lex.yy.h compiler/modelc.h
+	@mkdir -p $(dir $@)
+	$(FUZZ_CC) $(FUZZ_CFLAGS) -Wno-unused-function -Icompiler -I$(B)/gen -c $< -o $@
+$(FZ)/obj/runtime/%.o: runtime/%.c $(RT_HDR) | $(B)/setup.stamp
+	@mkdir -p $(dir $@)
+	$(FUZZ_CC) $(FUZZ_CFLAGS) $(CJSON_CFLAGS) $(BLAS_CFLAGS) -Iruntime -c $< -o $@
+$(FZ)/fuzz_model: tests/fuzz/fuzz_model.c $(FUZZ_C_OBJ)
+	$(FUZZ_CC) $(FUZZ_CFLAGS) -fsanitize=fuzzer -Icompiler -I$(B)/gen $^ -o $@ -lm
+$(FZ)/fuzz_%: tests/fuzz/fuzz_%.c $(FUZZ_RT_OBJ)
+	$(FUZZ_CC) $(FUZZ_CFLAGS) -fsanitize=fuzzer -Iruntime $^ -o $@ $(CJSON_LIBS) $(BLAS_LIBS) -lm -lpthread
+
+fuzz-build: | $(B)/setup.stamp
+	@command -v $(FUZZ_CC) >/dev/null || { echo "make fuzz: $(FUZZ_CC) not found; install Debian's clang package (apt-get install clang), or set FUZZ_CC"; exit 2; }
+	$(MAKE) $(FUZZ_BINS)
+
+fuzz: fuzz-build
+	B=$(B) FZ=$(FZ) PYTHON=$(PYTHON) FUZZ_SECONDS=$(FUZZ_SECONDS) FUZZ_TARGETS="$(FUZZ_TARGETS)" \
+	    FUZZ_ARGS="$(FUZZ_ARGS)" bash tests/fuzz/run.sh
+
+fuzz-graphs: all
+	MODELC=$(abspath $(MODELC)) $(PYTHON) tests/plan/run.py --no-cases --count $(FUZZ_GRAPHS) --start $(FUZZ_GRAPH_START) -j 2

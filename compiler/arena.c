@@ -11,6 +11,7 @@
  */
 #include "modelc.h"
 
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -72,6 +73,18 @@ void *xrealloc_array(void *old, size_t old_n, size_t new_n, size_t elem) {
     size_t keep = old_n < new_n ? old_n : new_n;
     if (old && keep)
         memcpy(p, old, keep * elem);
+    return p;
+}
+
+/* Makes room for one more element in a vector of n elements and capacity *cap (n <= *cap):
+ * returns it unchanged while n < *cap, else a copy with twice the capacity (at least 8), so
+ * that n appends cost O(n) time and memory in all, not O(n^2) (issue 16). */
+void *xgrow_array(void *old, int n, int *cap, size_t elem) {
+    if (n < *cap) return old;
+    if (*cap > INT_MAX / 2) fatal("out of memory (a vector of more than %d elements)", INT_MAX / 2);
+    int ncap = *cap ? 2 * *cap : 8;
+    void *p = xrealloc_array(old, (size_t)n, (size_t)ncap, elem);
+    *cap = ncap;
     return p;
 }
 

@@ -32,6 +32,8 @@ typedef struct Sym {
     bool used;
     long long ival;  /* SYM_INT: an integer (or boolean) block argument */
     bool is_bool;
+    unsigned hash;   /* name_hash(name) */
+    int shadow;      /* the next older symbol in the same hash bucket, or -1 */
 } Sym;
 
 typedef struct Checker {
@@ -39,6 +41,10 @@ typedef struct Checker {
     const Program *prog;
     Sym *syms;
     int nsyms, capsyms;
+    int *bucket;         /* [nbucket]: the newest symbol whose hash falls there, or -1 */
+    int nbucket;         /* a power of two, at least twice nsyms */
+    int *ptab;           /* [nptab]: open addressing over g->params by name, index + 1 (0 empty) */
+    int nptab;           /* a power of two, at least twice g->nparams */
     int scope_base;      /* names visible: syms[scope_base..nsyms) (a block sees only its own) */
     const char *prefix;  /* param name prefix of the block instance being checked, or NULL */
     const char *block;   /* name of that block, or NULL at model level */
@@ -50,10 +56,39 @@ typedef struct Checker {
 
 static Checker *CK; /* the checker, for attribute helpers that resolve block integers */
 
+/* FNV-1a: names are short; what matters is that a lookup is not a scan of every symbol. */
+static unsigned name_hash(const char *s) {
+    unsigned h = 2166136261u;
+    for (; *s; s++) h = (h ^ (unsigned char)*s) * 16777619u;
+    return h;
+}
+
+/* The symbols form a stack (a block's scope is pushed on top and popped after it); each hash
+ * bucket chains its symbols newest first, so the first match at or above scope_base is the
+ * visible one, as the scan from the top of the stack found it. */
 static Sym *lookup(Checker *c, const char *name) {
-    for (int i = c->nsyms - 1; i >= c->scope_base; i--)
-        if (!strcmp(c->syms[i].name, name)) return &c->syms[i];
+    if (!c->nbucket) return NULL;
+    unsigned h = name_hash(name);
+    for (int i = c->bucket[h & (c->nbucket - 1)]; i >= c->scope_base; i = c->syms[i].shadow)
+        if (c->syms[i].hash == h && !strcmp(c->syms[i].name, name)) return &c->syms[i];
     return NULL;
+}
+
+static void rehash_syms(Checker *c, int nbucket) {
+    c->bucket = xalloc(sizeof(int) * nbucket);
+    c->nbucket = nbucket;
+    for (int b = 0; b < nbucket; b++) c->bucket[b] = -1;
+    for (int i = 0; i < c->nsyms; i++) {
+        int *head = &c->bucket[c->syms[i].hash & (nbucket - 1)];
+        c->syms[i].shadow = *head;
+        *head = i;
+    }
+}
+
+/* Pop the symbols above n (the end of a block's scope). */
+static void pop_syms(Checker *c, int n) {
+    for (int i = c->nsyms - 1; i >= n; i--) c->bucket[c->syms[i].hash & (c->nbucket - 1)] = c->syms[i].shadow;
+    c->nsyms = n;
 }
 
 static Sym *define(Checker *c, const char *name, Loc loc, SymKind kind) {
@@ -63,18 +98,38 @@ static Sym *define(Checker *c, const char *name, Loc loc, SymKind kind) {
         note_at(old->loc, "previous definition of '%s' is here", name);
         diag_exit();
     }
-    if (c->nsyms == c->capsyms) {
-        int cap = c->capsyms ? 2 * c->capsyms : 16;
-        c->syms = xrealloc_array(c->syms, c->capsyms, cap, sizeof(Sym));
-        c->capsyms = cap;
-    }
+    c->syms = xgrow_array(c->syms, c->nsyms, &c->capsyms, sizeof(Sym));
     Sym *s = &c->syms[c->nsyms++];
     memset(s, 0, sizeof *s);
     s->name = xstrdup(name);
     s->kind = kind;
     s->loc = loc;
     s->out_index = -1;
+    s->hash = name_hash(name);
+    if (2 * c->nsyms > c->nbucket) {
+        rehash_syms(c, c->nbucket ? 2 * c->nbucket : 64);
+    } else {
+        int *head = &c->bucket[s->hash & (c->nbucket - 1)];
+        s->shadow = *head;
+        *head = c->nsyms - 1;
+    }
     return s;
+}
+
+/* The index of the param named `name` in g->params, or -1. */
+static int find_param(const Checker *c, const char *name) {
+    if (!c->nptab) return -1;
+    for (unsigned h = name_hash(name) & (c->nptab - 1);; h = (h + 1) & (c->nptab - 1)) {
+        int k = c->ptab[h] - 1;
+        if (k < 0) return -1;
+        if (!strcmp(c->g->params[k]->name, name)) return k;
+    }
+}
+
+static void ptab_insert(Checker *c, int k) {
+    unsigned h = name_hash(c->g->params[k]->name) & (c->nptab - 1);
+    while (c->ptab[h]) h = (h + 1) & (c->nptab - 1);
+    c->ptab[h] = k + 1;
 }
 
 static const char *shp(const Checker *c, const Shape *s) {
@@ -1363,7 +1418,7 @@ static Node *instantiate(Checker *c, const Block *b, const Ast *e) {
     Node *ret = lower_expr(c, b->ret);
     diag_pop_context();
     c->depth--;
-    c->nsyms = saved_n;
+    pop_syms(c, saved_n);
     c->scope_base = saved_base;
     c->prefix = saved_prefix;
     c->block = saved_block;
@@ -1437,7 +1492,11 @@ static void fn_specs_init(void) {
     done = true;
     for (int i = 0; i < N_FNS; i++) {
         FnSpec *f = &fn_specs[i];
-        char *text = xstrdup(f->attr_text), *save = NULL;
+        /* the table lives as long as the process, not one compilation's arena (a harness
+         * compiles many inputs, freeing the arena after each) */
+        if (!f->attr_text[0]) continue; /* no attributes (and nothing to keep) */
+        char *text = strdup(f->attr_text), *save = NULL;
+        if (!text) fatal("out of memory");
         for (char *tok = strtok_r(text, " ", &save); tok; tok = strtok_r(NULL, " ", &save)) {
             if (f->nattrs == MAX_ATTRS) ICE("ops.def: '%s' has more than %d attributes", f->name, MAX_ATTRS);
             AttrSpec *a = &f->attrs[f->nattrs++];
@@ -1669,18 +1728,26 @@ static void assign_output(Checker *c, Sym *s, Node *v, Loc loc) {
 
 static void add_param(Checker *c, Node *n, Loc loc) {
     Graph *g = c->g;
-    for (int i = 0; i < g->nparams; i++)
-        if (!strcmp(g->params[i]->name, n->name)) {
-            error_begin(loc, "param '%s' is declared twice%s", n->name,
-                        c->block ? " (give each block instance its own 'as' name)" : "");
-            note_at(c->param_locs[i], "first declared here");
-            diag_exit();
-        }
-    g->params = xrealloc_array(g->params, g->nparams, g->nparams + 1, sizeof(Node *));
-    c->param_locs = xrealloc_array(c->param_locs, g->nparams, g->nparams + 1, sizeof(Loc));
+    int i = find_param(c, n->name);
+    if (i >= 0) {
+        error_begin(loc, "param '%s' is declared twice%s", n->name,
+                    c->block ? " (give each block instance its own 'as' name)" : "");
+        note_at(c->param_locs[i], "first declared here");
+        diag_exit();
+    }
+    int cap = g->capparams;
+    g->params = xgrow_array(g->params, g->nparams, &g->capparams, sizeof(Node *));
+    c->param_locs = xgrow_array(c->param_locs, g->nparams, &cap, sizeof(Loc));
     n->index = g->nparams;
     c->param_locs[g->nparams] = loc;
     g->params[g->nparams++] = n;
+    if (2 * g->nparams > c->nptab) {
+        c->nptab = c->nptab ? 2 * c->nptab : 64;
+        c->ptab = xalloc(sizeof(int) * c->nptab);
+        for (int k = 0; k < g->nparams; k++) ptab_insert(c, k);
+    } else {
+        ptab_insert(c, g->nparams - 1);
+    }
 }
 
 /* The slot for an 'on' region's device, made on first use. */
@@ -1755,13 +1822,20 @@ static void lower_stmt(Checker *c, const Stmt *st) {
         g->outputs[g->noutputs].loc = st->name_loc;
         g->noutputs++;
         if (st->type) (void)convert_type(c, st->type, xprintf("output '%s'", st->name), true);
-        if (st->expr) assign_output(c, s, lower_expr(c, st->expr), st->name_loc);
+        if (st->expr) {
+            /* lowering may define symbols (a block's scope) and move c->syms: keep the index */
+            int si = (int)(s - c->syms);
+            Node *v = lower_expr(c, st->expr);
+            assign_output(c, &c->syms[si], v, st->name_loc);
+        }
         break;
     }
     case ST_ASSIGN: {
         Sym *s = lookup(c, st->name);
         if (s && s->kind == SYM_OUTPUT_DECL && !s->node) {
-            assign_output(c, s, lower_expr(c, st->expr), st->name_loc);
+            int si = (int)(s - c->syms); /* lower_expr may move c->syms */
+            Node *v = lower_expr(c, st->expr);
+            assign_output(c, &c->syms[si], v, st->name_loc);
             break;
         }
         if (s && s->kind == SYM_OUTPUT_DECL) {

@@ -10,6 +10,7 @@
  * diag_exit when notes follow). Warnings are counted and compilation goes on. A compiler bug
  * (ICE/ASSERT) says "internal error" and exits with 2, so it is never mistaken for a user's
  * mistake. Nothing here allocates from the arena: fatal() must work when the arena cannot.
+ * A fuzzing harness may redirect the messages and catch the exits (diag_set_exit_hook).
  */
 #include "modelc.h"
 
@@ -18,12 +19,36 @@
 
 int diag_warnings;
 
+/* The block instantiations being checked, outermost first: each error inside a block gets a
+ * note per level pointing at the call. */
+#define MAX_CONTEXT 64
+static Loc ctx_loc[MAX_CONTEXT];
+static const char *ctx_msg[MAX_CONTEXT];
+static int nctx;
+
+static FILE *diag_stream; /* NULL: stderr */
+static void (*diag_hook)(int status);
+
+static FILE *diag_out(void) { return diag_stream ? diag_stream : stderr; }
+
+void diag_set_stream(FILE *f) { diag_stream = f; }
+
+void diag_set_exit_hook(void (*hook)(int status)) { diag_hook = hook; }
+
+/* exit(status), or the harness's hook (which does not return). */
+static noreturn void diag_quit(int status) {
+    fflush(diag_out());
+    if (diag_hook) diag_hook(status);
+    exit(status);
+}
+
 static const char *diag_path = "<input>";
 static const char *diag_src; /* the whole file, NUL-terminated; NULL: no quoting */
 
 void diag_init(const char *path, const char *src) {
     diag_path = path ? path : "<input>";
     diag_src = src;
+    nctx = 0; /* a compilation left by an error (a harness's hook) may have left some */
 }
 
 /* Finds line `line` (1-based) of the source; sets *len to its length without "\n" or "\r\n".
@@ -47,13 +72,13 @@ static const char *find_line(int line, size_t *len) {
     return p;
 }
 
-/* Writes n bytes of s to stderr with control characters (other than tab) shown as '?', so a
+/* Writes n bytes of s to diag_out() with control characters (other than tab) shown as '?', so a
  * stray escape sequence in a .model file never reaches the terminal raw; one byte stays one
  * column, so carets still line up. */
 static void put_safe(const char *s, size_t n) {
     for (size_t i = 0; i < n; i++) {
         unsigned char c = (unsigned char)s[i];
-        fputc((c < 0x20 && c != '\t') || c == 0x7f ? '?' : c, stderr);
+        fputc((c < 0x20 && c != '\t') || c == 0x7f ? '?' : c, diag_out());
     }
 }
 
@@ -72,44 +97,38 @@ static void quote_line(Loc loc) {
         size_t start = (size_t)col > WIDTH / 2 ? (size_t)col - WIDTH / 2 : 0;
         if (start > len) start = len;
         size_t n = len - start < WIDTH ? len - start : WIDTH;
-        fputs(start ? "..." : "", stderr);
+        fputs(start ? "..." : "", diag_out());
         put_safe(s + start, n);
-        fprintf(stderr, "%s\n", start + n < len ? "..." : "");
-        for (size_t i = 0; i < (start ? 3 : 0) + (size_t)col - 1 - start; i++) fputc(' ', stderr);
-        fputs("^\n", stderr);
+        fprintf(diag_out(), "%s\n", start + n < len ? "..." : "");
+        for (size_t i = 0; i < (start ? 3 : 0) + (size_t)col - 1 - start; i++) fputc(' ', diag_out());
+        fputs("^\n", diag_out());
         return;
     }
     put_safe(s, len);
-    fputc('\n', stderr);
+    fputc('\n', diag_out());
     for (int i = 0; i < col - 1; i++) {
         unsigned char c = (size_t)i < len ? (unsigned char)s[i] : ' ';
         if (c == '\t')
-            fputc('\t', stderr);
+            fputc('\t', diag_out());
         else if ((c & 0xC0) != 0x80)
-            fputc(' ', stderr);
+            fputc(' ', diag_out());
     }
-    fputs("^\n", stderr);
+    fputs("^\n", diag_out());
 }
 
 static void report(Loc loc, const char *kind, const char *fmt, va_list ap) {
     fflush(stdout);
     if (loc.line > 0)
-        fprintf(stderr, "%s:%d:%d: %s: ", diag_path, loc.line, loc.col, kind);
+        fprintf(diag_out(), "%s:%d:%d: %s: ", diag_path, loc.line, loc.col, kind);
     else
-        fprintf(stderr, "%s: %s: ", diag_path, kind);
+        fprintf(diag_out(), "%s: %s: ", diag_path, kind);
     char msg[4096];
     int k = vsnprintf(msg, sizeof msg, fmt, ap);
     put_safe(msg, k < 0 ? 0 : (size_t)k < sizeof msg ? (size_t)k : sizeof msg - 1);
-    fputc('\n', stderr);
+    fputc('\n', diag_out());
     quote_line(loc);
 }
 
-/* The block instantiations being checked, outermost first: each error inside a block gets a
- * note per level pointing at the call. */
-#define MAX_CONTEXT 64
-static Loc ctx_loc[MAX_CONTEXT];
-static const char *ctx_msg[MAX_CONTEXT];
-static int nctx;
 
 void diag_push_context(Loc loc, const char *msg) {
     if (nctx < MAX_CONTEXT) {
@@ -139,8 +158,7 @@ static void print_context(void) {
 
 noreturn void diag_exit(void) {
     print_context();
-    fflush(stderr);
-    exit(1);
+    diag_quit(1);
 }
 
 noreturn void error_at(Loc loc, const char *fmt, ...) {
@@ -176,12 +194,12 @@ void note_at(Loc loc, const char *fmt, ...) {
 noreturn void fatal(const char *fmt, ...) {
     va_list ap;
     fflush(stdout);
-    fputs("modelc: error: ", stderr);
+    fputs("modelc: error: ", diag_out());
     va_start(ap, fmt);
-    vfprintf(stderr, fmt, ap);
+    vfprintf(diag_out(), fmt, ap);
     va_end(ap);
-    fputc('\n', stderr);
-    exit(1);
+    fputc('\n', diag_out());
+    diag_quit(1);
 }
 
 /* `file` is __FILE__ (e.g. "compiler/plan.c"); only its last component is printed. */
@@ -190,10 +208,10 @@ noreturn void internal_error(const char *file, int line, const char *fmt, ...) {
     const char *base = strrchr(file, '/');
     base = base ? base + 1 : file;
     fflush(stdout);
-    fprintf(stderr, "modelc: internal error at %s:%d: ", base, line);
+    fprintf(diag_out(), "modelc: internal error at %s:%d: ", base, line);
     va_start(ap, fmt);
-    vfprintf(stderr, fmt, ap);
+    vfprintf(diag_out(), fmt, ap);
     va_end(ap);
-    fputc('\n', stderr);
-    exit(2);
+    fputc('\n', diag_out());
+    diag_quit(2);
 }

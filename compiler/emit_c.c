@@ -15,7 +15,8 @@
  * on its slot's device: the C loop or library kernel on the CPU, the generated or library CUDA
  * kernel on a GPU (only when compiled with -DMRT_WITH_CUDA, i.e. with NAME.cu). GEMMs go through
  * mrt_gemm_f32 (OpenBLAS or cuBLAS). Arena offsets come from two plans of the same schedule: 64-
- * byte alignment for the CPU, 256 for CUDA; weight regions use 256 for both.
+ * byte alignment for the CPU, 256 for CUDA; weight regions use 256 for both. A run() of more
+ * than RUN_PART kernels is emitted in parts, each a function of its own.
  */
 #include "modelc.h"
 
@@ -24,6 +25,10 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+
+/* Kernels per part of a large run(): gcc -O2 spends time superlinear in a function's size
+ * (5,000 GEMMs in one function: 37 s), and a model this small keeps one function. */
+enum { RUN_PART = 256 };
 
 static const char *mrt_dtype(DType dt) { return dt == DT_F32 ? "MRT_F32" : dt == DT_I32 ? "MRT_I32" : "MRT_I64"; }
 /* s as the inside of a C string literal: quotes, backslashes and non-printable bytes escaped
@@ -486,8 +491,10 @@ static char *bytes_c(const Node *n) {
 }
 
 /* One pointer per materialized value: in run() (inputs, params, load-time values, arena,
- * outputs) or in load_weights() (params and load-time values only). */
-static char **declare_pointers(Emit *e, bool at_load) {
+ * outputs) or in load_weights() (params and load-time values only). With `want` (a part of a
+ * large run(), see RUN_PART), only the values want[id] marks; with from_io, inputs and outputs
+ * are taken from run()'s array mrt_io (inputs first, then outputs) instead of being staged. */
+static char **declare_pointers(Emit *e, bool at_load, const bool *want, bool from_io) {
     const Graph *g = e->g;
     const MemPlan *mp = e->mp;
     FILE *o = e->o;
@@ -498,9 +505,16 @@ static char **declare_pointers(Emit *e, bool at_load) {
         if (n->dead || !s || n->op == OP_RESHAPE) continue;
         if (at_load && s->kind != S_PARAM && s->kind != S_INIT) continue;
         if (!at_load && s->load_only) continue; /* freed after loading; run() never reads it */
+        if (want && !want[i]) continue;
         const char *T = c_type(n->dtype);
         int sl = s->slot;
         ptr[i] = xprintf("mrt_v%d", i);
+        if (from_io && (s->kind == S_INPUT || s->kind == S_OUTPUT)) {
+            bool in = s->kind == S_INPUT;
+            fprintf(o, "    MRT_UNUSED %s%s *const mrt_v%d = (%s%s *)mrt_io[%d];\n", in ? "const " : "", T, i, in ? "const " : "",
+                    T, in ? s->index : g->ninputs + s->index);
+            continue;
+        }
         switch (s->kind) {
         case S_INPUT: {
             const char *name = c_ident(g->inputs[s->index]->name);
@@ -542,12 +556,20 @@ static char **declare_pointers(Emit *e, bool at_load) {
     return ptr;
 }
 
-/* The calls of one kernel list, in order. */
-static void emit_calls(Emit *e, const KernelList *kl, char **ptr, const char *pfx) {
+/* Marks in want[] the values kernel k's call names: what it writes and what it reads. */
+static void mark_kernel_values(const Kernel *k, bool *want) {
+    want[view_base(k->root)->id] = true;
+    const Node *anchor = k->gemm ? k->gemm : k->lib;
+    for (int j = 0; anchor && j < anchor->nin; j++) want[view_base(anchor->in[j])->id] = true;
+    for (int j = 0; j < k->nleaves; j++) want[view_base(k->leaves[j].node)->id] = true;
+}
+
+/* The calls of kernels [from, to) of one kernel list, in order. */
+static void emit_calls(Emit *e, const KernelList *kl, int from, int to, char **ptr, const char *pfx) {
     bool run = !strcmp(pfx, "k");
     int active = 0; /* the slot whose device is current (callers activate slot 0 first) */
     e->kpfx = pfx;
-    for (int i = 0; i < kl->n; i++) {
+    for (int i = from; i < to; i++) {
         const Kernel *k = kl->k[i];
         int s = kslot(k);
         if (s != active) {
@@ -656,9 +678,11 @@ void emit_c_source(Emit *e, FILE *o, const char *h_include) {
     /* The CPU functions of the elementwise parts. Kernels whose code is the same (the same
      * expression over the same loop nest: every batch-norm fold of a ResNet stage, say) share
      * one function, found by comparing the code printed without names and comments. */
-    int nuniq = 0;
+    int nuniq = 0, ntab = 64;
+    while (ntab < 2 * (kl->n + e->init->n + 1)) ntab *= 2;
     char **uniq_key = xalloc(sizeof(char *) * (size_t)(kl->n + e->init->n + 1));
     char **uniq_fn = xalloc(sizeof(char *) * (size_t)(kl->n + e->init->n + 1));
+    int *uniq_tab = xalloc(sizeof(int) * (size_t)ntab); /* open addressing by the code's hash: u + 1, 0 empty */
     for (int li = 0; li < 2; li++) {
         const KernelList *L = li ? e->init : kl;
         e->cpu_fn[li] = xalloc(sizeof(char *) * (size_t)(L->n + 1));
@@ -672,8 +696,11 @@ void emit_c_source(Emit *e, FILE *o, const char *h_include) {
             emit_expr_function(kf, k, "F", false);
             emit_c_loop(kf, k, "F");
             fclose(kf);
-            int u = 0;
-            while (u < nuniq && strcmp(uniq_key[u], key)) u++;
+            unsigned h = 2166136261u; /* FNV-1a */
+            for (const char *c = key; *c; c++) h = (h ^ (unsigned char)*c) * 16777619u;
+            h &= (unsigned)ntab - 1;
+            while (uniq_tab[h] && strcmp(uniq_key[uniq_tab[h] - 1], key)) h = (h + 1) & ((unsigned)ntab - 1);
+            int u = uniq_tab[h] ? uniq_tab[h] - 1 : nuniq;
             if (u < nuniq) {
                 e->cpu_fn[li][k->id] = uniq_fn[u];
                 free(key);
@@ -682,6 +709,7 @@ void emit_c_source(Emit *e, FILE *o, const char *h_include) {
             char *fname = xprintf("%s_%s%d", e->pfx, li ? "init" : "k", k->id);
             uniq_key[nuniq] = xstrdup(key);
             uniq_fn[nuniq++] = fname;
+            uniq_tab[h] = nuniq;
             free(key);
             e->cpu_fn[li][k->id] = fname;
             fprintf(o, "/* %s%d: %s -> %%%d */\n", li ? "init" : "k", k->id, k->kind == K_GEMM ? "GEMM epilogue" : "elementwise",
@@ -699,9 +727,9 @@ void emit_c_source(Emit *e, FILE *o, const char *h_include) {
         fprintf(o, "static mrt_status %s_init(mrt_model *m) {\n    MRT_UNUSED const int64_t B = 1;\n"
                    "    mrt_status st = MRT_OK;\n", e->pfx);
         declare_slots(e, false);
-        char **ptr = declare_pointers(e, true);
+        char **ptr = declare_pointers(e, true, NULL, false);
         fprintf(o, "    if (gpu0 && (st = mrt_device_activate(dev0)) != MRT_OK) return st;\n");
-        emit_calls(e, e->init, ptr, "init");
+        emit_calls(e, e->init, 0, e->init->n, ptr, "init");
         for (int s = 0; s < ns; s++)
             fprintf(o, "    if ((st = mrt_stream_sync(dev%d, stream%d, \"%s load_weights\")) != MRT_OK) return st;\n", s, s, e->pfx);
         fprintf(o, "    return MRT_OK;\n}\n\n");
@@ -727,8 +755,24 @@ void emit_c_source(Emit *e, FILE *o, const char *h_include) {
     fprintf(o, "mrt_device %s_device(const %s *m) { return m ? m->dev[0] : (mrt_device){MRT_DEVICE_CPU, 0}; }\n\n",
             e->pfx, e->pfx);
 
-    /* run */
+    /* run: a model of more than RUN_PART kernels gets its calls in parts, each a function of
+     * its own that names only the values its kernels use, since C compilers take time
+     * superlinear in the size of one function (5,000 GEMMs in one run(): 37 s at gcc -O2). */
     emit_params(e, kl, "k");
+    int nparts = kl->n > RUN_PART ? (kl->n + RUN_PART - 1) / RUN_PART : 0;
+    bool *want = nparts ? xalloc(sizeof(bool) * (size_t)(g->nnodes + 1)) : NULL;
+    for (int p = 0; p < nparts; p++) {
+        int from = p * RUN_PART, to = from + RUN_PART < kl->n ? from + RUN_PART : kl->n;
+        memset(want, 0, sizeof(bool) * (size_t)g->nnodes);
+        for (int i = from; i < to; i++) mark_kernel_values(kl->k[i], want);
+        fprintf(o, "/* k%d..k%d of %s_run */\nstatic MRT_NOINLINE mrt_status %s_run_part%d(%s *m, const int64_t B, void *const *mrt_io) {\n"
+                   "    MRT_UNUSED mrt_status st = MRT_OK;\n", from, to - 1, e->pfx, e->pfx, p, e->pfx);
+        declare_slots(e, true);
+        fprintf(o, "    if (gpu0 && (st = mrt_device_activate(dev0)) != MRT_OK) return st;\n");
+        char **pp = declare_pointers(e, false, want, true);
+        emit_calls(e, kl, from, to, pp, "k");
+        fprintf(o, "    return MRT_OK;\n}\n\n");
+    }
     emit_run_proto(e, o);
     fprintf(o, " {\n");
     fprintf(o, "    if (!m || m->desc != &%s_desc)\n        return mrt_set_error(MRT_ERR_INVALID_ARG, \"%s_run: the model "
@@ -748,8 +792,23 @@ void emit_c_source(Emit *e, FILE *o, const char *h_include) {
     fprintf(o, "    MRT_UNUSED const int64_t B = batch;\n    MRT_UNUSED mrt_status st = MRT_OK;\n");
     declare_slots(e, true);
     fprintf(o, "    if (gpu0 && (st = mrt_device_activate(dev0)) != MRT_OK) return st;\n");
-    char **ptr = declare_pointers(e, false);
-    emit_calls(e, kl, ptr, "k");
+    if (!nparts) {
+        char **ptr = declare_pointers(e, false, NULL, false);
+        emit_calls(e, kl, 0, kl->n, ptr, "k");
+    } else {
+        /* inputs staged and outputs found here, once; the parts read them from mrt_io */
+        bool *io = xalloc(sizeof(bool) * (size_t)(g->nnodes + 1));
+        for (int i = 0; i < g->ninputs; i++) io[g->inputs[i]->id] = true;
+        for (int i = 0; i < g->noutputs; i++) io[view_base(g->outputs[i].node)->id] = true;
+        char **ptr = declare_pointers(e, false, io, false);
+        fprintf(o, "    void *const mrt_io[] = {");
+        for (int i = 0; i < g->ninputs; i++) fprintf(o, "%s(void *)%s", i ? ", " : "", ptr[g->inputs[i]->id] ? ptr[g->inputs[i]->id] : "NULL");
+        for (int i = 0; i < g->noutputs; i++)
+            fprintf(o, "%s(void *)%s", i + g->ninputs ? ", " : "", ptr[view_base(g->outputs[i].node)->id]);
+        fprintf(o, "};\n");
+        for (int p = 0; p < nparts; p++)
+            fprintf(o, "    if ((st = %s_run_part%d(m, B, mrt_io)) != MRT_OK) return st;\n", e->pfx, p);
+    }
     /* outputs back to the host, then wait for every GPU */
     fprintf(o, "#ifdef MRT_WITH_CUDA\n");
     for (int i = 0; i < g->noutputs; i++) {

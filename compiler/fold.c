@@ -105,13 +105,46 @@ static Node *as_column(Graph *g, const Node *at, Node *x, int rank) {
     return n;
 }
 
+/* fold_graph's state: is_static's answers so far (a node's operands may share operands, and
+ * the walk without them is exponential in the depth of such a DAG), and each node's readers
+ * in the graph as checked (so that replacing a batch norm's uses costs its readers, not a scan
+ * of every node). */
+typedef struct Fold {
+    Graph *g;
+    int n0;               /* the nodes [0, n0) existed before folding */
+    signed char *is_st;   /* [n0]: 0 unknown, 1 static, -1 not */
+    int *ustart, *users;  /* readers of node i: users[ustart[i] .. ustart[i+1]) (with repeats) */
+} Fold;
+
+static Fold *FD; /* set by fold_graph while it runs */
+
 /* Depends only on params (and constants)? */
 static bool is_static(const Node *n) {
     if (n->op == OP_PARAM || n->op == OP_CONST) return true;
     if (n->op == OP_INPUT) return false;
-    for (int j = 0; j < n->nin; j++)
-        if (!is_static(n->in[j])) return false;
-    return true;
+    bool memo = FD && n->id < FD->n0 && FD->g->nodes[n->id] == n;
+    if (memo && FD->is_st[n->id]) return FD->is_st[n->id] > 0;
+    bool st = true;
+    for (int j = 0; j < n->nin && st; j++) st = is_static(n->in[j]);
+    if (memo) FD->is_st[n->id] = st ? 1 : -1;
+    return st;
+}
+
+/* replace_uses for a node of the checked graph, through its reader list. New nodes never read
+ * a batch norm not yet rewritten (they read its operands), so the lists stay complete. */
+static void replace_uses_fast(Graph *g, Node *from, Node *to) {
+    if (!FD || from->id >= FD->n0 || g->nodes[from->id] != from) {
+        replace_uses(g, from, to);
+        return;
+    }
+    for (int u = FD->ustart[from->id]; u < FD->ustart[from->id + 1]; u++) {
+        Node *n = g->nodes[FD->users[u]];
+        if (n == to) continue;
+        for (int j = 0; j < n->nin; j++)
+            if (n->in[j] == from) n->in[j] = to;
+    }
+    for (int i = 0; i < g->noutputs; i++)
+        if (g->outputs[i].node == from) g->outputs[i].node = to;
 }
 
 /* ---------------------------------------------------------------- batch norm */
@@ -161,7 +194,7 @@ static bool fold_bn_into_producer(Graph *g, Node *bn) {
     na->name = NULL;
     Node *out = bin(g, OP_ADD, loc, na, conv ? as_column(g, loc, bf, 3) : bf);
     out->name = bn->name;
-    replace_uses(g, bn, out);
+    replace_uses_fast(g, bn, out);
     return true;
 }
 
@@ -174,7 +207,7 @@ static void lower_bn(Graph *g, Node *bn) {
     y = bin(g, OP_MUL, loc, y, as_column(g, loc, s, r));
     y = bin(g, OP_ADD, loc, y, as_column(g, loc, bn->in[2], r));
     y->name = bn->name;
-    replace_uses(g, bn, y);
+    replace_uses_fast(g, bn, y);
 }
 
 /* ---------------------------------------------------------------- hoisting */
@@ -219,11 +252,26 @@ void fold_graph(Graph *g, FoldOptions opt) {
     if (opt.fold_transpose) fold_transposes(g);
     analyze_uses(g);
     int n0 = g->nnodes;
+    Fold fd = {g, n0, xalloc((size_t)n0 + 1), xalloc(sizeof(int) * (size_t)(n0 + 2)), NULL};
+    for (int i = 0; i < n0; i++)
+        for (int j = 0; j < g->nodes[i]->nin; j++) fd.ustart[g->nodes[i]->in[j]->id + 1]++;
+    for (int i = 0; i < n0; i++) fd.ustart[i + 1] += fd.ustart[i];
+    fd.users = xalloc(sizeof(int) * (size_t)(fd.ustart[n0] + 1));
+    int *fill = xalloc(sizeof(int) * (size_t)(n0 + 1));
+    memcpy(fill, fd.ustart, sizeof(int) * (size_t)n0);
+    for (int i = 0; i < n0; i++)
+        for (int j = 0; j < g->nodes[i]->nin; j++) fd.users[fill[g->nodes[i]->in[j]->id]++] = i;
+    FD = &fd;
+    /* The uses are counted once, on the graph as checked. Recounting after each rewrite (a
+     * pass over the whole graph per batch norm, quadratic in their number) could only lower
+     * the count of a layer whose other reader an earlier rewrite replaced, by a node the
+     * recount did not see yet: it made a shared layer look single-use, and folding it then
+     * computed the layer twice. */
     for (int i = 0; i < n0; i++) {
         Node *n = g->nodes[i];
         if (n->dead || n->op != OP_BATCH_NORM) continue;
         if (!(opt.fold_bn && fold_bn_into_producer(g, n))) lower_bn(g, n);
-        analyze_uses(g);
     }
+    FD = NULL;
     toposort_graph(g);
 }

@@ -137,7 +137,7 @@ static void child_map(const Node *p, const IMap *pm, const Node *x, IMap *xm) {
 }
 
 static void add_member(Kernel *k, Node *n) {
-    k->members = xrealloc_array(k->members, k->nmembers, k->nmembers + 1, sizeof(Node *));
+    k->members = xgrow_array(k->members, k->nmembers, &k->capmembers, sizeof(Node *));
     k->members[k->nmembers++] = n;
 }
 
@@ -196,7 +196,7 @@ static Kernel *new_kernel(KernelList *kl, KernelKind kind, Node *root) {
     k->root = root;
     k->gemm_leaf = -1;
     k->id = kl->n;
-    kl->k = xrealloc_array(kl->k, kl->n, kl->n + 1, sizeof(Kernel *));
+    kl->k = xgrow_array(kl->k, kl->n, &kl->cap, sizeof(Kernel *));
     kl->k[kl->n++] = k;
     return k;
 }

@@ -150,19 +150,14 @@ static bool is_dir(const char *p) {
 
 /* ---------------------------------------------------------------- the command line */
 
-typedef struct Options {
-    const char *input, *out, *dump, *olevel;
-    bool emit_only, keep, no_cuda;
-    int max_batch;
-    FuseOptions fuse;
-    PlanOptions plan;
-    FoldOptions fold;
-} Options;
-
-static void parse_args(int argc, char **argv, Options *o) {
+void options_default(Options *o) {
     *o = (Options){.olevel = "-O2", .max_batch = 64, .fuse = {.elementwise = true, .epilogue = true},
                    .plan = {.inplace = true, .align = 64, .reorder = true},
                    .fold = {.fold_bn = true, .hoist = true, .fold_transpose = true}};
+}
+
+static void parse_args(int argc, char **argv, Options *o) {
+    options_default(o);
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
@@ -236,39 +231,36 @@ static void parse_args(int argc, char **argv, Options *o) {
 
 /* ---------------------------------------------------------------- the pipeline */
 
-/* Everything a compilation produces for the emitters. */
-typedef struct Compiled {
-    Graph *g;
-    KernelList kl, init;
-    MemPlan *mp, *mpc; /* the CPU plan (64-byte alignment) and the CUDA plan (256) */
-} Compiled;
-
 /* The passes, in order, as plain calls (after QBE's main.c). Returns false when a --dump
- * printed its phase and the compilation stops there. */
-static bool compile(const Options *o, Compiled *c) {
-    size_t len;
-    char *src = read_file(o->input, &len);
-    diag_init(o->input, src);
-    Program *prog = parse_program(o->input, src);
-    if (o->dump && !strcmp(o->dump, "ast")) return dump_ast(stdout, prog), false;
+ * printed its phase (to `out`) and the compilation stops there. */
+bool compile_source(const Options *o, const char *path, const char *src, Compiled *c, FILE *out) {
+    diag_init(path, src);
+    Program *prog = parse_program(path, src);
+    if (o->dump && !strcmp(o->dump, "ast")) return dump_ast(out, prog), false;
     Graph *g = c->g = build_graph(prog, o->max_batch);
-    g->source = basename(xstrdup(o->input));
-    if (o->dump && !strcmp(o->dump, "graph")) return dump_graph(stdout, g), false;
+    g->source = basename(xstrdup(path));
+    if (o->dump && !strcmp(o->dump, "graph")) return dump_graph(out, g), false;
     fold_graph(g, o->fold);
     place_graph(g);
     if (o->fold.hoist) hoist_graph(g);
-    if (o->dump && !strcmp(o->dump, "placement")) return dump_placement(stdout, g), false;
+    if (o->dump && !strcmp(o->dump, "placement")) return dump_placement(out, g), false;
     c->kl = fuse_graph(g, o->fuse, &c->init);
-    if (o->dump && !strcmp(o->dump, "fused")) return dump_fused(stdout, g, &c->kl, &c->init), false;
+    if (o->dump && !strcmp(o->dump, "fused")) return dump_fused(out, g, &c->kl, &c->init), false;
     c->mp = plan_memory(g, &c->kl, &c->init, o->plan);
     PlanOptions pc = o->plan; /* the CUDA plan: the same schedule, 256-byte alignment */
     pc.align = 256;
     pc.reorder = false;
     c->mpc = plan_memory(g, &c->kl, &c->init, pc);
     if (o->dump && !strcmp(o->dump, "memplan"))
-        return dump_memplan(stdout, g, &c->kl, c->mp, MODELC_NVCC[0] && !o->no_cuda ? c->mpc : NULL), false;
-    if (o->dump && !strcmp(o->dump, "memplan-svg")) return dump_memplan_svg(stdout, g, &c->kl, c->mp), false;
+        return dump_memplan(out, g, &c->kl, c->mp, MODELC_NVCC[0] && !o->no_cuda ? c->mpc : NULL), false;
+    if (o->dump && !strcmp(o->dump, "memplan-svg")) return dump_memplan_svg(out, g, &c->kl, c->mp), false;
     return true;
+}
+
+static bool compile(const Options *o, Compiled *c) {
+    size_t len;
+    char *src = read_file(o->input, &len);
+    return compile_source(o, o->input, src, c, stdout);
 }
 
 /* ---------------------------------------------------------------- files */
@@ -416,6 +408,7 @@ static void check_output_path(const Options *o, const char *exe) {
         fatal("cannot find the runtime in '%s' (include/modelc/modelrt.h); set MODELC_HOME", home);
 }
 
+#ifndef MODELC_NO_MAIN /* defined when main.c is linked into a harness (tests/fuzz) */
 int main(int argc, char **argv) {
     Options o;
     parse_args(argc, argv, &o);
@@ -437,3 +430,4 @@ int main(int argc, char **argv) {
     arena_free_all();
     return rc;
 }
+#endif

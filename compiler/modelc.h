@@ -27,6 +27,9 @@
  * xalloc returns zeroed memory; it never returns NULL (out of memory is fatal). */
 void *xalloc(size_t bytes);
 void *xrealloc_array(void *old, size_t old_n, size_t new_n, size_t elem); /* grow a vector */
+/* Room for element n of a vector with capacity *cap: the same vector while n < *cap, else a
+ * copy with the capacity doubled (*cap updated). Appending with it is linear overall. */
+void *xgrow_array(void *old, int n, int *cap, size_t elem);
 char *xstrdup(const char *s);
 char *xstrndup(const char *s, size_t n);
 char *xprintf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
@@ -62,6 +65,14 @@ noreturn void internal_error(const char *file, int line, const char *fmt, ...)
 #define ICE(...) internal_error(__FILE__, __LINE__, __VA_ARGS__)
 #define ASSERT(c) ((c) ? (void)0 : ICE("assertion failed: %s", #c))
 extern int diag_warnings; /* count of warnings printed */
+
+/* For a harness that compiles many inputs in one process (tests/fuzz): diagnostics go to `f`
+ * (NULL: stderr), and where the compiler would exit (status 1 for a user's error or fatal(),
+ * 2 for an internal error) it calls `hook(status)` instead, which must not return (it
+ * longjmps back to the harness, which then calls arena_free_all and parse_cleanup). NULL:
+ * exit, as modelc does. */
+void diag_set_stream(FILE *f);
+void diag_set_exit_hook(void (*hook)(int status));
 
 /* ================================================================ ast.c, grammar/ */
 
@@ -178,6 +189,9 @@ typedef struct Program {
 /* Parse a whole file (grammar/model.y). Syntax errors go through error_at with what was
  * expected, e.g. "expected ')' or ',' after argument, got '='". Never returns NULL. */
 Program *parse_program(const char *path, const char *src);
+/* Frees the lexer a parse left when an error ended it (only a harness that catches the exit,
+ * diag_set_exit_hook, needs it; modelc exits instead). */
+void parse_cleanup(void);
 
 /* AST constructors used by the grammar's actions. */
 Ast *new_num(Loc loc, const char *text);
@@ -299,7 +313,7 @@ typedef struct Graph {
     Node **inputs;
     int ninputs;
     Node **params;
-    int nparams;
+    int nparams, capparams;
     GraphOutput *outputs;
     int noutputs;
     bool has_batch;
@@ -419,7 +433,7 @@ typedef struct Kernel {
     Node *lib;        /* K_LIBRARY: the library node (== root) */
     size_t scratch_bytes; /* temporary bytes the kernel needs (conv2d's im2col buffer) */
     Node **members;   /* every node computed by this kernel, topological order */
-    int nmembers;
+    int nmembers, capmembers;
     /* elementwise part (K_ELEMENTWISE, and K_GEMM's epilogue when expr != NULL) */
     Expr *expr;
     LeafRef *leaves;
@@ -435,7 +449,7 @@ typedef struct FuseOptions {
 
 typedef struct KernelList {
     Kernel **k;
-    int n;
+    int n, cap;
 } KernelList;
 
 /* Group the live nodes of g into kernels (in a valid execution order). Nodes marked init
@@ -459,6 +473,7 @@ typedef enum StorageKind {
 /* Where a materialized value lives. Views share their source's Storage. */
 typedef struct Storage {
     int id;
+    int newest;      /* the node whose value it holds last (in-place chains), for inplace_of */
     StorageKind kind;
     int slot;        /* the device slot whose arena or weight region holds it */
     int index;       /* S_INPUT/S_PARAM/S_OUTPUT: position; S_ARENA: -1 */
@@ -472,7 +487,7 @@ typedef struct Storage {
 
 typedef struct MemPlan {
     Storage **st;
-    int nst;
+    int nst, capst;
     Storage **of;       /* of[node id]: the node's storage (NULL for dead/inlined nodes) */
     size_t arena_bytes;  /* slot 0's (the model device's) */
     size_t weight_bytes; /* slot 0's resident weights */
@@ -557,5 +572,32 @@ char *model_ident(const char *name);
 /* NAME.cu: a __global__ kernel and an extern "C" launcher per fused elementwise kernel. */
 void emit_cuda(FILE *o, const Graph *g, const KernelList *kl, const KernelList *init, const char *pfx);
 
+
+/* ================================================================ main.c */
+
+/* modelc's command line, parsed (options_default: what no flag gives). */
+typedef struct Options {
+    const char *input, *out, *dump, *olevel;
+    bool emit_only, keep, no_cuda;
+    int max_batch;
+    FuseOptions fuse;
+    PlanOptions plan;
+    FoldOptions fold;
+} Options;
+
+/* Everything a compilation produces for the emitters. */
+typedef struct Compiled {
+    Graph *g;
+    KernelList kl, init;
+    MemPlan *mp, *mpc; /* the CPU plan (64-byte alignment) and the CUDA plan (256) */
+} Compiled;
+
+void options_default(Options *o);
+
+/* The pass pipeline on the NUL-terminated source `src` of file `path` (for messages): parse,
+ * check, fold, place, hoist, fuse, plan. With o->dump, prints that phase to `out` and returns
+ * false; else fills *c and returns true. Errors exit through diag.c (see diag_set_exit_hook);
+ * everything is allocated from the arena. */
+bool compile_source(const Options *o, const char *path, const char *src, Compiled *c, FILE *out);
 
 #endif /* MODELC_H */

@@ -17,9 +17,11 @@
 
 #include <string.h>
 
-static Node *find_transfer(Node **memo, int nmemo, Node *src, int slot) {
-    for (int i = 0; i < nmemo; i++)
-        if (memo[i]->in[0] == src && memo[i]->slot == slot) return memo[i];
+/* The transfer of src to `slot` made so far, or NULL: memo[head[src id]], then along next[]
+ * (one entry per destination of src, so a lookup does not scan every transfer). */
+static Node *find_transfer(Node **memo, const int *head, const int *next, Node *src, int slot) {
+    for (int k = head[src->id]; k >= 0; k = next[k])
+        if (memo[k]->slot == slot) return memo[k];
     return NULL;
 }
 
@@ -73,20 +75,25 @@ void place_graph(Graph *g) {
     /* Transfers. */
     int n0 = g->nnodes, nmemo = 0;
     Node **memo = xalloc(sizeof(Node *) * (size_t)(n0 * MAX_IN + 1));
+    int *head = xalloc(sizeof(int) * (size_t)(n0 + 1)), *next = xalloc(sizeof(int) * (size_t)(n0 * MAX_IN + 1));
+    for (int i = 0; i < n0; i++) head[i] = -1;
     for (int i = 0; i < n0; i++) {
         Node *n = g->nodes[i];
         if (n->dead || n->op == OP_RESHAPE || n->slot < 0) continue;
         for (int j = 0; j < n->nin; j++) {
             Node *p = n->in[j];
             if (p->op == OP_CONST || p->slot == n->slot) continue;
-            Node *t = find_transfer(memo, nmemo, p, n->slot);
+            ASSERT(p->id < n0); /* an operand of the graph before transfers */
+            Node *t = find_transfer(memo, head, next, p, n->slot);
             if (!t) {
                 t = new_node_for(g, OP_TRANSFER, n); /* on the consumer's slot */
                 t->in[0] = p;
                 t->nin = 1;
                 t->dtype = p->dtype;
                 t->shape = p->shape;
-                memo[nmemo++] = t;
+                memo[nmemo] = t;
+                next[nmemo] = head[p->id];
+                head[p->id] = nmemo++;
             }
             n->in[j] = t;
         }

@@ -72,10 +72,11 @@ static Storage *new_storage(MemPlan *mp, StorageKind kind, int index, Node *owne
     s->kind = kind;
     s->index = index;
     s->owner = owner;
+    s->newest = owner ? owner->id : -1;
     s->bytes = bytes;
     s->first = -1;
     s->last = -1;
-    mp->st = xrealloc_array(mp->st, mp->nst, mp->nst + 1, sizeof(Storage *));
+    mp->st = xgrow_array(mp->st, mp->nst, &mp->capst, sizeof(Storage *));
     mp->st[mp->nst++] = s;
     return s;
 }
@@ -121,8 +122,6 @@ static int cmp_offset(const void *a, const void *b) {
     return x->offset < y->offset ? -1 : x->offset > y->offset;
 }
 
-static bool lives_overlap(const Storage *a, const Storage *b) { return a->first <= b->last && b->first <= a->last; }
-
 static int cmp_first_then_size(const void *a, const void *b) {
     const Storage *x = *(Storage *const *)a, *y = *(Storage *const *)b;
     if (x->first != y->first) return x->first - y->first;
@@ -136,46 +135,114 @@ static int cmp_lifetime_desc(const void *a, const void *b) {
     return x->bytes < y->bytes ? 1 : x->bytes > y->bytes ? -1 : x->id - y->id;
 }
 
-/* The largest sum of (aligned) block sizes of slot `slot` live at one step. */
+/* The largest sum of (aligned) block sizes of slot `slot` live at one step: a sweep over the
+ * steps with what starts and what ends at each, O(blocks + steps) (not steps x blocks). */
 static size_t lower_bound_of(Storage **blocks, int na, int nsteps, size_t align, int slot) {
-    size_t lb = 0;
+    if (nsteps <= 0) return 0;
+    size_t *starts = xalloc(sizeof(size_t) * (nsteps + 1)), *ends = xalloc(sizeof(size_t) * (nsteps + 1));
+    for (int i = 0; i < na; i++) {
+        const Storage *b = blocks[i];
+        int f = b->first < 0 ? 0 : b->first, l = b->last >= nsteps ? nsteps - 1 : b->last;
+        if (b->slot != slot || f > l) continue;
+        starts[f] += align_up(b->bytes, align);
+        ends[l + 1] += align_up(b->bytes, align); /* no longer live from step l + 1 */
+    }
+    size_t lb = 0, live = 0;
     for (int s = 0; s < nsteps; s++) {
-        size_t live = 0;
-        for (int i = 0; i < na; i++)
-            if (blocks[i]->slot == slot && blocks[i]->first <= s && s <= blocks[i]->last)
-                live += align_up(blocks[i]->bytes, align);
+        live = live + starts[s] - ends[s];
         if (live > lb) lb = live;
     }
     return lb;
 }
 
+/* The blocks of one slot placed so far, indexed for the query "which of them live at some step
+ * of [f, l]": a segment tree over the steps at which blocks start, each node holding the latest
+ * last step among the blocks below it, each leaf a list of the blocks starting there. A query
+ * descends only into subtrees that hold an answer: O((answers + 1) log steps), where scanning
+ * every placed block made placement quadratic in the number of blocks. */
+typedef struct LiveIndex {
+    int n;          /* leaves: a power of two >= the number of steps */
+    int *maxlast;   /* [2n], 1-based heap order: the largest `last` below, -1 when empty */
+    int *head;      /* [n]: the newest block starting at that step, an index into blk; -1 */
+    int *next;      /* [cap]: the block before it starting at the same step, or -1 */
+    Storage **blk;
+    int nblk;
+} LiveIndex;
+
+static void live_index_init(LiveIndex *ix, int nsteps, int cap) {
+    ix->n = 1;
+    while (ix->n < nsteps) ix->n *= 2;
+    ix->maxlast = xalloc(sizeof(int) * 2 * ix->n);
+    ix->head = xalloc(sizeof(int) * ix->n);
+    ix->next = xalloc(sizeof(int) * (cap + 1));
+    ix->blk = xalloc(sizeof(Storage *) * (cap + 1));
+}
+
+static void live_index_clear(LiveIndex *ix) {
+    for (int i = 0; i < 2 * ix->n; i++) ix->maxlast[i] = -1;
+    for (int i = 0; i < ix->n; i++) ix->head[i] = -1;
+    ix->nblk = 0;
+}
+
+static void live_index_add(LiveIndex *ix, Storage *b) {
+    if (b->first < 0 || b->first >= ix->n || b->last < b->first)
+        ICE("plan: block %d has the live range [%d,%d] outside the %d steps", b->id, b->first, b->last, ix->n);
+    int k = ix->nblk++;
+    ix->blk[k] = b;
+    ix->next[k] = ix->head[b->first];
+    ix->head[b->first] = k;
+    for (int node = ix->n + b->first; node >= 1; node /= 2)
+        if (ix->maxlast[node] < b->last) ix->maxlast[node] = b->last;
+}
+
+/* Appends to out[*nout] the blocks below `node` (covering start steps [lo, hi]) that start at
+ * or before l and end at or after f. */
+static void live_index_query(const LiveIndex *ix, int node, int lo, int hi, int f, int l, Storage **out, int *nout) {
+    if (lo > l || ix->maxlast[node] < f) return;
+    if (lo == hi) {
+        for (int k = ix->head[lo]; k >= 0; k = ix->next[k])
+            if (ix->blk[k]->last >= f) out[(*nout)++] = ix->blk[k];
+        return;
+    }
+    int mid = lo + (hi - lo) / 2;
+    live_index_query(ix, 2 * node, lo, mid, f, l, out, nout);
+    live_index_query(ix, 2 * node + 1, mid + 1, hi, f, l, out, nout);
+}
+
 /* Place the blocks in the given order, each in the smallest gap between already placed blocks
- * whose lifetimes intersect its own (best fit), or after the last of them. */
-static void place_blocks(Storage **blocks, int na, size_t align, size_t *slot_arena) {
-    Storage **placed = xalloc(sizeof(Storage *) * (na + 1));
+ * whose lifetimes intersect its own (best fit), or after the last of them. Slots do not share
+ * bytes, so each slot's blocks are placed on their own, in the same order. */
+static void place_blocks(Storage **blocks, int na, int nsteps, int nslots, size_t align, size_t *slot_arena) {
     Storage **ov = xalloc(sizeof(Storage *) * (na + 1));
-    int nplaced = 0;
-    for (int i = 0; i < na; i++) {
-        Storage *b = blocks[i];
-        size_t need = align_up(b->bytes, align);
-        int nov = 0;
-        for (int j = 0; j < nplaced; j++)
-            if (placed[j]->slot == b->slot && lives_overlap(placed[j], b)) ov[nov++] = placed[j];
-        qsort(ov, nov, sizeof(Storage *), cmp_offset);
-        size_t best = SIZE_MAX, best_gap = SIZE_MAX, prev_end = 0;
-        for (int j = 0; j < nov; j++) {
-            size_t gap_start = prev_end, gap_end = ov[j]->offset;
-            if (gap_end > gap_start && gap_end - gap_start >= need && gap_end - gap_start < best_gap) {
-                best_gap = gap_end - gap_start;
-                best = gap_start;
+    LiveIndex ix;
+    live_index_init(&ix, nsteps, na);
+    bool *used = xalloc(sizeof(bool) * (nslots + 1));
+    for (int i = 0; i < na; i++) used[blocks[i]->slot] = true;
+    for (int sl = 0; sl < nslots; sl++) {
+        if (!used[sl]) continue;
+        live_index_clear(&ix);
+        for (int i = 0; i < na; i++) {
+            Storage *b = blocks[i];
+            if (b->slot != sl) continue;
+            size_t need = align_up(b->bytes, align);
+            int nov = 0;
+            live_index_query(&ix, 1, 0, ix.n - 1, b->first, b->last, ov, &nov);
+            qsort(ov, nov, sizeof(Storage *), cmp_offset);
+            size_t best = SIZE_MAX, best_gap = SIZE_MAX, prev_end = 0;
+            for (int j = 0; j < nov; j++) {
+                size_t gap_start = prev_end, gap_end = ov[j]->offset;
+                if (gap_end > gap_start && gap_end - gap_start >= need && gap_end - gap_start < best_gap) {
+                    best_gap = gap_end - gap_start;
+                    best = gap_start;
+                }
+                size_t e = align_up(ov[j]->offset + ov[j]->bytes, align);
+                if (e > prev_end) prev_end = e;
             }
-            size_t e = align_up(ov[j]->offset + ov[j]->bytes, align);
-            if (e > prev_end) prev_end = e;
+            if (best == SIZE_MAX) best = prev_end; /* no gap fits: after the last overlapping block */
+            b->offset = best;
+            live_index_add(&ix, b);
+            if (best + need > slot_arena[b->slot]) slot_arena[b->slot] = best + need;
         }
-        if (best == SIZE_MAX) best = prev_end; /* no gap fits: after the last overlapping block */
-        b->offset = best;
-        placed[nplaced++] = b;
-        if (best + need > slot_arena[b->slot]) slot_arena[b->slot] = best + need;
     }
 }
 
@@ -250,10 +317,8 @@ static MemPlan *plan_order(Graph *g, KernelList *kl, KernelList *init, PlanOptio
             }
             if (reuse) {
                 mp->of[r->id] = reuse;
-                mp->inplace_of[r->id] = reuse->owner->id;
-                for (int i = 0; i < nn; i++) /* the newest value in the storage */
-                    if (mp->of[i] == reuse && mp->def_step[i] > mp->def_step[reuse->owner->id] && i != r->id)
-                        mp->inplace_of[r->id] = i;
+                mp->inplace_of[r->id] = reuse->newest; /* the value it overwrites, dying here */
+                reuse->newest = r->id;
             } else {
                 mp->of[r->id] = new_storage(mp, S_ARENA, -1, r, node_bytes(g, r));
             }
@@ -291,7 +356,7 @@ static MemPlan *plan_order(Graph *g, KernelList *kl, KernelList *init, PlanOptio
     for (int o = 0; o < 3; o++) {
         qsort(blocks, na, sizeof(Storage *), orders[o]);
         for (int sl = 0; sl < g->nslots; sl++) mp->slot_arena[sl] = 0;
-        place_blocks(blocks, na, opt.align, mp->slot_arena);
+        place_blocks(blocks, na, kl->n, g->nslots, opt.align, mp->slot_arena);
         size_t total = 0;
         for (int sl = 0; sl < g->nslots; sl++) total += mp->slot_arena[sl];
         if (total < best_total) {
@@ -337,42 +402,64 @@ void check_plan(const Graph *g, const KernelList *kl, const MemPlan *mp) {
         if (st->kind == S_OUTPUT && st->owner != r)
             ICE("plan: output storage of %%%d reused by %%%d", st->owner->id, r->id);
     }
-    /* Scratch: disjoint from every value live at its step. */
+    /* Scratch: aligned, inside the arena (disjoint from the values live at its step: below). */
     for (int s = 0; s < kl->n; s++) {
         const Storage *sc = mp->scratch[s];
-        if (!sc) continue;
-        if (sc->offset % mp->align || sc->offset + sc->bytes > mp->slot_arena[sc->slot])
+        if (sc && (sc->offset % mp->align || sc->offset + sc->bytes > mp->slot_arena[sc->slot]))
             ICE("plan: scratch of k%d [%zu, %zu) misaligned or outside the arena", s, sc->offset, sc->offset + sc->bytes);
-        for (int i = 0; i < nn; i++) {
-            const Storage *a = mp->of[i];
-            if (!a || a->kind != S_ARENA || g->nodes[i]->op == OP_RESHAPE || mp->def_step[i] < 0) continue;
-            if (a->slot != sc->slot) continue;
-            int ai = mp->def_step[i], al = mp->last_step[i] < ai ? ai : mp->last_step[i];
-            if (s < ai || s > al) continue;
-            if (a->offset < sc->offset + sc->bytes && sc->offset < a->offset + node_bytes(g, g->nodes[i]))
-                ICE("plan: scratch of k%d overlaps %%%d", s, i);
-        }
     }
-    /* Pairwise: values whose closed lifetimes intersect must not share bytes. */
-    for (int i = 0; i < nn; i++) {
+    /* Values whose closed lifetimes intersect must not share bytes. Two closed intervals
+     * intersect when one starts inside the other, so a sweep over the steps compares each value,
+     * at the step that defines it, with the values live then, and each scratch block with the
+     * values live at its step: O(values + pairs live together), not O(values^2). */
+    int ns = kl->n;
+    int *def_head = xalloc(sizeof(int) * (ns + 1)), *end_head = xalloc(sizeof(int) * (ns + 1));
+    int *def_next = xalloc(sizeof(int) * (nn + 1)), *end_next = xalloc(sizeof(int) * (nn + 1));
+    int *live = xalloc(sizeof(int) * (nn + 1)), *pos = xalloc(sizeof(int) * (nn + 1)), nlive = 0;
+    for (int s = 0; s <= ns; s++) def_head[s] = end_head[s] = -1;
+    for (int i = nn - 1; i >= 0; i--) { /* lists in increasing node id */
         const Storage *a = mp->of[i];
         if (!a || a->kind != S_ARENA || g->nodes[i]->op == OP_RESHAPE || mp->def_step[i] < 0) continue;
         int ai = mp->def_step[i], al = mp->last_step[i] < ai ? ai : mp->last_step[i];
-        size_t a0 = a->offset, a1 = a0 + node_bytes(g, g->nodes[i]);
-        for (int j = i + 1; j < nn; j++) {
-            const Storage *b = mp->of[j];
-            if (!b || b->kind != S_ARENA || g->nodes[j]->op == OP_RESHAPE || mp->def_step[j] < 0) continue;
-            if (a->slot != b->slot) continue;
-            int bi = mp->def_step[j], bl = mp->last_step[j] < bi ? bi : mp->last_step[j];
-            size_t b0 = b->offset, b1 = b0 + node_bytes(g, g->nodes[j]);
-            if (a1 <= b0 || b1 <= a0) continue;           /* disjoint bytes */
-            if (al < bi || bl < ai) continue;             /* disjoint lifetimes */
-            /* Touching at one step is allowed only for an exact in-place pair. */
-            bool inplace = a == b && a0 == b0 &&
-                           ((al == bi && mp->inplace_of[j] == i) || (bl == ai && mp->inplace_of[i] == j));
-            if (!inplace)
-                ICE("plan: %%%d [%zu,%zu) live [%d,%d] overlaps %%%d [%zu,%zu) live [%d,%d]", i, a0, a1, ai, al, j, b0,
-                    b1, bi, bl);
+        if (ai >= ns || al >= ns) ICE("plan: %%%d live [%d,%d] outside the %d steps", i, ai, al, ns);
+        def_next[i] = def_head[ai];
+        def_head[ai] = i;
+        end_next[i] = end_head[al + 1]; /* no longer live from step al + 1 */
+        end_head[al + 1] = i;
+    }
+    for (int s = 0; s < ns; s++) {
+        for (int i = end_head[s]; i >= 0; i = end_next[i]) { /* swap-remove from the live set */
+            int last = live[--nlive];
+            live[pos[i]] = last;
+            pos[last] = pos[i];
+        }
+        for (int n = def_head[s]; n >= 0; n = def_next[n]) {
+            for (int k = 0; k < nlive; k++) {
+                int i = live[k] < n ? live[k] : n, j = live[k] < n ? n : live[k];
+                const Storage *a = mp->of[i], *b = mp->of[j];
+                if (a->slot != b->slot) continue;
+                int ai = mp->def_step[i], al = mp->last_step[i] < ai ? ai : mp->last_step[i];
+                int bi = mp->def_step[j], bl = mp->last_step[j] < bi ? bi : mp->last_step[j];
+                size_t a0 = a->offset, a1 = a0 + node_bytes(g, g->nodes[i]);
+                size_t b0 = b->offset, b1 = b0 + node_bytes(g, g->nodes[j]);
+                if (a1 <= b0 || b1 <= a0) continue; /* disjoint bytes */
+                /* Touching at one step is allowed only for an exact in-place pair. */
+                bool inplace = a == b && a0 == b0 &&
+                               ((al == bi && mp->inplace_of[j] == i) || (bl == ai && mp->inplace_of[i] == j));
+                if (!inplace)
+                    ICE("plan: %%%d [%zu,%zu) live [%d,%d] overlaps %%%d [%zu,%zu) live [%d,%d]", i, a0, a1, ai, al, j,
+                        b0, b1, bi, bl);
+            }
+            pos[n] = nlive;
+            live[nlive++] = n;
+        }
+        const Storage *sc = mp->scratch[s];
+        for (int k = 0; sc && k < nlive; k++) {
+            int i = live[k];
+            const Storage *a = mp->of[i];
+            if (a->slot == sc->slot && a->offset < sc->offset + sc->bytes &&
+                sc->offset < a->offset + node_bytes(g, g->nodes[i]))
+                ICE("plan: scratch of k%d overlaps %%%d", s, i);
         }
     }
 }
@@ -464,48 +551,83 @@ static void drop_reader(void *p, Node *n) {
     s->readers[n->id]--;
 }
 
+/* The kernels that read each kernel's value: start[k]..start[k+1] index cons. */
+typedef struct Cons {
+    Sched *s;
+    int *start, *cons, *fill;
+} Cons;
+
+static void count_consumer(void *p, Node *n) {
+    Cons *c = p;
+    int k = c->s->producer[n->id];
+    if (k >= 0 && k != c->s->cur) c->start[k + 1]++;
+}
+
+static void add_consumer(void *p, Node *n) {
+    Cons *c = p;
+    int k = c->s->producer[n->id];
+    if (k >= 0 && k != c->s->cur) c->cons[c->fill[k]++] = c->s->cur;
+}
+
 /* A memory-aware list schedule: among the kernels whose operands are ready, run the one that
  * frees the most bytes net of what it allocates (ties: the earliest in the default order).
  * The greedy rule is the one of Kirisame et al.'s and TVM's memory-aware schedulers in spirit;
  * it is a heuristic, and plan_memory keeps it only when it plans a smaller arena. */
 static KernelList schedule_greedy(Graph *g, KernelList *kl) {
     Sched S = {.g = g, .kl = kl}, *s = &S;
+    int nk = kl->n;
     s->producer = xalloc(sizeof(int) * g->nnodes);
     s->readers = xalloc(sizeof(int) * g->nnodes);
-    s->deps = xalloc(sizeof(int) * (kl->n + 1));
-    s->done = xalloc(sizeof(bool) * (kl->n + 1));
+    s->deps = xalloc(sizeof(int) * (nk + 1));
+    s->done = xalloc(sizeof(bool) * (nk + 1));
     for (int i = 0; i < g->nnodes; i++) s->producer[i] = -1;
-    for (int k = 0; k < kl->n; k++) s->producer[kl->k[k]->root->id] = k;
-    for (int k = 0; k < kl->n; k++) {
+    for (int k = 0; k < nk; k++) s->producer[kl->k[k]->root->id] = k;
+    for (int k = 0; k < nk; k++) {
         s->cur = k;
         kernel_reads(kl->k[k], count_reader, s);
         kernel_reads(kl->k[k], count_dep, s);
     }
-    KernelList out = {xalloc(sizeof(Kernel *) * (kl->n + 1)), 0};
-    for (int step = 0; step < kl->n; step++) {
-        int best = -1;
+    /* Each kernel's consumers, one entry per read (CSR), so that finishing a kernel updates
+     * only the kernels that wait for it; the ready ones are kept in a list. */
+    Cons C = {s, xalloc(sizeof(int) * (nk + 2)), NULL, NULL};
+    for (int k = 0; k < nk; k++) {
+        s->cur = k;
+        kernel_reads(kl->k[k], count_consumer, &C);
+    }
+    for (int k = 0; k < nk; k++) C.start[k + 1] += C.start[k];
+    C.cons = xalloc(sizeof(int) * (C.start[nk] + 1));
+    int *fill = xalloc(sizeof(int) * (nk + 1));
+    memcpy(fill, C.start, sizeof(int) * nk);
+    C.fill = fill;
+    for (int k = 0; k < nk; k++) {
+        s->cur = k;
+        kernel_reads(kl->k[k], add_consumer, &C);
+    }
+    int *ready = xalloc(sizeof(int) * (nk + 1)), nready = 0;
+    for (int k = 0; k < nk; k++)
+        if (s->deps[k] == 0) ready[nready++] = k;
+    KernelList out = {xalloc(sizeof(Kernel *) * (nk + 1)), 0, nk + 1};
+    for (int step = 0; step < nk; step++) {
+        int best = -1, best_at = -1;
         long long best_gain = 0;
-        for (int k = 0; k < kl->n; k++) {
-            if (s->done[k] || s->deps[k] > 0) continue;
+        for (int r = 0; r < nready; r++) {
+            int k = ready[r];
             Gain gn = {s, 0};
             kernel_reads(kl->k[k], gain_read, &gn);
             long long gain = gn.freed - (long long)node_bytes(g, kl->k[k]->root);
-            if (best < 0 || gain > best_gain) {
+            if (best < 0 || gain > best_gain || (gain == best_gain && k < best)) {
                 best = k;
+                best_at = r;
                 best_gain = gain;
             }
         }
         ASSERT(best >= 0);
+        ready[best_at] = ready[--nready];
         s->done[best] = true;
         kernel_reads(kl->k[best], drop_reader, s);
         out.k[out.n++] = kl->k[best];
-        /* recount the unfinished producers of every kernel still waiting */
-        for (int k = 0; k < kl->n; k++) {
-            if (s->done[k]) continue;
-            s->cur = k;
-            s->deps[k] = 0;
-            kernel_reads(kl->k[k], count_dep, s);
-        }
+        for (int c = C.start[best]; c < C.start[best + 1]; c++)
+            if (!s->done[C.cons[c]] && --s->deps[C.cons[c]] == 0) ready[nready++] = C.cons[c];
     }
     return out;
 }
@@ -517,7 +639,7 @@ MemPlan *plan_memory(Graph *g, KernelList *kl, KernelList *init, PlanOptions opt
     bool same = true;
     for (int i = 0; i < kl->n; i++) same = same && alt.k[i] == kl->k[i];
     if (same) return base;
-    KernelList orig = {xalloc(sizeof(Kernel *) * (kl->n + 1)), kl->n};
+    KernelList orig = {xalloc(sizeof(Kernel *) * (kl->n + 1)), kl->n, kl->n + 1};
     memcpy(orig.k, kl->k, sizeof(Kernel *) * kl->n);
     memcpy(kl->k, alt.k, sizeof(Kernel *) * kl->n);
     for (int i = 0; i < kl->n; i++) kl->k[i]->id = i;

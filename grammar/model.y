@@ -29,6 +29,13 @@
  * The first error exits (error_at), so there is no error recovery.
  */
 
+%code top {
+/* The parser's stacks come from the arena, like the AST: a syntax error exits with them in
+ * use, and a harness that catches that exit (tests/fuzz) frees them with the arena. */
+#define YYMALLOC xalloc
+#define YYFREE(p) ((void)(p))
+}
+
 %code requires {
 #include "modelc.h"
 
@@ -503,11 +510,19 @@ static void yyerror(YYLTYPE *at, yyscan_t scanner, ParseResult *res, const char 
 }
 
 /* Parses a whole file; see modelc.h. Lexical and syntax errors exit through error_at. */
+static yyscan_t scanner;
+
+void parse_cleanup(void) {
+    if (scanner) yylex_destroy(scanner);
+    scanner = NULL;
+}
+
 Program *parse_program(const char *path, const char *src) {
     diag_init(path, src);
     LexState ls = {.src = src, .line = 1, .col = 1, .end_line = 1, .end_col = 1};
     ParseResult res = {0};
-    static yyscan_t scanner; /* static: stays reachable if an error exits mid-parse */
+    /* scanner is static: it stays reachable if an error exits mid-parse, and parse_cleanup
+     * frees it when a harness's exit hook returned to the harness instead */
     if (yylex_init_extra(&ls, &scanner))
         fatal("cannot initialize the lexer: %s", strerror(errno));
     YY_BUFFER_STATE buf = yy_scan_bytes(src, (int)strlen(src), scanner);

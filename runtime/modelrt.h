@@ -346,7 +346,13 @@ mrt_status mrt_npy_read(const char *path, mrt_tensor *out);
 
 /** Write `t` as a version 1.0 .npy file. The file is written to a temporary name in the same
  *  directory and renamed into place, so `path` holds the whole tensor or is left untouched.
- *  An empty path is MRT_ERR_INVALID_ARG. */
+ *  A symlink is written through: the regular file it (finally) names is replaced, atomically
+ *  in that file's directory, and the link stays as it was. Anything that is not a regular
+ *  file is refused with MRT_ERR_IO and left as it is, never replaced by a regular file: a
+ *  FIFO, a character or block device, a socket, a directory, a symlink to one of those, and a
+ *  dangling symlink ("PATH: cannot write a .npy file there: it is a FIFO; only a regular file
+ *  (or a symlink to one) is written"). A hard link's other names are not updated: the path
+ *  gets a new file. An empty path is MRT_ERR_INVALID_ARG. */
 mrt_status mrt_npy_write(const char *path, const mrt_tensor *t);
 
 /* ---------------------------------------------------------------- compiled models

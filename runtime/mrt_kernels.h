@@ -391,6 +391,9 @@ static inline mrt_status mrt_cuda_avgpool2d(void *stream, const mrt_pool2d_param
 
 /** Marks generated locals that some models do not read. */
 #define MRT_UNUSED __attribute__((unused))
+/** Keeps a generated part of a large run() a function of its own (compile time: see modelc's
+ *  emit_c.c, RUN_PART). */
+#define MRT_NOINLINE __attribute__((noinline))
 #endif /* !__CUDACC__ */
 
 #endif /* MRT_KERNELS_H */

@@ -5,15 +5,18 @@
  *        [--device D] [--device-map MAP] [--time] [--repeat N] [--memory] [--help]
  *        [--list-devices]
  *
- * It is the only part of modelrt that prints. Steps: parse the arguments (usage errors exit 2);
- * read every input; infer the batch from the inputs' shapes against the model's descriptors and
- * check every other dimension; create the model on the device, load the weights; run (in chunks
- * of max_batch when the batch is larger, the model is batch_chunkable and the batch leads every
- * input and output); write the requested
- * outputs atomically. Runtime failures print "PROG: error: <message>" and exit 1. Every path
- * frees what it allocated. --list-devices prints the devices (CPU first, then each visible CUDA
- * GPU, or why there is none) and exits 0. --memory alone prints the plan's bytes per device and
- * exits 0; with a run it adds what was measured (peak resident memory, CUDA memory held).
+ * It is the only part of modelrt that prints. Steps: parse the arguments (usage errors exit 2;
+ * a single-valued flag -- --weights, --device, --device-map, --repeat -- given twice is one, as
+ * a repeated --input is); check the output paths (distinct regular files, none of them the
+ * weights or an input; symlinks written through, FIFOs and devices refused); read every input;
+ * infer the batch from the inputs' shapes against the model's descriptors and check every
+ * other dimension; create the model on the device, load the weights; run (in chunks of
+ * max_batch when the batch is larger, the model is batch_chunkable and the batch leads every
+ * input and output); write the requested outputs atomically. Runtime failures print
+ * "PROG: error: <message>" and exit 1. Every path frees what it allocated. --list-devices
+ * prints the devices (CPU first, then each visible CUDA GPU, or why there is none) and exits
+ * 0. --memory alone prints the plan's bytes per device and exits 0; with a run it adds what
+ * was measured (peak resident memory, CUDA memory held).
  */
 #include <sys/resource.h>
 #include <sys/stat.h>
@@ -30,6 +33,7 @@ enum { CLI_OK = 0, CLI_ERROR = 1, CLI_USAGE = 2 };
 
 typedef struct cli_opts {
     const char *weights, *device, *device_map;
+    const char *repeat_arg; /* --repeat's text, to name it when given twice */
     const char **in_files;  /* [n_inputs], NULL where not given */
     const char **out_files; /* [n_outputs], NULL where not requested */
     int time, memory, help, list_devices, plan_only;
@@ -246,6 +250,16 @@ static int cli_parse(const mrt_model_info *info, const char *prog, int argc, cha
                 return cli_usage_error(prog, "--device-map needs a model compiled by modelc");
             if (!v)
                 return cli_usage_error(prog, "%s needs a value", flag);
+            /* A single-valued flag given twice is a mistake (which one was meant?), as a
+             * repeated --input is, not a silent "last one wins". */
+            const char *prev = strcmp(flag, "--weights") == 0      ? o->weights
+                               : strcmp(flag, "--device") == 0     ? o->device
+                               : strcmp(flag, "--device-map") == 0 ? o->device_map
+                               : strcmp(flag, "--repeat") == 0     ? o->repeat_arg
+                                                                   : NULL;
+            if (prev)
+                return cli_usage_error(prog, "%s given twice ('%s' and '%s'); give it once",
+                                       flag, prev, v);
             if (strcmp(flag, "--weights") == 0) {
                 o->weights = v;
             } else if (strcmp(flag, "--device") == 0) {
@@ -265,6 +279,7 @@ static int cli_parse(const mrt_model_info *info, const char *prog, int argc, cha
                     return cli_usage_error(prog, "--repeat '%s': expected a count from 1 to "
                                            "1000000000", v);
                 o->repeat = r;
+                o->repeat_arg = v;
             } else if (strcmp(flag, "--input") == 0) {
                 if ((rc = cli_bind(prog, "input", v, info->inputs, info->n_inputs,
                                    o->in_files)) != CLI_OK)
@@ -535,6 +550,83 @@ static mrt_status cli_check_input(const mrt_model_info *info, int i, const char 
     return MRT_OK;
 }
 
+/* ---------------------------------------------------------------- output paths */
+
+/* The file an output path lands in, to tell two paths to one file apart from two files. */
+typedef struct cli_dest {
+    int exists;
+    dev_t dev;
+    ino_t ino;
+    char *name; /* when it does not exist yet: realpath of its directory + "/" + base name */
+} cli_dest;
+
+/* 1 if the two outputs would be written to one file: the same inode (a hard link, a symlink
+ * to the other, "a.npy" and "./a.npy"), or, for files not there yet, the same canonical
+ * name. */
+static int cli_dest_same(const cli_dest *a, const cli_dest *b)
+{
+    if (a->exists || b->exists)
+        return a->exists && b->exists && a->dev == b->dev && a->ino == b->ino;
+    return a->name && b->name && strcmp(a->name, b->name) == 0;
+}
+
+/* Output i's path, checked before the run: its directory exists and is writable; it is a
+ * regular file, a name not there yet, or a symlink to a regular file (written through: see
+ * mrt_npy_write), never a FIFO, device, socket or directory; it is not the weights file or an
+ * input. Fills *d for cli_dest_same. */
+static mrt_status cli_output_check(const mrt_model_info *info, const cli_opts *o, int i,
+                                   cli_dest *d)
+{
+    const char *path = o->out_files[i], *name = info->outputs[i].name;
+    char why[RT_QUOTE_MAX + 128];
+    char *target = rt_output_target(path, why, sizeof why);
+    if (!target)
+        return mrt_set_error(MRT_ERR_IO, "cannot write output '%s' to %s: %s; outputs are "
+                             "written only to regular files (or through a symlink to one)",
+                             name, path, why);
+    char dir[4096];
+    snprintf(dir, sizeof dir, "%s", target);
+    char *slash = strrchr(dir, '/');
+    const char *base = slash ? slash + 1 : target;
+    if (slash == dir)
+        dir[1] = '\0';
+    else if (slash)
+        *slash = '\0';
+    else
+        snprintf(dir, sizeof dir, ".");
+    if (access(dir, W_OK) != 0) {
+        mrt_set_error(MRT_ERR_IO, "cannot write output '%s' to %s: directory '%s' %s", name,
+                      path, dir, access(dir, F_OK) != 0 ? "does not exist" : "is not writable");
+        free(target);
+        return MRT_ERR_IO;
+    }
+    struct stat so, sw;
+    if (stat(target, &so) == 0) {
+        d->exists = 1;
+        d->dev = so.st_dev;
+        d->ino = so.st_ino;
+        free(target);
+        if (o->weights && stat(o->weights, &sw) == 0 && sw.st_dev == so.st_dev &&
+            sw.st_ino == so.st_ino)
+            return mrt_set_error(MRT_ERR_INVALID_ARG, "output '%s' would overwrite the weights "
+                                 "file %s; name another file", name, path);
+        for (int j = 0; j < info->n_inputs; j++)
+            if (o->in_files[j] && stat(o->in_files[j], &sw) == 0 && sw.st_dev == so.st_dev &&
+                sw.st_ino == so.st_ino)
+                return mrt_set_error(MRT_ERR_INVALID_ARG, "output '%s' would overwrite input "
+                                     "'%s' (%s); name another file", name,
+                                     info->inputs[j].name, path);
+        return MRT_OK;
+    }
+    /* Not there yet: two such outputs are one file when their canonical names agree. */
+    char *rdir = realpath(dir, NULL);
+    if (rdir && (d->name = malloc(strlen(rdir) + strlen(base) + 2)) != NULL)
+        sprintf(d->name, "%s/%s", rdir, base);
+    free(rdir);
+    free(target);
+    return MRT_OK;
+}
+
 /* ---------------------------------------------------------------- running */
 
 typedef struct cli_run {
@@ -586,6 +678,7 @@ static int cli_execute(const mrt_model_info *info, const cli_opts *o, const char
 {
     int nin = info->n_inputs, nout = info->n_outputs;
     int rc = CLI_ERROR;
+    cli_dest *dests = NULL;
     cli_run r;
     memset(&r, 0, sizeof r);
     r.info = info;
@@ -604,52 +697,33 @@ static int cli_execute(const mrt_model_info *info, const cli_opts *o, const char
         goto done;
     }
 
-    /* Outputs go to distinct files in directories that exist, checked before anything runs, so
-     * a run does not end with some outputs written and others not. */
+    /* Outputs go to distinct regular files in directories that exist, none of them the
+     * weights or an input, checked before anything runs, so that a run does not end with some
+     * outputs written and others not, and nothing the user did not name as an output is
+     * touched. */
+    dests = calloc((size_t)nout + 1, sizeof *dests);
+    if (!dests) {
+        mrt_set_error(MRT_ERR_OOM, "out of memory checking %d output paths", nout);
+        goto done;
+    }
     for (int i = 0; i < nout; i++) {
         if (!o->out_files[i])
             continue;
-        for (int j = 0; j < i; j++)
-            if (o->out_files[j] && !strcmp(o->out_files[i], o->out_files[j])) {
-                mrt_set_error(MRT_ERR_INVALID_ARG, "outputs '%s' and '%s' are both written to %s",
-                              info->outputs[j].name, info->outputs[i].name, o->out_files[i]);
-                goto done;
-            }
-        char dir[4096];
-        snprintf(dir, sizeof dir, "%s", o->out_files[i]);
-        char *slash = strrchr(dir, '/');
-        if (slash == dir)
-            dir[1] = '\0';
-        else if (slash)
-            *slash = '\0';
-        else
-            snprintf(dir, sizeof dir, ".");
-        if (access(dir, W_OK) != 0) {
-            mrt_set_error(MRT_ERR_IO, "cannot write output '%s' to %s: directory '%s' %s", info->outputs[i].name,
-                          o->out_files[i], dir, access(dir, F_OK) != 0 ? "does not exist" : "is not writable");
+        if (cli_output_check(info, o, i, &dests[i]) != MRT_OK)
             goto done;
-        }
-        struct stat so, sw;
-        if (stat(o->out_files[i], &so) == 0) {
-            if (S_ISDIR(so.st_mode)) {
-                mrt_set_error(MRT_ERR_IO, "cannot write output '%s' to %s: it is a directory",
-                              info->outputs[i].name, o->out_files[i]);
-                goto done;
-            }
-            if (o->weights && stat(o->weights, &sw) == 0 && sw.st_dev == so.st_dev && sw.st_ino == so.st_ino) {
-                mrt_set_error(MRT_ERR_INVALID_ARG, "output '%s' would overwrite the weights file %s; "
-                              "name another file", info->outputs[i].name, o->out_files[i]);
-                goto done;
-            }
-            for (int j = 0; j < nin; j++)
-                if (o->in_files[j] && stat(o->in_files[j], &sw) == 0 && sw.st_dev == so.st_dev &&
-                    sw.st_ino == so.st_ino) {
-                    mrt_set_error(MRT_ERR_INVALID_ARG, "output '%s' would overwrite input '%s' (%s); "
-                                  "name another file", info->outputs[i].name, info->inputs[j].name,
+        for (int j = 0; j < i; j++)
+            if (o->out_files[j] && cli_dest_same(&dests[i], &dests[j])) {
+                if (!strcmp(o->out_files[i], o->out_files[j]))
+                    mrt_set_error(MRT_ERR_INVALID_ARG, "outputs '%s' and '%s' are both written "
+                                  "to %s", info->outputs[j].name, info->outputs[i].name,
                                   o->out_files[i]);
-                    goto done;
-                }
-        }
+                else
+                    mrt_set_error(MRT_ERR_INVALID_ARG, "outputs '%s' and '%s' are both written "
+                                  "to one file: %s and %s are the same file",
+                                  info->outputs[j].name, info->outputs[i].name,
+                                  o->out_files[j], o->out_files[i]);
+                goto done;
+            }
     }
 
     /* Inputs: read, check, infer the batch. */
@@ -803,6 +877,9 @@ static int cli_execute(const mrt_model_info *info, const cli_opts *o, const char
 
 done:
     (void)prog;
+    for (int i = 0; dests && i < nout; i++)
+        free(dests[i].name);
+    free(dests);
     if (r.model)
         info->destroy(r.model);
     for (int i = 0; r.in && i < nin; i++)

@@ -28,6 +28,17 @@ int rt_shape_numel(const int64_t *shape, int rank, uint64_t *numel);
 /** The log hook currently installed (for mrt_main to restore the caller's on return). */
 void rt_log_hook_get(mrt_log_fn *fn, void **user);
 
+/* ---------------------------------------------------------------- rt_npy.c */
+
+/** The file that mrt_npy_write(path) replaces: `path` itself when it is a regular file or does
+ *  not exist; for a symlink (or a chain of them), the regular file it finally names
+ *  (realpath), so that the link stays a link and the file it points at gets the data. Returns
+ *  a malloc'ed path, or NULL with the reason in why[n] for anything else: "it is a directory",
+ *  "it is a FIFO", "it is a character device", "it is a block device", "it is a socket", "it
+ *  is a symlink to 'T', a FIFO" (and so on), "it is a symlink to 'T', which does not exist",
+ *  "it is a symlink that cannot be resolved (<strerror>)"; also when out of memory. */
+char *rt_output_target(const char *path, char *why, size_t n);
+
 /* ---------------------------------------------------------------- rt_device.c */
 
 /** Enough for any rt_quote result. */

@@ -8,7 +8,8 @@
  * recursive-descent reader over three keys, any order, any whitespace); every number is checked
  * before use and the data size must match the shape exactly. Writing goes to a mkstemp() file
  * in the target's directory and is renamed into place, so readers see the old file or the new
- * one, never a part.
+ * one, never a part. The target is the path, or the regular file a symlink names (the link is
+ * kept); a FIFO, device node, directory or socket is refused, never replaced.
  */
 #include "rt_internal.h"
 
@@ -373,6 +374,56 @@ static mode_t npy_new_file_mode(void)
     return 0666 & ~mask;
 }
 
+/* "a FIFO", "a directory", ... for a file type that is not a regular file. */
+static const char *npy_kind(mode_t m)
+{
+    return S_ISDIR(m)    ? "a directory"
+           : S_ISFIFO(m) ? "a FIFO"
+           : S_ISCHR(m)  ? "a character device"
+           : S_ISBLK(m)  ? "a block device"
+           : S_ISSOCK(m) ? "a socket"
+           : S_ISLNK(m)  ? "a symlink"
+                         : "not a regular file";
+}
+
+char *rt_output_target(const char *path, char *why, size_t n)
+{
+    struct stat st;
+    if (lstat(path, &st) != 0 || S_ISREG(st.st_mode)) {
+        /* a new file, or one to replace; a path that cannot be looked at (a missing directory,
+         * no permission) fails later with the system's reason */
+        char *r = strdup(path);
+        if (!r)
+            snprintf(why, n, "out of memory");
+        return r;
+    }
+    if (!S_ISLNK(st.st_mode)) {
+        snprintf(why, n, "it is %s", npy_kind(st.st_mode));
+        return NULL;
+    }
+    char *real = realpath(path, NULL);
+    if (!real) {
+        int e = errno;
+        char to[RT_QUOTE_MAX], link[1024];
+        ssize_t k = readlink(path, link, sizeof link - 1);
+        link[k > 0 ? k : 0] = '\0';
+        if (e == ENOENT) /* as cp(1): "not writing through dangling symlink" */
+            snprintf(why, n, "it is a symlink to %s, which does not exist",
+                     rt_quote(to, sizeof to, link));
+        else
+            snprintf(why, n, "it is a symlink that cannot be resolved (%s)", strerror(e));
+        return NULL;
+    }
+    if (stat(real, &st) == 0 && !S_ISREG(st.st_mode)) {
+        char to[RT_QUOTE_MAX];
+        snprintf(why, n, "it is a symlink to %s, %s", rt_quote(to, sizeof to, real),
+                 npy_kind(st.st_mode));
+        free(real);
+        return NULL;
+    }
+    return real;
+}
+
 mrt_status mrt_npy_write(const char *path, const mrt_tensor *t)
 {
     if (!path || !t)
@@ -418,24 +469,34 @@ mrt_status mrt_npy_write(const char *path, const mrt_tensor *t)
     memset(hdr + 10 + k, ' ', padded - total);
     hdr[padded - 1] = '\n';
 
+    /* What is replaced: the path, or the regular file a symlink names (the link is kept); a
+     * FIFO, device, directory or socket is never replaced by a regular file. */
+    char why[RT_QUOTE_MAX + 128];
+    char *target = rt_output_target(path, why, sizeof why);
+    if (!target)
+        return mrt_set_error(MRT_ERR_IO, "%s: cannot write a .npy file there: %s; only a "
+                             "regular file (or a symlink to one) is written", path, why);
     /* Temporary file beside the target, so that rename() stays within one filesystem. */
-    size_t plen = strlen(path);
+    size_t plen = strlen(target);
     char *tmp = malloc(plen + sizeof ".tmp.XXXXXX");
-    if (!tmp)
+    if (!tmp) {
+        free(target);
         return mrt_set_error(MRT_ERR_OOM, "%s: cannot allocate %zu bytes", path,
                              plen + sizeof ".tmp.XXXXXX");
-    memcpy(tmp, path, plen);
+    }
+    memcpy(tmp, target, plen);
     memcpy(tmp + plen, ".tmp.XXXXXX", sizeof ".tmp.XXXXXX");
     int fd = mkstemp(tmp);
     if (fd < 0) {
         mrt_status st = mrt_set_error(MRT_ERR_IO, "%s: cannot create a temporary file beside "
                                       "it: %s", path, strerror(errno));
         free(tmp);
+        free(target);
         return st;
     }
     /* mkstemp makes the file 0600; give it the mode the replaced file had, or a new file's. */
     struct stat old;
-    mode_t mode = stat(path, &old) == 0 ? (old.st_mode & 07777) : npy_new_file_mode();
+    mode_t mode = stat(target, &old) == 0 ? (old.st_mode & 07777) : npy_new_file_mode();
     const char *step = NULL;
     if (fchmod(fd, mode) != 0)
         step = "set the mode of";
@@ -448,7 +509,7 @@ mrt_status mrt_npy_write(const char *path, const mrt_tensor *t)
         step = "close";
         saved = errno;
     }
-    if (!step && rename(tmp, path) != 0) {
+    if (!step && rename(tmp, target) != 0) {
         step = "rename into place";
         saved = errno;
     }
@@ -459,5 +520,6 @@ mrt_status mrt_npy_write(const char *path, const mrt_tensor *t)
         unlink(tmp);
     }
     free(tmp);
+    free(target);
     return st;
 }

@@ -1695,7 +1695,7 @@ static void test_npy_atomic(void)
     struct stat sb;
     CHECK(stat(P("y.npy"), &sb) == 0 && (sb.st_mode & 0777) == 0640 && sb.st_size == 128 + 16);
     CHECK(count_entries(g_dir, ".tmp.") == 0);
-    /* a path that is a directory: rename fails, the temporary file is removed */
+    /* a path that is a directory: refused, no temporary file left */
     mkdir(P("adir"), 0700);
     CHECK_ERR(mrt_npy_write(P("adir"), &t), MRT_ERR_IO, "adir");
     CHECK(count_entries(g_dir, ".tmp.") == 0);
@@ -1713,6 +1713,58 @@ static void test_npy_atomic(void)
     bad.data = NULL;
     CHECK(mrt_npy_write(P("z.npy"), &bad) == MRT_ERR_INVALID_ARG);
     CHECK(!exists(P("z.npy")) && count_entries(g_dir, ".tmp.") == 0);
+}
+
+/* Symlinks are written through (the link kept); a FIFO, device or dangling link is refused
+ * and left as it was. */
+static void test_npy_write_special(void)
+{
+    float v[2] = {5, 6};
+    mrt_tensor t;
+    memset(&t, 0, sizeof t);
+    t.dtype = MRT_F32;
+    t.rank = 1;
+    t.shape[0] = 2;
+    t.data = v;
+    t.nbytes = 8;
+    mkdir(P("sub"), 0700);
+    CHECK_OK(mrt_npy_write(P("sub/real.npy"), &t));
+    chmod(P("sub/real.npy"), 0604);
+    unlink(P("link.npy"));
+    CHECK(symlink("sub/real.npy", P("link.npy")) == 0);
+    v[0] = 7;
+    CHECK_OK(mrt_npy_write(P("link.npy"), &t));
+    struct stat sb;
+    CHECK(lstat(P("link.npy"), &sb) == 0 && S_ISLNK(sb.st_mode));
+    CHECK(stat(P("sub/real.npy"), &sb) == 0 && (sb.st_mode & 0777) == 0604);
+    mrt_tensor u;
+    CHECK_OK(mrt_npy_read(P("sub/real.npy"), &u));
+    CHECK(u.nbytes == 8 && ((float *)u.data)[0] == 7);
+    mrt_tensor_free(&u);
+    CHECK(count_entries(g_dir, ".tmp.") == 0 && count_entries(P("sub"), ".tmp.") == 0);
+
+    unlink(P("fifo"));
+    CHECK(mkfifo(P("fifo"), 0600) == 0);
+    CHECK_ERR(mrt_npy_write(P("fifo"), &t), MRT_ERR_IO,
+              "fifo: cannot write a .npy file there: it is a FIFO; only a regular file (or a "
+              "symlink to one) is written");
+    CHECK(lstat(P("fifo"), &sb) == 0 && S_ISFIFO(sb.st_mode));
+    CHECK_ERR(mrt_npy_write("/dev/null", &t), MRT_ERR_IO,
+              "/dev/null: cannot write a .npy file there: it is a character device");
+    CHECK(stat("/dev/null", &sb) == 0 && S_ISCHR(sb.st_mode));
+    unlink(P("flink"));
+    CHECK(symlink("fifo", P("flink")) == 0);
+    CHECK_ERR(mrt_npy_write(P("flink"), &t), MRT_ERR_IO, "fifo', a FIFO; only a regular file");
+    unlink(P("dangling"));
+    CHECK(symlink("gone/y.npy", P("dangling")) == 0);
+    CHECK_ERR(mrt_npy_write(P("dangling"), &t), MRT_ERR_IO,
+              "dangling: cannot write a .npy file there: it is a symlink to 'gone/y.npy', which "
+              "does not exist");
+    CHECK(!exists(P("gone")) && lstat(P("dangling"), &sb) == 0 && S_ISLNK(sb.st_mode));
+    unlink(P("loop"));
+    CHECK(symlink("loop", P("loop")) == 0);
+    CHECK_ERR(mrt_npy_write(P("loop"), &t), MRT_ERR_IO, "it is a symlink that cannot be resolved");
+    CHECK(count_entries(g_dir, ".tmp.") == 0);
 }
 
 /* ---------------------------------------------------------------- mrt_main, fake models */
@@ -1937,6 +1989,22 @@ static void test_cli_usage_errors(void)
     rc = MAIN(&fake_info, "--weights", P("b.safetensors"), "--input", P("x.npy"), "--input",
               P("x.npy"));
     CHECKF(rc == 2 && strstr(err, "given twice"), "rc %d: %s", rc, err);
+    /* a single-valued flag given twice: an error naming both values, whichever form */
+    rc = MAIN(&fake_info, "--weights", P("b.safetensors"), "--input", P("x.npy"), "--weights=w2");
+    CHECKF(rc == 2 && strstr(err, "prog: error: --weights given twice ('") &&
+           strstr(err, "b.safetensors' and 'w2'); give it once"), "rc %d: %s", rc, err);
+    rc = MAIN(&fake_info, "--weights", P("b.safetensors"), "--input", P("x.npy"), "--device",
+              "cpu", "--device", "cuda");
+    CHECKF(rc == 2 && strstr(err, "prog: error: --device given twice ('cpu' and 'cuda'); give "
+                             "it once"), "rc %d: %s", rc, err);
+    rc = MAIN(&fake_info, "--weights", P("b.safetensors"), "--input", P("x.npy"), "--repeat",
+              "2", "--repeat=3");
+    CHECKF(rc == 2 && strstr(err, "prog: error: --repeat given twice ('2' and '3'); give it "
+                             "once"), "rc %d: %s", rc, err);
+    rc = MAIN(&fake_info, "--weights", "", "--weights", P("b.safetensors"), "--input",
+              P("x.npy"));
+    CHECKF(rc == 2 && strstr(err, "--weights given twice (''"), "rc %d: %s", rc, err);
+    CHECK(g_runs == 0);
     rc = MAIN(&fake_info, "--input", P("x.npy"));
     CHECKF(rc == 2 && strstr(err, "missing --weights"), "rc %d: %s", rc, err);
     rc = MAIN(&fake_info, "--weights", P("b.safetensors"), "--input", P("x.npy"), "stray");
@@ -2267,6 +2335,7 @@ static const test_case tests[] = {
     {"npy_bad", test_npy_bad},
     {"npy_bad_preamble", test_npy_bad_preamble},
     {"npy_atomic", test_npy_atomic},
+    {"npy_write_special", test_npy_write_special},
     {"cli_help", test_cli_help},
     {"cli_usage_errors", test_cli_usage_errors},
     {"cli_run", test_cli_run},
