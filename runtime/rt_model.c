@@ -87,6 +87,17 @@ static mrt_status map_parse(const char *spec, map_entry *e, int *n)
     }
 }
 
+/* The device map given, else $MODELRT_DEVICE_MAP (its errors say so), parsed into e[0..*n). */
+static mrt_status map_load(const char *device_map, map_entry *e, int *n)
+{
+    *n = 0;
+    const char *spec = device_map ? device_map : getenv("MODELRT_DEVICE_MAP");
+    mrt_status st = spec ? map_parse(spec, e, n) : MRT_OK;
+    if (st != MRT_OK && !device_map)
+        return mrt_set_error(st, "%s (from MODELRT_DEVICE_MAP)", mrt_last_error());
+    return st;
+}
+
 /* ---------------------------------------------------------------- create and destroy */
 
 void mrt_model_destroy(mrt_model *m)
@@ -214,9 +225,8 @@ mrt_status mrt_model_select_devices(const mrt_model_desc *d, const char *device,
         return mrt_set_error(MRT_ERR_INVALID_ARG, "mrt_model_select_devices: devs is NULL");
     map_entry map[MAP_MAX];
     int nmap = 0;
-    const char *spec = device_map ? device_map : getenv("MODELRT_DEVICE_MAP");
-    if (spec && (st = map_parse(spec, map, &nmap)) != MRT_OK)
-        return device_map ? st : mrt_set_error(st, "%s (from MODELRT_DEVICE_MAP)", mrt_last_error());
+    if ((st = map_load(device_map, map, &nmap)) != MRT_OK)
+        return st;
     if ((st = select_main(d, device, &devs[0])) != MRT_OK)
         return st;
     for (int s = 1; s < d->n_slots; s++)
@@ -279,9 +289,8 @@ mrt_status mrt_model_requested_devices(const mrt_model_desc *d, const char *devi
         return st;
     map_entry map[MAP_MAX];
     int nmap = 0, automatic = 0;
-    const char *spec = device_map ? device_map : getenv("MODELRT_DEVICE_MAP");
-    if (spec && (st = map_parse(spec, map, &nmap)) != MRT_OK)
-        return device_map ? st : mrt_set_error(st, "%s (from MODELRT_DEVICE_MAP)", mrt_last_error());
+    if ((st = map_load(device_map, map, &nmap)) != MRT_OK)
+        return st;
     const char *name = device ? device : getenv("MODELRT_DEVICE");
     if (name && *name && mrt_device_parse(name, &devs[0], &automatic) != MRT_OK)
         return mrt_device_select(device, &devs[0]); /* the same error, with its origin */
