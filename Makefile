@@ -149,7 +149,8 @@ include tests/cudasim/cudasim.mk
 #   target for FUZZ_SECONDS (one at a time); crashes land in build/fuzz/crashes/<target>/.
 #   FUZZ_TARGETS picks some ("model npy"), FUZZ_ARGS adds libFuzzer flags (-jobs=2 ...).
 # make fuzz-graphs: the random-graph differential test (tests/plan/run.py) on FUZZ_GRAPHS
-#   programs (default 10000) from seed FUZZ_GRAPH_START (default 1000, past make test's).
+#   programs (default 10000) from seed FUZZ_GRAPH_START (default 1000, past make test's), built
+#   with --no-cuda (nvcc is 90% of the time; make test's plan suite still builds the .cu files).
 FUZZ_CC      ?= clang
 FUZZ_SECONDS ?= 60
 FUZZ_GRAPHS  ?= 10000
@@ -187,4 +188,4 @@ fuzz: fuzz-build
 	    FUZZ_ARGS="$(FUZZ_ARGS)" bash tests/fuzz/run.sh
 
 fuzz-graphs: all
-	MODELC=$(abspath $(MODELC)) $(PYTHON) tests/plan/run.py --no-cases --count $(FUZZ_GRAPHS) --start $(FUZZ_GRAPH_START) -j 2
+	MODELC=$(abspath $(MODELC)) $(PYTHON) tests/plan/run.py --no-cases --no-cuda --count $(FUZZ_GRAPHS) --start $(FUZZ_GRAPH_START) -j 2 -v

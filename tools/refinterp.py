@@ -1084,6 +1084,7 @@ class Evaluator:
     def __init__(self, model, env, batch, dt):
         self.m, self.env, self.batch, self.dt = model, env, batch, dt
         self.busy = set()
+        self.ties = None      # a dict: name -> (x, axis, keepdim, op) for names defined by argmax/argmin
 
     def value(self, name):
         if name in self.env:
@@ -1094,9 +1095,12 @@ class Evaluator:
         if name in self.busy:
             raise ModelError("%s: error: '%s' depends on itself" % (self.m.path, name))
         self.busy.add(name)
-        v = self.eval(self.m.defs[name])
+        e = self.m.defs[name]
+        v = self.eval(e)
         self.busy.discard(name)
         self.env[name] = v
+        if self.ties is not None and e[0] == "call" and e[1] in ("argmax", "argmin"):
+            self.ties[name] = self.arg_input
         return v
 
     def const(self, v):
@@ -1186,6 +1190,8 @@ class Evaluator:
             kw["shape"] = [self.batch if isinstance(s, str) and s == self.m.batch_name else s for s in kw["shape"]]
         if op in ("concat", "stack"):
             xs = [x for x in xs if x is not None]
+        if op in ("argmax", "argmin"):
+            self.arg_input = (xs[0], kw["axis"], kw["keepdim"], op)
         with np.errstate(all="ignore"):
             r = fn(*xs, **kw)
         r = np.asarray(r)
@@ -1222,10 +1228,12 @@ def _bind_batch(model, decls, arrays, kind):
     return batch
 
 
-def run_model(model, weights, inputs, precision="f64"):
+def run_model(model, weights, inputs, precision="f64", ties=None):
     """Evaluate `model` (a path, source text containing 'model', or a Model) on `weights`
     and `inputs` (dicts name -> array-like). Returns {output name: array} in declaration order;
-    f32 outputs are float32, i32/i64 keep their dtype. precision: 'f64' (default) or 'f32'."""
+    f32 outputs are float32, i32/i64 keep their dtype. precision: 'f64' (default) or 'f32'.
+    ties: a dict to fill, for each output defined directly by argmax/argmin, with what
+    argmax_acceptable() needs to judge another implementation's indices."""
     if isinstance(model, str):
         model = parse_source(model) if "{" in model else parse_file(model)
     dt = np.dtype(np.float64 if precision == "f64" else np.float32)
@@ -1249,6 +1257,7 @@ def run_model(model, weights, inputs, precision="f64"):
     _bind_batch(model, model.params, arrays, "param")
     env.update(arrays)
     ev = Evaluator(model, env, batch, dt)
+    ev.ties = ties
     out = {}
     for name in model.outputs:
         v = ev.value(name)
@@ -1269,6 +1278,36 @@ def run_model(model, weights, inputs, precision="f64"):
                 v = v.astype(np.float32)
         out[name] = np.array(v, order="C")  # (ascontiguousarray makes 0-d arrays 1-d)
     return out
+
+
+def argmax_acceptable(tie, got, atol, rtol):
+    """Whether the int indices `got` are a correct argmax (argmin) of the reference's input
+    within float tolerance: each picked element is within atol + rtol*|best| of the row's best
+    (max for argmax, min for argmin), the index is in range, and rows holding a NaN pick exactly
+    NumPy's index. `tie` is an entry of run_model's `ties`. Returns (ok, number of rows where
+    `got` picked a near-tie other than NumPy's first best index). An argmax is discontinuous: two
+    implementations whose inputs agree to rounding may pick different elements of a near-tie, and
+    both are right."""
+    x, axis, keepdim, op = tie
+    x = np.asarray(x, np.float64)
+    if op == "argmin":
+        x = -x
+    g = np.asarray(got).astype(np.int64)
+    if x.ndim == 0:
+        return bool((g == 0).all()), 0
+    ax = axis % x.ndim
+    if not keepdim:
+        g = np.expand_dims(g, ax)
+    if g.shape[:ax] + g.shape[ax + 1:] != x.shape[:ax] + x.shape[ax + 1:] or g.shape[ax] != 1:
+        return False, 0
+    if ((g < 0) | (g >= x.shape[ax])).any():
+        return False, 0
+    ref = np.expand_dims(np.argmax(x, axis=ax), ax)
+    best = np.take_along_axis(x, ref, ax)
+    picked = np.take_along_axis(x, g, ax)
+    nan_row = np.isnan(x).any(axis=ax, keepdims=True)
+    ok = np.where(nan_row, g == ref, picked >= best - (atol + rtol * np.abs(best)))
+    return bool(ok.all()), int(((g != ref) & ok).sum())
 
 
 # ---------------------------------------------------------------------------------- safetensors
@@ -1794,6 +1833,27 @@ def _torch_nn_cross_check():
     return bad, len(checks) + 1
 
 
+def _argmax_tie_checks():
+    """argmax_acceptable on a model with a near-tie: the other near-best index passes, a clearly
+    smaller one, an out-of-range one and any pick other than NumPy's on a NaN row fail."""
+    src = "model t { input x: f32[2, 4]\n output i = argmax(x, 1)\n output j = argmin(x, axis=0) }"
+    x = np.array([[1.0, 3.0, 3.0 - 1e-7, 0.5], [np.nan, 2.0, 9.0, 1.0]], np.float32)
+    ties = {}
+    out = run_model(parse_source(src, "<self-test>"), {}, {"x": x}, ties=ties)
+    bad = []
+    for what, name, got, want in (("NumPy's own answer", "i", out["i"], (True, 0)),
+                                  ("the other element of a near-tie", "i", [2, 0], (True, 1)),
+                                  ("a clearly smaller element", "i", [3, 0], (False, 0)),
+                                  ("an index out of range", "i", [4, 0], (False, 0)),
+                                  ("another pick on a row with a NaN", "i", [1, 2], (False, 0)),
+                                  ("argmin, NumPy's answer", "j", out["j"], (True, 0)),
+                                  ("argmin, a larger element", "j", [0, 0, 0, 0], (False, 0))):
+        r = argmax_acceptable(ties[name], np.array(got), 1e-4, 1e-4)
+        if r != want:
+            bad.append("%s: got %s, want %s" % (what, r, want))
+    return bad
+
+
 def self_test():
     fails = 0
     bad = _torch_cross_check()
@@ -1815,6 +1875,9 @@ def self_test():
     bad = _window_unit_checks()
     fails += bool(bad)
     print("%s: refinterp/B22 window size function%s" % ("FAIL" if bad else "PASS", ": " + "; ".join(bad) if bad else ""))
+    bad = _argmax_tie_checks()
+    fails += bool(bad)
+    print("%s: refinterp/argmax near-ties%s" % ("FAIL" if bad else "PASS", ": " + "; ".join(bad) if bad else ""))
     for name, src, inputs, weights, want in _error_tests():
         try:
             run_model(parse_source(src, "<self-test>"), weights, inputs)
