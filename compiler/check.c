@@ -225,6 +225,9 @@ typedef enum AttrKind { A_INT, A_BOOL, A_ENUM, A_INTLIST, A_SHAPE, A_FLOAT, A_PA
 /* The kinds as ops.def and --list-ops write them. */
 static const char *const attr_kind_names[A__COUNT] = {"int", "bool", "enum", "ints", "shape", "float", "pair", "pad", "axes"};
 _Static_assert(sizeof attr_kind_names / sizeof attr_kind_names[0] == A__COUNT, "one name per attribute kind");
+/* A value of each kind, for the examples in messages. */
+static const char *const attr_kind_example[A__COUNT] = {"1", "true", "...", "[1, 0]", "[2, 3]", "1.5", "[2, 2]",
+                                                       "[1, 1]", "[0]"};
 
 #define MAX_ATTRS 6
 
@@ -323,6 +326,24 @@ static void sort_args(Checker *c, const Ast *e, const FnSpec *spec, Call *call) 
                      spec->min_t == 1 ? "" : "s", call->nt);
         error_at(e->loc, "'%s' takes %d to %d tensor arguments, got %d", spec->name, spec->min_t,
                  spec->max_t, call->nt);
+    }
+    /* an attribute ops.def gives no default is required; checked here, once, so no lowering
+     * can reach attr_default for it */
+    for (int k = 0; k < spec->nattrs; k++) {
+        if (call->attr[k] || spec->attrs[k].def) continue;
+        char eg[256];
+        int n = snprintf(eg, sizeof eg, "%s(", spec->name);
+        const char *sep = "";
+        for (int i = 0; i < spec->min_t && n < (int)sizeof eg; i++, sep = ", ")
+            n += spec->min_t == 1 ? snprintf(eg + n, sizeof eg - n, "x") : snprintf(eg + n, sizeof eg - n, "%sx%d", sep, i);
+        for (int j = 0; j < spec->nattrs && n < (int)sizeof eg; j++)
+            if (!spec->attrs[j].def) {
+                n += snprintf(eg + n, sizeof eg - n, "%s%s=%s", sep, spec->attrs[j].name,
+                              attr_kind_example[spec->attrs[j].kind]);
+                sep = ", ";
+            }
+        if (n < (int)sizeof eg) snprintf(eg + n, sizeof eg - n, ")");
+        error_at(e->loc, "'%s' needs its attribute '%s', e.g. %s", spec->name, spec->attrs[k].name, eg);
     }
 }
 
@@ -732,7 +753,6 @@ static Node *lower_squeeze(Checker *c, const Call *call) {
 static Node *lower_flip(Checker *c, const Call *call) {
     Node *x = call->t[0];
     int r = x->shape.rank, axes[MAX_RANK];
-    if (!call->attr[0]) error_at(call->ast->loc, "'flip' needs dims, e.g. flip(x, dims=[0])");
     int n = attr_axes(call, 0, r, axes);
     for (int i = 0; i < n; i++) {
         Dim L = x->shape.d[axes[i]];
@@ -809,7 +829,6 @@ static Node *lower_stack(Checker *c, const Call *call) {
 /* zeros / ones / full(shape, value): a constant broadcast to shape. */
 static Node *lower_full(Checker *c, const Call *call) {
     const char *fn = call->spec->name;
-    if (!strcmp(fn, "full") && !call->attr[1]) error_at(call->ast->loc, "'full' needs a value, e.g. full([2, 3], 1.5)");
     double value = !strcmp(fn, "zeros") ? 0.0 : !strcmp(fn, "ones") ? 1.0 : attr_float(call, 1);
     const Ast *v = call->attr[0];
     if (!v || v->kind != AST_LIST) error_at(v ? v->loc : call->ast->loc, "'%s' needs a shape list, e.g. %s([2, 3])", fn, fn);
@@ -1257,7 +1276,6 @@ static Node *lower_concat(Checker *c, const Call *call) {
 static Node *lower_slice(Checker *c, const Call *call) {
     Node *x = call->t[0];
     int r = x->shape.rank;
-    if (!call->attr[0]) error_at(call->ast->loc, "'slice' needs an axis: slice(x, axis, start, end)");
     int axis = norm_axis(call, call->attr[0], call->ast->loc, attr_int(call, 0), r, "axis");
     Dim L = x->shape.d[axis];
     if (L.sym) error_at(call->ast->loc, "'slice' cannot cut the batch dimension (axis %d of %s)", axis, shp(c, &x->shape));
