@@ -81,7 +81,9 @@ $(B)/include/modelc/%: runtime/%
 
 # ---------------------------------------------------------------- compiler
 C_SRC   := $(wildcard compiler/*.c)
-C_OBJ   := $(C_SRC:compiler/%.c=$(B)/obj/compiler/%.o) $(B)/obj/grammar/model.tab.o $(B)/obj/grammar/lex.yy.o
+# rt_path.c (output-path policy, quoting) is shared with the runtime: plain C, no runtime state.
+C_OBJ   := $(C_SRC:compiler/%.c=$(B)/obj/compiler/%.o) $(B)/obj/grammar/model.tab.o $(B)/obj/grammar/lex.yy.o \
+           $(B)/obj/runtime/rt_path.o
 MODELC  := $(B)/bin/modelc
 
 $(B)/gen/model.tab.c $(B)/gen/model.tab.h: grammar/model.y | $(B)/setup.stamp
@@ -93,9 +95,9 @@ $(B)/gen/lex.yy.c $(B)/gen/lex.yy.h: grammar/model.l $(B)/gen/model.tab.h
 $(B)/obj/grammar/%.o: $(B)/gen/%.c $(B)/gen/model.tab.h $(B)/gen/lex.yy.h compiler/modelc.h compiler/ops.def
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_ALL) -Wno-unused-function -Icompiler -I$(B)/gen -c $< -o $@
-$(B)/obj/compiler/%.o: compiler/%.c compiler/modelc.h compiler/ops.def $(B)/gen/model.tab.h $(B)/gen/lex.yy.h $(RT_CFG)
+$(B)/obj/compiler/%.o: compiler/%.c compiler/modelc.h compiler/ops.def runtime/rt_path.h $(B)/gen/model.tab.h $(B)/gen/lex.yy.h $(RT_CFG)
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS_ALL) -Icompiler -I$(B)/gen -DMODELC_LINK_LIBS='"$(RT_LIBS)"' -DMODELC_EXTRA_CFLAGS='"$(BLAS_CFLAGS)"' $(MODELC_CUDA_DEFS) -c $< -o $@
+	$(CC) $(CFLAGS_ALL) -Icompiler -Iruntime -I$(B)/gen -DMODELC_LINK_LIBS='"$(RT_LIBS)"' -DMODELC_EXTRA_CFLAGS='"$(BLAS_CFLAGS)"' $(MODELC_CUDA_DEFS) -c $< -o $@
 $(MODELC): $(C_OBJ) $(RT_LIB) $(RT_INC)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_ALL) $(C_OBJ) -o $@ -lm
@@ -159,7 +161,8 @@ FUZZ_TARGETS ?= model safetensors npy
 FZ           := build/fuzz
 FUZZ_SAN     := -fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer
 FUZZ_CFLAGS  := $(CFLAGS_BASE) -O1 $(FUZZ_SAN) -fsanitize=fuzzer-no-link
-FUZZ_C_OBJ   := $(patsubst compiler/%.c,$(FZ)/obj/compiler/%.o,$(C_SRC)) $(FZ)/obj/grammar/model.tab.o $(FZ)/obj/grammar/lex.yy.o
+FUZZ_C_OBJ   := $(patsubst compiler/%.c,$(FZ)/obj/compiler/%.o,$(C_SRC)) $(FZ)/obj/grammar/model.tab.o $(FZ)/obj/grammar/lex.yy.o \
+                $(FZ)/obj/runtime/rt_path.o
 FUZZ_RT_SRC  := $(filter-out runtime/rt_cuda.c,$(wildcard runtime/*.c))
 FUZZ_RT_OBJ  := $(FUZZ_RT_SRC:runtime/%.c=$(FZ)/obj/runtime/%.o)
 FUZZ_BINS    := $(FZ)/fuzz_model $(FZ)/fuzz_safetensors $(FZ)/fuzz_npy
@@ -167,7 +170,7 @@ FUZZ_BINS    := $(FZ)/fuzz_model $(FZ)/fuzz_safetensors $(FZ)/fuzz_npy
 # main.c without its main() (MODELC_NO_MAIN): the harness calls compile_source.
 $(FZ)/obj/compiler/%.o: compiler/%.c compiler/modelc.h compiler/ops.def $(B)/gen/model.tab.h $(B)/gen/lex.yy.h
 	@mkdir -p $(dir $@)
-	$(FUZZ_CC) $(FUZZ_CFLAGS) -Wno-unused-function -DMODELC_NO_MAIN -Icompiler -I$(B)/gen -c $< -o $@
+	$(FUZZ_CC) $(FUZZ_CFLAGS) -Wno-unused-function -DMODELC_NO_MAIN -Icompiler -Iruntime -I$(B)/gen -c $< -o $@
 $(FZ)/obj/grammar/%.o: $(B)/gen/%.c $(B)/gen/model.tab.h $(B)/gen/lex.yy.h compiler/modelc.h
 	@mkdir -p $(dir $@)
 	$(FUZZ_CC) $(FUZZ_CFLAGS) -Wno-unused-function -Icompiler -I$(B)/gen -c $< -o $@

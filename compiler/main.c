@@ -9,6 +9,7 @@
  * --dump=WHAT prints the named phase's text form to stdout and stops; nothing is written.
  */
 #include "modelc.h"
+#include "rt_path.h"
 
 #include <errno.h>
 #include <libgen.h>
@@ -71,9 +72,22 @@ static void usage(FILE *f) {
             "             this executable)\n");
 }
 
-/* Write `text` to `path` atomically (temporary file + rename); fatal on failure. */
+/* The file that writing `path` replaces, by the runtime's policy (rt_path.h): the path, or the
+ * regular file a symlink names (the link stays); fatal for a FIFO, device, socket, directory or
+ * dangling symlink, which are never replaced by a regular file. `what` names the file. */
+static char *output_target(const char *path, const char *what) {
+    char why[RT_QUOTE_MAX + 128];
+    char *target = rt_output_target(path, why, sizeof why);
+    if (!target)
+        fatal("cannot write %s '%s': %s; only a regular file (or a symlink to one) is replaced", what, path, why);
+    return target;
+}
+
+/* Write `text` to `path` atomically: a temporary file beside the file it replaces
+ * (output_target), renamed over it; fatal on failure, leaving nothing behind. */
 static void write_file_atomic(const char *path, const char *text, size_t len) {
-    char *tmp = xprintf("%s.tmp.XXXXXX", path);
+    char *target = output_target(path, "the file");
+    char *tmp = xprintf("%s.tmp.XXXXXX", target);
     int fd = mkstemp(tmp);
     if (fd < 0) fatal("cannot write '%s': %s", path, strerror(errno));
     FILE *f = fdopen(fd, "w");
@@ -82,10 +96,11 @@ static void write_file_atomic(const char *path, const char *text, size_t len) {
         fatal("cannot write '%s': %s", path, strerror(errno));
     }
     chmod(tmp, 0644);
-    if (rename(tmp, path) != 0) {
+    if (rename(tmp, target) != 0) {
         unlink(tmp);
         fatal("cannot write '%s': %s", path, strerror(errno));
     }
+    free(target);
 }
 
 static char *read_file(const char *path, size_t *len) {
@@ -303,6 +318,10 @@ static Generated write_generated(const Compiled *c, const char *dir, bool cuda, 
     Generated gen = {.c = xprintf("%s/%s.c", dir, pfx), .h = xprintf("%s/%s.h", dir, pfx),
                      .cu = cuda ? xprintf("%s/%s.cu", dir, pfx) : NULL,
                      .main = with_main ? xprintf("%s/%s_main.c", dir, pfx) : NULL, .h_include = xprintf("%s.h", pfx)};
+    /* every file is checked before the first is written: all or nothing */
+    const char *paths[] = {gen.h, gen.c, gen.cu, gen.main};
+    for (size_t i = 0; i < sizeof paths / sizeof paths[0]; i++)
+        if (paths[i]) free(output_target(paths[i], "the file"));
     write_emitted(gen.h, e, 0, gen.h_include);
     write_emitted(gen.c, e, 1, gen.h_include);
     if (gen.cu) write_cuda(gen.cu, c, pfx);
@@ -319,8 +338,9 @@ static void copy_file(const char *from, const char *to) {
 }
 
 /* Compile the generated files with nvcc (when CUDA is on) and $CC, link with the runtime, and
- * put the executable at `exe` atomically. */
-static int build_executable(const Options *o, const Compiled *c, const char *exe) {
+ * put the executable at `target` atomically (check_output_path's answer for `exe`: the file a
+ * symlink `exe` names, or `exe`). */
+static int build_executable(const Options *o, const Compiled *c, const char *exe, const char *target) {
     char *tmpdir = xstrdup("/tmp/modelc.XXXXXX");
     if (!mkdtemp(tmpdir)) fatal("cannot create a temporary directory: %s", strerror(errno));
     bool cuda = MODELC_NVCC[0] && !o->no_cuda;
@@ -350,7 +370,7 @@ static int build_executable(const Options *o, const Compiled *c, const char *exe
     }
     const char *cc = getenv("CC");
     if (!cc || !*cc) cc = "cc";
-    char *tmp_exe = xprintf("%s.tmp.%d", exe, (int)getpid());
+    char *tmp_exe = xprintf("%s.tmp.%d", target, (int)getpid());
     split_flags(cc, &av, &ac);
     add_arg(&av, &ac, o->olevel);
     add_arg(&av, &ac, "-std=c11");
@@ -373,7 +393,7 @@ static int build_executable(const Options *o, const Compiled *c, const char *exe
         fprintf(stderr, "modelc: error: the C compiler failed (exit %d); generated source kept in %s\n", rc, tmpdir);
         return 1;
     }
-    if (rename(tmp_exe, exe) != 0) {
+    if (rename(tmp_exe, target) != 0) {
         unlink(tmp_exe);
         fatal("cannot write '%s': %s", exe, strerror(errno));
     }
@@ -394,18 +414,25 @@ static int build_executable(const Options *o, const Compiled *c, const char *exe
     return 0;
 }
 
-/* Fail before building: never overwrite the input, and the output's directory must exist. */
-static void check_output_path(const Options *o, const char *exe) {
+/* Fail before building: never overwrite the input, the output's directory must exist, and the
+ * output is a regular file, a new name, or a symlink to a regular file (output_target). Returns
+ * the file to replace. */
+static char *check_output_path(const Options *o, const char *exe) {
     char rin[PATH_MAX], rout[PATH_MAX];
     if (realpath(o->input, rin) && realpath(exe, rout) && !strcmp(rin, rout))
         fatal("refusing to write the executable over the input file '%s' (use -o)", o->input);
     if (is_dir(exe)) fatal("'%s' is a directory; -o names the executable to write", exe);
-    char *dir = xstrdup(exe);
+    char *target = output_target(exe, "the executable");
+    if (o->keep) /* --keep-c's copies, checked before the build as the executable is */
+        for (const char *const *sfx = (const char *const[]){".c", ".h", "_main.c", ".cu", NULL}; *sfx; sfx++)
+            free(output_target(xprintf("%s%s", exe, *sfx), "the file"));
+    char *dir = xstrdup(target);
     dir = dirname(dir);
     if (!is_dir(dir)) fatal("cannot write '%s': directory '%s' does not exist", exe, dir);
     char *home = runtime_home();
     if (access(xprintf("%s/include/modelc/modelrt.h", home), R_OK) != 0)
         fatal("cannot find the runtime in '%s' (include/modelc/modelrt.h); set MODELC_HOME", home);
+    return target;
 }
 
 #ifndef MODELC_NO_MAIN /* defined when main.c is linked into a harness (tests/fuzz) */
@@ -424,8 +451,9 @@ int main(int argc, char **argv) {
         char *dot = strrchr(base, '.');
         if (dot && !strcmp(dot, ".model")) *dot = 0;
         const char *exe = o.out ? o.out : base;
-        check_output_path(&o, exe);
-        rc = build_executable(&o, &c, exe);
+        char *target = check_output_path(&o, exe);
+        rc = build_executable(&o, &c, exe, target);
+        free(target);
     }
     arena_free_all();
     return rc;

@@ -26,40 +26,9 @@
 #define RT_MAX_ORDINAL 1023   /* largest N accepted in "cuda:N" */
 #define RT_N_CPU_DEVICES 8    /* cpu:0 .. cpu:7 */
 #define RT_CPU_ALIGN 64
-#define RT_QUOTE_LONG 64      /* a quoted string longer than this is shortened ... */
-#define RT_QUOTE_KEEP 48      /* ... to its first 48 bytes and "..." */
 
 static const char rt_device_forms[] = "expected 'auto', 'cpu', 'cpu:N', 'cuda' or 'cuda:N' "
                                       "with N a plain decimal (cpu:0..cpu:7, cuda:0..cuda:1023)";
-
-/* ---------------------------------------------------------------- quoting */
-
-char *rt_quote(char *buf, size_t n, const char *s)
-{
-    if (!buf || n == 0)
-        return buf;
-    size_t len = strlen(s), keep = len > RT_QUOTE_LONG ? RT_QUOTE_KEEP : len, k = 0;
-    char tmp[RT_QUOTE_MAX];
-    tmp[k++] = '\'';
-    for (size_t i = 0; i < keep; i++) {
-        unsigned char c = (unsigned char)s[i];
-        const char *esc = c == '\n' ? "\\n" : c == '\t' ? "\\t" : c == '\r' ? "\\r"
-                        : c == '\\' ? "\\\\" : c == '\'' ? "\\'" : NULL;
-        if (esc)
-            k += (size_t)snprintf(tmp + k, sizeof tmp - k, "%s", esc);
-        else if (c < 0x20 || c >= 0x7f)
-            k += (size_t)snprintf(tmp + k, sizeof tmp - k, "\\x%02X", c);
-        else
-            tmp[k++] = (char)c;
-    }
-    /* 2 quotes + 64 bytes of at most 4 characters + "..." + " (N bytes)" fit RT_QUOTE_MAX */
-    tmp[k] = '\0';
-    if (keep < len)
-        snprintf(buf, n, "%s...' (%zu bytes)", tmp, len);
-    else
-        snprintf(buf, n, "%s'", tmp);
-    return buf;
-}
 
 /* ---------------------------------------------------------------- parsing */
 

@@ -6,6 +6,7 @@
 #define MODELRT_INTERNAL_H
 
 #include "modelrt.h"
+#include "rt_path.h"
 
 #ifdef __cplusplus /* rt_cuda_kernels.cu may call the fake-CUDA seam */
 extern "C" {
@@ -30,24 +31,9 @@ void rt_log_hook_get(mrt_log_fn *fn, void **user);
 
 /* ---------------------------------------------------------------- rt_npy.c */
 
-/** The file that mrt_npy_write(path) replaces: `path` itself when it is a regular file or does
- *  not exist; for a symlink (or a chain of them), the regular file it finally names
- *  (realpath), so that the link stays a link and the file it points at gets the data. Returns
- *  a malloc'ed path, or NULL with the reason in why[n] for anything else: "it is a directory",
- *  "it is a FIFO", "it is a character device", "it is a block device", "it is a socket", "it
- *  is a symlink to 'T', a FIFO" (and so on), "it is a symlink to 'T', which does not exist",
- *  "it is a symlink that cannot be resolved (<strerror>)"; also when out of memory. */
-char *rt_output_target(const char *path, char *why, size_t n);
 
 /* ---------------------------------------------------------------- rt_device.c */
 
-/** Enough for any rt_quote result. */
-#define RT_QUOTE_MAX 272
-
-/** `s` in single quotes for a message, into `buf` of `n` bytes (RT_QUOTE_MAX suffices): \n,
- *  \t, \r, \\ and \' escaped, other control and non-ASCII bytes as \xNN; a string over 64
- *  bytes is cut to its first 48 and shown as 'first 48...' (200 bytes). Returns `buf`. */
-char *rt_quote(char *buf, size_t n, const char *s);
 
 /* The test seam MODELRT_TEST_FAKE_CUDA=N[:MiB] (see modelrt.h): N fake CUDA devices, each with
  * MiB of memory (default 16384), that the probe of rt_cuda.c / rt_nocuda.c reports instead of

@@ -374,56 +374,6 @@ static mode_t npy_new_file_mode(void)
     return 0666 & ~mask;
 }
 
-/* "a FIFO", "a directory", ... for a file type that is not a regular file. */
-static const char *npy_kind(mode_t m)
-{
-    return S_ISDIR(m)    ? "a directory"
-           : S_ISFIFO(m) ? "a FIFO"
-           : S_ISCHR(m)  ? "a character device"
-           : S_ISBLK(m)  ? "a block device"
-           : S_ISSOCK(m) ? "a socket"
-           : S_ISLNK(m)  ? "a symlink"
-                         : "not a regular file";
-}
-
-char *rt_output_target(const char *path, char *why, size_t n)
-{
-    struct stat st;
-    if (lstat(path, &st) != 0 || S_ISREG(st.st_mode)) {
-        /* a new file, or one to replace; a path that cannot be looked at (a missing directory,
-         * no permission) fails later with the system's reason */
-        char *r = strdup(path);
-        if (!r)
-            snprintf(why, n, "out of memory");
-        return r;
-    }
-    if (!S_ISLNK(st.st_mode)) {
-        snprintf(why, n, "it is %s", npy_kind(st.st_mode));
-        return NULL;
-    }
-    char *real = realpath(path, NULL);
-    if (!real) {
-        int e = errno;
-        char to[RT_QUOTE_MAX], link[1024];
-        ssize_t k = readlink(path, link, sizeof link - 1);
-        link[k > 0 ? k : 0] = '\0';
-        if (e == ENOENT) /* as cp(1): "not writing through dangling symlink" */
-            snprintf(why, n, "it is a symlink to %s, which does not exist",
-                     rt_quote(to, sizeof to, link));
-        else
-            snprintf(why, n, "it is a symlink that cannot be resolved (%s)", strerror(e));
-        return NULL;
-    }
-    if (stat(real, &st) == 0 && !S_ISREG(st.st_mode)) {
-        char to[RT_QUOTE_MAX];
-        snprintf(why, n, "it is a symlink to %s, %s", rt_quote(to, sizeof to, real),
-                 npy_kind(st.st_mode));
-        free(real);
-        return NULL;
-    }
-    return real;
-}
-
 mrt_status mrt_npy_write(const char *path, const mrt_tensor *t)
 {
     if (!path || !t)
