@@ -24,6 +24,7 @@ const char *dtype_name(DType dt) {
     case DT_F32: return "f32";
     case DT_I32: return "i32";
     case DT_I64: return "i64";
+    case DT_BOOL: return "bool";
     }
     ICE("bad dtype %d", (int)dt);
 }
@@ -89,6 +90,36 @@ Ast *new_binop(Loc loc, char op, Ast *lhs, Ast *rhs) {
     return e;
 }
 
+/* `not x` is logical_not(x). */
+Ast *new_not(Loc loc, Ast *x) {
+    AstArg *a = xalloc(sizeof *a);
+    *a = (AstArg){.key = NULL, .val = x, .loc = x->loc};
+    return new_call(loc, "logical_not", a, 1);
+}
+
+/* The operator as written: "+", "<=", "and", "**", ... */
+const char *binop_text(char op) {
+    switch (op) {
+    case '^': return "**";
+    case 'l': return "<=";
+    case 'g': return ">=";
+    case 'e': return "==";
+    case 'n': return "!=";
+    case 'f': return "//";
+    case '&': return "and";
+    case '|': return "or";
+    case '+': return "+";
+    case '-': return "-";
+    case '*': return "*";
+    case '/': return "/";
+    case '@': return "@";
+    case '%': return "%";
+    case '<': return "<";
+    case '>': return ">";
+    }
+    ICE("unknown binary operator '%c'", op);
+}
+
 Ast *new_neg(Loc loc, Ast *x) {
     Ast *e = new_ast(AST_NEG, loc);
     e->lhs = x;
@@ -128,8 +159,7 @@ void print_expr(FILE *out, const Ast *e) {
     case AST_BINOP:
         fputc('(', out);
         print_expr(out, e->lhs);
-        if (e->op == '^') fputs(" ** ", out);
-        else fprintf(out, " %c ", e->op);
+        fprintf(out, " %s ", binop_text(e->op));
         print_expr(out, e->rhs);
         fputc(')', out);
         return;

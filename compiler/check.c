@@ -458,12 +458,65 @@ static int norm_axis(const Call *call, const Ast *where, Loc loc, long long axis
 
 /* ---------------------------------------------------------------- shape rules */
 
+/* The call as messages name it: 'add', or '+' (add) when it was written as an operator. */
+static const char *call_name(const Call *call) {
+    if (call->ast->kind == AST_BINOP) return xprintf("'%s' (%s)", binop_text(call->ast->op), call->spec->name);
+    if (call->ast->kind == AST_NEG) return xprintf("unary '-' (%s)", call->spec->name);
+    return xprintf("'%s'", call->spec->name);
+}
+
+/* Where tensor argument i was written: the argument, an operator's operand, or the call. */
+static const Ast *arg_ast(const Call *call, int i) {
+    const Ast *e = call->ast;
+    if (e->kind == AST_CALL && i < e->nargs) return e->args[i].val;
+    if (e->kind == AST_BINOP) return i == 0 ? e->lhs : e->rhs;
+    if (e->kind == AST_NEG) return e->lhs;
+    return e;
+}
+
 static void require_f32(const Call *call, Node *n, int argi) {
-    if (n->dtype != DT_F32) {
-        const Ast *a = call->ast->kind == AST_CALL ? call->ast->args[argi].val : call->ast;
-        error_at(a->loc, "'%s' expects an f32 tensor, got %s%s%s%s", call->spec->name, dtype_name(n->dtype),
+    if (n->dtype != DT_F32)
+        error_at(arg_ast(call, argi)->loc, "%s expects an f32 tensor, got %s%s%s%s", call_name(call), dtype_name(n->dtype),
                  n->name ? " tensor '" : "", n->name ? n->name : "", n->name ? "'" : "");
+}
+
+static bool is_literal(const Node *n) { return n->op == OP_CONST && n->literal; }
+
+/* The dtype that the tensor operands t[0..n) of an elementwise call share. modelc does not
+ * promote (PyTorch would turn f32 + i64 into f32, and bool + f32 too): operands of two dtypes
+ * are an error that asks for a cast, as ONNX requires. A number literal takes the dtype of the
+ * tensors it meets: an integer literal becomes i32 or i64 (within range), 0 or 1 becomes bool,
+ * and a fraction meeting integers is an error; literals alone stay f32. */
+static DType unify_dtypes(const Call *call, Node **t, int n) {
+    int first = -1;
+    for (int i = 0; i < n; i++) {
+        if (is_literal(t[i])) continue;
+        if (first < 0) {
+            first = i;
+        } else if (t[i]->dtype != t[first]->dtype) {
+            error_at(call->ast->loc, "%s operands are %s and %s: modelc does not convert dtypes implicitly; "
+                     "cast one, e.g. cast(x, dtype=%s)", call_name(call), dtype_name(t[first]->dtype),
+                     dtype_name(t[i]->dtype), dtype_name(t[first]->dtype));
+        }
     }
+    if (first < 0) return DT_F32;
+    DType dt = t[first]->dtype;
+    for (int i = 0; i < n && dt != DT_F32; i++) {
+        if (!is_literal(t[i])) continue;
+        double v = t[i]->exact;
+        bool integral = v == floor(v) && fabs(v) <= 9007199254740992.0;
+        bool fits = dt == DT_I64   ? integral
+                    : dt == DT_I32 ? integral && v >= -2147483648.0 && v <= 2147483647.0
+                                   : v == 0 || v == 1;
+        if (!fits)
+            error_at(arg_ast(call, i)->loc, "%s of %s and the number %s: %s; cast the tensor, e.g. cast(x, dtype=f32)",
+                     call_name(call), dtype_name(dt), arg_ast(call, i)->text ? arg_ast(call, i)->text : "literal",
+                     dt == DT_BOOL ? "a bool meets only 0 or 1" : !integral ? "the number is not an integer"
+                                                                            : "the number is out of i32's range");
+        t[i]->dtype = dt;
+        t[i]->value = v;
+    }
+    return dt;
 }
 
 /* NumPy broadcasting of a and b; errors point at loc and name the op. */
@@ -1341,15 +1394,66 @@ static Node *lower_sdpa(Checker *c, const Call *call) {
     return mk_matmul(c, loc, op, p, v, false);
 }
 
+/* cond ? a : b; cond is bool, or a number tested against 0 (an i64 attention mask). a and b
+ * share a dtype (unify_dtypes), which is the result's. */
 static Node *lower_where(Checker *c, const Call *call) {
-    require_f32(call, call->t[1], 1);
-    require_f32(call, call->t[2], 2);
+    Node *ab[2] = {call->t[1], call->t[2]};
+    DType dt = unify_dtypes(call, ab, 2);
     Shape s = broadcast(c, call->ast->loc, "where", &call->t[0]->shape, &call->t[1]->shape);
     s = broadcast(c, call->ast->loc, "where", &s, &call->t[2]->shape);
     Node *n = new_node(c->g, OP_WHERE, call->ast->loc);
     for (int i = 0; i < 3; i++) n->in[i] = call->t[i];
     n->nin = 3;
     n->shape = s;
+    n->dtype = dt;
+    return n;
+}
+
+/* Arithmetic that integers share with floats (+ - * neg abs minimum maximum // %): the
+ * operands' common dtype (unify_dtypes) is the result's; bool is refused. */
+static Node *lower_arith(Checker *c, const Call *call) {
+    Node *t[2] = {call->t[0], call->nt > 1 ? call->t[1] : NULL};
+    DType dt = unify_dtypes(call, t, call->nt);
+    if (dt == DT_BOOL)
+        error_at(call->ast->loc, "%s does not take bool tensors: cast(x, dtype=i64) first, or use "
+                 "logical_and / logical_or", call_name(call));
+    OpKind op = call->spec->op;
+    Node *n = op_is_binary(op) ? mk_binary(c, op, call->ast->loc, t[0], t[1]) : mk_unary(c, op, call->ast->loc, t[0]);
+    n->dtype = dt;
+    return n;
+}
+
+/* < <= > >= == != of two tensors of one dtype (unify_dtypes): a bool tensor. */
+static Node *lower_compare(Checker *c, const Call *call) {
+    Node *t[2] = {call->t[0], call->t[1]};
+    unify_dtypes(call, t, 2);
+    Node *n = mk_binary(c, call->spec->op, call->ast->loc, t[0], t[1]);
+    n->dtype = DT_BOOL;
+    return n;
+}
+
+/* and, or, xor, not of bool tensors: a bool tensor. A number is refused: compare it first. */
+static Node *lower_logical(Checker *c, const Call *call) {
+    Node *t[2] = {call->t[0], call->nt > 1 ? call->t[1] : NULL};
+    for (int i = 0; i < call->nt; i++)
+        if (t[i]->dtype != DT_BOOL || is_literal(t[i]))
+            error_at(arg_ast(call, i)->loc, "%s expects bool tensors, got %s%s; compare first, e.g. x != 0",
+                     call_name(call), is_literal(t[i]) ? "the number " : "",
+                     is_literal(t[i]) ? (arg_ast(call, i)->text ? arg_ast(call, i)->text : "?") : dtype_name(t[i]->dtype));
+    OpKind op = call->spec->op;
+    Node *n = op_is_binary(op) ? mk_binary(c, op, call->ast->loc, t[0], t[1]) : mk_unary(c, op, call->ast->loc, t[0]);
+    n->dtype = DT_BOOL;
+    return n;
+}
+
+/* cast(x, dtype=...): the conversions of kprint.c's cast_expr; a cast to x's own dtype is x. */
+static Node *lower_cast(Checker *c, const Call *call) {
+    static const DType to[] = {DT_F32, DT_I32, DT_I64, DT_BOOL}; /* the enum's order in ops.def */
+    DType dt = to[attr_enum(call, 0)];
+    Node *x = call->t[0];
+    if (x->dtype == dt) return x;
+    Node *n = mk_unary(c, OP_CAST, call->ast->loc, x);
+    n->dtype = dt;
     return n;
 }
 
@@ -1445,8 +1549,12 @@ static Node *instantiate(Checker *c, const Block *b, const Ast *e) {
 
 /* add sub mul div (broadcasting) and the unary functions: one IR op each. */
 static Node *lower_elementwise(Checker *c, const Call *call) {
-    for (int i = 0; i < call->nt; i++) require_f32(call, call->t[i], i);
     OpKind op = call->spec->op;
+    if (call->nt == 2 && (call->t[0]->dtype != DT_F32 || call->t[1]->dtype != DT_F32))
+        error_at(call->ast->loc, "%s expects f32 tensors, got %s and %s%s", call_name(call), dtype_name(call->t[0]->dtype),
+                 dtype_name(call->t[1]->dtype), op == OP_DIV && dtype_is_integer(call->t[0]->dtype) ?
+                 " (// is floor division of integers; or cast(x, dtype=f32))" : "");
+    for (int i = 0; i < call->nt; i++) require_f32(call, call->t[i], i);
     if (op_is_binary(op)) return mk_binary(c, op, call->ast->loc, call->t[0], call->t[1]);
     if (!op_is_unary(op)) ICE("'%s' is lowered as elementwise, but '%s' is not", call->spec->name, op_name(op));
     Node *n = mk_unary(c, op, call->ast->loc, call->t[0]);
@@ -1609,6 +1717,21 @@ void list_ops(FILE *out) {
     }
 }
 
+static const FnSpec *find_fn(const char *name) {
+    for (int i = 0; i < N_FNS; i++)
+        if (!strcmp(fn_specs[i].name, name)) return &fn_specs[i];
+    return NULL;
+}
+
+/* An operator (e: AST_BINOP or AST_NEG) is its function's call: `a < b` is lt(a, b), with the
+ * same dtype and shape rules; messages name the operator ('<' (lt)). */
+static Node *lower_operator(Checker *c, const Ast *e, const char *fn, Node *a, Node *b) {
+    const FnSpec *spec = find_fn(fn);
+    if (!spec) ICE("operator function '%s' is not in ops.def", fn);
+    Call call = {.ast = e, .spec = spec, .t = {a, b}, .nt = b ? 2 : 1};
+    return spec->lower(c, &call);
+}
+
 static Node *lower_call(Checker *c, const Ast *e) {
     const Block *blk = find_block(c, e->name);
     if (blk) return instantiate(c, blk, e);
@@ -1630,6 +1753,8 @@ static Node *lower_call(Checker *c, const Ast *e) {
 static Node *mk_const(Checker *c, Loc loc, double v) {
     Node *n = new_node(c->g, OP_CONST, loc);
     n->value = (double)(float)v;
+    n->literal = true;
+    n->exact = v;
     n->shape.rank = 0;
     return n;
 }
@@ -1692,26 +1817,20 @@ static Node *lower_expr1(Checker *c, const Ast *e) {
     }
     case AST_NEG:
         if (e->lhs->kind == AST_NUM) return mk_const(c, e->loc, -e->lhs->num);
-        {
-            Node *x = lower_expr(c, e->lhs);
-            if (x->dtype != DT_F32) error_at(e->loc, "unary '-' expects an f32 tensor, got %s", dtype_name(x->dtype));
-            return mk_unary(c, OP_NEG, e->loc, x);
-        }
+        return lower_operator(c, e, "neg", lower_expr(c, e->lhs), NULL);
     case AST_BINOP: {
         Node *a = lower_expr(c, e->lhs), *b = lower_expr(c, e->rhs);
-        const char *name = e->op == '+' ? "add" : e->op == '-' ? "sub" : e->op == '*' ? "mul"
-                         : e->op == '/' ? "div" : e->op == '^' ? "pow" : "matmul";
-        if (a->dtype != DT_F32 || b->dtype != DT_F32)
-            error_at(e->loc, "'%s' (%s) expects f32 tensors, got %s and %s", e->op == '^' ? "**" : (char[]){e->op, 0},
-                     name, dtype_name(a->dtype), dtype_name(b->dtype));
-        switch (e->op) {
-        case '+': return mk_binary(c, OP_ADD, e->loc, a, b);
-        case '-': return mk_binary(c, OP_SUB, e->loc, a, b);
-        case '*': return mk_binary(c, OP_MUL, e->loc, a, b);
-        case '/': return mk_binary(c, OP_DIV, e->loc, a, b);
-        case '^': return mk_binary(c, OP_POW, e->loc, a, b);
-        case '@': return mk_matmul(c, e->loc, "matmul", a, b, false);
+        if (e->op == '@') {
+            if (a->dtype != DT_F32 || b->dtype != DT_F32)
+                error_at(e->loc, "'@' (matmul) expects f32 tensors, got %s and %s", dtype_name(a->dtype), dtype_name(b->dtype));
+            return mk_matmul(c, e->loc, "matmul", a, b, false);
         }
+        static const struct { char op; const char *fn; } ops[] = {
+            {'+', "add"}, {'-', "sub"}, {'*', "mul"}, {'/', "div"}, {'^', "pow"}, {'f', "floor_divide"},
+            {'%', "remainder"}, {'<', "lt"}, {'l', "le"}, {'>', "gt"}, {'g', "ge"}, {'e', "eq"}, {'n', "ne"},
+            {'&', "logical_and"}, {'|', "logical_or"}};
+        for (size_t i = 0; i < sizeof ops / sizeof ops[0]; i++)
+            if (ops[i].op == e->op) return lower_operator(c, e, ops[i].fn, a, b);
         ICE("unknown binary operator '%c'", e->op);
     }
     case AST_CALL:

@@ -30,7 +30,9 @@
  * (5,000 GEMMs in one function: 37 s), and a model this small keeps one function. */
 enum { RUN_PART = 256 };
 
-static const char *mrt_dtype(DType dt) { return dt == DT_F32 ? "MRT_F32" : dt == DT_I32 ? "MRT_I32" : "MRT_I64"; }
+static const char *mrt_dtype(DType dt) {
+    return dt == DT_F32 ? "MRT_F32" : dt == DT_I32 ? "MRT_I32" : dt == DT_I64 ? "MRT_I64" : "MRT_BOOL";
+}
 /* s as the inside of a C string literal: quotes, backslashes and non-printable bytes escaped
  * (a file name may hold any of them). */
 static char *c_string_body(const char *s) {
@@ -89,8 +91,11 @@ static void emit_elementwise_call(Emit *e, const Kernel *k, char **ptr, const ch
     for (int j = 0; j < k->nleaves; j++)
         args = xprintf("%s, %s", args, j == k->gemm_leaf ? ptr[k->root->id] : ptr[view_base(k->leaves[j].node)->id]);
     if (k->kind == K_ELEMENTWISE) fprintf(e->o, "    /* %s%d: elementwise -> %%%d */\n", pfx, k->id, k->root->id);
-    dispatch(e, kslot(k), xprintf("%s(%s, B)", e->cpu_fn[!strcmp(pfx, "init")][k->id], args),
-             xprintf("%s_cuda_%s%d(stream%d, %s, B)", e->pfx, pfx, k->id, kslot(k), args));
+    const char *fn = e->cpu_fn[!strcmp(pfx, "init")][k->id];
+    char *cpu = kernel_may_fault(k) ? xprintf("if ((st = %s(%s, B, \"%s\")) != MRT_OK) return st", fn, args,
+                                              fault_what(e->g, k, pfx))
+                                    : xprintf("%s(%s, B)", fn, args);
+    dispatch(e, kslot(k), cpu, xprintf("%s_cuda_%s%d(stream%d, %s, B)", e->pfx, pfx, k->id, kslot(k), args));
 }
 
 /* ---------------------------------------------------------------- GEMM and convolution */

@@ -20,7 +20,7 @@
 #include <string.h>
 
 static bool vectorizable(const Kernel *k, const LoopNest *ln) {
-    if (ln->rank != 1 || k->root->dtype != DT_F32) return false;
+    if (ln->rank != 1 || k->root->dtype != DT_F32 || kernel_may_fault(k)) return false;
     for (int j = 0; j < ln->nops; j++) {
         if (ln->base[j]) return false;
         Dim s = ln->stride[j][0];
@@ -40,7 +40,8 @@ static void emit_kernel(FILE *o, const Graph *g, const Kernel *k, const char *pf
     /* the general kernel */
     fprintf(o, "__global__ void %s_g(%s *out", fname, T);
     for (int i = 0; i < k->nleaves; i++) fprintf(o, ", const %s *l%d", c_type(k->leaves[i].node->dtype), i);
-    fprintf(o, ", int64_t B, int64_t n) {\n    (void)B;\n");
+    bool fault = kernel_may_fault(k);
+    fprintf(o, ", int64_t B, int64_t n%s) {\n    (void)B;\n", fault ? ", int *mrt_fault" : "");
     fprintf(o, "    for (int64_t idx = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; idx < n; idx += (int64_t)gridDim.x * blockDim.x) {\n");
     if (ln.rank == 1) {
         fprintf(o, "        const int64_t i0 = idx;\n");
@@ -52,7 +53,7 @@ static void emit_kernel(FILE *o, const Graph *g, const Kernel *k, const char *pf
     }
     fprintf(o, "        out[%s] = %s_expr(", loop_index(&ln, 0), fname);
     for (int i = 0; i < k->nleaves; i++) fprintf(o, "%sl%d[%s]", i ? ", " : "", i, loop_index(&ln, 1 + i));
-    fprintf(o, ");\n    }\n}\n\n");
+    fprintf(o, "%s);\n    }\n}\n\n", fault ? (k->nleaves ? ", mrt_fault" : "mrt_fault") : "");
 
     bool vec = vectorizable(k, &ln);
     if (vec) {
@@ -95,13 +96,19 @@ static void emit_kernel(FILE *o, const Graph *g, const Kernel *k, const char *pf
             fprintf(o, ", %sl%d", ln.stride[1 + i][0].c ? "(const float4 *)" : "", i);
         fprintf(o, ", n4);\n    } else\n");
     }
+    char *what = kernel_what(g, k, kind), *fwhat = fault ? fault_what(g, k, kind) : NULL;
+    if (fault) /* the integer division's check, read back at the end of the run */
+        fprintf(o, "    int *mrt_fault, ticket;\n    mrt_status st = mrt_cuda_fault_begin(stream, \"%s\", &mrt_fault, &ticket);\n"
+                   "    if (st != MRT_OK) return st;\n", fwhat);
     fprintf(o, "    {\n        int64_t blocks = (n + threads - 1) / threads;\n        if (blocks > 65536) blocks = 65536;\n");
     fprintf(o, "        MRT_LAUNCH(%s_g, (unsigned)blocks, threads, 0, s, out", fname);
     for (int i = 0; i < k->nleaves; i++) fprintf(o, ", l%d", i);
-    fprintf(o, ", B, n);\n    }\n");
-    const Node *r = k->root;
-    fprintf(o, "    return mrt_cuda_check_launch(\"%s %s%d (node %%%d%s%s%s, line %d)\");\n}\n\n", g->name, kind, k->id, r->id,
-            r->name ? " '" : "", r->name ? r->name : "", r->name ? "'" : "", r->loc.line);
+    fprintf(o, ", B, n%s);\n    }\n", fault ? ", mrt_fault" : "");
+    if (fault)
+        fprintf(o, "    if ((st = mrt_cuda_check_launch(\"%s\")) != MRT_OK) return st;\n"
+                   "    return mrt_cuda_fault_end(stream, \"%s\", ticket);\n}\n\n", what, fwhat);
+    else
+        fprintf(o, "    return mrt_cuda_check_launch(\"%s\");\n}\n\n", what);
 }
 
 void emit_cuda(FILE *o, const Graph *g, const KernelList *kl, const KernelList *init, const char *pfx) {

@@ -9,7 +9,9 @@
  *     it has exactly one use, is not a graph output, its consumer is elementwise too, and it has
  *     as many elements as the consumer (we never recompute a broadcast value per output element).
  *     Every elementwise node that is not inlined is the root of one kernel: an expression tree
- *     over "leaves", the materialized tensors it reads.
+ *     over "leaves", the materialized tensors it reads. Each node of the tree computes in its
+ *     own dtype (a comparison of floats gives a bool that a where reads), so dtypes do not
+ *     stop fusion.
  *  2. Index maps. The kernel iterates over its root's shape. Each leaf is read through a map
  *     from its dimensions to iteration dimensions (map[d] = -1: broadcast). Maps are composed
  *     down the tree: broadcasting aligns shapes at the right and drops size-1 dims; permute
@@ -143,6 +145,7 @@ static void add_member(Kernel *k, Node *n) {
 
 static Expr *build_expr(Fuser *f, Node *n, const IMap *map, bool is_root) {
     Expr *e = xalloc(sizeof(Expr));
+    e->dt = n->dtype;
     if (n->op == OP_CONST) {
         e->kind = EX_CONST;
         e->value = n->value;
@@ -222,7 +225,7 @@ KernelList fuse_graph(Graph *g, FuseOptions opt, KernelList *init) {
         for (int j = 0; j < n->nin; j++)
             if (f->inl[n->in[j]->id]) tree[i] += tree[n->in[j]->id];
         f->inl[i] = opt.elementwise && !n->dead && op_is_elementwise(n->op) && n->nuses == 1 && !n->is_output &&
-                    c && op_is_elementwise(c->op) && same_numel(n, c) && n->dtype == c->dtype && n->init == c->init &&
+                    c && op_is_elementwise(c->op) && same_numel(n, c) && n->init == c->init &&
                     n->slot == c->slot && tree[i] < MAX_FUSED;
     }
     *init = build_kernels(f, true);
@@ -250,7 +253,8 @@ static KernelList build_kernels(Fuser *f, bool init) {
             tmp.expr = build_expr(f, n, &map, true);
             tmp.gemm_leaf = -1;
             /* Epilogue: a single-use matmul read with the identity map. */
-            for (int l = 0; opt.epilogue && l < tmp.nleaves; l++) {
+            /* (a kernel that may fault reports from its own loop, so it takes no GEMM) */
+            for (int l = 0; opt.epilogue && !expr_may_fault(tmp.expr) && l < tmp.nleaves; l++) {
                 Node *m = tmp.leaves[l].node;
                 if (op_info[m->op].cat != CAT_GEMM || m->nuses != 1 || m->is_output ||
                     m->init != n->init || m->slot != n->slot || !map_is_identity(&tmp.leaves[l], n))

@@ -113,7 +113,8 @@ int shape_nsym(const Shape *s) {
     return k;
 }
 
-size_t dtype_size(DType dt) { return dt == DT_I64 ? 8 : 4; }
+bool dtype_is_integer(DType dt) { return dt == DT_I32 || dt == DT_I64; }
+size_t dtype_size(DType dt) { return dt == DT_I64 ? 8 : dt == DT_BOOL ? 1 : 4; }
 
 int64_t dim_at(Dim d, int64_t batch) { return d.sym ? d.c * batch : d.c; }
 
@@ -220,7 +221,8 @@ void dump_graph(FILE *out, const Graph *g) {
         if (n->dead && n->op != OP_INPUT && n->op != OP_PARAM) continue;
         fprintf(out, "  %%%d = %s", n->id, op_name(n->op));
         if (n->op == OP_INPUT || n->op == OP_PARAM) fprintf(out, " %s", n->name);
-        if (n->op == OP_CONST) fprintf(out, " %.9g", n->value);
+        if (n->op == OP_CONST && n->dtype != DT_F32) fprintf(out, " %" PRId64, (int64_t)n->value);
+        else if (n->op == OP_CONST) fprintf(out, " %.9g", n->value);
         for (int j = 0; j < n->nin; j++) fprintf(out, "%s%%%d", j ? ", " : " ", n->in[j]->id);
         dump_attrs(out, n);
         fprintf(out, " : %s%s", dtype_name(n->dtype), shape_str(&n->shape, g->batch_name, buf, sizeof buf));

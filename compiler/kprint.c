@@ -11,7 +11,10 @@
 #include <math.h>
 #include <string.h>
 
-const char *c_type(DType dt) { return dt == DT_F32 ? "float" : dt == DT_I32 ? "int32_t" : "int64_t"; }
+/* bool is stored as one byte holding 0 or 1 (PyTorch's and NumPy's layout). */
+const char *c_type(DType dt) {
+    return dt == DT_F32 ? "float" : dt == DT_I32 ? "int32_t" : dt == DT_I64 ? "int64_t" : "uint8_t";
+}
 
 char *dim_c(Dim d) {
     if (!d.sym) return xprintf("%" PRId64, d.c);
@@ -52,19 +55,54 @@ char *float_lit(double v) {
 }
 
 
-/* One temporary per expression node, in operand order; an op's C text is its c_expr row in
- * ops.def with %0 %1 %2 replaced by the operands' temporaries. */
+/* An integer // or % whose divisor is not a nonzero constant. */
+static bool op_may_fault(const Expr *x) {
+    return x->kind == EX_OP && (x->op == OP_FLOORDIV || x->op == OP_REMAINDER) && dtype_is_integer(x->dt) &&
+           !(x->b->kind == EX_CONST && x->b->value != 0);
+}
+
+/* The integer C expressions of ops.def's IEXPR rows, by op. */
+static const char *const int_expr[OP__COUNT] = {
+#define IEXPR(id, c_expr) [OP_##id] = c_expr,
+#include "ops.def"
+};
+
+/* A constant of dtype dt as a C literal. */
+static char *const_lit(DType dt, double v) {
+    if (dt == DT_F32) return float_lit(v);
+    if (dt == DT_BOOL) return xstrdup(v != 0 ? "1" : "0");
+    if (dt == DT_I32) return xprintf("%" PRId64, (int64_t)v);
+    return xprintf("INT64_C(%" PRId64 ")", (int64_t)v);
+}
+
+/* cast(v) from dtype `from` to `to`, defined for every value (C leaves float-to-integer
+ * conversion of NaN and out-of-range values undefined): to bool is v != 0 (NaN is true, as in
+ * PyTorch); float to integer truncates toward zero, NaN gives 0 and out-of-range values
+ * saturate (mrt_f32_to_i32/_i64); i64 to i32 wraps (keeps the low 32 bits); bool gives 0 or 1. */
+static char *cast_expr(DType from, DType to, const char *v) {
+    if (to == DT_BOOL) return xprintf("(%s != 0)", v);
+    if (from == DT_F32 && dtype_is_integer(to)) return xprintf("mrt_f32_to_%s(%s)", dtype_name(to), v);
+    if (from == DT_I64 && to == DT_I32) return xprintf("(int32_t)(uint32_t)(uint64_t)%s", v);
+    if (from == DT_BOOL) return xprintf("(%s)(%s != 0)", c_type(to), v); /* any nonzero byte is true */
+    return xprintf("(%s)%s", c_type(to), v);
+}
+
+/* One temporary per expression node, in operand order, each of its node's dtype; an op's C
+ * text is its c_expr row in ops.def (its IEXPR row when it computes an integer) with %0 %1 %2
+ * replaced by the operands' temporaries, %a %b by its float attributes and %T %U %N by its C
+ * type, that type's unsigned twin and its dtype's name. */
 static int emit_expr(FILE *o, const Kernel *k, const Expr *x, int *tmp, bool comments) {
-    const char *T = c_type(k->root->dtype);
+    (void)k;
+    const char *T = c_type(x->dt);
     if (x->kind == EX_CONST) {
-        fprintf(o, "    const %s t%d = %s;\n", T, *tmp, float_lit(x->value));
+        fprintf(o, "    const %s t%d = %s;\n", T, *tmp, const_lit(x->dt, x->value));
         return (*tmp)++;
     }
     if (x->kind == EX_LEAF) {
         fprintf(o, "    const %s t%d = a%d;\n", T, *tmp, x->leaf);
         return (*tmp)++;
     }
-    const char *tmpl = op_info[x->op].c_expr;
+    const char *tmpl = dtype_is_integer(x->dt) && int_expr[x->op] ? int_expr[x->op] : op_info[x->op].c_expr;
     if (!tmpl) ICE("op '%s' in an elementwise expression has no c_expr in ops.def", op_name(x->op));
     int arg[3] = {-1, -1, -1};
     const Expr *opnd[3] = {x->a, x->b, x->c};
@@ -72,10 +110,17 @@ static int emit_expr(FILE *o, const Kernel *k, const Expr *x, int *tmp, bool com
         if (opnd[i]) arg[i] = emit_expr(o, k, opnd[i], tmp, comments);
     int t = (*tmp)++;
     fprintf(o, "    const %s t%d = ", T, t);
+    if (x->op == OP_CAST) tmpl = cast_expr(x->a->dt, x->dt, xprintf("t%d", arg[0]));
     for (const char *p = tmpl; *p; p++) {
         if (p[0] == '%' && (p[1] == 'a' || p[1] == 'b')) {
             if (!x->node) ICE("c_expr of '%s' reads an attribute, but the expression has no node", op_name(x->op));
             fputs(float_lit(x->node->fattr[p[1] - 'a']), o);
+            p++;
+        } else if (p[0] == '%' && p[1] == 'F') {
+            fputs(op_may_fault(x) ? "mrt_fault" : "(int *)0", o);
+            p++;
+        } else if (p[0] == '%' && (p[1] == 'T' || p[1] == 'U' || p[1] == 'N')) {
+            fputs(p[1] == 'T' ? T : p[1] == 'N' ? dtype_name(x->dt) : x->dt == DT_I64 ? "uint64_t" : "uint32_t", o);
             p++;
         } else if (p[0] == '%' && p[1] >= '0' && p[1] <= '2') {
             int i = p[1] - '0';
@@ -91,10 +136,48 @@ static int emit_expr(FILE *o, const Kernel *k, const Expr *x, int *tmp, bool com
     return t;
 }
 
+bool expr_may_fault(const Expr *x) {
+    if (!x || x->kind != EX_OP) return false;
+    return op_may_fault(x) || expr_may_fault(x->a) || expr_may_fault(x->b) || expr_may_fault(x->c);
+}
+
+static int count_faults(const Expr *x) {
+    if (!x || x->kind != EX_OP) return 0;
+    return op_may_fault(x) + count_faults(x->a) + count_faults(x->b) + count_faults(x->c);
+}
+
+bool kernel_may_fault(const Kernel *k) { return expr_may_fault(k->expr); }
+
+static const Node *first_fault(const Expr *x) {
+    if (!x || x->kind != EX_OP) return NULL;
+    const Node *n = first_fault(x->a);
+    if (!n) n = first_fault(x->b);
+    if (!n) n = first_fault(x->c);
+    if (!n && op_may_fault(x)) n = x->node;
+    return n;
+}
+
+char *fault_what(const Graph *g, const Kernel *k, const char *kind) {
+    const Node *f = first_fault(k->expr), *r = k->root;
+    if (!f) ICE("kernel %s%d cannot fault", kind, k->id);
+    int nf = count_faults(k->expr);
+    return xprintf("%s: '%s' at line %d:%d%s (node %%%d, in kernel %s%d computing %%%d%s%s%s)", g->name,
+                   f->op == OP_FLOORDIV ? "//" : "%", f->loc.line, f->loc.col,
+                   nf > 1 ? xprintf(" or another of the kernel's %d integer divisions", nf) : "", f->id, kind, k->id,
+                   r->id, r->name ? " '" : "", r->name ? r->name : "", r->name ? "'" : "");
+}
+
+char *kernel_what(const Graph *g, const Kernel *k, const char *kind) {
+    const Node *r = k->root;
+    return xprintf("%s %s%d (node %%%d%s%s%s, line %d)", g->name, kind, k->id, r->id, r->name ? " '" : "",
+                   r->name ? r->name : "", r->name ? "'" : "", r->loc.line);
+}
+
 void emit_expr_function(FILE *o, const Kernel *k, const char *fname, bool comments) {
     fprintf(o, "MRT_HD %s %s_expr(", c_type(k->root->dtype), fname);
     for (int i = 0; i < k->nleaves; i++) fprintf(o, "%s%s a%d", i ? ", " : "", c_type(k->leaves[i].node->dtype), i);
-    if (!k->nleaves) fprintf(o, "void");
+    if (kernel_may_fault(k)) fprintf(o, "%sint *mrt_fault", k->nleaves ? ", " : "");
+    else if (!k->nleaves) fprintf(o, "void");
     fprintf(o, ") {\n");
     int tmp = 0;
     int res = emit_expr(o, k, k->expr, &tmp, comments);
@@ -161,14 +244,19 @@ void emit_c_loop(FILE *o, const Kernel *k, const char *fname) {
     const char *T = c_type(k->root->dtype);
     LoopNest ln;
     kernel_loops(k, &ln);
-    fprintf(o, "static void %s(%s *out", fname, T);
+    bool fault = kernel_may_fault(k);
+    fprintf(o, "static %s %s(%s *out", fault ? "mrt_status" : "void", fname, T);
     for (int i = 0; i < k->nleaves; i++) fprintf(o, ", const %s *l%d", c_type(k->leaves[i].node->dtype), i);
-    fprintf(o, ", MRT_UNUSED int64_t B) {\n");
+    fprintf(o, ", MRT_UNUSED int64_t B%s) {\n", fault ? ", const char *what" : "");
+    if (fault) fprintf(o, "    int mrt_fault = 0;\n");
     for (int d = 0; d < ln.rank; d++)
         fprintf(o, "%*sfor (int64_t i%d = 0; i%d < %s; i%d++) {\n", 4 * (d + 1), "", d, d, dim_c(ln.n[d]), d);
     fprintf(o, "%*sout[%s] = %s_expr(", 4 * (ln.rank + 1), "", loop_index(&ln, 0), fname);
     for (int i = 0; i < k->nleaves; i++) fprintf(o, "%sl%d[%s]", i ? ", " : "", i, loop_index(&ln, 1 + i));
+    if (fault) fprintf(o, "%s&mrt_fault", k->nleaves ? ", " : "");
     fprintf(o, ");\n");
     for (int d = ln.rank - 1; d >= 0; d--) fprintf(o, "%*s}\n", 4 * (d + 1), "");
+    if (fault)
+        fprintf(o, "    return mrt_fault ? mrt_set_error(MRT_ERR_INVALID_ARG, \"%%s: integer division by zero\", what) : MRT_OK;\n");
     fprintf(o, "}\n");
 }

@@ -76,14 +76,15 @@ void diag_set_exit_hook(void (*hook)(int status));
 
 /* ================================================================ ast.c, grammar/ */
 
-typedef enum DType { DT_F32 = 0, DT_I32 = 1, DT_I64 = 2 } DType;
+typedef enum DType { DT_F32 = 0, DT_I32 = 1, DT_I64 = 2, DT_BOOL = 3 } DType;
 const char *dtype_name(DType dt); /* "f32", "i32", "i64" */
 
 typedef enum AstKind {
     AST_NUM,   /* number literal: num, is_int, text */
     AST_NAME,  /* identifier (possibly dotted): name */
     AST_CALL,  /* name(args): name, args, nargs */
-    AST_BINOP, /* lhs op rhs: op is one of + - * / @ */
+    AST_BINOP, /* lhs op rhs: op is one of + - * / @ ^ (**) % f (//) < > l (<=) g (>=) e (==) n (!=)
+                  & (and) | (or); binop_text gives the operator as written */
     AST_NEG,   /* -lhs */
     AST_LIST,  /* [items]: items, nitems (each AST_NUM, AST_NEG of AST_NUM, or AST_NAME) */
     AST_BOOL,  /* true / false: bval */
@@ -199,6 +200,8 @@ Ast *new_name(Loc loc, const char *name);
 Ast *new_call(Loc loc, const char *name, AstArg *args, int nargs);
 Ast *new_binop(Loc loc, char op, Ast *lhs, Ast *rhs);
 Ast *new_neg(Loc loc, Ast *x);
+Ast *new_not(Loc loc, Ast *x);
+const char *binop_text(char op); /* AST_BINOP's op as written: "+", "<=", "and", "**", ... */
 Ast *new_list(Loc loc, Ast **items, int nitems);
 Ast *new_bool(Loc loc, bool v);
 
@@ -267,7 +270,10 @@ struct Node {
     bool keepdim;         /* sum/mean/max/argmax */
     bool trans_b;         /* matmul: b is stored transposed (linear's weight) */
     int perm[MAX_RANK];   /* permute: out dim i is input dim perm[i] */
-    double value;         /* const: its value */
+    double value;         /* const: its value (rounded to float when the const is f32) */
+    bool literal;         /* const: written as a number (or a block's integer), so it takes the
+                           * dtype of the tensors it meets (check.c: unify_dtypes) */
+    double exact;         /* const from a literal: the value as written, before rounding */
     double eps;           /* batch_norm, layer_norm */
     double fattr[2];      /* an elementwise op's float attributes (clamp: min, max; elu: alpha; ...) */
     int index;            /* input/param: position in Graph.inputs / Graph.params */
@@ -348,6 +354,7 @@ Dim dim_mul(Dim a, Dim b, bool *ok);        /* ok = false when both are sym */
 bool dim_eq(Dim a, Dim b);
 Dim shape_numel(const Shape *s);
 int shape_nsym(const Shape *s);
+bool dtype_is_integer(DType dt); /* i32 or i64 */
 size_t dtype_size(DType dt);
 /* Evaluate at a batch size: c or c*batch. */
 int64_t dim_at(Dim d, int64_t batch);
@@ -422,6 +429,7 @@ struct Expr {
     int leaf;        /* EX_LEAF: index into Kernel.leaves */
     double value;    /* EX_CONST */
     Node *node;      /* the IR node this expression computes (NULL for leaves/consts) */
+    DType dt;        /* the dtype it computes in: its node's, leaf's or constant's */
     Expr *a, *b, *c; /* operands (c: where's second choice) */
 };
 
@@ -546,11 +554,22 @@ typedef struct LoopNest {
 void kernel_loops(const Kernel *k, LoopNest *ln);
 /* The element index of operand op as C over the loop variables i0, i1, ... and B. */
 char *loop_index(const LoopNest *ln, int op);
-/* FNAME_expr(a0, a1, ...): the fused scalar expression, MRT_HD so C and CUDA share the text;
- * `comments` adds the graph node of each step. */
+/* FNAME_expr(a0, a1, ..., [int *mrt_fault]): the fused scalar expression, MRT_HD so C and CUDA
+ * share the text; `comments` adds the graph node of each step. A kernel that may fault (an
+ * integer // or %, whose divisor may be 0) takes mrt_fault, which the expression sets to 1. */
 void emit_expr_function(FILE *o, const Kernel *k, const char *fname, bool comments);
-/* static void FNAME(out, l0, l1, ..., B): the CPU loop nest calling FNAME_expr. */
+/* static void FNAME(out, l0, l1, ..., B): the CPU loop nest calling FNAME_expr; for a kernel
+ * that may fault, static mrt_status FNAME(out, l0, ..., B, what), failing with
+ * "WHAT: integer division by zero". */
 void emit_c_loop(FILE *o, const Kernel *k, const char *fname);
+/* Whether the expression holds an integer // or % (kernel_may_fault: the kernel's). */
+bool expr_may_fault(const Expr *x);
+bool kernel_may_fault(const Kernel *k);
+/* "MODEL k3 (node %7 'y', line 12)": a kernel in run-time messages. */
+char *kernel_what(const Graph *g, const Kernel *k, const char *kind);
+/* "MODEL: '//' at line 4:16 (node %3, in kernel k0 computing %4 'q')": the first integer
+ * division of a kernel that may fault, for its run-time error. */
+char *fault_what(const Graph *g, const Kernel *k, const char *kind);
 
 /* ================================================================ emit_c.c, emit_cuda.c */
 

@@ -10,8 +10,11 @@
  *             | NAME '=' expr                               (';' may separate statements)
  *             | 'on' DEVICE '{' stmt* '}'                    DEVICE: cpu, cpu:N, cuda, cuda:N
  *   type     := DTYPE '[' (dim (',' dim)*)? ']'
- *   expr     := expr ('+'|'-') term | term
- *   term     := term ('*'|'/'|'@') unary | unary
+ *   expr     := expr 'or' conj | conj;   conj := conj 'and' neg | neg
+ *   neg      := 'not' neg | cmp
+ *   cmp      := arith (('<'|'<='|'>'|'>='|'=='|'!=') arith)?     (no chains: a < b < c)
+ *   arith    := arith ('+'|'-') term | term
+ *   term     := term ('*'|'/'|'//'|'%'|'@') unary | unary
  *   unary    := '-' unary | postfix
  *   postfix  := NAME '(' args? ')' ('as' NAME)? | primary
  *   primary  := NUMBER | NAME | '(' expr ')' | list
@@ -141,6 +144,7 @@ static void open_region(ParseResult *res, const char *dev, YYLTYPE brace) {
 %token MODEL "'model'" INPUT "'input'" PARAM "'param'" OUTPUT "'output'"
 %token TRUE "'true'" FALSE "'false'"
 %token BLOCK "'block'" RETURN "'return'" AS "'as'" ON "'on'" POW "'**'"
+%token LE "'<='" GE "'>='" EQ "'=='" NE "'!='" FLOORDIV "'//'" AND "'and'" OR "'or'" NOT "'not'"
 %token <str> NAME "a name" INT "an integer" FLOAT "a number"
 
 %type <stmts> stmts
@@ -149,7 +153,7 @@ static void open_region(ParseResult *res, const char *dev, YYLTYPE brace) {
 %type <type> type
 %type <dims> dims dims_opt
 %type <dim> dim
-%type <ast> expr term unary power postfix primary list attrval item
+%type <ast> expr conj negation cmp arith term unary power postfix primary list attrval item
 %type <args> args args_opt
 %type <arg> arg
 %type <items> items items_opt
@@ -250,9 +254,36 @@ dim
     | FLOAT                            { error_at(L(@1), "a dimension must be an integer or a name, got '%s'", $1); }
     ;
 
+/* Python's precedence: or < and < not < comparisons < + - < * / // % @ < unary - < **.
+ * A comparison does not chain (a < b < c is a syntax error, not Python's a < b and b < c). */
 expr
-    : expr '+' term                    { $$ = new_binop(L(@2), '+', $1, $3); }
-    | expr '-' term                    { $$ = new_binop(L(@2), '-', $1, $3); }
+    : expr OR conj                     { $$ = new_binop(L(@2), '|', $1, $3); }
+    | conj
+    ;
+
+conj
+    : conj AND negation                { $$ = new_binop(L(@2), '&', $1, $3); }
+    | negation
+    ;
+
+negation
+    : NOT negation                     { $$ = new_not(L(@1), $2); }
+    | cmp
+    ;
+
+cmp
+    : arith '<' arith                  { $$ = new_binop(L(@2), '<', $1, $3); }
+    | arith '>' arith                  { $$ = new_binop(L(@2), '>', $1, $3); }
+    | arith LE arith                   { $$ = new_binop(L(@2), 'l', $1, $3); }
+    | arith GE arith                   { $$ = new_binop(L(@2), 'g', $1, $3); }
+    | arith EQ arith                   { $$ = new_binop(L(@2), 'e', $1, $3); }
+    | arith NE arith                   { $$ = new_binop(L(@2), 'n', $1, $3); }
+    | arith
+    ;
+
+arith
+    : arith '+' term                   { $$ = new_binop(L(@2), '+', $1, $3); }
+    | arith '-' term                   { $$ = new_binop(L(@2), '-', $1, $3); }
     | term
     ;
 
@@ -260,6 +291,8 @@ term
     : term '*' unary                   { $$ = new_binop(L(@2), '*', $1, $3); }
     | term '/' unary                   { $$ = new_binop(L(@2), '/', $1, $3); }
     | term '@' unary                   { $$ = new_binop(L(@2), '@', $1, $3); }
+    | term FLOORDIV unary              { $$ = new_binop(L(@2), 'f', $1, $3); }
+    | term '%' unary                   { $$ = new_binop(L(@2), '%', $1, $3); }
     | unary
     ;
 
@@ -345,7 +378,7 @@ static Stmt *new_stmt(StmtKind kind, YYLTYPE at, const char *name, YYLTYPE name_
     return s;
 }
 
-/* `dtype` is the name before '[': only f32, i32 and i64 are types. */
+/* `dtype` is the name before '[': only f32, i32, i64 and bool are types. */
 static AstType *new_type(YYLTYPE at, const char *dtype, DimVec *dims) {
     AstType *t = xalloc(sizeof *t);
     if (!strcmp(dtype, "f32"))
@@ -354,8 +387,10 @@ static AstType *new_type(YYLTYPE at, const char *dtype, DimVec *dims) {
         t->dtype = DT_I32;
     else if (!strcmp(dtype, "i64"))
         t->dtype = DT_I64;
+    else if (!strcmp(dtype, "bool"))
+        t->dtype = DT_BOOL;
     else
-        error_at(L(at), "unknown dtype '%s' (expected f32, i32 or i64)", dtype);
+        error_at(L(at), "unknown dtype '%s' (expected f32, i32, i64 or bool)", dtype);
     t->dims = dims->v;
     t->rank = dims->n;
     t->loc = L(at);
@@ -469,7 +504,7 @@ static int yyreport_syntax_error(const yypcontext_t *ctx, yyscan_t scanner, Pars
         error_at(at, "expected a type such as f32[batch, 64] after ':', got %s", got);
     if (E[K('[')] && !expr_start) {
         const char *dtype = xstrndup(ls->src + ls->prev_off, ls->prev_len);
-        if (strcmp(dtype, "f32") && strcmp(dtype, "i32") && strcmp(dtype, "i64"))
+        if (strcmp(dtype, "f32") && strcmp(dtype, "i32") && strcmp(dtype, "i64") && strcmp(dtype, "bool"))
             error_at((Loc){ls->prev_line, ls->prev_col},
                      "expected a type such as f32[batch, 64] after ':', got %s", prev);
         error_at(at, "expected '[' after %s (a scalar is %s[]), got %s", prev, dtype, got);

@@ -82,7 +82,7 @@ void mrt_log(mrt_log_level level, const char *fmt, ...)
 #define MRT_MAX_RANK 8
 
 /** Element types. Sizes: F32 4 bytes, I32 4, I64 8. */
-typedef enum mrt_dtype { MRT_F32 = 0, MRT_I32 = 1, MRT_I64 = 2 } mrt_dtype;
+typedef enum mrt_dtype { MRT_F32 = 0, MRT_I32 = 1, MRT_I64 = 2, MRT_BOOL = 3 } mrt_dtype; /* bool: one byte, 0 or 1 */
 
 /** Bytes per element of `dt`. */
 size_t mrt_dtype_size(mrt_dtype dt);
@@ -288,6 +288,13 @@ mrt_status mrt_cuda_layernorm_f32(void *stream, float *y, const float *x, const 
 /** An id outside [0, V) leaves its row unwritten and is reported by the stream's next
  *  mrt_stream_sync (the end of a model's run): MRT_ERR_INVALID_ARG naming `what` (the model and
  *  the ids tensor), the first such id and its position. No host synchronization of its own. */
+/** The run-time check of a generated CUDA kernel that may fault (an integer division by zero):
+ *  mrt_cuda_fault_begin queues the reset of a device int and returns it in *fault (0 until a
+ *  thread sets it to 1) and a ticket; launch the kernel with it, then mrt_cuda_fault_end queues
+ *  its copy to the host. The stream's next synchronization (the end of the run) reads it, and
+ *  the run fails with "WHAT: integer division by zero". `what` names the kernel and its node. */
+mrt_status mrt_cuda_fault_begin(void *stream, const char *what, int **fault, int *ticket);
+mrt_status mrt_cuda_fault_end(void *stream, const char *what, int ticket);
 mrt_status mrt_cuda_embedding_f32(void *stream, float *y, const void *ids, int ids_i64, int64_t n, const float *w,
                                   int64_t V, int64_t D, const char *what);
 mrt_status mrt_cuda_concat_part(void *stream, void *y, const void *x, int64_t outer, int64_t x_row, int64_t y_row,
@@ -324,7 +331,7 @@ typedef struct mrt_param_desc {
  *     have (MRT_ERR_MISMATCH, "unexpected tensor"), a wrong dtype or shape (MRT_ERR_MISMATCH,
  *     both given). The "__metadata__" entry is allowed (an object of strings, or null) and
  *     ignored.
- *  safetensors dtype names: F32, I32, I64 map to MRT_F32, MRT_I32, MRT_I64.
+ *  safetensors dtype names: F32, I32, I64, BOOL map to MRT_F32, MRT_I32, MRT_I64, MRT_BOOL.
  *  On failure `dst` may be partly written but nothing else is changed. */
 mrt_status mrt_weights_load(const char *path, const mrt_param_desc *params, int n,
                             void *dst, size_t dst_bytes);
@@ -338,7 +345,7 @@ mrt_status mrt_weights_load_regions(const char *path, const mrt_param_desc *para
 /* ---------------------------------------------------------------- npy */
 
 /** Read a NumPy .npy file (format versions 1.0, 2.0, 3.0; https://numpy.org/neps/nep-0001-npy-format.html)
- *  of dtype '<f4', '<i4' or '<i8' in C order into `out` (data allocated with malloc).
+ *  of dtype '<f4', '<i4', '<i8' or '|b1' (bool) in C order into `out` (data allocated with malloc).
  *  Other dtypes, fortran_order True, a malformed or truncated header, a data size that does not
  *  match the shape, rank > MRT_MAX_RANK or an element count that overflows: MRT_ERR_FORMAT with
  *  the file name and the reason. An empty path is MRT_ERR_INVALID_ARG. */

@@ -45,6 +45,48 @@ MRT_HD float mrt_hardsigmoid(float x) { return x <= -3.0f ? 0.0f : x >= 3.0f ? 1
 /* minimum / maximum of two tensors: a NaN in either gives NaN (torch.minimum, torch.maximum). */
 MRT_HD float mrt_minimum(float a, float b) { return a != a ? a : b != b ? b : a < b ? a : b; }
 MRT_HD float mrt_maximum(float a, float b) { return a != a ? a : b != b ? b : a > b ? a : b; }
+/* a // b and a % b of floats, as PyTorch computes them (c10's div_floor_floating, and
+ * remainder: the sign of b): b = 0 gives a / b (inf or NaN) and fmod's NaN. */
+MRT_HD float mrt_floordiv(float a, float b) {
+    if (b == 0.0f) return a / b;
+    float mod = fmodf(a, b), div = (a - mod) / b;
+    if (mod != 0.0f && (b < 0.0f) != (mod < 0.0f)) div -= 1.0f;
+    if (div == 0.0f) return copysignf(0.0f, a / b);
+    float fl = floorf(div);
+    return div - fl > 0.5f ? fl + 1.0f : fl;
+}
+MRT_HD float mrt_remainder(float a, float b) {
+    float mod = fmodf(a, b);
+    return mod != 0.0f && (b < 0.0f) != (mod < 0.0f) ? mod + b : mod;
+}
+/* a // b and a % b of integers, Python's rules (the quotient rounds toward -inf, the remainder
+ * has b's sign); MIN // -1 wraps to MIN (no SIGFPE), and b = 0 gives 0 and sets *fault to 1
+ * (fault may be NULL where b is a nonzero constant), which the generated kernel reports as a
+ * failed run naming its node. */
+#define MRT_INT_DIV(N, T)                                                                    \
+    MRT_HD T mrt_floordiv_##N(T a, T b, int *fault) {                                         \
+        if (b == 0) return (T)(fault ? (*fault = 1, 0) : 0);                                 \
+        if (b == -1) return (T)(0 - (u##T)a);                                                \
+        T q = a / b;                                                                         \
+        return (a % b != 0 && ((a < 0) != (b < 0))) ? q - 1 : q;                             \
+    }                                                                                        \
+    MRT_HD T mrt_remainder_##N(T a, T b, int *fault) {                                        \
+        if (b == 0) return (T)(fault ? (*fault = 1, 0) : 0);                                 \
+        if (b == -1) return 0;                                                               \
+        T r = a % b;                                                                         \
+        return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r;                                 \
+    }
+MRT_INT_DIV(i32, int32_t)
+MRT_INT_DIV(i64, int64_t)
+#undef MRT_INT_DIV
+/* float to integer, defined for every float: truncation toward zero, NaN gives 0, values
+ * beyond the range saturate (C leaves both undefined; PyTorch's result there is the CPU's). */
+MRT_HD int32_t mrt_f32_to_i32(float x) {
+    return x != x ? 0 : x >= 2147483648.0f ? INT32_MAX : x <= -2147483648.0f ? INT32_MIN : (int32_t)x;
+}
+MRT_HD int64_t mrt_f32_to_i64(float x) {
+    return x != x ? 0 : x >= 9223372036854775808.0f ? INT64_MAX : x <= -9223372036854775808.0f ? INT64_MIN : (int64_t)x;
+}
 /* gelu, erf form: x/2 * (1 + erf(x/sqrt(2))) */
 MRT_HD float mrt_gelu(float x) { return 0.5f * x * (1.0f + erff(x * 0.70710678118654752440f)); }
 /* gelu, tanh approximation: x/2 * (1 + tanh(sqrt(2/pi) * (x + 0.044715 x^3))) */

@@ -697,31 +697,36 @@ mrt_status mrt_cuda_layernorm_f32(void *stream, float *y, const float *x, const 
     return MRT_OK;
 }
 
-/* The ids check of the embeddings, deferred to the stream's next synchronization: each call's
- * kernel marks the first bad position in a device record of its own, a one-thread kernel adds
- * the id found there, and an asynchronous copy brings the record to pinned host memory; the
- * record is read after the host waits for the stream anyway (rt_cuda_stream_sync, at the end of
- * a model's run), so a run makes no host synchronization of its own for the check. Up to
- * kChecks calls per stream between two synchronizations (more: the stream is synchronized and
- * checked early); a stream's records are allocated at its first embedding and freed with it. */
+/* Checks deferred to the stream's next synchronization: the embeddings' ids, and the integer
+ * divisions of generated kernels. Each call gets a device record of its own, reset before its
+ * kernel: an embedding marks the first bad position and a one-thread kernel adds the id found
+ * there; a generated kernel sets `fault` to 1 on an integer division by zero. An asynchronous
+ * copy brings the record to pinned host memory; it is read after the host waits for the stream
+ * anyway (rt_cuda_stream_sync, at the end of a model's run), so a run makes no host
+ * synchronization of its own for the checks. Up to kChecks calls per stream between two
+ * synchronizations (more: the stream is synchronized and checked early); a stream's records
+ * are allocated at its first check and freed with it. */
 namespace {
-struct EmbedRecord {
-    unsigned long long pos; // the smallest bad position, ~0 if none
-    long long id;           // the id there
+struct CheckRecord {
+    unsigned long long pos; // embedding: the smallest bad position, ~0 if none
+    long long id;           // embedding: the id there
+    int fault;              // generated kernel: 1 after an integer division by zero
 };
+enum CheckKind { kEmbedding, kIntDivision };
 constexpr int kChecks = 16, kCheckStreams = 64;
-struct EmbedChecks {
+struct Checks {
     cudaStream_t stream;
     int device, used, n;  // n: records queued since the last collect
-    EmbedRecord *dev_rec; // kChecks device records
-    EmbedRecord *host_rec; // kChecks pinned host records
+    CheckRecord *dev_rec; // kChecks device records
+    CheckRecord *host_rec; // kChecks pinned host records
     int64_t V[kChecks];
-    char what[kChecks][128];
+    CheckKind kind[kChecks];
+    char what[kChecks][160];
 };
 pthread_mutex_t g_checks_lock = PTHREAD_MUTEX_INITIALIZER;
-EmbedChecks g_checks[kCheckStreams];
+Checks g_checks[kCheckStreams];
 
-EmbedChecks *checks_find(cudaStream_t s, int device)
+Checks *checks_find(cudaStream_t s, int device)
 {
     for (int i = 0; i < kCheckStreams; i++)
         if (g_checks[i].used && g_checks[i].stream == s && g_checks[i].device == device)
@@ -729,21 +734,80 @@ EmbedChecks *checks_find(cudaStream_t s, int device)
     return NULL;
 }
 
-// The first bad id among the records collected (call order), as an error; the records reset.
-mrt_status checks_report(EmbedChecks *c)
+// The first failed check among the records collected (call order), as an error; the records reset.
+mrt_status checks_report(Checks *c)
 {
     mrt_status st = MRT_OK;
-    for (int k = 0; k < c->n && st == MRT_OK; k++)
-        if (c->host_rec[k].pos != ~0ull)
+    for (int k = 0; k < c->n && st == MRT_OK; k++) {
+        const CheckRecord *r = &c->host_rec[k];
+        if (c->kind[k] == kEmbedding && r->pos != ~0ull)
             st = mrt_set_error(MRT_ERR_INVALID_ARG, "%s: id %lld at position %lld is out of range [0, %lld)",
-                               c->what[k], c->host_rec[k].id, (long long)c->host_rec[k].pos, (long long)c->V[k]);
+                               c->what[k], r->id, (long long)r->pos, (long long)c->V[k]);
+        else if (c->kind[k] == kIntDivision && r->fault == 1)
+            st = mrt_set_error(MRT_ERR_INVALID_ARG, "%s: integer division by zero", c->what[k]);
+    }
     c->n = 0;
     return st;
+}
+
+/* A reset record for the next kernel on `s` (under g_checks_lock): *c and *k name it. */
+mrt_status check_open(cudaStream_t s, const char *what, Checks **cp, int *kp)
+{
+    int device = 0;
+    cudaError_t e = cudaGetDevice(&device);
+    Checks *c = e == cudaSuccess ? checks_find(s, device) : NULL;
+    for (int i = 0; e == cudaSuccess && !c && i < kCheckStreams; i++)
+        if (!g_checks[i].used) { // the stream's first check: its records, once
+            Checks *f = &g_checks[i];
+            e = cudaMalloc((void **)&f->dev_rec, kChecks * sizeof(CheckRecord));
+            if (e == cudaSuccess && (e = cudaMallocHost((void **)&f->host_rec, kChecks * sizeof(CheckRecord))) != cudaSuccess)
+                (void)cudaFree(f->dev_rec);
+            if (e == cudaSuccess) {
+                f->used = 1, f->stream = s, f->device = device, f->n = 0;
+                c = f;
+            }
+        }
+    mrt_status st = MRT_OK;
+    if (e == cudaSuccess && !c)
+        st = mrt_set_error(MRT_ERR_CUDA, "%s: cannot set up the run-time check: more than %d streams with checks", what,
+                           kCheckStreams);
+    if (e == cudaSuccess && c && c->n == kChecks) { // full: wait for the stream and check now
+        e = cudaStreamSynchronize(s);
+        if (e == cudaSuccess)
+            st = checks_report(c);
+    }
+    int k = c ? c->n : 0;
+    if (e == cudaSuccess && st == MRT_OK)
+        e = cudaMemsetAsync(&c->dev_rec[k], 0xff, sizeof(CheckRecord), s);
+    if (e != cudaSuccess) {
+        (void)cudaGetLastError();
+        st = mrt_set_error(MRT_ERR_CUDA, "%s: cannot set up the run-time check: %s (%s)", what, cudaGetErrorName(e),
+                           cudaGetErrorString(e));
+    }
+    *cp = c;
+    *kp = k;
+    return st;
+}
+
+/* Queue the copy of record k (its kernel launched) to the host and count it (under the lock). */
+mrt_status check_close(Checks *c, int k, cudaStream_t s, const char *what, CheckKind kind, int64_t V)
+{
+    cudaError_t e = cudaMemcpyAsync(&c->host_rec[k], &c->dev_rec[k], sizeof(CheckRecord), cudaMemcpyDeviceToHost, s);
+    if (e != cudaSuccess) {
+        (void)cudaGetLastError();
+        return mrt_set_error(MRT_ERR_CUDA, "%s: cannot queue the run-time check: %s (%s)", what, cudaGetErrorName(e),
+                             cudaGetErrorString(e));
+    }
+    c->V[k] = V;
+    c->kind[k] = kind;
+    snprintf(c->what[k], sizeof c->what[k], "%s", what);
+    c->n = k + 1;
+    return MRT_OK;
 }
 } // namespace
 
 // The id at the first bad position (rec->pos from embedding_kernel), while ids still holds it.
-__global__ void embedding_bad_id_kernel(EmbedRecord *rec, const void *ids, int ids_i64)
+__global__ void embedding_bad_id_kernel(CheckRecord *rec, const void *ids, int ids_i64)
 {
     const unsigned long long p = rec->pos;
     if (p != ~0ull)
@@ -753,7 +817,7 @@ __global__ void embedding_bad_id_kernel(EmbedRecord *rec, const void *ids, int i
 extern "C" mrt_status rt_cuda_checks_collect(int device, void *stream)
 {
     pthread_mutex_lock(&g_checks_lock);
-    EmbedChecks *c = checks_find((cudaStream_t)stream, device);
+    Checks *c = checks_find((cudaStream_t)stream, device);
     mrt_status st = c ? checks_report(c) : MRT_OK;
     pthread_mutex_unlock(&g_checks_lock);
     return st;
@@ -762,7 +826,7 @@ extern "C" mrt_status rt_cuda_checks_collect(int device, void *stream)
 extern "C" void rt_cuda_checks_release(int device, void *stream)
 {
     pthread_mutex_lock(&g_checks_lock);
-    EmbedChecks *c = checks_find((cudaStream_t)stream, device);
+    Checks *c = checks_find((cudaStream_t)stream, device);
     if (c) {
         if (cudaFree(c->dev_rec) != cudaSuccess || cudaFreeHost(c->host_rec) != cudaSuccess)
             (void)cudaGetLastError();
@@ -782,38 +846,10 @@ mrt_status mrt_cuda_embedding_f32(void *stream, float *y, const void *ids, int i
     if (n == 0)
         return MRT_OK;
     cudaStream_t s = (cudaStream_t)stream;
-    int device = 0;
-    cudaError_t e = cudaGetDevice(&device);
     pthread_mutex_lock(&g_checks_lock);
-    EmbedChecks *c = e == cudaSuccess ? checks_find(s, device) : NULL;
-    for (int i = 0; e == cudaSuccess && !c && i < kCheckStreams; i++)
-        if (!g_checks[i].used) { // the stream's first embedding: its records, once
-            EmbedChecks *f = &g_checks[i];
-            e = cudaMalloc((void **)&f->dev_rec, kChecks * sizeof(EmbedRecord));
-            if (e == cudaSuccess && (e = cudaMallocHost((void **)&f->host_rec, kChecks * sizeof(EmbedRecord))) != cudaSuccess)
-                (void)cudaFree(f->dev_rec);
-            if (e == cudaSuccess) {
-                f->used = 1, f->stream = s, f->device = device, f->n = 0;
-                c = f;
-            }
-        }
-    mrt_status st = MRT_OK;
-    if (e == cudaSuccess && !c)
-        st = mrt_set_error(MRT_ERR_CUDA, "%s: cannot set up the id check: more than %d streams with embeddings", what,
-                           kCheckStreams);
-    if (e == cudaSuccess && c && c->n == kChecks) { // full: wait for the stream and check now
-        e = cudaStreamSynchronize(s);
-        if (e == cudaSuccess)
-            st = checks_report(c);
-    }
-    int k = c ? c->n : 0;
-    if (e == cudaSuccess && st == MRT_OK)
-        e = cudaMemsetAsync(&c->dev_rec[k], 0xff, sizeof(EmbedRecord), s);
-    if (e != cudaSuccess) {
-        (void)cudaGetLastError();
-        st = mrt_set_error(MRT_ERR_CUDA, "%s: cannot set up the id check: %s (%s)", what, cudaGetErrorName(e),
-                           cudaGetErrorString(e));
-    }
+    Checks *c;
+    int k;
+    mrt_status st = check_open(s, what, &c, &k);
     if (st != MRT_OK) {
         pthread_mutex_unlock(&g_checks_lock);
         return st;
@@ -826,18 +862,38 @@ mrt_status mrt_cuda_embedding_f32(void *stream, float *y, const void *ids, int i
         MRT_LAUNCH(embedding_bad_id_kernel, 1, 1, 0, s, &c->dev_rec[k], ids, ids_i64);
         st = launched(what, "embedding_bad_id_kernel");
     }
-    if (st == MRT_OK &&
-        (e = cudaMemcpyAsync(&c->host_rec[k], &c->dev_rec[k], sizeof(EmbedRecord), cudaMemcpyDeviceToHost, s)) !=
-            cudaSuccess) {
+    if (st == MRT_OK)
+        st = check_close(c, k, s, what, kEmbedding, V);
+    pthread_mutex_unlock(&g_checks_lock);
+    return st;
+}
+
+extern "C" mrt_status mrt_cuda_fault_begin(void *stream, const char *what, int **fault, int *ticket)
+{
+    if (!fault || !ticket)
+        return bad_arg("mrt_cuda_fault_begin", "NULL fault or ticket");
+    pthread_mutex_lock(&g_checks_lock);
+    Checks *c;
+    int k;
+    mrt_status st = check_open((cudaStream_t)stream, what ? what : "mrt_cuda_fault_begin", &c, &k);
+    *fault = st == MRT_OK ? &c->dev_rec[k].fault : NULL;
+    *ticket = k;
+    pthread_mutex_unlock(&g_checks_lock);
+    return st;
+}
+
+extern "C" mrt_status mrt_cuda_fault_end(void *stream, const char *what, int ticket)
+{
+    cudaStream_t s = (cudaStream_t)stream;
+    int device = 0;
+    if (cudaGetDevice(&device) != cudaSuccess) {
         (void)cudaGetLastError();
-        st = mrt_set_error(MRT_ERR_CUDA, "%s: cannot queue the id check: %s (%s)", what, cudaGetErrorName(e),
-                           cudaGetErrorString(e));
+        return mrt_set_error(MRT_ERR_CUDA, "%s: no current CUDA device for the run-time check", what);
     }
-    if (st == MRT_OK) {
-        c->V[k] = V;
-        snprintf(c->what[k], sizeof c->what[k], "%s", what);
-        c->n = k + 1;
-    }
+    pthread_mutex_lock(&g_checks_lock);
+    Checks *c = checks_find(s, device);
+    mrt_status st = c && ticket == c->n ? check_close(c, ticket, s, what ? what : "mrt_cuda_fault_end", kIntDivision, 0)
+                                        : bad_arg("mrt_cuda_fault_end", "no mrt_cuda_fault_begin on this stream");
     pthread_mutex_unlock(&g_checks_lock);
     return st;
 }

@@ -192,6 +192,16 @@ mrt_status mrt_cuda_embedding_f32(void *stream, float *y, const void *ids, int i
     return rt_no_cuda_err(what ? what : "mrt_cuda_embedding_f32");
 }
 
+mrt_status mrt_cuda_fault_begin(void *stream, const char *what, int **fault, int *ticket)
+{
+    return rt_no_cuda_err(what ? what : "mrt_cuda_fault_begin");
+}
+
+mrt_status mrt_cuda_fault_end(void *stream, const char *what, int ticket)
+{
+    return rt_no_cuda_err(what ? what : "mrt_cuda_fault_end");
+}
+
 mrt_status mrt_cuda_concat_part(void *stream, void *y, const void *x, int64_t outer, int64_t x_row, int64_t y_row,
                                 int64_t y_offset)
 {

@@ -38,7 +38,7 @@
 typedef struct st_entry {
     const char *name; /* points into the cJSON tree */
     const char *dtype_name;
-    int known;        /* dtype is F32/I32/I64 */
+    int known;        /* dtype is F32/I32/I64/BOOL */
     mrt_dtype dtype;
     int rank;
     int64_t shape[MRT_MAX_RANK];
@@ -59,6 +59,7 @@ static int st_dtype_size(const char *s, mrt_dtype *dt, int *known)
     if (strcmp(s, "F32") == 0) { *dt = MRT_F32; return 4; }
     if (strcmp(s, "I32") == 0) { *dt = MRT_I32; return 4; }
     if (strcmp(s, "I64") == 0) { *dt = MRT_I64; return 8; }
+    if (strcmp(s, "BOOL") == 0) { *dt = MRT_BOOL; return 1; }
     *known = 0;
     for (size_t i = 0; i < sizeof table / sizeof table[0]; i++)
         if (strcmp(s, table[i].name) == 0)
@@ -68,7 +69,7 @@ static int st_dtype_size(const char *s, mrt_dtype *dt, int *known)
 
 static const char *st_dtype_of(mrt_dtype dt)
 {
-    return dt == MRT_F32 ? "F32" : dt == MRT_I32 ? "I32" : dt == MRT_I64 ? "I64" : "?";
+    return dt == MRT_F32 ? "F32" : dt == MRT_I32 ? "I32" : dt == MRT_I64 ? "I64" : dt == MRT_BOOL ? "BOOL" : "?";
 }
 
 /* ---------------------------------------------------------------- JSON pre-scan */

@@ -106,7 +106,7 @@ void mrt_log(mrt_log_level level, const char *fmt, ...)
 
 /* ---------------------------------------------------------------- dtypes, shapes, tensors */
 
-int rt_dtype_valid(mrt_dtype dt) { return dt == MRT_F32 || dt == MRT_I32 || dt == MRT_I64; }
+int rt_dtype_valid(mrt_dtype dt) { return dt == MRT_F32 || dt == MRT_I32 || dt == MRT_I64 || dt == MRT_BOOL; }
 
 size_t mrt_dtype_size(mrt_dtype dt)
 {
@@ -114,6 +114,7 @@ size_t mrt_dtype_size(mrt_dtype dt)
     case MRT_F32: return 4;
     case MRT_I32: return 4;
     case MRT_I64: return 8;
+    case MRT_BOOL: return 1;
     }
     return 0;
 }
@@ -124,6 +125,7 @@ const char *mrt_dtype_name(mrt_dtype dt)
     case MRT_F32: return "f32";
     case MRT_I32: return "i32";
     case MRT_I64: return "i64";
+    case MRT_BOOL: return "bool";
     }
     return "?";
 }

@@ -29,7 +29,7 @@ if os.path.join(ROOT, "tools") not in sys.path:
 import safetensors_np  # noqa: E402
 
 # Model dtypes as NumPy dtypes.
-NP_DT = {"f32": np.float32, "i32": np.int32, "i64": np.int64}
+NP_DT = {"f32": np.float32, "i32": np.int32, "i64": np.int64, "bool": np.bool_}
 
 
 class CaseFail(Exception):

@@ -47,14 +47,14 @@ import numpy as np
 
 # ---------------------------------------------------------------------------------- tokenizer
 
-KEYWORDS = {"model", "input", "param", "output", "true", "false", "block", "return", "as", "on"}
-DTYPES = {"f32": np.float32, "i32": np.int32, "i64": np.int64}
+KEYWORDS = {"model", "input", "param", "output", "true", "false", "block", "return", "as", "on", "and", "or", "not"}
+DTYPES = {"f32": np.float32, "i32": np.int32, "i64": np.int64, "bool": np.bool_}
 
 _TOKEN_RE = re.compile(r"""
     (?P<ws>[ \t\r\n]+|\#[^\n]*)
   | (?P<num>(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?)
   | (?P<name>[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z0-9_]+)*)
-  | (?P<punct>\*\*|[{}()\[\],:=;+\-*/@])
+  | (?P<punct>\*\*|//|<=|>=|==|!=|[{}()\[\],:=;+\-*/@<>%])
 """, re.VERBOSE)
 
 
@@ -282,8 +282,37 @@ class Parser:
                 self.expect(",", "or ']' in a type")
         return t.text, dims
 
-    # expr := expr ('+' | '-') term | term
+    # expr := expr 'or' conj | conj;  conj := conj 'and' neg | neg;  neg := 'not' neg | cmp
     def expr(self):
+        e = self.conj()
+        while self.accept("or"):
+            e = ("bin", "or", e, self.conj())
+        return e
+
+    def conj(self):
+        e = self.negation()
+        while self.accept("and"):
+            e = ("bin", "and", e, self.negation())
+        return e
+
+    def negation(self):
+        if self.accept("not"):
+            return ("call", "logical_not", [(None, self.negation())], None)
+        return self.cmp()
+
+    # cmp := arith (('<' | '<=' | '>' | '>=' | '==' | '!=') arith)?   (no chains)
+    def cmp(self):
+        e = self.arith()
+        for op in ("<=", ">=", "==", "!=", "<", ">"):
+            if self.accept(op):
+                e = ("bin", op, e, self.arith())
+                if self.peek().kind == "punct" and self.peek().text in ("<=", ">=", "==", "!=", "<", ">"):
+                    self.err("comparisons do not chain")
+                return e
+        return e
+
+    # arith := arith ('+' | '-') term | term
+    def arith(self):
         e = self.term()
         while True:
             t = self.accept("+") or self.accept("-")
@@ -291,11 +320,11 @@ class Parser:
                 return e
             e = ("bin", t.text, e, self.term())
 
-    # term := term ('*' | '/' | '@') unary | unary
+    # term := term ('*' | '/' | '//' | '%' | '@') unary | unary
     def term(self):
         e = self.unary()
         while True:
-            t = self.accept("*") or self.accept("/") or self.accept("@")
+            t = self.accept("*") or self.accept("//") or self.accept("/") or self.accept("%") or self.accept("@")
             if not t:
                 return e
             e = ("bin", t.text, e, self.unary())
@@ -987,6 +1016,42 @@ def op_where(c, a, b):
     return np.where(c != 0, a, b)
 
 
+def op_cast(x, dtype):
+    """modelc's cast: to bool x != 0 (NaN is true); float to integer truncates toward zero, NaN
+    gives 0 and values out of range saturate; integers wrap to i32; bool gives 0 or 1."""
+    to = DTYPES[dtype]
+    if to == np.bool_:
+        return x != 0
+    if x.dtype.kind == "f" and to != np.float32:
+        info = np.iinfo(to)
+        t = np.trunc(np.nan_to_num(x, nan=0.0, posinf=np.inf, neginf=-np.inf))
+        big, small = t >= float(info.max) + 1, t <= float(info.min)
+        r = np.where(big | small, 0, t).astype(to)
+        return np.where(big, info.max, np.where(small, info.min, r)).astype(to)
+    if to == np.float32:
+        return x.astype(np.float64)
+    return x.astype(to)
+
+
+def _int_div(op, a, b):
+    """Python's // and % of integers (NumPy's rules); a zero divisor is an error, as modelc's run."""
+    if _is_int(a) and np.any(np.asarray(b) == 0):
+        raise ModelError("error: integer division by zero in '%s'" % op)
+    return np.floor_divide(a, b) if op == "floor_divide" else np.remainder(a, b)
+
+
+def _logical(op, *xs):
+    for x in xs:
+        if x.dtype != np.bool_:
+            raise ModelError("error: '%s' expects bool tensors, got %s" % (op, _dtype_name(x)))
+    return {"logical_and": np.logical_and, "logical_or": np.logical_or, "logical_xor": np.logical_xor,
+            "logical_not": np.logical_not}[op](*xs)
+
+
+def _dtype_name(a):
+    return "bool" if a.dtype == np.bool_ else "f32" if a.dtype.kind == "f" else "i32" if a.dtype == np.int32 else "i64"
+
+
 # op name -> (number of tensor args (min, max), tensor arg names, [(attr, default)], function)
 _NOATTR = []
 OPS = {
@@ -1071,11 +1136,31 @@ OPS = {
     "scaled_dot_product_attention": ((3, 4), ["q", "k", "v", "mask"], [("causal", False), ("scale", None)],
                                      op_sdpa),
     "where": ((3, 3), ["cond", "a", "b"], _NOATTR, op_where),
+    "lt": ((2, 2), ["a", "b"], _NOATTR, np.less),
+    "le": ((2, 2), ["a", "b"], _NOATTR, np.less_equal),
+    "gt": ((2, 2), ["a", "b"], _NOATTR, np.greater),
+    "ge": ((2, 2), ["a", "b"], _NOATTR, np.greater_equal),
+    "eq": ((2, 2), ["a", "b"], _NOATTR, np.equal),
+    "ne": ((2, 2), ["a", "b"], _NOATTR, np.not_equal),
+    "logical_and": ((2, 2), ["a", "b"], _NOATTR, lambda a, b: _logical("logical_and", a, b)),
+    "logical_or": ((2, 2), ["a", "b"], _NOATTR, lambda a, b: _logical("logical_or", a, b)),
+    "logical_xor": ((2, 2), ["a", "b"], _NOATTR, lambda a, b: _logical("logical_xor", a, b)),
+    "logical_not": ((1, 1), ["x"], _NOATTR, lambda x: _logical("logical_not", x)),
+    "cast": ((1, 1), ["x"], [("dtype", None)], op_cast),
+    "floor_divide": ((2, 2), ["a", "b"], _NOATTR, lambda a, b: _int_div("floor_divide", a, b)),
+    "remainder": ((2, 2), ["a", "b"], _NOATTR, lambda a, b: _int_div("remainder", a, b)),
 }
 _MOVEMENT = {"reshape", "transpose", "permute", "flatten", "concat", "slice", "unsqueeze", "squeeze", "flip", "expand",
              "broadcast_to", "stack"}  # allowed on integers
 _INT_ARG = {"embedding": 0, "where": 0}   # the one tensor argument that may be an integer tensor
-_BINOP = {"+": "add", "-": "sub", "*": "mul", "/": "div", "@": "matmul", "**": "pow"}
+_BINOP = {"+": "add", "-": "sub", "*": "mul", "/": "div", "@": "matmul", "**": "pow", "//": "floor_divide",
+          "%": "remainder", "<": "lt", "<=": "le", ">": "gt", ">=": "ge", "==": "eq", "!=": "ne",
+          "and": "logical_and", "or": "logical_or"}
+# Elementwise functions whose operands may be integers (and bool, for the comparisons): their
+# operands share one dtype, a number literal taking the other operands' (modelc's unify_dtypes)
+_ARITH = {"add", "sub", "mul", "neg", "abs", "minimum", "maximum", "floor_divide", "remainder"}
+_COMPARE = {"lt", "le", "gt", "ge", "eq", "ne"}
+_LOGICAL = {"logical_and", "logical_or", "logical_xor", "logical_not"}
 
 
 # ---------------------------------------------------------------------------------- evaluator
@@ -1115,9 +1200,7 @@ class Evaluator:
         if k == "neg":
             if e[1][0] == "num":          # a literal: fold in float32, keeps -0.0
                 return self.const(-np.float32(e[1][1]))
-            x = self.eval(e[1])
-            _float_only("neg", x)
-            return -x
+            return self.call("neg", [(None, e[1])])
         if k == "bin":
             return self.call(_BINOP[e[1]], [(None, e[2]), (None, e[3])])
         if k == "call":
@@ -1167,7 +1250,11 @@ class Evaluator:
         if not (nmin <= len(tensors) <= nmax) or any(t is None for t in tensors[:nmin]):
             raise ModelError("%s: error: '%s' takes %d..%d tensors" % (self.m.path, op, nmin, nmax))
         xs = [self.eval(t) if t is not None else None for t in tensors]
-        if op not in _MOVEMENT:
+        if op in _ARITH or op in _COMPARE or op == "where":
+            xs = self.unify(op, xs, tensors, [1, 2] if op == "where" else range(len(xs)))
+            if op in _ARITH and xs[0].dtype == np.bool_:
+                raise ModelError("%s: error: '%s' does not take bool tensors" % (self.m.path, op))
+        elif op not in _MOVEMENT and op not in _LOGICAL and op != "cast":
             _float_only(op, *[x for i, x in enumerate(xs) if x is not None and i != _INT_ARG.get(op)])
         kw = {}
         for a, default in attrs:
@@ -1195,9 +1282,31 @@ class Evaluator:
         with np.errstate(all="ignore"):
             r = fn(*xs, **kw)
         r = np.asarray(r)
-        if not _is_int(r) and r.dtype != self.dt:
+        if r.dtype.kind == "f" and r.dtype != self.dt:
             r = r.astype(self.dt)
         return r
+
+    def unify(self, op, xs, nodes, idx):
+        """modelc's unify_dtypes: the operands xs[idx] share a dtype (no implicit promotion), a
+        number literal taking the others' (an integer for i32/i64, 0 or 1 for bool)."""
+        def is_lit(n):
+            return n[0] == "num" or (n[0] == "neg" and n[1][0] == "num")
+        kinds = {_dtype_name(xs[i]) for i in idx if not is_lit(nodes[i])}
+        if len(kinds) > 1:
+            raise ModelError("%s: error: '%s' operands are %s: cast one" % (self.m.path, op, " and ".join(sorted(kinds))))
+        if not kinds or kinds == {"f32"}:
+            return xs
+        kind = kinds.pop()
+        xs = list(xs)
+        for i in idx:
+            if is_lit(nodes[i]):
+                v = float(-nodes[i][1][1] if nodes[i][0] == "neg" else nodes[i][1])
+                ok = v == math.floor(v) and (kind != "bool" or v in (0.0, 1.0)) and \
+                    (kind != "i32" or -2**31 <= v < 2**31)
+                if not ok:
+                    raise ModelError("%s: error: '%s' of %s and the number %g" % (self.m.path, op, kind, v))
+                xs[i] = np.asarray(int(v), dtype=DTYPES[kind])
+        return xs
 
 
 def _dims_at(dims, batch_name, batch):
@@ -1248,7 +1357,7 @@ def run_model(model, weights, inputs, precision="f64", ties=None):
             if d.dtype == "f32":
                 a = a.astype(np.float32).astype(dt)   # round to f32 first
             else:
-                if not _is_int(a):
+                if not _is_int(a) and a.dtype != np.bool_:
                     raise ModelError("%s: error: %s '%s' must be %s"
                                      % (model.path, d.kind, d.name, d.dtype))
                 a = a.astype(DTYPES[d.dtype])
@@ -1267,11 +1376,11 @@ def run_model(model, weights, inputs, precision="f64", ties=None):
             if tuple(v.shape) != want:
                 raise ModelError("%s: error: output '%s' has shape %s, declared %s%s"
                                  % (model.path, name, list(v.shape), decl.dtype, decl.dims))
-            want_int = decl.dtype != "f32"
-            if want_int != _is_int(v):
+            want_kind = "f" if decl.dtype == "f32" else "b" if decl.dtype == "bool" else "i"
+            if want_kind != ("i" if _is_int(v) else v.dtype.kind):
                 raise ModelError("%s: error: output '%s' is %s, declared %s"
                                  % (model.path, name, v.dtype, decl.dtype))
-        if _is_int(v):   # i32 stays i32 (moved by reshape/transpose/permute), argmax is i64
+        if _is_int(v) or v.dtype == np.bool_:   # i32 stays i32 (moved by reshape/...), argmax is i64
             v = v.astype(DTYPES[decl.dtype]) if decl is not None else v
         else:
             with np.errstate(over="ignore"):

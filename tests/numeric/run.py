@@ -82,7 +82,8 @@ def make_tensor(name, decl, spec, shape, variant):
     """The array for input/param `name` of `shape`; variant 'A' or 'B' (the run-twice pair)."""
     dt = NP_DT[decl.dtype]
     if spec is None:
-        spec = {"dist": "randint", "low": 0, "high": 5} if decl.dtype != "f32" else {"dist": "normal"}
+        spec = ({"dist": "randint", "low": 0, "high": 2} if decl.dtype == "bool" else
+                {"dist": "randint", "low": 0, "high": 5} if decl.dtype != "f32" else {"dist": "normal"})
     if isinstance(spec, dict) and "values" in spec:
         spec = spec["values"]
     if not isinstance(spec, dict):            # a literal
@@ -160,8 +161,8 @@ def compare(name, got, ref, atol, rtol, bits, what):
     """Return maxdiff; raise CaseFail describing the worst violation."""
     if got.shape != ref.shape:
         raise CaseFail("output %s: shape %s, reference %s%s" % (name, list(got.shape), list(ref.shape), what))
-    if np.issubdtype(ref.dtype, np.integer):
-        if not np.issubdtype(got.dtype, np.integer) or got.dtype.itemsize != ref.dtype.itemsize:
+    if np.issubdtype(ref.dtype, np.integer) or ref.dtype == np.bool_:   # exact
+        if got.dtype != ref.dtype:
             raise CaseFail("output %s: dtype %s, reference %s%s" % (name, got.dtype, ref.dtype, what))
         bad = np.argwhere(got != ref)
         if bad.size:

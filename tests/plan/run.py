@@ -372,7 +372,7 @@ def make_io(model, batch, seed, spec):
 def compare(name, got, ref, what):
     if got.shape != ref.shape:
         raise Fail("output %s%s: shape %s, reference %s" % (name, what, list(got.shape), list(ref.shape)))
-    if np.issubdtype(ref.dtype, np.integer):
+    if np.issubdtype(ref.dtype, np.integer) or ref.dtype == np.bool_:
         bad = np.argwhere(got != ref)
         if bad.size:
             i = tuple(bad[0])

@@ -1492,9 +1492,9 @@ static void test_st_not_safetensors(void)
 
 static void test_npy_roundtrip(void)
 {
-    const mrt_dtype dts[] = {MRT_F32, MRT_I32, MRT_I64};
+    const mrt_dtype dts[] = {MRT_F32, MRT_I32, MRT_I64, MRT_BOOL};
     const int64_t shapes[4][3] = {{0}, {5}, {2, 3}, {2, 3, 4}};
-    for (int di = 0; di < 3; di++)
+    for (int di = 0; di < 4; di++)
         for (int rank = 0; rank <= 3; rank++) {
             mrt_tensor t;
             memset(&t, 0, sizeof t);
@@ -1510,6 +1510,8 @@ static void test_npy_roundtrip(void)
                     ((float *)t.data)[i] = (float)i * 0.5f - 3.0f;
                 else if (t.dtype == MRT_I32)
                     ((int32_t *)t.data)[i] = (int32_t)i * -7 + 1;
+                else if (t.dtype == MRT_BOOL)
+                    ((uint8_t *)t.data)[i] = (uint8_t)(i % 3 == 1);
                 else
                     ((int64_t *)t.data)[i] = (int64_t)i * 3000000000LL - 5;
             }
@@ -1534,7 +1536,8 @@ static void test_npy_roundtrip(void)
             const char *want = rank == 0 ? "'shape': (), }" : rank == 1 ? "'shape': (5,), }"
                              : rank == 2 ? "'shape': (2, 3), }" : "'shape': (2, 3, 4), }";
             int shape_ok = strstr(f + 10, want) != NULL &&
-                           strncmp(f + 10, "{'descr': '<", 12) == 0;
+                           strncmp(f + 10, dts[di] == MRT_BOOL ? "{'descr': '|b1'" : "{'descr': '<",
+                                   dts[di] == MRT_BOOL ? 15 : 12) == 0;
             free(f);
             CHECKF(hdr_ok && shape_ok, "%s rank %d: header not as numpy writes it",
                    mrt_dtype_name(dts[di]), rank);
@@ -1585,7 +1588,7 @@ static void test_npy_bad(void)
         const char *sub;
     } cases[] = {
         {1, "{'descr': '<f8', 'fortran_order': False, 'shape': (3,), }", 24, MRT_ERR_FORMAT,
-         "x.npy: dtype '<f8' not supported (expected '<f4', '<i4' or '<i8')"},
+         "x.npy: dtype '<f8' not supported (expected '<f4', '<i4', '<i8' or '|b1')"},
         {1, "{'descr': '>f4', 'fortran_order': False, 'shape': (3,), }", 12, MRT_ERR_FORMAT,
          "dtype '>f4' not supported"},
         {1, "{'descr': '|u1', 'fortran_order': False, 'shape': (3,), }", 3, MRT_ERR_FORMAT,
