@@ -1199,21 +1199,121 @@ static Node *lower_batch_norm(Checker *c, const Call *call) {
     return n;
 }
 
+/* A layer_norm node normalizing x over its axes axis.. (rows = the product of the axes before,
+ * D = the product of those from axis on: one mrt_layernorm_f32 call), with an optional weight
+ * and bias of D elements (NULL: none). */
+static Node *mk_layer_norm(Checker *c, Loc loc, Node *x, int axis, Node *w, Node *b, double eps) {
+    Node *n = new_node(c->g, OP_LAYER_NORM, loc);
+    n->in[n->nin++] = x;
+    if (w) n->in[n->nin++] = w;
+    if (b) n->in[n->nin++] = b;
+    n->shape = x->shape;
+    n->axis = axis;
+    n->eps = eps;
+    return n;
+}
+
+/* eps, checked: >= 0 (NaN refused). */
+static double attr_eps(const Call *call, int k) {
+    double eps = attr_float(call, k);
+    if (!(eps >= 0)) error_at(attr_loc(call, "eps"), "'%s' eps must be >= 0", call->spec->name);
+    return eps;
+}
+
+/* layer_norm(x, weight?, bias?, eps, normalized_shape): PyTorch's F.layer_norm over the last k
+ * axes, normalized_shape their sizes (an int, or a list as nn.LayerNorm((C, H, W)) takes;
+ * default: the last axis); weight and bias, when given, have exactly that shape. */
 static Node *lower_layer_norm(Checker *c, const Call *call) {
     Node *x = call->t[0];
-    for (int i = 0; i < 3; i++) require_f32(call, call->t[i], i);
-    if (x->shape.rank < 1) error_at(call->ast->args[0].val->loc, "'layer_norm' needs a tensor of rank >= 1");
-    Dim D = x->shape.d[x->shape.rank - 1];
-    if (D.sym) error_at(call->ast->args[0].val->loc, "'layer_norm' last axis may not depend on the batch");
-    require_vec(c, call, 1, D, "weight");
-    require_vec(c, call, 2, D, "bias");
-    Node *n = new_node(c->g, OP_LAYER_NORM, call->ast->loc);
-    for (int i = 0; i < 3; i++) n->in[i] = call->t[i];
-    n->nin = 3;
-    n->shape = x->shape;
-    n->eps = attr_float(call, 0);
-    if (!(n->eps >= 0)) error_at(call->attr[0]->loc, "'layer_norm' eps must be >= 0");
-    return n;
+    for (int i = 0; i < call->nt; i++) require_f32(call, call->t[i], i);
+    int r = x->shape.rank;
+    if (r < 1) error_at(call->ast->args[0].val->loc, "'layer_norm' needs a tensor of rank >= 1");
+    const Ast *v = call->attr[1];
+    Shape ns = {1, {x->shape.d[r - 1]}};
+    if (v && v->kind == AST_LIST) {
+        if (v->nitems < 1 || v->nitems > r)
+            error_at(v->loc, "'layer_norm' normalized_shape %s has %d entries; the input %s has rank %d (1 to %d "
+                     "entries)", ast_text(v), v->nitems, shp(c, &x->shape), r, r);
+        ns.rank = v->nitems;
+        for (int i = 0; i < v->nitems; i++) {
+            long long k;
+            if (!int_literal(v->items[i], &k) || k < 1 || k > MAX_ELEMS)
+                error_at(v->items[i]->loc, "'layer_norm' normalized_shape holds positive integers, got '%s'",
+                         ast_text(v->items[i]));
+            ns.d[i] = (Dim){k, false};
+        }
+    } else if (v) {
+        long long k = attr_int(call, 1);
+        if (k < 1 || k > MAX_ELEMS)
+            error_at(v->loc, "'layer_norm' normalized_shape holds positive integers, got '%s'", ast_text(v));
+        ns.d[0] = (Dim){k, false};
+    }
+    int axis = r - ns.rank;
+    for (int i = 0; i < ns.rank; i++) {
+        Dim d = x->shape.d[axis + i];
+        if (d.sym) error_at(call->ast->args[0].val->loc, "'layer_norm' normalized axes may not depend on the batch");
+        if (v && !dim_eq(d, ns.d[i]))
+            error_at(v->loc, "'layer_norm' normalized_shape %s is not the last %d ax%s of the input %s", shp(c, &ns),
+                     ns.rank, ns.rank == 1 ? "is" : "es", shp(c, &x->shape));
+    }
+    static const char *what[] = {"", "weight", "bias"};
+    for (int i = 1; i < call->nt; i++) {
+        const Shape *ps = &call->t[i]->shape;
+        bool ok = ps->rank == ns.rank;
+        for (int j = 0; ok && j < ns.rank; j++) ok = dim_eq(ps->d[j], ns.d[j]);
+        if (!ok)
+            error_at(call->ast->args[i].val->loc, "'layer_norm' %s must be %s, got %s", what[i], shp(c, &ns),
+                     shp(c, ps));
+    }
+    return mk_layer_norm(c, call->ast->loc, x, axis, call->nt > 1 ? call->t[1] : NULL,
+                         call->nt > 2 ? call->t[2] : NULL, attr_eps(call, 0));
+}
+
+/* y * weight + bias with weight and bias [C] broadcast along axis 1 of y [N, C, ...]. */
+static Node *channel_affine(Checker *c, const Call *call, Node *y) {
+    if (call->nt < 2) return y;
+    Shape cs = {y->shape.rank - 1, {{0}}};
+    cs.d[0] = y->shape.d[1];
+    for (int i = 1; i < cs.rank; i++) cs.d[i] = (Dim){1, false};
+    y = mk_binary(c, OP_MUL, call->ast->loc, y, mk_reshape(c, call->ast->loc, call->t[1], cs));
+    if (call->nt < 3) return y;
+    return mk_binary(c, OP_ADD, call->ast->loc, y, mk_reshape(c, call->ast->loc, call->t[2], cs));
+}
+
+/* group_norm(x[N, C, *], weight[C]?, bias[C]?, num_groups, eps) and instance_norm (num_groups =
+ * C): the statistics of each (image, group) over its C/G channels and every spatial position,
+ * as PyTorch's F.group_norm and F.instance_norm (inference: no running stats). Lowered to a
+ * layer_norm over the view [N, G, C/G * spatial] and the per-channel weight and bias after it
+ * (fused elementwise). */
+static Node *lower_group_norm(Checker *c, const Call *call) {
+    bool inst = !strcmp(call->spec->name, "instance_norm");
+    Node *x = call->t[0];
+    for (int i = 0; i < call->nt; i++) require_f32(call, call->t[i], i);
+    int r = x->shape.rank;
+    if (r < (inst ? 3 : 2))
+        error_at(call->ast->args[0].val->loc, "'%s' input must have rank >= %d [N, C, %s], got %s", call->spec->name,
+                 inst ? 3 : 2, inst ? "L, ..." : "...", shp(c, &x->shape));
+    for (int i = 1; i < r; i++)
+        if (x->shape.d[i].sym)
+            error_at(call->ast->args[0].val->loc, "'%s' input %s may depend on the batch only in N", call->spec->name,
+                     shp(c, &x->shape));
+    int64_t C = x->shape.d[1].c;
+    long long G = C;
+    if (!inst) {
+        G = attr_int(call, 0);
+        if (G < 1) error_at(attr_loc(call, "num_groups"), "'group_norm' num_groups must be >= 1, got %lld", G);
+        if (C % G)
+            error_at(attr_loc(call, "num_groups"), "'group_norm' num_groups %lld does not divide the %lld channels of "
+                     "the input %s", G, (long long)C, shp(c, &x->shape));
+    }
+    static const char *what[] = {"", "weight", "bias"};
+    for (int i = 1; i < call->nt; i++) require_vec(c, call, i, x->shape.d[1], what[i]);
+    Dim rest = {C / G, false};
+    for (int i = 2; i < r; i++) rest = dim_mul(rest, x->shape.d[i], NULL);
+    Shape gs = {3, {x->shape.d[0], {G, false}, rest}};
+    Node *y = mk_layer_norm(c, call->ast->loc, mk_reshape(c, call->ast->loc, x, gs), 2, NULL, NULL,
+                            attr_eps(call, inst ? 0 : 1));
+    return channel_affine(c, call, mk_reshape(c, call->ast->loc, y, x->shape));
 }
 
 static Node *lower_flatten(Checker *c, const Call *call) {

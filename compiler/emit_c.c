@@ -292,16 +292,19 @@ static void emit_adaptive_pool(Emit *e, const Kernel *k, char **ptr) {
                          r->shape.d[3].c));
 }
 
+/* layer_norm over the axes from r->axis on: rows x D; weight and bias are optional (NULL). */
 static void emit_layer_norm(Emit *e, const Kernel *k, char **ptr) {
     const Node *r = k->lib, *x = r->in[0];
     const Shape *xs = &x->shape;
-    Dim rows = {1, false};
-    for (int i = 0; i + 1 < xs->rank; i++) rows = dim_mul(rows, xs->d[i], NULL);
+    Dim rows = {1, false}, D = {1, false};
+    for (int i = 0; i < r->axis; i++) rows = dim_mul(rows, xs->d[i], NULL);
+    for (int i = r->axis; i < xs->rank; i++) D = dim_mul(D, xs->d[i], NULL);
+    if (D.sym) ICE("layer_norm %%%d normalizes over the batch axis", r->id);
+    const char *w = r->nin > 1 ? ptr[view_base(r->in[1])->id] : "NULL", *b = r->nin > 2 ? ptr[view_base(r->in[2])->id] : "NULL";
     fprintf(e->o, "    /* %s%d: %s %%%d */\n", e->kpfx, k->id, op_name(r->op), r->id);
     library_call(e, k, op_info[r->op].kernel,
-                 xprintf("%s, %s, %s, %s, %s, %" PRId64 ", %s", ptr[r->id], ptr[view_base(x)->id],
-                         ptr[view_base(r->in[1])->id], ptr[view_base(r->in[2])->id], dim_c(rows), xs->d[xs->rank - 1].c,
-                         float_lit(r->eps)));
+                 xprintf("%s, %s, %s, %s, %s, %" PRId64 ", %s", ptr[r->id], ptr[view_base(x)->id], w, b, dim_c(rows),
+                         D.c, float_lit(r->eps)));
 }
 
 static void emit_embedding(Emit *e, const Kernel *k, char **ptr) {

@@ -185,7 +185,10 @@ static void dump_attrs(FILE *out, const Node *n) {
         fprintf(out, "}");
         break;
     case OP_LAYER_NORM: case OP_BATCH_NORM:
-        fprintf(out, " {eps=%g}", n->eps);
+        fprintf(out, " {eps=%g", n->eps);
+        /* layer_norm over more than the last axis (normalized_shape, group_norm) */
+        if (n->op == OP_LAYER_NORM && n->axis != n->shape.rank - 1) fprintf(out, ", from axis %d", n->axis);
+        fprintf(out, "}");
         break;
     case OP_CLAMP:
         fprintf(out, " {min=%g, max=%g}", n->fattr[0], n->fattr[1]);

@@ -283,6 +283,7 @@ mrt_status mrt_cuda_avgpool2d_f32(void *stream, float *y, const float *x, int64_
                                   int count_include_pad);
 mrt_status mrt_cuda_adaptive_avgpool2d_f32(void *stream, float *y, const float *x, int64_t NC, int64_t H, int64_t W,
                                            int64_t OH, int64_t OW);
+/** layernorm over the last axis of [rows, D], as mrt_layernorm_f32; w and b may be NULL. */
 mrt_status mrt_cuda_layernorm_f32(void *stream, float *y, const float *x, const float *w, const float *b, int64_t rows,
                                   int64_t D, float eps);
 /** An id outside [0, V) leaves its row unwritten and is reported by the stream's next

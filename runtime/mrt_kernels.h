@@ -265,7 +265,8 @@ static inline void mrt_adaptive_avgpool2d_f32(float *y, const float *x, int64_t 
 }
 
 /* y = (x - mean) / sqrt(var + eps) * w + b over the last axis of [rows, D] (biased variance,
- * two passes, accumulated in double; x - mean is taken in double too). */
+ * two passes, accumulated in double; x - mean is taken in double too). w and b may be NULL
+ * (no weight: 1, no bias: 0); group_norm and instance_norm use it without either. */
 static inline void mrt_layernorm_f32(float *y, const float *x, const float *w, const float *b, int64_t rows, int64_t D,
                                      float eps) {
     for (int64_t r = 0; r < rows; r++) {
@@ -283,7 +284,13 @@ static inline void mrt_layernorm_f32(float *y, const float *x, const float *w, c
         /* The deviation from the mean in double, like the variance: rounding the mean to float
          * first would cost a row with a large common offset (1e4 + noise of 1e-2) most of its
          * digits, since float's spacing at 1e4 is 1e-3. */
-        for (int64_t j = 0; j < D; j++) yr[j] = (float)(((double)xr[j] - mean) * inv) * w[j] + b[j];
+        if (w && b)
+            for (int64_t j = 0; j < D; j++) yr[j] = (float)(((double)xr[j] - mean) * inv) * w[j] + b[j];
+        else
+            for (int64_t j = 0; j < D; j++) {
+                float v = (float)(((double)xr[j] - mean) * inv);
+                yr[j] = b ? (w ? v * w[j] : v) + b[j] : (w ? v * w[j] : v);
+            }
     }
 }
 

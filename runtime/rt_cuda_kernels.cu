@@ -445,8 +445,11 @@ __global__ void layernorm_kernel(float *__restrict__ y, const float *__restrict_
         const double inv = 1.0 / sqrt(var + (double)eps);
         // the deviation from the mean in double, as on the CPU (mrt_layernorm_f32): a float mean
         // loses the digits of rows with a large common offset
-        for (int64_t j = threadIdx.x; j < D; j += blockDim.x)
-            yr[j] = (float)(((double)xr[j] - mean) * inv) * w[j] + b[j];
+        // w and b may be NULL (layer_norm without them, group_norm, instance_norm)
+        for (int64_t j = threadIdx.x; j < D; j += blockDim.x) {
+            const float v = (float)(((double)xr[j] - mean) * inv);
+            yr[j] = b ? (w ? v * w[j] : v) + b[j] : (w ? v * w[j] : v);
+        }
     }
 }
 

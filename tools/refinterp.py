@@ -898,13 +898,52 @@ def op_batch_norm(x, w, b, mean, var, eps=1e-5):
     return ((x - mean.reshape(sh)) / np.sqrt(var.reshape(sh) + eps)) * w.reshape(sh) + b.reshape(sh)
 
 
-def op_layer_norm(x, w, b, eps=1e-5):
-    D = x.shape[-1]
-    if w.shape != (D,) or b.shape != (D,):
-        raise ModelError("error: 'layer_norm' weight and bias must be [%d]" % D)
-    mu = np.mean(x, axis=-1, keepdims=True)
-    var = np.mean((x - mu) ** 2, axis=-1, keepdims=True)
-    return (x - mu) / np.sqrt(var + eps) * w + b
+def _stats_norm(x, axes, eps):
+    """(x - mean) / sqrt(var + eps) over axes, biased variance (float64 throughout)."""
+    mu = np.mean(x, axis=axes, keepdims=True)
+    var = np.mean((x - mu) ** 2, axis=axes, keepdims=True)
+    return (x - mu) / np.sqrt(var + eps)
+
+
+def op_layer_norm(x, w=None, b=None, eps=1e-5, normalized_shape=None):
+    """F.layer_norm over the last len(normalized_shape) axes (default: the last axis)."""
+    if normalized_shape is None:
+        ns = (x.shape[-1],)
+    else:
+        ns = tuple(normalized_shape) if isinstance(normalized_shape, (list, tuple)) else (normalized_shape,)
+    if not 1 <= len(ns) <= x.ndim or tuple(x.shape[x.ndim - len(ns):]) != ns:
+        raise ModelError("error: 'layer_norm' normalized_shape %s is not the last %d axes of the input %s"
+                         % (list(ns), len(ns), list(x.shape)))
+    for what, p in (("weight", w), ("bias", b)):
+        if p is not None and tuple(p.shape) != ns:
+            raise ModelError("error: 'layer_norm' %s must be %s, got %s" % (what, list(ns), list(p.shape)))
+    y = _stats_norm(x, tuple(range(x.ndim - len(ns), x.ndim)), eps)
+    if w is not None:
+        y = y * w
+    if b is not None:
+        y = y + b
+    return y
+
+
+def op_group_norm(x, w=None, b=None, num_groups=None, eps=1e-5, op="group_norm"):
+    """F.group_norm: statistics per image and group of C/num_groups channels (and all positions)."""
+    if x.ndim < (3 if op == "instance_norm" else 2):
+        raise ModelError("error: '%s' input must have rank >= %d, got %s"
+                         % (op, 3 if op == "instance_norm" else 2, list(x.shape)))
+    N, C = x.shape[:2]
+    G = C if op == "instance_norm" else num_groups
+    if not isinstance(G, int) or G < 1 or C % G:
+        raise ModelError("error: 'group_norm' num_groups %r does not divide the %d channels" % (G, C))
+    for what, p in (("weight", w), ("bias", b)):
+        if p is not None and p.shape != (C,):
+            raise ModelError("error: '%s' %s must be [%d], got %s" % (op, what, C, list(p.shape)))
+    y = _stats_norm(x.reshape(N, G, -1), 2, eps).reshape(x.shape)
+    sh = (C,) + (1,) * (x.ndim - 2)
+    if w is not None:
+        y = y * w.reshape(sh)
+    if b is not None:
+        y = y + b.reshape(sh)
+    return y
 
 
 def _axis(op, what, a, r):
@@ -1063,7 +1102,10 @@ OPS = {
     "adaptive_avg_pool2d": ((1, 1), ["x"], [("output_size", 1)], op_adaptive_avg_pool2d),
     "batch_norm": ((5, 5), ["x", "weight", "bias", "running_mean", "running_var"], [("eps", 1e-5)],
                    op_batch_norm),
-    "layer_norm": ((3, 3), ["x", "weight", "bias"], [("eps", 1e-5)], op_layer_norm),
+    "layer_norm": ((1, 3), ["x", "weight", "bias"], [("eps", 1e-5), ("normalized_shape", None)], op_layer_norm),
+    "group_norm": ((1, 3), ["x", "weight", "bias"], [("num_groups", None), ("eps", 1e-5)], op_group_norm),
+    "instance_norm": ((1, 3), ["x", "weight", "bias"], [("eps", 1e-5)],
+                      lambda x, w=None, b=None, eps=1e-5: op_group_norm(x, w, b, None, eps, "instance_norm")),
     "flatten": ((1, 1), ["x"], [("start_dim", 1), ("end_dim", -1)], op_flatten),
     "concat": ((1, 16), ["x%d" % i for i in range(16)], [("axis", 0)], op_concat),
     "slice": ((1, 1), ["x"], [("axis", None), ("start", 0), ("end", None), ("step", 1)], op_slice),
@@ -1736,7 +1778,7 @@ def _torch_nn_cross_check():
     ins = {"x": g(2, 4, 9, 8), "w": g(6, 2, 3, 2), "cb": g(6), "w1": g(3, 4, 2, 2), "xs": g(2, 4, 9, 8),
            "c": g(4), "bn_b": g(4), "mu": g(4), "var": rng.uniform(0.5, 2, 4).astype(np.float32),
            "r2": g(5, 4), "q": g(2, 3, 5, 8), "k": g(2, 3, 7, 8), "v": g(2, 3, 7, 6), "mk": g(5, 7),
-           "ln_w": g(8), "ln_b": g(8), "ids": rng.integers(0, 10, (3, 4)).astype(np.int64), "emb": g(10, 5),
+           "ln_w": g(8), "ln_b": g(8), "lw3": g(4, 9, 8), "ids": rng.integers(0, 10, (3, 4)).astype(np.int64), "emb": g(10, 5),
            "cond": rng.integers(-1, 2, (5, 1)).astype(np.int64), "qq": g(2, 6, 8)}
     ins["x"][0, 0, 0, 0] = np.nan
     t = {k: torch.from_numpy(np.asarray(v, np.float64) if v.dtype == np.float32 else v) for k, v in ins.items()}
@@ -1766,6 +1808,13 @@ def _torch_nn_cross_check():
         ("batch_norm(r2, c, bn_b, mu, var, eps=0.001)",
          F.batch_norm(t["r2"], t["mu"], t["var"], t["c"], t["bn_b"], False, eps=1e-3)),
         ("layer_norm(xs, ln_w, ln_b)", F.layer_norm(xs, (8,), t["ln_w"], t["ln_b"])),
+        ("layer_norm(xs, lw3, normalized_shape=[4, 9, 8])", F.layer_norm(xs, (4, 9, 8), t["lw3"])),
+        ("layer_norm(xs, normalized_shape=[9, 8], eps=0.01)", F.layer_norm(xs, (9, 8), eps=0.01)),
+        ("group_norm(xs, c, bn_b, num_groups=2)", F.group_norm(xs, 2, t["c"], t["bn_b"])),
+        ("group_norm(xs, num_groups=1, eps=0.1)", F.group_norm(xs, 1, eps=0.1)),
+        ("group_norm(r2, c, num_groups=4)", F.group_norm(t["r2"], 4, t["c"])),
+        ("instance_norm(xs, c, bn_b)", F.instance_norm(xs, weight=t["c"], bias=t["bn_b"])),
+        ("instance_norm(qq, eps=0.001)", F.instance_norm(t["qq"], eps=1e-3)),
         ("flatten(xs)", xs.flatten(1)), ("flatten(xs, 0, 2)", xs.flatten(0, 2)),
         ("concat(xs, x, xs, axis=-2)", torch.cat([xs, x, xs], -2)),
         ("slice(xs, 2, -7, 100, 2)", xs[:, :, -7::2]),
@@ -1784,7 +1833,7 @@ def _torch_nn_cross_check():
     decl = {"x": "f32[2,4,9,8]", "w": "f32[6,2,3,2]", "cb": "f32[6]", "w1": "f32[3,4,2,2]",
             "xs": "f32[2,4,9,8]", "c": "f32[4]", "bn_b": "f32[4]", "mu": "f32[4]", "var": "f32[4]",
             "r2": "f32[5,4]", "q": "f32[2,3,5,8]", "k": "f32[2,3,7,8]", "v": "f32[2,3,7,6]", "mk": "f32[5,7]",
-            "ln_w": "f32[8]", "ln_b": "f32[8]", "ids": "i64[3,4]", "emb": "f32[10,5]", "cond": "i64[5,1]",
+            "ln_w": "f32[8]", "ln_b": "f32[8]", "lw3": "f32[4,9,8]", "ids": "i64[3,4]", "emb": "f32[10,5]", "cond": "i64[5,1]",
             "qq": "f32[2,6,8]", "mkm": "f32[5,7]"}
     src = ["model tn {"] + ["input %s: %s" % kv for kv in decl.items()]
     src += ["output o%d = %s" % (i, e) for i, (e, _) in enumerate(checks)] + ["}"]

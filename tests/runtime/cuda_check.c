@@ -243,7 +243,9 @@ static void check_pools(void)
     mrt_free(g_dev, dx), free(x);
 }
 
-static void check_layernorm(int64_t rows, int64_t D)
+/* affine: 3 weight and bias, 2 weight only, 1 bias only, 0 neither (NULL: layer_norm without
+ * them, group_norm, instance_norm) */
+static void check_layernorm(int64_t rows, int64_t D, int affine)
 {
     size_t N = (size_t)(rows * D);
     float *x = rand_host(N), *w = rand_host((size_t)D), *b = rand_host((size_t)D);
@@ -252,12 +254,15 @@ static void check_layernorm(int64_t rows, int64_t D)
         x[j] += 1000.0f; /* a large mean: the two-pass variance keeps it exact */
     for (int64_t j = 0; rows > 1 && j < D; j++)
         x[D + j] = 10000.0f + 0.01f * x[D + j]; /* a large offset: x - mean is taken in double */
-    mrt_layernorm_f32(ref, x, w, b, rows, D, 1e-5f);
+    const float *hw = affine & 2 ? w : NULL, *hb = affine & 1 ? b : NULL;
+    mrt_layernorm_f32(ref, x, hw, hb, rows, D, 1e-5f);
     float *dx = up(x, N * 4), *dw = up(w, (size_t)D * 4), *db = up(b, (size_t)D * 4), *dy = poisoned(N);
-    mrt_status st = mrt_cuda_layernorm_f32(g_stream, dy, dx, dw, db, rows, D, 1e-5f);
+    mrt_status st = mrt_cuda_layernorm_f32(g_stream, dy, dx, affine & 2 ? dw : NULL, affine & 1 ? db : NULL, rows,
+                                           D, 1e-5f);
     down(got, dy, N * 4);
     char name[64];
-    snprintf(name, sizeof name, "layernorm_%lldx%lld", (long long)rows, (long long)D);
+    snprintf(name, sizeof name, "layernorm_%lldx%lld%s", (long long)rows, (long long)D,
+             (const char *[]){"_plain", "_bias", "_weight", ""}[affine]);
     report(name, st, got, ref, N, 1e-5);
     mrt_free(g_dev, dx), mrt_free(g_dev, dw), mrt_free(g_dev, db), mrt_free(g_dev, dy);
     free(x), free(w), free(b), free(ref), free(got);
@@ -495,8 +500,10 @@ int main(void)
     check_conv(3, 4, 5, 6, 8, 1, 1, 1, 1, 0, 0, 0, 0, 1, 1, 2);
     check_conv(1, 2, 4, 4, 4, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 2); /* depthwise x2 (B26) */
     check_pools();
-    check_layernorm(5, 300);
-    check_layernorm(3, 7);
+    check_layernorm(5, 300, 3);
+    check_layernorm(3, 7, 3);
+    for (int affine = 0; affine < 3; affine++)
+        check_layernorm(4, 60, affine);
     check_embedding(0);
     check_embedding(1);
     check_concat(3, 12, 40, 8);
