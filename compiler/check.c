@@ -1119,6 +1119,101 @@ static Node *lower_conv2d(Checker *c, const Call *call) {
     return mk_binary(c, OP_ADD, call->ast->loc, n, mk_reshape(c, call->ast->loc, b, bs));
 }
 
+/* conv1d(x[N, C, L], w[O, C/groups, K], b?): PyTorch's F.conv1d, lowered to conv2d on the views
+ * x[N, C, 1, L] and w[O, C/groups, 1, K] (stride, padding and dilation on the width only), so it
+ * shares conv2d's im2col + GEMM kernels and its epilogue fusion. */
+static Node *lower_conv1d(Checker *c, const Call *call) {
+    Node *x = call->t[0], *w = call->t[1], *b = call->nt > 2 ? call->t[2] : NULL;
+    for (int i = 0; i < call->nt; i++) require_f32(call, call->t[i], i);
+    const Ast *xa = call->ast->args[0].val, *wa = call->ast->args[1].val;
+    if (x->shape.rank != 3) error_at(xa->loc, "'conv1d' input must be rank 3 [N, C, L], got %s", shp(c, &x->shape));
+    if (x->shape.d[1].sym || x->shape.d[2].sym)
+        error_at(xa->loc, "'conv1d' input %s may depend on the batch only in N", shp(c, &x->shape));
+    if (w->shape.rank != 3)
+        error_at(wa->loc, "'conv1d' weight must be rank 3 [O, C/groups, K], got %s", shp(c, &w->shape));
+    if (shape_nsym(&w->shape)) error_at(wa->loc, "'conv1d' weight %s must not depend on the batch", shp(c, &w->shape));
+    long long v[4];
+    static const char *names[4] = {"stride", "padding", "dilation", "groups"};
+    for (int k = 0; k < 4; k++) {
+        v[k] = attr_int(call, k);
+        if (v[k] < (k == 1 ? 0 : 1) || v[k] > INT32_MAX)
+            error_at(attr_loc(call, names[k]), "'conv1d' %s must be %s, got %lld", names[k],
+                     k == 1 ? "in 0..2^31-1" : "in 1..2^31-1", v[k]);
+    }
+    long long groups = v[3];
+    int64_t C = x->shape.d[1].c, L = x->shape.d[2].c, O = w->shape.d[0].c, Cg = w->shape.d[1].c, K = w->shape.d[2].c;
+    if (C % groups) error_at(attr_loc(call, "groups"), "'conv1d' groups %lld does not divide input channels %lld", groups, (long long)C);
+    if (O % groups) error_at(attr_loc(call, "groups"), "'conv1d' groups %lld does not divide output channels %lld", groups, (long long)O);
+    int64_t cg_groups;
+    if (__builtin_mul_overflow(Cg, (int64_t)groups, &cg_groups) || cg_groups != C)
+        error_at(wa->loc, "'conv1d' input channels %lld differ from weight C x groups = %lld x %lld (input %s, weight %s)",
+                 (long long)C, (long long)Cg, groups, shp(c, &x->shape), shp(c, &w->shape));
+    if (K > INT32_MAX) error_at(wa->loc, "'conv1d' kernel size %lld is more than the maximum 2^31-1", (long long)K);
+    if (b && (b->shape.rank != 1 || !dim_eq(b->shape.d[0], w->shape.d[0])))
+        error_at(call->ast->args[2].val->loc, "'conv1d' bias must be [%lld] (one per output channel), got %s",
+                 (long long)O, shp(c, &b->shape));
+    int64_t OL = window_out(L, K, (int)v[0], (int)v[1], (int)v[1], (int)v[2], false);
+    if (OL < 1)
+        error_at(call->ast->loc, "'conv1d' output length %lld is empty (input length %lld, kernel %lld, stride %lld, "
+                 "padding %lld, dilation %lld)", (long long)(OL < 0 ? 0 : OL), (long long)L, (long long)K, v[0], v[1],
+                 v[2]);
+    Loc loc = call->ast->loc;
+    Node *n = new_node(c->g, OP_CONV2D, loc);
+    n->groups = (int)groups;
+    n->stride[0] = n->dilation[0] = 1;
+    n->stride[1] = (int)v[0];
+    n->dilation[1] = (int)v[2];
+    n->pad[0] = n->pad[2] = 0;
+    n->pad[1] = n->pad[3] = (int)v[1];
+    n->kernel[0] = 1;
+    n->kernel[1] = (int)K;
+    n->in[0] = mk_reshape(c, loc, x, (Shape){4, {x->shape.d[0], {C, false}, {1, false}, {L, false}}});
+    n->in[1] = mk_reshape(c, loc, w, (Shape){4, {{O, false}, {Cg, false}, {1, false}, {K, false}}});
+    n->nin = 2;
+    n->shape = (Shape){4, {x->shape.d[0], {O, false}, {1, false}, {OL, false}}};
+    Node *y = mk_reshape(c, loc, n, (Shape){3, {x->shape.d[0], {O, false}, {OL, false}}});
+    if (!b) return y;
+    return mk_binary(c, OP_ADD, loc, y, mk_reshape(c, loc, b, (Shape){2, {{O, false}, {1, false}}}));
+}
+
+/* pixel_shuffle(x[*, C*r*r, H, W], r) -> [*, C, H*r, W*r]: PyTorch's F.pixel_shuffle, as the view
+ * [*, C, r, r, H, W], the permutation [*, C, H, r, W, r] (a fused data movement) and the view of
+ * the result. Up to three leading axes (the permuted view has rank + 2 <= MAX_RANK). */
+static Node *lower_pixel_shuffle(Checker *c, const Call *call) {
+    Node *x = call->t[0];
+    const Ast *xa = call->ast->args[0].val;
+    int r = x->shape.rank;
+    if (r < 3 || r + 2 > MAX_RANK)
+        error_at(xa->loc, "'pixel_shuffle' input must have rank 3 to %d [*, C*r*r, H, W], got %s", MAX_RANK - 2,
+                 shp(c, &x->shape));
+    for (int i = r - 3; i < r; i++)
+        if (x->shape.d[i].sym)
+            error_at(xa->loc, "'pixel_shuffle' input %s: its channels and spatial axes may not depend on the batch",
+                     shp(c, &x->shape));
+    long long f = attr_int(call, 0);
+    if (f < 1 || f > 65536)
+        error_at(attr_loc(call, "upscale_factor"), "'pixel_shuffle' upscale_factor must be in 1..65536, got %lld", f);
+    int64_t C = x->shape.d[r - 3].c, H = x->shape.d[r - 2].c, W = x->shape.d[r - 1].c;
+    if (C % (f * f))
+        error_at(xa->loc, "'pixel_shuffle' input channels %lld are not divisible by upscale_factor^2 = %lld (input %s)",
+                 (long long)C, f * f, shp(c, &x->shape));
+    Loc loc = call->ast->loc;
+    int lead = r - 3;
+    Shape v = {r + 2, {{0}}}, out = x->shape;
+    int perm[MAX_RANK];
+    for (int i = 0; i < lead; i++) v.d[i] = x->shape.d[i], perm[i] = i;
+    v.d[lead] = (Dim){C / (f * f), false};
+    v.d[lead + 1] = v.d[lead + 2] = (Dim){f, false};
+    v.d[lead + 3] = (Dim){H, false};
+    v.d[lead + 4] = (Dim){W, false};
+    static const int tail[6] = {0, 3, 1, 4, 2}; /* C, H, r, W, r of C, r, r, H, W */
+    for (int i = 0; i < 5; i++) perm[lead + i] = lead + tail[i];
+    out.d[r - 3] = (Dim){C / (f * f), false};
+    out.d[r - 2] = (Dim){H * f, false};
+    out.d[r - 1] = (Dim){W * f, false};
+    return mk_reshape(c, loc, mk_permute(c, loc, mk_reshape(c, loc, x, v), perm), out);
+}
+
 static Node *lower_pool(Checker *c, const Call *call) {
     OpKind op = call->spec->op;
     Node *x = call->t[0];

@@ -821,6 +821,49 @@ def op_conv2d(x, w, b=None, stride=1, padding=0, dilation=1, groups=1):
     return out
 
 
+def op_conv1d(x, w, b=None, stride=1, padding=0, dilation=1, groups=1):
+    """F.conv1d on NCL, computed directly (one einsum per tap), not through conv2d."""
+    if x.ndim != 3 or w.ndim != 3:
+        raise ModelError("error: 'conv1d' input and weight must be rank 3, got %s and %s"
+                         % (list(x.shape), list(w.shape)))
+    for what, v, lo in (("stride", stride, 1), ("padding", padding, 0), ("dilation", dilation, 1), ("groups", groups, 1)):
+        if not isinstance(v, int) or v < lo:
+            raise ModelError("error: 'conv1d' %s must be >= %d, got %r" % (what, lo, v))
+    N, C, L = x.shape
+    O, Cg, K = w.shape
+    if C % groups or O % groups or Cg * groups != C:
+        raise ModelError("error: 'conv1d' groups %d do not fit input channels %d, weight %s" % (groups, C, list(w.shape)))
+    if b is not None and b.shape != (O,):
+        raise ModelError("error: 'conv1d' bias must be [%d], got %s" % (O, list(b.shape)))
+    ol = (L + 2 * padding - dilation * (K - 1) - 1) // stride + 1
+    if ol < 1:
+        raise ModelError("error: 'conv1d' output length %d is empty" % max(ol, 0))
+    xp = np.pad(x, ((0, 0), (0, 0), (padding, padding)))
+    Og = O // groups
+    out = np.zeros((N, O, ol), dtype=np.result_type(x, w))
+    for g in range(groups):
+        for k in range(K):
+            s0 = k * dilation
+            taps = xp[:, g * Cg:(g + 1) * Cg, s0:s0 + stride * (ol - 1) + 1:stride]
+            out[:, g * Og:(g + 1) * Og] += np.einsum("ncl,oc->nol", taps, w[g * Og:(g + 1) * Og, :, k])
+    if b is not None:
+        out = out + b.reshape(O, 1)
+    return out
+
+
+def op_pixel_shuffle(x, upscale_factor=None):
+    """F.pixel_shuffle: [*, C*r*r, H, W] -> [*, C, H*r, W*r], out[c, h*r+i, w*r+j] = x[c*r*r + i*r + j, h, w]."""
+    r = upscale_factor
+    if x.ndim < 3 or not isinstance(r, int) or r < 1 or x.shape[-3] % (r * r):
+        raise ModelError("error: 'pixel_shuffle' needs [*, C*r*r, H, W] and r >= 1, got %s and %r" % (list(x.shape), r))
+    *lead, C, H, W = x.shape
+    out = np.empty(tuple(lead) + (C // (r * r), H * r, W * r), dtype=x.dtype)
+    for i in range(r):
+        for j in range(r):
+            out[..., i::r, j::r] = x[..., i * r + j::r * r, :, :]
+    return out
+
+
 def _pool_attrs(op, x, kernel, stride, padding, dilation):
     _need_nchw(op, x)
     if kernel is None:
@@ -1095,6 +1138,9 @@ OPS = {
     "permute": ((1, 1), ["x"], [("dims", None)], lambda x, dims: np.transpose(x, dims)),
     "conv2d": ((2, 3), ["x", "weight", "bias"],
                [("stride", 1), ("padding", 0), ("dilation", 1), ("groups", 1)], op_conv2d),
+    "conv1d": ((2, 3), ["x", "weight", "bias"],
+               [("stride", 1), ("padding", 0), ("dilation", 1), ("groups", 1)], op_conv1d),
+    "pixel_shuffle": ((1, 1), ["x"], [("upscale_factor", None)], op_pixel_shuffle),
     "max_pool2d": ((1, 1), ["x"], [("kernel", None), ("stride", None), ("padding", 0), ("dilation", 1),
                                    ("ceil_mode", False)], op_max_pool2d),
     "avg_pool2d": ((1, 1), ["x"], [("kernel", None), ("stride", None), ("padding", 0), ("ceil_mode", False),
@@ -1115,7 +1161,7 @@ OPS = {
     "where": ((3, 3), ["cond", "a", "b"], _NOATTR, op_where),
 }
 _MOVEMENT = {"reshape", "transpose", "permute", "flatten", "concat", "slice", "unsqueeze", "squeeze", "flip", "expand",
-             "broadcast_to", "stack"}  # allowed on integers
+             "broadcast_to", "stack", "pixel_shuffle"}  # allowed on integers
 _INT_ARG = {"embedding": 0, "where": 0}   # the one tensor argument that may be an integer tensor
 _BINOP = {"+": "add", "-": "sub", "*": "mul", "/": "div", "@": "matmul", "**": "pow"}
 
@@ -1778,7 +1824,8 @@ def _torch_nn_cross_check():
     ins = {"x": g(2, 4, 9, 8), "w": g(6, 2, 3, 2), "cb": g(6), "w1": g(3, 4, 2, 2), "xs": g(2, 4, 9, 8),
            "c": g(4), "bn_b": g(4), "mu": g(4), "var": rng.uniform(0.5, 2, 4).astype(np.float32),
            "r2": g(5, 4), "q": g(2, 3, 5, 8), "k": g(2, 3, 7, 8), "v": g(2, 3, 7, 6), "mk": g(5, 7),
-           "ln_w": g(8), "ln_b": g(8), "lw3": g(4, 9, 8), "ids": rng.integers(0, 10, (3, 4)).astype(np.int64), "emb": g(10, 5),
+           "ln_w": g(8), "ln_b": g(8), "lw3": g(4, 9, 8), "r3": g(2, 4, 11), "w3": g(6, 2, 3), "b3": g(6), "w3d": g(8, 1, 4),
+           "x5": g(2, 3, 18, 2, 3), "ids": rng.integers(0, 10, (3, 4)).astype(np.int64), "emb": g(10, 5),
            "cond": rng.integers(-1, 2, (5, 1)).astype(np.int64), "qq": g(2, 6, 8)}
     ins["x"][0, 0, 0, 0] = np.nan
     t = {k: torch.from_numpy(np.asarray(v, np.float64) if v.dtype == np.float32 else v) for k, v in ins.items()}
@@ -1793,6 +1840,11 @@ def _torch_nn_cross_check():
          F.conv2d(F.pad(xs, (0, 1, 1, 2)), w, groups=2, stride=2)),
         ("conv2d(xs, w1, padding=3)", F.conv2d(xs, w1, padding=3)),
         ("conv2d(xs, w1, stride=[3, 4])", F.conv2d(xs, w1, stride=(3, 4))),
+        ("conv1d(r3, w3, b3, stride=2, padding=1, dilation=2, groups=2)",
+         F.conv1d(t["r3"], t["w3"], t["b3"], stride=2, padding=1, dilation=2, groups=2)),
+        ("conv1d(r3, w3d, groups=4, padding=3)", F.conv1d(t["r3"], t["w3d"], groups=4, padding=3)),
+        ("pixel_shuffle(xs, 2)", F.pixel_shuffle(xs, 2)),
+        ("pixel_shuffle(x5, 3)", F.pixel_shuffle(t["x5"], 3)),
         ("max_pool2d(x, 3, 2, 1)", F.max_pool2d(x, 3, 2, 1)),
         ("max_pool2d(xs, [3, 2], stride=[1, 2], padding=[1, 0], dilation=[2, 1])",
          F.max_pool2d(xs, (3, 2), (1, 2), (1, 0), (2, 1))),
@@ -1833,7 +1885,8 @@ def _torch_nn_cross_check():
     decl = {"x": "f32[2,4,9,8]", "w": "f32[6,2,3,2]", "cb": "f32[6]", "w1": "f32[3,4,2,2]",
             "xs": "f32[2,4,9,8]", "c": "f32[4]", "bn_b": "f32[4]", "mu": "f32[4]", "var": "f32[4]",
             "r2": "f32[5,4]", "q": "f32[2,3,5,8]", "k": "f32[2,3,7,8]", "v": "f32[2,3,7,6]", "mk": "f32[5,7]",
-            "ln_w": "f32[8]", "ln_b": "f32[8]", "lw3": "f32[4,9,8]", "ids": "i64[3,4]", "emb": "f32[10,5]", "cond": "i64[5,1]",
+            "ln_w": "f32[8]", "ln_b": "f32[8]", "lw3": "f32[4,9,8]", "r3": "f32[2,4,11]", "w3": "f32[6,2,3]", "b3": "f32[6]",
+            "w3d": "f32[8,1,4]", "x5": "f32[2,3,18,2,3]", "ids": "i64[3,4]", "emb": "f32[10,5]", "cond": "i64[5,1]",
             "qq": "f32[2,6,8]", "mkm": "f32[5,7]"}
     src = ["model tn {"] + ["input %s: %s" % kv for kv in decl.items()]
     src += ["output o%d = %s" % (i, e) for i, (e, _) in enumerate(checks)] + ["}"]
