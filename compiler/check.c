@@ -1250,6 +1250,72 @@ static Node *lower_pool(Checker *c, const Call *call) {
     return n;
 }
 
+/* A number: a literal, possibly negated, or an integer (a block's too). */
+static bool number_literal(const Ast *v, double *out) {
+    long long i;
+    if (v->kind == AST_NUM && !v->is_int) return *out = v->num, true;
+    if (v->kind == AST_NEG && v->lhs->kind == AST_NUM && !v->lhs->is_int) return *out = -v->lhs->num, true;
+    if (int_literal(v, &i)) return *out = (double)i, true;
+    return false;
+}
+
+/* interpolate(x[N, C, H, W], size | scale_factor, mode, align_corners) -> [N, C, OH, OW], as
+ * F.interpolate: exactly one of size ([oh, ow] or one for both) and scale_factor (a number or
+ * [sh, sw], > 0); with scale_factor the output is floor(H * sh) (in double, as PyTorch's Python
+ * computes it) and the kernel's scale is 1/sh (recompute_scale_factor=None); align_corners only
+ * with bilinear (PyTorch refuses it for nearest even when false). */
+static Node *lower_interpolate(Checker *c, const Call *call) {
+    const char *fn = call->spec->name;
+    Node *x = call->t[0];
+    require_f32(call, x, 0);
+    require_nchw(c, call, x);
+    const Ast *size = call->attr[0], *sf = call->attr[1];
+    if (size && sf) error_at(call->attr_loc[1], "'%s' takes size or scale_factor, not both", fn);
+    if (!size && !sf) error_at(call->ast->loc, "'%s' needs size or scale_factor, e.g. %s(x, scale_factor=2)", fn, fn);
+    Node *n = new_node(c->g, OP_INTERPOLATE, call->ast->loc);
+    n->bilinear = attr_enum(call, 2) == 1;
+    n->align_corners = attr_bool(call, 3);
+    if (call->attr[3] && !n->bilinear)
+        error_at(call->attr_loc[3], "'%s' align_corners can only be set with mode=bilinear (as in PyTorch)", fn);
+    int64_t in[2] = {x->shape.d[2].c, x->shape.d[3].c}, out[2];
+    if (size) {
+        int os[2];
+        attr_ints(call, 0, os, 2, false);
+        for (int i = 0; i < 2; i++) {
+            if (os[i] < 1) error_at(size->loc, "'%s' size must be >= 1, got %d", fn, os[i]);
+            out[i] = os[i];
+            n->scale[i] = 0;
+        }
+    } else {
+        double s[2];
+        if (sf->kind == AST_LIST) {
+            if (sf->nitems != 2) error_at(sf->loc, "'%s' scale_factor must be a number or [h, w], got '%s'", fn, ast_text(sf));
+            for (int i = 0; i < 2; i++)
+                if (!number_literal(sf->items[i], &s[i]))
+                    error_at(sf->items[i]->loc, "'%s' scale_factor must hold numbers, got '%s'", fn, ast_text(sf->items[i]));
+        } else if (!number_literal(sf, &s[0])) {
+            error_at(sf->loc, "'%s' scale_factor must be a number or [h, w], got '%s'", fn, ast_text(sf));
+        } else {
+            s[1] = s[0];
+        }
+        for (int i = 0; i < 2; i++) {
+            if (!(s[i] > 0) || isinf(s[i])) error_at(sf->loc, "'%s' scale_factor must be positive and finite, got %g", fn, s[i]);
+            double o = floor((double)in[i] * s[i]);
+            if (o < 1 || o > MAX_ELEMS)
+                error_at(sf->loc, "'%s' output %s floor(%lld * %g) = %.0f is %s", fn, i ? "width" : "height",
+                         (long long)in[i], s[i], o, o < 1 ? "empty" : "too large");
+            out[i] = (int64_t)o;
+            n->scale[i] = s[i];
+        }
+    }
+    n->in[0] = x;
+    n->nin = 1;
+    n->shape = x->shape;
+    n->shape.d[2] = (Dim){out[0], false};
+    n->shape.d[3] = (Dim){out[1], false};
+    return n;
+}
+
 static Node *lower_adaptive_pool(Checker *c, const Call *call) {
     Node *x = call->t[0];
     require_f32(call, x, 0);

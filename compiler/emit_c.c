@@ -292,6 +292,18 @@ static void emit_adaptive_pool(Emit *e, const Kernel *k, char **ptr) {
                          r->shape.d[3].c));
 }
 
+/* interpolate on [N*C] planes; the scale factors are written exactly (hex doubles): the kernel
+ * derives PyTorch's float scale 1/scale_factor from them. */
+static void emit_interpolate(Emit *e, const Kernel *k, char **ptr) {
+    const Node *r = k->lib, *x = r->in[0];
+    const Shape *xs = &x->shape;
+    fprintf(e->o, "    /* %s%d: %s %%%d */\n", e->kpfx, k->id, op_name(r->op), r->id);
+    library_call(e, k, op_info[r->op].kernel,
+                 xprintf("%s, %s, %s, %" PRId64 ", %" PRId64 ", %" PRId64 ", %" PRId64 ", %d, %d, %a, %a", ptr[r->id],
+                         ptr[view_base(x)->id], dim_c(dim_mul(xs->d[0], xs->d[1], NULL)), xs->d[2].c, xs->d[3].c,
+                         r->shape.d[2].c, r->shape.d[3].c, r->bilinear, r->align_corners, r->scale[0], r->scale[1]));
+}
+
 /* layer_norm over the axes from r->axis on: rows x D; weight and bias are optional (NULL). */
 static void emit_layer_norm(Emit *e, const Kernel *k, char **ptr) {
     const Node *r = k->lib, *x = r->in[0];

@@ -184,6 +184,11 @@ static void dump_attrs(FILE *out, const Node *n) {
         if (n->op == OP_AVGPOOL2D && !n->count_include_pad) fprintf(out, ", exclude_pad");
         fprintf(out, "}");
         break;
+    case OP_INTERPOLATE:
+        fprintf(out, " {%s%s", n->bilinear ? "bilinear" : "nearest", n->align_corners ? ", align_corners" : "");
+        if (n->scale[0] > 0) fprintf(out, ", scale=[%g,%g]", n->scale[0], n->scale[1]);
+        fprintf(out, "}");
+        break;
     case OP_LAYER_NORM: case OP_BATCH_NORM:
         fprintf(out, " {eps=%g", n->eps);
         /* layer_norm over more than the last axis (normalized_shape, group_norm) */

@@ -278,6 +278,10 @@ struct Node {
     int64_t start, step;
     /* softmax from attention: keys j > i masked (causal), and all-masked rows give zeros */
     bool causal, zero_masked_rows;
+    /* interpolate: bilinear (else nearest), align_corners, and the scale_factor per axis [h, w]
+     * that PyTorch's kernels read (0: none, the scale is in/out) */
+    bool bilinear, align_corners;
+    double scale[2];
     bool init;            /* depends only on params and constants: computed once at load time */
     int slot;             /* device slot (Graph.slots); -1: follows its consumers (params, constants) */
     /* filled by analysis */

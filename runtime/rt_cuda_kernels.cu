@@ -423,6 +423,22 @@ __global__ void adaptive_avgpool2d_kernel(float *__restrict__ y, const float *__
     }
 }
 
+/* ---------------------------------------------------------------- interpolate */
+
+// y [NC, OH, OW] = interpolate(x [NC, H, W]): one thread per output element, the coordinate
+// rules shared with the CPU (mrt_interp2d_at in mrt_kernels.h).
+__global__ void interp2d_kernel(float *__restrict__ y, const float *__restrict__ x, int64_t NC, int64_t H,
+                                int64_t W, int64_t OH, int64_t OW, int bilinear, int align_corners, float sh,
+                                float sw)
+{
+    const int64_t total = NC * OH * OW;
+    for (int64_t t = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; t < total;
+         t += (int64_t)gridDim.x * blockDim.x) {
+        const int64_t ow = t % OW, r = t / OW, oh = r % OH, p = r / OH;
+        y[t] = mrt_interp2d_at(x + p * H * W, H, W, OH, OW, oh, ow, bilinear, align_corners, sh, sw);
+    }
+}
+
 /* ---------------------------------------------------------------- layernorm, embedding, concat */
 
 __global__ void layernorm_kernel(float *__restrict__ y, const float *__restrict__ x, const float *__restrict__ w,
@@ -684,6 +700,23 @@ mrt_status mrt_cuda_adaptive_avgpool2d_f32(void *stream, float *y, const float *
     MRT_LAUNCH(adaptive_avgpool2d_kernel, grid_for(total, kBlock), kBlock, 0, (cudaStream_t)stream, y, x, NC, H, W,
                OH, OW);
     LAUNCH_CHECK(fn, "adaptive_avgpool2d_kernel");
+    return MRT_OK;
+}
+
+mrt_status mrt_cuda_interp2d_f32(void *stream, float *y, const float *x, int64_t NC, int64_t H, int64_t W, int64_t OH,
+                                 int64_t OW, int bilinear, int align_corners, double sfh, double sfw)
+{
+    static const char fn[] = "mrt_cuda_interp2d_f32";
+    if (NC < 0 || H < 1 || W < 1 || OH < 0 || OW < 0)
+        return bad_arg(fn, "bad dimension");
+    const int64_t total = NC * OH * OW;
+    if (total == 0)
+        return MRT_OK;
+    const float sh = mrt_interp_scale(H, OH, bilinear && align_corners, sfh);
+    const float sw = mrt_interp_scale(W, OW, bilinear && align_corners, sfw);
+    MRT_LAUNCH(interp2d_kernel, grid_for(total, kBlock), kBlock, 0, (cudaStream_t)stream, y, x, NC, H, W, OH, OW,
+               bilinear, align_corners, sh, sw);
+    LAUNCH_CHECK(fn, "interp2d_kernel");
     return MRT_OK;
 }
 

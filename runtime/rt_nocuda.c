@@ -180,6 +180,12 @@ mrt_status mrt_cuda_adaptive_avgpool2d_f32(void *stream, float *y, const float *
     return rt_no_cuda_err("mrt_cuda_adaptive_avgpool2d_f32");
 }
 
+mrt_status mrt_cuda_interp2d_f32(void *stream, float *y, const float *x, int64_t NC, int64_t H, int64_t W, int64_t OH,
+                                 int64_t OW, int bilinear, int align_corners, double sfh, double sfw)
+{
+    return rt_no_cuda_err("mrt_cuda_interp2d_f32");
+}
+
 mrt_status mrt_cuda_layernorm_f32(void *stream, float *y, const float *x, const float *w, const float *b, int64_t rows,
                                   int64_t D, float eps)
 {

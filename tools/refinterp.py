@@ -354,7 +354,8 @@ class Parser:
             return ("bool", False)
         return self.expr()
 
-    # list := '[' (listitem (',' listitem)*)? ']';  listitem := '-'? INT | NAME
+    # list := '[' (listitem (',' listitem)*)? ']';  listitem := '-'? INT | '-'? NUMBER | NAME
+    # (a float item: interpolate's scale_factor=[1.5, 2]; the ops that need integers refuse it)
     def list(self):
         self.expect("[")
         items = []
@@ -364,6 +365,8 @@ class Parser:
                 t = self.peek()
                 if t.kind == "num" and re.fullmatch(r"[0-9]+", t.text):
                     items.append(-int(t.text) if neg else int(t.text))
+                elif t.kind == "num":
+                    items.append(-float(t.text) if neg else float(t.text))
                 elif t.kind == "name" and not neg:
                     items.append(t.text)
                 else:
@@ -864,6 +867,64 @@ def op_pixel_shuffle(x, upscale_factor=None):
     return out
 
 
+def _interp_scale(n_in, n_out, align_corners, sf):
+    """PyTorch's float32 scale (area_pixel_compute_scale / compute_scales_value)."""
+    f = np.float32
+    if align_corners:
+        return f(n_in - 1) / f(n_out - 1) if n_out > 1 else f(0)
+    return f(1.0 / sf) if sf else f(n_in) / f(n_out)
+
+
+def _nearest_index(n_in, n_out, scale):
+    """Source index of every output index (PyTorch CPU's nearest_idx, float32 products)."""
+    d = np.arange(n_out)
+    if n_out == n_in:
+        return d
+    if n_out == 2 * n_in:
+        return d >> 1
+    return np.minimum(np.floor(d.astype(np.float32) * scale).astype(np.int64), n_in - 1)
+
+
+def _linear_index(n_in, n_out, scale, align_corners):
+    """(i0, i1, lambda1) per output index (PyTorch CPU's compute_source_index_and_lambda)."""
+    f = np.float32
+    if n_out == n_in:  # a copy (compute_source_index_and_lambda), whatever the scale
+        return np.arange(n_in), np.arange(n_in), np.zeros(n_in)
+    d = np.arange(n_out).astype(f)
+    src = scale * d if align_corners else np.maximum(scale * (d + f(0.5)) - f(0.5), f(0))
+    i0 = np.minimum(np.floor(src).astype(np.int64), n_in - 1)
+    lam = np.clip(src - i0.astype(f), f(0), f(1))
+    return i0, i0 + (i0 < n_in - 1), lam.astype(np.float64)
+
+
+def op_interpolate(x, size=None, scale_factor=None, mode="nearest", align_corners=False, op="interpolate"):
+    """F.interpolate on NCHW (nearest, bilinear), PyTorch's coordinates; the values in float64."""
+    _need_nchw(op, x)
+    if (size is None) == (scale_factor is None):
+        raise ModelError("error: '%s' takes exactly one of size and scale_factor" % op)
+    if mode not in ("nearest", "bilinear"):
+        raise ModelError("error: '%s' mode must be nearest or bilinear, got %r" % (op, mode))
+    H, W = x.shape[2:]
+    if size is not None:
+        out = _pair(size, "size", op)
+        sfs = (None, None)
+    else:
+        sfs = tuple(float(v) for v in (scale_factor if isinstance(scale_factor, list) else [scale_factor] * 2))
+        out = tuple(int(math.floor(float(n) * s)) for n, s in zip((H, W), sfs))
+    if min(out) < 1:
+        raise ModelError("error: '%s' output size %s is empty" % (op, list(out)))
+    ac = bool(align_corners) and mode == "bilinear"
+    sh, sw = (_interp_scale(n, o, ac, s) for n, o, s in zip((H, W), out, sfs))
+    if mode == "nearest":
+        return x[:, :, _nearest_index(H, out[0], sh)][:, :, :, _nearest_index(W, out[1], sw)]
+    h0, h1, lh = _linear_index(H, out[0], sh, ac)
+    w0, w1, lw = _linear_index(W, out[1], sw, ac)
+    lh, lw = lh[:, None], lw[None, :]
+    r0, r1 = x[:, :, h0], x[:, :, h1]
+    return ((1 - lh) * ((1 - lw) * r0[..., w0] + lw * r0[..., w1]) +
+            lh * ((1 - lw) * r1[..., w0] + lw * r1[..., w1]))
+
+
 def _pool_attrs(op, x, kernel, stride, padding, dilation):
     _need_nchw(op, x)
     if kernel is None:
@@ -1141,6 +1202,10 @@ OPS = {
     "conv1d": ((2, 3), ["x", "weight", "bias"],
                [("stride", 1), ("padding", 0), ("dilation", 1), ("groups", 1)], op_conv1d),
     "pixel_shuffle": ((1, 1), ["x"], [("upscale_factor", None)], op_pixel_shuffle),
+    "interpolate": ((1, 1), ["x"], [("size", None), ("scale_factor", None), ("mode", "nearest"),
+                                    ("align_corners", False)], op_interpolate),
+    "upsample": ((1, 1), ["x"], [("size", None), ("scale_factor", None), ("mode", "nearest"), ("align_corners", False)],
+                 lambda x, **kw: op_interpolate(x, op="upsample", **kw)),
     "max_pool2d": ((1, 1), ["x"], [("kernel", None), ("stride", None), ("padding", 0), ("dilation", 1),
                                    ("ceil_mode", False)], op_max_pool2d),
     "avg_pool2d": ((1, 1), ["x"], [("kernel", None), ("stride", None), ("padding", 0), ("ceil_mode", False),

@@ -243,6 +243,26 @@ static void check_pools(void)
     mrt_free(g_dev, dx), free(x);
 }
 
+/* interpolate [NC, H, W] -> [NC, OH, OW] (sfh, sfw: the scale_factor given, 0: none) */
+static void check_interp(int64_t NC, int64_t H, int64_t W, int64_t OH, int64_t OW, int bilinear, int align_corners,
+                         double sfh, double sfw)
+{
+    size_t nx = (size_t)(NC * H * W), ny = (size_t)(NC * OH * OW);
+    float *x = rand_host(nx), *ref = malloc(ny * 4), *got = malloc(ny * 4);
+    x[1] = INFINITY; /* 0 * inf in a bilinear tap: NaN on both */
+    mrt_interp2d_f32(ref, x, NC, H, W, OH, OW, bilinear, align_corners, sfh, sfw);
+    float *dx = up(x, nx * 4), *dy = poisoned(ny);
+    mrt_status st = mrt_cuda_interp2d_f32(g_stream, dy, dx, NC, H, W, OH, OW, bilinear, align_corners, sfh, sfw);
+    down(got, dy, ny * 4);
+    char name[96];
+    snprintf(name, sizeof name, "interp2d_%s%s_%lldx%lld_to_%lldx%lld%s", bilinear ? "bilinear" : "nearest",
+             align_corners ? "_align" : "", (long long)H, (long long)W, (long long)OH, (long long)OW,
+             sfh > 0 ? "_scale" : "");
+    report(name, st, got, ref, ny, bilinear ? 1e-6 : 0.0);
+    mrt_free(g_dev, dx), mrt_free(g_dev, dy);
+    free(x), free(ref), free(got);
+}
+
 /* affine: 3 weight and bias, 2 weight only, 1 bias only, 0 neither (NULL: layer_norm without
  * them, group_norm, instance_norm) */
 static void check_layernorm(int64_t rows, int64_t D, int affine)
@@ -504,6 +524,14 @@ int main(void)
     check_layernorm(3, 7, 3);
     for (int affine = 0; affine < 3; affine++)
         check_layernorm(4, 60, affine);
+    check_interp(6, 5, 7, 10, 14, 0, 0, 2.0, 2.0);
+    check_interp(6, 5, 7, 8, 3, 0, 0, 0, 0);
+    check_interp(6, 5, 7, 7, 4, 0, 0, 1.5, 0.7);
+    check_interp(6, 3, 4, 3, 5, 1, 0, 1.3, 1.3);
+    check_interp(6, 5, 7, 9, 4, 1, 0, 0, 0);
+    check_interp(6, 5, 7, 9, 13, 1, 1, 0, 0);
+    check_interp(6, 5, 7, 1, 5, 1, 1, 0, 0);
+    check_interp(6, 5, 7, 7, 4, 1, 0, 1.5, 0.7);
     check_embedding(0);
     check_embedding(1);
     check_concat(3, 12, 40, 8);
