@@ -1214,6 +1214,87 @@ static Node *lower_pixel_shuffle(Checker *c, const Call *call) {
     return mk_reshape(c, loc, mk_permute(c, loc, mk_reshape(c, loc, x, v), perm), out);
 }
 
+/* conv_transpose2d(x[N, C, H, W], w[C, O/groups, KH, KW], b?): PyTorch's F.conv_transpose2d;
+ * output (H-1)*stride - 2*padding + dilation*(KH-1) + output_padding + 1 (and the same for W),
+ * output_padding below stride or dilation on each axis (PyTorch's rule). */
+static Node *lower_conv_transpose2d(Checker *c, const Call *call) {
+    Node *x = call->t[0], *w = call->t[1], *b = call->nt > 2 ? call->t[2] : NULL;
+    for (int i = 0; i < call->nt; i++) require_f32(call, call->t[i], i);
+    const Ast *wa = call->ast->args[1].val;
+    require_nchw(c, call, x);
+    if (w->shape.rank != 4)
+        error_at(wa->loc, "'conv_transpose2d' weight must be rank 4 [C, O/groups, KH, KW], got %s", shp(c, &w->shape));
+    if (shape_nsym(&w->shape))
+        error_at(wa->loc, "'conv_transpose2d' weight %s must not depend on the batch", shp(c, &w->shape));
+    Node *n = new_node(c->g, OP_CONV_TRANSPOSE2D, call->ast->loc);
+    int pad[2];
+    attr_ints(call, 0, n->stride, 2, false);
+    attr_ints(call, 1, pad, 2, false);
+    attr_ints(call, 2, n->out_pad, 2, false);
+    attr_ints(call, 4, n->dilation, 2, false);
+    long long groups = attr_int(call, 3);
+    if (groups < 1 || groups > INT32_MAX)
+        error_at(attr_loc(call, "groups"), "'conv_transpose2d' groups must be in 1..2^31-1, got %lld", groups);
+    n->groups = (int)groups;
+    for (int i = 0; i < 2; i++) {
+        if (n->stride[i] < 1)
+            error_at(attr_loc(call, "stride"), "'conv_transpose2d' stride must be >= 1, got %d", n->stride[i]);
+        if (n->dilation[i] < 1)
+            error_at(attr_loc(call, "dilation"), "'conv_transpose2d' dilation must be >= 1, got %d", n->dilation[i]);
+        if (pad[i] < 0) error_at(attr_loc(call, "padding"), "'conv_transpose2d' padding must be >= 0, got %d", pad[i]);
+        if (n->out_pad[i] < 0)
+            error_at(attr_loc(call, "output_padding"), "'conv_transpose2d' output_padding must be >= 0, got %d",
+                     n->out_pad[i]);
+    }
+    for (int i = 0; i < 2; i++)
+        if (n->out_pad[i] >= n->stride[i] && n->out_pad[i] >= n->dilation[i])
+            error_at(attr_loc(call, "output_padding"), "'conv_transpose2d' output_padding %d (%s) must be smaller than "
+                     "either stride %d or dilation %d (as in PyTorch)", n->out_pad[i], i ? "width" : "height",
+                     n->stride[i], n->dilation[i]);
+    int64_t C = x->shape.d[1].c, Cw = w->shape.d[0].c, Og = w->shape.d[1].c, O;
+    if (Cw != C)
+        error_at(wa->loc, "'conv_transpose2d' weight %s must have the input's %lld channels first ([C, O/groups, KH, KW], "
+                 "input %s)", shp(c, &w->shape), (long long)C, shp(c, &x->shape));
+    if (C % groups)
+        error_at(attr_loc(call, "groups"), "'conv_transpose2d' groups %lld does not divide input channels %lld", groups,
+                 (long long)C);
+    if (__builtin_mul_overflow(Og, (int64_t)groups, &O) || O > MAX_ELEMS)
+        error_at(attr_loc(call, "groups"), "'conv_transpose2d' output channels %lld x groups %lld are too many",
+                 (long long)Og, groups);
+    if (b && (b->shape.rank != 1 || b->shape.d[0].sym || b->shape.d[0].c != O))
+        error_at(call->ast->args[2].val->loc, "'conv_transpose2d' bias must be [%lld] (one per output channel), got %s",
+                 (long long)O, shp(c, &b->shape));
+    int64_t out[2];
+    for (int i = 0; i < 2; i++) {
+        int64_t k = w->shape.d[2 + i].c, in = x->shape.d[2 + i].c;
+        if (k > INT32_MAX)
+            error_at(wa->loc, "'conv_transpose2d' kernel %s %lld is more than the maximum 2^31-1", i ? "width" : "height",
+                     (long long)k);
+        n->kernel[i] = (int)k;
+        /* in, k <= 2^40 and the int attributes: no overflow in int64 below 2^40 * 2^31 + ... ; checked anyway */
+        int64_t o;
+        bool ovf = __builtin_mul_overflow(in - 1, (int64_t)n->stride[i], &o);
+        int64_t ext = window_extent(k, n->dilation[i]);
+        ovf = ovf || ext == INT64_MAX || __builtin_add_overflow(o, ext - 2 * (int64_t)pad[i] + n->out_pad[i], &o);
+        if (ovf || o > MAX_ELEMS)
+            error_at(call->ast->loc, "'conv_transpose2d' output %s is too large", i ? "width" : "height");
+        if (o < 1)
+            error_at(call->ast->loc, "'conv_transpose2d' output size %s (%lld - 1) * %d - 2 * %d + %d * (%lld - 1) + %d + 1 "
+                     "= %lld is empty", i ? "width" : "height", (long long)in, n->stride[i], pad[i], n->dilation[i],
+                     (long long)k, n->out_pad[i], (long long)o);
+        out[i] = o;
+    }
+    n->pad[0] = n->pad[2] = pad[0];
+    n->pad[1] = n->pad[3] = pad[1];
+    n->in[0] = x;
+    n->in[1] = w;
+    n->nin = 2;
+    n->shape = (Shape){4, {x->shape.d[0], {O, false}, {out[0], false}, {out[1], false}}};
+    if (!b) return n;
+    Shape bs = {3, {{O, false}, {1, false}, {1, false}}};
+    return mk_binary(c, OP_ADD, call->ast->loc, n, mk_reshape(c, call->ast->loc, b, bs));
+}
+
 static Node *lower_pool(Checker *c, const Call *call) {
     OpKind op = call->spec->op;
     Node *x = call->t[0];

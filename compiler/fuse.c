@@ -190,6 +190,14 @@ static size_t conv_scratch(const Node *n) {
     return (size_t)w->shape.d[1].c * n->kernel[0] * n->kernel[1] * n->shape.d[2].c * n->shape.d[3].c * sizeof(float);
 }
 
+/* conv_transpose2d's GEMM result col [O/g*KH*KW, H*W] (none for the direct path of
+ * mrt_conv_transpose2d_f32, at most MRT_CONVT_DIRECT_CG = 2 input channels per group). */
+static size_t conv_transpose_scratch(const Node *n) {
+    const Node *x = n->in[0], *w = n->in[1];
+    if (x->shape.d[1].c / n->groups <= 2) return 0;
+    return (size_t)w->shape.d[1].c * n->kernel[0] * n->kernel[1] * x->shape.d[2].c * x->shape.d[3].c * sizeof(float);
+}
+
 static Kernel *new_kernel(KernelList *kl, KernelKind kind, Node *root) {
     Kernel *k = xalloc(sizeof(Kernel));
     k->kind = kind;
@@ -292,6 +300,7 @@ static KernelList build_kernels(Fuser *f, bool init) {
         } else if (op_is_library(n->op)) {
             Kernel *k = new_kernel(&kl, K_LIBRARY, n);
             k->lib = n;
+            if (n->op == OP_CONV_TRANSPOSE2D) k->scratch_bytes = conv_transpose_scratch(n);
             add_member(k, n);
             tree_of[n->id] = k;
         } else if (op_info[n->op].cat != CAT_LEAF && op_info[n->op].cat != CAT_VIEW) {

@@ -176,6 +176,11 @@ static void dump_attrs(FILE *out, const Node *n) {
         fprintf(out, " {stride=[%d,%d], pad=[%d,%d,%d,%d], dilation=[%d,%d], groups=%d}", n->stride[0], n->stride[1],
                 n->pad[0], n->pad[1], n->pad[2], n->pad[3], n->dilation[0], n->dilation[1], n->groups);
         break;
+    case OP_CONV_TRANSPOSE2D:
+        fprintf(out, " {stride=[%d,%d], pad=[%d,%d], output_padding=[%d,%d], dilation=[%d,%d], groups=%d}", n->stride[0],
+                n->stride[1], n->pad[0], n->pad[1], n->out_pad[0], n->out_pad[1], n->dilation[0], n->dilation[1],
+                n->groups);
+        break;
     case OP_MAXPOOL2D: case OP_AVGPOOL2D:
         fprintf(out, " {kernel=[%d,%d], stride=[%d,%d], pad=[%d,%d,%d,%d]", n->kernel[0], n->kernel[1], n->stride[0],
                 n->stride[1], n->pad[0], n->pad[1], n->pad[2], n->pad[3]);

@@ -273,6 +273,7 @@ struct Node {
     int index;            /* input/param: position in Graph.inputs / Graph.params */
     /* conv2d and pooling: per-axis [h, w]; pad is [top, left, bottom, right] */
     int kernel[2], stride[2], dilation[2], pad[4], groups;
+    int out_pad[2];       /* conv_transpose2d: output_padding [h, w] (pad holds [ph, pw, ph, pw]) */
     bool ceil_mode, count_include_pad;
     /* slice: out index i along axis reads start + i*step */
     int64_t start, step;

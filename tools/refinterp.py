@@ -854,6 +854,45 @@ def op_conv1d(x, w, b=None, stride=1, padding=0, dilation=1, groups=1):
     return out
 
 
+def op_conv_transpose2d(x, w, b=None, stride=1, padding=0, output_padding=0, groups=1, dilation=1):
+    """F.conv_transpose2d: every input pixel times every tap added into a buffer of the full size
+    (H-1)*stride + dilation*(KH-1) + 1 + output_padding, then cut by padding on both sides."""
+    op = "conv_transpose2d"
+    _need_nchw(op, x)
+    if w.ndim != 4:
+        raise ModelError("error: 'conv_transpose2d' weight must be rank 4 [C, O/groups, KH, KW], got %s" % list(w.shape))
+    s, p, op_, d = (_pair(v, a, op) for v, a in ((stride, "stride"), (padding, "padding"),
+                                                  (output_padding, "output_padding"), (dilation, "dilation")))
+    if min(s) < 1 or min(d) < 1 or min(p) < 0 or min(op_) < 0:
+        raise ModelError("error: 'conv_transpose2d' stride/dilation must be >= 1, padding/output_padding >= 0")
+    if any(o >= si and o >= di for o, si, di in zip(op_, s, d)):
+        raise ModelError("error: 'conv_transpose2d' output_padding must be smaller than either stride or dilation")
+    N, C, H, W = x.shape
+    Cw, Og, KH, KW = w.shape
+    if Cw != C or not isinstance(groups, int) or groups < 1 or C % groups:
+        raise ModelError("error: 'conv_transpose2d' weight %s and groups %r do not fit the input %s"
+                         % (list(w.shape), groups, list(x.shape)))
+    O, Cg = Og * groups, C // groups
+    if b is not None and b.shape != (O,):
+        raise ModelError("error: 'conv_transpose2d' bias must be [%d], got %s" % (O, list(b.shape)))
+    full = [(n - 1) * si + di * (k - 1) + 1 + o for n, si, di, k, o in zip((H, W), s, d, (KH, KW), op_)]
+    oh, ow = full[0] - 2 * p[0], full[1] - 2 * p[1]
+    if oh < 1 or ow < 1:
+        raise ModelError("error: 'conv_transpose2d' output size %dx%d is empty" % (oh, ow))
+    buf = np.zeros((N, O) + tuple(full), dtype=np.result_type(x, w))
+    for g in range(groups):
+        xg, wg = x[:, g * Cg:(g + 1) * Cg], w[g * Cg:(g + 1) * Cg]
+        for kh in range(KH):
+            for kw in range(KW):
+                h0, w0 = kh * d[0], kw * d[1]
+                buf[:, g * Og:(g + 1) * Og, h0:h0 + (H - 1) * s[0] + 1:s[0], w0:w0 + (W - 1) * s[1] + 1:s[1]] += \
+                    np.einsum("nchw,co->nohw", xg, wg[:, :, kh, kw])
+    out = buf[:, :, p[0]:p[0] + oh, p[1]:p[1] + ow]
+    if b is not None:
+        out = out + b.reshape(O, 1, 1)
+    return out
+
+
 def op_pixel_shuffle(x, upscale_factor=None):
     """F.pixel_shuffle: [*, C*r*r, H, W] -> [*, C, H*r, W*r], out[c, h*r+i, w*r+j] = x[c*r*r + i*r + j, h, w]."""
     r = upscale_factor
@@ -1201,6 +1240,8 @@ OPS = {
                [("stride", 1), ("padding", 0), ("dilation", 1), ("groups", 1)], op_conv2d),
     "conv1d": ((2, 3), ["x", "weight", "bias"],
                [("stride", 1), ("padding", 0), ("dilation", 1), ("groups", 1)], op_conv1d),
+    "conv_transpose2d": ((2, 3), ["x", "weight", "bias"], [("stride", 1), ("padding", 0), ("output_padding", 0),
+                                                           ("groups", 1), ("dilation", 1)], op_conv_transpose2d),
     "pixel_shuffle": ((1, 1), ["x"], [("upscale_factor", None)], op_pixel_shuffle),
     "interpolate": ((1, 1), ["x"], [("size", None), ("scale_factor", None), ("mode", "nearest"),
                                     ("align_corners", False)], op_interpolate),
@@ -1890,7 +1931,7 @@ def _torch_nn_cross_check():
            "c": g(4), "bn_b": g(4), "mu": g(4), "var": rng.uniform(0.5, 2, 4).astype(np.float32),
            "r2": g(5, 4), "q": g(2, 3, 5, 8), "k": g(2, 3, 7, 8), "v": g(2, 3, 7, 6), "mk": g(5, 7),
            "ln_w": g(8), "ln_b": g(8), "lw3": g(4, 9, 8), "r3": g(2, 4, 11), "w3": g(6, 2, 3), "b3": g(6), "w3d": g(8, 1, 4),
-           "x5": g(2, 3, 18, 2, 3), "ids": rng.integers(0, 10, (3, 4)).astype(np.int64), "emb": g(10, 5),
+           "x5": g(2, 3, 18, 2, 3), "wt": g(4, 3, 3, 2), "bt": g(6), "wt4": g(4, 5, 3, 2), "ids": rng.integers(0, 10, (3, 4)).astype(np.int64), "emb": g(10, 5),
            "cond": rng.integers(-1, 2, (5, 1)).astype(np.int64), "qq": g(2, 6, 8)}
     ins["x"][0, 0, 0, 0] = np.nan
     t = {k: torch.from_numpy(np.asarray(v, np.float64) if v.dtype == np.float32 else v) for k, v in ins.items()}
@@ -1908,6 +1949,16 @@ def _torch_nn_cross_check():
         ("conv1d(r3, w3, b3, stride=2, padding=1, dilation=2, groups=2)",
          F.conv1d(t["r3"], t["w3"], t["b3"], stride=2, padding=1, dilation=2, groups=2)),
         ("conv1d(r3, w3d, groups=4, padding=3)", F.conv1d(t["r3"], t["w3d"], groups=4, padding=3)),
+        ("conv_transpose2d(xs, wt, bt, stride=2, padding=1, output_padding=1, groups=2)",
+         F.conv_transpose2d(xs, t["wt"], t["bt"], stride=2, padding=1, output_padding=1, groups=2)),
+        ("conv_transpose2d(xs, wt4, stride=[3, 1], padding=[0, 2], dilation=[1, 2], output_padding=[2, 1])",
+         F.conv_transpose2d(xs, t["wt4"], stride=(3, 1), padding=(0, 2), dilation=(1, 2), output_padding=(2, 1))),
+        ("interpolate(xs, scale_factor=1.5)", F.interpolate(xs, scale_factor=1.5)),
+        ("interpolate(xs, size=[5, 13], mode=bilinear)", F.interpolate(xs, size=(5, 13), mode="bilinear")),
+        ("interpolate(xs, size=[13, 5], mode=bilinear, align_corners=true)",
+         F.interpolate(xs, size=(13, 5), mode="bilinear", align_corners=True)),
+        ("upsample(xs, scale_factor=[1.3, 0.7], mode=bilinear)",
+         F.interpolate(xs, scale_factor=(1.3, 0.7), mode="bilinear")),
         ("pixel_shuffle(xs, 2)", F.pixel_shuffle(xs, 2)),
         ("pixel_shuffle(x5, 3)", F.pixel_shuffle(t["x5"], 3)),
         ("max_pool2d(x, 3, 2, 1)", F.max_pool2d(x, 3, 2, 1)),
@@ -1951,7 +2002,7 @@ def _torch_nn_cross_check():
             "xs": "f32[2,4,9,8]", "c": "f32[4]", "bn_b": "f32[4]", "mu": "f32[4]", "var": "f32[4]",
             "r2": "f32[5,4]", "q": "f32[2,3,5,8]", "k": "f32[2,3,7,8]", "v": "f32[2,3,7,6]", "mk": "f32[5,7]",
             "ln_w": "f32[8]", "ln_b": "f32[8]", "lw3": "f32[4,9,8]", "r3": "f32[2,4,11]", "w3": "f32[6,2,3]", "b3": "f32[6]",
-            "w3d": "f32[8,1,4]", "x5": "f32[2,3,18,2,3]", "ids": "i64[3,4]", "emb": "f32[10,5]", "cond": "i64[5,1]",
+            "w3d": "f32[8,1,4]", "x5": "f32[2,3,18,2,3]", "wt": "f32[4,3,3,2]", "bt": "f32[6]", "wt4": "f32[4,5,3,2]", "ids": "i64[3,4]", "emb": "f32[10,5]", "cond": "i64[5,1]",
             "qq": "f32[2,6,8]", "mkm": "f32[5,7]"}
     src = ["model tn {"] + ["input %s: %s" % kv for kv in decl.items()]
     src += ["output o%d = %s" % (i, e) for i, (e, _) in enumerate(checks)] + ["}"]

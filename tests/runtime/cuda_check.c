@@ -243,6 +243,29 @@ static void check_pools(void)
     mrt_free(g_dev, dx), free(x);
 }
 
+/* conv_transpose2d: the GPU's gather vs the CPU's GEMM + col2im (or its direct path) */
+static void check_conv_transpose(int64_t N, int64_t C, int64_t H, int64_t W, int64_t O, int KH, int KW, int sh,
+                                 int sw, int ph, int pw, int oph, int opw, int dh, int dw, int groups)
+{
+    int64_t OH = (H - 1) * sh - 2 * ph + (int64_t)dh * (KH - 1) + oph + 1;
+    int64_t OW = (W - 1) * sw - 2 * pw + (int64_t)dw * (KW - 1) + opw + 1;
+    size_t nx = (size_t)(N * C * H * W), nw = (size_t)(C * (O / groups) * KH * KW), ny = (size_t)(N * O * OH * OW);
+    float *x = rand_host(nx), *w = rand_host(nw), *ref = malloc(ny * 4), *got = malloc(ny * 4);
+    float *col = malloc((size_t)((O / groups) * KH * KW * H * W) * 4 + 4);
+    mrt_conv_transpose2d_f32(ref, x, w, N, C, H, W, O, KH, KW, OH, OW, sh, sw, ph, pw, dh, dw, groups, col);
+    float *dx = up(x, nx * 4), *dw_ = up(w, nw * 4), *dy = poisoned(ny);
+    mrt_status st = mrt_cuda_conv_transpose2d_f32(g_stream, dy, dx, dw_, N, C, H, W, O, KH, KW, OH, OW, sh, sw, ph,
+                                                  pw, dh, dw, groups, NULL);
+    down(got, dy, ny * 4);
+    char name[128];
+    snprintf(name, sizeof name, "conv_transpose2d_%lldx%lldx%lldx%lld_o%lld_k%dx%d_s%d%d_p%d%d_op%d%d_d%d%d_g%d",
+             (long long)N, (long long)C, (long long)H, (long long)W, (long long)O, KH, KW, sh, sw, ph, pw, oph, opw,
+             dh, dw, groups);
+    report(name, st, got, ref, ny, 1e-5);
+    mrt_free(g_dev, dx), mrt_free(g_dev, dw_), mrt_free(g_dev, dy);
+    free(x), free(w), free(ref), free(got), free(col);
+}
+
 /* interpolate [NC, H, W] -> [NC, OH, OW] (sfh, sfw: the scale_factor given, 0: none) */
 static void check_interp(int64_t NC, int64_t H, int64_t W, int64_t OH, int64_t OW, int bilinear, int align_corners,
                          double sfh, double sfw)
@@ -524,6 +547,10 @@ int main(void)
     check_layernorm(3, 7, 3);
     for (int affine = 0; affine < 3; affine++)
         check_layernorm(4, 60, affine);
+    check_conv_transpose(2, 4, 5, 6, 3, 4, 4, 2, 2, 1, 1, 0, 0, 1, 1, 1);
+    check_conv_transpose(1, 4, 5, 6, 6, 3, 2, 3, 1, 2, 0, 1, 1, 1, 2, 2);
+    check_conv_transpose(2, 6, 4, 4, 6, 3, 3, 2, 2, 0, 0, 1, 1, 1, 1, 6);
+    check_conv_transpose(1, 6, 4, 5, 9, 2, 3, 1, 1, 1, 1, 0, 0, 2, 1, 3);
     check_interp(6, 5, 7, 10, 14, 0, 0, 2.0, 2.0);
     check_interp(6, 5, 7, 8, 3, 0, 0, 0, 0);
     check_interp(6, 5, 7, 7, 4, 0, 0, 1.5, 0.7);
