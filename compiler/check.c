@@ -1121,7 +1121,7 @@ static Node *lower_conv2d(Checker *c, const Call *call) {
 
 /* conv1d(x[N, C, L], w[O, C/groups, K], b?): PyTorch's F.conv1d, lowered to conv2d on the views
  * x[N, C, 1, L] and w[O, C/groups, 1, K] (stride, padding and dilation on the width only), so it
- * shares conv2d's im2col + GEMM kernels and its epilogue fusion. */
+ * shares conv2d's im2col + GEMM kernels and takes the bias as its epilogue. */
 static Node *lower_conv1d(Checker *c, const Call *call) {
     Node *x = call->t[0], *w = call->t[1], *b = call->nt > 2 ? call->t[2] : NULL;
     for (int i = 0; i < call->nt; i++) require_f32(call, call->t[i], i);
@@ -1158,6 +1158,9 @@ static Node *lower_conv1d(Checker *c, const Call *call) {
                  "padding %lld, dilation %lld)", (long long)(OL < 0 ? 0 : OL), (long long)L, (long long)K, v[0], v[1],
                  v[2]);
     Loc loc = call->ast->loc;
+    /* the views first: node ids are a topological order (analyze_uses walks them backwards) */
+    Node *xv = mk_reshape(c, loc, x, (Shape){4, {x->shape.d[0], {C, false}, {1, false}, {L, false}}});
+    Node *wv = mk_reshape(c, loc, w, (Shape){4, {{O, false}, {Cg, false}, {1, false}, {K, false}}});
     Node *n = new_node(c->g, OP_CONV2D, loc);
     n->groups = (int)groups;
     n->stride[0] = n->dilation[0] = 1;
@@ -1167,13 +1170,15 @@ static Node *lower_conv1d(Checker *c, const Call *call) {
     n->pad[1] = n->pad[3] = (int)v[1];
     n->kernel[0] = 1;
     n->kernel[1] = (int)K;
-    n->in[0] = mk_reshape(c, loc, x, (Shape){4, {x->shape.d[0], {C, false}, {1, false}, {L, false}}});
-    n->in[1] = mk_reshape(c, loc, w, (Shape){4, {{O, false}, {Cg, false}, {1, false}, {K, false}}});
+    n->in[0] = xv;
+    n->in[1] = wv;
     n->nin = 2;
     n->shape = (Shape){4, {x->shape.d[0], {O, false}, {1, false}, {OL, false}}};
-    Node *y = mk_reshape(c, loc, n, (Shape){3, {x->shape.d[0], {O, false}, {OL, false}}});
-    if (!b) return y;
-    return mk_binary(c, OP_ADD, loc, y, mk_reshape(c, loc, b, (Shape){2, {{O, false}, {1, false}}}));
+    /* the bias is added to the 4-D result, so that it is the GEMM's epilogue; an activation
+     * after conv1d reads the 3-D view and runs as a kernel of its own */
+    Node *y = n;
+    if (b) y = mk_binary(c, OP_ADD, loc, n, mk_reshape(c, loc, b, (Shape){3, {{O, false}, {1, false}, {1, false}}}));
+    return mk_reshape(c, loc, y, (Shape){3, {x->shape.d[0], {O, false}, {OL, false}}});
 }
 
 /* pixel_shuffle(x[*, C*r*r, H, W], r) -> [*, C, H*r, W*r]: PyTorch's F.pixel_shuffle, as the view
