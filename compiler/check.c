@@ -1121,7 +1121,7 @@ static Node *lower_conv2d(Checker *c, const Call *call) {
 
 /* conv1d(x[N, C, L], w[O, C/groups, K], b?): PyTorch's F.conv1d, lowered to conv2d on the views
  * x[N, C, 1, L] and w[O, C/groups, 1, K] (stride, padding and dilation on the width only), so it
- * shares conv2d's im2col + GEMM kernels and takes the bias as its epilogue. */
+ * shares conv2d's im2col + GEMM kernels and its epilogue fusion. */
 static Node *lower_conv1d(Checker *c, const Call *call) {
     Node *x = call->t[0], *w = call->t[1], *b = call->nt > 2 ? call->t[2] : NULL;
     for (int i = 0; i < call->nt; i++) require_f32(call, call->t[i], i);
@@ -1174,11 +1174,11 @@ static Node *lower_conv1d(Checker *c, const Call *call) {
     n->in[1] = wv;
     n->nin = 2;
     n->shape = (Shape){4, {x->shape.d[0], {O, false}, {1, false}, {OL, false}}};
-    /* the bias is added to the 4-D result, so that it is the GEMM's epilogue; an activation
-     * after conv1d reads the 3-D view and runs as a kernel of its own */
-    Node *y = n;
-    if (b) y = mk_binary(c, OP_ADD, loc, n, mk_reshape(c, loc, b, (Shape){3, {{O, false}, {1, false}, {1, false}}}));
-    return mk_reshape(c, loc, y, (Shape){3, {x->shape.d[0], {O, false}, {OL, false}}});
+    /* the bias and what follows read the 3-D view of the conv2d: fusion takes them into its
+     * epilogue through that view (fuse.c) */
+    Node *y = mk_reshape(c, loc, n, (Shape){3, {x->shape.d[0], {O, false}, {OL, false}}});
+    if (!b) return y;
+    return mk_binary(c, OP_ADD, loc, y, mk_reshape(c, loc, b, (Shape){2, {{O, false}, {1, false}}}));
 }
 
 /* pixel_shuffle(x[*, C*r*r, H, W], r) -> [*, C, H*r, W*r]: PyTorch's F.pixel_shuffle, as the view

@@ -257,9 +257,15 @@ static KernelList build_kernels(Fuser *f, bool init) {
             }
             tmp.expr = build_expr(f, n, &map, true);
             tmp.gemm_leaf = -1;
-            /* Epilogue: a single-use matmul read with the identity map. */
+            /* Epilogue: a single-use matmul read with the identity map; or a conv2d read through
+             * one single-use view of it (conv1d's [N, O, 1, L] as [N, O, L]: the same elements in
+             * the same order, and the GEMM writes the root's buffer either way). Not a matmul: its
+             * cuBLASLt epilogue adds the bias along the GEMM's columns, which a view may move. */
             for (int l = 0; opt.epilogue && l < tmp.nleaves; l++) {
                 Node *m = tmp.leaves[l].node;
+                if (m->op == OP_RESHAPE && m->in[0]->op == OP_CONV2D && m->nuses == 1 && !m->is_output &&
+                    m->init == n->init && m->slot == n->slot)
+                    m = m->in[0];
                 if (op_info[m->op].cat != CAT_GEMM || m->nuses != 1 || m->is_output ||
                     m->init != n->init || m->slot != n->slot || !map_is_identity(&tmp.leaves[l], n))
                     continue;
