@@ -1172,6 +1172,187 @@ static Node *lower_conv2d(Checker *c, const Call *call) {
     return mk_binary(c, OP_ADD, call->ast->loc, n, mk_reshape(c, call->ast->loc, b, bs));
 }
 
+/* conv1d(x[N, C, L], w[O, C/groups, K], b?): PyTorch's F.conv1d, lowered to conv2d on the views
+ * x[N, C, 1, L] and w[O, C/groups, 1, K] (stride, padding and dilation on the width only), so it
+ * shares conv2d's im2col + GEMM kernels and its epilogue fusion. */
+static Node *lower_conv1d(Checker *c, const Call *call) {
+    Node *x = call->t[0], *w = call->t[1], *b = call->nt > 2 ? call->t[2] : NULL;
+    for (int i = 0; i < call->nt; i++) require_f32(call, call->t[i], i);
+    const Ast *xa = call->ast->args[0].val, *wa = call->ast->args[1].val;
+    if (x->shape.rank != 3) error_at(xa->loc, "'conv1d' input must be rank 3 [N, C, L], got %s", shp(c, &x->shape));
+    if (x->shape.d[1].sym || x->shape.d[2].sym)
+        error_at(xa->loc, "'conv1d' input %s may depend on the batch only in N", shp(c, &x->shape));
+    if (w->shape.rank != 3)
+        error_at(wa->loc, "'conv1d' weight must be rank 3 [O, C/groups, K], got %s", shp(c, &w->shape));
+    if (shape_nsym(&w->shape)) error_at(wa->loc, "'conv1d' weight %s must not depend on the batch", shp(c, &w->shape));
+    long long v[4];
+    static const char *names[4] = {"stride", "padding", "dilation", "groups"};
+    for (int k = 0; k < 4; k++) {
+        v[k] = attr_int(call, k);
+        if (v[k] < (k == 1 ? 0 : 1) || v[k] > INT32_MAX)
+            error_at(attr_loc(call, names[k]), "'conv1d' %s must be %s, got %lld", names[k],
+                     k == 1 ? "in 0..2^31-1" : "in 1..2^31-1", v[k]);
+    }
+    long long groups = v[3];
+    int64_t C = x->shape.d[1].c, L = x->shape.d[2].c, O = w->shape.d[0].c, Cg = w->shape.d[1].c, K = w->shape.d[2].c;
+    if (C % groups) error_at(attr_loc(call, "groups"), "'conv1d' groups %lld does not divide input channels %lld", groups, (long long)C);
+    if (O % groups) error_at(attr_loc(call, "groups"), "'conv1d' groups %lld does not divide output channels %lld", groups, (long long)O);
+    int64_t cg_groups;
+    if (__builtin_mul_overflow(Cg, (int64_t)groups, &cg_groups) || cg_groups != C)
+        error_at(wa->loc, "'conv1d' input channels %lld differ from weight C x groups = %lld x %lld (input %s, weight %s)",
+                 (long long)C, (long long)Cg, groups, shp(c, &x->shape), shp(c, &w->shape));
+    if (K > INT32_MAX) error_at(wa->loc, "'conv1d' kernel size %lld is more than the maximum 2^31-1", (long long)K);
+    if (b && (b->shape.rank != 1 || !dim_eq(b->shape.d[0], w->shape.d[0])))
+        error_at(call->ast->args[2].val->loc, "'conv1d' bias must be [%lld] (one per output channel), got %s",
+                 (long long)O, shp(c, &b->shape));
+    int64_t OL = window_out(L, K, (int)v[0], (int)v[1], (int)v[1], (int)v[2], false);
+    if (OL < 1)
+        error_at(call->ast->loc, "'conv1d' output length %lld is empty (input length %lld, kernel %lld, stride %lld, "
+                 "padding %lld, dilation %lld)", (long long)(OL < 0 ? 0 : OL), (long long)L, (long long)K, v[0], v[1],
+                 v[2]);
+    Loc loc = call->ast->loc;
+    /* the views first: node ids are a topological order (analyze_uses walks them backwards) */
+    Node *xv = mk_reshape(c, loc, x, (Shape){4, {x->shape.d[0], {C, false}, {1, false}, {L, false}}});
+    Node *wv = mk_reshape(c, loc, w, (Shape){4, {{O, false}, {Cg, false}, {1, false}, {K, false}}});
+    Node *n = new_node(c->g, OP_CONV2D, loc);
+    n->groups = (int)groups;
+    n->stride[0] = n->dilation[0] = 1;
+    n->stride[1] = (int)v[0];
+    n->dilation[1] = (int)v[2];
+    n->pad[0] = n->pad[2] = 0;
+    n->pad[1] = n->pad[3] = (int)v[1];
+    n->kernel[0] = 1;
+    n->kernel[1] = (int)K;
+    n->in[0] = xv;
+    n->in[1] = wv;
+    n->nin = 2;
+    n->shape = (Shape){4, {x->shape.d[0], {O, false}, {1, false}, {OL, false}}};
+    /* the bias and what follows read the 3-D view of the conv2d: fusion takes them into its
+     * epilogue through that view (fuse.c) */
+    Node *y = mk_reshape(c, loc, n, (Shape){3, {x->shape.d[0], {O, false}, {OL, false}}});
+    if (!b) return y;
+    return mk_binary(c, OP_ADD, loc, y, mk_reshape(c, loc, b, (Shape){2, {{O, false}, {1, false}}}));
+}
+
+/* pixel_shuffle(x[*, C*r*r, H, W], r) -> [*, C, H*r, W*r]: PyTorch's F.pixel_shuffle, as the view
+ * [*, C, r, r, H, W], the permutation [*, C, H, r, W, r] (a fused data movement) and the view of
+ * the result. Up to three leading axes (the permuted view has rank + 2 <= MAX_RANK). */
+static Node *lower_pixel_shuffle(Checker *c, const Call *call) {
+    Node *x = call->t[0];
+    const Ast *xa = call->ast->args[0].val;
+    int r = x->shape.rank;
+    if (r < 3 || r + 2 > MAX_RANK)
+        error_at(xa->loc, "'pixel_shuffle' input must have rank 3 to %d [*, C*r*r, H, W], got %s", MAX_RANK - 2,
+                 shp(c, &x->shape));
+    for (int i = r - 3; i < r; i++)
+        if (x->shape.d[i].sym)
+            error_at(xa->loc, "'pixel_shuffle' input %s: its channels and spatial axes may not depend on the batch",
+                     shp(c, &x->shape));
+    long long f = attr_int(call, 0);
+    if (f < 1 || f > 65536)
+        error_at(attr_loc(call, "upscale_factor"), "'pixel_shuffle' upscale_factor must be in 1..65536, got %lld", f);
+    int64_t C = x->shape.d[r - 3].c, H = x->shape.d[r - 2].c, W = x->shape.d[r - 1].c;
+    if (C % (f * f))
+        error_at(xa->loc, "'pixel_shuffle' input channels %lld are not divisible by upscale_factor^2 = %lld (input %s)",
+                 (long long)C, f * f, shp(c, &x->shape));
+    Loc loc = call->ast->loc;
+    int lead = r - 3;
+    Shape v = {r + 2, {{0}}}, out = x->shape;
+    int perm[MAX_RANK];
+    for (int i = 0; i < lead; i++) v.d[i] = x->shape.d[i], perm[i] = i;
+    v.d[lead] = (Dim){C / (f * f), false};
+    v.d[lead + 1] = v.d[lead + 2] = (Dim){f, false};
+    v.d[lead + 3] = (Dim){H, false};
+    v.d[lead + 4] = (Dim){W, false};
+    static const int tail[6] = {0, 3, 1, 4, 2}; /* C, H, r, W, r of C, r, r, H, W */
+    for (int i = 0; i < 5; i++) perm[lead + i] = lead + tail[i];
+    out.d[r - 3] = (Dim){C / (f * f), false};
+    out.d[r - 2] = (Dim){H * f, false};
+    out.d[r - 1] = (Dim){W * f, false};
+    return mk_reshape(c, loc, mk_permute(c, loc, mk_reshape(c, loc, x, v), perm), out);
+}
+
+/* conv_transpose2d(x[N, C, H, W], w[C, O/groups, KH, KW], b?): PyTorch's F.conv_transpose2d;
+ * output (H-1)*stride - 2*padding + dilation*(KH-1) + output_padding + 1 (and the same for W),
+ * output_padding below stride or dilation on each axis (PyTorch's rule). */
+static Node *lower_conv_transpose2d(Checker *c, const Call *call) {
+    Node *x = call->t[0], *w = call->t[1], *b = call->nt > 2 ? call->t[2] : NULL;
+    for (int i = 0; i < call->nt; i++) require_f32(call, call->t[i], i);
+    const Ast *wa = call->ast->args[1].val;
+    require_nchw(c, call, x);
+    if (w->shape.rank != 4)
+        error_at(wa->loc, "'conv_transpose2d' weight must be rank 4 [C, O/groups, KH, KW], got %s", shp(c, &w->shape));
+    if (shape_nsym(&w->shape))
+        error_at(wa->loc, "'conv_transpose2d' weight %s must not depend on the batch", shp(c, &w->shape));
+    Node *n = new_node(c->g, OP_CONV_TRANSPOSE2D, call->ast->loc);
+    int pad[2];
+    attr_ints(call, 0, n->stride, 2, false);
+    attr_ints(call, 1, pad, 2, false);
+    attr_ints(call, 2, n->out_pad, 2, false);
+    attr_ints(call, 4, n->dilation, 2, false);
+    long long groups = attr_int(call, 3);
+    if (groups < 1 || groups > INT32_MAX)
+        error_at(attr_loc(call, "groups"), "'conv_transpose2d' groups must be in 1..2^31-1, got %lld", groups);
+    n->groups = (int)groups;
+    for (int i = 0; i < 2; i++) {
+        if (n->stride[i] < 1)
+            error_at(attr_loc(call, "stride"), "'conv_transpose2d' stride must be >= 1, got %d", n->stride[i]);
+        if (n->dilation[i] < 1)
+            error_at(attr_loc(call, "dilation"), "'conv_transpose2d' dilation must be >= 1, got %d", n->dilation[i]);
+        if (pad[i] < 0) error_at(attr_loc(call, "padding"), "'conv_transpose2d' padding must be >= 0, got %d", pad[i]);
+        if (n->out_pad[i] < 0)
+            error_at(attr_loc(call, "output_padding"), "'conv_transpose2d' output_padding must be >= 0, got %d",
+                     n->out_pad[i]);
+    }
+    for (int i = 0; i < 2; i++)
+        if (n->out_pad[i] >= n->stride[i] && n->out_pad[i] >= n->dilation[i])
+            error_at(attr_loc(call, "output_padding"), "'conv_transpose2d' output_padding %d (%s) must be smaller than "
+                     "either stride %d or dilation %d (as in PyTorch)", n->out_pad[i], i ? "width" : "height",
+                     n->stride[i], n->dilation[i]);
+    int64_t C = x->shape.d[1].c, Cw = w->shape.d[0].c, Og = w->shape.d[1].c, O;
+    if (Cw != C)
+        error_at(wa->loc, "'conv_transpose2d' weight %s must have the input's %lld channels first ([C, O/groups, KH, KW], "
+                 "input %s)", shp(c, &w->shape), (long long)C, shp(c, &x->shape));
+    if (C % groups)
+        error_at(attr_loc(call, "groups"), "'conv_transpose2d' groups %lld does not divide input channels %lld", groups,
+                 (long long)C);
+    if (__builtin_mul_overflow(Og, (int64_t)groups, &O) || O > MAX_ELEMS)
+        error_at(attr_loc(call, "groups"), "'conv_transpose2d' output channels %lld x groups %lld are too many",
+                 (long long)Og, groups);
+    if (b && (b->shape.rank != 1 || b->shape.d[0].sym || b->shape.d[0].c != O))
+        error_at(call->ast->args[2].val->loc, "'conv_transpose2d' bias must be [%lld] (one per output channel), got %s",
+                 (long long)O, shp(c, &b->shape));
+    int64_t out[2];
+    for (int i = 0; i < 2; i++) {
+        int64_t k = w->shape.d[2 + i].c, in = x->shape.d[2 + i].c;
+        if (k > INT32_MAX)
+            error_at(wa->loc, "'conv_transpose2d' kernel %s %lld is more than the maximum 2^31-1", i ? "width" : "height",
+                     (long long)k);
+        n->kernel[i] = (int)k;
+        /* in, k <= 2^40 and the int attributes: no overflow in int64 below 2^40 * 2^31 + ... ; checked anyway */
+        int64_t o;
+        bool ovf = __builtin_mul_overflow(in - 1, (int64_t)n->stride[i], &o);
+        int64_t ext = window_extent(k, n->dilation[i]);
+        ovf = ovf || ext == INT64_MAX || __builtin_add_overflow(o, ext - 2 * (int64_t)pad[i] + n->out_pad[i], &o);
+        if (ovf || o > MAX_ELEMS)
+            error_at(call->ast->loc, "'conv_transpose2d' output %s is too large", i ? "width" : "height");
+        if (o < 1)
+            error_at(call->ast->loc, "'conv_transpose2d' output size %s (%lld - 1) * %d - 2 * %d + %d * (%lld - 1) + %d + 1 "
+                     "= %lld is empty", i ? "width" : "height", (long long)in, n->stride[i], pad[i], n->dilation[i],
+                     (long long)k, n->out_pad[i], (long long)o);
+        out[i] = o;
+    }
+    n->pad[0] = n->pad[2] = pad[0];
+    n->pad[1] = n->pad[3] = pad[1];
+    n->in[0] = x;
+    n->in[1] = w;
+    n->nin = 2;
+    n->shape = (Shape){4, {x->shape.d[0], {O, false}, {out[0], false}, {out[1], false}}};
+    if (!b) return n;
+    Shape bs = {3, {{O, false}, {1, false}, {1, false}}};
+    return mk_binary(c, OP_ADD, call->ast->loc, n, mk_reshape(c, call->ast->loc, b, bs));
+}
+
 static Node *lower_pool(Checker *c, const Call *call) {
     OpKind op = call->spec->op;
     Node *x = call->t[0];
@@ -1205,6 +1386,72 @@ static Node *lower_pool(Checker *c, const Call *call) {
     n->nin = 1;
     n->shape = x->shape;
     window_shape(c, call, n, x, n->kernel[0], n->kernel[1]);
+    return n;
+}
+
+/* A number: a literal, possibly negated, or an integer (a block's too). */
+static bool number_literal(const Ast *v, double *out) {
+    long long i;
+    if (v->kind == AST_NUM && !v->is_int) return *out = v->num, true;
+    if (v->kind == AST_NEG && v->lhs->kind == AST_NUM && !v->lhs->is_int) return *out = -v->lhs->num, true;
+    if (int_literal(v, &i)) return *out = (double)i, true;
+    return false;
+}
+
+/* interpolate(x[N, C, H, W], size | scale_factor, mode, align_corners) -> [N, C, OH, OW], as
+ * F.interpolate: exactly one of size ([oh, ow] or one for both) and scale_factor (a number or
+ * [sh, sw], > 0); with scale_factor the output is floor(H * sh) (in double, as PyTorch's Python
+ * computes it) and the kernel's scale is 1/sh (recompute_scale_factor=None); align_corners only
+ * with bilinear (PyTorch refuses it for nearest even when false). */
+static Node *lower_interpolate(Checker *c, const Call *call) {
+    const char *fn = call->spec->name;
+    Node *x = call->t[0];
+    require_f32(call, x, 0);
+    require_nchw(c, call, x);
+    const Ast *size = call->attr[0], *sf = call->attr[1];
+    if (size && sf) error_at(call->attr_loc[1], "'%s' takes size or scale_factor, not both", fn);
+    if (!size && !sf) error_at(call->ast->loc, "'%s' needs size or scale_factor, e.g. %s(x, scale_factor=2)", fn, fn);
+    Node *n = new_node(c->g, OP_INTERPOLATE, call->ast->loc);
+    n->bilinear = attr_enum(call, 2) == 1;
+    n->align_corners = attr_bool(call, 3);
+    if (call->attr[3] && !n->bilinear)
+        error_at(call->attr_loc[3], "'%s' align_corners can only be set with mode=bilinear (as in PyTorch)", fn);
+    int64_t in[2] = {x->shape.d[2].c, x->shape.d[3].c}, out[2];
+    if (size) {
+        int os[2];
+        attr_ints(call, 0, os, 2, false);
+        for (int i = 0; i < 2; i++) {
+            if (os[i] < 1) error_at(size->loc, "'%s' size must be >= 1, got %d", fn, os[i]);
+            out[i] = os[i];
+            n->scale[i] = 0;
+        }
+    } else {
+        double s[2];
+        if (sf->kind == AST_LIST) {
+            if (sf->nitems != 2) error_at(sf->loc, "'%s' scale_factor must be a number or [h, w], got '%s'", fn, ast_text(sf));
+            for (int i = 0; i < 2; i++)
+                if (!number_literal(sf->items[i], &s[i]))
+                    error_at(sf->items[i]->loc, "'%s' scale_factor must hold numbers, got '%s'", fn, ast_text(sf->items[i]));
+        } else if (!number_literal(sf, &s[0])) {
+            error_at(sf->loc, "'%s' scale_factor must be a number or [h, w], got '%s'", fn, ast_text(sf));
+        } else {
+            s[1] = s[0];
+        }
+        for (int i = 0; i < 2; i++) {
+            if (!(s[i] > 0) || isinf(s[i])) error_at(sf->loc, "'%s' scale_factor must be positive and finite, got %g", fn, s[i]);
+            double o = floor((double)in[i] * s[i]);
+            if (o < 1 || o > MAX_ELEMS)
+                error_at(sf->loc, "'%s' output %s floor(%lld * %g) = %.0f is %s", fn, i ? "width" : "height",
+                         (long long)in[i], s[i], o, o < 1 ? "empty" : "too large");
+            out[i] = (int64_t)o;
+            n->scale[i] = s[i];
+        }
+    }
+    n->in[0] = x;
+    n->nin = 1;
+    n->shape = x->shape;
+    n->shape.d[2] = (Dim){out[0], false};
+    n->shape.d[3] = (Dim){out[1], false};
     return n;
 }
 
@@ -1252,21 +1499,121 @@ static Node *lower_batch_norm(Checker *c, const Call *call) {
     return n;
 }
 
+/* A layer_norm node normalizing x over its axes axis.. (rows = the product of the axes before,
+ * D = the product of those from axis on: one mrt_layernorm_f32 call), with an optional weight
+ * and bias of D elements (NULL: none). */
+static Node *mk_layer_norm(Checker *c, Loc loc, Node *x, int axis, Node *w, Node *b, double eps) {
+    Node *n = new_node(c->g, OP_LAYER_NORM, loc);
+    n->in[n->nin++] = x;
+    if (w) n->in[n->nin++] = w;
+    if (b) n->in[n->nin++] = b;
+    n->shape = x->shape;
+    n->axis = axis;
+    n->eps = eps;
+    return n;
+}
+
+/* eps, checked: >= 0 (NaN refused). */
+static double attr_eps(const Call *call, int k) {
+    double eps = attr_float(call, k);
+    if (!(eps >= 0)) error_at(attr_loc(call, "eps"), "'%s' eps must be >= 0", call->spec->name);
+    return eps;
+}
+
+/* layer_norm(x, weight?, bias?, eps, normalized_shape): PyTorch's F.layer_norm over the last k
+ * axes, normalized_shape their sizes (an int, or a list as nn.LayerNorm((C, H, W)) takes;
+ * default: the last axis); weight and bias, when given, have exactly that shape. */
 static Node *lower_layer_norm(Checker *c, const Call *call) {
     Node *x = call->t[0];
-    for (int i = 0; i < 3; i++) require_f32(call, call->t[i], i);
-    if (x->shape.rank < 1) error_at(call->ast->args[0].val->loc, "'layer_norm' needs a tensor of rank >= 1");
-    Dim D = x->shape.d[x->shape.rank - 1];
-    if (D.sym) error_at(call->ast->args[0].val->loc, "'layer_norm' last axis may not depend on the batch");
-    require_vec(c, call, 1, D, "weight");
-    require_vec(c, call, 2, D, "bias");
-    Node *n = new_node(c->g, OP_LAYER_NORM, call->ast->loc);
-    for (int i = 0; i < 3; i++) n->in[i] = call->t[i];
-    n->nin = 3;
-    n->shape = x->shape;
-    n->eps = attr_float(call, 0);
-    if (!(n->eps >= 0)) error_at(call->attr[0]->loc, "'layer_norm' eps must be >= 0");
-    return n;
+    for (int i = 0; i < call->nt; i++) require_f32(call, call->t[i], i);
+    int r = x->shape.rank;
+    if (r < 1) error_at(call->ast->args[0].val->loc, "'layer_norm' needs a tensor of rank >= 1");
+    const Ast *v = call->attr[1];
+    Shape ns = {1, {x->shape.d[r - 1]}};
+    if (v && v->kind == AST_LIST) {
+        if (v->nitems < 1 || v->nitems > r)
+            error_at(v->loc, "'layer_norm' normalized_shape %s has %d entries; the input %s has rank %d (1 to %d "
+                     "entries)", ast_text(v), v->nitems, shp(c, &x->shape), r, r);
+        ns.rank = v->nitems;
+        for (int i = 0; i < v->nitems; i++) {
+            long long k;
+            if (!int_literal(v->items[i], &k) || k < 1 || k > MAX_ELEMS)
+                error_at(v->items[i]->loc, "'layer_norm' normalized_shape holds positive integers, got '%s'",
+                         ast_text(v->items[i]));
+            ns.d[i] = (Dim){k, false};
+        }
+    } else if (v) {
+        long long k = attr_int(call, 1);
+        if (k < 1 || k > MAX_ELEMS)
+            error_at(v->loc, "'layer_norm' normalized_shape holds positive integers, got '%s'", ast_text(v));
+        ns.d[0] = (Dim){k, false};
+    }
+    int axis = r - ns.rank;
+    for (int i = 0; i < ns.rank; i++) {
+        Dim d = x->shape.d[axis + i];
+        if (d.sym) error_at(call->ast->args[0].val->loc, "'layer_norm' normalized axes may not depend on the batch");
+        if (v && !dim_eq(d, ns.d[i]))
+            error_at(v->loc, "'layer_norm' normalized_shape %s is not the last %d ax%s of the input %s", shp(c, &ns),
+                     ns.rank, ns.rank == 1 ? "is" : "es", shp(c, &x->shape));
+    }
+    static const char *what[] = {"", "weight", "bias"};
+    for (int i = 1; i < call->nt; i++) {
+        const Shape *ps = &call->t[i]->shape;
+        bool ok = ps->rank == ns.rank;
+        for (int j = 0; ok && j < ns.rank; j++) ok = dim_eq(ps->d[j], ns.d[j]);
+        if (!ok)
+            error_at(call->ast->args[i].val->loc, "'layer_norm' %s must be %s, got %s", what[i], shp(c, &ns),
+                     shp(c, ps));
+    }
+    return mk_layer_norm(c, call->ast->loc, x, axis, call->nt > 1 ? call->t[1] : NULL,
+                         call->nt > 2 ? call->t[2] : NULL, attr_eps(call, 0));
+}
+
+/* y * weight + bias with weight and bias [C] broadcast along axis 1 of y [N, C, ...]. */
+static Node *channel_affine(Checker *c, const Call *call, Node *y) {
+    if (call->nt < 2) return y;
+    Shape cs = {y->shape.rank - 1, {{0}}};
+    cs.d[0] = y->shape.d[1];
+    for (int i = 1; i < cs.rank; i++) cs.d[i] = (Dim){1, false};
+    y = mk_binary(c, OP_MUL, call->ast->loc, y, mk_reshape(c, call->ast->loc, call->t[1], cs));
+    if (call->nt < 3) return y;
+    return mk_binary(c, OP_ADD, call->ast->loc, y, mk_reshape(c, call->ast->loc, call->t[2], cs));
+}
+
+/* group_norm(x[N, C, *], weight[C]?, bias[C]?, num_groups, eps) and instance_norm (num_groups =
+ * C): the statistics of each (image, group) over its C/G channels and every spatial position,
+ * as PyTorch's F.group_norm and F.instance_norm (inference: no running stats). Lowered to a
+ * layer_norm over the view [N, G, C/G * spatial] and the per-channel weight and bias after it
+ * (fused elementwise). */
+static Node *lower_group_norm(Checker *c, const Call *call) {
+    bool inst = !strcmp(call->spec->name, "instance_norm");
+    Node *x = call->t[0];
+    for (int i = 0; i < call->nt; i++) require_f32(call, call->t[i], i);
+    int r = x->shape.rank;
+    if (r < (inst ? 3 : 2))
+        error_at(call->ast->args[0].val->loc, "'%s' input must have rank >= %d [N, C, %s], got %s", call->spec->name,
+                 inst ? 3 : 2, inst ? "L, ..." : "...", shp(c, &x->shape));
+    for (int i = 1; i < r; i++)
+        if (x->shape.d[i].sym)
+            error_at(call->ast->args[0].val->loc, "'%s' input %s may depend on the batch only in N", call->spec->name,
+                     shp(c, &x->shape));
+    int64_t C = x->shape.d[1].c;
+    long long G = C;
+    if (!inst) {
+        G = attr_int(call, 0);
+        if (G < 1) error_at(attr_loc(call, "num_groups"), "'group_norm' num_groups must be >= 1, got %lld", G);
+        if (C % G)
+            error_at(attr_loc(call, "num_groups"), "'group_norm' num_groups %lld does not divide the %lld channels of "
+                     "the input %s", G, (long long)C, shp(c, &x->shape));
+    }
+    static const char *what[] = {"", "weight", "bias"};
+    for (int i = 1; i < call->nt; i++) require_vec(c, call, i, x->shape.d[1], what[i]);
+    Dim rest = {C / G, false};
+    for (int i = 2; i < r; i++) rest = dim_mul(rest, x->shape.d[i], NULL);
+    Shape gs = {3, {x->shape.d[0], {G, false}, rest}};
+    Node *y = mk_layer_norm(c, call->ast->loc, mk_reshape(c, call->ast->loc, x, gs), 2, NULL, NULL,
+                            attr_eps(call, inst ? 0 : 1));
+    return channel_affine(c, call, mk_reshape(c, call->ast->loc, y, x->shape));
 }
 
 static Node *lower_flatten(Checker *c, const Call *call) {

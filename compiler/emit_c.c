@@ -297,16 +297,44 @@ static void emit_adaptive_pool(Emit *e, const Kernel *k, char **ptr) {
                          r->shape.d[3].c));
 }
 
+/* conv_transpose2d: the kernel's col scratch is the kernel list's (NULL for the direct path). */
+static void emit_conv_transpose2d(Emit *e, const Kernel *k, char **ptr) {
+    const Node *r = k->lib, *x = r->in[0], *w = r->in[1];
+    const Shape *xs = &x->shape;
+    fprintf(e->o, "    /* %s%d: %s %%%d */\n", e->kpfx, k->id, op_name(r->op), r->id);
+    library_call(e, k, op_info[r->op].kernel,
+                 xprintf("%s, %s, %s, %s, %" PRId64 ", %" PRId64 ", %" PRId64 ", %" PRId64 ", %d, %d, %" PRId64 ", %" PRId64
+                         ", %d, %d, %d, %d, %d, %d, %d, %s", ptr[r->id], ptr[view_base(x)->id], ptr[view_base(w)->id],
+                         dim_c(xs->d[0]), xs->d[1].c, xs->d[2].c, xs->d[3].c, r->shape.d[1].c, r->kernel[0], r->kernel[1],
+                         r->shape.d[2].c, r->shape.d[3].c, r->stride[0], r->stride[1], r->pad[0], r->pad[1],
+                         r->dilation[0], r->dilation[1], r->groups, e->scratch ? e->scratch : "NULL"));
+}
+
+/* interpolate on [N*C] planes; the scale factors are written exactly (hex doubles): the kernel
+ * derives PyTorch's float scale 1/scale_factor from them. */
+static void emit_interpolate(Emit *e, const Kernel *k, char **ptr) {
+    const Node *r = k->lib, *x = r->in[0];
+    const Shape *xs = &x->shape;
+    fprintf(e->o, "    /* %s%d: %s %%%d */\n", e->kpfx, k->id, op_name(r->op), r->id);
+    library_call(e, k, op_info[r->op].kernel,
+                 xprintf("%s, %s, %s, %" PRId64 ", %" PRId64 ", %" PRId64 ", %" PRId64 ", %d, %d, %a, %a", ptr[r->id],
+                         ptr[view_base(x)->id], dim_c(dim_mul(xs->d[0], xs->d[1], NULL)), xs->d[2].c, xs->d[3].c,
+                         r->shape.d[2].c, r->shape.d[3].c, r->bilinear, r->align_corners, r->scale[0], r->scale[1]));
+}
+
+/* layer_norm over the axes from r->axis on: rows x D; weight and bias are optional (NULL). */
 static void emit_layer_norm(Emit *e, const Kernel *k, char **ptr) {
     const Node *r = k->lib, *x = r->in[0];
     const Shape *xs = &x->shape;
-    Dim rows = {1, false};
-    for (int i = 0; i + 1 < xs->rank; i++) rows = dim_mul(rows, xs->d[i], NULL);
+    Dim rows = {1, false}, D = {1, false};
+    for (int i = 0; i < r->axis; i++) rows = dim_mul(rows, xs->d[i], NULL);
+    for (int i = r->axis; i < xs->rank; i++) D = dim_mul(D, xs->d[i], NULL);
+    if (D.sym) ICE("layer_norm %%%d normalizes over the batch axis", r->id);
+    const char *w = r->nin > 1 ? ptr[view_base(r->in[1])->id] : "NULL", *b = r->nin > 2 ? ptr[view_base(r->in[2])->id] : "NULL";
     fprintf(e->o, "    /* %s%d: %s %%%d */\n", e->kpfx, k->id, op_name(r->op), r->id);
     library_call(e, k, op_info[r->op].kernel,
-                 xprintf("%s, %s, %s, %s, %s, %" PRId64 ", %s", ptr[r->id], ptr[view_base(x)->id],
-                         ptr[view_base(r->in[1])->id], ptr[view_base(r->in[2])->id], dim_c(rows), xs->d[xs->rank - 1].c,
-                         float_lit(r->eps)));
+                 xprintf("%s, %s, %s, %s, %s, %" PRId64 ", %s", ptr[r->id], ptr[view_base(x)->id], w, b, dim_c(rows),
+                         D.c, float_lit(r->eps)));
 }
 
 static void emit_embedding(Emit *e, const Kernel *k, char **ptr) {

@@ -193,6 +193,14 @@ static size_t conv_scratch(const Node *n) {
     return (size_t)w->shape.d[1].c * n->kernel[0] * n->kernel[1] * n->shape.d[2].c * n->shape.d[3].c * sizeof(float);
 }
 
+/* conv_transpose2d's GEMM result col [O/g*KH*KW, H*W] (none for the direct path of
+ * mrt_conv_transpose2d_f32, at most MRT_CONVT_DIRECT_CG = 2 input channels per group). */
+static size_t conv_transpose_scratch(const Node *n) {
+    const Node *x = n->in[0], *w = n->in[1];
+    if (x->shape.d[1].c / n->groups <= 2) return 0;
+    return (size_t)w->shape.d[1].c * n->kernel[0] * n->kernel[1] * x->shape.d[2].c * x->shape.d[3].c * sizeof(float);
+}
+
 static Kernel *new_kernel(KernelList *kl, KernelKind kind, Node *root) {
     Kernel *k = xalloc(sizeof(Kernel));
     k->kind = kind;
@@ -252,10 +260,16 @@ static KernelList build_kernels(Fuser *f, bool init) {
             }
             tmp.expr = build_expr(f, n, &map, true);
             tmp.gemm_leaf = -1;
-            /* Epilogue: a single-use matmul read with the identity map. */
-            /* (a kernel that may fault reports from its own loop, so it takes no GEMM) */
+            /* Epilogue: a single-use matmul read with the identity map; or a conv2d read through
+             * one single-use view of it (conv1d's [N, O, 1, L] as [N, O, L]: the same elements in
+             * the same order, and the GEMM writes the root's buffer either way). Not a matmul: its
+             * cuBLASLt epilogue adds the bias along the GEMM's columns, which a view may move.
+             * A kernel that may fault reports from its own loop, so it takes no GEMM. */
             for (int l = 0; opt.epilogue && !expr_may_fault(tmp.expr) && l < tmp.nleaves; l++) {
                 Node *m = tmp.leaves[l].node;
+                if (m->op == OP_RESHAPE && m->in[0]->op == OP_CONV2D && m->nuses == 1 && !m->is_output &&
+                    m->init == n->init && m->slot == n->slot)
+                    m = m->in[0];
                 if (op_info[m->op].cat != CAT_GEMM || m->nuses != 1 || m->is_output ||
                     m->init != n->init || m->slot != n->slot || !map_is_identity(&tmp.leaves[l], n))
                     continue;
@@ -296,6 +310,7 @@ static KernelList build_kernels(Fuser *f, bool init) {
         } else if (op_is_library(n->op)) {
             Kernel *k = new_kernel(&kl, K_LIBRARY, n);
             k->lib = n;
+            if (n->op == OP_CONV_TRANSPOSE2D) k->scratch_bytes = conv_transpose_scratch(n);
             add_member(k, n);
             tree_of[n->id] = k;
         } else if (op_info[n->op].cat != CAT_LEAF && op_info[n->op].cat != CAT_VIEW) {

@@ -177,6 +177,11 @@ static void dump_attrs(FILE *out, const Node *n) {
         fprintf(out, " {stride=[%d,%d], pad=[%d,%d,%d,%d], dilation=[%d,%d], groups=%d}", n->stride[0], n->stride[1],
                 n->pad[0], n->pad[1], n->pad[2], n->pad[3], n->dilation[0], n->dilation[1], n->groups);
         break;
+    case OP_CONV_TRANSPOSE2D:
+        fprintf(out, " {stride=[%d,%d], pad=[%d,%d], output_padding=[%d,%d], dilation=[%d,%d], groups=%d}", n->stride[0],
+                n->stride[1], n->pad[0], n->pad[1], n->out_pad[0], n->out_pad[1], n->dilation[0], n->dilation[1],
+                n->groups);
+        break;
     case OP_MAXPOOL2D: case OP_AVGPOOL2D:
         fprintf(out, " {kernel=[%d,%d], stride=[%d,%d], pad=[%d,%d,%d,%d]", n->kernel[0], n->kernel[1], n->stride[0],
                 n->stride[1], n->pad[0], n->pad[1], n->pad[2], n->pad[3]);
@@ -185,8 +190,16 @@ static void dump_attrs(FILE *out, const Node *n) {
         if (n->op == OP_AVGPOOL2D && !n->count_include_pad) fprintf(out, ", exclude_pad");
         fprintf(out, "}");
         break;
+    case OP_INTERPOLATE:
+        fprintf(out, " {%s%s", n->bilinear ? "bilinear" : "nearest", n->align_corners ? ", align_corners" : "");
+        if (n->scale[0] > 0) fprintf(out, ", scale=[%g,%g]", n->scale[0], n->scale[1]);
+        fprintf(out, "}");
+        break;
     case OP_LAYER_NORM: case OP_BATCH_NORM:
-        fprintf(out, " {eps=%g}", n->eps);
+        fprintf(out, " {eps=%g", n->eps);
+        /* layer_norm over more than the last axis (normalized_shape, group_norm) */
+        if (n->op == OP_LAYER_NORM && n->axis != n->shape.rank - 1) fprintf(out, ", from axis %d", n->axis);
+        fprintf(out, "}");
         break;
     case OP_CLAMP:
         fprintf(out, " {min=%g, max=%g}", n->fattr[0], n->fattr[1]);

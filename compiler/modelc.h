@@ -279,11 +279,16 @@ struct Node {
     int index;            /* input/param: position in Graph.inputs / Graph.params */
     /* conv2d and pooling: per-axis [h, w]; pad is [top, left, bottom, right] */
     int kernel[2], stride[2], dilation[2], pad[4], groups;
+    int out_pad[2];       /* conv_transpose2d: output_padding [h, w] (pad holds [ph, pw, ph, pw]) */
     bool ceil_mode, count_include_pad;
     /* slice: out index i along axis reads start + i*step */
     int64_t start, step;
     /* softmax from attention: keys j > i masked (causal), and all-masked rows give zeros */
     bool causal, zero_masked_rows;
+    /* interpolate: bilinear (else nearest), align_corners, and the scale_factor per axis [h, w]
+     * that PyTorch's kernels read (0: none, the scale is in/out) */
+    bool bilinear, align_corners;
+    double scale[2];
     bool init;            /* depends only on params and constants: computed once at load time */
     int slot;             /* device slot (Graph.slots); -1: follows its consumers (params, constants) */
     /* filled by analysis */

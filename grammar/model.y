@@ -361,7 +361,8 @@ item
     : INT                              { $$ = new_num(L(@1), $1); }
     | '-' INT                          { $$ = new_neg(L(@1), new_num(L(@2), $2)); }
     | NAME                             { $$ = new_name(L(@1), $1); }
-    | FLOAT                            { error_at(L(@1), "a list item must be an integer or a name, got '%s'", $1); }
+    | FLOAT                            { $$ = new_num(L(@1), $1); } /* scale_factor=[1.5, 2]; others refuse it */
+    | '-' FLOAT                        { $$ = new_neg(L(@1), new_num(L(@2), $2)); }
     ;
 
 %%

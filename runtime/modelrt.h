@@ -283,6 +283,16 @@ mrt_status mrt_cuda_avgpool2d_f32(void *stream, float *y, const float *x, int64_
                                   int count_include_pad);
 mrt_status mrt_cuda_adaptive_avgpool2d_f32(void *stream, float *y, const float *x, int64_t NC, int64_t H, int64_t W,
                                            int64_t OH, int64_t OW);
+/** conv_transpose2d, NCHW, weight [C, O/groups, KH, KW], as mrt_conv_transpose2d_f32; on the GPU
+ *  each output element gathers its taps (col is not used). */
+mrt_status mrt_cuda_conv_transpose2d_f32(void *stream, float *y, const float *x, const float *w, int64_t N, int64_t C,
+                                         int64_t H, int64_t W, int64_t O, int KH, int KW, int64_t OH, int64_t OW, int sh,
+                                         int sw, int ph, int pw, int dh, int dw, int groups, float *col);
+/** interpolate (nearest or bilinear, PyTorch's coordinates) of [NC, H, W] planes to [NC, OH, OW],
+ *  as mrt_interp2d_f32; sfh, sfw: the scale_factor given, 0 when the size was. */
+mrt_status mrt_cuda_interp2d_f32(void *stream, float *y, const float *x, int64_t NC, int64_t H, int64_t W, int64_t OH,
+                                 int64_t OW, int bilinear, int align_corners, double sfh, double sfw);
+/** layernorm over the last axis of [rows, D], as mrt_layernorm_f32; w and b may be NULL. */
 mrt_status mrt_cuda_layernorm_f32(void *stream, float *y, const float *x, const float *w, const float *b, int64_t rows,
                                   int64_t D, float eps);
 /** An id outside [0, V) leaves its row unwritten and is reported by the stream's next

@@ -423,6 +423,59 @@ __global__ void adaptive_avgpool2d_kernel(float *__restrict__ y, const float *__
     }
 }
 
+/* ---------------------------------------------------------------- conv_transpose2d */
+
+// y [N, O, OH, OW] = conv_transpose2d(x [N, C, H, W], w [C, O/g, KH, KW]): one thread per output
+// element gathers the taps that reach it (output row oh gets input row ih through tap kh when
+// oh + ph - kh*dh = ih*sh), so no two threads write one element (no atomics). The taps of one
+// axis are enumerated once per thread by their residue: kh*dh = oh + ph (mod sh).
+__global__ void conv_transpose2d_kernel(float *__restrict__ y, const float *__restrict__ x,
+                                        const float *__restrict__ w, int64_t N, int64_t C, int64_t H, int64_t W,
+                                        int64_t O, int KH, int KW, int64_t OH, int64_t OW, int sh, int sw, int ph,
+                                        int pw, int dh, int dw, int groups)
+{
+    const int64_t total = N * O * OH * OW, Cg = C / groups, Og = O / groups;
+    for (int64_t t = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; t < total;
+         t += (int64_t)gridDim.x * blockDim.x) {
+        const int64_t ow = t % OW, r1 = t / OW, oh = r1 % OH, r2 = r1 / OH, o = r2 % O, n = r2 / O;
+        const int64_t g = o / Og, og = o - g * Og;
+        float acc = 0.0f;
+        for (int kh = 0; kh < KH; kh++) {
+            const int64_t hn = oh + ph - (int64_t)kh * dh;
+            if (hn < 0 || hn % sh) continue;
+            const int64_t ih = hn / sh;
+            if (ih >= H) continue;
+            for (int kw = 0; kw < KW; kw++) {
+                const int64_t wn = ow + pw - (int64_t)kw * dw;
+                if (wn < 0 || wn % sw) continue;
+                const int64_t iw = wn / sw;
+                if (iw >= W) continue;
+                const float *xp = x + ((n * C + g * Cg) * H + ih) * W + iw;
+                const float *wp = w + ((g * Cg * Og + og) * KH + kh) * KW + kw;
+                for (int64_t c = 0; c < Cg; c++)
+                    acc += xp[c * H * W] * wp[c * Og * KH * KW];
+            }
+        }
+        y[t] = acc;
+    }
+}
+
+/* ---------------------------------------------------------------- interpolate */
+
+// y [NC, OH, OW] = interpolate(x [NC, H, W]): one thread per output element, the coordinate
+// rules shared with the CPU (mrt_interp2d_at in mrt_kernels.h).
+__global__ void interp2d_kernel(float *__restrict__ y, const float *__restrict__ x, int64_t NC, int64_t H,
+                                int64_t W, int64_t OH, int64_t OW, int bilinear, int align_corners, float sh,
+                                float sw)
+{
+    const int64_t total = NC * OH * OW;
+    for (int64_t t = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; t < total;
+         t += (int64_t)gridDim.x * blockDim.x) {
+        const int64_t ow = t % OW, r = t / OW, oh = r % OH, p = r / OH;
+        y[t] = mrt_interp2d_at(x + p * H * W, H, W, OH, OW, oh, ow, bilinear, align_corners, sh, sw);
+    }
+}
+
 /* ---------------------------------------------------------------- layernorm, embedding, concat */
 
 __global__ void layernorm_kernel(float *__restrict__ y, const float *__restrict__ x, const float *__restrict__ w,
@@ -445,8 +498,11 @@ __global__ void layernorm_kernel(float *__restrict__ y, const float *__restrict_
         const double inv = 1.0 / sqrt(var + (double)eps);
         // the deviation from the mean in double, as on the CPU (mrt_layernorm_f32): a float mean
         // loses the digits of rows with a large common offset
-        for (int64_t j = threadIdx.x; j < D; j += blockDim.x)
-            yr[j] = (float)(((double)xr[j] - mean) * inv) * w[j] + b[j];
+        // w and b may be NULL (layer_norm without them, group_norm, instance_norm)
+        for (int64_t j = threadIdx.x; j < D; j += blockDim.x) {
+            const float v = (float)(((double)xr[j] - mean) * inv);
+            yr[j] = b ? (w ? v * w[j] : v) + b[j] : (w ? v * w[j] : v);
+        }
     }
 }
 
@@ -681,6 +737,41 @@ mrt_status mrt_cuda_adaptive_avgpool2d_f32(void *stream, float *y, const float *
     MRT_LAUNCH(adaptive_avgpool2d_kernel, grid_for(total, kBlock), kBlock, 0, (cudaStream_t)stream, y, x, NC, H, W,
                OH, OW);
     LAUNCH_CHECK(fn, "adaptive_avgpool2d_kernel");
+    return MRT_OK;
+}
+
+mrt_status mrt_cuda_conv_transpose2d_f32(void *stream, float *y, const float *x, const float *w, int64_t N, int64_t C,
+                                         int64_t H, int64_t W, int64_t O, int KH, int KW, int64_t OH, int64_t OW, int sh,
+                                         int sw, int ph, int pw, int dh, int dw, int groups, float *col)
+{
+    static const char fn[] = "mrt_cuda_conv_transpose2d_f32";
+    (void)col;
+    if (N < 0 || C < 1 || H < 1 || W < 1 || O < 1 || KH < 1 || KW < 1 || OH < 0 || OW < 0 || sh < 1 || sw < 1 ||
+        dh < 1 || dw < 1 || groups < 1 || C % groups || O % groups)
+        return bad_arg(fn, "bad dimension");
+    const int64_t total = N * O * OH * OW;
+    if (total == 0)
+        return MRT_OK;
+    MRT_LAUNCH(conv_transpose2d_kernel, grid_for(total, kBlock), kBlock, 0, (cudaStream_t)stream, y, x, w, N, C, H, W,
+               O, KH, KW, OH, OW, sh, sw, ph, pw, dh, dw, groups);
+    LAUNCH_CHECK(fn, "conv_transpose2d_kernel");
+    return MRT_OK;
+}
+
+mrt_status mrt_cuda_interp2d_f32(void *stream, float *y, const float *x, int64_t NC, int64_t H, int64_t W, int64_t OH,
+                                 int64_t OW, int bilinear, int align_corners, double sfh, double sfw)
+{
+    static const char fn[] = "mrt_cuda_interp2d_f32";
+    if (NC < 0 || H < 1 || W < 1 || OH < 0 || OW < 0)
+        return bad_arg(fn, "bad dimension");
+    const int64_t total = NC * OH * OW;
+    if (total == 0)
+        return MRT_OK;
+    const float sh = mrt_interp_scale(H, OH, bilinear && align_corners, sfh);
+    const float sw = mrt_interp_scale(W, OW, bilinear && align_corners, sfw);
+    MRT_LAUNCH(interp2d_kernel, grid_for(total, kBlock), kBlock, 0, (cudaStream_t)stream, y, x, NC, H, W, OH, OW,
+               bilinear, align_corners, sh, sw);
+    LAUNCH_CHECK(fn, "interp2d_kernel");
     return MRT_OK;
 }
 

@@ -180,6 +180,19 @@ mrt_status mrt_cuda_adaptive_avgpool2d_f32(void *stream, float *y, const float *
     return rt_no_cuda_err("mrt_cuda_adaptive_avgpool2d_f32");
 }
 
+mrt_status mrt_cuda_conv_transpose2d_f32(void *stream, float *y, const float *x, const float *w, int64_t N, int64_t C,
+                                         int64_t H, int64_t W, int64_t O, int KH, int KW, int64_t OH, int64_t OW, int sh,
+                                         int sw, int ph, int pw, int dh, int dw, int groups, float *col)
+{
+    return rt_no_cuda_err("mrt_cuda_conv_transpose2d_f32");
+}
+
+mrt_status mrt_cuda_interp2d_f32(void *stream, float *y, const float *x, int64_t NC, int64_t H, int64_t W, int64_t OH,
+                                 int64_t OW, int bilinear, int align_corners, double sfh, double sfw)
+{
+    return rt_no_cuda_err("mrt_cuda_interp2d_f32");
+}
+
 mrt_status mrt_cuda_layernorm_f32(void *stream, float *y, const float *x, const float *w, const float *b, int64_t rows,
                                   int64_t D, float eps)
 {

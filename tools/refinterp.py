@@ -383,7 +383,8 @@ class Parser:
             return ("bool", False)
         return self.expr()
 
-    # list := '[' (listitem (',' listitem)*)? ']';  listitem := '-'? INT | NAME
+    # list := '[' (listitem (',' listitem)*)? ']';  listitem := '-'? INT | '-'? NUMBER | NAME
+    # (a float item: interpolate's scale_factor=[1.5, 2]; the ops that need integers refuse it)
     def list(self):
         self.expect("[")
         items = []
@@ -393,6 +394,8 @@ class Parser:
                 t = self.peek()
                 if t.kind == "num" and re.fullmatch(r"[0-9]+", t.text):
                     items.append(-int(t.text) if neg else int(t.text))
+                elif t.kind == "num":
+                    items.append(-float(t.text) if neg else float(t.text))
                 elif t.kind == "name" and not neg:
                     items.append(t.text)
                 else:
@@ -850,6 +853,146 @@ def op_conv2d(x, w, b=None, stride=1, padding=0, dilation=1, groups=1):
     return out
 
 
+def op_conv1d(x, w, b=None, stride=1, padding=0, dilation=1, groups=1):
+    """F.conv1d on NCL, computed directly (one einsum per tap), not through conv2d."""
+    if x.ndim != 3 or w.ndim != 3:
+        raise ModelError("error: 'conv1d' input and weight must be rank 3, got %s and %s"
+                         % (list(x.shape), list(w.shape)))
+    for what, v, lo in (("stride", stride, 1), ("padding", padding, 0), ("dilation", dilation, 1), ("groups", groups, 1)):
+        if not isinstance(v, int) or v < lo:
+            raise ModelError("error: 'conv1d' %s must be >= %d, got %r" % (what, lo, v))
+    N, C, L = x.shape
+    O, Cg, K = w.shape
+    if C % groups or O % groups or Cg * groups != C:
+        raise ModelError("error: 'conv1d' groups %d do not fit input channels %d, weight %s" % (groups, C, list(w.shape)))
+    if b is not None and b.shape != (O,):
+        raise ModelError("error: 'conv1d' bias must be [%d], got %s" % (O, list(b.shape)))
+    ol = (L + 2 * padding - dilation * (K - 1) - 1) // stride + 1
+    if ol < 1:
+        raise ModelError("error: 'conv1d' output length %d is empty" % max(ol, 0))
+    xp = np.pad(x, ((0, 0), (0, 0), (padding, padding)))
+    Og = O // groups
+    out = np.zeros((N, O, ol), dtype=np.result_type(x, w))
+    for g in range(groups):
+        for k in range(K):
+            s0 = k * dilation
+            taps = xp[:, g * Cg:(g + 1) * Cg, s0:s0 + stride * (ol - 1) + 1:stride]
+            out[:, g * Og:(g + 1) * Og] += np.einsum("ncl,oc->nol", taps, w[g * Og:(g + 1) * Og, :, k])
+    if b is not None:
+        out = out + b.reshape(O, 1)
+    return out
+
+
+def op_conv_transpose2d(x, w, b=None, stride=1, padding=0, output_padding=0, groups=1, dilation=1):
+    """F.conv_transpose2d: every input pixel times every tap added into a buffer of the full size
+    (H-1)*stride + dilation*(KH-1) + 1 + output_padding, then cut by padding on both sides."""
+    op = "conv_transpose2d"
+    _need_nchw(op, x)
+    if w.ndim != 4:
+        raise ModelError("error: 'conv_transpose2d' weight must be rank 4 [C, O/groups, KH, KW], got %s" % list(w.shape))
+    s, p, op_, d = (_pair(v, a, op) for v, a in ((stride, "stride"), (padding, "padding"),
+                                                  (output_padding, "output_padding"), (dilation, "dilation")))
+    if min(s) < 1 or min(d) < 1 or min(p) < 0 or min(op_) < 0:
+        raise ModelError("error: 'conv_transpose2d' stride/dilation must be >= 1, padding/output_padding >= 0")
+    if any(o >= si and o >= di for o, si, di in zip(op_, s, d)):
+        raise ModelError("error: 'conv_transpose2d' output_padding must be smaller than either stride or dilation")
+    N, C, H, W = x.shape
+    Cw, Og, KH, KW = w.shape
+    if Cw != C or not isinstance(groups, int) or groups < 1 or C % groups:
+        raise ModelError("error: 'conv_transpose2d' weight %s and groups %r do not fit the input %s"
+                         % (list(w.shape), groups, list(x.shape)))
+    O, Cg = Og * groups, C // groups
+    if b is not None and b.shape != (O,):
+        raise ModelError("error: 'conv_transpose2d' bias must be [%d], got %s" % (O, list(b.shape)))
+    full = [(n - 1) * si + di * (k - 1) + 1 + o for n, si, di, k, o in zip((H, W), s, d, (KH, KW), op_)]
+    oh, ow = full[0] - 2 * p[0], full[1] - 2 * p[1]
+    if oh < 1 or ow < 1:
+        raise ModelError("error: 'conv_transpose2d' output size %dx%d is empty" % (oh, ow))
+    buf = np.zeros((N, O) + tuple(full), dtype=np.result_type(x, w))
+    for g in range(groups):
+        xg, wg = x[:, g * Cg:(g + 1) * Cg], w[g * Cg:(g + 1) * Cg]
+        for kh in range(KH):
+            for kw in range(KW):
+                h0, w0 = kh * d[0], kw * d[1]
+                buf[:, g * Og:(g + 1) * Og, h0:h0 + (H - 1) * s[0] + 1:s[0], w0:w0 + (W - 1) * s[1] + 1:s[1]] += \
+                    np.einsum("nchw,co->nohw", xg, wg[:, :, kh, kw])
+    out = buf[:, :, p[0]:p[0] + oh, p[1]:p[1] + ow]
+    if b is not None:
+        out = out + b.reshape(O, 1, 1)
+    return out
+
+
+def op_pixel_shuffle(x, upscale_factor=None):
+    """F.pixel_shuffle: [*, C*r*r, H, W] -> [*, C, H*r, W*r], out[c, h*r+i, w*r+j] = x[c*r*r + i*r + j, h, w]."""
+    r = upscale_factor
+    if x.ndim < 3 or not isinstance(r, int) or r < 1 or x.shape[-3] % (r * r):
+        raise ModelError("error: 'pixel_shuffle' needs [*, C*r*r, H, W] and r >= 1, got %s and %r" % (list(x.shape), r))
+    *lead, C, H, W = x.shape
+    out = np.empty(tuple(lead) + (C // (r * r), H * r, W * r), dtype=x.dtype)
+    for i in range(r):
+        for j in range(r):
+            out[..., i::r, j::r] = x[..., i * r + j::r * r, :, :]
+    return out
+
+
+def _interp_scale(n_in, n_out, align_corners, sf):
+    """PyTorch's float32 scale (area_pixel_compute_scale / compute_scales_value)."""
+    f = np.float32
+    if align_corners:
+        return f(n_in - 1) / f(n_out - 1) if n_out > 1 else f(0)
+    return f(1.0 / sf) if sf else f(n_in) / f(n_out)
+
+
+def _nearest_index(n_in, n_out, scale):
+    """Source index of every output index (PyTorch CPU's nearest_idx, float32 products)."""
+    d = np.arange(n_out)
+    if n_out == n_in:
+        return d
+    if n_out == 2 * n_in:
+        return d >> 1
+    return np.minimum(np.floor(d.astype(np.float32) * scale).astype(np.int64), n_in - 1)
+
+
+def _linear_index(n_in, n_out, scale, align_corners):
+    """(i0, i1, lambda1) per output index (PyTorch CPU's compute_source_index_and_lambda)."""
+    f = np.float32
+    if n_out == n_in:  # a copy (compute_source_index_and_lambda), whatever the scale
+        return np.arange(n_in), np.arange(n_in), np.zeros(n_in)
+    d = np.arange(n_out).astype(f)
+    src = scale * d if align_corners else np.maximum(scale * (d + f(0.5)) - f(0.5), f(0))
+    i0 = np.minimum(np.floor(src).astype(np.int64), n_in - 1)
+    lam = np.clip(src - i0.astype(f), f(0), f(1))
+    return i0, i0 + (i0 < n_in - 1), lam.astype(np.float64)
+
+
+def op_interpolate(x, size=None, scale_factor=None, mode="nearest", align_corners=False, op="interpolate"):
+    """F.interpolate on NCHW (nearest, bilinear), PyTorch's coordinates; the values in float64."""
+    _need_nchw(op, x)
+    if (size is None) == (scale_factor is None):
+        raise ModelError("error: '%s' takes exactly one of size and scale_factor" % op)
+    if mode not in ("nearest", "bilinear"):
+        raise ModelError("error: '%s' mode must be nearest or bilinear, got %r" % (op, mode))
+    H, W = x.shape[2:]
+    if size is not None:
+        out = _pair(size, "size", op)
+        sfs = (None, None)
+    else:
+        sfs = tuple(float(v) for v in (scale_factor if isinstance(scale_factor, list) else [scale_factor] * 2))
+        out = tuple(int(math.floor(float(n) * s)) for n, s in zip((H, W), sfs))
+    if min(out) < 1:
+        raise ModelError("error: '%s' output size %s is empty" % (op, list(out)))
+    ac = bool(align_corners) and mode == "bilinear"
+    sh, sw = (_interp_scale(n, o, ac, s) for n, o, s in zip((H, W), out, sfs))
+    if mode == "nearest":
+        return x[:, :, _nearest_index(H, out[0], sh)][:, :, :, _nearest_index(W, out[1], sw)]
+    h0, h1, lh = _linear_index(H, out[0], sh, ac)
+    w0, w1, lw = _linear_index(W, out[1], sw, ac)
+    lh, lw = lh[:, None], lw[None, :]
+    r0, r1 = x[:, :, h0], x[:, :, h1]
+    return ((1 - lh) * ((1 - lw) * r0[..., w0] + lw * r0[..., w1]) +
+            lh * ((1 - lw) * r1[..., w0] + lw * r1[..., w1]))
+
+
 def _pool_attrs(op, x, kernel, stride, padding, dilation):
     _need_nchw(op, x)
     if kernel is None:
@@ -927,13 +1070,52 @@ def op_batch_norm(x, w, b, mean, var, eps=1e-5):
     return ((x - mean.reshape(sh)) / np.sqrt(var.reshape(sh) + eps)) * w.reshape(sh) + b.reshape(sh)
 
 
-def op_layer_norm(x, w, b, eps=1e-5):
-    D = x.shape[-1]
-    if w.shape != (D,) or b.shape != (D,):
-        raise ModelError("error: 'layer_norm' weight and bias must be [%d]" % D)
-    mu = np.mean(x, axis=-1, keepdims=True)
-    var = np.mean((x - mu) ** 2, axis=-1, keepdims=True)
-    return (x - mu) / np.sqrt(var + eps) * w + b
+def _stats_norm(x, axes, eps):
+    """(x - mean) / sqrt(var + eps) over axes, biased variance (float64 throughout)."""
+    mu = np.mean(x, axis=axes, keepdims=True)
+    var = np.mean((x - mu) ** 2, axis=axes, keepdims=True)
+    return (x - mu) / np.sqrt(var + eps)
+
+
+def op_layer_norm(x, w=None, b=None, eps=1e-5, normalized_shape=None):
+    """F.layer_norm over the last len(normalized_shape) axes (default: the last axis)."""
+    if normalized_shape is None:
+        ns = (x.shape[-1],)
+    else:
+        ns = tuple(normalized_shape) if isinstance(normalized_shape, (list, tuple)) else (normalized_shape,)
+    if not 1 <= len(ns) <= x.ndim or tuple(x.shape[x.ndim - len(ns):]) != ns:
+        raise ModelError("error: 'layer_norm' normalized_shape %s is not the last %d axes of the input %s"
+                         % (list(ns), len(ns), list(x.shape)))
+    for what, p in (("weight", w), ("bias", b)):
+        if p is not None and tuple(p.shape) != ns:
+            raise ModelError("error: 'layer_norm' %s must be %s, got %s" % (what, list(ns), list(p.shape)))
+    y = _stats_norm(x, tuple(range(x.ndim - len(ns), x.ndim)), eps)
+    if w is not None:
+        y = y * w
+    if b is not None:
+        y = y + b
+    return y
+
+
+def op_group_norm(x, w=None, b=None, num_groups=None, eps=1e-5, op="group_norm"):
+    """F.group_norm: statistics per image and group of C/num_groups channels (and all positions)."""
+    if x.ndim < (3 if op == "instance_norm" else 2):
+        raise ModelError("error: '%s' input must have rank >= %d, got %s"
+                         % (op, 3 if op == "instance_norm" else 2, list(x.shape)))
+    N, C = x.shape[:2]
+    G = C if op == "instance_norm" else num_groups
+    if not isinstance(G, int) or G < 1 or C % G:
+        raise ModelError("error: 'group_norm' num_groups %r does not divide the %d channels" % (G, C))
+    for what, p in (("weight", w), ("bias", b)):
+        if p is not None and p.shape != (C,):
+            raise ModelError("error: '%s' %s must be [%d], got %s" % (op, what, C, list(p.shape)))
+    y = _stats_norm(x.reshape(N, G, -1), 2, eps).reshape(x.shape)
+    sh = (C,) + (1,) * (x.ndim - 2)
+    if w is not None:
+        y = y * w.reshape(sh)
+    if b is not None:
+        y = y + b.reshape(sh)
+    return y
 
 
 def _axis(op, what, a, r):
@@ -1121,6 +1303,15 @@ OPS = {
     "permute": ((1, 1), ["x"], [("dims", None)], lambda x, dims: np.transpose(x, dims)),
     "conv2d": ((2, 3), ["x", "weight", "bias"],
                [("stride", 1), ("padding", 0), ("dilation", 1), ("groups", 1)], op_conv2d),
+    "conv1d": ((2, 3), ["x", "weight", "bias"],
+               [("stride", 1), ("padding", 0), ("dilation", 1), ("groups", 1)], op_conv1d),
+    "conv_transpose2d": ((2, 3), ["x", "weight", "bias"], [("stride", 1), ("padding", 0), ("output_padding", 0),
+                                                           ("groups", 1), ("dilation", 1)], op_conv_transpose2d),
+    "pixel_shuffle": ((1, 1), ["x"], [("upscale_factor", None)], op_pixel_shuffle),
+    "interpolate": ((1, 1), ["x"], [("size", None), ("scale_factor", None), ("mode", "nearest"),
+                                    ("align_corners", False)], op_interpolate),
+    "upsample": ((1, 1), ["x"], [("size", None), ("scale_factor", None), ("mode", "nearest"), ("align_corners", False)],
+                 lambda x, **kw: op_interpolate(x, op="upsample", **kw)),
     "max_pool2d": ((1, 1), ["x"], [("kernel", None), ("stride", None), ("padding", 0), ("dilation", 1),
                                    ("ceil_mode", False)], op_max_pool2d),
     "avg_pool2d": ((1, 1), ["x"], [("kernel", None), ("stride", None), ("padding", 0), ("ceil_mode", False),
@@ -1128,7 +1319,10 @@ OPS = {
     "adaptive_avg_pool2d": ((1, 1), ["x"], [("output_size", 1)], op_adaptive_avg_pool2d),
     "batch_norm": ((5, 5), ["x", "weight", "bias", "running_mean", "running_var"], [("eps", 1e-5)],
                    op_batch_norm),
-    "layer_norm": ((3, 3), ["x", "weight", "bias"], [("eps", 1e-5)], op_layer_norm),
+    "layer_norm": ((1, 3), ["x", "weight", "bias"], [("eps", 1e-5), ("normalized_shape", None)], op_layer_norm),
+    "group_norm": ((1, 3), ["x", "weight", "bias"], [("num_groups", None), ("eps", 1e-5)], op_group_norm),
+    "instance_norm": ((1, 3), ["x", "weight", "bias"], [("eps", 1e-5)],
+                      lambda x, w=None, b=None, eps=1e-5: op_group_norm(x, w, b, None, eps, "instance_norm")),
     "flatten": ((1, 1), ["x"], [("start_dim", 1), ("end_dim", -1)], op_flatten),
     "concat": ((1, 16), ["x%d" % i for i in range(16)], [("axis", 0)], op_concat),
     "slice": ((1, 1), ["x"], [("axis", None), ("start", 0), ("end", None), ("step", 1)], op_slice),
@@ -1151,7 +1345,7 @@ OPS = {
     "remainder": ((2, 2), ["a", "b"], _NOATTR, lambda a, b: _int_div("remainder", a, b)),
 }
 _MOVEMENT = {"reshape", "transpose", "permute", "flatten", "concat", "slice", "unsqueeze", "squeeze", "flip", "expand",
-             "broadcast_to", "stack"}  # allowed on integers
+             "broadcast_to", "stack", "pixel_shuffle"}  # allowed on integers
 _INT_ARG = {"embedding": 0, "where": 0}   # the one tensor argument that may be an integer tensor
 _BINOP = {"+": "add", "-": "sub", "*": "mul", "/": "div", "@": "matmul", "**": "pow", "//": "floor_divide",
           "%": "remainder", "<": "lt", "<=": "le", ">": "gt", ">=": "ge", "==": "eq", "!=": "ne",
@@ -1845,7 +2039,8 @@ def _torch_nn_cross_check():
     ins = {"x": g(2, 4, 9, 8), "w": g(6, 2, 3, 2), "cb": g(6), "w1": g(3, 4, 2, 2), "xs": g(2, 4, 9, 8),
            "c": g(4), "bn_b": g(4), "mu": g(4), "var": rng.uniform(0.5, 2, 4).astype(np.float32),
            "r2": g(5, 4), "q": g(2, 3, 5, 8), "k": g(2, 3, 7, 8), "v": g(2, 3, 7, 6), "mk": g(5, 7),
-           "ln_w": g(8), "ln_b": g(8), "ids": rng.integers(0, 10, (3, 4)).astype(np.int64), "emb": g(10, 5),
+           "ln_w": g(8), "ln_b": g(8), "lw3": g(4, 9, 8), "r3": g(2, 4, 11), "w3": g(6, 2, 3), "b3": g(6), "w3d": g(8, 1, 4),
+           "x5": g(2, 3, 18, 2, 3), "wt": g(4, 3, 3, 2), "bt": g(6), "wt4": g(4, 5, 3, 2), "ids": rng.integers(0, 10, (3, 4)).astype(np.int64), "emb": g(10, 5),
            "cond": rng.integers(-1, 2, (5, 1)).astype(np.int64), "qq": g(2, 6, 8)}
     ins["x"][0, 0, 0, 0] = np.nan
     t = {k: torch.from_numpy(np.asarray(v, np.float64) if v.dtype == np.float32 else v) for k, v in ins.items()}
@@ -1860,6 +2055,21 @@ def _torch_nn_cross_check():
          F.conv2d(F.pad(xs, (0, 1, 1, 2)), w, groups=2, stride=2)),
         ("conv2d(xs, w1, padding=3)", F.conv2d(xs, w1, padding=3)),
         ("conv2d(xs, w1, stride=[3, 4])", F.conv2d(xs, w1, stride=(3, 4))),
+        ("conv1d(r3, w3, b3, stride=2, padding=1, dilation=2, groups=2)",
+         F.conv1d(t["r3"], t["w3"], t["b3"], stride=2, padding=1, dilation=2, groups=2)),
+        ("conv1d(r3, w3d, groups=4, padding=3)", F.conv1d(t["r3"], t["w3d"], groups=4, padding=3)),
+        ("conv_transpose2d(xs, wt, bt, stride=2, padding=1, output_padding=1, groups=2)",
+         F.conv_transpose2d(xs, t["wt"], t["bt"], stride=2, padding=1, output_padding=1, groups=2)),
+        ("conv_transpose2d(xs, wt4, stride=[3, 1], padding=[0, 2], dilation=[1, 2], output_padding=[2, 1])",
+         F.conv_transpose2d(xs, t["wt4"], stride=(3, 1), padding=(0, 2), dilation=(1, 2), output_padding=(2, 1))),
+        ("interpolate(xs, scale_factor=1.5)", F.interpolate(xs, scale_factor=1.5)),
+        ("interpolate(xs, size=[5, 13], mode=bilinear)", F.interpolate(xs, size=(5, 13), mode="bilinear")),
+        ("interpolate(xs, size=[13, 5], mode=bilinear, align_corners=true)",
+         F.interpolate(xs, size=(13, 5), mode="bilinear", align_corners=True)),
+        ("upsample(xs, scale_factor=[1.3, 0.7], mode=bilinear)",
+         F.interpolate(xs, scale_factor=(1.3, 0.7), mode="bilinear")),
+        ("pixel_shuffle(xs, 2)", F.pixel_shuffle(xs, 2)),
+        ("pixel_shuffle(x5, 3)", F.pixel_shuffle(t["x5"], 3)),
         ("max_pool2d(x, 3, 2, 1)", F.max_pool2d(x, 3, 2, 1)),
         ("max_pool2d(xs, [3, 2], stride=[1, 2], padding=[1, 0], dilation=[2, 1])",
          F.max_pool2d(xs, (3, 2), (1, 2), (1, 0), (2, 1))),
@@ -1875,6 +2085,13 @@ def _torch_nn_cross_check():
         ("batch_norm(r2, c, bn_b, mu, var, eps=0.001)",
          F.batch_norm(t["r2"], t["mu"], t["var"], t["c"], t["bn_b"], False, eps=1e-3)),
         ("layer_norm(xs, ln_w, ln_b)", F.layer_norm(xs, (8,), t["ln_w"], t["ln_b"])),
+        ("layer_norm(xs, lw3, normalized_shape=[4, 9, 8])", F.layer_norm(xs, (4, 9, 8), t["lw3"])),
+        ("layer_norm(xs, normalized_shape=[9, 8], eps=0.01)", F.layer_norm(xs, (9, 8), eps=0.01)),
+        ("group_norm(xs, c, bn_b, num_groups=2)", F.group_norm(xs, 2, t["c"], t["bn_b"])),
+        ("group_norm(xs, num_groups=1, eps=0.1)", F.group_norm(xs, 1, eps=0.1)),
+        ("group_norm(r2, c, num_groups=4)", F.group_norm(t["r2"], 4, t["c"])),
+        ("instance_norm(xs, c, bn_b)", F.instance_norm(xs, weight=t["c"], bias=t["bn_b"])),
+        ("instance_norm(qq, eps=0.001)", F.instance_norm(t["qq"], eps=1e-3)),
         ("flatten(xs)", xs.flatten(1)), ("flatten(xs, 0, 2)", xs.flatten(0, 2)),
         ("concat(xs, x, xs, axis=-2)", torch.cat([xs, x, xs], -2)),
         ("slice(xs, 2, -7, 100, 2)", xs[:, :, -7::2]),
@@ -1893,7 +2110,8 @@ def _torch_nn_cross_check():
     decl = {"x": "f32[2,4,9,8]", "w": "f32[6,2,3,2]", "cb": "f32[6]", "w1": "f32[3,4,2,2]",
             "xs": "f32[2,4,9,8]", "c": "f32[4]", "bn_b": "f32[4]", "mu": "f32[4]", "var": "f32[4]",
             "r2": "f32[5,4]", "q": "f32[2,3,5,8]", "k": "f32[2,3,7,8]", "v": "f32[2,3,7,6]", "mk": "f32[5,7]",
-            "ln_w": "f32[8]", "ln_b": "f32[8]", "ids": "i64[3,4]", "emb": "f32[10,5]", "cond": "i64[5,1]",
+            "ln_w": "f32[8]", "ln_b": "f32[8]", "lw3": "f32[4,9,8]", "r3": "f32[2,4,11]", "w3": "f32[6,2,3]", "b3": "f32[6]",
+            "w3d": "f32[8,1,4]", "x5": "f32[2,3,18,2,3]", "wt": "f32[4,3,3,2]", "bt": "f32[6]", "wt4": "f32[4,5,3,2]", "ids": "i64[3,4]", "emb": "f32[10,5]", "cond": "i64[5,1]",
             "qq": "f32[2,6,8]", "mkm": "f32[5,7]"}
     src = ["model tn {"] + ["input %s: %s" % kv for kv in decl.items()]
     src += ["output o%d = %s" % (i, e) for i, (e, _) in enumerate(checks)] + ["}"]

@@ -243,7 +243,52 @@ static void check_pools(void)
     mrt_free(g_dev, dx), free(x);
 }
 
-static void check_layernorm(int64_t rows, int64_t D)
+/* conv_transpose2d: the GPU's gather vs the CPU's GEMM + col2im (or its direct path) */
+static void check_conv_transpose(int64_t N, int64_t C, int64_t H, int64_t W, int64_t O, int KH, int KW, int sh,
+                                 int sw, int ph, int pw, int oph, int opw, int dh, int dw, int groups)
+{
+    int64_t OH = (H - 1) * sh - 2 * ph + (int64_t)dh * (KH - 1) + oph + 1;
+    int64_t OW = (W - 1) * sw - 2 * pw + (int64_t)dw * (KW - 1) + opw + 1;
+    size_t nx = (size_t)(N * C * H * W), nw = (size_t)(C * (O / groups) * KH * KW), ny = (size_t)(N * O * OH * OW);
+    float *x = rand_host(nx), *w = rand_host(nw), *ref = malloc(ny * 4), *got = malloc(ny * 4);
+    float *col = malloc((size_t)((O / groups) * KH * KW * H * W) * 4 + 4);
+    mrt_conv_transpose2d_f32(ref, x, w, N, C, H, W, O, KH, KW, OH, OW, sh, sw, ph, pw, dh, dw, groups, col);
+    float *dx = up(x, nx * 4), *dw_ = up(w, nw * 4), *dy = poisoned(ny);
+    mrt_status st = mrt_cuda_conv_transpose2d_f32(g_stream, dy, dx, dw_, N, C, H, W, O, KH, KW, OH, OW, sh, sw, ph,
+                                                  pw, dh, dw, groups, NULL);
+    down(got, dy, ny * 4);
+    char name[128];
+    snprintf(name, sizeof name, "conv_transpose2d_%lldx%lldx%lldx%lld_o%lld_k%dx%d_s%d%d_p%d%d_op%d%d_d%d%d_g%d",
+             (long long)N, (long long)C, (long long)H, (long long)W, (long long)O, KH, KW, sh, sw, ph, pw, oph, opw,
+             dh, dw, groups);
+    report(name, st, got, ref, ny, 1e-5);
+    mrt_free(g_dev, dx), mrt_free(g_dev, dw_), mrt_free(g_dev, dy);
+    free(x), free(w), free(ref), free(got), free(col);
+}
+
+/* interpolate [NC, H, W] -> [NC, OH, OW] (sfh, sfw: the scale_factor given, 0: none) */
+static void check_interp(int64_t NC, int64_t H, int64_t W, int64_t OH, int64_t OW, int bilinear, int align_corners,
+                         double sfh, double sfw)
+{
+    size_t nx = (size_t)(NC * H * W), ny = (size_t)(NC * OH * OW);
+    float *x = rand_host(nx), *ref = malloc(ny * 4), *got = malloc(ny * 4);
+    x[1] = INFINITY; /* 0 * inf in a bilinear tap: NaN on both */
+    mrt_interp2d_f32(ref, x, NC, H, W, OH, OW, bilinear, align_corners, sfh, sfw);
+    float *dx = up(x, nx * 4), *dy = poisoned(ny);
+    mrt_status st = mrt_cuda_interp2d_f32(g_stream, dy, dx, NC, H, W, OH, OW, bilinear, align_corners, sfh, sfw);
+    down(got, dy, ny * 4);
+    char name[96];
+    snprintf(name, sizeof name, "interp2d_%s%s_%lldx%lld_to_%lldx%lld%s", bilinear ? "bilinear" : "nearest",
+             align_corners ? "_align" : "", (long long)H, (long long)W, (long long)OH, (long long)OW,
+             sfh > 0 ? "_scale" : "");
+    report(name, st, got, ref, ny, bilinear ? 1e-6 : 0.0);
+    mrt_free(g_dev, dx), mrt_free(g_dev, dy);
+    free(x), free(ref), free(got);
+}
+
+/* affine: 3 weight and bias, 2 weight only, 1 bias only, 0 neither (NULL: layer_norm without
+ * them, group_norm, instance_norm) */
+static void check_layernorm(int64_t rows, int64_t D, int affine)
 {
     size_t N = (size_t)(rows * D);
     float *x = rand_host(N), *w = rand_host((size_t)D), *b = rand_host((size_t)D);
@@ -252,12 +297,15 @@ static void check_layernorm(int64_t rows, int64_t D)
         x[j] += 1000.0f; /* a large mean: the two-pass variance keeps it exact */
     for (int64_t j = 0; rows > 1 && j < D; j++)
         x[D + j] = 10000.0f + 0.01f * x[D + j]; /* a large offset: x - mean is taken in double */
-    mrt_layernorm_f32(ref, x, w, b, rows, D, 1e-5f);
+    const float *hw = affine & 2 ? w : NULL, *hb = affine & 1 ? b : NULL;
+    mrt_layernorm_f32(ref, x, hw, hb, rows, D, 1e-5f);
     float *dx = up(x, N * 4), *dw = up(w, (size_t)D * 4), *db = up(b, (size_t)D * 4), *dy = poisoned(N);
-    mrt_status st = mrt_cuda_layernorm_f32(g_stream, dy, dx, dw, db, rows, D, 1e-5f);
+    mrt_status st = mrt_cuda_layernorm_f32(g_stream, dy, dx, affine & 2 ? dw : NULL, affine & 1 ? db : NULL, rows,
+                                           D, 1e-5f);
     down(got, dy, N * 4);
     char name[64];
-    snprintf(name, sizeof name, "layernorm_%lldx%lld", (long long)rows, (long long)D);
+    snprintf(name, sizeof name, "layernorm_%lldx%lld%s", (long long)rows, (long long)D,
+             (const char *[]){"_plain", "_bias", "_weight", ""}[affine]);
     report(name, st, got, ref, N, 1e-5);
     mrt_free(g_dev, dx), mrt_free(g_dev, dw), mrt_free(g_dev, db), mrt_free(g_dev, dy);
     free(x), free(w), free(b), free(ref), free(got);
@@ -495,8 +543,22 @@ int main(void)
     check_conv(3, 4, 5, 6, 8, 1, 1, 1, 1, 0, 0, 0, 0, 1, 1, 2);
     check_conv(1, 2, 4, 4, 4, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 2); /* depthwise x2 (B26) */
     check_pools();
-    check_layernorm(5, 300);
-    check_layernorm(3, 7);
+    check_layernorm(5, 300, 3);
+    check_layernorm(3, 7, 3);
+    for (int affine = 0; affine < 3; affine++)
+        check_layernorm(4, 60, affine);
+    check_conv_transpose(2, 4, 5, 6, 3, 4, 4, 2, 2, 1, 1, 0, 0, 1, 1, 1);
+    check_conv_transpose(1, 4, 5, 6, 6, 3, 2, 3, 1, 2, 0, 1, 1, 1, 2, 2);
+    check_conv_transpose(2, 6, 4, 4, 6, 3, 3, 2, 2, 0, 0, 1, 1, 1, 1, 6);
+    check_conv_transpose(1, 6, 4, 5, 9, 2, 3, 1, 1, 1, 1, 0, 0, 2, 1, 3);
+    check_interp(6, 5, 7, 10, 14, 0, 0, 2.0, 2.0);
+    check_interp(6, 5, 7, 8, 3, 0, 0, 0, 0);
+    check_interp(6, 5, 7, 7, 4, 0, 0, 1.5, 0.7);
+    check_interp(6, 3, 4, 3, 5, 1, 0, 1.3, 1.3);
+    check_interp(6, 5, 7, 9, 4, 1, 0, 0, 0);
+    check_interp(6, 5, 7, 9, 13, 1, 1, 0, 0);
+    check_interp(6, 5, 7, 1, 5, 1, 1, 0, 0);
+    check_interp(6, 5, 7, 7, 4, 1, 0, 1.5, 0.7);
     check_embedding(0);
     check_embedding(1);
     check_concat(3, 12, 40, 8);
