@@ -1353,6 +1353,294 @@ static Node *lower_where(Checker *c, const Call *call) {
     return n;
 }
 
+/* ---------------------------------------------------------------- shape and data-movement ops
+ *
+ * repeat, repeat_interleave and pad are sugar over expand, slice, reshape and concat, so they
+ * fuse like those (an expand is an affine read; a reshape after it materializes it). triu,
+ * tril and arange read an iota (OP_IOTA, a library kernel); cumsum is a scan kernel. */
+
+/* An integer list attribute k of at most max items into out; returns the count. */
+static int attr_int_list(const Call *call, int k, long long *out, int max) {
+    const Ast *v = call->attr[k];
+    const char *name = call->spec->attrs[k].name, *fn = call->spec->name;
+    if (v->kind != AST_LIST) error_at(v->loc, "attribute '%s' of '%s' must be a list of integers, got '%s'", name, fn, ast_text(v));
+    if (v->nitems > max)
+        error_at(v->loc, "attribute '%s' of '%s' has %d entries; at most %d", name, fn, v->nitems, max);
+    for (int i = 0; i < v->nitems; i++)
+        if (!int_literal(v->items[i], &out[i]))
+            error_at(v->items[i]->loc, "attribute '%s' of '%s' must hold integers, got '%s'", name, fn, ast_text(v->items[i]));
+    return v->nitems;
+}
+
+static Node *mk_expand_to(Checker *c, Loc loc, Node *x, Shape s) {
+    Node *n = new_node(c->g, OP_EXPAND, loc);
+    n->in[0] = x;
+    n->nin = 1;
+    n->dtype = x->dtype;
+    n->shape = s;
+    return n;
+}
+
+static Node *mk_slice(Checker *c, Loc loc, Node *x, int axis, int64_t start, int64_t step, int64_t len) {
+    Node *n = new_node(c->g, OP_SLICE, loc);
+    n->in[0] = x;
+    n->nin = 1;
+    n->dtype = x->dtype;
+    n->axis = axis;
+    n->start = start;
+    n->step = step;
+    n->shape = x->shape;
+    n->shape.d[axis] = (Dim){len, false};
+    return n;
+}
+
+/* repeat(x, reps): torch.Tensor.repeat. x is viewed with leading 1s to len(reps) axes; each
+ * repeated axis a becomes [reps, a] (a reshape, then an expand of the new axis), merged back. */
+static Node *lower_repeat(Checker *c, const Call *call) {
+    Node *x = call->t[0];
+    Loc loc = call->ast->loc;
+    const Ast *v = call->attr[0];
+    long long reps[MAX_RANK];
+    int r = attr_int_list(call, 0, reps, MAX_RANK), xr = x->shape.rank;
+    if (r < xr)
+        error_at(v->loc, "'repeat' of a tensor of rank %d needs at least %d repeats, got %d", xr, xr, r);
+    int wide = r;
+    for (int i = 0; i < r; i++) {
+        if (reps[i] < 1)
+            error_at(v->items[i]->loc, "'repeat' repeats must be positive, got %lld (empty tensors are not supported)",
+                     reps[i]);
+        if (reps[i] > MAX_ELEMS) error_at(v->items[i]->loc, "'repeat' repeats %lld is more than 2^40", reps[i]);
+        if (reps[i] > 1) wide++;
+    }
+    if (wide > MAX_RANK)
+        error_at(v->loc, "'repeat' of %s repeating %d axes needs rank %d on the way, more than %d",
+                 shp(c, &x->shape), wide - r, wide, MAX_RANK);
+    /* in: x with leading 1s; pre: a 1 before every repeated axis; mid: that 1 expanded */
+    Shape in = {r, {{0}}}, pre = {0}, mid = {0}, out = {r, {{0}}};
+    for (int i = 0; i < r; i++) {
+        Dim d = i < r - xr ? (Dim){1, false} : x->shape.d[i - (r - xr)];
+        in.d[i] = d;
+        if (reps[i] > 1) {
+            pre.d[pre.rank++] = (Dim){1, false};
+            mid.d[mid.rank++] = (Dim){reps[i], false};
+        }
+        pre.d[pre.rank++] = d;
+        mid.d[mid.rank++] = d;
+        if (d.c > MAX_ELEMS / reps[i]) error_at(v->items[i]->loc, "'repeat' makes dimension %d more than 2^40", i);
+        out.d[i] = (Dim){d.c * reps[i], d.sym};
+    }
+    if (wide == r) return r == xr ? x : mk_reshape(c, loc, x, in);
+    Node *y = mk_reshape(c, loc, x, pre);
+    y = mk_expand_to(c, loc, y, mid);
+    return mk_reshape(c, loc, y, out);
+}
+
+/* repeat_interleave(x, repeats, dim): each element along dim repeated `repeats` times in a row;
+ * without dim, x is flattened first (torch.repeat_interleave). */
+static Node *lower_repeat_interleave(Checker *c, const Call *call) {
+    Node *x = call->t[0];
+    Loc loc = call->ast->loc;
+    long long reps = attr_int(call, 0);
+    if (reps < 1)
+        error_at(call->attr[0]->loc, "'repeat_interleave' repeats must be positive, got %lld (empty tensors are not "
+                 "supported)", reps);
+    if (reps > MAX_ELEMS) error_at(call->attr[0]->loc, "'repeat_interleave' repeats %lld is more than 2^40", reps);
+    int d;
+    if (!call->attr[1]) {
+        x = mk_reshape(c, loc, x, (Shape){1, {shape_numel(&x->shape)}});
+        d = 0;
+    } else {
+        d = norm_axis(call, call->attr[1], loc, attr_int(call, 1), x->shape.rank, "dim");
+    }
+    int r = x->shape.rank;
+    if (r + 1 > MAX_RANK)
+        error_at(loc, "'repeat_interleave' of a rank-%d tensor needs rank %d on the way, more than %d", r, r + 1, MAX_RANK);
+    Dim n = x->shape.d[d];
+    if (n.c > MAX_ELEMS / reps) error_at(call->attr[0]->loc, "'repeat_interleave' makes dimension %d more than 2^40", d);
+    if (reps == 1) return x;
+    Shape pre = {r + 1, {{0}}};
+    for (int i = 0, j = 0; i <= r; i++) pre.d[i] = i == d + 1 ? (Dim){1, false} : x->shape.d[j++];
+    Shape mid = pre, out = x->shape;
+    mid.d[d + 1] = (Dim){reps, false};
+    out.d[d] = (Dim){n.c * reps, n.sym};
+    Node *y = mk_reshape(c, loc, x, pre);
+    y = mk_expand_to(c, loc, y, mid);
+    return mk_reshape(c, loc, y, out);
+}
+
+/* pad(x, pad, mode, value): torch.nn.functional.pad. pad holds (before, after) pairs from the
+ * last axis backwards. Each padded axis becomes a concat of (up to) three parts: constant:
+ * the value broadcast; replicate: the edge slice broadcast; reflect: a reversed slice without
+ * the edge. Negative constant pads crop (a slice), as in PyTorch. */
+static Node *lower_pad(Checker *c, const Call *call) {
+    Node *x = call->t[0];
+    Loc loc = call->ast->loc;
+    require_f32(call, x, 0);
+    const Ast *v = call->attr[0];
+    int r = x->shape.rank;
+    long long p[2 * MAX_RANK];
+    int np = attr_int_list(call, 0, p, 2 * MAX_RANK);
+    int mode = attr_enum(call, 1); /* constant, reflect, replicate */
+    double value = attr_float(call, 2);
+    static const char *const modes[] = {"constant", "reflect", "replicate"};
+    if (np % 2) error_at(v->loc, "'pad' list must have an even length (before, after pairs), got %d entries", np);
+    if (np > 2 * r)
+        error_at(v->loc, "'pad' list of %d entries pads %d axes; a tensor of rank %d has %d", np, np / 2, r, r);
+    if (mode) {
+        /* PyTorch pads the last 1, 2 or 3 axes of a tensor with 1 or 2 more (batch, channel) */
+        int k = np / 2;
+        if (k < 1 || k > 3 || r < k + 1 || r > k + 2)
+            error_at(v->loc, "'pad' mode %s pads the last 1, 2 or 3 axes of a tensor with 1 or 2 leading axes; "
+                     "padding %d axes of a rank-%d tensor is not supported", modes[mode], k, r);
+        if (call->attr[2] && value != 0)
+            error_at(call->attr[2]->loc, "'pad' value applies to mode constant only, not %s", modes[mode]);
+    }
+    for (int i = 0; i < np; i++) {
+        int d = r - 1 - i / 2;
+        Dim L = x->shape.d[d];
+        if (p[i] && L.sym) error_at(v->items[i]->loc, "'pad' cannot pad the batch dimension (axis %d)", d);
+        if (mode && p[i] < 0)
+            error_at(v->items[i]->loc, "'pad' mode %s needs pads >= 0, got %lld", modes[mode], p[i]);
+        if (mode == 1 && p[i] >= L.c)
+            error_at(v->items[i]->loc, "'pad' mode reflect: padding %lld of axis %d must be less than its size %lld",
+                     p[i], d, (long long)L.c);
+        if (p[i] > MAX_ELEMS) error_at(v->items[i]->loc, "'pad' size %lld is more than 2^40", p[i]);
+    }
+    for (int i = 0; i + 1 < np; i += 2) {
+        int d = r - 1 - i / 2;
+        long long lo = p[i], hi = p[i + 1], L = x->shape.d[d].c;
+        if (lo == 0 && hi == 0) continue;
+        if (lo < 0 || hi < 0) { /* constant mode: crop first */
+            long long a = lo < 0 ? -lo : 0, b = hi < 0 ? -hi : 0;
+            if (a + b >= L)
+                error_at(v->items[i]->loc, "'pad' crops axis %d (size %lld) by %lld, leaving nothing", d, L, a + b);
+            x = mk_slice(c, loc, x, d, a, 1, L - a - b);
+            L -= a + b;
+            if (lo < 0) lo = 0;
+            if (hi < 0) hi = 0;
+            if (!lo && !hi) continue;
+        }
+        Node *side[2] = {NULL, NULL}; /* before, after */
+        for (int j = 0; j < 2; j++) {
+            long long w = j ? hi : lo;
+            if (!w) continue;
+            Shape sh = x->shape;
+            sh.d[d] = (Dim){w, false};
+            if (mode == 0) { /* constant */
+                side[j] = mk_expand_to(c, loc, mk_const(c, loc, value), sh);
+                side[j]->dtype = DT_F32;
+            } else if (mode == 2) { /* replicate: the edge element broadcast */
+                side[j] = mk_expand_to(c, loc, mk_slice(c, loc, x, d, j ? L - 1 : 0, 1, 1), sh);
+            } else { /* reflect: x[w], ..., x[1] before; x[L-2], ..., x[L-1-w] after */
+                side[j] = mk_slice(c, loc, x, d, j ? L - 2 : w, -1, w);
+            }
+        }
+        Node *cat = new_node(c->g, OP_CONCAT, loc);
+        cat->axis = d;
+        cat->dtype = x->dtype;
+        cat->shape = x->shape;
+        cat->shape.d[d] = (Dim){L + lo + hi, false};
+        if (side[0]) cat->in[cat->nin++] = side[0];
+        cat->in[cat->nin++] = x;
+        if (side[1]) cat->in[cat->nin++] = side[1];
+        x = cat;
+    }
+    return x;
+}
+
+/* cumsum(x, dim): running sums along dim (a scan kernel; sums in double, as PyTorch's CPU). */
+static Node *lower_cumsum(Checker *c, const Call *call) {
+    Node *x = call->t[0];
+    require_f32(call, x, 0);
+    int r = x->shape.rank;
+    if (r == 0) error_at(call->ast->loc, "'cumsum' needs a tensor of rank >= 1, got a scalar");
+    int d = norm_axis(call, call->attr[0], call->ast->loc, attr_int(call, 0), r, "dim");
+    Node *n = new_node(c->g, OP_CUMSUM, call->ast->loc);
+    n->in[0] = x;
+    n->nin = 1;
+    n->axis = d;
+    n->shape = x->shape;
+    return n;
+}
+
+/* An iota: [len] of start + step * i (computed in double), f32 or i64. */
+static Node *mk_iota(Checker *c, Loc loc, int64_t len, double start, double step, DType dt) {
+    Node *n = new_node(c->g, OP_IOTA, loc);
+    n->nin = 0;
+    n->dtype = dt;
+    n->shape = (Shape){1, {{len, false}}};
+    n->fattr[0] = start;
+    n->fattr[1] = step;
+    return n;
+}
+
+static bool attr_is_int(const Ast *v) {
+    long long k;
+    if (!v) return true; /* a default: the integers 0 and 1 */
+    const Ast *u = v->kind == AST_NEG ? v->lhs : v;
+    return u->kind == AST_NUM ? u->is_int : int_literal(v, &k);
+}
+
+/* arange(start, end, step), or arange(end): [ceil((end - start) / step)] values start + i*step;
+ * i64 when every argument given is an integer, else f32 (PyTorch's rule). */
+static Node *lower_arange(Checker *c, const Call *call) {
+    Loc loc = call->ast->loc;
+    double start = attr_float(call, 0), end, step = attr_float(call, 2);
+    if (call->attr[1]) {
+        end = attr_float(call, 1);
+    } else {
+        if (!call->attr[0]) error_at(loc, "'arange' needs an end, e.g. arange(10) or arange(0, 10, 2)");
+        end = start;
+        start = 0;
+    }
+    bool ints = attr_is_int(call->attr[0]) && attr_is_int(call->attr[1]) && attr_is_int(call->attr[2]);
+    for (int k = 0; k < 3; k++)
+        if (call->attr[k] && !isfinite(attr_float(call, k)))
+            error_at(call->attr[k]->loc, "'arange' %s must be finite", call->spec->attrs[k].name);
+    if (step == 0) error_at(call->attr[2]->loc, "'arange' step must be nonzero");
+    double len = ceil((end - start) / step);
+    if (!(len >= 1))
+        error_at(loc, "'arange' from %g to %g by %g is empty (empty tensors are not supported)", start, end, step);
+    if (len > MAX_ELEMS) error_at(loc, "'arange' from %g to %g by %g has more than 2^40 elements", start, end, step);
+    if (!ints && len > (1 << 24))
+        error_at(loc, "'arange' of f32 with %.0f elements: more than 2^24, its indices are not exact", len);
+    return mk_iota(c, loc, (int64_t)len, start, step, ints ? DT_I64 : DT_F32);
+}
+
+/* triu / tril(x, diagonal): x where col - row >= diagonal (triu) or <= diagonal (tril), else 0,
+ * over the last two axes: where(clamp(+-(col - row - diagonal) + 1, 0, 1), x, 0), with col and
+ * row iotas, fused into one elementwise kernel with x. */
+static Node *lower_tri(Checker *c, const Call *call) {
+    Node *x = call->t[0];
+    Loc loc = call->ast->loc;
+    bool upper = !strcmp(call->spec->name, "triu");
+    require_f32(call, x, 0);
+    int r = x->shape.rank;
+    if (r < 2) error_at(loc, "'%s' needs a tensor of rank >= 2, got %s", call->spec->name, shp(c, &x->shape));
+    Dim R = x->shape.d[r - 2], C = x->shape.d[r - 1];
+    if (R.sym || C.sym) error_at(loc, "'%s' of %s: the last two axes cannot be the batch dimension", call->spec->name, shp(c, &x->shape));
+    if (R.c > (1 << 24) || C.c > (1 << 24))
+        error_at(loc, "'%s' of %s: the last two axes must be at most 2^24", call->spec->name, shp(c, &x->shape));
+    long long k = attr_int(call, 0);
+    if (k > C.c + 1) k = C.c + 1; /* beyond either end the mask is all or nothing; keeps k exact in f32 */
+    if (k < -R.c - 1) k = -R.c - 1;
+    Node *col = mk_reshape(c, loc, mk_iota(c, loc, C.c, 0, 1, DT_F32), (Shape){2, {{1, false}, C}});
+    Node *row = mk_reshape(c, loc, mk_iota(c, loc, R.c, 0, 1, DT_F32), (Shape){2, {R, {1, false}}});
+    Node *dif = upper ? mk_binary(c, OP_SUB, loc, col, row) : mk_binary(c, OP_SUB, loc, row, col);
+    /* triu: col - row - k + 1 >= 1 exactly when col - row >= k; tril: row - col + k + 1 */
+    Node *m = mk_binary(c, OP_ADD, loc, dif, mk_const(c, loc, (double)(upper ? 1 - k : 1 + k)));
+    m = mk_unary(c, OP_CLAMP, loc, m);
+    m->fattr[0] = 0;
+    m->fattr[1] = 1;
+    Node *n = new_node(c->g, OP_WHERE, loc);
+    n->in[0] = m;
+    n->in[1] = x;
+    n->in[2] = mk_const(c, loc, 0);
+    n->nin = 3;
+    n->shape = broadcast(c, loc, call->spec->name, &m->shape, &x->shape);
+    return n;
+}
+
 /* ---------------------------------------------------------------- blocks */
 
 static const Block *find_block(const Checker *c, const char *name) {

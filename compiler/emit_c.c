@@ -335,6 +335,16 @@ static void emit_concat(Emit *e, const Kernel *k, char **ptr) {
     }
 }
 
+/* An iota: y[i] = start + step * i for i < n (f32 or i64), computed in double. */
+static void emit_iota(Emit *e, const Kernel *k, char **ptr) {
+    const Node *r = k->lib;
+    fprintf(e->o, "    /* %s%d: %s %%%d {start=%.17g, step=%.17g} */\n", e->kpfx, k->id, op_name(r->op), r->id, r->fattr[0],
+            r->fattr[1]);
+    library_call(e, k, op_info[r->op].kernel,
+                 xprintf("%s, %s, %.17g, %.17g, %d", ptr[r->id], dim_c(r->shape.d[0]), r->fattr[0], r->fattr[1],
+                         r->dtype == DT_I64));
+}
+
 /* A copy between device slots, after the source slot's stream is idle; the source slot's stream
  * then waits for the copy. */
 static void emit_transfer(Emit *e, const Kernel *k, char **ptr) {

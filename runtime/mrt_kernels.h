@@ -303,6 +303,31 @@ static inline int64_t mrt_embedding_f32(float *y, const void *ids, int ids_i64, 
     return -1;
 }
 
+/* y[o, j, i] = x[o, 0, i] + ... + x[o, j, i] for j < n: running sums along the middle axis of
+ * x [outer, n, inner]; accumulates in double (the CUDA kernel sums in the same order). */
+static inline void mrt_cumsum_f32(float *y, const float *x, int64_t outer, int64_t n, int64_t inner) {
+    for (int64_t o = 0; o < outer; o++)
+        for (int64_t i = 0; i < inner; i++) {
+            double s = 0.0;
+            const float *xr = x + o * n * inner + i;
+            float *yr = y + o * n * inner + i;
+            for (int64_t j = 0; j < n; j++) {
+                s += xr[j * inner];
+                yr[j * inner] = (float)s;
+            }
+        }
+}
+
+/* y[i] = start + step * i for i < n, in double, then rounded to float (or converted to int64
+ * when i64: start and step are integers then). */
+static inline void mrt_iota(void *y, int64_t n, double start, double step, int i64) {
+    for (int64_t i = 0; i < n; i++) {
+        double v = start + step * (double)i;
+        if (i64) ((int64_t *)y)[i] = (int64_t)v;
+        else ((float *)y)[i] = (float)v;
+    }
+}
+
 /* One operand of a concatenation: `outer` rows of x_row bytes go to y at y_offset within each
  * y_row-byte row. */
 static inline void mrt_concat_part(void *y, const void *x, int64_t outer, int64_t x_row, int64_t y_row, int64_t y_offset) {

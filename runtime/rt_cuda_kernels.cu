@@ -470,6 +470,36 @@ __global__ void embedding_kernel(float *__restrict__ y, const void *__restrict__
     }
 }
 
+// Running sums along n of x [outer, n, inner]: one thread per (o, i) line, in double and in the
+// CPU kernel's order (mrt_cumsum_f32), so both round alike.
+__global__ void cumsum_kernel(float *__restrict__ y, const float *__restrict__ x, int64_t outer, int64_t n,
+                              int64_t inner)
+{
+    for (int64_t t = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; t < outer * inner;
+         t += (int64_t)gridDim.x * blockDim.x) {
+        const int64_t o = t / inner, i = t - o * inner;
+        const float *xr = x + o * n * inner + i;
+        float *yr = y + o * n * inner + i;
+        double s = 0.0;
+        for (int64_t j = 0; j < n; j++) {
+            s += xr[j * inner];
+            yr[j * inner] = (float)s;
+        }
+    }
+}
+
+// y[i] = start + step * i, f32 or int64 (mrt_iota).
+__global__ void iota_kernel(void *__restrict__ y, int64_t n, double start, double step, int i64)
+{
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
+        const double v = start + step * (double)i;
+        if (i64)
+            ((int64_t *)y)[i] = (int64_t)v;
+        else
+            ((float *)y)[i] = (float)v;
+    }
+}
+
 // outer rows of `words` T-sized words from x (row pitch x_row bytes) to y + y_offset (pitch y_row).
 template <typename T>
 __global__ void concat_kernel(char *__restrict__ y, const char *__restrict__ x, int64_t outer, int64_t words,
@@ -550,6 +580,30 @@ mrt_status mrt_cuda_sum_f32(void *stream, float *y, const float *x, int64_t oute
         MRT_LAUNCH(sum_cols_kernel, grid_for(outer * inner, kBlock), kBlock, 0, s, y, x, outer, n, inner, mean);
         LAUNCH_CHECK(fn, "sum_cols_kernel");
     }
+    return MRT_OK;
+}
+
+mrt_status mrt_cuda_cumsum_f32(void *stream, float *y, const float *x, int64_t outer, int64_t n, int64_t inner)
+{
+    static const char fn[] = "mrt_cuda_cumsum_f32";
+    if (outer < 0 || n < 0 || inner < 0)
+        return bad_arg(fn, "negative dimension");
+    if (outer == 0 || n == 0 || inner == 0)
+        return MRT_OK;
+    MRT_LAUNCH(cumsum_kernel, grid_for(outer * inner, kBlock), kBlock, 0, (cudaStream_t)stream, y, x, outer, n, inner);
+    LAUNCH_CHECK(fn, "cumsum_kernel");
+    return MRT_OK;
+}
+
+mrt_status mrt_cuda_iota(void *stream, void *y, int64_t n, double start, double step, int i64)
+{
+    static const char fn[] = "mrt_cuda_iota";
+    if (n < 0)
+        return bad_arg(fn, "negative length");
+    if (n == 0)
+        return MRT_OK;
+    MRT_LAUNCH(iota_kernel, grid_for(n, kBlock), kBlock, 0, (cudaStream_t)stream, y, n, start, step, i64);
+    LAUNCH_CHECK(fn, "iota_kernel");
     return MRT_OK;
 }
 

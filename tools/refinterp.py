@@ -987,6 +987,101 @@ def op_where(c, a, b):
     return np.where(c != 0, a, b)
 
 
+# ---------------------------------------------------------------- shape and data-movement ops
+# (issue 10) torch.Tensor.repeat, torch.repeat_interleave, torch.nn.functional.pad, torch.cumsum,
+# torch.arange, torch.triu / tril; the compiler's messages, the same rules.
+
+def _int_list(op, name, v):
+    if not isinstance(v, list) or not all(isinstance(i, int) and not isinstance(i, bool) for i in v):
+        raise ModelError("error: attribute '%s' of '%s' must be a list of integers" % (name, op))
+    return v
+
+
+def op_repeat(x, reps=None):
+    reps = _int_list("repeat", "reps", reps)
+    if len(reps) < x.ndim:
+        raise ModelError("error: 'repeat' of a tensor of rank %d needs at least %d repeats, got %d"
+                         % (x.ndim, x.ndim, len(reps)))
+    if any(r < 1 for r in reps):
+        raise ModelError("error: 'repeat' repeats must be positive, got %d" % min(reps))
+    return np.tile(x, reps)
+
+
+def op_repeat_interleave(x, repeats=None, dim=None):
+    if not isinstance(repeats, int) or repeats < 1:
+        raise ModelError("error: 'repeat_interleave' repeats must be positive, got %r" % (repeats,))
+    if dim is None:
+        return np.repeat(x.reshape(-1), repeats)
+    return np.repeat(x, repeats, axis=_axis("repeat_interleave", "dim", dim, x.ndim))
+
+
+_PAD_MODES = {"constant": "constant", "reflect": "reflect", "replicate": "edge"}
+
+
+def op_pad(x, pad=None, mode="constant", value=0.0):
+    pad = _int_list("pad", "pad", pad)
+    if mode not in _PAD_MODES:
+        raise ModelError("error: attribute 'mode' of 'pad' must be one of constant/reflect/replicate, got '%s'" % mode)
+    r = x.ndim
+    if len(pad) % 2:
+        raise ModelError("error: 'pad' list must have an even length (before, after pairs), got %d entries" % len(pad))
+    if len(pad) > 2 * r:
+        raise ModelError("error: 'pad' list of %d entries pads %d axes; a tensor of rank %d has %d"
+                         % (len(pad), len(pad) // 2, r, r))
+    k = len(pad) // 2
+    if mode != "constant":
+        if not (1 <= k <= 3 and k + 1 <= r <= k + 2):
+            raise ModelError("error: 'pad' mode %s pads the last 1, 2 or 3 axes of a tensor with 1 or 2 leading axes"
+                             % mode)
+        if value != 0:
+            raise ModelError("error: 'pad' value applies to mode constant only, not %s" % mode)
+    widths = [(0, 0)] * r
+    for i in range(k):
+        d = r - 1 - i
+        lo, hi = pad[2 * i], pad[2 * i + 1]
+        if mode != "constant" and (lo < 0 or hi < 0):
+            raise ModelError("error: 'pad' mode %s needs pads >= 0" % mode)
+        if mode == "reflect" and max(lo, hi) >= x.shape[d]:
+            raise ModelError("error: 'pad' mode reflect: padding %d of axis %d must be less than its size %d"
+                             % (max(lo, hi), d, x.shape[d]))
+        if min(lo, 0) + min(hi, 0) <= -x.shape[d]:
+            raise ModelError("error: 'pad' crops axis %d (size %d) leaving nothing" % (d, x.shape[d]))
+        idx = [slice(None)] * r                    # negative pads crop (constant mode), as in PyTorch
+        idx[d] = slice(-lo if lo < 0 else 0, x.shape[d] + hi if hi < 0 else None)
+        x = x[tuple(idx)]
+        widths[d] = (max(lo, 0), max(hi, 0))
+    if mode == "constant":
+        return np.pad(x, widths, mode="constant", constant_values=value)
+    return np.pad(x, widths, mode=_PAD_MODES[mode])
+
+
+def op_cumsum(x, dim=None):
+    if x.ndim == 0:
+        raise ModelError("error: 'cumsum' needs a tensor of rank >= 1, got a scalar")
+    return np.cumsum(x, axis=_axis("cumsum", "dim", dim, x.ndim))
+
+
+def op_arange(start=0, end=None, step=1):
+    if end is None:
+        start, end = 0, start
+    if step == 0:
+        raise ModelError("error: 'arange' step must be nonzero")
+    ints = all(isinstance(v, int) and not isinstance(v, bool) for v in (start, end, step))
+    n = math.ceil((end - start) / step)
+    if n < 1:
+        raise ModelError("error: 'arange' from %g to %g by %g is empty" % (start, end, step))
+    i = np.arange(n, dtype=np.float64)
+    return (start + step * i).astype(np.int64) if ints else start + step * i
+
+
+def _tri(op, np_fn):
+    def f(x, diagonal=0):
+        if x.ndim < 2:
+            raise ModelError("error: '%s' needs a tensor of rank >= 2, got %s" % (op, list(x.shape)))
+        return np_fn(x, diagonal)
+    return f
+
+
 # op name -> (number of tensor args (min, max), tensor arg names, [(attr, default)], function)
 _NOATTR = []
 OPS = {
@@ -1071,9 +1166,17 @@ OPS = {
     "scaled_dot_product_attention": ((3, 4), ["q", "k", "v", "mask"], [("causal", False), ("scale", None)],
                                      op_sdpa),
     "where": ((3, 3), ["cond", "a", "b"], _NOATTR, op_where),
+    # shape and data-movement ops (issue 10)
+    "repeat": ((1, 1), ["x"], [("reps", None)], op_repeat),
+    "repeat_interleave": ((1, 1), ["x"], [("repeats", None), ("dim", None)], op_repeat_interleave),
+    "pad": ((1, 1), ["x"], [("pad", None), ("mode", "constant"), ("value", 0.0)], op_pad),
+    "cumsum": ((1, 1), ["x"], [("dim", None)], op_cumsum),
+    "arange": ((0, 0), [], [("start", 0), ("end", None), ("step", 1)], op_arange),
+    "triu": ((1, 1), ["x"], [("diagonal", 0)], _tri("triu", np.triu)),
+    "tril": ((1, 1), ["x"], [("diagonal", 0)], _tri("tril", np.tril)),
 }
 _MOVEMENT = {"reshape", "transpose", "permute", "flatten", "concat", "slice", "unsqueeze", "squeeze", "flip", "expand",
-             "broadcast_to", "stack"}  # allowed on integers
+             "broadcast_to", "stack", "repeat", "repeat_interleave"}  # allowed on integers
 _INT_ARG = {"embedding": 0, "where": 0}   # the one tensor argument that may be an integer tensor
 _BINOP = {"+": "add", "-": "sub", "*": "mul", "/": "div", "@": "matmul", "**": "pow"}
 

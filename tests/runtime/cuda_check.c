@@ -243,6 +243,41 @@ static void check_pools(void)
     mrt_free(g_dev, dx), free(x);
 }
 
+/* cumsum along the middle axis, with a NaN and an infinity that must propagate down their line */
+static void check_cumsum(int64_t outer, int64_t n, int64_t inner)
+{
+    size_t N = (size_t)(outer * n * inner);
+    float *x = rand_host(N), *ref = malloc(N * 4), *got = malloc(N * 4);
+    x[inner] = NAN;
+    x[N - 2 * inner] = INFINITY;
+    float *dx = up(x, N * 4), *dy = poisoned(N);
+    mrt_cumsum_f32(ref, x, outer, n, inner);
+    mrt_status st = mrt_cuda_cumsum_f32(g_stream, dy, dx, outer, n, inner);
+    down(got, dy, N * 4);
+    char name[96];
+    snprintf(name, sizeof name, "cumsum_%lldx%lldx%lld", (long long)outer, (long long)n, (long long)inner);
+    report(name, st, got, ref, N, 1e-6);
+    mrt_free(g_dev, dx), mrt_free(g_dev, dy), free(x), free(ref), free(got);
+}
+
+/* iota, f32 (a fractional step) and i64 */
+static void check_iota(int64_t n)
+{
+    float *ref = malloc(n * 4), *got = malloc(n * 4), *dy = poisoned(n);
+    mrt_iota(ref, n, -3.5, 0.1, 0);
+    mrt_status st = mrt_cuda_iota(g_stream, dy, n, -3.5, 0.1, 0);
+    down(got, dy, n * 4);
+    report("iota_f32", st, got, ref, (size_t)n, 0.0);
+    int64_t *iref = malloc(n * 8), *igot = malloc(n * 8), *di = mrt_alloc(g_dev, n * 8);
+    mrt_iota(iref, n, 7, -3, 1);
+    st = mrt_cuda_iota(g_stream, di, n, 7, -3, 1);
+    down(igot, di, n * 8);
+    for (int64_t i = 0; i < n; i++)
+        ref[i] = (float)iref[i], got[i] = (float)igot[i];
+    report("iota_i64", st, got, ref, (size_t)n, 0.0);
+    mrt_free(g_dev, dy), mrt_free(g_dev, di), free(ref), free(got), free(iref), free(igot);
+}
+
 static void check_layernorm(int64_t rows, int64_t D)
 {
     size_t N = (size_t)(rows * D);
@@ -499,6 +534,9 @@ int main(void)
     check_layernorm(3, 7);
     check_embedding(0);
     check_embedding(1);
+    check_cumsum(9, 700, 1);
+    check_cumsum(4, 37, 6);
+    check_iota(1000);
     check_concat(3, 12, 40, 8);
     check_concat(3, 5, 17, 3);
     check_concat(1, 64, 64, 0);
