@@ -1490,8 +1490,8 @@ static Node *lower_pad(Checker *c, const Call *call) {
         /* PyTorch pads the last 1, 2 or 3 axes of a tensor with 1 or 2 more (batch, channel) */
         int k = np / 2;
         if (k < 1 || k > 3 || r < k + 1 || r > k + 2)
-            error_at(v->loc, "'pad' mode %s pads the last 1, 2 or 3 axes of a tensor with 1 or 2 leading axes; "
-                     "padding %d axes of a rank-%d tensor is not supported", modes[mode], k, r);
+            error_at(v->loc, "'pad' mode %s takes 2 pads for a tensor of rank 2 or 3, 4 for rank 3 or 4, 6 for rank 4 "
+                     "or 5 (as PyTorch); got %d for rank %d", modes[mode], np, r);
         if (call->attr[2] && value != 0)
             error_at(call->attr[2]->loc, "'pad' value applies to mode constant only, not %s", modes[mode]);
     }

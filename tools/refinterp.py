@@ -1031,8 +1031,8 @@ def op_pad(x, pad=None, mode="constant", value=0.0):
     k = len(pad) // 2
     if mode != "constant":
         if not (1 <= k <= 3 and k + 1 <= r <= k + 2):
-            raise ModelError("error: 'pad' mode %s pads the last 1, 2 or 3 axes of a tensor with 1 or 2 leading axes"
-                             % mode)
+            raise ModelError("error: 'pad' mode %s takes 2 pads for a tensor of rank 2 or 3, 4 for rank 3 or 4, 6 for "
+                             "rank 4 or 5 (as PyTorch); got %d for rank %d" % (mode, len(pad), r))
         if value != 0:
             raise ModelError("error: 'pad' value applies to mode constant only, not %s" % mode)
     widths = [(0, 0)] * r
@@ -1804,6 +1804,22 @@ def _torch_cross_check():
         ("transpose(x)", t(x).transpose(-2, -1)), ("transpose(x, 0, 2)", t(x).transpose(0, 2)),
         ("permute(x, dims=[2, 0, 1])", t(x).permute(2, 0, 1)),
         ("reshape(x, [5, -1])", t(x).reshape(5, -1)),
+        # shape and data-movement ops (issue 10)
+        ("repeat(x, [2, 1, 3])", t(x).repeat(2, 1, 3)), ("repeat(y, [3, 2, 2])", t(y).repeat(3, 2, 2)),
+        ("repeat_interleave(x, 3, dim=1)", torch.repeat_interleave(t(x), 3, dim=1)),
+        ("repeat_interleave(y, 2)", torch.repeat_interleave(t(y), 2)),
+        ("pad(x, [1, 2, 0, 3], value=-2.5)", F.pad(t(x), (1, 2, 0, 3), value=-2.5)),
+        ("pad(x, [-1, 2, 1, -2])", F.pad(t(x), (-1, 2, 1, -2))),
+        ("pad(x, [4, 3, 2, 3], mode=reflect)", F.pad(t(x), (4, 3, 2, 3), mode="reflect")),
+        ("pad(x, [2, 1], mode=reflect)", F.pad(t(x), (2, 1), mode="reflect")),
+        ("pad(a, [3, 2, 0, 4], mode=replicate)", F.pad(t(a), (3, 2, 0, 4), mode="replicate")),
+        ("pad(a, [1, 1, 2, 0, 1, 2], mode=replicate)", F.pad(t(a), (1, 1, 2, 0, 1, 2), mode="replicate")),
+        ("cumsum(x, 1)", torch.cumsum(t(x), 1)), ("cumsum(s, dim=0)", torch.cumsum(t(special), 0)),
+        ("arange(7)", torch.arange(7)), ("arange(3, -8, -3)", torch.arange(3, -8, -3)),
+        ("arange(0.5, 2, 0.1)", torch.arange(0.5, 2, 0.1, dtype=torch.float32)),
+        ("triu(x)", torch.triu(t(x))), ("triu(x, 2)", torch.triu(t(x), 2)), ("triu(x, -1)", torch.triu(t(x), -1)),
+        ("tril(x)", torch.tril(t(x))), ("tril(x, diagonal=-2)", torch.tril(t(x), -2)),
+        ("tril(x, 9)", torch.tril(t(x), 9)),
     ]
     src = ["model tc {", "input s: f32[12]; input x: f32[3,4,5]; input y: f32[4,1]",
            "input a: f32[2,1,4,6]; input b: f32[3,6,5]; input w: f32[7,5]; input bb: f32[7]"]
