@@ -300,6 +300,15 @@ static void sort_args(Checker *c, const Ast *e, const FnSpec *spec, Call *call) 
                              ((a->val->kind == AST_NUM && a->val->is_int) ||
                               (a->val->kind == AST_NEG && a->val->lhs->kind == AST_NUM)) && int_literal(a->val, &lit);
         if (variadic_attr) npos = spec->max_t; /* concat(a, b, 1): the integer is the axis */
+        /* gather(x, 1, index): PyTorch's order, the dim between the tensors */
+        bool dim_between = spec->min_t >= 2 && npos == 1 && spec->nattrs > 0 && !strcmp(spec->attrs[0].name, "dim") &&
+                           !call->attr[0] && ((a->val->kind == AST_NUM && a->val->is_int) ||
+                                              (a->val->kind == AST_NEG && a->val->lhs->kind == AST_NUM));
+        if (dim_between) {
+            call->attr[0] = a->val;
+            call->attr_loc[0] = a->loc;
+            continue;
+        }
         if (npos < spec->max_t) {
             if (is_attr_literal(a->val))
                 error_at(a->loc, "argument %d of '%s' must be a tensor", npos + 1, spec->name);
@@ -1638,6 +1647,81 @@ static Node *lower_tri(Checker *c, const Call *call) {
     n->in[2] = mk_const(c, loc, 0);
     n->nin = 3;
     n->shape = broadcast(c, loc, call->spec->name, &m->shape, &x->shape);
+    return n;
+}
+
+/* gather(x, dim, index): out[..., i, ...] = x[..., index[..., i, ...], ...] along dim, index i64 of
+ * x's rank and at most its size on the other axes (x is cut to it); index_select(x, dim, index):
+ * the entries index (1-D) of x along dim. One kernel (OP_GATHER); an index outside
+ * [0, size of dim) fails the run naming the call, the index and its position. */
+static Node *lower_gather(Checker *c, const Call *call) {
+    Node *x = call->t[0], *idx = call->t[1];
+    Loc loc = call->ast->loc;
+    const char *fn = call->spec->name;
+    bool select = !strcmp(fn, "index_select");
+    const Ast *ia = call->ast->args[0].val;
+    for (int i = 0; i < call->ast->nargs; i++)
+        if (!call->ast->args[i].key && i > 0 && call->ast->args[i].val != call->attr[0]) {
+            ia = call->ast->args[i].val;
+            break;
+        }
+    require_f32(call, x, 0);
+    if (idx->dtype == DT_F32 || (!select && idx->dtype != DT_I64))
+        error_at(ia->loc, "'%s' index must be %s, got %s", fn, select ? "i32 or i64" : "i64", dtype_name(idx->dtype));
+    int r = x->shape.rank;
+    int d = norm_axis(call, call->attr[0], loc, attr_int(call, 0), r, "dim");
+    Node *n = new_node(c->g, OP_GATHER, loc);
+    n->axis = d;
+    if (select) {
+        if (idx->shape.rank != 1)
+            error_at(ia->loc, "'index_select' index must be 1-D, got %s", shp(c, &idx->shape));
+        n->gather_mode = GATHER_INDEX_SELECT;
+        n->shape = x->shape;
+        n->shape.d[d] = idx->shape.d[0];
+    } else {
+        if (idx->shape.rank != r)
+            error_at(ia->loc, "'gather' index %s has rank %d; x %s has rank %d (they must match)", shp(c, &idx->shape),
+                     idx->shape.rank, shp(c, &x->shape), r);
+        for (int i = 0; i < r; i++) {
+            Dim di = idx->shape.d[i], dx = x->shape.d[i];
+            if (i == d || dim_eq(di, dx)) continue;
+            if (di.sym || dx.sym || di.c > dx.c)
+                error_at(ia->loc, "'gather' index %s is larger than x %s in dimension %d (%s > %s)", shp(c, &idx->shape),
+                         shp(c, &x->shape), i, dms(c, di), dms(c, dx));
+            x = mk_slice(c, loc, x, i, 0, 1, di.c); /* the part of x the index covers */
+        }
+        n->gather_mode = GATHER_ELEMENTS;
+        n->shape = idx->shape;
+    }
+    if (shape_nsym(&n->shape) > 1)
+        error_at(loc, "'%s' gives %s: two batch-dependent dimensions", fn, shp(c, &n->shape));
+    n->in[0] = x;
+    n->in[1] = idx;
+    n->nin = 2;
+    return n;
+}
+
+/* one_hot(ids, num_classes): [..., num_classes] of 0 and 1, f32 (so it can feed the f32 ops; PyTorch
+ * gives i64). num_classes is required: a size cannot come from the data at compile time. */
+static Node *lower_one_hot(Checker *c, const Call *call) {
+    Node *ids = call->t[0];
+    Loc loc = call->ast->loc;
+    if (ids->dtype != DT_I64)
+        error_at(call->ast->args[0].val->loc, "'one_hot' ids must be i64, got %s", dtype_name(ids->dtype));
+    long long C = attr_int(call, 0);
+    if (C < 1)
+        error_at(call->attr[0]->loc, "'one_hot' num_classes must be >= 1, got %lld (it cannot be inferred from the data "
+                 "at compile time)", C);
+    if (C > MAX_ELEMS) error_at(call->attr[0]->loc, "'one_hot' num_classes %lld is more than 2^40", C);
+    if (ids->shape.rank >= MAX_RANK)
+        error_at(call->ast->args[0].val->loc, "'one_hot' ids have rank %d; at most %d", ids->shape.rank, MAX_RANK - 1);
+    Node *n = new_node(c->g, OP_GATHER, loc);
+    n->gather_mode = GATHER_ONE_HOT;
+    n->in[0] = ids;
+    n->nin = 1;
+    n->shape = ids->shape;
+    n->axis = n->shape.rank; /* the new axis (never the batch's) */
+    n->shape.d[n->shape.rank++] = (Dim){C, false};
     return n;
 }
 

@@ -825,23 +825,20 @@ extern "C" void rt_cuda_checks_release(int device, void *stream)
     pthread_mutex_unlock(&g_checks_lock);
 }
 
-mrt_status mrt_cuda_embedding_f32(void *stream, float *y, const void *ids, int ids_i64, int64_t n, const float *w,
-                                  int64_t V, int64_t D, const char *what)
+} // extern "C"
+
+namespace {
+// The start of a checked call (embedding, gather): under g_checks_lock, which it leaves held on
+// success, the stream's records (allocated at its first checked call; synchronized and reported
+// first when all kChecks are queued) and a fresh record *pk, its position reset to ~0.
+mrt_status checks_begin(cudaStream_t s, const char *what, EmbedChecks **pc, int *pk)
 {
-    static const char fn[] = "mrt_cuda_embedding_f32";
-    if (!what)
-        what = fn;
-    if (n < 0 || V < 0 || D < 0)
-        return bad_arg(what, "negative dimension");
-    if (n == 0)
-        return MRT_OK;
-    cudaStream_t s = (cudaStream_t)stream;
     int device = 0;
     cudaError_t e = cudaGetDevice(&device);
     pthread_mutex_lock(&g_checks_lock);
     EmbedChecks *c = e == cudaSuccess ? checks_find(s, device) : NULL;
     for (int i = 0; e == cudaSuccess && !c && i < kCheckStreams; i++)
-        if (!g_checks[i].used) { // the stream's first embedding: its records, once
+        if (!g_checks[i].used) { // the stream's first checked call: its records, once
             EmbedChecks *f = &g_checks[i];
             e = cudaMalloc((void **)&f->dev_rec, kChecks * sizeof(EmbedRecord));
             if (e == cudaSuccess && (e = cudaMallocHost((void **)&f->host_rec, kChecks * sizeof(EmbedRecord))) != cudaSuccess)
@@ -872,14 +869,21 @@ mrt_status mrt_cuda_embedding_f32(void *stream, float *y, const void *ids, int i
         pthread_mutex_unlock(&g_checks_lock);
         return st;
     }
-    const int64_t Dl = D > 0 ? D : 1;
-    MRT_LAUNCH(embedding_kernel, grid_for(n * Dl, kBlock), kBlock, 0, s, y, ids, ids_i64, n, w, V, D, Dl,
-               &c->dev_rec[k].pos);
-    st = launched(what, "embedding_kernel");
+    *pc = c;
+    *pk = k;
+    return MRT_OK;
+}
+
+// The end of a checked call whose kernel (status st) marked record k: the bad entry of ids is
+// added to it and it is queued for the host, with the range [0, V) for the message; unlocks.
+mrt_status checks_end(mrt_status st, EmbedChecks *c, int k, cudaStream_t s, const char *what, const void *ids,
+                      int ids_i64, int64_t V)
+{
     if (st == MRT_OK) {
         MRT_LAUNCH(embedding_bad_id_kernel, 1, 1, 0, s, &c->dev_rec[k], ids, ids_i64);
         st = launched(what, "embedding_bad_id_kernel");
     }
+    cudaError_t e;
     if (st == MRT_OK &&
         (e = cudaMemcpyAsync(&c->host_rec[k], &c->dev_rec[k], sizeof(EmbedRecord), cudaMemcpyDeviceToHost, s)) !=
             cudaSuccess) {
@@ -894,6 +898,73 @@ mrt_status mrt_cuda_embedding_f32(void *stream, float *y, const void *ids, int i
     }
     pthread_mutex_unlock(&g_checks_lock);
     return st;
+}
+} // namespace
+
+// y [outer, k, inner] from x [outer, n, inner] through the index (mrt_gather_f32's modes); an
+// entry outside [0, n) leaves its element unwritten and its smallest position goes to *first_bad.
+__global__ void gather_kernel(float *__restrict__ y, const float *__restrict__ x, const void *__restrict__ idx,
+                              int idx_i64, int mode, int64_t outer, int64_t n, int64_t k, int64_t inner,
+                              unsigned long long *__restrict__ first_bad)
+{
+    const int64_t total = outer * k * inner;
+    for (int64_t t = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; t < total;
+         t += (int64_t)gridDim.x * blockDim.x) {
+        const int64_t o = t / (k * inner), r = t - o * k * inner, j = r / inner, i = r - j * inner;
+        const int64_t pos = mode == 0 ? t : mode == 1 ? j : o;
+        const int64_t id = idx_i64 ? ((const int64_t *)idx)[pos] : (int64_t)((const int32_t *)idx)[pos];
+        if (id < 0 || id >= n)
+            atomicMin(first_bad, (unsigned long long)pos);
+        else
+            y[t] = mode == 2 ? (id == j ? 1.0f : 0.0f) : x[(o * n + id) * inner + i];
+    }
+}
+
+extern "C" {
+
+mrt_status mrt_cuda_embedding_f32(void *stream, float *y, const void *ids, int ids_i64, int64_t n, const float *w,
+                                  int64_t V, int64_t D, const char *what)
+{
+    static const char fn[] = "mrt_cuda_embedding_f32";
+    if (!what)
+        what = fn;
+    if (n < 0 || V < 0 || D < 0)
+        return bad_arg(what, "negative dimension");
+    if (n == 0)
+        return MRT_OK;
+    cudaStream_t s = (cudaStream_t)stream;
+    EmbedChecks *c = NULL;
+    int k = 0;
+    mrt_status st = checks_begin(s, what, &c, &k);
+    if (st != MRT_OK)
+        return st;
+    const int64_t Dl = D > 0 ? D : 1;
+    MRT_LAUNCH(embedding_kernel, grid_for(n * Dl, kBlock), kBlock, 0, s, y, ids, ids_i64, n, w, V, D, Dl,
+               &c->dev_rec[k].pos);
+    st = launched(what, "embedding_kernel");
+    return checks_end(st, c, k, s, what, ids, ids_i64, V);
+}
+
+mrt_status mrt_cuda_gather_f32(void *stream, float *y, const float *x, const void *idx, int idx_i64, int mode,
+                               int64_t outer, int64_t n, int64_t k, int64_t inner, const char *what)
+{
+    static const char fn[] = "mrt_cuda_gather_f32";
+    if (!what)
+        what = fn;
+    if (outer < 0 || n < 0 || k < 0 || inner < 0 || mode < 0 || mode > 2)
+        return bad_arg(what, "negative dimension or bad mode");
+    if (outer == 0 || k == 0 || inner == 0)
+        return MRT_OK;
+    cudaStream_t s = (cudaStream_t)stream;
+    EmbedChecks *c = NULL;
+    int r = 0;
+    mrt_status st = checks_begin(s, what, &c, &r);
+    if (st != MRT_OK)
+        return st;
+    MRT_LAUNCH(gather_kernel, grid_for(outer * k * inner, kBlock), kBlock, 0, s, y, x, idx, idx_i64, mode, outer, n, k,
+               inner, &c->dev_rec[r].pos);
+    st = launched(what, "gather_kernel");
+    return checks_end(st, c, r, s, what, idx, idx_i64, n);
 }
 
 mrt_status mrt_cuda_concat_part(void *stream, void *y, const void *x, int64_t outer, int64_t x_row, int64_t y_row,

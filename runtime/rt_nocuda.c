@@ -149,6 +149,12 @@ mrt_status mrt_cuda_cumsum_f32(void *stream, float *y, const float *x, int64_t o
     return rt_no_cuda_err("mrt_cuda_cumsum_f32");
 }
 
+mrt_status mrt_cuda_gather_f32(void *stream, float *y, const float *x, const void *idx, int idx_i64, int mode,
+                               int64_t outer, int64_t n, int64_t k, int64_t inner, const char *what)
+{
+    return rt_no_cuda_err(what ? what : "mrt_cuda_gather_f32");
+}
+
 mrt_status mrt_cuda_iota(void *stream, void *y, int64_t n, double start, double step, int i64)
 {
     return rt_no_cuda_err("mrt_cuda_iota");

@@ -1074,6 +1074,45 @@ def op_arange(start=0, end=None, step=1):
     return (start + step * i).astype(np.int64) if ints else start + step * i
 
 
+def _index_check(op, index, n):
+    bad = (index < 0) | (index >= n)
+    if np.any(bad):
+        i = tuple(np.argwhere(bad)[0])
+        raise ModelError("error: '%s' index %d at %s is out of range [0, %d)" % (op, int(index[i]), list(map(int, i)), n))
+
+
+def op_gather(x, index, dim=None):
+    if not _is_int(index) or index.dtype != np.int64:
+        raise ModelError("error: 'gather' index must be i64, got %s" % index.dtype)
+    if index.ndim != x.ndim:
+        raise ModelError("error: 'gather' index has rank %d; x has rank %d (they must match)" % (index.ndim, x.ndim))
+    d = _axis("gather", "dim", dim, x.ndim)
+    if any(index.shape[i] > x.shape[i] for i in range(x.ndim) if i != d):
+        raise ModelError("error: 'gather' index %s is larger than x %s" % (list(index.shape), list(x.shape)))
+    _index_check("gather", index, x.shape[d])
+    xs = x[tuple(slice(0, index.shape[i]) if i != d else slice(None) for i in range(x.ndim))]
+    return np.take_along_axis(xs, index, axis=d)
+
+
+def op_index_select(x, index, dim=None):
+    if not _is_int(index):
+        raise ModelError("error: 'index_select' index must be i32 or i64, got %s" % index.dtype)
+    if index.ndim != 1:
+        raise ModelError("error: 'index_select' index must be 1-D, got %s" % list(index.shape))
+    d = _axis("index_select", "dim", dim, x.ndim)
+    _index_check("index_select", index, x.shape[d])
+    return np.take(x, index, axis=d)
+
+
+def op_one_hot(ids, num_classes=None):
+    if not _is_int(ids) or ids.dtype != np.int64:
+        raise ModelError("error: 'one_hot' ids must be i64, got %s" % ids.dtype)
+    if not isinstance(num_classes, int) or num_classes < 1:
+        raise ModelError("error: 'one_hot' num_classes must be >= 1, got %r" % (num_classes,))
+    _index_check("one_hot", ids, num_classes)
+    return (ids[..., None] == np.arange(num_classes)).astype(np.float64)   # f32 in the language
+
+
 def _tri(op, np_fn):
     def f(x, diagonal=0):
         if x.ndim < 2:
@@ -1174,10 +1213,13 @@ OPS = {
     "arange": ((0, 0), [], [("start", 0), ("end", None), ("step", 1)], op_arange),
     "triu": ((1, 1), ["x"], [("diagonal", 0)], _tri("triu", np.triu)),
     "tril": ((1, 1), ["x"], [("diagonal", 0)], _tri("tril", np.tril)),
+    "gather": ((2, 2), ["x", "index"], [("dim", None)], op_gather),
+    "index_select": ((2, 2), ["x", "index"], [("dim", None)], op_index_select),
+    "one_hot": ((1, 1), ["ids"], [("num_classes", None)], op_one_hot),
 }
 _MOVEMENT = {"reshape", "transpose", "permute", "flatten", "concat", "slice", "unsqueeze", "squeeze", "flip", "expand",
              "broadcast_to", "stack", "repeat", "repeat_interleave"}  # allowed on integers
-_INT_ARG = {"embedding": 0, "where": 0}   # the one tensor argument that may be an integer tensor
+_INT_ARG = {"embedding": 0, "where": 0, "gather": 1, "index_select": 1, "one_hot": 0}   # the one tensor argument that may be an integer tensor
 _BINOP = {"+": "add", "-": "sub", "*": "mul", "/": "div", "@": "matmul", "**": "pow"}
 
 
@@ -1250,6 +1292,10 @@ class Evaluator:
                 int_lit = node[0] == "num" and node[2] or (node[0] == "neg" and node[1][0] == "num"
                                                            and node[1][2])
                 variadic_attr = nmax > 3 and attrs and len(tensors) >= nmin and int_lit
+                if (nmin >= 2 and len(tensors) == 1 and attrs and attrs[0][0] == "dim" and "dim" not in avals
+                        and (node[0] == "num" and node[2] or node[0] == "neg" and node[1][0] == "num")):
+                    avals["dim"] = self.attr(node)      # gather(x, 1, index): PyTorch's order
+                    continue
                 if len(tensors) < nmin or (len(tensors) < nmax and not avals and not variadic_attr
                                            and node[0] not in ("list", "bool")):
                     tensors.append(node)
@@ -1781,8 +1827,11 @@ def _torch_cross_check():
     b = rng.standard_normal((3, 6, 5)).astype(np.float32)
     w = rng.standard_normal((7, 5)).astype(np.float32)
     bb = rng.standard_normal(7).astype(np.float32)
+    gi = rng.integers(0, 4, (3, 6, 5))      # gather along an axis of size 4, 6 picks each
+    gj = rng.integers(0, 5, (2, 4, 3))      # an index smaller than x on the other axes
+    si = np.array([4, 0, 2, 2, 1], np.int64)
     t = lambda v: torch.from_numpy(np.asarray(v, np.float64))  # noqa: E731
-    checks = [  # (model expression over inputs s, x, y, a, b, w, bb; torch result)
+    checks = [  # (model expression over inputs s, x, y, a, b, w, bb, gi, gj, si; torch result)
         ("relu(s)", torch.relu(t(special))),
         ("gelu(s)", F.gelu(t(special))),
         ("gelu(s, approximate=tanh)", F.gelu(t(special), approximate="tanh")),
@@ -1820,14 +1869,21 @@ def _torch_cross_check():
         ("triu(x)", torch.triu(t(x))), ("triu(x, 2)", torch.triu(t(x), 2)), ("triu(x, -1)", torch.triu(t(x), -1)),
         ("tril(x)", torch.tril(t(x))), ("tril(x, diagonal=-2)", torch.tril(t(x), -2)),
         ("tril(x, 9)", torch.tril(t(x), 9)),
+        ("gather(x, 1, gi)", torch.gather(t(x), 1, torch.from_numpy(gi))),
+        ("gather(x, gj, dim=2)", torch.gather(t(x), 2, torch.from_numpy(gj))),
+        ("index_select(x, 2, si)", torch.index_select(t(x), 2, torch.from_numpy(si))),
+        ("index_select(s, si, dim=0)", torch.index_select(t(special), 0, torch.from_numpy(si))),
+        ("one_hot(si, 6)", F.one_hot(torch.from_numpy(si), 6).double()),
     ]
     src = ["model tc {", "input s: f32[12]; input x: f32[3,4,5]; input y: f32[4,1]",
-           "input a: f32[2,1,4,6]; input b: f32[3,6,5]; input w: f32[7,5]; input bb: f32[7]"]
+           "input a: f32[2,1,4,6]; input b: f32[3,6,5]; input w: f32[7,5]; input bb: f32[7]",
+           "input gi: i64[3,6,5]; input gj: i64[2,4,3]; input si: i64[5]"]
     for i, (e, _) in enumerate(checks):
         src.append("output o%d = %s" % (i, e))
     src.append("}")
     out = run_model(parse_source("\n".join(src), "<torch-check>"), {},
-                    {"s": special, "x": x, "y": y, "a": a, "b": b, "w": w, "bb": bb})
+                    {"s": special, "x": x, "y": y, "a": a, "b": b, "w": w, "bb": bb, "gi": gi, "gj": gj,
+                     "si": si})
     bad = []
     for i, (e, want) in enumerate(checks):
         got = out["o%d" % i]

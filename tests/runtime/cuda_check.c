@@ -361,6 +361,50 @@ static void check_embedding(int i64)
     mrt_free(g_dev, dids), mrt_free(g_dev, dw), mrt_free(g_dev, dy), free(w), free(ref), free(got);
 }
 
+/* gather in its three modes (x [outer, n, inner] -> y [outer, k, inner]) against the CPU kernel,
+ * then an index out of range at two positions: the first is named at the stream's sync */
+static void check_gather(int mode, int i64)
+{
+    int64_t outer = 5, n = 7, k = mode == 2 ? 7 : 4, inner = mode == 2 ? 1 : 3;
+    int64_t ni = mode == 0 ? outer * k * inner : mode == 1 ? k : outer, N = outer * k * inner;
+    float *x = rand_host((size_t)(outer * n * inner)), *ref = malloc((size_t)N * 4), *got = malloc((size_t)N * 4);
+    int64_t *i64s = malloc((size_t)ni * 8);
+    int32_t *i32s = malloc((size_t)ni * 4);
+    for (int64_t i = 0; i < ni; i++)
+        i64s[i] = (i * 5 + 3) % n, i32s[i] = (int32_t)i64s[i];
+    const void *idx = i64 ? (const void *)i64s : (const void *)i32s;
+    size_t isz = i64 ? 8 : 4;
+    int64_t bad_id;
+    int64_t bad = mrt_gather_f32(ref, mode == 2 ? NULL : x, idx, i64, mode, outer, n, k, inner, &bad_id);
+    float *dx = up(x, (size_t)(outer * n * inner) * 4), *dy = poisoned((size_t)N);
+    void *didx = up(idx, (size_t)ni * isz);
+    mrt_status st = mrt_cuda_gather_f32(g_stream, dy, mode == 2 ? NULL : dx, didx, i64, mode, outer, n, k, inner,
+                                        "check: gather index");
+    down(got, dy, (size_t)N * 4);
+    char name[64];
+    snprintf(name, sizeof name, "gather_mode%d_%s", mode, i64 ? "i64" : "i32");
+    if (bad >= 0)
+        st = mrt_set_error(MRT_ERR_INTERNAL, "the CPU gather found index %lld bad", (long long)bad_id);
+    report(name, st, got, ref, (size_t)N, 0.0);
+    int64_t p0 = ni / 2, p1 = ni - 1;
+    i64s[p1] = -2, i32s[p1] = -2, i64s[p0] = n, i32s[p0] = (int32_t)n;
+    mrt_free(g_dev, didx);
+    didx = up(idx, (size_t)ni * isz);
+    st = mrt_cuda_gather_f32(g_stream, dy, mode == 2 ? NULL : dx, didx, i64, mode, outer, n, k, inner,
+                             "check: gather index");
+    if (st == MRT_OK)
+        st = mrt_stream_sync(g_dev, g_stream, "check");
+    char want[128];
+    snprintf(want, sizeof want, "check: gather index: id %lld at position %lld is out of range [0, %lld)", (long long)n,
+             (long long)p0, (long long)n);
+    int ok = st == MRT_ERR_INVALID_ARG && strstr(mrt_last_error(), want);
+    bad = mrt_gather_f32(ref, mode == 2 ? NULL : x, idx, i64, mode, outer, n, k, inner, &bad_id);
+    ok = ok && bad == p0 && bad_id == n; /* the CPU kernel names the same one */
+    printf("%s: runtime/cuda/%s_bounds%s%s\n", ok ? "PASS" : "FAIL", name, ok ? "" : ": ", ok ? "" : mrt_last_error());
+    g_fail |= !ok;
+    mrt_free(g_dev, didx), mrt_free(g_dev, dx), mrt_free(g_dev, dy), free(x), free(ref), free(got), free(i64s), free(i32s);
+}
+
 static void check_concat(int64_t outer, int64_t x_row, int64_t y_row, int64_t y_offset)
 {
     size_t ny = (size_t)(outer * y_row), nx = (size_t)(outer * x_row);
@@ -534,6 +578,9 @@ int main(void)
     check_layernorm(3, 7);
     check_embedding(0);
     check_embedding(1);
+    for (int mode = 0; mode < 3; mode++)
+        for (int i64 = 0; i64 < 2; i64++)
+            check_gather(mode, i64);
     check_cumsum(9, 700, 1);
     check_cumsum(4, 37, 6);
     check_iota(1000);
