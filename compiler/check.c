@@ -1611,8 +1611,6 @@ static Node *lower_arange(Checker *c, const Call *call) {
     if (!(len >= 1))
         error_at(loc, "'arange' from %g to %g by %g is empty (empty tensors are not supported)", start, end, step);
     if (len > MAX_ELEMS) error_at(loc, "'arange' from %g to %g by %g has more than 2^40 elements", start, end, step);
-    if (!ints && len > (1 << 24))
-        error_at(loc, "'arange' of f32 with %.0f elements: more than 2^24, its indices are not exact", len);
     return mk_iota(c, loc, (int64_t)len, start, step, ints ? DT_I64 : DT_F32);
 }
 
