@@ -1413,35 +1413,44 @@ static Node *lower_repeat(Checker *c, const Call *call) {
     int r = attr_int_list(call, 0, reps, MAX_RANK), xr = x->shape.rank;
     if (r < xr)
         error_at(v->loc, "'repeat' of a tensor of rank %d needs at least %d repeats, got %d", xr, xr, r);
+    /* in: x with leading 1s. A repeated axis of size 1 is expanded in place; any other becomes
+     * [reps, size]: pre has a 1 before it, mid that 1 expanded, and out merges the two back. */
+    Shape in = {r, {{0}}}, pre = {0}, mid = {0}, out = {r, {{0}}};
     int wide = r;
     for (int i = 0; i < r; i++) {
         if (reps[i] < 1)
             error_at(v->items[i]->loc, "'repeat' repeats must be positive, got %lld (empty tensors are not supported)",
                      reps[i]);
         if (reps[i] > MAX_ELEMS) error_at(v->items[i]->loc, "'repeat' repeats %lld is more than 2^40", reps[i]);
-        if (reps[i] > 1) wide++;
+        in.d[i] = i < r - xr ? (Dim){1, false} : x->shape.d[i - (r - xr)];
+        if (in.d[i].c > MAX_ELEMS / reps[i]) error_at(v->items[i]->loc, "'repeat' makes dimension %d more than 2^40", i);
+        out.d[i] = (Dim){in.d[i].c * reps[i], in.d[i].sym};
+        if (reps[i] > 1 && (in.d[i].sym || in.d[i].c != 1)) wide++;
     }
     if (wide > MAX_RANK)
         error_at(v->loc, "'repeat' of %s repeating %d axes needs rank %d on the way, more than %d",
                  shp(c, &x->shape), wide - r, wide, MAX_RANK);
-    /* in: x with leading 1s; pre: a 1 before every repeated axis; mid: that 1 expanded */
-    Shape in = {r, {{0}}}, pre = {0}, mid = {0}, out = {r, {{0}}};
     for (int i = 0; i < r; i++) {
-        Dim d = i < r - xr ? (Dim){1, false} : x->shape.d[i - (r - xr)];
-        in.d[i] = d;
-        if (reps[i] > 1) {
+        Dim d = in.d[i];
+        bool unit = !d.sym && d.c == 1;
+        if (reps[i] > 1 && !unit) {
             pre.d[pre.rank++] = (Dim){1, false};
             mid.d[mid.rank++] = (Dim){reps[i], false};
         }
         pre.d[pre.rank++] = d;
-        mid.d[mid.rank++] = d;
-        if (d.c > MAX_ELEMS / reps[i]) error_at(v->items[i]->loc, "'repeat' makes dimension %d more than 2^40", i);
-        out.d[i] = (Dim){d.c * reps[i], d.sym};
+        mid.d[mid.rank++] = unit ? out.d[i] : d;
     }
-    if (wide == r) return r == xr ? x : mk_reshape(c, loc, x, in);
-    Node *y = mk_reshape(c, loc, x, pre);
+    if (shape_eq(&mid, &in)) return r == xr ? x : mk_reshape(c, loc, x, in); /* nothing repeats */
+    /* broadcasting adds leading axes: pre without its leading 1s may be x itself, and then the
+     * expand reads x directly (fused with x's producer) */
+    Shape lead = pre;
+    int k = 0;
+    while (k < lead.rank && !lead.d[k].sym && lead.d[k].c == 1 && lead.rank - k > xr) k++;
+    lead.rank -= k;
+    memmove(lead.d, lead.d + k, sizeof(Dim) * lead.rank);
+    Node *y = shape_eq(&lead, &x->shape) ? x : mk_reshape(c, loc, x, pre);
     y = mk_expand_to(c, loc, y, mid);
-    return mk_reshape(c, loc, y, out);
+    return shape_eq(&mid, &out) ? y : mk_reshape(c, loc, y, out);
 }
 
 /* repeat_interleave(x, repeats, dim): each element along dim repeated `repeats` times in a row;
