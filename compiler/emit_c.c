@@ -346,8 +346,9 @@ static void emit_gather(Emit *e, const Kernel *k, char **ptr) {
     Dim outer = {1, false}, inner = {1, false}, kk = r->shape.d[d], n = x ? x->shape.d[d] : kk;
     for (int i = 0; i < d; i++) outer = dim_mul(outer, r->shape.d[i], NULL);
     for (int i = d + 1; i < r->shape.rank; i++) inner = dim_mul(inner, r->shape.d[i], NULL);
-    const char *what = xprintf("\"%s: %s at %s:%d:%d, index %s\"", e->pfx, fns[mode], c_string_body(e->g->source), r->loc.line,
-                               r->loc.col, idx->name ? c_string_body(idx->name) : "(computed)");
+    const char *what = xprintf("\"%s: %s at %s:%d:%d, index %s%s%s\"", e->pfx, fns[mode], c_string_body(e->g->source),
+                               r->loc.line, r->loc.col, idx->name ? "'" : "", idx->name ? c_string_body(idx->name) : "computed",
+                               idx->name ? "'" : "");
     char *a = xprintf("%s, %s, %s, %d, %d, %s, %s, %s, %s", ptr[r->id], x ? ptr[view_base(x)->id] : "NULL",
                       ptr[view_base(idx)->id], idx->dtype == DT_I64, mode, dim_c(outer), dim_c(n), dim_c(kk), dim_c(inner));
     fprintf(e->o, "    /* %s%d: %s %%%d (%s along axis %d) */\n", e->kpfx, k->id, op_name(r->op), r->id, fns[mode], d);
