@@ -1364,9 +1364,13 @@ static Node *lower_where(Checker *c, const Call *call) {
 
 /* ---------------------------------------------------------------- shape and data-movement ops
  *
- * repeat, repeat_interleave and pad are sugar over expand, slice, reshape and concat, so they
- * fuse like those (an expand is an affine read; a reshape after it materializes it). triu,
- * tril and arange read an iota (OP_IOTA, a library kernel); cumsum is a scan kernel. */
+ * As PyTorch defines them. repeat, repeat_interleave and pad are sugar over expand, slice,
+ * reshape and concat, so they fuse like those (an expand or a slice is an affine read, the
+ * index maps of fuse.c; a reshape after an expand materializes it; repeat's i mod n has no
+ * affine map, hence the extra axis). triu and tril are a where over a mask of iotas (OP_IOTA,
+ * a library kernel, arange's too), fused with their producer; cumsum is a scan kernel; gather,
+ * index_select and one_hot are one library kernel (OP_GATHER) whose bad indices fail the run
+ * as embedding's do. */
 
 /* An integer list attribute k of at most max items into out; returns the count. */
 static int attr_int_list(const Call *call, int k, long long *out, int max) {
