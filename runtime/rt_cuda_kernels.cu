@@ -488,6 +488,42 @@ __global__ void cumsum_kernel(float *__restrict__ y, const float *__restrict__ x
     }
 }
 
+// Running sums of long rows (inner == 1): one block per row, kBlock threads each scanning a
+// contiguous chunk: the chunk totals (double) are scanned in shared memory, then each chunk is
+// summed again from its offset. Sums in double as the CPU kernel does, in another order, so a
+// result may differ from it in the double's last bits (almost never after rounding to float);
+// NaN and infinities propagate down the row as there.
+__global__ void cumsum_rows_kernel(float *__restrict__ y, const float *__restrict__ x, int64_t outer, int64_t n)
+{
+    __shared__ double part[kBlock];
+    const int64_t chunk = (n + kBlock - 1) / kBlock;
+    for (int64_t r = blockIdx.x; r < outer; r += gridDim.x) {
+        const float *xr = x + r * n;
+        float *yr = y + r * n;
+        const int64_t beg = threadIdx.x * chunk, end = beg + chunk < n ? beg + chunk : n;
+        double s = 0.0;
+        for (int64_t j = beg; j < end; j++)
+            s += xr[j];
+        part[threadIdx.x] = s;
+        __syncthreads();
+        if (threadIdx.x == 0) { // exclusive scan of the chunk totals
+            double acc = 0.0;
+            for (int t = 0; t < kBlock; t++) {
+                const double v = part[t];
+                part[t] = acc;
+                acc += v;
+            }
+        }
+        __syncthreads();
+        double a = part[threadIdx.x];
+        for (int64_t j = beg; j < end; j++) {
+            a += xr[j];
+            yr[j] = (float)a;
+        }
+        __syncthreads(); // part is reused by the next row
+    }
+}
+
 // y[i] = start + step * i, f32 or int64 (mrt_iota).
 __global__ void iota_kernel(void *__restrict__ y, int64_t n, double start, double step, int i64)
 {
@@ -590,8 +626,14 @@ mrt_status mrt_cuda_cumsum_f32(void *stream, float *y, const float *x, int64_t o
         return bad_arg(fn, "negative dimension");
     if (outer == 0 || n == 0 || inner == 0)
         return MRT_OK;
-    MRT_LAUNCH(cumsum_kernel, grid_for(outer * inner, kBlock), kBlock, 0, (cudaStream_t)stream, y, x, outer, n, inner);
-    LAUNCH_CHECK(fn, "cumsum_kernel");
+    cudaStream_t s = (cudaStream_t)stream;
+    if (inner == 1 && n >= 4 * kBlock && outer < 4096) { // few long rows: a block per row
+        MRT_LAUNCH(cumsum_rows_kernel, grid_for(outer, 1), kBlock, 0, s, y, x, outer, n);
+        LAUNCH_CHECK(fn, "cumsum_rows_kernel");
+    } else { // a thread per line
+        MRT_LAUNCH(cumsum_kernel, grid_for(outer * inner, kBlock), kBlock, 0, s, y, x, outer, n, inner);
+        LAUNCH_CHECK(fn, "cumsum_kernel");
+    }
     return MRT_OK;
 }
 

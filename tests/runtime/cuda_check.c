@@ -582,6 +582,8 @@ int main(void)
         for (int i64 = 0; i64 < 2; i64++)
             check_gather(mode, i64);
     check_cumsum(9, 700, 1);
+    check_cumsum(3, 100003, 1); /* long rows: cumsum_rows_kernel (chunks of 391) */
+    check_cumsum(2, 1024, 1);
     check_cumsum(4, 37, 6);
     check_iota(1000);
     check_concat(3, 12, 40, 8);
