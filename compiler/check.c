@@ -300,6 +300,15 @@ static void sort_args(Checker *c, const Ast *e, const FnSpec *spec, Call *call) 
                              ((a->val->kind == AST_NUM && a->val->is_int) ||
                               (a->val->kind == AST_NEG && a->val->lhs->kind == AST_NUM)) && int_literal(a->val, &lit);
         if (variadic_attr) npos = spec->max_t; /* concat(a, b, 1): the integer is the axis */
+        /* gather(x, 1, index): PyTorch's order, the dim between the tensors */
+        bool dim_between = spec->min_t >= 2 && npos == 1 && spec->nattrs > 0 && !strcmp(spec->attrs[0].name, "dim") &&
+                           !call->attr[0] && ((a->val->kind == AST_NUM && a->val->is_int) ||
+                                              (a->val->kind == AST_NEG && a->val->lhs->kind == AST_NUM));
+        if (dim_between) {
+            call->attr[0] = a->val;
+            call->attr_loc[0] = a->loc;
+            continue;
+        }
         if (npos < spec->max_t) {
             if (is_attr_literal(a->val))
                 error_at(a->loc, "argument %d of '%s' must be a tensor", npos + 1, spec->name);
@@ -1801,6 +1810,380 @@ static Node *lower_cast(Checker *c, const Call *call) {
     if (x->dtype == dt) return x;
     Node *n = mk_unary(c, OP_CAST, call->ast->loc, x);
     n->dtype = dt;
+    return n;
+}
+
+/* ---------------------------------------------------------------- shape and data-movement ops
+ *
+ * As PyTorch defines them. repeat, repeat_interleave and pad are sugar over expand, slice,
+ * reshape and concat, so they fuse like those (an expand or a slice is an affine read, the
+ * index maps of fuse.c; a reshape after an expand materializes it; repeat's i mod n has no
+ * affine map, hence the extra axis). triu and tril are a where over a mask of iotas (OP_IOTA,
+ * a library kernel, arange's too), fused with their producer; cumsum is a scan kernel; gather,
+ * index_select and one_hot are one library kernel (OP_GATHER) whose bad indices fail the run
+ * as embedding's do. */
+
+/* An integer list attribute k of at most max items into out; returns the count. */
+static int attr_int_list(const Call *call, int k, long long *out, int max) {
+    const Ast *v = call->attr[k];
+    const char *name = call->spec->attrs[k].name, *fn = call->spec->name;
+    if (v->kind != AST_LIST) error_at(v->loc, "attribute '%s' of '%s' must be a list of integers, got '%s'", name, fn, ast_text(v));
+    if (v->nitems > max)
+        error_at(v->loc, "attribute '%s' of '%s' has %d entries; at most %d", name, fn, v->nitems, max);
+    for (int i = 0; i < v->nitems; i++)
+        if (!int_literal(v->items[i], &out[i]))
+            error_at(v->items[i]->loc, "attribute '%s' of '%s' must hold integers, got '%s'", name, fn, ast_text(v->items[i]));
+    return v->nitems;
+}
+
+static Node *mk_expand_to(Checker *c, Loc loc, Node *x, Shape s) {
+    Node *n = new_node(c->g, OP_EXPAND, loc);
+    n->in[0] = x;
+    n->nin = 1;
+    n->dtype = x->dtype;
+    n->shape = s;
+    return n;
+}
+
+static Node *mk_slice(Checker *c, Loc loc, Node *x, int axis, int64_t start, int64_t step, int64_t len) {
+    Node *n = new_node(c->g, OP_SLICE, loc);
+    n->in[0] = x;
+    n->nin = 1;
+    n->dtype = x->dtype;
+    n->axis = axis;
+    n->start = start;
+    n->step = step;
+    n->shape = x->shape;
+    n->shape.d[axis] = (Dim){len, false};
+    return n;
+}
+
+/* repeat(x, reps): torch.Tensor.repeat. x is viewed with leading 1s to len(reps) axes; each
+ * repeated axis a becomes [reps, a] (a reshape, then an expand of the new axis), merged back. */
+static Node *lower_repeat(Checker *c, const Call *call) {
+    Node *x = call->t[0];
+    Loc loc = call->ast->loc;
+    const Ast *v = call->attr[0];
+    long long reps[MAX_RANK];
+    int r = attr_int_list(call, 0, reps, MAX_RANK), xr = x->shape.rank;
+    if (r < xr)
+        error_at(v->loc, "'repeat' of a tensor of rank %d needs at least %d repeats, got %d", xr, xr, r);
+    /* in: x with leading 1s. A repeated axis of size 1 is expanded in place; any other becomes
+     * [reps, size]: pre has a 1 before it, mid that 1 expanded, and out merges the two back. */
+    Shape in = {r, {{0}}}, pre = {0}, mid = {0}, out = {r, {{0}}};
+    int wide = r;
+    for (int i = 0; i < r; i++) {
+        if (reps[i] < 1)
+            error_at(v->items[i]->loc, "'repeat' repeats must be positive, got %lld (empty tensors are not supported)",
+                     reps[i]);
+        if (reps[i] > MAX_ELEMS) error_at(v->items[i]->loc, "'repeat' repeats %lld is more than 2^40", reps[i]);
+        in.d[i] = i < r - xr ? (Dim){1, false} : x->shape.d[i - (r - xr)];
+        if (in.d[i].c > MAX_ELEMS / reps[i]) error_at(v->items[i]->loc, "'repeat' makes dimension %d more than 2^40", i);
+        out.d[i] = (Dim){in.d[i].c * reps[i], in.d[i].sym};
+        if (reps[i] > 1 && (in.d[i].sym || in.d[i].c != 1)) wide++;
+    }
+    if (wide > MAX_RANK)
+        error_at(v->loc, "'repeat' of %s repeating %d axes needs rank %d on the way, more than %d",
+                 shp(c, &x->shape), wide - r, wide, MAX_RANK);
+    for (int i = 0; i < r; i++) {
+        Dim d = in.d[i];
+        bool unit = !d.sym && d.c == 1;
+        if (reps[i] > 1 && !unit) {
+            pre.d[pre.rank++] = (Dim){1, false};
+            mid.d[mid.rank++] = (Dim){reps[i], false};
+        }
+        pre.d[pre.rank++] = d;
+        mid.d[mid.rank++] = unit ? out.d[i] : d;
+    }
+    if (shape_eq(&mid, &in)) return r == xr ? x : mk_reshape(c, loc, x, in); /* nothing repeats */
+    /* broadcasting adds leading axes: pre without its leading 1s may be x itself, and then the
+     * expand reads x directly (fused with x's producer) */
+    Shape lead = pre;
+    int k = 0;
+    while (k < lead.rank && !lead.d[k].sym && lead.d[k].c == 1 && lead.rank - k > xr) k++;
+    lead.rank -= k;
+    memmove(lead.d, lead.d + k, sizeof(Dim) * lead.rank);
+    Node *y = shape_eq(&lead, &x->shape) ? x : mk_reshape(c, loc, x, pre);
+    y = mk_expand_to(c, loc, y, mid);
+    return shape_eq(&mid, &out) ? y : mk_reshape(c, loc, y, out);
+}
+
+/* repeat_interleave(x, repeats, dim): each element along dim repeated `repeats` times in a row;
+ * without dim, x is flattened first (torch.repeat_interleave). */
+static Node *lower_repeat_interleave(Checker *c, const Call *call) {
+    Node *x = call->t[0];
+    Loc loc = call->ast->loc;
+    long long reps = attr_int(call, 0);
+    if (reps < 1)
+        error_at(call->attr[0]->loc, "'repeat_interleave' repeats must be positive, got %lld (empty tensors are not "
+                 "supported)", reps);
+    if (reps > MAX_ELEMS) error_at(call->attr[0]->loc, "'repeat_interleave' repeats %lld is more than 2^40", reps);
+    int d;
+    if (!call->attr[1]) {
+        x = mk_reshape(c, loc, x, (Shape){1, {shape_numel(&x->shape)}});
+        d = 0;
+    } else {
+        d = norm_axis(call, call->attr[1], loc, attr_int(call, 1), x->shape.rank, "dim");
+    }
+    int r = x->shape.rank;
+    if (r + 1 > MAX_RANK)
+        error_at(loc, "'repeat_interleave' of a rank-%d tensor needs rank %d on the way, more than %d", r, r + 1, MAX_RANK);
+    Dim n = x->shape.d[d];
+    if (n.c > MAX_ELEMS / reps) error_at(call->attr[0]->loc, "'repeat_interleave' makes dimension %d more than 2^40", d);
+    if (reps == 1) return x;
+    Shape pre = {r + 1, {{0}}};
+    for (int i = 0, j = 0; i <= r; i++) pre.d[i] = i == d + 1 ? (Dim){1, false} : x->shape.d[j++];
+    Shape mid = pre, out = x->shape;
+    mid.d[d + 1] = (Dim){reps, false};
+    out.d[d] = (Dim){n.c * reps, n.sym};
+    Node *y = mk_reshape(c, loc, x, pre);
+    y = mk_expand_to(c, loc, y, mid);
+    return mk_reshape(c, loc, y, out);
+}
+
+/* pad(x, pad, mode, value): torch.nn.functional.pad. pad holds (before, after) pairs from the
+ * last axis backwards. Each padded axis becomes a concat of (up to) three parts: constant:
+ * the value broadcast; replicate: the edge slice broadcast; reflect: a reversed slice without
+ * the edge. Negative constant pads crop (a slice), as in PyTorch. */
+static Node *lower_pad(Checker *c, const Call *call) {
+    Node *x = call->t[0];
+    Loc loc = call->ast->loc;
+    require_f32(call, x, 0);
+    const Ast *v = call->attr[0];
+    int r = x->shape.rank;
+    long long p[2 * MAX_RANK];
+    int np = attr_int_list(call, 0, p, 2 * MAX_RANK);
+    int mode = attr_enum(call, 1); /* constant, reflect, replicate */
+    double value = attr_float(call, 2);
+    static const char *const modes[] = {"constant", "reflect", "replicate"};
+    if (np % 2) error_at(v->loc, "'pad' list must have an even length (before, after pairs), got %d entries", np);
+    if (np > 2 * r)
+        error_at(v->loc, "'pad' list of %d entries pads %d axes; a tensor of rank %d has %d", np, np / 2, r, r);
+    if (mode) {
+        /* PyTorch pads the last 1, 2 or 3 axes of a tensor with 1 or 2 more (batch, channel) */
+        int k = np / 2;
+        if (k < 1 || k > 3 || r < k + 1 || r > k + 2)
+            error_at(v->loc, "'pad' mode %s takes 2 pads for a tensor of rank 2 or 3, 4 for rank 3 or 4, 6 for rank 4 "
+                     "or 5 (as PyTorch); got %d for rank %d", modes[mode], np, r);
+        if (call->attr[2] && value != 0)
+            error_at(call->attr[2]->loc, "'pad' value applies to mode constant only, not %s", modes[mode]);
+    }
+    for (int i = 0; i < np; i++) {
+        int d = r - 1 - i / 2;
+        Dim L = x->shape.d[d];
+        if (p[i] && L.sym) error_at(v->items[i]->loc, "'pad' cannot pad the batch dimension (axis %d)", d);
+        if (mode && p[i] < 0)
+            error_at(v->items[i]->loc, "'pad' mode %s needs pads >= 0, got %lld", modes[mode], p[i]);
+        if (mode == 1 && p[i] >= L.c)
+            error_at(v->items[i]->loc, "'pad' mode reflect: padding %lld of axis %d must be less than its size %lld",
+                     p[i], d, (long long)L.c);
+        if (p[i] > MAX_ELEMS) error_at(v->items[i]->loc, "'pad' size %lld is more than 2^40", p[i]);
+    }
+    for (int i = 0; i + 1 < np; i += 2) {
+        int d = r - 1 - i / 2;
+        long long lo = p[i], hi = p[i + 1], L = x->shape.d[d].c;
+        if (lo == 0 && hi == 0) continue;
+        if (lo < 0 || hi < 0) { /* constant mode: crop first */
+            long long a = lo < 0 ? -lo : 0, b = hi < 0 ? -hi : 0;
+            if (a + b >= L)
+                error_at(v->items[i]->loc, "'pad' crops axis %d (size %lld) by %lld, leaving nothing", d, L, a + b);
+            x = mk_slice(c, loc, x, d, a, 1, L - a - b);
+            L -= a + b;
+            if (lo < 0) lo = 0;
+            if (hi < 0) hi = 0;
+            if (!lo && !hi) continue;
+        }
+        Node *side[2] = {NULL, NULL}; /* before, after */
+        for (int j = 0; j < 2; j++) {
+            long long w = j ? hi : lo;
+            if (!w) continue;
+            Shape sh = x->shape;
+            sh.d[d] = (Dim){w, false};
+            if (mode == 0) { /* constant */
+                side[j] = mk_expand_to(c, loc, mk_const(c, loc, value), sh);
+                side[j]->dtype = DT_F32;
+            } else if (mode == 2) { /* replicate: the edge element broadcast */
+                side[j] = mk_expand_to(c, loc, mk_slice(c, loc, x, d, j ? L - 1 : 0, 1, 1), sh);
+            } else { /* reflect: x[w], ..., x[1] before; x[L-2], ..., x[L-1-w] after */
+                side[j] = mk_slice(c, loc, x, d, j ? L - 2 : w, -1, w);
+            }
+        }
+        Node *cat = new_node(c->g, OP_CONCAT, loc);
+        cat->axis = d;
+        cat->dtype = x->dtype;
+        cat->shape = x->shape;
+        cat->shape.d[d] = (Dim){L + lo + hi, false};
+        if (side[0]) cat->in[cat->nin++] = side[0];
+        cat->in[cat->nin++] = x;
+        if (side[1]) cat->in[cat->nin++] = side[1];
+        x = cat;
+    }
+    return x;
+}
+
+/* cumsum(x, dim): running sums along dim (a scan kernel; sums in double, as PyTorch's CPU). */
+static Node *lower_cumsum(Checker *c, const Call *call) {
+    Node *x = call->t[0];
+    require_f32(call, x, 0);
+    int r = x->shape.rank;
+    if (r == 0) error_at(call->ast->loc, "'cumsum' needs a tensor of rank >= 1, got a scalar");
+    int d = norm_axis(call, call->attr[0], call->ast->loc, attr_int(call, 0), r, "dim");
+    Node *n = new_node(c->g, OP_CUMSUM, call->ast->loc);
+    n->in[0] = x;
+    n->nin = 1;
+    n->axis = d;
+    n->shape = x->shape;
+    return n;
+}
+
+/* An iota: [len] of start + step * i (computed in double), f32 or i64. */
+static Node *mk_iota(Checker *c, Loc loc, int64_t len, double start, double step, DType dt) {
+    Node *n = new_node(c->g, OP_IOTA, loc);
+    n->nin = 0;
+    n->dtype = dt;
+    n->shape = (Shape){1, {{len, false}}};
+    n->fattr[0] = start;
+    n->fattr[1] = step;
+    return n;
+}
+
+static bool attr_is_int(const Ast *v) {
+    long long k;
+    if (!v) return true; /* a default: the integers 0 and 1 */
+    const Ast *u = v->kind == AST_NEG ? v->lhs : v;
+    return u->kind == AST_NUM ? u->is_int : int_literal(v, &k);
+}
+
+/* arange(start, end, step), or arange(end): [ceil((end - start) / step)] values start + i*step;
+ * i64 when every argument given is an integer, else f32 (PyTorch's rule). */
+static Node *lower_arange(Checker *c, const Call *call) {
+    Loc loc = call->ast->loc;
+    double start = attr_float(call, 0), end, step = attr_float(call, 2);
+    if (call->attr[1]) {
+        end = attr_float(call, 1);
+    } else {
+        if (!call->attr[0]) error_at(loc, "'arange' needs an end, e.g. arange(10) or arange(0, 10, 2)");
+        end = start;
+        start = 0;
+    }
+    bool ints = attr_is_int(call->attr[0]) && attr_is_int(call->attr[1]) && attr_is_int(call->attr[2]);
+    for (int k = 0; k < 3; k++)
+        if (call->attr[k] && !isfinite(attr_float(call, k)))
+            error_at(call->attr[k]->loc, "'arange' %s must be finite", call->spec->attrs[k].name);
+    if (step == 0) error_at(call->attr[2]->loc, "'arange' step must be nonzero");
+    double len = ceil((end - start) / step);
+    if (!(len >= 1))
+        error_at(loc, "'arange' from %g to %g by %g is empty (empty tensors are not supported)", start, end, step);
+    if (len > MAX_ELEMS) error_at(loc, "'arange' from %g to %g by %g has more than 2^40 elements", start, end, step);
+    return mk_iota(c, loc, (int64_t)len, start, step, ints ? DT_I64 : DT_F32);
+}
+
+/* triu / tril(x, diagonal): x where col - row >= diagonal (triu) or <= diagonal (tril), else 0,
+ * over the last two axes: where(clamp(+-(col - row - diagonal) + 1, 0, 1), x, 0), with col and
+ * row iotas, fused into one elementwise kernel with x. */
+static Node *lower_tri(Checker *c, const Call *call) {
+    Node *x = call->t[0];
+    Loc loc = call->ast->loc;
+    bool upper = !strcmp(call->spec->name, "triu");
+    require_f32(call, x, 0);
+    int r = x->shape.rank;
+    if (r < 2) error_at(loc, "'%s' needs a tensor of rank >= 2, got %s", call->spec->name, shp(c, &x->shape));
+    Dim R = x->shape.d[r - 2], C = x->shape.d[r - 1];
+    if (R.sym || C.sym) error_at(loc, "'%s' of %s: the last two axes cannot be the batch dimension", call->spec->name, shp(c, &x->shape));
+    if (R.c > (1 << 24) || C.c > (1 << 24))
+        error_at(loc, "'%s' of %s: the last two axes must be at most 2^24", call->spec->name, shp(c, &x->shape));
+    long long k = attr_int(call, 0);
+    if (k > C.c + 1) k = C.c + 1; /* beyond either end the mask is all or nothing; keeps k exact in f32 */
+    if (k < -R.c - 1) k = -R.c - 1;
+    Node *col = mk_reshape(c, loc, mk_iota(c, loc, C.c, 0, 1, DT_F32), (Shape){2, {{1, false}, C}});
+    Node *row = mk_reshape(c, loc, mk_iota(c, loc, R.c, 0, 1, DT_F32), (Shape){2, {R, {1, false}}});
+    Node *dif = upper ? mk_binary(c, OP_SUB, loc, col, row) : mk_binary(c, OP_SUB, loc, row, col);
+    /* triu: col - row - k + 1 >= 1 exactly when col - row >= k; tril: row - col + k + 1 */
+    Node *m = mk_binary(c, OP_ADD, loc, dif, mk_const(c, loc, (double)(upper ? 1 - k : 1 + k)));
+    m = mk_unary(c, OP_CLAMP, loc, m);
+    m->fattr[0] = 0;
+    m->fattr[1] = 1;
+    Node *n = new_node(c->g, OP_WHERE, loc);
+    n->in[0] = m;
+    n->in[1] = x;
+    n->in[2] = mk_const(c, loc, 0);
+    n->nin = 3;
+    n->shape = broadcast(c, loc, call->spec->name, &m->shape, &x->shape);
+    return n;
+}
+
+/* gather(x, dim, index): out[..., i, ...] = x[..., index[..., i, ...], ...] along dim, index i64 of
+ * x's rank and at most its size on the other axes (x is cut to it); index_select(x, dim, index):
+ * the entries index (1-D) of x along dim. One kernel (OP_GATHER); an index outside
+ * [0, size of dim) fails the run naming the call, the index and its position. */
+static Node *lower_gather(Checker *c, const Call *call) {
+    Node *x = call->t[0], *idx = call->t[1];
+    Loc loc = call->ast->loc;
+    const char *fn = call->spec->name;
+    bool select = !strcmp(fn, "index_select");
+    const Ast *ia = call->ast->args[0].val;
+    for (int i = 0; i < call->ast->nargs; i++)
+        if (!call->ast->args[i].key && i > 0 && call->ast->args[i].val != call->attr[0]) {
+            ia = call->ast->args[i].val;
+            break;
+        }
+    require_f32(call, x, 0);
+    if (idx->dtype == DT_F32 || (!select && idx->dtype != DT_I64))
+        error_at(ia->loc, "'%s' index must be %s, got %s", fn, select ? "i32 or i64" : "i64", dtype_name(idx->dtype));
+    int r = x->shape.rank;
+    int d = norm_axis(call, call->attr[0], loc, attr_int(call, 0), r, "dim");
+    Node *n = new_node(c->g, OP_GATHER, loc);
+    n->axis = d;
+    if (select) {
+        if (idx->shape.rank != 1)
+            error_at(ia->loc, "'index_select' index must be 1-D, got %s", shp(c, &idx->shape));
+        n->gather_mode = GATHER_INDEX_SELECT;
+        n->shape = x->shape;
+        n->shape.d[d] = idx->shape.d[0];
+    } else {
+        if (idx->shape.rank != r)
+            error_at(ia->loc, "'gather' index %s has rank %d; x %s has rank %d (they must match)", shp(c, &idx->shape),
+                     idx->shape.rank, shp(c, &x->shape), r);
+        for (int i = 0; i < r; i++) {
+            Dim di = idx->shape.d[i], dx = x->shape.d[i];
+            if (i == d || dim_eq(di, dx)) continue;
+            if (di.sym || dx.sym || di.c > dx.c)
+                error_at(ia->loc, "'gather' index %s is larger than x %s in dimension %d (%s > %s)", shp(c, &idx->shape),
+                         shp(c, &x->shape), i, dms(c, di), dms(c, dx));
+            x = mk_slice(c, loc, x, i, 0, 1, di.c); /* the part of x the index covers */
+        }
+        n->gather_mode = GATHER_ELEMENTS;
+        n->shape = idx->shape;
+    }
+    if (shape_nsym(&n->shape) > 1)
+        error_at(loc, "'%s' gives %s: two batch-dependent dimensions", fn, shp(c, &n->shape));
+    n->in[0] = x;
+    n->in[1] = idx;
+    n->nin = 2;
+    return n;
+}
+
+/* one_hot(ids, num_classes): [..., num_classes] of 0 and 1, f32 (so it can feed the f32 ops; PyTorch
+ * gives i64). num_classes is required: a size cannot come from the data at compile time. */
+static Node *lower_one_hot(Checker *c, const Call *call) {
+    Node *ids = call->t[0];
+    Loc loc = call->ast->loc;
+    if (ids->dtype != DT_I64)
+        error_at(call->ast->args[0].val->loc, "'one_hot' ids must be i64, got %s", dtype_name(ids->dtype));
+    long long C = attr_int(call, 0);
+    if (C < 1)
+        error_at(call->attr[0]->loc, "'one_hot' num_classes must be >= 1, got %lld (it cannot be inferred from the data "
+                 "at compile time)", C);
+    if (C > MAX_ELEMS) error_at(call->attr[0]->loc, "'one_hot' num_classes %lld is more than 2^40", C);
+    if (ids->shape.rank >= MAX_RANK)
+        error_at(call->ast->args[0].val->loc, "'one_hot' ids have rank %d; at most %d", ids->shape.rank, MAX_RANK - 1);
+    Node *n = new_node(c->g, OP_GATHER, loc);
+    n->gather_mode = GATHER_ONE_HOT;
+    n->in[0] = ids;
+    n->nin = 1;
+    n->shape = ids->shape;
+    n->axis = n->shape.rank; /* the new axis (never the batch's) */
+    n->shape.d[n->shape.rank++] = (Dim){C, false};
     return n;
 }
 

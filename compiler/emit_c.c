@@ -368,6 +368,38 @@ static void emit_concat(Emit *e, const Kernel *k, char **ptr) {
     }
 }
 
+/* gather, index_select, one_hot: y [outer, k, inner] from x [outer, n, inner] through the index
+ * (its mode, GATHER_*); an index outside [0, n) fails the run with a message naming the call and
+ * its source location (on CUDA at the stream's next synchronization, as for embedding). */
+static void emit_gather(Emit *e, const Kernel *k, char **ptr) {
+    const Node *r = k->lib;
+    int s = kslot(k), d = r->axis, mode = r->gather_mode;
+    const Node *x = mode == GATHER_ONE_HOT ? NULL : r->in[0], *idx = mode == GATHER_ONE_HOT ? r->in[0] : r->in[1];
+    static const char *const fns[] = {"gather", "index_select", "one_hot"};
+    Dim outer = {1, false}, inner = {1, false}, kk = r->shape.d[d], n = x ? x->shape.d[d] : kk;
+    for (int i = 0; i < d; i++) outer = dim_mul(outer, r->shape.d[i], NULL);
+    for (int i = d + 1; i < r->shape.rank; i++) inner = dim_mul(inner, r->shape.d[i], NULL);
+    const char *what = xprintf("\"%s: %s at %s:%d:%d, index %s%s%s\"", e->pfx, fns[mode], c_string_body(e->g->source),
+                               r->loc.line, r->loc.col, idx->name ? "'" : "", idx->name ? c_string_body(idx->name) : "computed",
+                               idx->name ? "'" : "");
+    char *a = xprintf("%s, %s, %s, %d, %d, %s, %s, %s, %s", ptr[r->id], x ? ptr[view_base(x)->id] : "NULL",
+                      ptr[view_base(idx)->id], idx->dtype == DT_I64, mode, dim_c(outer), dim_c(n), dim_c(kk), dim_c(inner));
+    fprintf(e->o, "    /* %s%d: %s %%%d (%s along axis %d) */\n", e->kpfx, k->id, op_name(r->op), r->id, fns[mode], d);
+    const char *fn = op_info[r->op].kernel;
+    dispatch(e, s, xprintf("if ((st = mrt_%s_checked(%s, %s)) != MRT_OK) return st", fn, what, a),
+             xprintf("mrt_cuda_%s(stream%d, %s, %s)", fn, s, a, what));
+}
+
+/* An iota: y[i] = start + step * i for i < n (f32 or i64), computed in double. */
+static void emit_iota(Emit *e, const Kernel *k, char **ptr) {
+    const Node *r = k->lib;
+    fprintf(e->o, "    /* %s%d: %s %%%d {start=%.17g, step=%.17g} */\n", e->kpfx, k->id, op_name(r->op), r->id, r->fattr[0],
+            r->fattr[1]);
+    library_call(e, k, op_info[r->op].kernel,
+                 xprintf("%s, %s, %.17g, %.17g, %d", ptr[r->id], dim_c(r->shape.d[0]), r->fattr[0], r->fattr[1],
+                         r->dtype == DT_I64));
+}
+
 /* A copy between device slots, after the source slot's stream is idle; the source slot's stream
  * then waits for the copy. */
 static void emit_transfer(Emit *e, const Kernel *k, char **ptr) {

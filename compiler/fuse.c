@@ -410,6 +410,9 @@ static void dump_kernels(FILE *out, const Graph *g, const KernelList *kl, const 
             for (int j = 0; j < r->nin; j++) fprintf(out, "%s%%%d", j ? ", " : " ", r->in[j]->id);
             if (op_is_reduction(r->op) || r->op == OP_CONCAT)
                 fprintf(out, " {axis=%d%s%s}", r->axis, r->keepdim ? ", keepdim" : "", r->causal ? ", causal" : "");
+            if (r->op == OP_IOTA) fprintf(out, " {start=%.17g, step=%.17g}", r->fattr[0], r->fattr[1]);
+            if (r->op == OP_GATHER)
+                fprintf(out, " {axis=%d, %s}", r->axis, r->gather_mode == GATHER_ONE_HOT ? "one_hot" : r->gather_mode == GATHER_INDEX_SELECT ? "index_select" : "gather");
             break;
         }
         }

@@ -211,6 +211,16 @@ static void dump_attrs(FILE *out, const Node *n) {
         fprintf(out, " {beta=%g, threshold=%g}", n->fattr[0], n->fattr[1]);
         break;
 
+    case OP_CUMSUM:
+        fprintf(out, " {axis=%d}", n->axis);
+        break;
+    case OP_IOTA:
+        fprintf(out, " {start=%.17g, step=%.17g}", n->fattr[0], n->fattr[1]);
+        break;
+    case OP_GATHER:
+        fprintf(out, " {axis=%d, %s}", n->axis,
+                n->gather_mode == GATHER_ONE_HOT ? "one_hot" : n->gather_mode == GATHER_INDEX_SELECT ? "index_select" : "gather");
+        break;
     case OP_SUM: case OP_MEAN: case OP_MAX: case OP_ARGMAX:
         fprintf(out, " {axis=%d%s}", n->axis, n->keepdim ? ", keepdim" : "");
         break;

@@ -289,6 +289,8 @@ struct Node {
      * that PyTorch's kernels read (0: none, the scale is in/out) */
     bool bilinear, align_corners;
     double scale[2];
+    /* gather: how in[1] (the index) is read, GATHER_*; axis is the gathered axis */
+    int gather_mode;
     bool init;            /* depends only on params and constants: computed once at load time */
     int slot;             /* device slot (Graph.slots); -1: follows its consumers (params, constants) */
     /* filled by analysis */
@@ -373,6 +375,10 @@ void dump_graph(FILE *out, const Graph *g);
 /* True when a batch can run in chunks with the same result: every value that depends on a
  * batched input has the batch as its leading axis, and no op mixes batch items. */
 bool graph_batch_separable(const Graph *g);
+
+/* OP_GATHER's index modes (runtime/mrt_kernels.h, mrt_gather_f32): gather (index shaped like the
+ * output), index_select (a 1-D index along the axis), one_hot (no x; ids, the output one longer). */
+enum { GATHER_ELEMENTS = 0, GATHER_INDEX_SELECT = 1, GATHER_ONE_HOT = 2 };
 
 /* ================================================================ check.c */
 

@@ -307,6 +307,14 @@ mrt_status mrt_cuda_fault_begin(void *stream, const char *what, int **fault, int
 mrt_status mrt_cuda_fault_end(void *stream, const char *what, int ticket);
 mrt_status mrt_cuda_embedding_f32(void *stream, float *y, const void *ids, int ids_i64, int64_t n, const float *w,
                                   int64_t V, int64_t D, const char *what);
+/** Running sums along the middle axis of x [outer, n, inner] (mrt_cumsum_f32), in double. */
+mrt_status mrt_cuda_cumsum_f32(void *stream, float *y, const float *x, int64_t outer, int64_t n, int64_t inner);
+/** y[i] = start + step * i for i < n, f32 or (i64 != 0) int64 (mrt_iota). */
+mrt_status mrt_cuda_iota(void *stream, void *y, int64_t n, double start, double step, int i64);
+/** mrt_gather_f32 (gather, index_select, one_hot by `mode`); an index outside [0, n) is reported
+ *  like an embedding's bad id: by the stream's next mrt_stream_sync, naming `what`. */
+mrt_status mrt_cuda_gather_f32(void *stream, float *y, const float *x, const void *idx, int idx_i64, int mode,
+                               int64_t outer, int64_t n, int64_t k, int64_t inner, const char *what);
 mrt_status mrt_cuda_concat_part(void *stream, void *y, const void *x, int64_t outer, int64_t x_row, int64_t y_row,
                                 int64_t y_offset);
 

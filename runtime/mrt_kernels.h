@@ -507,6 +507,53 @@ static inline int64_t mrt_embedding_f32(float *y, const void *ids, int ids_i64, 
     return -1;
 }
 
+/* y[o, j, i] = x[o, 0, i] + ... + x[o, j, i] for j < n: running sums along the middle axis of
+ * x [outer, n, inner]; accumulates in double (the CUDA kernel sums in the same order). */
+static inline void mrt_cumsum_f32(float *y, const float *x, int64_t outer, int64_t n, int64_t inner) {
+    for (int64_t o = 0; o < outer; o++)
+        for (int64_t i = 0; i < inner; i++) {
+            double s = 0.0;
+            const float *xr = x + o * n * inner + i;
+            float *yr = y + o * n * inner + i;
+            for (int64_t j = 0; j < n; j++) {
+                s += xr[j * inner];
+                yr[j * inner] = (float)s;
+            }
+        }
+}
+
+/* y [outer, k, inner] gathered from x [outer, n, inner] along the middle axis, by an index of
+ * int64 (idx_i64) or int32; mode 0 (gather): the index is [outer, k, inner], y[o, j, i] =
+ * x[o, index[o, j, i], i]; mode 1 (index_select): the index is [k], y[o, j, i] = x[o, index[j], i];
+ * mode 2 (one_hot, x unused, inner 1, n == k): the index is [outer], y[o, j] = index[o] == j.
+ * Returns -1, or the first position in the index of an entry outside [0, n) (that entry in
+ * *bad_id), leaving y partly written. */
+static inline int64_t mrt_gather_f32(float *y, const float *x, const void *idx, int idx_i64, int mode, int64_t outer,
+                                     int64_t n, int64_t k, int64_t inner, int64_t *bad_id) {
+    for (int64_t o = 0; o < outer; o++)
+        for (int64_t j = 0; j < k; j++)
+            for (int64_t i = 0; i < inner; i++) {
+                const int64_t at = (o * k + j) * inner + i, pos = mode == 0 ? at : mode == 1 ? j : o;
+                const int64_t id = idx_i64 ? ((const int64_t *)idx)[pos] : (int64_t)((const int32_t *)idx)[pos];
+                if (id < 0 || id >= n) {
+                    *bad_id = id;
+                    return pos;
+                }
+                y[at] = mode == 2 ? (id == j ? 1.0f : 0.0f) : x[(o * n + id) * inner + i];
+            }
+    return -1;
+}
+
+/* y[i] = start + step * i for i < n, in double, then rounded to float (or converted to int64
+ * when i64: start and step are integers then). */
+static inline void mrt_iota(void *y, int64_t n, double start, double step, int i64) {
+    for (int64_t i = 0; i < n; i++) {
+        double v = start + step * (double)i;
+        if (i64) ((int64_t *)y)[i] = (int64_t)v;
+        else ((float *)y)[i] = (float)v;
+    }
+}
+
 /* One operand of a concatenation: `outer` rows of x_row bytes go to y at y_offset within each
  * y_row-byte row. */
 static inline void mrt_concat_part(void *y, const void *x, int64_t outer, int64_t x_row, int64_t y_row, int64_t y_offset) {
@@ -556,6 +603,16 @@ static inline int mrt_embedding_f32_checked(const char *what, float *y, const vo
     if (bad < 0) return MRT_OK;
     return mrt_set_error(MRT_ERR_INVALID_ARG, "%s: id %lld at position %lld is out of range [0, %lld)", what,
                          (long long)bad_id, (long long)bad, (long long)V);
+}
+
+/** mrt_gather_f32 returning a status: an index outside [0, n) is MRT_ERR_INVALID_ARG naming `what`
+ *  (model, call and index), the index and its position (the same words as embedding's). */
+static inline int mrt_gather_f32_checked(const char *what, float *y, const float *x, const void *idx, int idx_i64,
+                                         int mode, int64_t outer, int64_t n, int64_t k, int64_t inner) {
+    int64_t bad_id = 0, bad = mrt_gather_f32(y, x, idx, idx_i64, mode, outer, n, k, inner, &bad_id);
+    if (bad < 0) return MRT_OK;
+    return mrt_set_error(MRT_ERR_INVALID_ARG, "%s: id %lld at position %lld is out of range [0, %lld)", what,
+                         (long long)bad_id, (long long)bad, (long long)n);
 }
 
 #ifdef MRT_WITH_CUDA

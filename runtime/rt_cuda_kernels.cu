@@ -526,6 +526,72 @@ __global__ void embedding_kernel(float *__restrict__ y, const void *__restrict__
     }
 }
 
+// Running sums along n of x [outer, n, inner]: one thread per (o, i) line, in double and in the
+// CPU kernel's order (mrt_cumsum_f32), so both round alike.
+__global__ void cumsum_kernel(float *__restrict__ y, const float *__restrict__ x, int64_t outer, int64_t n,
+                              int64_t inner)
+{
+    for (int64_t t = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; t < outer * inner;
+         t += (int64_t)gridDim.x * blockDim.x) {
+        const int64_t o = t / inner, i = t - o * inner;
+        const float *xr = x + o * n * inner + i;
+        float *yr = y + o * n * inner + i;
+        double s = 0.0;
+        for (int64_t j = 0; j < n; j++) {
+            s += xr[j * inner];
+            yr[j * inner] = (float)s;
+        }
+    }
+}
+
+// Running sums of long rows (inner == 1): one block per row, kBlock threads each scanning a
+// contiguous chunk: the chunk totals (double) are scanned in shared memory, then each chunk is
+// summed again from its offset. Sums in double as the CPU kernel does, in another order, so a
+// result may differ from it in the double's last bits (almost never after rounding to float);
+// NaN and infinities propagate down the row as there.
+__global__ void cumsum_rows_kernel(float *__restrict__ y, const float *__restrict__ x, int64_t outer, int64_t n)
+{
+    __shared__ double part[kBlock];
+    const int64_t chunk = (n + kBlock - 1) / kBlock;
+    for (int64_t r = blockIdx.x; r < outer; r += gridDim.x) {
+        const float *xr = x + r * n;
+        float *yr = y + r * n;
+        const int64_t beg = threadIdx.x * chunk, end = beg + chunk < n ? beg + chunk : n;
+        double s = 0.0;
+        for (int64_t j = beg; j < end; j++)
+            s += xr[j];
+        part[threadIdx.x] = s;
+        __syncthreads();
+        if (threadIdx.x == 0) { // exclusive scan of the chunk totals
+            double acc = 0.0;
+            for (int t = 0; t < kBlock; t++) {
+                const double v = part[t];
+                part[t] = acc;
+                acc += v;
+            }
+        }
+        __syncthreads();
+        double a = part[threadIdx.x];
+        for (int64_t j = beg; j < end; j++) {
+            a += xr[j];
+            yr[j] = (float)a;
+        }
+        __syncthreads(); // part is reused by the next row
+    }
+}
+
+// y[i] = start + step * i, f32 or int64 (mrt_iota).
+__global__ void iota_kernel(void *__restrict__ y, int64_t n, double start, double step, int i64)
+{
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
+        const double v = start + step * (double)i;
+        if (i64)
+            ((int64_t *)y)[i] = (int64_t)v;
+        else
+            ((float *)y)[i] = (float)v;
+    }
+}
+
 // outer rows of `words` T-sized words from x (row pitch x_row bytes) to y + y_offset (pitch y_row).
 template <typename T>
 __global__ void concat_kernel(char *__restrict__ y, const char *__restrict__ x, int64_t outer, int64_t words,
@@ -606,6 +672,36 @@ mrt_status mrt_cuda_sum_f32(void *stream, float *y, const float *x, int64_t oute
         MRT_LAUNCH(sum_cols_kernel, grid_for(outer * inner, kBlock), kBlock, 0, s, y, x, outer, n, inner, mean);
         LAUNCH_CHECK(fn, "sum_cols_kernel");
     }
+    return MRT_OK;
+}
+
+mrt_status mrt_cuda_cumsum_f32(void *stream, float *y, const float *x, int64_t outer, int64_t n, int64_t inner)
+{
+    static const char fn[] = "mrt_cuda_cumsum_f32";
+    if (outer < 0 || n < 0 || inner < 0)
+        return bad_arg(fn, "negative dimension");
+    if (outer == 0 || n == 0 || inner == 0)
+        return MRT_OK;
+    cudaStream_t s = (cudaStream_t)stream;
+    if (inner == 1 && n >= 4 * kBlock && outer < 4096) { // few long rows: a block per row
+        MRT_LAUNCH(cumsum_rows_kernel, grid_for(outer, 1), kBlock, 0, s, y, x, outer, n);
+        LAUNCH_CHECK(fn, "cumsum_rows_kernel");
+    } else { // a thread per line
+        MRT_LAUNCH(cumsum_kernel, grid_for(outer * inner, kBlock), kBlock, 0, s, y, x, outer, n, inner);
+        LAUNCH_CHECK(fn, "cumsum_kernel");
+    }
+    return MRT_OK;
+}
+
+mrt_status mrt_cuda_iota(void *stream, void *y, int64_t n, double start, double step, int i64)
+{
+    static const char fn[] = "mrt_cuda_iota";
+    if (n < 0)
+        return bad_arg(fn, "negative length");
+    if (n == 0)
+        return MRT_OK;
+    MRT_LAUNCH(iota_kernel, grid_for(n, kBlock), kBlock, 0, (cudaStream_t)stream, y, n, start, step, i64);
+    LAUNCH_CHECK(fn, "iota_kernel");
     return MRT_OK;
 }
 
@@ -926,6 +1022,57 @@ extern "C" void rt_cuda_checks_release(int device, void *stream)
     pthread_mutex_unlock(&g_checks_lock);
 }
 
+} // extern "C"
+
+namespace {
+// The start of an id-checked call (embedding, gather, index_select, one_hot): takes
+// g_checks_lock, which it leaves held on success, and a reset record *pk (check_open).
+mrt_status checks_begin(cudaStream_t s, const char *what, Checks **pc, int *pk)
+{
+    pthread_mutex_lock(&g_checks_lock);
+    mrt_status st = check_open(s, what, pc, pk);
+    if (st != MRT_OK)
+        pthread_mutex_unlock(&g_checks_lock);
+    return st;
+}
+
+// The end of an id-checked call whose kernel (status st) marked record k: the bad entry of ids
+// is added to it and it is queued for the host, with the range [0, V) for the message; unlocks.
+mrt_status checks_end(mrt_status st, Checks *c, int k, cudaStream_t s, const char *what, const void *ids, int ids_i64,
+                      int64_t V)
+{
+    if (st == MRT_OK) {
+        MRT_LAUNCH(embedding_bad_id_kernel, 1, 1, 0, s, &c->dev_rec[k], ids, ids_i64);
+        st = launched(what, "embedding_bad_id_kernel");
+    }
+    if (st == MRT_OK)
+        st = check_close(c, k, s, what, kEmbedding, V);
+    pthread_mutex_unlock(&g_checks_lock);
+    return st;
+}
+} // namespace
+
+// y [outer, k, inner] from x [outer, n, inner] through the index (mrt_gather_f32's modes); an
+// entry outside [0, n) leaves its element unwritten and its smallest position goes to *first_bad.
+__global__ void gather_kernel(float *__restrict__ y, const float *__restrict__ x, const void *__restrict__ idx,
+                              int idx_i64, int mode, int64_t outer, int64_t n, int64_t k, int64_t inner,
+                              unsigned long long *__restrict__ first_bad)
+{
+    const int64_t total = outer * k * inner;
+    for (int64_t t = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; t < total;
+         t += (int64_t)gridDim.x * blockDim.x) {
+        const int64_t o = t / (k * inner), r = t - o * k * inner, j = r / inner, i = r - j * inner;
+        const int64_t pos = mode == 0 ? t : mode == 1 ? j : o;
+        const int64_t id = idx_i64 ? ((const int64_t *)idx)[pos] : (int64_t)((const int32_t *)idx)[pos];
+        if (id < 0 || id >= n)
+            atomicMin(first_bad, (unsigned long long)pos);
+        else
+            y[t] = mode == 2 ? (id == j ? 1.0f : 0.0f) : x[(o * n + id) * inner + i];
+    }
+}
+
+extern "C" {
+
 mrt_status mrt_cuda_embedding_f32(void *stream, float *y, const void *ids, int ids_i64, int64_t n, const float *w,
                                   int64_t V, int64_t D, const char *what)
 {
@@ -937,29 +1084,41 @@ mrt_status mrt_cuda_embedding_f32(void *stream, float *y, const void *ids, int i
     if (n == 0)
         return MRT_OK;
     cudaStream_t s = (cudaStream_t)stream;
-    pthread_mutex_lock(&g_checks_lock);
-    Checks *c;
-    int k;
-    mrt_status st = check_open(s, what, &c, &k);
-    if (st != MRT_OK) {
-        pthread_mutex_unlock(&g_checks_lock);
+    Checks *c = NULL;
+    int k = 0;
+    mrt_status st = checks_begin(s, what, &c, &k);
+    if (st != MRT_OK)
         return st;
-    }
     const int64_t Dl = D > 0 ? D : 1;
     MRT_LAUNCH(embedding_kernel, grid_for(n * Dl, kBlock), kBlock, 0, s, y, ids, ids_i64, n, w, V, D, Dl,
                &c->dev_rec[k].pos);
     st = launched(what, "embedding_kernel");
-    if (st == MRT_OK) {
-        MRT_LAUNCH(embedding_bad_id_kernel, 1, 1, 0, s, &c->dev_rec[k], ids, ids_i64);
-        st = launched(what, "embedding_bad_id_kernel");
-    }
-    if (st == MRT_OK)
-        st = check_close(c, k, s, what, kEmbedding, V);
-    pthread_mutex_unlock(&g_checks_lock);
-    return st;
+    return checks_end(st, c, k, s, what, ids, ids_i64, V);
 }
 
-extern "C" mrt_status mrt_cuda_fault_begin(void *stream, const char *what, int **fault, int *ticket)
+mrt_status mrt_cuda_gather_f32(void *stream, float *y, const float *x, const void *idx, int idx_i64, int mode,
+                               int64_t outer, int64_t n, int64_t k, int64_t inner, const char *what)
+{
+    static const char fn[] = "mrt_cuda_gather_f32";
+    if (!what)
+        what = fn;
+    if (outer < 0 || n < 0 || k < 0 || inner < 0 || mode < 0 || mode > 2)
+        return bad_arg(what, "negative dimension or bad mode");
+    if (outer == 0 || k == 0 || inner == 0)
+        return MRT_OK;
+    cudaStream_t s = (cudaStream_t)stream;
+    Checks *c = NULL;
+    int r = 0;
+    mrt_status st = checks_begin(s, what, &c, &r);
+    if (st != MRT_OK)
+        return st;
+    MRT_LAUNCH(gather_kernel, grid_for(outer * k * inner, kBlock), kBlock, 0, s, y, x, idx, idx_i64, mode, outer, n, k,
+               inner, &c->dev_rec[r].pos);
+    st = launched(what, "gather_kernel");
+    return checks_end(st, c, r, s, what, idx, idx_i64, n);
+}
+
+mrt_status mrt_cuda_fault_begin(void *stream, const char *what, int **fault, int *ticket)
 {
     if (!fault || !ticket)
         return bad_arg("mrt_cuda_fault_begin", "NULL fault or ticket");
@@ -973,7 +1132,7 @@ extern "C" mrt_status mrt_cuda_fault_begin(void *stream, const char *what, int *
     return st;
 }
 
-extern "C" mrt_status mrt_cuda_fault_end(void *stream, const char *what, int ticket)
+mrt_status mrt_cuda_fault_end(void *stream, const char *what, int ticket)
 {
     cudaStream_t s = (cudaStream_t)stream;
     int device = 0;

@@ -144,6 +144,22 @@ mrt_status mrt_cuda_sum_f32(void *stream, float *y, const float *x, int64_t oute
     return rt_no_cuda_err("mrt_cuda_sum_f32");
 }
 
+mrt_status mrt_cuda_cumsum_f32(void *stream, float *y, const float *x, int64_t outer, int64_t n, int64_t inner)
+{
+    return rt_no_cuda_err("mrt_cuda_cumsum_f32");
+}
+
+mrt_status mrt_cuda_gather_f32(void *stream, float *y, const float *x, const void *idx, int idx_i64, int mode,
+                               int64_t outer, int64_t n, int64_t k, int64_t inner, const char *what)
+{
+    return rt_no_cuda_err(what ? what : "mrt_cuda_gather_f32");
+}
+
+mrt_status mrt_cuda_iota(void *stream, void *y, int64_t n, double start, double step, int i64)
+{
+    return rt_no_cuda_err("mrt_cuda_iota");
+}
+
 mrt_status mrt_cuda_max_f32(void *stream, float *y, const float *x, int64_t outer, int64_t n, int64_t inner)
 {
     return rt_no_cuda_err("mrt_cuda_max_f32");

@@ -472,6 +472,64 @@ class Gen:
         kw = "dims=" if r.random() < 0.5 else ""
         return self.emit("permute(%s, %s[%s])" % (t, kw, ", ".join(map(str, perm))), new, m, a.pos, a.lo)
 
+    def op_movement(self):
+        """repeat, repeat_interleave, pad, triu/tril or cumsum on fixed axes (the batch stays
+        leading), so that they fuse (or not) with whatever produced their operand."""
+        r = self.rng
+        a = self.pick(lambda v: len(self.int_axes(v.shape)) >= 1)
+        if a is None:
+            return None
+        s, rank, axes = a.shape, len(a.shape), self.int_axes(a.shape)
+        trailing = 0
+        while trailing < rank and not is_sym(s[rank - 1 - trailing]):
+            trailing += 1
+        kind = r.choice(["repeat", "repeat_interleave", "pad", "pad", "tri", "cumsum"])
+        if kind == "tri" and trailing < 2:
+            kind = "cumsum"
+        t, m = self.use(a)
+        if kind == "repeat":
+            reps = [1] * rank
+            ax = r.choice(axes)
+            reps[ax] = r.choice([2, 3])
+            lead = [2] if not any(is_sym(d) for d in s) and rank < 4 and r.random() < 0.3 else []
+            new = tuple(lead) + tuple(d * reps[i] if i == ax else d for i, d in enumerate(s))
+            return self.emit("repeat(%s, [%s])" % (t, ", ".join(map(str, lead + reps))), new, m, a.pos, a.lo)
+        if kind == "repeat_interleave":
+            ax, k = r.choice(axes), r.choice([2, 3])
+            new = s[:ax] + (s[ax] * k,) + s[ax + 1:]
+            return self.emit("repeat_interleave(%s, %d, dim=%s)" % (t, k, self.axis_text(ax, rank)), new, m, a.pos,
+                             a.lo)
+        if kind == "pad":
+            k = r.randint(1, min(3, trailing))
+            mode = r.choice(["constant", "reflect", "replicate"])
+            if not (k + 1 <= rank <= k + 2):
+                mode = "constant"
+            pads, new = [], list(s)
+            for i in range(k):
+                d = rank - 1 - i
+                if mode == "reflect":
+                    lo, hi = r.randint(0, s[d] - 1), r.randint(0, s[d] - 1)
+                elif mode == "constant" and s[d] > 2 and r.random() < 0.2:
+                    lo, hi = -1, r.randint(0, 2)     # a negative pad crops
+                else:
+                    lo, hi = r.randint(0, 2), r.randint(0, 2)
+                pads += [lo, hi]
+                new[d] = s[d] + lo + hi
+            if mode == "constant":
+                value = r.choice(["", ", value=0.5", ", value=-2"])
+                return self.emit("pad(%s, [%s]%s)" % (t, ", ".join(map(str, pads)), value), tuple(new), max(m, 2.0))
+            return self.emit("pad(%s, [%s], mode=%s)" % (t, ", ".join(map(str, pads)), mode), tuple(new), m, a.pos,
+                             a.lo)
+        if kind == "tri":
+            fn, dg = r.choice(["triu", "tril"]), r.randint(-2, 2)
+            arg = "" if dg == 0 and r.random() < 0.5 else (", %d" % dg if r.random() < 0.5 else ", diagonal=%d" % dg)
+            return self.emit("%s(%s%s)" % (fn, t, arg), s, m)
+        ax = r.choice(axes)
+        if m > 3:
+            t, m = "tanh(%s)" % t, 1.0
+        return self.emit("cumsum(%s, %s)" % (t, self.axis_text(ax, rank)), s, m * s[ax], a.pos and a.lo > 0,
+                         a.lo if a.pos else 0.0)
+
     # ------------------------------------------------------------------ motifs
 
     def square(self):
@@ -603,7 +661,7 @@ class Gen:
     def random_op(self):
         r = self.rng
         ops = [(self.op_unary, 3), (self.op_binary, 5), (self.op_matmul, 3), (self.op_reduce, 3),
-               (self.op_reshape, 1.2), (self.op_transpose, 1.2)]
+               (self.op_reshape, 1.2), (self.op_transpose, 1.2), (self.op_movement, 1.2)]
         tot = sum(w for _, w in ops)
         x = r.random() * tot
         for fn, w in ops:

@@ -1233,6 +1233,139 @@ def _logical(op, *xs):
 def _dtype_name(a):
     return "bool" if a.dtype == np.bool_ else "f32" if a.dtype.kind == "f" else "i32" if a.dtype == np.int32 else "i64"
 
+# ---------------------------------------------------------------- shape and data-movement ops
+# (issue 10) torch.Tensor.repeat, torch.repeat_interleave, torch.nn.functional.pad, torch.cumsum,
+# torch.arange, torch.triu / tril; the compiler's messages, the same rules.
+
+def _int_list(op, name, v):
+    if not isinstance(v, list) or not all(isinstance(i, int) and not isinstance(i, bool) for i in v):
+        raise ModelError("error: attribute '%s' of '%s' must be a list of integers" % (name, op))
+    return v
+
+
+def op_repeat(x, reps=None):
+    reps = _int_list("repeat", "reps", reps)
+    if len(reps) < x.ndim:
+        raise ModelError("error: 'repeat' of a tensor of rank %d needs at least %d repeats, got %d"
+                         % (x.ndim, x.ndim, len(reps)))
+    if any(r < 1 for r in reps):
+        raise ModelError("error: 'repeat' repeats must be positive, got %d" % min(reps))
+    return np.tile(x, reps)
+
+
+def op_repeat_interleave(x, repeats=None, dim=None):
+    if not isinstance(repeats, int) or repeats < 1:
+        raise ModelError("error: 'repeat_interleave' repeats must be positive, got %r" % (repeats,))
+    if dim is None:
+        return np.repeat(x.reshape(-1), repeats)
+    return np.repeat(x, repeats, axis=_axis("repeat_interleave", "dim", dim, x.ndim))
+
+
+_PAD_MODES = {"constant": "constant", "reflect": "reflect", "replicate": "edge"}
+
+
+def op_pad(x, pad=None, mode="constant", value=0.0):
+    pad = _int_list("pad", "pad", pad)
+    if mode not in _PAD_MODES:
+        raise ModelError("error: attribute 'mode' of 'pad' must be one of constant/reflect/replicate, got '%s'" % mode)
+    r = x.ndim
+    if len(pad) % 2:
+        raise ModelError("error: 'pad' list must have an even length (before, after pairs), got %d entries" % len(pad))
+    if len(pad) > 2 * r:
+        raise ModelError("error: 'pad' list of %d entries pads %d axes; a tensor of rank %d has %d"
+                         % (len(pad), len(pad) // 2, r, r))
+    k = len(pad) // 2
+    if mode != "constant":
+        if not (1 <= k <= 3 and k + 1 <= r <= k + 2):
+            raise ModelError("error: 'pad' mode %s takes 2 pads for a tensor of rank 2 or 3, 4 for rank 3 or 4, 6 for "
+                             "rank 4 or 5 (as PyTorch); got %d for rank %d" % (mode, len(pad), r))
+        if value != 0:
+            raise ModelError("error: 'pad' value applies to mode constant only, not %s" % mode)
+    widths = [(0, 0)] * r
+    for i in range(k):
+        d = r - 1 - i
+        lo, hi = pad[2 * i], pad[2 * i + 1]
+        if mode != "constant" and (lo < 0 or hi < 0):
+            raise ModelError("error: 'pad' mode %s needs pads >= 0" % mode)
+        if mode == "reflect" and max(lo, hi) >= x.shape[d]:
+            raise ModelError("error: 'pad' mode reflect: padding %d of axis %d must be less than its size %d"
+                             % (max(lo, hi), d, x.shape[d]))
+        if min(lo, 0) + min(hi, 0) <= -x.shape[d]:
+            raise ModelError("error: 'pad' crops axis %d (size %d) leaving nothing" % (d, x.shape[d]))
+        idx = [slice(None)] * r                    # negative pads crop (constant mode), as in PyTorch
+        idx[d] = slice(-lo if lo < 0 else 0, x.shape[d] + hi if hi < 0 else None)
+        x = x[tuple(idx)]
+        widths[d] = (max(lo, 0), max(hi, 0))
+    if mode == "constant":
+        return np.pad(x, widths, mode="constant", constant_values=value)
+    return np.pad(x, widths, mode=_PAD_MODES[mode])
+
+
+def op_cumsum(x, dim=None):
+    if x.ndim == 0:
+        raise ModelError("error: 'cumsum' needs a tensor of rank >= 1, got a scalar")
+    return np.cumsum(x, axis=_axis("cumsum", "dim", dim, x.ndim))
+
+
+def op_arange(start=0, end=None, step=1):
+    if end is None:
+        start, end = 0, start
+    if step == 0:
+        raise ModelError("error: 'arange' step must be nonzero")
+    ints = all(isinstance(v, int) and not isinstance(v, bool) for v in (start, end, step))
+    n = math.ceil((end - start) / step)
+    if n < 1:
+        raise ModelError("error: 'arange' from %g to %g by %g is empty" % (start, end, step))
+    i = np.arange(n, dtype=np.float64)
+    return (start + step * i).astype(np.int64) if ints else start + step * i
+
+
+def _index_check(op, index, n):
+    bad = (index < 0) | (index >= n)
+    if np.any(bad):
+        i = tuple(np.argwhere(bad)[0])
+        raise ModelError("error: '%s' index %d at %s is out of range [0, %d)" % (op, int(index[i]), list(map(int, i)), n))
+
+
+def op_gather(x, index, dim=None):
+    if not _is_int(index) or index.dtype != np.int64:
+        raise ModelError("error: 'gather' index must be i64, got %s" % index.dtype)
+    if index.ndim != x.ndim:
+        raise ModelError("error: 'gather' index has rank %d; x has rank %d (they must match)" % (index.ndim, x.ndim))
+    d = _axis("gather", "dim", dim, x.ndim)
+    if any(index.shape[i] > x.shape[i] for i in range(x.ndim) if i != d):
+        raise ModelError("error: 'gather' index %s is larger than x %s" % (list(index.shape), list(x.shape)))
+    _index_check("gather", index, x.shape[d])
+    xs = x[tuple(slice(0, index.shape[i]) if i != d else slice(None) for i in range(x.ndim))]
+    return np.take_along_axis(xs, index, axis=d)
+
+
+def op_index_select(x, index, dim=None):
+    if not _is_int(index):
+        raise ModelError("error: 'index_select' index must be i32 or i64, got %s" % index.dtype)
+    if index.ndim != 1:
+        raise ModelError("error: 'index_select' index must be 1-D, got %s" % list(index.shape))
+    d = _axis("index_select", "dim", dim, x.ndim)
+    _index_check("index_select", index, x.shape[d])
+    return np.take(x, index, axis=d)
+
+
+def op_one_hot(ids, num_classes=None):
+    if not _is_int(ids) or ids.dtype != np.int64:
+        raise ModelError("error: 'one_hot' ids must be i64, got %s" % ids.dtype)
+    if not isinstance(num_classes, int) or num_classes < 1:
+        raise ModelError("error: 'one_hot' num_classes must be >= 1, got %r" % (num_classes,))
+    _index_check("one_hot", ids, num_classes)
+    return (ids[..., None] == np.arange(num_classes)).astype(np.float64)   # f32 in the language
+
+
+def _tri(op, np_fn):
+    def f(x, diagonal=0):
+        if x.ndim < 2:
+            raise ModelError("error: '%s' needs a tensor of rank >= 2, got %s" % (op, list(x.shape)))
+        return np_fn(x, diagonal)
+    return f
+
 
 # op name -> (number of tensor args (min, max), tensor arg names, [(attr, default)], function)
 _NOATTR = []
@@ -1343,10 +1476,22 @@ OPS = {
     "cast": ((1, 1), ["x"], [("dtype", None)], op_cast),
     "floor_divide": ((2, 2), ["a", "b"], _NOATTR, lambda a, b: _int_div("floor_divide", a, b)),
     "remainder": ((2, 2), ["a", "b"], _NOATTR, lambda a, b: _int_div("remainder", a, b)),
+    # shape and data-movement ops (issue 10)
+    "repeat": ((1, 1), ["x"], [("reps", None)], op_repeat),
+    "repeat_interleave": ((1, 1), ["x"], [("repeats", None), ("dim", None)], op_repeat_interleave),
+    "pad": ((1, 1), ["x"], [("pad", None), ("mode", "constant"), ("value", 0.0)], op_pad),
+    "cumsum": ((1, 1), ["x"], [("dim", None)], op_cumsum),
+    "arange": ((0, 0), [], [("start", 0), ("end", None), ("step", 1)], op_arange),
+    "triu": ((1, 1), ["x"], [("diagonal", 0)], _tri("triu", np.triu)),
+    "tril": ((1, 1), ["x"], [("diagonal", 0)], _tri("tril", np.tril)),
+    "gather": ((2, 2), ["x", "index"], [("dim", None)], op_gather),
+    "index_select": ((2, 2), ["x", "index"], [("dim", None)], op_index_select),
+    "one_hot": ((1, 1), ["ids"], [("num_classes", None)], op_one_hot),
 }
 _MOVEMENT = {"reshape", "transpose", "permute", "flatten", "concat", "slice", "unsqueeze", "squeeze", "flip", "expand",
-             "broadcast_to", "stack", "pixel_shuffle"}  # allowed on integers
-_INT_ARG = {"embedding": 0, "where": 0}   # the one tensor argument that may be an integer tensor
+             "broadcast_to", "stack", "pixel_shuffle", "repeat", "repeat_interleave"}  # allowed on integers
+# the one tensor argument that may be an integer tensor
+_INT_ARG = {"embedding": 0, "where": 0, "gather": 1, "index_select": 1, "one_hot": 0}
 _BINOP = {"+": "add", "-": "sub", "*": "mul", "/": "div", "@": "matmul", "**": "pow", "//": "floor_divide",
           "%": "remainder", "<": "lt", "<=": "le", ">": "gt", ">=": "ge", "==": "eq", "!=": "ne",
           "and": "logical_and", "or": "logical_or"}
@@ -1355,6 +1500,7 @@ _BINOP = {"+": "add", "-": "sub", "*": "mul", "/": "div", "@": "matmul", "**": "
 _ARITH = {"add", "sub", "mul", "neg", "abs", "minimum", "maximum", "floor_divide", "remainder"}
 _COMPARE = {"lt", "le", "gt", "ge", "eq", "ne"}
 _LOGICAL = {"logical_and", "logical_or", "logical_xor", "logical_not"}
+
 
 
 # ---------------------------------------------------------------------------------- evaluator
@@ -1424,6 +1570,10 @@ class Evaluator:
                 int_lit = node[0] == "num" and node[2] or (node[0] == "neg" and node[1][0] == "num"
                                                            and node[1][2])
                 variadic_attr = nmax > 3 and attrs and len(tensors) >= nmin and int_lit
+                if (nmin >= 2 and len(tensors) == 1 and attrs and attrs[0][0] == "dim" and "dim" not in avals
+                        and (node[0] == "num" and node[2] or node[0] == "neg" and node[1][0] == "num")):
+                    avals["dim"] = self.attr(node)      # gather(x, 1, index): PyTorch's order
+                    continue
                 if len(tensors) < nmin or (len(tensors) < nmax and not avals and not variadic_attr
                                            and node[0] not in ("list", "bool")):
                     tensors.append(node)
@@ -1981,8 +2131,11 @@ def _torch_cross_check():
     b = rng.standard_normal((3, 6, 5)).astype(np.float32)
     w = rng.standard_normal((7, 5)).astype(np.float32)
     bb = rng.standard_normal(7).astype(np.float32)
+    gi = rng.integers(0, 4, (3, 6, 5))      # gather along an axis of size 4, 6 picks each
+    gj = rng.integers(0, 5, (2, 4, 3))      # an index smaller than x on the other axes
+    si = np.array([4, 0, 2, 2, 1], np.int64)
     t = lambda v: torch.from_numpy(np.asarray(v, np.float64))  # noqa: E731
-    checks = [  # (model expression over inputs s, x, y, a, b, w, bb; torch result)
+    checks = [  # (model expression over inputs s, x, y, a, b, w, bb, gi, gj, si; torch result)
         ("relu(s)", torch.relu(t(special))),
         ("gelu(s)", F.gelu(t(special))),
         ("gelu(s, approximate=tanh)", F.gelu(t(special), approximate="tanh")),
@@ -2004,14 +2157,37 @@ def _torch_cross_check():
         ("transpose(x)", t(x).transpose(-2, -1)), ("transpose(x, 0, 2)", t(x).transpose(0, 2)),
         ("permute(x, dims=[2, 0, 1])", t(x).permute(2, 0, 1)),
         ("reshape(x, [5, -1])", t(x).reshape(5, -1)),
+        # shape and data-movement ops (issue 10)
+        ("repeat(x, [2, 1, 3])", t(x).repeat(2, 1, 3)), ("repeat(y, [3, 2, 2])", t(y).repeat(3, 2, 2)),
+        ("repeat_interleave(x, 3, dim=1)", torch.repeat_interleave(t(x), 3, dim=1)),
+        ("repeat_interleave(y, 2)", torch.repeat_interleave(t(y), 2)),
+        ("pad(x, [1, 2, 0, 3], value=-2.5)", F.pad(t(x), (1, 2, 0, 3), value=-2.5)),
+        ("pad(x, [-1, 2, 1, -2])", F.pad(t(x), (-1, 2, 1, -2))),
+        ("pad(x, [4, 3, 2, 3], mode=reflect)", F.pad(t(x), (4, 3, 2, 3), mode="reflect")),
+        ("pad(x, [2, 1], mode=reflect)", F.pad(t(x), (2, 1), mode="reflect")),
+        ("pad(a, [3, 2, 0, 4], mode=replicate)", F.pad(t(a), (3, 2, 0, 4), mode="replicate")),
+        ("pad(a, [1, 1, 2, 0, 1, 2], mode=replicate)", F.pad(t(a), (1, 1, 2, 0, 1, 2), mode="replicate")),
+        ("cumsum(x, 1)", torch.cumsum(t(x), 1)), ("cumsum(s, dim=0)", torch.cumsum(t(special), 0)),
+        ("arange(7)", torch.arange(7)), ("arange(3, -8, -3)", torch.arange(3, -8, -3)),
+        ("arange(0.5, 2, 0.1)", torch.arange(0.5, 2, 0.1, dtype=torch.float32)),
+        ("triu(x)", torch.triu(t(x))), ("triu(x, 2)", torch.triu(t(x), 2)), ("triu(x, -1)", torch.triu(t(x), -1)),
+        ("tril(x)", torch.tril(t(x))), ("tril(x, diagonal=-2)", torch.tril(t(x), -2)),
+        ("tril(x, 9)", torch.tril(t(x), 9)),
+        ("gather(x, 1, gi)", torch.gather(t(x), 1, torch.from_numpy(gi))),
+        ("gather(x, gj, dim=2)", torch.gather(t(x), 2, torch.from_numpy(gj))),
+        ("index_select(x, 2, si)", torch.index_select(t(x), 2, torch.from_numpy(si))),
+        ("index_select(s, si, dim=0)", torch.index_select(t(special), 0, torch.from_numpy(si))),
+        ("one_hot(si, 6)", F.one_hot(torch.from_numpy(si), 6).double()),
     ]
     src = ["model tc {", "input s: f32[12]; input x: f32[3,4,5]; input y: f32[4,1]",
-           "input a: f32[2,1,4,6]; input b: f32[3,6,5]; input w: f32[7,5]; input bb: f32[7]"]
+           "input a: f32[2,1,4,6]; input b: f32[3,6,5]; input w: f32[7,5]; input bb: f32[7]",
+           "input gi: i64[3,6,5]; input gj: i64[2,4,3]; input si: i64[5]"]
     for i, (e, _) in enumerate(checks):
         src.append("output o%d = %s" % (i, e))
     src.append("}")
     out = run_model(parse_source("\n".join(src), "<torch-check>"), {},
-                    {"s": special, "x": x, "y": y, "a": a, "b": b, "w": w, "bb": bb})
+                    {"s": special, "x": x, "y": y, "a": a, "b": b, "w": w, "bb": bb, "gi": gi, "gj": gj,
+                     "si": si})
     bad = []
     for i, (e, want) in enumerate(checks):
         got = out["o%d" % i]

@@ -286,6 +286,41 @@ static void check_interp(int64_t NC, int64_t H, int64_t W, int64_t OH, int64_t O
     free(x), free(ref), free(got);
 }
 
+/* cumsum along the middle axis, with a NaN and an infinity that must propagate down their line */
+static void check_cumsum(int64_t outer, int64_t n, int64_t inner)
+{
+    size_t N = (size_t)(outer * n * inner);
+    float *x = rand_host(N), *ref = malloc(N * 4), *got = malloc(N * 4);
+    x[inner] = NAN;
+    x[N - 2 * inner] = INFINITY;
+    float *dx = up(x, N * 4), *dy = poisoned(N);
+    mrt_cumsum_f32(ref, x, outer, n, inner);
+    mrt_status st = mrt_cuda_cumsum_f32(g_stream, dy, dx, outer, n, inner);
+    down(got, dy, N * 4);
+    char name[96];
+    snprintf(name, sizeof name, "cumsum_%lldx%lldx%lld", (long long)outer, (long long)n, (long long)inner);
+    report(name, st, got, ref, N, 1e-6);
+    mrt_free(g_dev, dx), mrt_free(g_dev, dy), free(x), free(ref), free(got);
+}
+
+/* iota, f32 (a fractional step) and i64 */
+static void check_iota(int64_t n)
+{
+    float *ref = malloc(n * 4), *got = malloc(n * 4), *dy = poisoned(n);
+    mrt_iota(ref, n, -3.5, 0.1, 0);
+    mrt_status st = mrt_cuda_iota(g_stream, dy, n, -3.5, 0.1, 0);
+    down(got, dy, n * 4);
+    report("iota_f32", st, got, ref, (size_t)n, 0.0);
+    int64_t *iref = malloc(n * 8), *igot = malloc(n * 8), *di = mrt_alloc(g_dev, n * 8);
+    mrt_iota(iref, n, 7, -3, 1);
+    st = mrt_cuda_iota(g_stream, di, n, 7, -3, 1);
+    down(igot, di, n * 8);
+    for (int64_t i = 0; i < n; i++)
+        ref[i] = (float)iref[i], got[i] = (float)igot[i];
+    report("iota_i64", st, got, ref, (size_t)n, 0.0);
+    mrt_free(g_dev, dy), mrt_free(g_dev, di), free(ref), free(got), free(iref), free(igot);
+}
+
 /* affine: 3 weight and bias, 2 weight only, 1 bias only, 0 neither (NULL: layer_norm without
  * them, group_norm, instance_norm) */
 static void check_layernorm(int64_t rows, int64_t D, int affine)
@@ -372,6 +407,50 @@ static void check_embedding(int i64)
            ok ? "" : ": ", ok ? "" : mrt_last_error());
     g_fail |= !ok;
     mrt_free(g_dev, dids), mrt_free(g_dev, dw), mrt_free(g_dev, dy), free(w), free(ref), free(got);
+}
+
+/* gather in its three modes (x [outer, n, inner] -> y [outer, k, inner]) against the CPU kernel,
+ * then an index out of range at two positions: the first is named at the stream's sync */
+static void check_gather(int mode, int i64)
+{
+    int64_t outer = 5, n = 7, k = mode == 2 ? 7 : 4, inner = mode == 2 ? 1 : 3;
+    int64_t ni = mode == 0 ? outer * k * inner : mode == 1 ? k : outer, N = outer * k * inner;
+    float *x = rand_host((size_t)(outer * n * inner)), *ref = malloc((size_t)N * 4), *got = malloc((size_t)N * 4);
+    int64_t *i64s = malloc((size_t)ni * 8);
+    int32_t *i32s = malloc((size_t)ni * 4);
+    for (int64_t i = 0; i < ni; i++)
+        i64s[i] = (i * 5 + 3) % n, i32s[i] = (int32_t)i64s[i];
+    const void *idx = i64 ? (const void *)i64s : (const void *)i32s;
+    size_t isz = i64 ? 8 : 4;
+    int64_t bad_id;
+    int64_t bad = mrt_gather_f32(ref, mode == 2 ? NULL : x, idx, i64, mode, outer, n, k, inner, &bad_id);
+    float *dx = up(x, (size_t)(outer * n * inner) * 4), *dy = poisoned((size_t)N);
+    void *didx = up(idx, (size_t)ni * isz);
+    mrt_status st = mrt_cuda_gather_f32(g_stream, dy, mode == 2 ? NULL : dx, didx, i64, mode, outer, n, k, inner,
+                                        "check: gather index");
+    down(got, dy, (size_t)N * 4);
+    char name[64];
+    snprintf(name, sizeof name, "gather_mode%d_%s", mode, i64 ? "i64" : "i32");
+    if (bad >= 0)
+        st = mrt_set_error(MRT_ERR_INTERNAL, "the CPU gather found index %lld bad", (long long)bad_id);
+    report(name, st, got, ref, (size_t)N, 0.0);
+    int64_t p0 = ni / 2, p1 = ni - 1;
+    i64s[p1] = -2, i32s[p1] = -2, i64s[p0] = n, i32s[p0] = (int32_t)n;
+    mrt_free(g_dev, didx);
+    didx = up(idx, (size_t)ni * isz);
+    st = mrt_cuda_gather_f32(g_stream, dy, mode == 2 ? NULL : dx, didx, i64, mode, outer, n, k, inner,
+                             "check: gather index");
+    if (st == MRT_OK)
+        st = mrt_stream_sync(g_dev, g_stream, "check");
+    char want[128];
+    snprintf(want, sizeof want, "check: gather index: id %lld at position %lld is out of range [0, %lld)", (long long)n,
+             (long long)p0, (long long)n);
+    int ok = st == MRT_ERR_INVALID_ARG && strstr(mrt_last_error(), want);
+    bad = mrt_gather_f32(ref, mode == 2 ? NULL : x, idx, i64, mode, outer, n, k, inner, &bad_id);
+    ok = ok && bad == p0 && bad_id == n; /* the CPU kernel names the same one */
+    printf("%s: runtime/cuda/%s_bounds%s%s\n", ok ? "PASS" : "FAIL", name, ok ? "" : ": ", ok ? "" : mrt_last_error());
+    g_fail |= !ok;
+    mrt_free(g_dev, didx), mrt_free(g_dev, dx), mrt_free(g_dev, dy), free(x), free(ref), free(got), free(i64s), free(i32s);
 }
 
 static void check_concat(int64_t outer, int64_t x_row, int64_t y_row, int64_t y_offset)
@@ -561,6 +640,14 @@ int main(void)
     check_interp(6, 5, 7, 7, 4, 1, 0, 1.5, 0.7);
     check_embedding(0);
     check_embedding(1);
+    for (int mode = 0; mode < 3; mode++)
+        for (int i64 = 0; i64 < 2; i64++)
+            check_gather(mode, i64);
+    check_cumsum(9, 700, 1);
+    check_cumsum(3, 100003, 1); /* long rows: cumsum_rows_kernel (chunks of 391) */
+    check_cumsum(2, 1024, 1);
+    check_cumsum(4, 37, 6);
+    check_iota(1000);
     check_concat(3, 12, 40, 8);
     check_concat(3, 5, 17, 3);
     check_concat(1, 64, 64, 0);
