@@ -91,6 +91,8 @@ static void pop_syms(Checker *c, int n) {
     c->nsyms = n;
 }
 
+static Sym *define_shadow(Checker *c, const char *name, Loc loc, SymKind kind);
+
 static Sym *define(Checker *c, const char *name, Loc loc, SymKind kind) {
     Sym *old = lookup(c, name);
     if (old) {
@@ -98,6 +100,11 @@ static Sym *define(Checker *c, const char *name, Loc loc, SymKind kind) {
         note_at(old->loc, "previous definition of '%s' is here", name);
         diag_exit();
     }
+    return define_shadow(c, name, loc, kind);
+}
+
+/* A new symbol for `name`, hiding any other of that name from here on. */
+static Sym *define_shadow(Checker *c, const char *name, Loc loc, SymKind kind) {
     c->syms = xgrow_array(c->syms, c->nsyms, &c->capsyms, sizeof(Sym));
     Sym *s = &c->syms[c->nsyms++];
     memset(s, 0, sizeof *s);
@@ -2711,8 +2718,23 @@ static void lower_stmt(Checker *c, const Stmt *st) {
             diag_exit();
         }
         Node *v = lower_expr(c, st->expr);
-        s = define(c, st->name, st->name_loc, SYM_VALUE);
+        s = lookup(c, st->name); /* (lower_expr may have moved c->syms) */
+        if (s && s->kind == SYM_INT)
+            error_at(st->name_loc, "'%s' is an integer argument of block '%s'; a tensor needs another name", st->name,
+                     c->block);
+        if (s && s->kind == SYM_VALUE) {
+            /* bound again, as in Python: later uses see the new value, earlier ones kept theirs */
+            if (!s->used)
+                warning_at(s->loc, "value '%s' is computed but never used (it is bound again at line %d)", s->name,
+                           st->name_loc.line);
+        } else {
+            /* a new name, or one that shadows an input or param from here on (x = x / 255) */
+            if (s) s->used = true;
+            s = define_shadow(c, st->name, st->name_loc, SYM_VALUE);
+        }
         s->node = v;
+        s->loc = st->name_loc;
+        s->used = false;
         if (!v->name) v->name = s->name;
         break;
     }

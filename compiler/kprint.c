@@ -41,7 +41,8 @@ char *c_ident(const char *name) {
         if (!isalnum((unsigned char)*p) && *p != '_') *p = '_';
     for (int i = 0; reserved[i]; i++)
         if (!strcmp(s, reserved[i])) return xprintf("%s_", s);
-    if (!strncmp(s, "mrt_", 4) || isdigit((unsigned char)s[0])) return xprintf("%s_", s); /* our locals are mrt_* */
+    if (isdigit((unsigned char)s[0])) return xprintf("_%s", s); /* 0.weight (nn.Sequential) */
+    if (!strncmp(s, "mrt_", 4)) return xprintf("%s_", s); /* our locals are mrt_* */
     return s;
 }
 

@@ -52,6 +52,7 @@ DTYPES = {"f32": np.float32, "i32": np.int32, "i64": np.int64, "bool": np.bool_}
 
 _TOKEN_RE = re.compile(r"""
     (?P<ws>[ \t\r\n]+|\#[^\n]*)
+  | (?P<dname>[0-9]+(?:\.[0-9]+)*\.(?![eE][+-]?[0-9]+(?![A-Za-z0-9_]))[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z0-9_]+)*)
   | (?P<num>(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?)
   | (?P<name>[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z0-9_]+)*)
   | (?P<punct>\*\*|//|<=|>=|==|!=|[{}()\[\],:=;+\-*/@<>%])
@@ -83,6 +84,8 @@ def tokenize(src, path="<model>"):
                              % (path, line, pos - line_start + 1, src[pos]))
         kind = m.lastgroup
         text = m.group()
+        if kind == "dname":   # 0.weight: a name (an nn.Sequential state_dict key)
+            kind = "name"
         if kind != "ws":
             if kind == "name" and text in KEYWORDS:
                 kind = "kw"
@@ -437,6 +440,7 @@ class _Expander:
     def __init__(self, m):
         self.m, self.n, self.depth = m, 0, 0
         self.names = set()
+        self.cur = {}     # a model-level name bound again -> the def that holds its current value
 
     def err(self, msg, tok=None):
         if tok is not None:
@@ -474,6 +478,12 @@ class _Expander:
                     continue
                 if n in m.outputs:
                     self.err("output '%s' is assigned twice" % n, tok)
+                if n in self.names:   # bound again (Python style): later uses see the new value
+                    self.n += 1
+                    key = "%s@%d" % (n, self.n)     # no user name contains '@'
+                    m.defs[key] = self.rw(e, None, None)
+                    self.cur[n] = key
+                    continue
                 self.define(n, tok)
                 m.defs[n] = self.rw(e, None, None)
 
@@ -505,7 +515,7 @@ class _Expander:
             return e
         if k == "name":
             if ctx is None:
-                return e
+                return ("name", self.cur[e[1]]) if e[1] in self.cur else e
             b = ctx.get(e[1])
             if b is None:
                 return ("name", "?" + e[1])
@@ -603,9 +613,10 @@ class _Expander:
                 ctx[n] = ("t", g)
             else:
                 _, n, e, tok = st
-                if n in ctx:
-                    self.err("'%s' is defined twice" % n, tok)
-                g = "#%d/%s" % (uid, n)
+                if n in ctx and ctx[n][0] != "t":
+                    self.err("'%s' is an integer argument of block '%s'" % (n, b.name), tok)
+                self.n += 1      # a name bound again gets a def of its own (Python style)
+                g = "#%d/%s@%d" % (uid, n, self.n)
                 self.m.defs[g] = self.rw(e, ctx, prefix)
                 ctx[n] = ("t", g)
         g = "#%d/return" % uid
