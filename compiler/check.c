@@ -1717,6 +1717,68 @@ static Node *lower_slice(Checker *c, const Call *call) {
     return n;
 }
 
+static Node *mk_slice(Checker *c, Loc loc, Node *x, int axis, int64_t start, int64_t step, int64_t len);
+
+#define MAX_RESULTS 64 /* tensors one statement may bind (a, b, ... = chunk(x, n)) */
+
+/* split(x, split_size_or_sections, dim=0) and chunk(x, chunks, dim=0), as PyTorch defines them:
+ * split by an integer cuts pieces of that size (the last may be smaller), by a list pieces of
+ * those sizes (which must add up to the axis); chunk cuts ceil(n / chunks)-sized pieces, so it
+ * may give fewer than `chunks` (chunk of 6 into 4 gives 3 of 2). Each piece is a slice, read
+ * in place by the kernels that use it. Returns the number of pieces, in out[]. */
+static int lower_split_chunk(Checker *c, const Call *call, Node **out) {
+    Node *x = call->t[0];
+    bool is_chunk = !strcmp(call->spec->name, "chunk");
+    int r = x->shape.rank;
+    int axis = norm_axis(call, call->attr[1], call->ast->loc, attr_int(call, 1), r, "dim");
+    Dim L = x->shape.d[axis];
+    if (L.sym)
+        error_at(call->ast->loc, "'%s' cannot cut the batch dimension (dim %d of %s)", call->spec->name, axis,
+                 shp(c, &x->shape));
+    const Ast *v = call->attr[0];
+    int64_t size[MAX_RESULTS];
+    int n = 0;
+    long long k;
+    if (v->kind == AST_LIST && !is_chunk) {
+        int64_t total = 0;
+        if (v->nitems < 1 || v->nitems > MAX_RESULTS)
+            error_at(v->loc, "'split' takes 1 to %d section sizes, got %d", MAX_RESULTS, v->nitems);
+        for (int i = 0; i < v->nitems; i++) {
+            if (!int_literal(v->items[i], &k) || k < 1)
+                error_at(v->items[i]->loc, "'split' section sizes must be positive integers");
+            size[n++] = k;
+            total += k; /* at most 64 sizes of at most 2^53 each: no overflow */
+        }
+        if (total != L.c)
+            error_at(v->loc, "'split' sections add up to %lld, but dim %d has size %lld", (long long)total, axis,
+                     (long long)L.c);
+    } else {
+        if (!int_literal(v, &k))
+            error_at(v->loc, "'%s' %s must be an integer%s", call->spec->name, is_chunk ? "chunks" : "split_size",
+                     is_chunk ? "" : " or a list of section sizes");
+        if (k < 1)
+            error_at(v->loc, "'%s' %s must be positive, got %lld", call->spec->name, is_chunk ? "chunks" : "split_size", k);
+        int64_t piece = is_chunk ? (L.c + k - 1) / k : (k < L.c ? k : L.c);
+        if ((L.c + piece - 1) / piece > MAX_RESULTS)
+            error_at(v->loc, "'%s' would give %lld tensors; at most %d", call->spec->name,
+                     (long long)((L.c + piece - 1) / piece), MAX_RESULTS);
+        for (int64_t s = 0; s < L.c; s += piece) size[n++] = L.c - s < piece ? L.c - s : piece;
+    }
+    int64_t start = 0;
+    for (int i = 0; i < n; i++) {
+        out[i] = mk_slice(c, call->ast->loc, x, axis, start, 1, size[i]);
+        start += size[i];
+    }
+    return n;
+}
+
+/* split and chunk used where one tensor is expected. */
+static Node *lower_several(Checker *c, const Call *call) {
+    (void)c;
+    error_at(call->ast->loc, "'%s' gives several tensors: bind them to names, e.g. a, b = %s(x, 2)", call->spec->name,
+             call->spec->name);
+}
+
 static Node *lower_embedding(Checker *c, const Call *call) {
     Node *ids = call->t[0], *w = call->t[1];
     if (ids->dtype == DT_F32)
@@ -2205,8 +2267,9 @@ static const Block *find_block(const Checker *c, const char *name) {
 static void lower_stmt(Checker *c, const Stmt *st);
 
 /* Instantiate block b for call e: bind its parameters, check its body in a scope of its own
- * (params named PREFIX.name), and return the value of its return expression. */
-static Node *instantiate(Checker *c, const Block *b, const Ast *e) {
+ * (params named PREFIX.name), and put the values of its return expressions in out[] (at most
+ * MAX_RESULTS); returns how many. */
+static int instantiate_all(Checker *c, const Block *b, const Ast *e, Node **out) {
     if (c->depth >= 32) error_at(e->loc, "blocks nested more than 32 deep: is block '%s' recursive?", b->name);
     const Ast *arg[64] = {0};
     Loc argloc[64];
@@ -2274,14 +2337,25 @@ static Node *instantiate(Checker *c, const Block *b, const Ast *e) {
                      st->kind == ST_INPUT ? "input" : "output");
         lower_stmt(c, st);
     }
-    Node *ret = lower_expr(c, b->ret);
+    if (b->nrets > MAX_RESULTS) error_at(b->ret_loc, "block '%s' returns %d tensors; at most %d", b->name, b->nrets, MAX_RESULTS);
+    for (int i = 0; i < b->nrets; i++) out[i] = lower_expr(c, b->rets[i]);
     diag_pop_context();
     c->depth--;
     pop_syms(c, saved_n);
     c->scope_base = saved_base;
     c->prefix = saved_prefix;
     c->block = saved_block;
-    return ret;
+    return b->nrets;
+}
+
+/* A block used where one tensor is expected. */
+static Node *instantiate(Checker *c, const Block *b, const Ast *e) {
+    if (b->nrets != 1)
+        error_at(e->loc, "block '%s' returns %d tensors: bind them to names, e.g. a, b = %s(...)", b->name, b->nrets,
+                 b->name);
+    Node *out[1];
+    instantiate_all(c, b, e, out);
+    return out[0];
 }
 
 /* add sub mul div (broadcasting) and the unary functions: one IR op each. */
@@ -2652,6 +2726,58 @@ static int device_slot(Checker *c, const Stmt *st) {
     return g->nslots++;
 }
 
+/* Bind `name` to v: a new value, or the name bound again (Python style: later uses see v,
+ * earlier ones kept theirs; an input or param name is hidden from here on). */
+static void bind_value(Checker *c, const char *name, Loc loc, Node *v) {
+    Sym *s = lookup(c, name);
+    if (s && s->kind == SYM_INT)
+        error_at(loc, "'%s' is an integer argument of block '%s'; a tensor needs another name", name, c->block);
+    if (s && s->kind == SYM_OUTPUT_DECL)
+        error_at(loc, "'%s' is an output; bind it alone, as '%s = ...'", name, name);
+    if (s && s->kind == SYM_VALUE) {
+        if (!s->used)
+            warning_at(s->loc, "value '%s' is computed but never used (it is bound again at line %d)", s->name, loc.line);
+    } else {
+        if (s) s->used = true;
+        s = define_shadow(c, name, loc, SYM_VALUE);
+    }
+    s->node = v;
+    s->loc = loc;
+    s->used = !strcmp(name, "_"); /* _ holds a result nobody wants: no warning */
+    if (!v->name) v->name = s->name;
+}
+
+/* a, b, ... = chunk(x, n) | split(x, ...) | BLOCK(...) returning several tensors. */
+static void lower_assign_several(Checker *c, const Stmt *st) {
+    const Ast *e = st->expr;
+    Node *out[MAX_RESULTS];
+    int n = -1;
+    if (e->kind == AST_CALL) {
+        const Block *blk = find_block(c, e->name);
+        const FnSpec *spec = blk ? NULL : find_fn(e->name);
+        if (blk) {
+            n = instantiate_all(c, blk, e, out);
+        } else if (spec && spec->lower == lower_several) {
+            Call call;
+            sort_args(c, e, spec, &call);
+            n = lower_split_chunk(c, &call, out);
+        }
+    }
+    if (n < 0)
+        error_at(e->loc, "%d names are bound, but this expression gives one tensor (several come from split, chunk "
+                 "or a block that returns several)", st->nnames);
+    if (n != st->nnames)
+        error_at(st->names[0]->loc, "%d names are bound, but '%s' gives %d tensor%s", st->nnames, e->name, n,
+                 n == 1 ? "" : "s");
+    for (int i = 0; i < n; i++) {
+        check_new_nodes(c, e, out[i]);
+        for (int j = 0; j < i; j++)
+            if (!strcmp(st->names[i]->name, st->names[j]->name))
+                error_at(st->names[i]->loc, "'%s' is bound twice in one statement", st->names[i]->name);
+        bind_value(c, st->names[i]->name, st->names[i]->loc, out[i]);
+    }
+}
+
 static void lower_stmt(Checker *c, const Stmt *st) {
     Graph *g = c->g;
     switch (st->kind) {
@@ -2705,6 +2831,10 @@ static void lower_stmt(Checker *c, const Stmt *st) {
         break;
     }
     case ST_ASSIGN: {
+        if (st->nnames > 1) {
+            lower_assign_several(c, st);
+            break;
+        }
         Sym *s = lookup(c, st->name);
         if (s && s->kind == SYM_OUTPUT_DECL && !s->node) {
             int si = (int)(s - c->syms); /* lower_expr may move c->syms */
@@ -2717,25 +2847,7 @@ static void lower_stmt(Checker *c, const Stmt *st) {
             note_at(c->g->outputs[s->out_index].loc, "first assigned here");
             diag_exit();
         }
-        Node *v = lower_expr(c, st->expr);
-        s = lookup(c, st->name); /* (lower_expr may have moved c->syms) */
-        if (s && s->kind == SYM_INT)
-            error_at(st->name_loc, "'%s' is an integer argument of block '%s'; a tensor needs another name", st->name,
-                     c->block);
-        if (s && s->kind == SYM_VALUE) {
-            /* bound again, as in Python: later uses see the new value, earlier ones kept theirs */
-            if (!s->used)
-                warning_at(s->loc, "value '%s' is computed but never used (it is bound again at line %d)", s->name,
-                           st->name_loc.line);
-        } else {
-            /* a new name, or one that shadows an input or param from here on (x = x / 255) */
-            if (s) s->used = true;
-            s = define_shadow(c, st->name, st->name_loc, SYM_VALUE);
-        }
-        s->node = v;
-        s->loc = st->name_loc;
-        s->used = false;
-        if (!v->name) v->name = s->name;
+        bind_value(c, st->name, st->name_loc, lower_expr(c, st->expr));
         break;
     }
     }

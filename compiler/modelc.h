@@ -157,6 +157,8 @@ struct Stmt {
     Ast *expr;     /* NULL if absent */
     Stmt **body;   /* ST_ON */
     int nbody;
+    Ast **names;   /* ST_ASSIGN of several results (a, b = chunk(x, 2)): AST_NAMEs, nnames >= 2 */
+    int nnames;
 };
 
 /* One parameter of a block, with its default value (NULL if none). */
@@ -174,7 +176,9 @@ typedef struct Block {
     int nparams;
     Stmt **stmts;
     int nstmts;
-    Ast *ret;
+    Ast *ret;      /* rets[0] */
+    Ast **rets;    /* return a, b: the block gives nrets tensors */
+    int nrets;
     Loc ret_loc;
 } Block;
 

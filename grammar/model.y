@@ -4,10 +4,10 @@
  * This is docs/language.md's grammar, rule for rule:
  *
  *   file     := block* 'model' NAME '{' stmt* '}'
- *   block    := 'block' NAME '(' NAME ('=' attrval)? (',' ...)* ')' '{' stmt* 'return' expr '}'
+ *   block    := 'block' NAME '(' NAME ('=' attrval)? (',' ...)* ')' '{' stmt* 'return' expr (,expr)* '}'
  *   stmt     := 'input' NAME ':' type | 'param' NAME ':' type
  *             | 'output' NAME ':' type | 'output' NAME (':' type)? '=' expr
- *             | NAME '=' expr                               (';' may separate statements)
+ *             | NAME '=' expr | NAME (',' NAME)+ '=' expr    (';' may separate statements)
  *             | 'on' DEVICE '{' stmt* '}'                    DEVICE: cpu, cpu:N, cuda, cuda:N
  *   type     := DTYPE '[' (dim (',' dim)*)? ']'
  *   expr     := expr 'or' conj | conj;   conj := conj 'and' neg | neg
@@ -156,7 +156,7 @@ static void open_region(ParseResult *res, const char *dev, YYLTYPE brace) {
 %type <ast> expr conj negation cmp arith term unary power postfix primary list attrval item
 %type <args> args args_opt
 %type <arg> arg
-%type <items> items items_opt
+%type <items> rets names items items_opt
 %type <block> block
 %type <blocks> blocks
 %type <bparam> bparam
@@ -182,13 +182,24 @@ blocks
     ;
 
 block
-    : BLOCK NAME '(' bparams ')' '{' stmts RETURN expr '}'
+    : BLOCK NAME '(' bparams ')' '{' stmts RETURN rets '}'
         {
             Block *b = xalloc(sizeof *b);
             b->name = $2; b->loc = L(@2); b->params = $4->v; b->nparams = $4->n;
-            b->stmts = $7->v; b->nstmts = $7->n; b->ret = $9; b->ret_loc = L(@8);
+            b->stmts = $7->v; b->nstmts = $7->n; b->rets = $9->v; b->nrets = $9->n; b->ret = $9->v[0];
+            b->ret_loc = L(@8);
             $$ = b;
         }
+    ;
+
+rets
+    : expr                             { $$ = xalloc(sizeof *$$); PUSH($$, $1); }
+    | rets ',' expr                    { PUSH($1, $3); $$ = $1; }
+    ;
+
+names
+    : NAME ',' NAME                    { $$ = xalloc(sizeof *$$); PUSH($$, new_name(L(@1), $1)); PUSH($$, new_name(L(@3), $3)); }
+    | names ',' NAME                   { PUSH($1, new_name(L(@3), $3)); $$ = $1; }
     ;
 
 bparams
@@ -214,6 +225,8 @@ stmt
     | OUTPUT NAME ':' type '=' expr    { $$ = new_stmt(ST_OUTPUT, @1, $2, @2, $4, $6); }
     | OUTPUT NAME '=' expr             { $$ = new_stmt(ST_OUTPUT, @1, $2, @2, NULL, $4); }
     | NAME '=' expr                    { $$ = new_stmt(ST_ASSIGN, @1, $1, @1, NULL, $3); }
+    | names '=' expr                   { $$ = new_stmt(ST_ASSIGN, @1, $1->v[0]->name, @1, NULL, $3);
+                                         $$->names = $1->v; $$->nnames = $1->n; }
     | ON NAME '{' { open_region(res, $2, @3); } stmts '}'
         { $$ = new_stmt(ST_ON, @1, $2, @2, NULL, NULL); $$->body = $5->v; $$->nbody = $5->n; res->nregions--; }
     | ON NAME ':' ordinal '{' { open_region(res, xprintf("%s:%s", $2, $4), @5); } stmts '}'

@@ -206,7 +206,9 @@ class Parser:
             if self.accept(";"):
                 continue
             b.stmts.append(self.stmt())
-        b.ret = self.expr()
+        b.ret = [self.expr()]          # return a, b: several results
+        while self.accept(","):
+            b.ret.append(self.expr())
         while self.accept(";"):
             pass
         self.expect("}", "after the return expression")
@@ -258,6 +260,12 @@ class Parser:
             return ("on", dev, body)
         if t.kind == "name":
             n = self.name()
+            if self.peek().kind == "punct" and self.peek().text == ",":   # a, b = chunk(x, 2)
+                names = [n]
+                while self.accept(","):
+                    names.append(self.name())
+                self.expect("=", "after the names of a statement")
+                return ("massign", names, self.expr(), t)
             self.expect("=", "after a name at the start of a statement")
             return ("assign", n, self.expr(), t)
         self.err("expected a statement")
@@ -471,6 +479,10 @@ class _Expander:
                     self.note_batch(decl.dims, False, tok)
                 if e is not None:
                     m.defs[n] = self.rw(e, None, None)
+            elif k == "massign":
+                _, names, e, tok = st
+                for i, key in enumerate(self.several(e, None, None, len(names), tok)):
+                    self.bind(names[i], key, tok)
             else:  # assign
                 _, n, e, tok = st
                 if n in m.outputs and n not in m.defs:
@@ -486,6 +498,33 @@ class _Expander:
                     continue
                 self.define(n, tok)
                 m.defs[n] = self.rw(e, None, None)
+
+    def bind(self, n, e, tok):
+        """Bind model-level name n to expression e (a new name, or one bound again)."""
+        if n in self.m.outputs:
+            self.err("'%s' is an output; bind it alone" % n, tok)
+        if n in self.names:
+            self.n += 1
+            key = "%s@%d" % (n, self.n)
+            self.m.defs[key] = e
+            self.cur[n] = key
+        else:
+            self.define(n, tok)
+            self.m.defs[n] = e
+
+    def several(self, e, ctx, prefix, count, tok):
+        """The `count` results of e (split, chunk, or a block returning several) as expressions."""
+        if e[0] == "call" and e[1] in self.m.blocks:
+            r = self.inst(self.m.blocks[e[1]], e[2], e[3], ctx, prefix, several=True)
+        elif e[0] == "call" and e[1] in ("split", "chunk"):
+            self.n += 1
+            call = ("call", e[1], [(key, self.rw(v, ctx, prefix)) for key, v in e[2]])
+            r = [("item", i, call, self.n, count) for i in range(count)]
+        else:
+            self.err("%d names are bound, but this expression gives one tensor" % count, tok)
+        if len(r) != count:
+            self.err("%d names are bound, but '%s' gives %d tensors" % (count, e[1], len(r)), tok)
+        return r
 
     def define(self, n, tok):
         if n in self.names:
@@ -537,7 +576,7 @@ class _Expander:
         if k == "call":
             name, args, scope = e[1], e[2], e[3]
             if name in self.m.blocks:
-                return self.inst(self.m.blocks[name], args, scope, ctx, prefix)
+                return self.inst(self.m.blocks[name], args, scope, ctx, prefix)[0]
             if scope is not None:
                 self.err("'as %s' names a block instance, but '%s' is an operation" % (scope, name))
             return ("call", name, [(key, self.rw(v, ctx, prefix)) for key, v in args])
@@ -554,7 +593,10 @@ class _Expander:
             return None if x is None else -x
         return None
 
-    def inst(self, b, args, scope, cctx, cprefix):
+    def inst(self, b, args, scope, cctx, cprefix, several=False):
+        """The block's results as a list of expressions (one unless `several`)."""
+        if len(b.ret) != 1 and not several:
+            self.err("block '%s' returns %d tensors: bind them to names" % (b.name, len(b.ret)))
         if self.depth >= 32:
             self.err("blocks nested more than 32 deep: is block '%s' recursive?" % b.name)
         pnames = [q[0] for q in b.params]
@@ -611,6 +653,15 @@ class _Expander:
                 g = prefix + "." + n if prefix else n
                 self.add_param(Decl("param", g, dtype, dd), tok)
                 ctx[n] = ("t", g)
+            elif st[0] == "massign":
+                _, names, e, tok = st
+                for i, r in enumerate(self.several(e, ctx, prefix, len(names), tok)):
+                    if names[i] in ctx and ctx[names[i]][0] != "t":
+                        self.err("'%s' is an integer argument of block '%s'" % (names[i], b.name), tok)
+                    self.n += 1
+                    g = "#%d/%s@%d" % (uid, names[i], self.n)
+                    self.m.defs[g] = r
+                    ctx[names[i]] = ("t", g)
             else:
                 _, n, e, tok = st
                 if n in ctx and ctx[n][0] != "t":
@@ -619,10 +670,13 @@ class _Expander:
                 g = "#%d/%s@%d" % (uid, n, self.n)
                 self.m.defs[g] = self.rw(e, ctx, prefix)
                 ctx[n] = ("t", g)
-        g = "#%d/return" % uid
-        self.m.defs[g] = self.rw(b.ret, ctx, prefix)
+        rets = []
+        for i, r in enumerate(b.ret):
+            g = "#%d/return%d" % (uid, i)
+            self.m.defs[g] = self.rw(r, ctx, prefix)
+            rets.append(("name", g))
         self.depth -= 1
-        return ("name", g)
+        return rets
 
 
 def parse_source(src, path="<model>"):
@@ -1205,6 +1259,29 @@ def op_sdpa(q, k, v, mask=None, causal=False, scale=None):
     return np.matmul(p, v)
 
 
+def op_split(x, split_size_or_sections=None, dim=0):
+    """torch.split: pieces of a size (the last may be smaller), or of the listed sizes."""
+    n = x.shape[dim]
+    if isinstance(split_size_or_sections, list):
+        if sum(split_size_or_sections) != n or any(s < 1 for s in split_size_or_sections):
+            raise ModelError("error: 'split' sections %s do not add up to %d" % (split_size_or_sections, n))
+        sizes = split_size_or_sections
+    else:
+        s = int(split_size_or_sections)
+        if s < 1:
+            raise ModelError("error: 'split' split_size must be positive")
+        sizes = [min(s, n - i) for i in range(0, n, s)]
+    return tuple(np.split(x, np.cumsum(sizes)[:-1], axis=dim))
+
+
+def op_chunk(x, chunks=None, dim=0):
+    """torch.chunk: ceil(n / chunks)-sized pieces (so possibly fewer than chunks)."""
+    if int(chunks) < 1:
+        raise ModelError("error: 'chunk' chunks must be positive")
+    n = x.shape[dim]
+    return op_split(x, -(-n // int(chunks)), dim)
+
+
 def op_where(c, a, b):
     return np.where(c != 0, a, b)
 
@@ -1474,6 +1551,8 @@ OPS = {
     "scaled_dot_product_attention": ((3, 4), ["q", "k", "v", "mask"], [("causal", False), ("scale", None)],
                                      op_sdpa),
     "where": ((3, 3), ["cond", "a", "b"], _NOATTR, op_where),
+    "split": ((1, 1), ["x"], [("split_size_or_sections", None), ("dim", 0)], op_split),
+    "chunk": ((1, 1), ["x"], [("chunks", None), ("dim", 0)], op_chunk),
     "lt": ((2, 2), ["a", "b"], _NOATTR, np.less),
     "le": ((2, 2), ["a", "b"], _NOATTR, np.less_equal),
     "gt": ((2, 2), ["a", "b"], _NOATTR, np.greater),
@@ -1500,7 +1579,7 @@ OPS = {
     "one_hot": ((1, 1), ["ids"], [("num_classes", None)], op_one_hot),
 }
 _MOVEMENT = {"reshape", "transpose", "permute", "flatten", "concat", "slice", "unsqueeze", "squeeze", "flip", "expand",
-             "broadcast_to", "stack", "pixel_shuffle", "repeat", "repeat_interleave"}  # allowed on integers
+             "broadcast_to", "stack", "pixel_shuffle", "repeat", "repeat_interleave", "split", "chunk"}  # on integers too
 # the one tensor argument that may be an integer tensor
 _INT_ARG = {"embedding": 0, "where": 0, "gather": 1, "index_select": 1, "one_hot": 0}
 _BINOP = {"+": "add", "-": "sub", "*": "mul", "/": "div", "@": "matmul", "**": "pow", "//": "floor_divide",
@@ -1521,6 +1600,7 @@ class Evaluator:
         self.m, self.env, self.batch, self.dt = model, env, batch, dt
         self.busy = set()
         self.ties = None      # a dict: name -> (x, axis, keepdim, op) for names defined by argmax/argmin
+        self.several = {}     # statement uid -> the tensors of its split / chunk
 
     def value(self, name):
         if name in self.env:
@@ -1555,7 +1635,17 @@ class Evaluator:
         if k == "bin":
             return self.call(_BINOP[e[1]], [(None, e[2]), (None, e[3])])
         if k == "call":
+            if e[1] in ("split", "chunk"):
+                raise ModelError("%s: error: '%s' gives several tensors: bind them to names" % (self.m.path, e[1]))
             return self.call(e[1], e[2])
+        if k == "item":   # result i of split / chunk, evaluated once per statement
+            _, i, call, uid, count = e
+            if uid not in self.several:
+                self.several[uid] = self.call(call[1], call[2])
+            if len(self.several[uid]) != count:
+                raise ModelError("%s: error: %d names are bound, but '%s' gives %d tensors"
+                                 % (self.m.path, count, call[1], len(self.several[uid])))
+            return self.several[uid][i]
         raise ModelError("%s: error: a %s is not a tensor expression" % (self.m.path, k))
 
     def attr(self, e):
@@ -1636,6 +1726,8 @@ class Evaluator:
             self.arg_input = (xs[0], kw["axis"], kw["keepdim"], op)
         with np.errstate(all="ignore"):
             r = fn(*xs, **kw)
+        if isinstance(r, tuple):   # split / chunk: several tensors
+            return r
         r = np.asarray(r)
         if r.dtype.kind == "f" and r.dtype != self.dt:
             r = r.astype(self.dt)
