@@ -168,6 +168,9 @@ static void use_batch_name(Checker *c, const char *name, Loc loc) {
 }
 
 /* Convert a declared type; `what` is "input 'x'" etc. for messages. */
+static bool int_literal(const Ast *v, long long *out);
+static const char *ast_text(const Ast *v);
+
 static Shape convert_type(Checker *c, const AstType *t, const char *what, bool allow_sym) {
     Shape s = {0};
     if (t->rank > MAX_RANK)
@@ -177,7 +180,15 @@ static Shape convert_type(Checker *c, const AstType *t, const char *what, bool a
     for (int i = 0; i < t->rank; i++) {
         const AstDim *d = &t->dims[i];
         Sym *is = d->is_sym ? lookup(c, d->name) : NULL;
-        if (is && is->kind == SYM_INT) {
+        long long dv;
+        if (d->expr) { /* 2 * C, size(x, 1) // 4 */
+            if (!int_literal(d->expr, &dv))
+                error_at(d->loc, "dimension %d of %s must be an integer, got '%s'", i, what, ast_text(d->expr));
+            if (dv <= 0 || dv > MAX_ELEMS)
+                error_at(d->loc, "dimension %d of %s is %s = %lld; dimensions must be positive (at most 2^40)", i, what,
+                         ast_text(d->expr), dv);
+            s.d[i] = (Dim){dv, false};
+        } else if (is && is->kind == SYM_INT) {
             if (is->ival <= 0 || is->ival > MAX_ELEMS)
                 error_at(d->loc, "dimension %d of %s is %s = %lld; dimensions must be positive", i, what, d->name,
                          is->ival);
@@ -270,7 +281,6 @@ struct Call {
 };
 
 static Node *lower_expr(Checker *c, const Ast *e);
-static bool int_literal(const Ast *v, long long *out);
 static double attr_float(const Call *call, int k);
 static Node *mk_const(Checker *c, Loc loc, double v);
 
@@ -368,9 +378,66 @@ static void sort_args(Checker *c, const Ast *e, const FnSpec *spec, Call *call) 
  * on the exact value the parser kept) before it is negated, so no later arithmetic sees a value
  * near the int64 limits; a literal out of range is an error, never silently another kind of
  * value. Block integers were bounded the same way when they were bound. */
+static bool int_literal1(const Ast *v, long long *out);
+
+/* The integer an expression stands for, computed at compile time: literals and a block's
+ * integer arguments combined with + - * // % (Python's rules for negative operands) and
+ * size(x, dim), the size of a tensor's axis (an error for the batch axis, which only the run
+ * knows). Returns false when v is not such an expression (a tensor, a float); an overflow of
+ * 2^53 or a division by zero is an error at v. */
 static bool int_literal(const Ast *v, long long *out) {
+    if (v->kind == AST_BINOP && strchr("+-*f%", v->op)) {
+        long long a, b;
+        if (!int_literal(v->lhs, &a) || !int_literal(v->rhs, &b)) return false;
+        long long r = 0;
+        bool ovf = false;
+        switch (v->op) {
+        case '+': ovf = __builtin_add_overflow(a, b, &r); break;
+        case '-': ovf = __builtin_sub_overflow(a, b, &r); break;
+        case '*': ovf = __builtin_mul_overflow(a, b, &r); break;
+        default:
+            if (b == 0) error_at(v->loc, "integer division by zero in '%s'", ast_text(v));
+            r = v->op == 'f' ? a / b - ((a % b != 0) && ((a < 0) != (b < 0))) : ((a % b) + b) % b;
+        }
+        if (ovf || r > MAX_INT_LITERAL || r < -MAX_INT_LITERAL)
+            error_at(v->loc, "'%s' is out of range (integers in attributes, lists and block arguments are at most "
+                     "2^53 in magnitude)", ast_text(v));
+        *out = r;
+        return true;
+    }
+    if (v->kind == AST_CALL && !strcmp(v->name, "size") && CK) {
+        if (v->nargs != 2 || v->args[0].key || v->args[0].val->kind != AST_NAME ||
+            (v->args[1].key && strcmp(v->args[1].key, "dim")))
+            error_at(v->loc, "size takes a tensor's name and an axis: size(x, 1) (or size(x, dim=1))");
+        Sym *s = lookup(CK, v->args[0].val->name);
+        if (!s || !s->node)
+            error_at(v->args[0].val->loc, "unknown tensor '%s' in size()", v->args[0].val->name);
+        long long d;
+        if (!int_literal(v->args[1].val, &d))
+            error_at(v->args[1].val->loc, "the axis of size() must be an integer");
+        const Shape *sh = &s->node->shape;
+        if (d < -sh->rank || d >= sh->rank)
+            error_at(v->args[1].val->loc, "axis %lld of size() is out of range for '%s' of rank %d", d, s->name, sh->rank);
+        Dim dim = sh->d[d < 0 ? d + sh->rank : d];
+        if (dim.sym)
+            error_at(v->loc, "size(%s, %lld) is the batch dimension, known only at run time; write its name in shapes "
+                     "(reshape(x, [%s, -1]))", s->name, d, CK->g->batch_name ? CK->g->batch_name : "batch");
+        s->used = true;
+        *out = dim.c;
+        return true;
+    }
+    return int_literal1(v, out);
+}
+
+static bool int_literal1(const Ast *v, long long *out) {
     bool neg = v->kind == AST_NEG;
     const Ast *u = neg ? v->lhs : v;
+    if (neg && u->kind != AST_NUM && u->kind != AST_NAME) { /* -(2 * C) */
+        long long x;
+        if (!int_literal(u, &x)) return false;
+        *out = -x;
+        return true;
+    }
     if (u->kind == AST_NAME && CK) {
         Sym *s = lookup(CK, u->name);
         if (!s || s->kind != SYM_INT) return false;
@@ -2544,6 +2611,9 @@ static Node *lower_operator(Checker *c, const Ast *e, const char *fn, Node *a, N
 }
 
 static Node *lower_call(Checker *c, const Ast *e) {
+    long long sz;
+    if (!strcmp(e->name, "size") && !find_block(c, e->name) && int_literal(e, &sz))
+        return mk_const(c, e->loc, (double)sz); /* size(x, 1) as a number: it takes the dtype it meets */
     const Block *blk = find_block(c, e->name);
     if (blk) return instantiate(c, blk, e);
     int si = -1;

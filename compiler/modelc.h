@@ -134,6 +134,7 @@ typedef struct AstDim {
     long long value; /* as written; may be 0 or huge: the checker rejects bad values */
     char *name;
     Loc loc;
+    struct Ast *expr; /* a computed dimension (2 * C), or NULL */
 } AstDim;
 
 typedef struct AstType {

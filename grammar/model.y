@@ -103,6 +103,7 @@ static Stmt *new_stmt(StmtKind kind, YYLTYPE at, const char *name, YYLTYPE name_
                       AstType *type, Ast *expr);
 static AstType *new_type(YYLTYPE at, const char *dtype, DimVec *dims);
 static AstDim int_dim(YYLTYPE at, const char *text);
+static AstDim dim_of(YYLTYPE at, Ast *e);
 static void yyerror(YYLTYPE *at, yyscan_t scanner, ParseResult *res, const char *msg);
 
 /* Remember an open 'on' region, so a syntax error inside it can name it. */
@@ -260,11 +261,10 @@ dims
     | dims ',' dim                     { PUSH($1, $3); $$ = $1; }
     ;
 
+/* A dimension: an integer, a name (the batch, or a block's integer), or an integer expression
+ * (2 * C, size(x, 1) // 4) that the checker computes. */
 dim
-    : INT                              { $$ = int_dim(@1, $1); }
-    | NAME                             { $$ = (AstDim){.is_sym = true, .name = $1, .loc = L(@1)}; }
-    | '-' INT                          { $$ = int_dim(@2, $2); $$.value = -$$.value; $$.loc = L(@1); }
-    | FLOAT                            { error_at(L(@1), "a dimension must be an integer or a name, got '%s'", $1); }
+    : arith                            { $$ = dim_of(@1, $1); }
     ;
 
 /* Python's precedence: or < and < not < comparisons < + - < * / // % @ < unary - < **.
@@ -370,12 +370,10 @@ items
     | items ',' item                   { PUSH($1, $3); $$ = $1; }
     ;
 
+/* a list item: an integer, a name, a number (scale_factor=[1.5, 2]; integer lists refuse it), or
+ * an integer expression ([2 * C, -1], [size(x, 0) // 2]) */
 item
-    : INT                              { $$ = new_num(L(@1), $1); }
-    | '-' INT                          { $$ = new_neg(L(@1), new_num(L(@2), $2)); }
-    | NAME                             { $$ = new_name(L(@1), $1); }
-    | FLOAT                            { $$ = new_num(L(@1), $1); } /* scale_factor=[1.5, 2]; others refuse it */
-    | '-' FLOAT                        { $$ = new_neg(L(@1), new_num(L(@2), $2)); }
+    : arith
     ;
 
 %%
@@ -409,6 +407,19 @@ static AstType *new_type(YYLTYPE at, const char *dtype, DimVec *dims) {
     t->rank = dims->n;
     t->loc = L(at);
     return t;
+}
+
+static AstDim dim_of(YYLTYPE at, Ast *e) {
+    if (e->kind == AST_NUM && !e->is_int)
+        error_at(L(at), "a dimension must be an integer or a name, got '%s'", e->text);
+    if (e->kind == AST_NUM) return int_dim(at, e->text);
+    if (e->kind == AST_NEG && e->lhs->kind == AST_NUM && e->lhs->is_int) {
+        AstDim d = int_dim(at, e->lhs->text);
+        d.value = -d.value;
+        return d;
+    }
+    if (e->kind == AST_NAME) return (AstDim){.is_sym = true, .name = e->name, .loc = L(at)};
+    return (AstDim){.expr = e, .loc = L(at)};
 }
 
 static AstDim int_dim(YYLTYPE at, const char *text) {

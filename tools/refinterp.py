@@ -281,13 +281,10 @@ class Parser:
         if not self.accept("]"):
             while True:
                 d = self.peek()
-                if d.kind == "num" and re.fullmatch(r"[0-9]+", d.text):
-                    dims.append(int(d.text))
-                elif d.kind == "name":
-                    dims.append(d.text)
-                else:
-                    self.err("expected a dimension")
-                self.i += 1
+                it = _item(self.arith())
+                if isinstance(it, float):
+                    self.err("expected a dimension", d)
+                dims.append(it)
                 if self.accept("]"):
                     break
                 self.expect(",", "or ']' in a type")
@@ -401,17 +398,7 @@ class Parser:
         items = []
         if not self.accept("]"):
             while True:
-                neg = bool(self.accept("-"))
-                t = self.peek()
-                if t.kind == "num" and re.fullmatch(r"[0-9]+", t.text):
-                    items.append(-int(t.text) if neg else int(t.text))
-                elif t.kind == "num":
-                    items.append(-float(t.text) if neg else float(t.text))
-                elif t.kind == "name" and not neg:
-                    items.append(t.text)
-                else:
-                    self.err("expected an integer or a name in a list")
-                self.i += 1
+                items.append(_item(self.arith()))
                 if self.accept("]"):
                     break
                 self.expect(",", "or ']' in a list")
@@ -423,6 +410,42 @@ class Block:
 
     def __init__(self, name):
         self.name, self.params, self.stmts, self.ret = name, [], [], None
+
+
+def _item(e):
+    """A list item or dimension as parsed: an int, a float, a name (str), or ("expr", e) for an
+    integer expression computed later (2 * C, size(x, 0) // 2)."""
+    if e[0] == "num":
+        return int(e[1]) if e[2] else e[1]
+    if e[0] == "neg" and e[1][0] == "num":
+        return -int(e[1][1]) if e[1][2] else -e[1][1]
+    if e[0] == "name":
+        return e[1]
+    return ("expr", e)
+
+
+def int_expr(e, name_value):
+    """The integer of expression e: literals, names (name_value(n) -> int or None), + - * // %
+    (Python's rules), negation, and size(x, d) (name_value(("size", x, d)))."""
+    k = e[0]
+    if k == "num" and e[2]:
+        return int(e[1])
+    if k == "neg":
+        x = int_expr(e[1], name_value)
+        return None if x is None else -x
+    if k == "name":
+        return name_value(e[1])
+    if k == "bin" and e[1] in ("+", "-", "*", "//", "%"):
+        a, b = int_expr(e[2], name_value), int_expr(e[3], name_value)
+        if a is None or b is None:
+            return None
+        if e[1] in ("//", "%") and b == 0:
+            raise ModelError("error: integer division by zero in a size expression")
+        return {"+": a + b, "-": a - b, "*": a * b, "//": a // b if b else 0, "%": a % b if b else 0}[e[1]]
+    if k == "call" and e[1] == "size" and len(e[2]) == 2 and e[2][0][1][0] == "name":
+        d = int_expr(e[2][1][1], name_value)
+        return None if d is None else name_value(("size", e[2][0][1][1], d))
+    return None
 
 
 def _flat(stmts):
@@ -570,6 +593,9 @@ class _Expander:
         if k == "list":
             items = []
             for it in e[1]:
+                if isinstance(it, tuple):          # ("expr", e): rewritten, computed at run
+                    items.append(("expr", self.rw(it[1], ctx, prefix)))
+                    continue
                 b = ctx.get(it) if (ctx is not None and isinstance(it, str)) else None
                 items.append(b[1] if b is not None and b[0] == "i" else it)
             return ("list", items)
@@ -583,15 +609,14 @@ class _Expander:
         raise ModelError("%s: error: bad expression %r" % (self.m.path, e))
 
     def int_value(self, v, ctx):
-        """The integer an argument stands for (a literal or an integer block parameter), or None."""
-        if v[0] == "num" and v[2]:
-            return int(v[1])
-        if v[0] == "name" and ctx is not None and ctx.get(v[1], ("t",))[0] == "i":
-            return ctx[v[1]][1]
-        if v[0] == "neg":
-            x = self.int_value(v[1], ctx)
-            return None if x is None else -x
-        return None
+        """The integer an argument stands for (literals and integer block parameters with + - *
+        // %), or None. size() needs shapes, which the expansion does not know: refused."""
+        def name_value(n):
+            if isinstance(n, tuple):
+                self.err("size() in a block argument or a param's shape is not supported by the reference "
+                         "interpreter")
+            return ctx[n][1] if ctx is not None and ctx.get(n, ("t",))[0] == "i" else None
+        return int_expr(v, name_value)
 
     def inst(self, b, args, scope, cctx, cprefix, several=False):
         """The block's results as a list of expressions (one unless `several`)."""
@@ -641,6 +666,11 @@ class _Expander:
                     self.err("'%s' is defined twice" % n, tok)
                 dd = []
                 for d in dims:
+                    if isinstance(d, tuple):
+                        v = self.int_value(d[1], ctx)
+                        if v is None or v <= 0:
+                            self.err("a dimension of param '%s' is not a positive integer" % n, tok)
+                        d = v
                     if isinstance(d, str):
                         bd = ctx.get(d)
                         if bd is None or bd[0] != "i":
@@ -1634,6 +1664,8 @@ class Evaluator:
             return self.call("neg", [(None, e[1])])
         if k == "bin":
             return self.call(_BINOP[e[1]], [(None, e[2]), (None, e[3])])
+        if k == "call" and e[1] == "size":
+            return self.const(self.int_eval(e))
         if k == "call":
             if e[1] in ("split", "chunk"):
                 raise ModelError("%s: error: '%s' gives several tensors: bind them to names" % (self.m.path, e[1]))
@@ -1657,9 +1689,24 @@ class Evaluator:
             return -int(e[1][1]) if e[1][2] else -e[1][1]
         if k == "name":
             return e[1].lstrip("?")
-        if k in ("bool", "list"):
+        if k == "list":
+            return [self.int_eval(it[1]) if isinstance(it, tuple) else it for it in e[1]]
+        if k == "bool":
             return e[1]
+        if k in ("bin", "call", "neg"):
+            return self.int_eval(e)
         raise ModelError("%s: error: bad attribute value %r" % (self.m.path, e))
+
+    def int_eval(self, e):
+        """An integer expression, with size(x, d) read off the tensors."""
+        def name_value(n):
+            if isinstance(n, tuple):
+                return int(self.value(n[1]).shape[n[2]])
+            return None
+        v = int_expr(e, name_value)
+        if v is None:
+            raise ModelError("%s: error: not an integer expression: %r" % (self.m.path, e))
+        return v
 
     def call(self, op, args):
         if op not in OPS:
