@@ -1756,6 +1756,8 @@ static Node *lower_concat(Checker *c, const Call *call) {
     return n;
 }
 
+static Node *mk_slice(Checker *c, Loc loc, Node *x, int axis, int64_t start, int64_t step, int64_t len);
+
 static Node *lower_slice(Checker *c, const Call *call) {
     Node *x = call->t[0];
     int r = x->shape.rank;
@@ -1772,19 +1774,8 @@ static Node *lower_slice(Checker *c, const Call *call) {
     if (len < 1)
         error_at(call->ast->loc, "'slice' of axis %d (size %lld) from %lld to %lld is empty", axis, (long long)L.c,
                  start, end);
-    Node *n = new_node(c->g, OP_SLICE, call->ast->loc);
-    n->in[0] = x;
-    n->nin = 1;
-    n->dtype = x->dtype;
-    n->axis = axis;
-    n->start = start;
-    n->step = step;
-    n->shape = x->shape;
-    n->shape.d[axis] = (Dim){len, false};
-    return n;
+    return mk_slice(c, call->ast->loc, x, axis, start, step, len);
 }
-
-static Node *mk_slice(Checker *c, Loc loc, Node *x, int axis, int64_t start, int64_t step, int64_t len);
 
 #define MAX_RESULTS 64 /* tensors one statement may bind (a, b, ... = chunk(x, n)) */
 
