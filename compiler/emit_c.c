@@ -356,7 +356,10 @@ static void emit_concat(Emit *e, const Kernel *k, char **ptr) {
     for (int i = 0; i < r->axis; i++) outer = dim_mul(outer, r->shape.d[i], NULL);
     for (int i = r->axis + 1; i < r->shape.rank; i++) inner = dim_mul(inner, r->shape.d[i], NULL);
     Dim yrow = dim_mul(r->shape.d[r->axis], inner, NULL);
-    Dim off = {0, r->shape.d[r->axis].sym};
+    /* the offset of part j in a row of y: the parts before it, each xrow = its axis * inner
+     * elements, batch-dependent (a multiple of B) when inner holds the batch (field case: a
+     * concat along an axis before the batch axis wrote its parts B times too close) */
+    Dim off = {0, false};
     fprintf(e->o, "    /* %s%d: %s %%%d */\n", e->kpfx, k->id, op_name(r->op), r->id);
     for (int j = 0; j < r->nin; j++) {
         const Node *xj = r->in[j];
@@ -364,7 +367,9 @@ static void emit_concat(Emit *e, const Kernel *k, char **ptr) {
         library_call(e, k, op_info[r->op].kernel,
                      xprintf("%s, %s, %s, %s * %zu, %s * %zu, %s * %zu", ptr[r->id], ptr[view_base(xj)->id], dim_c(outer),
                              dim_c(xrow), es, dim_c(yrow), es, off.c ? dim_c(off) : "0", es));
+        if (j > 0 && xrow.sym != off.sym) ICE("concat %%%d: parts with batch-dependent and fixed row sizes", r->id);
         off.c += xrow.c;
+        off.sym = xrow.sym;
     }
 }
 
