@@ -587,15 +587,19 @@ static DType unify_dtypes(const Call *call, Node **t, int n) {
     for (int i = 0; i < n && dt != DT_F32; i++) {
         if (!is_literal(t[i])) continue;
         double v = t[i]->exact;
-        bool integral = v == floor(v) && fabs(v) <= 9007199254740992.0;
+        bool integral = t[i]->literal_int;
         bool fits = dt == DT_I64   ? integral
                     : dt == DT_I32 ? integral && v >= -2147483648.0 && v <= 2147483647.0
-                                   : v == 0 || v == 1;
-        if (!fits)
-            error_at(arg_ast(call, i)->loc, "%s of %s and the number %s: %s; cast the tensor, e.g. cast(x, dtype=f32)",
-                     call_name(call), dtype_name(dt), arg_ast(call, i)->text ? arg_ast(call, i)->text : "literal",
-                     dt == DT_BOOL ? "a bool meets only 0 or 1" : !integral ? "the number is not an integer"
-                                                                            : "the number is out of i32's range");
+                                   : integral && (v == 0 || v == 1);
+        if (!fits) {
+            const char *why = t[i]->literal_big ? "integers in expressions are at most 2^53 in magnitude"
+                              : dt == DT_BOOL   ? "a bool meets only 0 or 1"
+                              : !integral       ? "a float literal does not become an integer (write it without '.', or cast)"
+                                                : "the number is out of i32's range";
+            const Ast *a = arg_ast(call, i);
+            error_at(a->loc, "%s of %s and the number %s: %s", call_name(call), dtype_name(dt),
+                     a->kind == AST_NEG && a->lhs->text ? xprintf("-%s", a->lhs->text) : a->text ? a->text : ast_text(a), why);
+        }
         t[i]->dtype = dt;
         t[i]->value = v;
     }
@@ -1839,8 +1843,8 @@ static Node *lower_several(Checker *c, const Call *call) {
 
 static Node *lower_embedding(Checker *c, const Call *call) {
     Node *ids = call->t[0], *w = call->t[1];
-    if (ids->dtype == DT_F32)
-        error_at(call->ast->args[0].val->loc, "'embedding' ids must be i32 or i64, got f32");
+    if (!dtype_is_integer(ids->dtype))
+        error_at(call->ast->args[0].val->loc, "'embedding' ids must be i32 or i64, got %s", dtype_name(ids->dtype));
     require_f32(call, w, 1);
     if (w->shape.rank != 2 || shape_nsym(&w->shape))
         error_at(call->ast->args[1].val->loc, "'embedding' weight must be rank 2 [num_embeddings, dim], got %s",
@@ -2255,7 +2259,7 @@ static Node *lower_gather(Checker *c, const Call *call) {
             break;
         }
     require_f32(call, x, 0);
-    if (idx->dtype == DT_F32 || (!select && idx->dtype != DT_I64))
+    if (!dtype_is_integer(idx->dtype) || (!select && idx->dtype != DT_I64))
         error_at(ia->loc, "'%s' index must be %s, got %s", fn, select ? "i32 or i64" : "i64", dtype_name(idx->dtype));
     int r = x->shape.rank;
     int d = norm_axis(call, call->attr[0], loc, attr_int(call, 0), r, "dim");
@@ -2622,12 +2626,24 @@ static Node *lower_call(Checker *c, const Ast *e) {
     return fn_specs[si].lower(c, &call);
 }
 
+/* A scalar constant: a literal or a computed size (integral: it may become an integer). */
 static Node *mk_const(Checker *c, Loc loc, double v) {
     Node *n = new_node(c->g, OP_CONST, loc);
     n->value = (double)(float)v;
     n->literal = true;
     n->exact = v;
+    n->literal_int = v == floor(v) && fabs(v) <= (double)MAX_INT_LITERAL;
     n->shape.rank = 0;
+    return n;
+}
+
+/* The constant a number literal writes (negated with `neg`): an integer literal keeps its exact
+ * value for an integer tensor it meets, a float literal (1.0, 2e3) stays a float. */
+static Node *mk_const_lit(Checker *c, Loc loc, const Ast *num, bool neg) {
+    Node *n = mk_const(c, loc, neg ? -num->num : num->num);
+    n->literal_int = num->is_int && num->int_ok;
+    n->literal_big = num->is_int && !num->int_ok;
+    if (n->literal_int) n->exact = neg ? -(double)num->ival : (double)num->ival;
     return n;
 }
 
@@ -2667,7 +2683,7 @@ static Node *lower_expr(Checker *c, const Ast *e) {
 static Node *lower_expr1(Checker *c, const Ast *e) {
     switch (e->kind) {
     case AST_NUM:
-        return mk_const(c, e->loc, e->num);
+        return mk_const_lit(c, e->loc, e, false);
     case AST_NAME: {
         Sym *s = lookup(c, e->name);
         if (!s) {
@@ -2688,7 +2704,7 @@ static Node *lower_expr1(Checker *c, const Ast *e) {
         return s->node;
     }
     case AST_NEG:
-        if (e->lhs->kind == AST_NUM) return mk_const(c, e->loc, -e->lhs->num);
+        if (e->lhs->kind == AST_NUM) return mk_const_lit(c, e->loc, e->lhs, true);
         return lower_operator(c, e, "neg", lower_expr(c, e->lhs), NULL);
     case AST_BINOP: {
         Node *a = lower_expr(c, e->lhs), *b = lower_expr(c, e->rhs);
@@ -2954,7 +2970,9 @@ Graph *build_graph(const Program *p, int max_batch) {
         if (c->syms[i].kind == SYM_OUTPUT_DECL && !c->syms[i].node)
             error_at(c->syms[i].loc, "output '%s' is declared but never assigned", c->syms[i].name);
 
-    analyze_uses(g);
+    /* A lowering may make a node before the nodes it reads (stack's reshapes, gather's slice):
+     * node ids are a topological order from here on, which analyze_uses and every pass assume. */
+    toposort_graph(g);
     /* Every tensor must be addressable at the largest batch (sizes are planned at max batch). */
     for (int i = 0; i < g->nnodes; i++) {
         const Node *n = g->nodes[i];

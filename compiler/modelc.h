@@ -279,6 +279,9 @@ struct Node {
     bool literal;         /* const: written as a number (or a block's integer), so it takes the
                            * dtype of the tensors it meets (check.c: unify_dtypes) */
     double exact;         /* const from a literal: the value as written, before rounding */
+    bool literal_int;     /* const: written as an integer (no '.' or exponent), exact in `exact`
+                           * unless literal_big (beyond 2^53, which a double does not hold) */
+    bool literal_big;
     double eps;           /* batch_norm, layer_norm */
     double fattr[2];      /* an elementwise op's float attributes (clamp: min, max; elu: alpha; ...) */
     int index;            /* input/param: position in Graph.inputs / Graph.params */
