@@ -114,7 +114,9 @@ int shape_nsym(const Shape *s) {
 }
 
 bool dtype_is_integer(DType dt) { return dt == DT_I32 || dt == DT_I64; }
-size_t dtype_size(DType dt) { return dt == DT_I64 ? 8 : dt == DT_BOOL ? 1 : 4; }
+bool dtype_is_half(DType dt) { return dt == DT_F16 || dt == DT_BF16; }
+bool dtype_is_float(DType dt) { return dt == DT_F32 || dtype_is_half(dt); }
+size_t dtype_size(DType dt) { return dt == DT_I64 ? 8 : dt == DT_BOOL ? 1 : dtype_is_half(dt) ? 2 : 4; }
 
 int64_t dim_at(Dim d, int64_t batch) { return d.sym ? d.c * batch : d.c; }
 
