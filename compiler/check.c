@@ -2576,7 +2576,9 @@ static Node *lower_expr1(Checker *c, const Ast *e) {
         Node *a = lower_expr(c, e->lhs), *b = lower_expr(c, e->rhs);
         if (e->op == '@') {
             if (a->dtype != DT_F32 || b->dtype != DT_F32)
-                error_at(e->loc, "'@' (matmul) expects f32 tensors, got %s and %s", dtype_name(a->dtype), dtype_name(b->dtype));
+                error_at(e->loc, "'@' (matmul) expects f32 tensors, got %s and %s%s", dtype_name(a->dtype), dtype_name(b->dtype),
+                         dtype_is_half(a->dtype) || dtype_is_half(b->dtype)
+                             ? "; only elementwise ops compute f16 and bf16: cast(x, dtype=f32) first" : "");
             return mk_matmul(c, e->loc, "matmul", a, b, false);
         }
         static const struct { char op; const char *fn; } ops[] = {

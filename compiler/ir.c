@@ -246,7 +246,7 @@ void dump_graph(FILE *out, const Graph *g) {
         if (n->dead && n->op != OP_INPUT && n->op != OP_PARAM) continue;
         fprintf(out, "  %%%d = %s", n->id, op_name(n->op));
         if (n->op == OP_INPUT || n->op == OP_PARAM) fprintf(out, " %s", n->name);
-        if (n->op == OP_CONST && n->dtype != DT_F32) fprintf(out, " %" PRId64, (int64_t)n->value);
+        if (n->op == OP_CONST && !dtype_is_float(n->dtype)) fprintf(out, " %" PRId64, (int64_t)n->value);
         else if (n->op == OP_CONST) fprintf(out, " %.9g", n->value);
         for (int j = 0; j < n->nin; j++) fprintf(out, "%s%%%d", j ? ", " : " ", n->in[j]->id);
         dump_attrs(out, n);
