@@ -25,6 +25,8 @@ const char *dtype_name(DType dt) {
     case DT_I32: return "i32";
     case DT_I64: return "i64";
     case DT_BOOL: return "bool";
+    case DT_F16: return "f16";
+    case DT_BF16: return "bf16";
     }
     ICE("bad dtype %d", (int)dt);
 }

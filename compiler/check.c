@@ -557,10 +557,15 @@ static const Ast *arg_ast(const Call *call, int i) {
     return e;
 }
 
+/* Ops other than the elementwise ones compute f32 only; an f16 or bf16 operand is refused with
+ * the cast that makes it f32 (modelc inserts no conversion a user did not write). */
 static void require_f32(const Call *call, Node *n, int argi) {
     if (n->dtype != DT_F32)
-        error_at(arg_ast(call, argi)->loc, "%s expects an f32 tensor, got %s%s%s%s", call_name(call), dtype_name(n->dtype),
-                 n->name ? " tensor '" : "", n->name ? n->name : "", n->name ? "'" : "");
+        error_at(arg_ast(call, argi)->loc, "%s expects an f32 tensor, got %s%s%s%s%s%s%s", call_name(call), dtype_name(n->dtype),
+                 n->name ? " tensor '" : "", n->name ? n->name : "", n->name ? "'" : "",
+                 dtype_is_half(n->dtype) ? "; only elementwise ops compute " : "",
+                 dtype_is_half(n->dtype) ? dtype_name(n->dtype) : "",
+                 dtype_is_half(n->dtype) ? ": cast(x, dtype=f32) first" : "");
 }
 
 static bool is_literal(const Node *n) { return n->op == OP_CONST && n->literal; }
@@ -569,7 +574,8 @@ static bool is_literal(const Node *n) { return n->op == OP_CONST && n->literal; 
  * promote (PyTorch would turn f32 + i64 into f32, and bool + f32 too): operands of two dtypes
  * are an error that asks for a cast, as ONNX requires. A number literal takes the dtype of the
  * tensors it meets: an integer literal becomes i32 or i64 (within range), 0 or 1 becomes bool,
- * and a fraction meeting integers is an error; literals alone stay f32. */
+ * and a fraction meeting integers is an error; a number meeting f16 or bf16 is rounded to that
+ * dtype (as NumPy 2 does); literals alone stay f32. */
 static DType unify_dtypes(const Call *call, Node **t, int n) {
     int first = -1;
     for (int i = 0; i < n; i++) {
@@ -587,6 +593,11 @@ static DType unify_dtypes(const Call *call, Node **t, int n) {
     for (int i = 0; i < n && dt != DT_F32; i++) {
         if (!is_literal(t[i])) continue;
         double v = t[i]->exact;
+        if (dtype_is_half(dt)) { /* kprint.c rounds the constant to dt */
+            t[i]->dtype = dt;
+            t[i]->value = v;
+            continue;
+        }
         bool integral = t[i]->literal_int;
         bool fits = dt == DT_I64   ? integral
                     : dt == DT_I32 ? integral && v >= -2147483648.0 && v <= 2147483647.0
@@ -1935,7 +1946,7 @@ static Node *lower_logical(Checker *c, const Call *call) {
 
 /* cast(x, dtype=...): the conversions of kprint.c's cast_expr; a cast to x's own dtype is x. */
 static Node *lower_cast(Checker *c, const Call *call) {
-    static const DType to[] = {DT_F32, DT_I32, DT_I64, DT_BOOL}; /* the enum's order in ops.def */
+    static const DType to[] = {DT_F32, DT_I32, DT_I64, DT_BOOL, DT_F16, DT_BF16}; /* the enum's order in ops.def */
     DType dt = to[attr_enum(call, 0)];
     Node *x = call->t[0];
     if (x->dtype == dt) return x;
@@ -2421,16 +2432,26 @@ static Node *instantiate(Checker *c, const Block *b, const Ast *e) {
 }
 
 /* add sub mul div (broadcasting) and the unary functions: one IR op each. */
+/* Floating-point elementwise ops: f32, or f16 / bf16 computed in f32 and rounded to the
+ * operands' dtype (kprint.c); the operands share one float dtype (unify_dtypes). */
 static Node *lower_elementwise(Checker *c, const Call *call) {
     OpKind op = call->spec->op;
-    if (call->nt == 2 && (call->t[0]->dtype != DT_F32 || call->t[1]->dtype != DT_F32))
+    Node *t[2] = {call->t[0], call->nt > 1 ? call->t[1] : NULL};
+    bool floats = dtype_is_float(t[0]->dtype) && (call->nt < 2 || dtype_is_float(t[1]->dtype));
+    if (call->nt == 2 && !floats)
         error_at(call->ast->loc, "%s expects f32 tensors, got %s and %s%s", call_name(call), dtype_name(call->t[0]->dtype),
                  dtype_name(call->t[1]->dtype), op == OP_DIV && dtype_is_integer(call->t[0]->dtype) ?
                  " (// is floor division of integers; or cast(x, dtype=f32))" : "");
-    for (int i = 0; i < call->nt; i++) require_f32(call, call->t[i], i);
-    if (op_is_binary(op)) return mk_binary(c, op, call->ast->loc, call->t[0], call->t[1]);
+    if (!floats) require_f32(call, call->t[0], 0);
+    DType dt = unify_dtypes(call, t, call->nt);
+    if (op_is_binary(op)) {
+        Node *b = mk_binary(c, op, call->ast->loc, t[0], t[1]);
+        b->dtype = dt;
+        return b;
+    }
     if (!op_is_unary(op)) ICE("'%s' is lowered as elementwise, but '%s' is not", call->spec->name, op_name(op));
     Node *n = mk_unary(c, op, call->ast->loc, call->t[0]);
+    n->dtype = dt;
     /* float attributes, in order, become the op's %a and %b */
     if (call->spec->nattrs > 2) ICE("'%s': an elementwise op takes at most 2 attributes", call->spec->name);
     for (int k = 0; k < call->spec->nattrs; k++) {
@@ -2448,8 +2469,9 @@ static Node *lower_elementwise(Checker *c, const Call *call) {
 }
 
 static Node *lower_relu6(Checker *c, const Call *call) {
-    require_f32(call, call->t[0], 0);
+    if (!dtype_is_float(call->t[0]->dtype)) require_f32(call, call->t[0], 0);
     Node *n = mk_unary(c, OP_CLAMP, call->ast->loc, call->t[0]);
+    n->dtype = call->t[0]->dtype;
     n->fattr[0] = 0.0;
     n->fattr[1] = 6.0;
     return n;
@@ -2465,8 +2487,10 @@ static Node *lower_dropout(Checker *c, const Call *call) {
 }
 
 static Node *lower_gelu(Checker *c, const Call *call) {
-    require_f32(call, call->t[0], 0);
-    return mk_unary(c, attr_enum(call, 0) ? OP_GELU_TANH : OP_GELU, call->ast->loc, call->t[0]);
+    if (!dtype_is_float(call->t[0]->dtype)) require_f32(call, call->t[0], 0);
+    Node *n = mk_unary(c, attr_enum(call, 0) ? OP_GELU_TANH : OP_GELU, call->ast->loc, call->t[0]);
+    n->dtype = call->t[0]->dtype;
+    return n;
 }
 
 static Node *lower_matmul(Checker *c, const Call *call) {
@@ -2710,7 +2734,9 @@ static Node *lower_expr1(Checker *c, const Ast *e) {
         Node *a = lower_expr(c, e->lhs), *b = lower_expr(c, e->rhs);
         if (e->op == '@') {
             if (a->dtype != DT_F32 || b->dtype != DT_F32)
-                error_at(e->loc, "'@' (matmul) expects f32 tensors, got %s and %s", dtype_name(a->dtype), dtype_name(b->dtype));
+                error_at(e->loc, "'@' (matmul) expects f32 tensors, got %s and %s%s", dtype_name(a->dtype), dtype_name(b->dtype),
+                         dtype_is_half(a->dtype) || dtype_is_half(b->dtype)
+                             ? "; only elementwise ops compute f16 and bf16: cast(x, dtype=f32) first" : "");
             return mk_matmul(c, e->loc, "matmul", a, b, false);
         }
         static const struct { char op; const char *fn; } ops[] = {

@@ -31,7 +31,8 @@
 enum { RUN_PART = 256 };
 
 static const char *mrt_dtype(DType dt) {
-    return dt == DT_F32 ? "MRT_F32" : dt == DT_I32 ? "MRT_I32" : dt == DT_I64 ? "MRT_I64" : "MRT_BOOL";
+    return dt == DT_F32 ? "MRT_F32" : dt == DT_I32 ? "MRT_I32" : dt == DT_I64 ? "MRT_I64" : dt == DT_BOOL ? "MRT_BOOL"
+         : dt == DT_F16 ? "MRT_F16" : "MRT_BF16";
 }
 /* s as the inside of a C string literal: quotes, backslashes and non-printable bytes escaped
  * (a file name may hold any of them). */
@@ -460,8 +461,9 @@ static void emit_params(Emit *e, const KernelList *kl, const char *kpfx) {
 
 static void doc_tensor(Emit *e, FILE *o, const char *role, const char *name, const Node *n) {
     char buf[256];
-    fprintf(o, " *   %-12s %s%s, host memory or model-device memory (%s)\n", c_ident(name), dtype_name(n->dtype),
-            shape_str(&n->shape, e->g->batch_name, buf, sizeof buf), role);
+    fprintf(o, " *   %-12s %s%s, host memory or model-device memory (%s)%s\n", c_ident(name), dtype_name(n->dtype),
+            shape_str(&n->shape, e->g->batch_name, buf, sizeof buf), role,
+            dtype_is_half(n->dtype) ? ", uint16_t bits" : "");
 }
 
 static void emit_run_proto(Emit *e, FILE *o) {
@@ -530,6 +532,12 @@ void emit_c_header(Emit *e, FILE *o) {
     if (g->has_batch) fprintf(o, " *  Shapes use %s = batch.\n", g->batch_name);
     for (int i = 0; i < g->ninputs; i++) doc_tensor(e, o, "input", g->inputs[i]->name, g->inputs[i]);
     for (int i = 0; i < g->noutputs; i++) doc_tensor(e, o, "output", g->outputs[i].name, g->outputs[i].node);
+    bool half = false;
+    for (int i = 0; i < g->ninputs; i++) half |= dtype_is_half(g->inputs[i]->dtype);
+    for (int i = 0; i < g->noutputs; i++) half |= dtype_is_half(g->outputs[i].node->dtype);
+    if (half)
+        fprintf(o, " *  f16 and bf16 buffers hold each value's 16 bits as a uint16_t; mrt_kernels.h converts\n"
+                   " *  (mrt_f16_from_f32, mrt_f16_to_f32, mrt_bf16_from_f32, mrt_bf16_to_f32: to nearest even).\n");
     fprintf(o, " */\n");
     emit_run_proto(e, o);
     fprintf(o, ";\n\n/** Free everything the model holds. NULL is ignored. */\nvoid %s_destroy(%s *m);\n\n", e->pfx, e->pfx);

@@ -114,7 +114,9 @@ int shape_nsym(const Shape *s) {
 }
 
 bool dtype_is_integer(DType dt) { return dt == DT_I32 || dt == DT_I64; }
-size_t dtype_size(DType dt) { return dt == DT_I64 ? 8 : dt == DT_BOOL ? 1 : 4; }
+bool dtype_is_half(DType dt) { return dt == DT_F16 || dt == DT_BF16; }
+bool dtype_is_float(DType dt) { return dt == DT_F32 || dtype_is_half(dt); }
+size_t dtype_size(DType dt) { return dt == DT_I64 ? 8 : dt == DT_BOOL ? 1 : dtype_is_half(dt) ? 2 : 4; }
 
 int64_t dim_at(Dim d, int64_t batch) { return d.sym ? d.c * batch : d.c; }
 
@@ -244,7 +246,7 @@ void dump_graph(FILE *out, const Graph *g) {
         if (n->dead && n->op != OP_INPUT && n->op != OP_PARAM) continue;
         fprintf(out, "  %%%d = %s", n->id, op_name(n->op));
         if (n->op == OP_INPUT || n->op == OP_PARAM) fprintf(out, " %s", n->name);
-        if (n->op == OP_CONST && n->dtype != DT_F32) fprintf(out, " %" PRId64, (int64_t)n->value);
+        if (n->op == OP_CONST && !dtype_is_float(n->dtype)) fprintf(out, " %" PRId64, (int64_t)n->value);
         else if (n->op == OP_CONST) fprintf(out, " %.9g", n->value);
         for (int j = 0; j < n->nin; j++) fprintf(out, "%s%%%d", j ? ", " : " ", n->in[j]->id);
         dump_attrs(out, n);

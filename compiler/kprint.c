@@ -11,10 +11,17 @@
 #include <math.h>
 #include <string.h>
 
-/* bool is stored as one byte holding 0 or 1 (PyTorch's and NumPy's layout). */
+/* The storage type. bool is stored as one byte holding 0 or 1 (PyTorch's and NumPy's layout);
+ * f16 and bf16 as their 16 bits (IEEE binary16; bfloat16, the top half of an f32). */
 const char *c_type(DType dt) {
-    return dt == DT_F32 ? "float" : dt == DT_I32 ? "int32_t" : dt == DT_I64 ? "int64_t" : "uint8_t";
+    return dt == DT_F32 ? "float" : dt == DT_I32 ? "int32_t" : dt == DT_I64 ? "int64_t" : dtype_is_half(dt) ? "uint16_t" : "uint8_t";
 }
+
+/* The type an expression computes a value of dtype dt in: f16 and bf16 compute in float. */
+static const char *calc_type(DType dt) { return dtype_is_half(dt) ? "float" : c_type(dt); }
+
+/* mrt_f16 / mrt_bf16: the prefix of the runtime's conversion functions (mrt_kernels.h). */
+static const char *half_pfx(DType dt) { return dt == DT_F16 ? "mrt_f16" : "mrt_bf16"; }
 
 char *dim_c(Dim d) {
     if (!d.sym) return xprintf("%" PRId64, d.c);
@@ -71,6 +78,7 @@ static const char *const int_expr[OP__COUNT] = {
 /* A constant of dtype dt as a C literal. */
 static char *const_lit(DType dt, double v) {
     if (dt == DT_F32) return float_lit(v);
+    if (dtype_is_half(dt)) return xprintf("%s_round(%s)", half_pfx(dt), float_lit(v)); /* folded by the C compiler */
     if (dt == DT_BOOL) return xstrdup(v != 0 ? "1" : "0");
     if (dt == DT_I32) return xprintf("%" PRId64, (int64_t)v);
     return xprintf("INT64_C(%" PRId64 ")", (int64_t)v);
@@ -79,8 +87,14 @@ static char *const_lit(DType dt, double v) {
 /* cast(v) from dtype `from` to `to`, defined for every value (C leaves float-to-integer
  * conversion of NaN and out-of-range values undefined): to bool is v != 0 (NaN is true, as in
  * PyTorch); float to integer truncates toward zero, NaN gives 0 and out-of-range values
- * saturate (mrt_f32_to_i32/_i64); i64 to i32 wraps (keeps the low 32 bits); bool gives 0 or 1. */
+ * saturate (mrt_f32_to_i32/_i64); i64 to i32 wraps (keeps the low 32 bits); bool gives 0 or 1.
+ * An f16 or bf16 value is already a float here (calc_type) and a result of those dtypes is
+ * rounded by emit_expr, so they cast as f32 does; an integer goes to them through
+ * mrt_i64_to_f32_odd (round to odd), so that the rounding to 11 or 8 bits is the only one. */
 static char *cast_expr(DType from, DType to, const char *v) {
+    if (dtype_is_half(from)) from = DT_F32;
+    if (dtype_is_half(to) && dtype_is_integer(from)) return xprintf("mrt_i64_to_f32_odd((int64_t)%s)", v);
+    if (dtype_is_half(to)) to = DT_F32;
     if (to == DT_BOOL) return xprintf("(%s != 0)", v);
     if (from == DT_F32 && dtype_is_integer(to)) return xprintf("mrt_f32_to_%s(%s)", dtype_name(to), v);
     if (from == DT_I64 && to == DT_I32) return xprintf("(int32_t)(uint32_t)(uint64_t)%s", v);
@@ -91,16 +105,20 @@ static char *cast_expr(DType from, DType to, const char *v) {
 /* One temporary per expression node, in operand order, each of its node's dtype; an op's C
  * text is its c_expr row in ops.def (its IEXPR row when it computes an integer) with %0 %1 %2
  * replaced by the operands' temporaries, %a %b by its float attributes and %T %U %N by its C
- * type, that type's unsigned twin and its dtype's name. */
+ * type, that type's unsigned twin and its dtype's name. An f16 or bf16 node is a float
+ * temporary holding a value of its dtype: a leaf converts on read, an op computes in f32 and
+ * rounds (mrt_f16_round: to nearest even), so a fused kernel gives the bits of the unfused chain. */
 static int emit_expr(FILE *o, const Kernel *k, const Expr *x, int *tmp, bool comments) {
     (void)k;
-    const char *T = c_type(x->dt);
+    const char *T = calc_type(x->dt);
+    bool half = dtype_is_half(x->dt);
     if (x->kind == EX_CONST) {
         fprintf(o, "    const %s t%d = %s;\n", T, *tmp, const_lit(x->dt, x->value));
         return (*tmp)++;
     }
     if (x->kind == EX_LEAF) {
-        fprintf(o, "    const %s t%d = a%d;\n", T, *tmp, x->leaf);
+        if (half) fprintf(o, "    const float t%d = %s_to_f32(a%d);\n", *tmp, half_pfx(x->dt), x->leaf);
+        else fprintf(o, "    const %s t%d = a%d;\n", T, *tmp, x->leaf);
         return (*tmp)++;
     }
     const char *tmpl = dtype_is_integer(x->dt) && int_expr[x->op] ? int_expr[x->op] : op_info[x->op].c_expr;
@@ -111,6 +129,7 @@ static int emit_expr(FILE *o, const Kernel *k, const Expr *x, int *tmp, bool com
         if (opnd[i]) arg[i] = emit_expr(o, k, opnd[i], tmp, comments);
     int t = (*tmp)++;
     fprintf(o, "    const %s t%d = ", T, t);
+    if (half) fprintf(o, "%s_round(", half_pfx(x->dt));
     if (x->op == OP_CAST) tmpl = cast_expr(x->a->dt, x->dt, xprintf("t%d", arg[0]));
     for (const char *p = tmpl; *p; p++) {
         if (p[0] == '%' && (p[1] == 'a' || p[1] == 'b')) {
@@ -132,6 +151,7 @@ static int emit_expr(FILE *o, const Kernel *k, const Expr *x, int *tmp, bool com
             fputc(*p, o);
         }
     }
+    if (half) fputc(')', o);
     if (comments) fprintf(o, ";  /* %%%d %s */\n", x->node ? x->node->id : -1, op_name(x->op));
     else fprintf(o, ";\n");
     return t;
@@ -182,7 +202,8 @@ void emit_expr_function(FILE *o, const Kernel *k, const char *fname, bool commen
     fprintf(o, ") {\n");
     int tmp = 0;
     int res = emit_expr(o, k, k->expr, &tmp, comments);
-    fprintf(o, "    return t%d;\n}\n\n", res);
+    if (dtype_is_half(k->root->dtype)) fprintf(o, "    return %s_from_f32(t%d);\n}\n\n", half_pfx(k->root->dtype), res);
+    else fprintf(o, "    return t%d;\n}\n\n", res);
 }
 
 void kernel_loops(const Kernel *k, LoopNest *ln) {

@@ -76,8 +76,11 @@ void diag_set_exit_hook(void (*hook)(int status));
 
 /* ================================================================ ast.c, grammar/ */
 
-typedef enum DType { DT_F32 = 0, DT_I32 = 1, DT_I64 = 2, DT_BOOL = 3 } DType;
-const char *dtype_name(DType dt); /* "f32", "i32", "i64" */
+/* f16 (IEEE binary16) and bf16 (bfloat16, the top half of an f32) are storage dtypes: 2 bytes
+ * each, held as uint16_t bits; kernels compute them in f32 and round each node's value to its
+ * dtype (round to nearest even), see kprint.c. */
+typedef enum DType { DT_F32 = 0, DT_I32 = 1, DT_I64 = 2, DT_BOOL = 3, DT_F16 = 4, DT_BF16 = 5 } DType;
+const char *dtype_name(DType dt); /* "f32", "i32", "i64", "bool", "f16", "bf16" */
 
 typedef enum AstKind {
     AST_NUM,   /* number literal: num, is_int, text */
@@ -370,6 +373,8 @@ bool dim_eq(Dim a, Dim b);
 Dim shape_numel(const Shape *s);
 int shape_nsym(const Shape *s);
 bool dtype_is_integer(DType dt); /* i32 or i64 */
+bool dtype_is_half(DType dt);    /* f16 or bf16 */
+bool dtype_is_float(DType dt);   /* f32, f16 or bf16 */
 size_t dtype_size(DType dt);
 /* Evaluate at a batch size: c or c*batch. */
 int64_t dim_at(Dim d, int64_t batch);

@@ -390,7 +390,7 @@ static Stmt *new_stmt(StmtKind kind, YYLTYPE at, const char *name, YYLTYPE name_
     return s;
 }
 
-/* `dtype` is the name before '[': only f32, i32, i64 and bool are types. */
+/* `dtype` is the name before '[': only f32, f16, bf16, i32, i64 and bool are types. */
 static AstType *new_type(YYLTYPE at, const char *dtype, DimVec *dims) {
     AstType *t = xalloc(sizeof *t);
     if (!strcmp(dtype, "f32"))
@@ -401,8 +401,12 @@ static AstType *new_type(YYLTYPE at, const char *dtype, DimVec *dims) {
         t->dtype = DT_I64;
     else if (!strcmp(dtype, "bool"))
         t->dtype = DT_BOOL;
+    else if (!strcmp(dtype, "f16"))
+        t->dtype = DT_F16;
+    else if (!strcmp(dtype, "bf16"))
+        t->dtype = DT_BF16;
     else
-        error_at(L(at), "unknown dtype '%s' (expected f32, i32, i64 or bool)", dtype);
+        error_at(L(at), "unknown dtype '%s' (expected f32, f16, bf16, i32, i64 or bool)", dtype);
     t->dims = dims->v;
     t->rank = dims->n;
     t->loc = L(at);
@@ -529,7 +533,8 @@ static int yyreport_syntax_error(const yypcontext_t *ctx, yyscan_t scanner, Pars
         error_at(at, "expected a type such as f32[batch, 64] after ':', got %s", got);
     if (E[K('[')] && !expr_start) {
         const char *dtype = xstrndup(ls->src + ls->prev_off, ls->prev_len);
-        if (strcmp(dtype, "f32") && strcmp(dtype, "i32") && strcmp(dtype, "i64") && strcmp(dtype, "bool"))
+        if (strcmp(dtype, "f32") && strcmp(dtype, "i32") && strcmp(dtype, "i64") && strcmp(dtype, "bool") &&
+            strcmp(dtype, "f16") && strcmp(dtype, "bf16"))
             error_at((Loc){ls->prev_line, ls->prev_col},
                      "expected a type such as f32[batch, 64] after ':', got %s", prev);
         error_at(at, "expected '[' after %s (a scalar is %s[]), got %s", prev, dtype, got);

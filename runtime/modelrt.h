@@ -81,13 +81,16 @@ void mrt_log(mrt_log_level level, const char *fmt, ...)
 
 #define MRT_MAX_RANK 8
 
-/** Element types. Sizes: F32 4 bytes, I32 4, I64 8. */
-typedef enum mrt_dtype { MRT_F32 = 0, MRT_I32 = 1, MRT_I64 = 2, MRT_BOOL = 3 } mrt_dtype; /* bool: one byte, 0 or 1 */
+/** Element types. Sizes: F32 4 bytes, I32 4, I64 8, BOOL 1 (0 or 1), F16 2, BF16 2.
+ *  F16 (IEEE binary16) and BF16 (bfloat16, the top 16 bits of an f32) are held as uint16_t
+ *  bits in C: a generated model's API takes `const uint16_t *` for them. mrt_kernels.h converts
+ *  (mrt_f16_to_f32, mrt_f16_from_f32, mrt_bf16_to_f32, mrt_bf16_from_f32: round to nearest even). */
+typedef enum mrt_dtype { MRT_F32 = 0, MRT_I32 = 1, MRT_I64 = 2, MRT_BOOL = 3, MRT_F16 = 4, MRT_BF16 = 5 } mrt_dtype;
 
 /** Bytes per element of `dt`. */
 size_t mrt_dtype_size(mrt_dtype dt);
 
-/** Lower-case name: "f32", "i32", "i64". */
+/** Lower-case name: "f32", "i32", "i64", "bool", "f16", "bf16". */
 const char *mrt_dtype_name(mrt_dtype dt);
 
 /** A host tensor: dense, C order. `data` is owned by whoever filled it (mrt_npy_read allocates
@@ -349,7 +352,8 @@ typedef struct mrt_param_desc {
  *     have (MRT_ERR_MISMATCH, "unexpected tensor"), a wrong dtype or shape (MRT_ERR_MISMATCH,
  *     both given). The "__metadata__" entry is allowed (an object of strings, or null) and
  *     ignored.
- *  safetensors dtype names: F32, I32, I64, BOOL map to MRT_F32, MRT_I32, MRT_I64, MRT_BOOL.
+ *  safetensors dtype names: F32, I32, I64, BOOL, F16, BF16 map to MRT_F32, MRT_I32, MRT_I64,
+ *  MRT_BOOL, MRT_F16, MRT_BF16.
  *  On failure `dst` may be partly written but nothing else is changed. */
 mrt_status mrt_weights_load(const char *path, const mrt_param_desc *params, int n,
                             void *dst, size_t dst_bytes);
@@ -363,7 +367,10 @@ mrt_status mrt_weights_load_regions(const char *path, const mrt_param_desc *para
 /* ---------------------------------------------------------------- npy */
 
 /** Read a NumPy .npy file (format versions 1.0, 2.0, 3.0; https://numpy.org/neps/nep-0001-npy-format.html)
- *  of dtype '<f4', '<i4', '<i8' or '|b1' (bool) in C order into `out` (data allocated with malloc).
+ *  of dtype '<f4', '<i4', '<i8', '|b1' (bool), '<f2' (MRT_F16) or '<u2' (MRT_BF16) in C order into
+ *  `out` (data allocated with malloc). NumPy has no bfloat16: a bf16 tensor is an npy file of
+ *  uint16 holding its bits (`(f32_array.view(np.uint32) >> 16).astype('<u2')` truncates; see
+ *  tools/safetensors_np.py for rounding), and mrt_npy_write writes MRT_BF16 so.
  *  Other dtypes, fortran_order True, a malformed or truncated header, a data size that does not
  *  match the shape, rank > MRT_MAX_RANK or an element count that overflows: MRT_ERR_FORMAT with
  *  the file name and the reason. An empty path is MRT_ERR_INVALID_ARG. */

@@ -88,6 +88,59 @@ MRT_HD int32_t mrt_f32_to_i32(float x) {
 MRT_HD int64_t mrt_f32_to_i64(float x) {
     return x != x ? 0 : x >= 9223372036854775808.0f ? INT64_MAX : x <= -9223372036854775808.0f ? INT64_MIN : (int64_t)x;
 }
+/* f16 (IEEE binary16: 1 sign, 5 exponent, 10 fraction bits) and bf16 (bfloat16: the top 16
+ * bits of an f32) are stored as uint16_t and computed in float. The conversions are plain bit
+ * manipulation, the same code on the CPU and in CUDA kernels, so both round alike: to nearest,
+ * ties to even; f16 overflows to inf from 65520 on and has subnormals down to 2^-24; a NaN stays
+ * a NaN of the same sign, made quiet, with the top bits of its payload. f16 and bf16 to f32 are
+ * exact. tests/runtime/test_half.c checks every 16-bit pattern and a sample of floats. */
+MRT_HD float mrt_f32_from_bits(uint32_t u) { float f; memcpy(&f, &u, 4); return f; }
+MRT_HD uint32_t mrt_f32_bits(float f) { uint32_t u; memcpy(&u, &f, 4); return u; }
+MRT_HD float mrt_f16_to_f32(uint16_t h) {
+    uint32_t s = (uint32_t)(h & 0x8000u) << 16, e = (h >> 10) & 0x1fu, m = h & 0x3ffu;
+    if (e == 0x1f) return mrt_f32_from_bits(s | 0x7f800000u | (m << 13)); /* inf, NaN */
+    if (e == 0) {
+        if (m == 0) return mrt_f32_from_bits(s); /* +-0 */
+        e = 113; /* a subnormal m * 2^-24: normalize */
+        while (!(m & 0x400u)) { m <<= 1; e--; }
+        return mrt_f32_from_bits(s | (e << 23) | ((m & 0x3ffu) << 13));
+    }
+    return mrt_f32_from_bits(s | ((e + 112) << 23) | (m << 13));
+}
+MRT_HD uint16_t mrt_f16_from_f32(float f) {
+    uint32_t u = mrt_f32_bits(f), s = (u >> 16) & 0x8000u, a = u & 0x7fffffffu;
+    if (a > 0x7f800000u) return (uint16_t)(s | 0x7e00u | ((a >> 13) & 0x3ffu)); /* NaN, quiet */
+    if (a >= 0x477ff000u) return (uint16_t)(s | 0x7c00u);                        /* >= 65520: inf */
+    if (a < 0x38800000u) { /* below 2^-14: a subnormal m * 2^-24, or zero */
+        uint32_t e = a >> 23;
+        if (e < 102) return (uint16_t)s; /* below 2^-25: rounds to 0 */
+        uint32_t m = (a & 0x7fffffu) | 0x800000u, sh = 126 - e, r = m >> sh, rem = m & ((1u << sh) - 1), half = 1u << (sh - 1);
+        if (rem > half || (rem == half && (r & 1))) r++;
+        return (uint16_t)(s | r);
+    }
+    uint32_t r = (a >> 13) - (112u << 10), rem = a & 0x1fffu; /* rebias the exponent */
+    if (rem > 0x1000u || (rem == 0x1000u && (r & 1))) r++; /* a carry moves into the exponent */
+    return (uint16_t)(s | r);
+}
+MRT_HD float mrt_bf16_to_f32(uint16_t h) { return mrt_f32_from_bits((uint32_t)h << 16); }
+MRT_HD uint16_t mrt_bf16_from_f32(float f) {
+    uint32_t u = mrt_f32_bits(f);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40u); /* NaN, quiet */
+    return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);               /* overflows to inf */
+}
+/* x rounded to the nearest f16 / bf16 value, as a float: what an f16 or bf16 node holds. */
+MRT_HD float mrt_f16_round(float x) { return mrt_f16_to_f32(mrt_f16_from_f32(x)); }
+MRT_HD float mrt_bf16_round(float x) { return mrt_bf16_to_f32(mrt_bf16_from_f32(x)); }
+/* An integer as a float rounded to odd (truncated to 24 bits, the last set if any bit was lost):
+ * rounding that to f16 or bf16 is then the correct rounding of the integer (round-to-odd with
+ * two spare bits makes the second rounding the only one); a plain (float)v could round twice. */
+MRT_HD float mrt_i64_to_f32_odd(int64_t v) {
+    uint64_t u = v < 0 ? 0 - (uint64_t)v : (uint64_t)v;
+    uint32_t sh = 0;
+    while (u >= (UINT64_C(1) << 24)) { u = (u >> 1) | (u & 1); sh++; }
+    float f = (float)u * mrt_f32_from_bits((127u + sh) << 23); /* exact: a power of two */
+    return v < 0 ? -f : f;
+}
 /* gelu, erf form: x/2 * (1 + erf(x/sqrt(2))) */
 MRT_HD float mrt_gelu(float x) { return 0.5f * x * (1.0f + erff(x * 0.70710678118654752440f)); }
 /* gelu, tanh approximation: x/2 * (1 + tanh(sqrt(2/pi) * (x + 0.044715 x^3))) */

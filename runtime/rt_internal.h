@@ -15,7 +15,7 @@ extern "C" {
 /* Enough for "[" + MRT_MAX_RANK dims of up to 20 digits and a sign, commas, "]", NUL. */
 #define RT_SHAPE_STR_MAX 256
 
-/** 1 if `dt` is one of MRT_F32, MRT_I32, MRT_I64, MRT_BOOL. */
+/** 1 if `dt` is one of MRT_F32, MRT_I32, MRT_I64, MRT_BOOL, MRT_F16, MRT_BF16. */
 int rt_dtype_valid(mrt_dtype dt);
 
 /** Format `shape` (rank 0..MRT_MAX_RANK) as "[128,64]" ("[]" for rank 0) into `buf` of `n`

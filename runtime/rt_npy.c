@@ -164,7 +164,7 @@ static mrt_status npy_parse_header(const char *path, const char *h, size_t n, mr
             have_descr = 1;
             if (p.s < p.end && *p.s == '[')
                 return mrt_set_error(MRT_ERR_FORMAT, "%s: structured dtypes are not supported "
-                                     "(expected '<f4', '<i4', '<i8' or '|b1')", path);
+                                     "(expected '<f4', '<i4', '<i8', '|b1', '<f2' or '<u2' (bf16 bits))", path);
             const char *d;
             size_t dlen;
             if ((st = npy_string(&p, &d, &dlen)) != MRT_OK)
@@ -178,9 +178,13 @@ static mrt_status npy_parse_header(const char *path, const char *h, size_t n, mr
                 *dt = MRT_I64;
             else if (dlen == 3 && (d[0] == '|' || d[0] == '<' || d[0] == '=') && memcmp(d + 1, "b1", 2) == 0)
                 *dt = MRT_BOOL;
+            else if (dlen == 3 && (d[0] == '<' || d[0] == '=') && memcmp(d + 1, "f2", 2) == 0)
+                *dt = MRT_F16;
+            else if (dlen == 3 && (d[0] == '<' || d[0] == '=') && memcmp(d + 1, "u2", 2) == 0)
+                *dt = MRT_BF16; /* NumPy has no bfloat16: its bits, as uint16 (modelrt.h) */
             else
                 return mrt_set_error(MRT_ERR_FORMAT, "%s: dtype '%.*s' not supported (expected "
-                                     "'<f4', '<i4', '<i8' or '|b1')", path, (int)(dlen > 64 ? 64 : dlen),
+                                     "'<f4', '<i4', '<i8', '|b1', '<f2' or '<u2' (bf16 bits))", path, (int)(dlen > 64 ? 64 : dlen),
                                      d);
         } else if (klen == 13 && memcmp(key, "fortran_order", 13) == 0 && !have_fortran) {
             have_fortran = 1;
@@ -397,7 +401,7 @@ mrt_status mrt_npy_write(const char *path, const mrt_tensor *t)
 
     /* Header: magic, version 1.0, u16 length, dict padded with spaces so that the data starts
      * at a multiple of 64 bytes, then '\n' (what numpy.save writes). */
-    static const char *const descr[] = {"<f4", "<i4", "<i8", "|b1"};
+    static const char *const descr[] = {"<f4", "<i4", "<i8", "|b1", "<f2", "<u2"}; /* by mrt_dtype */
     char dict[512];
     int k = snprintf(dict, sizeof dict, "{'descr': '%s', 'fortran_order': False, 'shape': (",
                      descr[t->dtype]);

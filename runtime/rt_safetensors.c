@@ -38,7 +38,7 @@
 typedef struct st_entry {
     const char *name; /* points into the cJSON tree */
     const char *dtype_name;
-    int known;        /* dtype is F32/I32/I64/BOOL */
+    int known;        /* dtype is F32/I32/I64/BOOL/F16/BF16 */
     mrt_dtype dtype;
     int rank;
     int64_t shape[MRT_MAX_RANK];
@@ -60,6 +60,8 @@ static int st_dtype_size(const char *s, mrt_dtype *dt, int *known)
     if (strcmp(s, "I32") == 0) { *dt = MRT_I32; return 4; }
     if (strcmp(s, "I64") == 0) { *dt = MRT_I64; return 8; }
     if (strcmp(s, "BOOL") == 0) { *dt = MRT_BOOL; return 1; }
+    if (strcmp(s, "F16") == 0) { *dt = MRT_F16; return 2; }
+    if (strcmp(s, "BF16") == 0) { *dt = MRT_BF16; return 2; }
     *known = 0;
     for (size_t i = 0; i < sizeof table / sizeof table[0]; i++)
         if (strcmp(s, table[i].name) == 0)
@@ -69,7 +71,8 @@ static int st_dtype_size(const char *s, mrt_dtype *dt, int *known)
 
 static const char *st_dtype_of(mrt_dtype dt)
 {
-    return dt == MRT_F32 ? "F32" : dt == MRT_I32 ? "I32" : dt == MRT_I64 ? "I64" : dt == MRT_BOOL ? "BOOL" : "?";
+    return dt == MRT_F32 ? "F32" : dt == MRT_I32 ? "I32" : dt == MRT_I64 ? "I64" : dt == MRT_BOOL ? "BOOL"
+         : dt == MRT_F16 ? "F16" : dt == MRT_BF16 ? "BF16" : "?";
 }
 
 /* ---------------------------------------------------------------- JSON pre-scan */

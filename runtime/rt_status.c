@@ -106,7 +106,10 @@ void mrt_log(mrt_log_level level, const char *fmt, ...)
 
 /* ---------------------------------------------------------------- dtypes, shapes, tensors */
 
-int rt_dtype_valid(mrt_dtype dt) { return dt == MRT_F32 || dt == MRT_I32 || dt == MRT_I64 || dt == MRT_BOOL; }
+int rt_dtype_valid(mrt_dtype dt)
+{
+    return dt == MRT_F32 || dt == MRT_I32 || dt == MRT_I64 || dt == MRT_BOOL || dt == MRT_F16 || dt == MRT_BF16;
+}
 
 size_t mrt_dtype_size(mrt_dtype dt)
 {
@@ -115,6 +118,8 @@ size_t mrt_dtype_size(mrt_dtype dt)
     case MRT_I32: return 4;
     case MRT_I64: return 8;
     case MRT_BOOL: return 1;
+    case MRT_F16: return 2;
+    case MRT_BF16: return 2;
     }
     return 0;
 }
@@ -126,6 +131,8 @@ const char *mrt_dtype_name(mrt_dtype dt)
     case MRT_I32: return "i32";
     case MRT_I64: return "i64";
     case MRT_BOOL: return "bool";
+    case MRT_F16: return "f16";
+    case MRT_BF16: return "bf16";
     }
     return "?";
 }

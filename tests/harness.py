@@ -28,8 +28,10 @@ if os.path.join(ROOT, "tools") not in sys.path:
     sys.path.insert(0, os.path.join(ROOT, "tools"))
 import safetensors_np  # noqa: E402
 
-# Model dtypes as NumPy dtypes.
-NP_DT = {"f32": np.float32, "i32": np.int32, "i64": np.int64, "bool": np.bool_}
+# Model dtypes as NumPy dtypes; bf16, which NumPy lacks, as uint16 arrays of its bits (the
+# '<u2' npy files and BF16 safetensors modelc reads and writes; refinterp.half_encode makes them).
+NP_DT = {"f32": np.float32, "i32": np.int32, "i64": np.int64, "bool": np.bool_, "f16": np.float16,
+         "bf16": np.uint16}
 
 
 class CaseFail(Exception):

@@ -48,7 +48,51 @@ import numpy as np
 # ---------------------------------------------------------------------------------- tokenizer
 
 KEYWORDS = {"model", "input", "param", "output", "true", "false", "block", "return", "as", "on", "and", "or", "not"}
-DTYPES = {"f32": np.float32, "i32": np.int32, "i64": np.int64, "bool": np.bool_}
+# f16 values are np.float16 arrays; bf16 values, which NumPy lacks, are np.uint16 arrays of their
+# bits (the top half of an f32), as modelc's npy files hold them. Only the elementwise functions
+# (_HALF_OK) compute on them: they see the values as floats and round the result back
+# (half_encode), as modelc's kernels do; the data-movement ones (_MOVEMENT) move the bits.
+DTYPES = {"f32": np.float32, "i32": np.int32, "i64": np.int64, "bool": np.bool_, "f16": np.float16,
+          "bf16": np.uint16}
+HALF = ("f16", "bf16")
+
+
+def bf16_to_f32(bits):
+    """bf16 bits (uint16) as float32 values (exact)."""
+    return (np.asarray(bits, np.uint16).astype(np.uint32) << 16).view(np.float32)
+
+
+def bf16_from_float(x):
+    """The bf16 bits nearest to the values x (float64 or narrower): ties to even, overflow to
+    inf, a NaN quiet with its sign; computed from the two neighbouring bf16 values."""
+    x = np.asarray(x, np.float64)
+    with np.errstate(invalid="ignore", over="ignore"):
+        sign = np.signbit(x).astype(np.uint32) << 15
+        a = np.abs(x)
+        lo = (a.astype(np.float32).view(np.uint32) >> 16).astype(np.uint32)
+        lo = np.where(bf16_to_f32(lo.astype(np.uint16)).astype(np.float64) > a, lo - 1, lo)
+        hi = lo + 1
+        dec = lambda b: np.where(b >= 0x7f80, 2.0 ** 128, bf16_to_f32(np.minimum(b, 0x7f80).astype(np.uint16)).astype(np.float64))
+        dlo, dhi = a - dec(lo), dec(hi) - a
+        r = np.where(dlo < dhi, lo, np.where(dhi < dlo, hi, np.where(lo & 1, hi, lo)))
+        r = np.where(np.isinf(a), 0x7f80, np.minimum(r, 0x7f80))
+        r = np.where(np.isnan(a), 0x7fc0, r)
+    return (r | sign).astype(np.uint16)
+
+
+def half_encode(kind, x):
+    """Float values x rounded to f16 (np.float16) or bf16 (uint16 bits), to nearest even."""
+    with np.errstate(over="ignore"):
+        return np.asarray(x, np.float64).astype(np.float16) if kind == "f16" else bf16_from_float(x)
+
+
+def half_decode(x):
+    """An f16 or bf16 array's values as float64 (exact); other arrays unchanged."""
+    if x.dtype == np.float16:
+        return x.astype(np.float64)
+    if x.dtype == np.uint16:
+        return bf16_to_f32(x).astype(np.float64)
+    return x
 
 _TOKEN_RE = re.compile(r"""
     (?P<ws>[ \t\r\n]+|\#[^\n]*)
@@ -274,7 +318,7 @@ class Parser:
     def type(self):
         t = self.peek()
         if t.kind != "name" or t.text not in DTYPES:
-            self.err("expected a dtype (f32, i32, i64)")
+            self.err("expected a dtype (f32, f16, bf16, i32, i64, bool)")
         self.i += 1
         self.expect("[")
         dims = []
@@ -728,7 +772,7 @@ def _erf64(x):
 
 
 def _is_int(a):
-    return np.issubdtype(a.dtype, np.integer)
+    return np.issubdtype(a.dtype, np.integer) and a.dtype != np.uint16   # uint16: bf16 bits
 
 
 def _float_only(op, *xs):
@@ -1319,6 +1363,8 @@ def op_where(c, a, b):
 def op_cast(x, dtype):
     """modelc's cast: to bool x != 0 (NaN is true); float to integer truncates toward zero, NaN
     gives 0 and values out of range saturate; integers wrap to i32; bool gives 0 or 1."""
+    if dtype in HALF:   # x is a float already (half_decode) or an integer or bool
+        return half_encode(dtype, x.astype(np.float64))
     to = DTYPES[dtype]
     if to == np.bool_:
         return x != 0
@@ -1349,6 +1395,8 @@ def _logical(op, *xs):
 
 
 def _dtype_name(a):
+    if a.dtype in (np.float16, np.uint16):
+        return "f16" if a.dtype == np.float16 else "bf16"
     return "bool" if a.dtype == np.bool_ else "f32" if a.dtype.kind == "f" else "i32" if a.dtype == np.int32 else "i64"
 
 # ---------------------------------------------------------------- shape and data-movement ops
@@ -1619,6 +1667,11 @@ _BINOP = {"+": "add", "-": "sub", "*": "mul", "/": "div", "@": "matmul", "**": "
 # operands share one dtype, a number literal taking the other operands' (modelc's unify_dtypes)
 _ARITH = {"add", "sub", "mul", "neg", "abs", "minimum", "maximum", "floor_divide", "remainder"}
 _COMPARE = {"lt", "le", "gt", "ge", "eq", "ne"}
+# The functions that take f16 and bf16 tensors and compute on their values (modelc's
+# lower_elementwise, lower_arith, lower_relu6, lower_gelu, lower_compare, lower_where, lower_cast)
+_HALF_OK = _ARITH | _COMPARE | {"where", "cast", "div", "exp", "log", "sqrt", "relu", "sigmoid", "tanh", "silu",
+                                "hardtanh", "clamp", "relu6", "leaky_relu", "elu", "softplus", "hardswish",
+                                "hardsigmoid", "erf", "rsqrt", "sin", "cos", "pow", "gelu"}
 _LOGICAL = {"logical_and", "logical_or", "logical_xor", "logical_not"}
 
 
@@ -1742,12 +1795,25 @@ class Evaluator:
         if not (nmin <= len(tensors) <= nmax) or any(t is None for t in tensors[:nmin]):
             raise ModelError("%s: error: '%s' takes %d..%d tensors" % (self.m.path, op, nmin, nmax))
         xs = [self.eval(t) if t is not None else None for t in tensors]
+        half = None   # the f16 / bf16 kind the result is rounded to
+        if op not in _MOVEMENT and op != "dropout":
+            hs = [_dtype_name(x) for x in xs if x is not None and _dtype_name(x) in HALF]
+            if hs and op not in _HALF_OK:
+                raise ModelError("%s: error: '%s' expects an f32 tensor, got %s; only elementwise ops compute %s"
+                                 % (self.m.path, op, hs[0], hs[0]))
         if op in _ARITH or op in _COMPARE or op == "where":
             xs = self.unify(op, xs, tensors, [1, 2] if op == "where" else range(len(xs)))
             if op in _ARITH and xs[0].dtype == np.bool_:
                 raise ModelError("%s: error: '%s' does not take bool tensors" % (self.m.path, op))
         elif op not in _MOVEMENT and op not in _LOGICAL and op != "cast":
             _float_only(op, *[x for i, x in enumerate(xs) if x is not None and i != _INT_ARG.get(op)])
+            if op in _HALF_OK and any(x is not None and _dtype_name(x) in HALF for x in xs):
+                xs = self.unify(op, xs, tensors, range(len(xs)))   # one dtype; a number takes it
+        if op in _HALF_OK:
+            hs = [_dtype_name(x) for i, x in enumerate(xs) if x is not None and _dtype_name(x) in HALF
+                  and not (op == "where" and i == 0)]
+            half = hs[0] if hs and op not in _COMPARE and op != "cast" else None
+            xs = [half_decode(x) if x is not None else None for x in xs]
         kw = {}
         for a, default in attrs:
             v = avals.get(a, default)
@@ -1776,8 +1842,10 @@ class Evaluator:
         if isinstance(r, tuple):   # split / chunk: several tensors
             return r
         r = np.asarray(r)
-        if r.dtype.kind == "f" and r.dtype != self.dt:
+        if r.dtype.kind == "f" and r.dtype != self.dt and r.dtype != np.float16:
             r = r.astype(self.dt)
+        if half and r.dtype.kind == "f":
+            r = half_encode(half, r)
         return r
 
     def unify(self, op, xs, nodes, idx):
@@ -1795,6 +1863,9 @@ class Evaluator:
         for i in idx:
             if is_lit(nodes[i]):
                 v = float(-nodes[i][1][1] if nodes[i][0] == "neg" else nodes[i][1])
+                if kind in HALF:     # a number meeting f16 / bf16 is rounded to it
+                    xs[i] = half_encode(kind, v)
+                    continue
                 ok = v == math.floor(v) and (kind != "bool" or v in (0.0, 1.0)) and \
                     (kind != "i32" or -2**31 <= v < 2**31)
                 if not ok:
@@ -1850,6 +1921,8 @@ def run_model(model, weights, inputs, precision="f64", ties=None):
             a = np.asarray(src[d.name])
             if d.dtype == "f32":
                 a = a.astype(np.float32).astype(dt)   # round to f32 first
+            elif d.dtype in HALF:   # f16 as np.float16, bf16 as its bits (uint16); floats are rounded
+                a = a if a.dtype == DTYPES[d.dtype] else half_encode(d.dtype, a)
             else:
                 if not _is_int(a) and a.dtype != np.bool_:
                     raise ModelError("%s: error: %s '%s' must be %s"
@@ -1871,10 +1944,15 @@ def run_model(model, weights, inputs, precision="f64", ties=None):
                 raise ModelError("%s: error: output '%s' has shape %s, declared %s%s"
                                  % (model.path, name, list(v.shape), decl.dtype, decl.dims))
             want_kind = "f" if decl.dtype == "f32" else "b" if decl.dtype == "bool" else "i"
-            if want_kind != ("i" if _is_int(v) else v.dtype.kind):
+            if decl.dtype in HALF:
+                want_kind = decl.dtype
+            got_kind = _dtype_name(v) if _dtype_name(v) in HALF else "i" if _is_int(v) else v.dtype.kind
+            if want_kind != got_kind:
                 raise ModelError("%s: error: output '%s' is %s, declared %s"
                                  % (model.path, name, v.dtype, decl.dtype))
-        if _is_int(v) or v.dtype == np.bool_:   # i32 stays i32 (moved by reshape/...), argmax is i64
+        if v.dtype in (np.float16, np.uint16):
+            pass
+        elif _is_int(v) or v.dtype == np.bool_:   # i32 stays i32 (moved by reshape/...), argmax is i64
             v = v.astype(DTYPES[decl.dtype]) if decl is not None else v
         else:
             with np.errstate(over="ignore"):

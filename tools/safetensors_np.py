@@ -11,8 +11,10 @@ import os
 
 import numpy as np
 
-DTYPES = {"F32": np.float32, "F64": np.float64, "F16": np.float16, "I32": np.int32, "I64": np.int64,
-          "I16": np.int16, "I8": np.int8, "U8": np.uint8, "BOOL": np.bool_}
+# NumPy has no bfloat16: a BF16 tensor is a uint16 array of its bits (the top half of an f32),
+# as modelc's npy files and tools/refinterp.py hold it (refinterp.half_encode rounds floats to it).
+DTYPES = {"F32": np.float32, "F64": np.float64, "F16": np.float16, "BF16": np.uint16, "I32": np.int32,
+          "I64": np.int64, "I16": np.int16, "I8": np.int8, "U8": np.uint8, "BOOL": np.bool_}
 NAMES = {np.dtype(v): k for k, v in DTYPES.items()}
 
 

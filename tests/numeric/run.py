@@ -81,9 +81,10 @@ SPEC_KEYS = {"inputs", "params", "batches", "max_batch", "atol", "rtol", "tol", 
 def make_tensor(name, decl, spec, shape, variant):
     """The array for input/param `name` of `shape`; variant 'A' or 'B' (the run-twice pair)."""
     dt = NP_DT[decl.dtype]
+    floating = decl.dtype in ("f32", "f16", "bf16")
     if spec is None:
         spec = ({"dist": "randint", "low": 0, "high": 2} if decl.dtype == "bool" else
-                {"dist": "randint", "low": 0, "high": 5} if decl.dtype != "f32" else {"dist": "normal"})
+                {"dist": "randint", "low": 0, "high": 5} if not floating else {"dist": "normal"})
     if isinstance(spec, dict) and "values" in spec:
         spec = spec["values"]
     if not isinstance(spec, dict):            # a literal
@@ -93,8 +94,8 @@ def make_tensor(name, decl, spec, shape, variant):
         if a.shape != tuple(shape):
             raise CaseFail("literal for '%s' has shape %s, want %s" % (name, list(a.shape), list(shape)))
         if variant == "B":
-            a = a[::-1].copy() + 1 if decl.dtype != "f32" else a * 1.5 + 0.25
-        return np.array(a, dtype=dt, order="C")  # (ascontiguousarray would make 0-d 1-d)
+            a = a[::-1].copy() + 1 if not floating else a * 1.5 + 0.25
+        return as_dtype(a, decl.dtype)
     dist = spec.get("dist", "normal")
     seed = spec.get("seed", zlib.crc32(name.encode()) % 100000)
     if variant == "B":
@@ -123,7 +124,15 @@ def make_tensor(name, decl, spec, shape, variant):
         a = np.eye(shape[0])[::-1]
     else:
         raise CaseFail("unknown dist %r for '%s'" % (dist, name))
-    return np.array(a, dtype=dt, order="C")
+    return as_dtype(a, decl.dtype)
+
+
+def as_dtype(a, dtype):
+    """The values a (float64) as an array of the model dtype: NP_DT's, f16 and bf16 rounded to
+    nearest even (bf16 as its bits, refinterp.half_encode)."""
+    if dtype in ("f16", "bf16"):
+        return np.array(refinterp.half_encode(dtype, a), order="C")
+    return np.array(a, dtype=NP_DT[dtype], order="C")  # (ascontiguousarray would make 0-d 1-d)
 
 
 def literal_batch(model, spec):
@@ -161,6 +170,10 @@ def compare(name, got, ref, atol, rtol, bits, what):
     """Return maxdiff; raise CaseFail describing the worst violation."""
     if got.shape != ref.shape:
         raise CaseFail("output %s: shape %s, reference %s%s" % (name, list(got.shape), list(ref.shape), what))
+    if ref.dtype in (np.float16, np.uint16):   # f16, bf16 (its bits): compared as the float32 values
+        if got.dtype != ref.dtype:
+            raise CaseFail("output %s: dtype %s, reference %s%s" % (name, got.dtype, ref.dtype, what))
+        got, ref = (refinterp.half_decode(a).astype(np.float32) for a in (got, ref))
     if np.issubdtype(ref.dtype, np.integer) or ref.dtype == np.bool_:   # exact
         if got.dtype != ref.dtype:
             raise CaseFail("output %s: dtype %s, reference %s%s" % (name, got.dtype, ref.dtype, what))
@@ -231,7 +244,7 @@ def same_bits(x_outs, y_outs, names, xtag, ytag, bw):
             raise CaseFail("run-twice: output %s%s: shape/dtype %s %s in run %s, %s %s in %s"
                            % (k, bw, list(x.shape), x.dtype, xtag, list(y.shape), y.dtype, ytag))
         if x.tobytes() != y.tobytes():
-            xi = x.view(np.uint32 if x.dtype.itemsize == 4 else np.uint64)
+            xi = x.view({1: np.uint8, 2: np.uint16, 4: np.uint32}.get(x.dtype.itemsize, np.uint64))
             bad = np.argwhere(xi != y.view(xi.dtype))
             i = tuple(bad[0])
             raise CaseFail("run-twice: output %s%s differs between run %s and %s: %d elements,"
@@ -311,7 +324,8 @@ class Runner:
             shape = outs[k].shape
             if isinstance(lit, dict) and "arange" in lit:   # start + 0, 1, 2, ... in C order
                 lit = (lit["arange"] + np.arange(int(np.prod(shape, dtype=np.int64)))).reshape(shape)
-            want = np.array(lit, dtype=outs[k].dtype)
+            hk = {np.dtype(np.float16): "f16", np.dtype(np.uint16): "bf16"}.get(outs[k].dtype)
+            want = refinterp.half_encode(hk, np.asarray(lit, np.float64)) if hk else np.array(lit, dtype=outs[k].dtype)
             if want.ndim == 0 and len(shape):                 # a scalar fills the whole output
                 want = np.full(shape, want, dtype=want.dtype)
             atol, rtol = self.tol(k)

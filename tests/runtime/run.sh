@@ -87,4 +87,16 @@ for t in $("$bin" --list); do
             echo "FAIL: runtime/$t: exit status $rc${why:+: $why}" ;;
     esac
 done
+
+# The f16 / bf16 conversions of mrt_kernels.h, every 16-bit pattern and a sample of floats,
+# against NumPy (tests/runtime/half_check.py holds the reference and prints the lines).
+# shellcheck disable=SC2086
+if ! "$CC" -std=c11 -D_GNU_SOURCE -O1 -g -Wall -Wextra $CFLAGS_EXTRA $blas_cflags -Iruntime \
+        tests/runtime/test_half.c -lm -o "$work/test_half" 2>"$work/cc3.log" || [ -s "$work/cc3.log" ]; then
+    echo "FAIL: runtime/half/build: compiling tests/runtime/test_half.c failed or warned:"
+    sed 's/^/    /' "$work/cc3.log" | head -40
+    failed=1
+elif ! python3 tests/runtime/half_check.py "$work/test_half"; then
+    failed=1
+fi
 exit $failed

@@ -1058,6 +1058,34 @@ static void test_st_good(void)
     CHECK_OK(mrt_weights_load(P("meta.safetensors"), NULL, 0, NULL, 0));
 }
 
+/* F16 and BF16 tensors load as their 2-byte patterns (MRT_F16, MRT_BF16); a model's f16 param
+ * meets a file's BF16 (or F32) as a dtype error naming both. */
+static void test_st_half(void)
+{
+    uint16_t data[6] = {0x3c00, 0xc000, 0x7c00, 0x3f80, 0xc040, 0x7fc0}; /* f16 1 -2 inf; bf16 1 -3 NaN */
+    write_st(P("half.safetensors"),
+             "{\"h\":{\"dtype\":\"F16\",\"shape\":[3],\"data_offsets\":[0,6]},"
+             "\"b\":{\"dtype\":\"BF16\",\"shape\":[3],\"data_offsets\":[6,12]}}",
+             data, sizeof data);
+    mrt_param_desc params[] = {
+        {"h", MRT_F16, 1, {3}, 0, 0},
+        {"b", MRT_BF16, 1, {3}, 8, 0},
+    };
+    unsigned char dst[16];
+    memset(dst, 0xAA, sizeof dst);
+    CHECK_OK(mrt_weights_load(P("half.safetensors"), params, 2, dst, sizeof dst));
+    CHECK(memcmp(dst, data, 6) == 0 && memcmp(dst + 8, data + 3, 6) == 0);
+    CHECK(dst[6] == 0xAA && dst[7] == 0xAA && dst[14] == 0xAA);
+    mrt_param_desc swapped[] = {
+        {"h", MRT_BF16, 1, {3}, 0, 0},
+        {"b", MRT_BF16, 1, {3}, 8, 0},
+    };
+    CHECK_ERR(mrt_weights_load(P("half.safetensors"), swapped, 2, dst, sizeof dst), MRT_ERR_MISMATCH,
+              "tensor 'h': dtype F16 in file, model expects BF16");
+    CHECK(mrt_dtype_size(MRT_F16) == 2 && mrt_dtype_size(MRT_BF16) == 2);
+    CHECK(strcmp(mrt_dtype_name(MRT_F16), "f16") == 0 && strcmp(mrt_dtype_name(MRT_BF16), "bf16") == 0);
+}
+
 static void test_st_missing(void)
 {
     write_st(P("w.safetensors"),
@@ -1492,9 +1520,10 @@ static void test_st_not_safetensors(void)
 
 static void test_npy_roundtrip(void)
 {
-    const mrt_dtype dts[] = {MRT_F32, MRT_I32, MRT_I64, MRT_BOOL};
+    const mrt_dtype dts[] = {MRT_F32, MRT_I32, MRT_I64, MRT_BOOL, MRT_F16, MRT_BF16};
+    static const char *const descr[] = {"<f4", "<i4", "<i8", "|b1", "<f2", "<u2"}; /* bf16: its bits */
     const int64_t shapes[4][3] = {{0}, {5}, {2, 3}, {2, 3, 4}};
-    for (int di = 0; di < 4; di++)
+    for (int di = 0; di < 6; di++)
         for (int rank = 0; rank <= 3; rank++) {
             mrt_tensor t;
             memset(&t, 0, sizeof t);
@@ -1512,6 +1541,8 @@ static void test_npy_roundtrip(void)
                     ((int32_t *)t.data)[i] = (int32_t)i * -7 + 1;
                 else if (t.dtype == MRT_BOOL)
                     ((uint8_t *)t.data)[i] = (uint8_t)(i % 3 == 1);
+                else if (t.dtype == MRT_F16 || t.dtype == MRT_BF16)
+                    ((uint16_t *)t.data)[i] = (uint16_t)(i * 4099u + 0x7c00u); /* incl. inf and NaN */
                 else
                     ((int64_t *)t.data)[i] = (int64_t)i * 3000000000LL - 5;
             }
@@ -1535,9 +1566,9 @@ static void test_npy_roundtrip(void)
                          f[10 + hl - 1] == '\n' && flen == 10 + hl + numel * mrt_dtype_size(dts[di]);
             const char *want = rank == 0 ? "'shape': (), }" : rank == 1 ? "'shape': (5,), }"
                              : rank == 2 ? "'shape': (2, 3), }" : "'shape': (2, 3, 4), }";
-            int shape_ok = strstr(f + 10, want) != NULL &&
-                           strncmp(f + 10, dts[di] == MRT_BOOL ? "{'descr': '|b1'" : "{'descr': '<",
-                                   dts[di] == MRT_BOOL ? 15 : 12) == 0;
+            char want_descr[32];
+            snprintf(want_descr, sizeof want_descr, "{'descr': '%s'", descr[di]);
+            int shape_ok = strstr(f + 10, want) != NULL && strncmp(f + 10, want_descr, strlen(want_descr)) == 0;
             free(f);
             CHECKF(hdr_ok && shape_ok, "%s rank %d: header not as numpy writes it",
                    mrt_dtype_name(dts[di]), rank);
@@ -1588,7 +1619,9 @@ static void test_npy_bad(void)
         const char *sub;
     } cases[] = {
         {1, "{'descr': '<f8', 'fortran_order': False, 'shape': (3,), }", 24, MRT_ERR_FORMAT,
-         "x.npy: dtype '<f8' not supported (expected '<f4', '<i4', '<i8' or '|b1')"},
+         "x.npy: dtype '<f8' not supported (expected '<f4', '<i4', '<i8', '|b1', '<f2' or '<u2' (bf16 bits))"},
+        {1, "{'descr': '>f2', 'fortran_order': False, 'shape': (3,), }", 6, MRT_ERR_FORMAT,
+         "dtype '>f2' not supported"},
         {1, "{'descr': '>f4', 'fortran_order': False, 'shape': (3,), }", 12, MRT_ERR_FORMAT,
          "dtype '>f4' not supported"},
         {1, "{'descr': '|u1', 'fortran_order': False, 'shape': (3,), }", 3, MRT_ERR_FORMAT,
@@ -2316,6 +2349,7 @@ static const test_case tests[] = {
     {"gemm_cpu", test_gemm_cpu},
     {"gemm_bias_act_cpu", test_gemm_bias_act_cpu},
     {"st_good", test_st_good},
+    {"st_half", test_st_half},
     {"st_missing", test_st_missing},
     {"st_unexpected", test_st_unexpected},
     {"st_wrong_dtype", test_st_wrong_dtype},
