@@ -1110,12 +1110,24 @@ static Node *lower_permute(Checker *c, const Call *call) {
 
 /* ---------------------------------------------------------------- neural-network ops */
 
+/* inf and nan as numbers (Python's math.inf, math.nan), unless the name is bound: *out. */
+static bool float_name(const Ast *v, double *out) {
+    if (v->kind != AST_NAME || (CK && lookup(CK, v->name))) return false;
+    if (!strcmp(v->name, "inf")) *out = INFINITY;
+    else if (!strcmp(v->name, "nan")) *out = NAN;
+    else return false;
+    return true;
+}
+
 static double attr_float(const Call *call, int k) {
     const Ast *v = call->attr[k];
     if (!v) return strtod(attr_default(call, k), NULL);
     long long i;
+    double f;
     if (v->kind == AST_NUM) return v->num;
     if (v->kind == AST_NEG && v->lhs->kind == AST_NUM) return -v->lhs->num;
+    if (float_name(v, &f)) return f;
+    if (v->kind == AST_NEG && float_name(v->lhs, &f)) return -f;
     if (int_literal(v, &i)) return (double)i;
     error_at(v->loc, "attribute '%s' of '%s' must be a number, got '%s'", call->spec->attrs[k].name, call->spec->name,
              ast_text(v));
@@ -2710,6 +2722,8 @@ static Node *lower_expr1(Checker *c, const Ast *e) {
         return mk_const_lit(c, e->loc, e, false);
     case AST_NAME: {
         Sym *s = lookup(c, e->name);
+        double f;
+        if (!s && float_name(e, &f)) return mk_const(c, e->loc, f); /* inf, nan */
         if (!s) {
             if (c->g->batch_name && !strcmp(c->g->batch_name, e->name))
                 error_at(e->loc, "'%s' is the batch dimension, not a tensor", e->name);

@@ -82,6 +82,7 @@ typedef struct ParseResult {
 %code {
 #include "lex.yy.h"
 
+#include <ctype.h>
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
@@ -493,6 +494,12 @@ static int yyreport_syntax_error(const yypcontext_t *ctx, yyscan_t scanner, Pars
     /* Inside f32[...] rather than a list [...]: the '[' follows the dtype's name. */
     bool in_type = below == YYSYMBOL_NAME || sym == YYSYMBOL_dims || below == YYSYMBOL_dims;
 
+    bool cmp_tok = tok == K('<') || tok == K('>') || tok == YYSYMBOL_LE || tok == YYSYMBOL_GE ||
+                   tok == YYSYMBOL_EQ || tok == YYSYMBOL_NE;
+    /* a comparison where none may follow, right after an operand: a chain (a < b < c) */
+    char last = ls->prev_len ? ls->src[ls->prev_off + ls->prev_len - 1] : 0;
+    if (cmp_tok && !expr_start && (isalnum((unsigned char)last) || last == ')' || last == ']' || last == '_'))
+        error_at(at, "comparisons do not chain: write (a < b) and (b < c), not a < b < c (got %s)", got);
     if (E[YYSYMBOL_MODEL])
         error_at(at, "expected 'model' at the start of the file, got %s", got);
     if (sym == YYSYMBOL_MODEL)

@@ -329,6 +329,14 @@ mrt_status mrt_npy_read(const char *path, mrt_tensor *out)
                            (unsigned long long)nbytes);
         goto done;
     }
+    /* NumPy writes bool as bytes 0 and 1; another byte would compare unequal to true */
+    for (uint64_t i = 0; dt == MRT_BOOL && i < nbytes; i++)
+        if (((const unsigned char *)data)[i] > 1) {
+            st = mrt_set_error(MRT_ERR_FORMAT, "%s: bool element %llu holds the byte %u; a bool .npy "
+                               "holds only 0 and 1", path, (unsigned long long)i,
+                               ((const unsigned char *)data)[i]);
+            goto done;
+        }
     out->dtype = dt;
     out->rank = rank;
     memcpy(out->shape, shape, sizeof shape);

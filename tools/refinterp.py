@@ -1688,6 +1688,8 @@ class Evaluator:
     def value(self, name):
         if name in self.env:
             return self.env[name]
+        if name not in self.m.defs and name.lstrip("?") in ("inf", "nan"):   # math.inf, math.nan
+            return self.const(float(name.lstrip("?")))
         if name not in self.m.defs:
             raise ModelError("%s: error: unknown name '%s'%s" % (self.m.path, name.lstrip("?"),
                              " (a block sees only its parameters and its own names)" if name[0] == "?" else ""))
@@ -1740,6 +1742,10 @@ class Evaluator:
             return int(e[1]) if e[2] else e[1]
         if k == "neg" and e[1][0] == "num":
             return -int(e[1][1]) if e[1][2] else -e[1][1]
+        if k == "name" and e[1].lstrip("?") in ("inf", "nan") and e[1] not in self.m.defs:
+            return float(e[1].lstrip("?"))
+        if k == "neg" and e[1][0] == "name" and e[1][1].lstrip("?") in ("inf", "nan"):
+            return -float(e[1][1].lstrip("?"))
         if k == "name":
             return e[1].lstrip("?")
         if k == "list":
