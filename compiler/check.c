@@ -2610,8 +2610,10 @@ void list_ops(FILE *out) {
         if (f->lower == lower_dropout) fprintf(out, "  op none (the identity at inference)  ; %s\n", f->doc);
         else fprintf(out, "  op %s (%s)  ; %s\n", op_name(f->op), op_category_name(op_info[f->op].cat), f->doc);
     }
-    fprintf(out, "operators: a + b add, a - b sub, a * b mul, a / b div, a ** b pow (binds tighter than unary -, "
-                 "groups right), a @ b matmul, -x neg\n");
+    fprintf(out, "operators: a + b add, a - b sub, a * b mul, a / b div, a // b floor_divide, a %% b remainder, "
+                 "a ** b pow (binds tighter than unary -, groups right), a @ b matmul, -x neg, a < b lt, a <= b le, "
+                 "a > b gt, a >= b ge, a == b eq, a != b ne (no chains), a and b logical_and, a or b logical_or, "
+                 "not x logical_not\n");
     fprintf(out, "defaults that are not literals are computed from the call: stride=kernel (pooling), end=len "
                  "(slice), scale=1/sqrt(E) (attention), dim=all (squeeze)\n");
     fprintf(out, "operations of the graph IR (%d):\n", OP__COUNT);
