@@ -86,6 +86,7 @@ class Gen:
         self.decls = []     # "input x0: f32[..]" / "param ..." lines
         self.body = []      # statements
         self.pool = []      # Val of every f32 value usable as an operand
+        self.leaves = set()  # names of inputs and params: exact values, safe to compare
         self.outputs = []   # output names in declaration order
         self.out_decl = {}  # name -> Val for outputs declared by type, assigned later
         self.n = {"x": 0, "w": 0, "v": 0, "o": 0}
@@ -126,6 +127,7 @@ class Gen:
         self.decls.append("input %s: %s" % (name, self.type_text(shape)))
         v = Val(name, shape, 1.0, born=self.step)
         self.pool.append(v)
+        self.leaves.add(name)
         return v
 
     def new_param(self, shape, scale_name=None):
@@ -142,6 +144,7 @@ class Gen:
         self.decls.append("param  %s: %s" % (name, self.type_text(shape)))
         v = Val(name, shape, 1.0, born=self.step)
         self.pool.append(v)
+        self.leaves.add(name)
         return v
 
     def new_leaf(self, shape):
@@ -648,6 +651,34 @@ class Gen:
         y = self.emit("%s * 2" % x.name, x.shape, 2 * x.mag)
         self.emit("%s + %s" % (y.name, x.name), x.shape, 3 * x.mag, out=r.random() < 0.5)
 
+    def op_select(self):
+        """A mask from comparisons of leaves (exact values: a computed one could round across the
+        threshold in one implementation and not the other) feeding where, logic or a cast: bool
+        nodes fused with f32 ones."""
+        r = self.rng
+        a = self.pick(lambda v: v.name in self.leaves)
+        if a is None:
+            return None
+        thr = r.choice(["0", "0.5", "-0.25"])
+        cmp = "%s %s %s" % (a.name, r.choice(["<", "<=", ">", ">="]), thr)
+        if r.random() < 0.3:
+            cmp = "(%s) %s (%s != 0)" % (cmp, r.choice(["and", "or"]), a.name)
+        if r.random() < 0.2:
+            cmp = "not (%s)" % cmp
+        bs = [v for v in self.pool if bcast(a.shape, v.shape) is not None and len(bcast(a.shape, v.shape)) <= 5]
+        if not bs:
+            return None
+        b = r.choice(bs[-6:])
+        tb, mb = self.use(b)
+        shape = bcast(a.shape, b.shape)
+        if r.random() < 0.4:
+            return self.emit("cast(%s, dtype=f32) * %s" % (cmp, tb), shape, mb)
+        c = r.choice(bs[-6:])
+        if bcast(shape, c.shape) is None or len(bcast(shape, c.shape)) > 5:
+            return self.emit("where(%s, %s, 0)" % (cmp, tb), shape, mb)
+        tc, mc = self.use(c)
+        return self.emit("where(%s, %s, %s)" % (cmp, tb, tc), bcast(shape, c.shape), max(mb, mc))
+
     def motif_argmax(self):
         a = self.pick(lambda v: len(self.int_axes(v.shape)) >= 1 and v.mag <= 6)
         if a is None:
@@ -661,7 +692,7 @@ class Gen:
     def random_op(self):
         r = self.rng
         ops = [(self.op_unary, 3), (self.op_binary, 5), (self.op_matmul, 3), (self.op_reduce, 3),
-               (self.op_reshape, 1.2), (self.op_transpose, 1.2), (self.op_movement, 1.2)]
+               (self.op_reshape, 1.2), (self.op_transpose, 1.2), (self.op_movement, 1.2), (self.op_select, 0.8)]
         tot = sum(w for _, w in ops)
         x = r.random() * tot
         for fn, w in ops:
