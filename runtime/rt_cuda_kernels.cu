@@ -338,6 +338,34 @@ __global__ void argmax_cols_kernel(int64_t *__restrict__ y, const float *__restr
 /* ---------------------------------------------------------------- conv2d, pooling */
 
 // col [Cg*KH*KW, OH*OW] = im2col of one image's group xg [Cg, H, W] (as mrt_conv2d_f32).
+// y [N, O, OH, OW] of a grouped convolution with few taps per output (depthwise: one channel per
+// group): each thread sums the Cg*KH*KW taps of its output element directly, so all images and
+// groups take one launch instead of an im2col and a GEMM each (MobileNet's depthwise layers).
+__global__ void conv_direct_kernel(float *__restrict__ y, const float *__restrict__ x, const float *__restrict__ w,
+                                   int64_t N, int64_t C, int64_t H, int64_t W, int64_t O, int KH, int KW, int64_t OH,
+                                   int64_t OW, int sh, int sw, int pt, int pl, int dh, int dw, int64_t Cg, int64_t Og)
+{
+    const int64_t total = N * O * OH * OW;
+    for (int64_t t = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; t < total; t += (int64_t)gridDim.x * blockDim.x) {
+        const int64_t ow = t % OW, r1 = t / OW, oh = r1 % OH, r2 = r1 / OH, o = r2 % O, n = r2 / O;
+        const float *xg = x + (n * C + (o / Og) * Cg) * H * W;
+        const float *wo = w + o * Cg * KH * KW;
+        float acc = 0.0f;
+        for (int64_t c = 0; c < Cg; c++)
+            for (int i = 0; i < KH; i++) {
+                const int64_t ih = oh * sh - pt + (int64_t)i * dh;
+                if (ih < 0 || ih >= H)
+                    continue;
+                for (int j = 0; j < KW; j++) {
+                    const int64_t iw = ow * sw - pl + (int64_t)j * dw;
+                    if (iw >= 0 && iw < W)
+                        acc += xg[(c * H + ih) * W + iw] * wo[(c * KH + i) * KW + j];
+                }
+            }
+        y[t] = acc;
+    }
+}
+
 __global__ void im2col_kernel(float *__restrict__ col, const float *__restrict__ xg, int64_t Cg, int64_t H,
                               int64_t W, int KH, int KW, int64_t OH, int64_t OW, int sh, int sw, int pt,
                               int pl, int dh, int dw)
@@ -762,8 +790,15 @@ mrt_status mrt_cuda_conv2d_f32(void *stream, float *y, const float *x, const flo
     const mrt_device dev = {MRT_DEVICE_CUDA, cur};
     cudaStream_t s = (cudaStream_t)stream;
     const int64_t Cg = C / groups, Og = O / groups, K = Cg * KH * KW, P = OH * OW;
+    constexpr int64_t kDirectTaps = 256; // a grouped conv with at most this many taps per output: conv_direct_kernel
     const bool direct = KH == 1 && KW == 1 && sh == 1 && sw == 1 && pt == 0 && pl == 0 && OH == H && OW == W;
     mrt_status st;
+    if (groups > 1 && K <= kDirectTaps) { // one launch for every image and group
+        MRT_LAUNCH(conv_direct_kernel, grid_for(N * O * P, kBlock), kBlock, 0, s, y, x, w, N, C, H, W, O, KH, KW, OH, OW,
+                   sh, sw, pt, pl, dh, dw, Cg, Og);
+        LAUNCH_CHECK(fn, "conv_direct_kernel");
+        return MRT_OK;
+    }
     if (direct) {
         // x is already [C/g, H*W] per image and group: no im2col.
         if (groups == 1)

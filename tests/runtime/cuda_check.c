@@ -178,6 +178,8 @@ static void check_reduce(int64_t outer, int64_t n, int64_t inner)
     free(x), free(ref), free(got), free(iref), free(igot), free(fr), free(fg);
 }
 
+static int sim_counters(unsigned long long c[4]);
+
 static void check_conv(int64_t N, int64_t C, int64_t H, int64_t W, int64_t O, int KH, int KW, int sh,
                        int sw, int pt, int pl, int pb, int pr, int dh, int dw, int groups)
 {
@@ -189,8 +191,15 @@ static void check_conv(int64_t N, int64_t C, int64_t H, int64_t W, int64_t O, in
     float *col = malloc(ncol * 4 + 4);
     mrt_conv2d_f32(ref, x, w, N, C, H, W, O, KH, KW, OH, OW, sh, sw, pt, pl, dh, dw, groups, col);
     float *dx = up(x, nx * 4), *dw_ = up(w, nw * 4), *dy = poisoned(ny), *dcol = poisoned(ncol + 1);
+    unsigned long long c0[4], c1[4];
+    int sim = sim_counters(c0);
     mrt_status st = mrt_cuda_conv2d_f32(g_stream, dy, dx, dw_, N, C, H, W, O, KH, KW, OH, OW, sh, sw, pt,
                                         pl, dh, dw, groups, dcol);
+    /* a grouped conv with few taps is one direct launch, not an im2col and a GEMM per image and group */
+    if (st == MRT_OK && sim && groups > 1 && (C / groups) * KH * KW <= 256 && sim_counters(c1) &&
+        (c1[0] - c0[0] != 1 || c1[1] != c0[1]))
+        st = mrt_set_error(MRT_ERR_INTERNAL, "grouped conv took %llu launches and %llu library calls, want 1 and 0",
+                           c1[0] - c0[0], c1[1] - c0[1]);
     down(got, dy, ny * 4);
     char name[128];
     snprintf(name, sizeof name, "conv2d_%lldx%lldx%lldx%lld_o%lld_k%dx%d_s%d%d_p%d%d_d%d%d_g%d",
@@ -621,6 +630,13 @@ int main(void)
     check_conv(3, 4, 5, 6, 8, 1, 1, 1, 1, 0, 0, 0, 0, 1, 1, 1);
     check_conv(3, 4, 5, 6, 8, 1, 1, 1, 1, 0, 0, 0, 0, 1, 1, 2);
     check_conv(1, 2, 4, 4, 4, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 2); /* depthwise x2 (B26) */
+    /* grouped convolutions with few taps take the direct kernel: depthwise 3x3 stride 2 (MobileNet),
+     * with dilation and asymmetric padding, a grouped 4-channel 3x3 (ResNeXt), and a large K
+     * (17 * 4 * 4 taps > 256) that stays with im2col + GEMM */
+    check_conv(3, 8, 9, 10, 8, 3, 3, 2, 2, 1, 1, 1, 1, 1, 1, 8);
+    check_conv(2, 6, 8, 7, 12, 3, 2, 1, 1, 2, 0, 1, 1, 2, 1, 6);
+    check_conv(2, 8, 6, 6, 8, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 2);
+    check_conv(1, 34, 6, 6, 4, 4, 4, 1, 1, 0, 0, 0, 0, 1, 1, 2);
     check_pools();
     check_layernorm(5, 300, 3);
     check_layernorm(3, 7, 3);
