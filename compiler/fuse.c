@@ -270,7 +270,11 @@ static KernelList build_kernels(Fuser *f, bool init) {
                 if (m->op == OP_RESHAPE && m->in[0]->op == OP_CONV2D && m->nuses == 1 && !m->is_output &&
                     m->init == n->init && m->slot == n->slot)
                     m = m->in[0];
-                if (op_info[m->op].cat != CAT_GEMM || m->nuses != 1 || m->is_output ||
+                /* the GEMM writes its f32 result into the root's buffer, which the epilogue then
+                 * overwrites in place: a root of another element size (a comparison's bool, an
+                 * f16 cast) would be overrun */
+                if (op_info[m->op].cat != CAT_GEMM || dtype_size(m->dtype) != dtype_size(n->dtype) || m->nuses != 1 ||
+                    m->is_output ||
                     m->init != n->init || m->slot != n->slot || !map_is_identity(&tmp.leaves[l], n))
                     continue;
                 tmp.gemm_leaf = l;
