@@ -2891,7 +2891,7 @@ static void lower_assign_several(Checker *c, const Stmt *st) {
     for (int i = 0; i < n; i++) {
         check_new_nodes(c, e, out[i]);
         for (int j = 0; j < i; j++)
-            if (!strcmp(st->names[i]->name, st->names[j]->name))
+            if (!strcmp(st->names[i]->name, st->names[j]->name) && strcmp(st->names[i]->name, "_"))
                 error_at(st->names[i]->loc, "'%s' is bound twice in one statement", st->names[i]->name);
         bind_value(c, st->names[i]->name, st->names[i]->loc, out[i]);
     }
