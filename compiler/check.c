@@ -49,7 +49,7 @@ typedef struct Checker {
     const char *prefix;  /* param name prefix of the block instance being checked, or NULL */
     const char *block;   /* name of that block, or NULL at model level */
     int depth;
-    Loc batch_loc;   /* where the batch name was first used */
+    const DimBounds *bounds; /* --max-batch and --max-dim */
     Loc *param_locs; /* where each of g->params was declared */
     int nchecked;    /* g->nodes[0..nchecked) have been held to MAX_ELEMS (check_new_nodes) */
 } Checker;
@@ -141,58 +141,88 @@ static void ptab_insert(Checker *c, int k) {
 
 static const char *shp(const Checker *c, const Shape *s) {
     char buf[256];
-    return xstrdup(shape_str(s, c->g->batch_name, buf, sizeof buf));
+    return xstrdup(shape_str(s, c->g->sym_names, buf, sizeof buf));
 }
 
 static const char *dms(const Checker *c, Dim d) {
     char buf[64];
-    return xstrdup(dim_str(d, c->g->batch_name, buf, sizeof buf));
+    return xstrdup(dim_str(d, c->g->sym_names, buf, sizeof buf));
 }
 
 /* ---------------------------------------------------------------- types */
 
-static void use_batch_name(Checker *c, const char *name, Loc loc) {
+/* The index of the symbolic dimension `name`, or -1 when the model has none of that name. */
+static int sym_index(const Graph *g, const char *name) {
+    for (int k = 0; k < g->nsyms; k++)
+        if (!strcmp(g->sym_names[k], name)) return k;
+    return -1;
+}
+
+/* The names of the model's symbolic dimensions, "batch, seq", for messages. */
+static const char *sym_list(const Graph *g) {
+    char buf[256] = "";
+    size_t n = 0;
+    for (int k = 0; k < g->nsyms && n < sizeof buf; k++)
+        n += snprintf(buf + n, sizeof buf - n, "%s%s", k ? ", " : "", g->sym_names[k]);
+    return xstrdup(g->nsyms ? buf : "none");
+}
+
+/* The symbolic dimension `name`, declared by an input's type at loc: its index, a new one (with
+ * its bound from the command line) the first time. */
+static int use_sym(Checker *c, const char *name, Loc loc) {
     Graph *g = c->g;
-    if (!g->batch_name) {
-        g->batch_name = xstrdup(name);
+    int k = sym_index(g, name);
+    if (k >= 0) return k;
+    if (g->nsyms == MAX_SYMS)
+        error_at(loc, "symbolic dimension '%s': a model has at most %d (it has %s)", name, MAX_SYMS, sym_list(g));
+    k = g->nsyms++;
+    g->sym_names[k] = xstrdup(name);
+    g->sym_loc[k] = loc;
+    g->sym_max[k] = k == 0 ? c->bounds->max_batch : 0;
+    for (int i = 0; i < c->bounds->n; i++)
+        if (!strcmp(c->bounds->names[i], name)) g->sym_max[k] = c->bounds->max[i];
+    if (!g->sym_max[k])
+        error_at(loc, "symbolic dimension '%s' needs an upper bound: compile with --max-dim %s=N (the memory plan "
+                 "holds at the bounds; only the first symbolic dimension, '%s', has a default, --max-batch)",
+                 name, name, g->sym_names[0]);
+    if (k == 0) {
         g->has_batch = true;
-        c->batch_loc = loc;
-        return;
+        g->batch_name = g->sym_names[0];
+        g->max_batch = (int)g->sym_max[0];
     }
-    if (strcmp(g->batch_name, name)) {
-        error_begin(loc, "second symbolic dimension '%s': a model has one symbolic (batch) "
-                         "dimension, already named '%s'", name, g->batch_name);
-        note_at(c->batch_loc, "'%s' first used here", g->batch_name);
-        diag_exit();
-    }
+    return k;
 }
 
 /* Convert a declared type; `what` is "input 'x'" etc. for messages. */
 static bool int_literal(const Ast *v, long long *out);
 static const char *ast_text(const Ast *v);
 
+static bool size_dim(const Ast *v, Dim *out);
+
 static Shape convert_type(Checker *c, const AstType *t, const char *what, bool allow_sym) {
     Shape s = {0};
     if (t->rank > MAX_RANK)
         error_at(t->loc, "%s has rank %d, more than the maximum %d", what, t->rank, MAX_RANK);
     s.rank = t->rank;
-    int nsym = 0;
     for (int i = 0; i < t->rank; i++) {
         const AstDim *d = &t->dims[i];
         Sym *is = d->is_sym ? lookup(c, d->name) : NULL;
-        long long dv;
-        if (d->expr) { /* 2 * C, size(x, 1) // 4 */
-            if (!int_literal(d->expr, &dv))
+        if (d->expr) { /* 2 * C, size(x, 1) // 4, 2 * seq */
+            Dim dv;
+            if (!size_dim(d->expr, &dv))
                 error_at(d->loc, "dimension %d of %s must be an integer, got '%s'", i, what, ast_text(d->expr));
-            if (dv <= 0 || dv > MAX_ELEMS)
-                error_at(d->loc, "dimension %d of %s is %s = %lld; dimensions must be positive (at most 2^40)", i, what,
-                         ast_text(d->expr), dv);
-            s.d[i] = (Dim){dv, false};
+            if (dv.c <= 0 || dv.c > MAX_ELEMS)
+                error_at(d->loc, "dimension %d of %s is %s = %s; dimensions must be positive (at most 2^40)", i, what,
+                         ast_text(d->expr), dms(c, dv));
+            if (dim_is_sym(dv) && !allow_sym)
+                error_at(d->loc, "%s cannot use a symbolic dimension ('%s'): parameters have fixed shapes", what,
+                         ast_text(d->expr));
+            s.d[i] = dv;
         } else if (is && is->kind == SYM_INT) {
             if (is->ival <= 0 || is->ival > MAX_ELEMS)
                 error_at(d->loc, "dimension %d of %s is %s = %lld; dimensions must be positive", i, what, d->name,
                          is->ival);
-            s.d[i] = (Dim){is->ival, false};
+            s.d[i] = dim_const(is->ival);
         } else if (d->is_sym) {
             if (is && c->block)
                 error_at(d->loc, "dimension '%s' of %s must be an integer, but block '%s' was given a tensor or a "
@@ -203,11 +233,7 @@ static Shape convert_type(Checker *c, const AstType *t, const char *what, bool a
             if (!allow_sym)
                 error_at(d->loc, "%s cannot use the symbolic dimension '%s': parameters have fixed shapes",
                          what, d->name);
-            use_batch_name(c, d->name, d->loc);
-            if (++nsym > 1)
-                error_at(d->loc, "%s uses the batch dimension '%s' twice; a tensor may have one "
-                                 "batch-dependent dimension", what, d->name);
-            s.d[i] = (Dim){1, true};
+            s.d[i] = dim_symbol(use_sym(c, d->name, d->loc));
         } else {
             if (d->value <= 0)
                 error_at(d->loc, "dimension %d of %s is %lld; dimensions must be positive", i, what,
@@ -215,7 +241,7 @@ static Shape convert_type(Checker *c, const AstType *t, const char *what, bool a
             if (d->value > MAX_ELEMS)
                 error_at(d->loc, "dimension %d of %s is %lld, more than the maximum 2^40", i, what,
                          d->value);
-            s.d[i] = (Dim){d->value, false};
+            s.d[i] = dim_const(d->value);
         }
     }
     int64_t n = 1;
@@ -385,6 +411,79 @@ static bool int_literal1(const Ast *v, long long *out);
  * size(x, dim), the size of a tensor's axis (an error for the batch axis, which only the run
  * knows). Returns false when v is not such an expression (a tensor, a float); an overflow of
  * 2^53 or a division by zero is an error at v. */
+/* size(x, dim): the size of a tensor's axis, constant or symbolic. */
+static Dim size_call(const Ast *v) {
+    if (v->nargs != 2 || v->args[0].key || v->args[0].val->kind != AST_NAME ||
+        (v->args[1].key && strcmp(v->args[1].key, "dim")))
+        error_at(v->loc, "size takes a tensor's name and an axis: size(x, 1) (or size(x, dim=1))");
+    Sym *s = lookup(CK, v->args[0].val->name);
+    if (!s || !s->node)
+        error_at(v->args[0].val->loc, "unknown tensor '%s' in size()", v->args[0].val->name);
+    long long d;
+    if (!int_literal(v->args[1].val, &d))
+        error_at(v->args[1].val->loc, "the axis of size() must be an integer");
+    const Shape *sh = &s->node->shape;
+    if (d < -sh->rank || d >= sh->rank)
+        error_at(v->args[1].val->loc, "axis %lld of size() is out of range for '%s' of rank %d", d, s->name, sh->rank);
+    s->used = true;
+    return sh->d[d < 0 ? d + sh->rank : d];
+}
+
+static bool int_literal(const Ast *v, long long *out);
+
+/* The size an expression stands for, computed at compile time: what int_literal computes, and
+ * also the model's symbolic dimensions by name (seq) and size(x, d) of a symbolic axis, combined
+ * with * (and // by a constant that divides the coefficient): a monomial such as batch*seq or
+ * 3*seq. A sum with a symbolic size is an error at v (sizes are monomials, see Dim). Returns
+ * false when v is not a size (a tensor, a float, an unknown name). */
+static bool size_dim(const Ast *v, Dim *out) {
+    if (!CK) return false;
+    if (v->kind == AST_NAME) {
+        long long k;
+        if (int_literal1(v, &k)) {
+            *out = dim_const(k);
+            return true;
+        }
+        Sym *s = lookup(CK, v->name);
+        int si = s ? -1 : sym_index(CK->g, v->name);
+        if (si < 0) return false;
+        *out = dim_symbol(si);
+        return true;
+    }
+    if (v->kind == AST_CALL && !strcmp(v->name, "size")) {
+        *out = size_call(v);
+        return true;
+    }
+    if (v->kind == AST_BINOP && strchr("+-*f%", v->op)) {
+        Dim a, b;
+        if (!size_dim(v->lhs, &a) || !size_dim(v->rhs, &b)) return false;
+        if (!dim_is_sym(a) && !dim_is_sym(b)) {
+            long long k;
+            if (!int_literal(v, &k)) return false;
+            *out = dim_const(k);
+            return true;
+        }
+        bool ok = false;
+        if (v->op == '*') {
+            *out = dim_mul(a, b, &ok);
+            if (!ok || out->c > MAX_INT_LITERAL || out->c < -MAX_INT_LITERAL)
+                error_at(v->loc, "'%s' is out of range", ast_text(v));
+            return true;
+        }
+        if (v->op == 'f' && !dim_is_sym(b) && b.c > 0) {
+            *out = dim_div(a, b, &ok);
+            if (ok) return true;
+        }
+        error_at(v->loc, "'%s' is not a size the compiler can track: a size with a symbolic dimension (%s) is a product "
+                 "of integers and symbolic dimensions (batch * seq, 3 * seq), or one divided by an integer that divides "
+                 "its coefficient", ast_text(v), dim_is_sym(a) ? dms(CK, a) : dms(CK, b));
+    }
+    long long k;
+    if (!int_literal(v, &k)) return false;
+    *out = dim_const(k);
+    return true;
+}
+
 static bool int_literal(const Ast *v, long long *out) {
     if (v->kind == AST_BINOP && strchr("+-*f%", v->op)) {
         long long a, b;
@@ -406,23 +505,10 @@ static bool int_literal(const Ast *v, long long *out) {
         return true;
     }
     if (v->kind == AST_CALL && !strcmp(v->name, "size") && CK) {
-        if (v->nargs != 2 || v->args[0].key || v->args[0].val->kind != AST_NAME ||
-            (v->args[1].key && strcmp(v->args[1].key, "dim")))
-            error_at(v->loc, "size takes a tensor's name and an axis: size(x, 1) (or size(x, dim=1))");
-        Sym *s = lookup(CK, v->args[0].val->name);
-        if (!s || !s->node)
-            error_at(v->args[0].val->loc, "unknown tensor '%s' in size()", v->args[0].val->name);
-        long long d;
-        if (!int_literal(v->args[1].val, &d))
-            error_at(v->args[1].val->loc, "the axis of size() must be an integer");
-        const Shape *sh = &s->node->shape;
-        if (d < -sh->rank || d >= sh->rank)
-            error_at(v->args[1].val->loc, "axis %lld of size() is out of range for '%s' of rank %d", d, s->name, sh->rank);
-        Dim dim = sh->d[d < 0 ? d + sh->rank : d];
-        if (dim.sym)
-            error_at(v->loc, "size(%s, %lld) is the batch dimension, known only at run time; write its name in shapes "
-                     "(reshape(x, [%s, -1]))", s->name, d, CK->g->batch_name ? CK->g->batch_name : "batch");
-        s->used = true;
+        Dim dim = size_call(v);
+        if (dim_is_sym(dim))
+            error_at(v->loc, "%s is %s, a symbolic dimension known only at run time; an integer is needed here "
+                     "(shapes may use it: reshape(x, [%s, -1]))", ast_text(v), dms(CK, dim), dms(CK, dim));
         *out = dim.c;
         return true;
     }
@@ -623,18 +709,15 @@ static Shape broadcast(Checker *c, Loc loc, const char *opname, const Shape *a, 
     r.rank = a->rank > b->rank ? a->rank : b->rank;
     for (int i = 0; i < r.rank; i++) {
         int ia = a->rank - r.rank + i, ib = b->rank - r.rank + i;
-        Dim da = ia >= 0 ? a->d[ia] : (Dim){1, false};
-        Dim db = ib >= 0 ? b->d[ib] : (Dim){1, false};
+        Dim da = ia >= 0 ? a->d[ia] : dim_const(1);
+        Dim db = ib >= 0 ? b->d[ib] : dim_const(1);
         if (dim_eq(da, db)) r.d[i] = da;
-        else if (!da.sym && da.c == 1) r.d[i] = db;
-        else if (!db.sym && db.c == 1) r.d[i] = da;
+        else if (dim_is_one(da)) r.d[i] = db;
+        else if (dim_is_one(db)) r.d[i] = da;
         else
             error_at(loc, "cannot broadcast shapes %s and %s in '%s' (dimension %d: %s vs %s)", shp(c, a),
                      shp(c, b), opname, i, dms(c, da), dms(c, db));
     }
-    if (shape_nsym(&r) > 1)
-        error_at(loc, "broadcasting %s and %s in '%s' gives two batch-dependent dimensions", shp(c, a),
-                 shp(c, b), opname);
     return r;
 }
 
@@ -681,8 +764,6 @@ static Node *mk_matmul(Checker *c, Loc loc, const char *opname, Node *a, Node *b
     Shape r = broadcast(c, loc, opname, &ba, &bb);
     r.d[r.rank++] = M;
     r.d[r.rank++] = N;
-    if (shape_nsym(&r) > 1)
-        error_at(loc, "'%s' of %s and %s gives two batch-dependent dimensions", opname, shp(c, sa), shp(c, sb));
     Node *n = new_node(c->g, OP_MATMUL, loc);
     n->in[0] = a;
     n->in[1] = b;
@@ -699,8 +780,8 @@ static Node *lower_linear(Checker *c, const Call *call) {
     if (w->shape.rank != 2)
         error_at(call->ast->args[1].val->loc, "'linear' weight must be rank 2 [out_features, in_features], got %s",
                  shp(c, &w->shape));
-    if (w->shape.d[0].sym || w->shape.d[1].sym)
-        error_at(call->ast->args[1].val->loc, "'linear' weight %s must not depend on the batch", shp(c, &w->shape));
+    if (shape_nsym(&w->shape))
+        error_at(call->ast->args[1].val->loc, "'linear' weight %s must not have a symbolic dimension", shp(c, &w->shape));
     Dim out = w->shape.d[0], in = w->shape.d[1];
     if (x->shape.rank < 1)
         error_at(call->ast->args[0].val->loc, "'linear' input must have rank >= 1, got a scalar");
@@ -713,7 +794,7 @@ static Node *lower_linear(Checker *c, const Call *call) {
                  dms(c, out), shp(c, &w->shape), shp(c, &b->shape));
     Node *xx = x;
     if (x->shape.rank == 1) {
-        Shape s2 = {2, {{1, false}, x->shape.d[0]}};
+        Shape s2 = {2, {{1, {0}}, x->shape.d[0]}};
         xx = mk_reshape(c, loc, x, s2);
     }
     Node *y = mk_matmul(c, loc, "linear", xx, w, true);
@@ -735,7 +816,7 @@ static Node *mk_reduce(Checker *c, OpKind op, Loc loc, Node *x, int axis, bool k
     n->shape = x->shape;
     if (op == OP_SOFTMAX || op == OP_LOG_SOFTMAX) return n;
     if (keepdim) {
-        n->shape.d[axis] = (Dim){1, false};
+        n->shape.d[axis] = dim_const(1);
     } else {
         for (int i = axis; i + 1 < x->shape.rank; i++) n->shape.d[i] = x->shape.d[i + 1];
         n->shape.rank--;
@@ -784,7 +865,7 @@ static Node *reduce_axes(Checker *c, OpKind op, Loc loc, Node *x, const int *axe
         bool red = false;
         for (int i = 0; i < n; i++) red = red || axes[i] == d;
         if (!red) out.d[out.rank++] = x->shape.d[d];
-        else if (keepdim) out.d[out.rank++] = (Dim){1, false};
+        else if (keepdim) out.d[out.rank++] = dim_const(1);
     }
     if (n == 1) return mk_reduce(c, op, loc, x, axes[0], keepdim);
     Node *y = x;
@@ -823,8 +904,9 @@ static Node *lower_var(Checker *c, const Call *call) {
     bool unbiased = attr_bool(call, 1), keepdim = attr_bool(call, 2);
     int64_t count = 1;
     for (int i = 0; i < n; i++) {
-        if (x->shape.d[axes[i]].sym)
-            error_at(loc, "'%s' over the batch dimension is not supported (axis %d)", call->spec->name, axes[i]);
+        if (dim_is_sym(x->shape.d[axes[i]]))
+            error_at(loc, "'%s' over a symbolic dimension (axis %d, %s) is not supported", call->spec->name, axes[i],
+                     dms(c, x->shape.d[axes[i]]));
         count *= x->shape.d[axes[i]].c;
     }
     Node *m = reduce_axes(c, OP_MEAN, loc, x, axes, n, true);
@@ -883,7 +965,7 @@ static Node *lower_unsqueeze(Checker *c, const Call *call) {
     if (r + 1 > MAX_RANK) error_at(call->ast->loc, "'unsqueeze' of a rank-%d tensor: at most rank %d", r, MAX_RANK);
     int d = norm_axis(call, call->attr[0], call->ast->loc, attr_int(call, 0), r + 1, "dim");
     Shape s = {r + 1, {{0}}};
-    for (int i = 0, j = 0; i < r + 1; i++) s.d[i] = i == d ? (Dim){1, false} : x->shape.d[j++];
+    for (int i = 0, j = 0; i < r + 1; i++) s.d[i] = i == d ? dim_const(1) : x->shape.d[j++];
     return mk_reshape(c, call->ast->loc, x, s);
 }
 
@@ -893,7 +975,7 @@ static Node *lower_squeeze(Checker *c, const Call *call) {
     if (call->attr[0]) d = norm_axis(call, call->attr[0], call->ast->loc, attr_int(call, 0), r, "dim");
     Shape s = {0};
     for (int i = 0; i < r; i++) {
-        bool one = !x->shape.d[i].sym && x->shape.d[i].c == 1;
+        bool one = dim_is_one(x->shape.d[i]);
         if (one && (d < 0 || d == i)) continue;
         s.d[s.rank++] = x->shape.d[i];
     }
@@ -907,7 +989,8 @@ static Node *lower_flip(Checker *c, const Call *call) {
     int n = attr_axes(call, 0, r, axes);
     for (int i = 0; i < n; i++) {
         Dim L = x->shape.d[axes[i]];
-        if (L.sym) error_at(call->ast->loc, "'flip' cannot reverse the batch dimension (axis %d)", axes[i]);
+        if (dim_is_sym(L))
+            error_at(call->ast->loc, "'flip' cannot reverse a symbolic dimension (axis %d, %s)", axes[i], dms(c, L));
         Node *s = new_node(c->g, OP_SLICE, call->ast->loc);
         s->in[0] = x;
         s->nin = 1;
@@ -935,14 +1018,13 @@ static Node *lower_expand(Checker *c, const Call *call) {
     int off = v->nitems - x->shape.rank;
     for (int i = 0; i < v->nitems; i++) {
         const Ast *it = v->items[i];
-        Dim in = i >= off ? x->shape.d[i - off] : (Dim){1, false};
-        long long k;
-        if (it->kind == AST_NAME && c->g->batch_name && !strcmp(it->name, c->g->batch_name)) s.d[i] = (Dim){1, true};
-        else if (int_literal(it, &k) && k == -1 && i >= off) s.d[i] = in;
-        else if (int_literal(it, &k) && k >= 1 && k <= MAX_ELEMS) s.d[i] = (Dim){k, false};
-        else error_at(it->loc, "'%s' sizes are positive integers, the batch name, or -1 for an existing dim, got '%s'",
-                      call->spec->name, ast_text(it));
-        if (!dim_eq(in, s.d[i]) && !(!in.sym && in.c == 1))
+        Dim in = i >= off ? x->shape.d[i - off] : dim_const(1);
+        Dim k;
+        if (size_dim(it, &k) && !dim_is_sym(k) && k.c == -1 && i >= off) s.d[i] = in;
+        else if (size_dim(it, &k) && k.c >= 1 && k.c <= MAX_ELEMS) s.d[i] = k;
+        else error_at(it->loc, "'%s' sizes are positive integers, symbolic sizes (%s), or -1 for an existing dim, got '%s'",
+                      call->spec->name, c->g->nsyms ? sym_list(c->g) : "batch", ast_text(it));
+        if (!dim_eq(in, s.d[i]) && !dim_is_one(in))
             error_at(it->loc, "'%s' cannot broadcast dimension %d of %s (%s) to %s", call->spec->name, i - off,
                      shp(c, &x->shape), dms(c, in), dms(c, s.d[i]));
     }
@@ -968,12 +1050,12 @@ static Node *lower_stack(Checker *c, const Call *call) {
             error_at(call->ast->args[i].val->loc, "'stack' operand %d is %s%s, operand 0 %s%s; stacked tensors are alike",
                      i, dtype_name(x->dtype), shp(c, &x->shape), dtype_name(x0->dtype), shp(c, &x0->shape));
         Shape s = {r + 1, {{0}}};
-        for (int d = 0, j = 0; d < r + 1; d++) s.d[d] = d == axis ? (Dim){1, false} : x->shape.d[j++];
+        for (int d = 0, j = 0; d < r + 1; d++) s.d[d] = d == axis ? dim_const(1) : x->shape.d[j++];
         n->in[i] = mk_reshape(c, call->ast->loc, x, s);
     }
     n->nin = call->nt;
     n->shape = n->in[0]->shape;
-    n->shape.d[axis] = (Dim){call->nt, false};
+    n->shape.d[axis] = dim_const(call->nt);
     return n;
 }
 
@@ -987,10 +1069,10 @@ static Node *lower_full(Checker *c, const Call *call) {
     Shape s = {v->nitems, {{0}}};
     for (int i = 0; i < v->nitems; i++) {
         const Ast *it = v->items[i];
-        long long k;
-        if (it->kind == AST_NAME && c->g->batch_name && !strcmp(it->name, c->g->batch_name)) s.d[i] = (Dim){1, true};
-        else if (int_literal(it, &k) && k >= 1 && k <= MAX_ELEMS) s.d[i] = (Dim){k, false};
-        else error_at(it->loc, "'%s' sizes are positive integers or the batch name, got '%s'", fn, ast_text(it));
+        Dim k;
+        if (size_dim(it, &k) && k.c >= 1 && k.c <= MAX_ELEMS) s.d[i] = k;
+        else error_at(it->loc, "'%s' sizes are positive integers or symbolic sizes (%s), got '%s'", fn,
+                      c->g->nsyms ? sym_list(c->g) : "the batch name", ast_text(it));
     }
     Node *n = new_node(c->g, OP_EXPAND, call->ast->loc);
     n->in[0] = mk_const(c, call->ast->loc, value);
@@ -1010,44 +1092,39 @@ static Node *lower_reshape(Checker *c, const Call *call) {
         error_at(v->loc, "'reshape' target has rank %d, more than the maximum %d", v->nitems, MAX_RANK);
     Shape s = {v->nitems, {{0}}};
     int infer = -1;
-    Dim known = {1, false};
+    Dim known = {1, {0}};
     for (int i = 0; i < v->nitems; i++) {
         const Ast *it = v->items[i];
-        long long val;
-        if (it->kind == AST_NAME && int_literal(it, &val)) {
-            if (val <= 0 || val > MAX_ELEMS)
-                error_at(it->loc, "'reshape' dimension %d is %s = %lld; dimensions must be positive", i, it->name, val);
-            s.d[i] = (Dim){val, false};
-        } else if (it->kind == AST_NAME) {
-            if (!c->g->batch_name || strcmp(it->name, c->g->batch_name))
-                error_at(it->loc, "unknown dimension name '%s' in 'reshape'%s%s%s", it->name,
-                         c->g->batch_name ? " (the batch dimension is '" : "",
-                         c->g->batch_name ? c->g->batch_name : "", c->g->batch_name ? "')" : "");
-            s.d[i] = (Dim){1, true};
-        } else if (int_literal(it, &val)) {
-            if (val == -1) {
-                if (infer >= 0) error_at(it->loc, "'reshape' allows only one -1 dimension");
-                infer = i;
-                continue;
-            }
-            if (val <= 0 || val > MAX_ELEMS)
-                error_at(it->loc, "'reshape' dimension %d is %lld; dimensions must be positive (or -1)", i, val);
-            s.d[i] = (Dim){val, false};
-        } else {
-            error_at(it->loc, "'reshape' dimensions must be integers, -1 or '%s'",
-                     c->g->batch_name ? c->g->batch_name : "the batch name");
+        Dim val;
+        if (it->kind == AST_NAME && !size_dim(it, &val))
+            error_at(it->loc, "unknown dimension name '%s' in 'reshape' (the model's symbolic dimensions: %s)", it->name,
+                     sym_list(c->g));
+        if (!size_dim(it, &val))
+            error_at(it->loc, "'reshape' dimensions must be integers, -1 or symbolic sizes (%s), got '%s'",
+                     c->g->nsyms ? sym_list(c->g) : "the batch name", ast_text(it));
+        if (!dim_is_sym(val) && val.c == -1) {
+            if (infer >= 0) error_at(it->loc, "'reshape' allows only one -1 dimension");
+            infer = i;
+            continue;
         }
+        if (val.c <= 0 || val.c > MAX_ELEMS) {
+            if (it->kind == AST_NAME)
+                error_at(it->loc, "'reshape' dimension %d is %s = %s; dimensions must be positive", i, it->name, dms(c, val));
+            error_at(it->loc, "'reshape' dimension %d is %s; dimensions must be positive (or -1)", i, dms(c, val));
+        }
+        s.d[i] = val;
         bool ok;
         known = dim_mul(known, s.d[i], &ok);
-        if (!ok) error_at(it->loc, "'reshape' target has two batch-dependent dimensions or too many elements");
+        if (!ok) error_at(it->loc, "'reshape' target has too many elements");
     }
     Dim numel = shape_numel(&x->shape);
     if (infer >= 0) {
-        bool bad = (known.sym && !numel.sym) || numel.c % known.c != 0;
-        if (bad)
+        bool ok;
+        Dim q = dim_div(numel, known, &ok);
+        if (!ok)
             error_at(v->loc, "cannot reshape %s (%s elements) to %s: %s is not a multiple of %s", shp(c, &x->shape),
                      dms(c, numel), ast_text(v), dms(c, numel), dms(c, known));
-        s.d[infer] = (Dim){numel.c / known.c, numel.sym && !known.sym};
+        s.d[infer] = q;
     } else if (!dim_eq(known, numel)) {
         error_at(v->loc, "cannot reshape %s (%s elements) to %s (%s elements)", shp(c, &x->shape), dms(c, numel),
                  shp(c, &s), dms(c, known));
@@ -1203,8 +1280,8 @@ static void require_nchw(Checker *c, const Call *call, Node *x) {
         error_at(call->ast->args[0].val->loc, "'%s' input must be rank 4 [N, C, H, W], got %s", call->spec->name,
                  shp(c, &x->shape));
     for (int i = 1; i < 4; i++)
-        if (x->shape.d[i].sym)
-            error_at(call->ast->args[0].val->loc, "'%s' input %s may depend on the batch only in N", call->spec->name,
+        if (dim_is_sym(x->shape.d[i]))
+            error_at(call->ast->args[0].val->loc, "'%s' input %s may have a symbolic dimension only in N", call->spec->name,
                      shp(c, &x->shape));
 }
 
@@ -1234,8 +1311,8 @@ static void window_shape(Checker *c, const Call *call, Node *n, const Node *x, i
                  (long long)(ow < 0 ? 0 : ow), (long long)H, (long long)W, (long long)kh, (long long)kw, n->stride[0],
                  n->stride[1], n->pad[0],
                  n->pad[1], n->pad[2], n->pad[3], n->dilation[0], n->dilation[1]);
-    n->shape.d[2] = (Dim){oh, false};
-    n->shape.d[3] = (Dim){ow, false};
+    n->shape.d[2] = dim_const(oh);
+    n->shape.d[3] = dim_const(ow);
 }
 
 static Node *lower_conv2d(Checker *c, const Call *call) {
@@ -1245,7 +1322,7 @@ static Node *lower_conv2d(Checker *c, const Call *call) {
     if (w->shape.rank != 4)
         error_at(wa->loc, "'conv2d' weight must be rank 4 [O, C/groups, KH, KW], got rank %d", w->shape.rank);
     require_nchw(c, call, x);
-    if (shape_nsym(&w->shape)) error_at(wa->loc, "'conv2d' weight %s must not depend on the batch", shp(c, &w->shape));
+    if (shape_nsym(&w->shape)) error_at(wa->loc, "'conv2d' weight %s must not have a symbolic dimension", shp(c, &w->shape));
     Node *n = new_node(c->g, OP_CONV2D, call->ast->loc);
     long long groups = attr_int(call, 3);
     if (groups < 1 || groups > INT32_MAX) error_at(call->attr[3]->loc, "'conv2d' groups must be in 1..2^31-1, got %lld", groups);
@@ -1269,7 +1346,7 @@ static Node *lower_conv2d(Checker *c, const Call *call) {
     n->in[0] = x;
     n->in[1] = w;
     n->nin = 2;
-    n->shape = (Shape){4, {x->shape.d[0], {O, false}, {0, false}, {0, false}}};
+    n->shape = (Shape){4, {x->shape.d[0], {O, {0}}, {0, {0}}, {0, {0}}}};
     window_shape(c, call, n, x, w->shape.d[2].c, w->shape.d[3].c);
     for (int i = 0; i < 2; i++) { /* the kernel is an int from here on (Node, runtime kernels) */
         if (w->shape.d[2 + i].c > INT32_MAX)
@@ -1278,7 +1355,7 @@ static Node *lower_conv2d(Checker *c, const Call *call) {
         n->kernel[i] = (int)w->shape.d[2 + i].c;
     }
     if (!b) return n;
-    Shape bs = {3, {{O, false}, {1, false}, {1, false}}};
+    Shape bs = {3, {{O, {0}}, {1, {0}}, {1, {0}}}};
     return mk_binary(c, OP_ADD, call->ast->loc, n, mk_reshape(c, call->ast->loc, b, bs));
 }
 
@@ -1290,11 +1367,11 @@ static Node *lower_conv1d(Checker *c, const Call *call) {
     for (int i = 0; i < call->nt; i++) require_f32(call, call->t[i], i);
     const Ast *xa = call->ast->args[0].val, *wa = call->ast->args[1].val;
     if (x->shape.rank != 3) error_at(xa->loc, "'conv1d' input must be rank 3 [N, C, L], got %s", shp(c, &x->shape));
-    if (x->shape.d[1].sym || x->shape.d[2].sym)
-        error_at(xa->loc, "'conv1d' input %s may depend on the batch only in N", shp(c, &x->shape));
+    if (dim_is_sym(x->shape.d[1]) || dim_is_sym(x->shape.d[2]))
+        error_at(xa->loc, "'conv1d' input %s may have a symbolic dimension only in N", shp(c, &x->shape));
     if (w->shape.rank != 3)
         error_at(wa->loc, "'conv1d' weight must be rank 3 [O, C/groups, K], got %s", shp(c, &w->shape));
-    if (shape_nsym(&w->shape)) error_at(wa->loc, "'conv1d' weight %s must not depend on the batch", shp(c, &w->shape));
+    if (shape_nsym(&w->shape)) error_at(wa->loc, "'conv1d' weight %s must not have a symbolic dimension", shp(c, &w->shape));
     long long v[4];
     static const char *names[4] = {"stride", "padding", "dilation", "groups"};
     for (int k = 0; k < 4; k++) {
@@ -1322,8 +1399,8 @@ static Node *lower_conv1d(Checker *c, const Call *call) {
                  v[2]);
     Loc loc = call->ast->loc;
     /* the views first: node ids are a topological order (analyze_uses walks them backwards) */
-    Node *xv = mk_reshape(c, loc, x, (Shape){4, {x->shape.d[0], {C, false}, {1, false}, {L, false}}});
-    Node *wv = mk_reshape(c, loc, w, (Shape){4, {{O, false}, {Cg, false}, {1, false}, {K, false}}});
+    Node *xv = mk_reshape(c, loc, x, (Shape){4, {x->shape.d[0], {C, {0}}, {1, {0}}, {L, {0}}}});
+    Node *wv = mk_reshape(c, loc, w, (Shape){4, {{O, {0}}, {Cg, {0}}, {1, {0}}, {K, {0}}}});
     Node *n = new_node(c->g, OP_CONV2D, loc);
     n->groups = (int)groups;
     n->stride[0] = n->dilation[0] = 1;
@@ -1336,12 +1413,12 @@ static Node *lower_conv1d(Checker *c, const Call *call) {
     n->in[0] = xv;
     n->in[1] = wv;
     n->nin = 2;
-    n->shape = (Shape){4, {x->shape.d[0], {O, false}, {1, false}, {OL, false}}};
+    n->shape = (Shape){4, {x->shape.d[0], {O, {0}}, {1, {0}}, {OL, {0}}}};
     /* the bias and what follows read the 3-D view of the conv2d: fusion takes them into its
      * epilogue through that view (fuse.c) */
-    Node *y = mk_reshape(c, loc, n, (Shape){3, {x->shape.d[0], {O, false}, {OL, false}}});
+    Node *y = mk_reshape(c, loc, n, (Shape){3, {x->shape.d[0], {O, {0}}, {OL, {0}}}});
     if (!b) return y;
-    return mk_binary(c, OP_ADD, loc, y, mk_reshape(c, loc, b, (Shape){2, {{O, false}, {1, false}}}));
+    return mk_binary(c, OP_ADD, loc, y, mk_reshape(c, loc, b, (Shape){2, {{O, {0}}, {1, {0}}}}));
 }
 
 /* pixel_shuffle(x[*, C*r*r, H, W], r) -> [*, C, H*r, W*r]: PyTorch's F.pixel_shuffle, as the view
@@ -1355,8 +1432,8 @@ static Node *lower_pixel_shuffle(Checker *c, const Call *call) {
         error_at(xa->loc, "'pixel_shuffle' input must have rank 3 to %d [*, C*r*r, H, W], got %s", MAX_RANK - 2,
                  shp(c, &x->shape));
     for (int i = r - 3; i < r; i++)
-        if (x->shape.d[i].sym)
-            error_at(xa->loc, "'pixel_shuffle' input %s: its channels and spatial axes may not depend on the batch",
+        if (dim_is_sym(x->shape.d[i]))
+            error_at(xa->loc, "'pixel_shuffle' input %s: its channels and spatial axes may not be symbolic",
                      shp(c, &x->shape));
     long long f = attr_int(call, 0);
     if (f < 1 || f > 65536)
@@ -1370,15 +1447,15 @@ static Node *lower_pixel_shuffle(Checker *c, const Call *call) {
     Shape v = {r + 2, {{0}}}, out = x->shape;
     int perm[MAX_RANK];
     for (int i = 0; i < lead; i++) v.d[i] = x->shape.d[i], perm[i] = i;
-    v.d[lead] = (Dim){C / (f * f), false};
-    v.d[lead + 1] = v.d[lead + 2] = (Dim){f, false};
-    v.d[lead + 3] = (Dim){H, false};
-    v.d[lead + 4] = (Dim){W, false};
+    v.d[lead] = dim_const(C / (f * f));
+    v.d[lead + 1] = v.d[lead + 2] = dim_const(f);
+    v.d[lead + 3] = dim_const(H);
+    v.d[lead + 4] = dim_const(W);
     static const int tail[6] = {0, 3, 1, 4, 2}; /* C, H, r, W, r of C, r, r, H, W */
     for (int i = 0; i < 5; i++) perm[lead + i] = lead + tail[i];
-    out.d[r - 3] = (Dim){C / (f * f), false};
-    out.d[r - 2] = (Dim){H * f, false};
-    out.d[r - 1] = (Dim){W * f, false};
+    out.d[r - 3] = dim_const(C / (f * f));
+    out.d[r - 2] = dim_const(H * f);
+    out.d[r - 1] = dim_const(W * f);
     return mk_reshape(c, loc, mk_permute(c, loc, mk_reshape(c, loc, x, v), perm), out);
 }
 
@@ -1393,7 +1470,7 @@ static Node *lower_conv_transpose2d(Checker *c, const Call *call) {
     if (w->shape.rank != 4)
         error_at(wa->loc, "'conv_transpose2d' weight must be rank 4 [C, O/groups, KH, KW], got %s", shp(c, &w->shape));
     if (shape_nsym(&w->shape))
-        error_at(wa->loc, "'conv_transpose2d' weight %s must not depend on the batch", shp(c, &w->shape));
+        error_at(wa->loc, "'conv_transpose2d' weight %s must not have a symbolic dimension", shp(c, &w->shape));
     Node *n = new_node(c->g, OP_CONV_TRANSPOSE2D, call->ast->loc);
     int pad[2];
     attr_ints(call, 0, n->stride, 2, false);
@@ -1429,7 +1506,7 @@ static Node *lower_conv_transpose2d(Checker *c, const Call *call) {
     if (__builtin_mul_overflow(Og, (int64_t)groups, &O) || O > MAX_ELEMS)
         error_at(attr_loc(call, "groups"), "'conv_transpose2d' output channels %lld x groups %lld are too many",
                  (long long)Og, groups);
-    if (b && (b->shape.rank != 1 || b->shape.d[0].sym || b->shape.d[0].c != O))
+    if (b && (b->shape.rank != 1 || !dim_eq(b->shape.d[0], dim_const(O))))
         error_at(call->ast->args[2].val->loc, "'conv_transpose2d' bias must be [%lld] (one per output channel), got %s",
                  (long long)O, shp(c, &b->shape));
     int64_t out[2];
@@ -1457,9 +1534,9 @@ static Node *lower_conv_transpose2d(Checker *c, const Call *call) {
     n->in[0] = x;
     n->in[1] = w;
     n->nin = 2;
-    n->shape = (Shape){4, {x->shape.d[0], {O, false}, {out[0], false}, {out[1], false}}};
+    n->shape = (Shape){4, {x->shape.d[0], {O, {0}}, {out[0], {0}}, {out[1], {0}}}};
     if (!b) return n;
-    Shape bs = {3, {{O, false}, {1, false}, {1, false}}};
+    Shape bs = {3, {{O, {0}}, {1, {0}}, {1, {0}}}};
     return mk_binary(c, OP_ADD, call->ast->loc, n, mk_reshape(c, call->ast->loc, b, bs));
 }
 
@@ -1560,8 +1637,8 @@ static Node *lower_interpolate(Checker *c, const Call *call) {
     n->in[0] = x;
     n->nin = 1;
     n->shape = x->shape;
-    n->shape.d[2] = (Dim){out[0], false};
-    n->shape.d[3] = (Dim){out[1], false};
+    n->shape.d[2] = dim_const(out[0]);
+    n->shape.d[3] = dim_const(out[1]);
     return n;
 }
 
@@ -1579,8 +1656,8 @@ static Node *lower_adaptive_pool(Checker *c, const Call *call) {
     n->in[0] = x;
     n->nin = 1;
     n->shape = x->shape;
-    n->shape.d[2] = (Dim){os[0], false};
-    n->shape.d[3] = (Dim){os[1], false};
+    n->shape.d[2] = dim_const(os[0]);
+    n->shape.d[3] = dim_const(os[1]);
     return n;
 }
 
@@ -1597,7 +1674,7 @@ static Node *lower_batch_norm(Checker *c, const Call *call) {
     if (x->shape.rank < 2)
         error_at(call->ast->args[0].val->loc, "'batch_norm' input must have rank >= 2 [N, C, ...], got %s", shp(c, &x->shape));
     Dim C = x->shape.d[1];
-    if (C.sym) error_at(call->ast->args[0].val->loc, "'batch_norm' channels (axis 1) may not depend on the batch");
+    if (dim_is_sym(C)) error_at(call->ast->args[0].val->loc, "'batch_norm' channels (axis 1) may not be symbolic");
     static const char *what[] = {"", "weight", "bias", "running_mean", "running_var"};
     for (int i = 1; i < 5; i++) require_vec(c, call, i, C, what[i]);
     Node *n = new_node(c->g, OP_BATCH_NORM, call->ast->loc);
@@ -1650,18 +1727,18 @@ static Node *lower_layer_norm(Checker *c, const Call *call) {
             if (!int_literal(v->items[i], &k) || k < 1 || k > MAX_ELEMS)
                 error_at(v->items[i]->loc, "'layer_norm' normalized_shape holds positive integers, got '%s'",
                          ast_text(v->items[i]));
-            ns.d[i] = (Dim){k, false};
+            ns.d[i] = dim_const(k);
         }
     } else if (v) {
         long long k = attr_int(call, 1);
         if (k < 1 || k > MAX_ELEMS)
             error_at(v->loc, "'layer_norm' normalized_shape holds positive integers, got '%s'", ast_text(v));
-        ns.d[0] = (Dim){k, false};
+        ns.d[0] = dim_const(k);
     }
     int axis = r - ns.rank;
     for (int i = 0; i < ns.rank; i++) {
         Dim d = x->shape.d[axis + i];
-        if (d.sym) error_at(call->ast->args[0].val->loc, "'layer_norm' normalized axes may not depend on the batch");
+        if (dim_is_sym(d)) error_at(call->ast->args[0].val->loc, "'layer_norm' normalized axes may not be symbolic");
         if (v && !dim_eq(d, ns.d[i]))
             error_at(v->loc, "'layer_norm' normalized_shape %s is not the last %d ax%s of the input %s", shp(c, &ns),
                      ns.rank, ns.rank == 1 ? "is" : "es", shp(c, &x->shape));
@@ -1684,7 +1761,7 @@ static Node *channel_affine(Checker *c, const Call *call, Node *y) {
     if (call->nt < 2) return y;
     Shape cs = {y->shape.rank - 1, {{0}}};
     cs.d[0] = y->shape.d[1];
-    for (int i = 1; i < cs.rank; i++) cs.d[i] = (Dim){1, false};
+    for (int i = 1; i < cs.rank; i++) cs.d[i] = dim_const(1);
     y = mk_binary(c, OP_MUL, call->ast->loc, y, mk_reshape(c, call->ast->loc, call->t[1], cs));
     if (call->nt < 3) return y;
     return mk_binary(c, OP_ADD, call->ast->loc, y, mk_reshape(c, call->ast->loc, call->t[2], cs));
@@ -1704,8 +1781,8 @@ static Node *lower_group_norm(Checker *c, const Call *call) {
         error_at(call->ast->args[0].val->loc, "'%s' input must have rank >= %d [N, C, %s], got %s", call->spec->name,
                  inst ? 3 : 2, inst ? "L, ..." : "...", shp(c, &x->shape));
     for (int i = 1; i < r; i++)
-        if (x->shape.d[i].sym)
-            error_at(call->ast->args[0].val->loc, "'%s' input %s may depend on the batch only in N", call->spec->name,
+        if (dim_is_sym(x->shape.d[i]))
+            error_at(call->ast->args[0].val->loc, "'%s' input %s may have a symbolic dimension only in N", call->spec->name,
                      shp(c, &x->shape));
     int64_t C = x->shape.d[1].c;
     long long G = C;
@@ -1718,9 +1795,9 @@ static Node *lower_group_norm(Checker *c, const Call *call) {
     }
     static const char *what[] = {"", "weight", "bias"};
     for (int i = 1; i < call->nt; i++) require_vec(c, call, i, x->shape.d[1], what[i]);
-    Dim rest = {C / G, false};
+    Dim rest = {C / G, {0}};
     for (int i = 2; i < r; i++) rest = dim_mul(rest, x->shape.d[i], NULL);
-    Shape gs = {3, {x->shape.d[0], {G, false}, rest}};
+    Shape gs = {3, {x->shape.d[0], {G, {0}}, rest}};
     Node *y = mk_layer_norm(c, call->ast->loc, mk_reshape(c, call->ast->loc, x, gs), 2, NULL, NULL,
                             attr_eps(call, inst ? 0 : 1));
     return channel_affine(c, call, mk_reshape(c, call->ast->loc, y, x->shape));
@@ -1729,13 +1806,13 @@ static Node *lower_group_norm(Checker *c, const Call *call) {
 static Node *lower_flatten(Checker *c, const Call *call) {
     Node *x = call->t[0];
     int r = x->shape.rank;
-    if (r == 0) return mk_reshape(c, call->ast->loc, x, (Shape){1, {{1, false}}});
+    if (r == 0) return mk_reshape(c, call->ast->loc, x, (Shape){1, {{1, {0}}}});
     int a = norm_axis(call, call->attr[0], call->ast->loc, attr_int(call, 0), r, "start_dim");
     int b = norm_axis(call, call->attr[1], call->ast->loc, attr_int(call, 1), r, "end_dim");
     if (a > b) error_at(call->ast->loc, "'flatten' start_dim %d comes after end_dim %d", a, b);
     Shape s = {0};
     for (int i = 0; i < a; i++) s.d[s.rank++] = x->shape.d[i];
-    Dim m = {1, false};
+    Dim m = {1, {0}};
     for (int i = a; i <= b; i++) {
         bool ok;
         m = dim_mul(m, x->shape.d[i], &ok);
@@ -1768,9 +1845,9 @@ static Node *lower_concat(Checker *c, const Call *call) {
                          axis, i, shp(c, &x->shape), shp(c, &x0->shape), d, dms(c, x->shape.d[d]), dms(c, x0->shape.d[d]));
         if (i > 0) {
             Dim s0 = n->shape.d[axis], s1 = x->shape.d[axis];
-            if (s0.sym != s1.sym)
-                error_at(a->loc, "'concat' along axis %d mixes batch-dependent and fixed sizes (%s and %s)", axis,
-                         dms(c, s0), dms(c, s1));
+            if (memcmp(s0.e, s1.e, sizeof s0.e))
+                error_at(a->loc, "'concat' along axis %d adds sizes %s and %s: the sum is not a size the compiler can "
+                         "track (sizes are products of integers and symbolic dimensions)", axis, dms(c, s0), dms(c, s1));
             int64_t sum;
             if (__builtin_add_overflow(s0.c, s1.c, &sum) || sum > MAX_ELEMS)
                 error_at(a->loc, "'concat' along axis %d: operand %d makes the size %s + %s, more than the maximum 2^40",
@@ -1785,14 +1862,77 @@ static Node *lower_concat(Checker *c, const Call *call) {
 
 static Node *mk_slice(Checker *c, Loc loc, Node *x, int axis, int64_t start, int64_t step, int64_t len);
 
+/* A run-time condition on the symbols' sizes: dim >= min, else the run fails with the message. */
+static void add_shape_check(Checker *c, Loc loc, const char *op, Dim dim, int64_t min) {
+    Graph *g = c->g;
+    if (dim_max(g, dim) < min)
+        error_at(loc, "'%s' needs %s >= %" PRId64 ", but its bound is %" PRId64 " (--max-batch, --max-dim)", op,
+                 dms(c, dim), min, dim_max(g, dim));
+    g->checks = xgrow_array(g->checks, g->nchecks, &g->capchecks, sizeof *g->checks);
+    g->checks[g->nchecks++] = (struct ShapeCheck){dim, min, loc, op};
+}
+
+/* slice(x, axis, start, end, step) where the axis or the end is symbolic. Sizes are monomials
+ * (see Dim), so three forms have a static shape:
+ *   the whole axis:                      slice(x, 1, 0, seq) of [batch, seq, 64], or no end;
+ *   a prefix of a fixed axis up to a size: slice(pos_table, 0, 0, seq), step 1 (the bound of
+ *                                        seq must fit in the axis: a compile-time check);
+ *   fixed bounds on a symbolic axis:     slice(h, 1, 0, 1) (BERT's [CLS] row), start and end
+ *                                        >= 0 (the run checks that the axis reaches end). */
+static Node *slice_symbolic(Checker *c, const Call *call, Node *x, int axis, Dim L, Dim end, long long step) {
+    Loc loc = call->ast->loc;
+    const Ast *sa = call->attr[1];
+    Dim start = dim_const(0);
+    if (sa && !size_dim(sa, &start))
+        error_at(sa->loc, "attribute 'start' of 'slice' must be an integer or a size, got '%s'", ast_text(sa));
+    if (dim_is_sym(start))
+        error_at(sa->loc, "'slice' start %s is symbolic; a slice starts at a fixed index", dms(c, start));
+    if (!dim_is_sym(end) && end.c < 0)
+        error_at(call->attr[2]->loc, "'slice' end %lld counts from the end of the symbolic axis %d (%s): a symbolic "
+                 "axis is sliced with indices >= 0", (long long)end.c, axis, dms(c, L));
+    if (start.c < 0)
+        error_at(sa->loc, "'slice' start %lld counts from the end of axis %d (%s): with a symbolic size, slices use "
+                 "indices >= 0", (long long)start.c, axis, dms(c, L));
+    if (dim_eq(end, L) && start.c == 0 && step == 1) return x; /* the whole axis */
+    if (dim_is_sym(end)) {
+        if (start.c != 0 || step != 1)
+            error_at(loc, "'slice' from %lld to %s with step %lld has a length that is not a product of sizes; a "
+                     "symbolic end needs start 0 and step 1", (long long)start.c, dms(c, end), step);
+        if (!dim_is_sym(L)) {
+            if (dim_max(c->g, end) > L.c)
+                error_at(call->attr[2]->loc, "'slice' end %s may be up to %" PRId64 " (its bound), more than the %" PRId64
+                         " of axis %d of %s", dms(c, end), dim_max(c->g, end), L.c, axis, shp(c, &x->shape));
+        } else {
+            error_at(call->attr[2]->loc, "'slice' of the symbolic axis %d (%s) up to %s: a symbolic axis is sliced "
+                     "whole or between fixed indices", axis, dms(c, L), dms(c, end));
+        }
+        Node *n = mk_slice(c, loc, x, axis, 0, 1, 1);
+        n->shape.d[axis] = end;
+        return n;
+    }
+    if (start.c >= end.c)
+        error_at(loc, "'slice' of axis %d (%s) from %lld to %lld is empty", axis, dms(c, L), (long long)start.c,
+                 (long long)end.c);
+    long long len = (end.c - start.c - 1) / step + 1;
+    Node *n = mk_slice(c, loc, x, axis, start.c, step, len);
+    add_shape_check(c, loc, "slice", L, end.c);
+    return n;
+}
+
 static Node *lower_slice(Checker *c, const Call *call) {
     Node *x = call->t[0];
     int r = x->shape.rank;
     int axis = norm_axis(call, call->attr[0], call->ast->loc, attr_int(call, 0), r, "axis");
     Dim L = x->shape.d[axis];
-    if (L.sym) error_at(call->ast->loc, "'slice' cannot cut the batch dimension (axis %d of %s)", axis, shp(c, &x->shape));
-    long long start = attr_int(call, 1), end = call->attr[2] ? attr_int(call, 2) : L.c, step = attr_int(call, 3);
+    long long step = attr_int(call, 3);
     if (step < 1) error_at(call->attr[3]->loc, "'slice' step must be >= 1, got %lld", step);
+    Dim endd = L;
+    if (call->attr[2] && !size_dim(call->attr[2], &endd))
+        error_at(call->attr[2]->loc, "attribute 'end' of 'slice' must be an integer or a size, got '%s'",
+                 ast_text(call->attr[2]));
+    if (dim_is_sym(L) || dim_is_sym(endd))
+        return slice_symbolic(c, call, x, axis, L, endd, step);
+    long long start = attr_int(call, 1), end = endd.c;
     if (start < 0) start += L.c;
     if (end < 0) end += L.c;
     start = start < 0 ? 0 : start > L.c ? L.c : start;
@@ -1817,8 +1957,8 @@ static int lower_split_chunk(Checker *c, const Call *call, Node **out) {
     int r = x->shape.rank;
     int axis = norm_axis(call, call->attr[1], call->ast->loc, attr_int(call, 1), r, "dim");
     Dim L = x->shape.d[axis];
-    if (L.sym)
-        error_at(call->ast->loc, "'%s' cannot cut the batch dimension (dim %d of %s)", call->spec->name, axis,
+    if (dim_is_sym(L))
+        error_at(call->ast->loc, "'%s' cannot cut a symbolic dimension (dim %d of %s)", call->spec->name, axis,
                  shp(c, &x->shape));
     const Ast *v = call->attr[0];
     int64_t size[MAX_RESULTS];
@@ -1890,7 +2030,9 @@ static Node *lower_sdpa(Checker *c, const Call *call) {
     const char *op = "scaled_dot_product_attention";
     if (q->shape.rank < 2) error_at(loc, "'%s' query must have rank >= 2 [..., L, E], got %s", op, shp(c, &q->shape));
     Dim E = q->shape.d[q->shape.rank - 1];
-    double scale = call->attr[1] ? attr_float(call, 1) : E.sym ? 1.0 : 1.0 / sqrt((double)E.c); /* 1/sqrt(E) */
+    if (!call->attr[1] && dim_is_sym(E))
+        error_at(loc, "'%s' query %s has a symbolic head size: give scale=", op, shp(c, &q->shape));
+    double scale = call->attr[1] ? attr_float(call, 1) : 1.0 / sqrt((double)E.c); /* 1/sqrt(E) */
     Node *s = mk_matmul(c, loc, op, q, k, true);
     s = mk_binary(c, OP_MUL, loc, s, mk_const(c, loc, scale));
     if (mask) s = mk_binary(c, OP_ADD, loc, s, mask);
@@ -2008,7 +2150,7 @@ static Node *mk_slice(Checker *c, Loc loc, Node *x, int axis, int64_t start, int
     n->start = start;
     n->step = step;
     n->shape = x->shape;
-    n->shape.d[axis] = (Dim){len, false};
+    n->shape.d[axis] = dim_const(len);
     return n;
 }
 
@@ -2031,20 +2173,20 @@ static Node *lower_repeat(Checker *c, const Call *call) {
             error_at(v->items[i]->loc, "'repeat' repeats must be positive, got %lld (empty tensors are not supported)",
                      reps[i]);
         if (reps[i] > MAX_ELEMS) error_at(v->items[i]->loc, "'repeat' repeats %lld is more than 2^40", reps[i]);
-        in.d[i] = i < r - xr ? (Dim){1, false} : x->shape.d[i - (r - xr)];
+        in.d[i] = i < r - xr ? dim_const(1) : x->shape.d[i - (r - xr)];
         if (in.d[i].c > MAX_ELEMS / reps[i]) error_at(v->items[i]->loc, "'repeat' makes dimension %d more than 2^40", i);
-        out.d[i] = (Dim){in.d[i].c * reps[i], in.d[i].sym};
-        if (reps[i] > 1 && (in.d[i].sym || in.d[i].c != 1)) wide++;
+        out.d[i] = dim_mul(in.d[i], dim_const(reps[i]), NULL);
+        if (reps[i] > 1 && !dim_is_one(in.d[i])) wide++;
     }
     if (wide > MAX_RANK)
         error_at(v->loc, "'repeat' of %s repeating %d axes needs rank %d on the way, more than %d",
                  shp(c, &x->shape), wide - r, wide, MAX_RANK);
     for (int i = 0; i < r; i++) {
         Dim d = in.d[i];
-        bool unit = !d.sym && d.c == 1;
+        bool unit = dim_is_one(d);
         if (reps[i] > 1 && !unit) {
-            pre.d[pre.rank++] = (Dim){1, false};
-            mid.d[mid.rank++] = (Dim){reps[i], false};
+            pre.d[pre.rank++] = dim_const(1);
+            mid.d[mid.rank++] = dim_const(reps[i]);
         }
         pre.d[pre.rank++] = d;
         mid.d[mid.rank++] = unit ? out.d[i] : d;
@@ -2054,7 +2196,7 @@ static Node *lower_repeat(Checker *c, const Call *call) {
      * expand reads x directly (fused with x's producer) */
     Shape lead = pre;
     int k = 0;
-    while (k < lead.rank && !lead.d[k].sym && lead.d[k].c == 1 && lead.rank - k > xr) k++;
+    while (k < lead.rank && dim_is_one(lead.d[k]) && lead.rank - k > xr) k++;
     lead.rank -= k;
     memmove(lead.d, lead.d + k, sizeof(Dim) * lead.rank);
     Node *y = shape_eq(&lead, &x->shape) ? x : mk_reshape(c, loc, x, pre);
@@ -2086,10 +2228,10 @@ static Node *lower_repeat_interleave(Checker *c, const Call *call) {
     if (n.c > MAX_ELEMS / reps) error_at(call->attr[0]->loc, "'repeat_interleave' makes dimension %d more than 2^40", d);
     if (reps == 1) return x;
     Shape pre = {r + 1, {{0}}};
-    for (int i = 0, j = 0; i <= r; i++) pre.d[i] = i == d + 1 ? (Dim){1, false} : x->shape.d[j++];
+    for (int i = 0, j = 0; i <= r; i++) pre.d[i] = i == d + 1 ? dim_const(1) : x->shape.d[j++];
     Shape mid = pre, out = x->shape;
-    mid.d[d + 1] = (Dim){reps, false};
-    out.d[d] = (Dim){n.c * reps, n.sym};
+    mid.d[d + 1] = dim_const(reps);
+    out.d[d] = dim_mul(n, dim_const(reps), NULL);
     Node *y = mk_reshape(c, loc, x, pre);
     y = mk_expand_to(c, loc, y, mid);
     return mk_reshape(c, loc, y, out);
@@ -2125,7 +2267,8 @@ static Node *lower_pad(Checker *c, const Call *call) {
     for (int i = 0; i < np; i++) {
         int d = r - 1 - i / 2;
         Dim L = x->shape.d[d];
-        if (p[i] && L.sym) error_at(v->items[i]->loc, "'pad' cannot pad the batch dimension (axis %d)", d);
+        if (p[i] && dim_is_sym(L))
+            error_at(v->items[i]->loc, "'pad' cannot pad a symbolic dimension (axis %d, %s)", d, dms(c, L));
         if (mode && p[i] < 0)
             error_at(v->items[i]->loc, "'pad' mode %s needs pads >= 0, got %lld", modes[mode], p[i]);
         if (mode == 1 && p[i] >= L.c)
@@ -2152,7 +2295,7 @@ static Node *lower_pad(Checker *c, const Call *call) {
             long long w = j ? hi : lo;
             if (!w) continue;
             Shape sh = x->shape;
-            sh.d[d] = (Dim){w, false};
+            sh.d[d] = dim_const(w);
             if (mode == 0) { /* constant */
                 side[j] = mk_expand_to(c, loc, mk_const(c, loc, value), sh);
                 side[j]->dtype = DT_F32;
@@ -2166,7 +2309,7 @@ static Node *lower_pad(Checker *c, const Call *call) {
         cat->axis = d;
         cat->dtype = x->dtype;
         cat->shape = x->shape;
-        cat->shape.d[d] = (Dim){L + lo + hi, false};
+        cat->shape.d[d] = dim_const(L + lo + hi);
         if (side[0]) cat->in[cat->nin++] = side[0];
         cat->in[cat->nin++] = x;
         if (side[1]) cat->in[cat->nin++] = side[1];
@@ -2191,11 +2334,11 @@ static Node *lower_cumsum(Checker *c, const Call *call) {
 }
 
 /* An iota: [len] of start + step * i (computed in double), f32 or i64. */
-static Node *mk_iota(Checker *c, Loc loc, int64_t len, double start, double step, DType dt) {
+static Node *mk_iota(Checker *c, Loc loc, Dim len, double start, double step, DType dt) {
     Node *n = new_node(c->g, OP_IOTA, loc);
     n->nin = 0;
     n->dtype = dt;
-    n->shape = (Shape){1, {{len, false}}};
+    n->shape = (Shape){1, {len}};
     n->fattr[0] = start;
     n->fattr[1] = step;
     return n;
@@ -2212,6 +2355,17 @@ static bool attr_is_int(const Ast *v) {
  * i64 when every argument given is an integer, else f32 (PyTorch's rule). */
 static Node *lower_arange(Checker *c, const Call *call) {
     Loc loc = call->ast->loc;
+    /* arange(seq), arange(0, seq): a symbolic length (start 0, step 1; i64) */
+    const Ast *ea = call->attr[1] ? call->attr[1] : call->attr[0];
+    Dim send;
+    if (ea && size_dim(ea, &send) && dim_is_sym(send)) {
+        long long s0 = 0, st = 1;
+        if ((call->attr[1] && (!int_literal(call->attr[0], &s0) || s0 != 0)) ||
+            (call->attr[2] && (!int_literal(call->attr[2], &st) || st != 1)))
+            error_at(loc, "'arange' up to the symbolic size %s starts at 0 with step 1 (its length must be a size)",
+                     dms(c, send));
+        return mk_iota(c, loc, send, 0, 1, DT_I64);
+    }
     double start = attr_float(call, 0), end, step = attr_float(call, 2);
     if (call->attr[1]) {
         end = attr_float(call, 1);
@@ -2229,7 +2383,7 @@ static Node *lower_arange(Checker *c, const Call *call) {
     if (!(len >= 1))
         error_at(loc, "'arange' from %g to %g by %g is empty (empty tensors are not supported)", start, end, step);
     if (len > MAX_ELEMS) error_at(loc, "'arange' from %g to %g by %g has more than 2^40 elements", start, end, step);
-    return mk_iota(c, loc, (int64_t)len, start, step, ints ? DT_I64 : DT_F32);
+    return mk_iota(c, loc, dim_const((int64_t)len), start, step, ints ? DT_I64 : DT_F32);
 }
 
 /* triu / tril(x, diagonal): x where col - row >= diagonal (triu) or <= diagonal (tril), else 0,
@@ -2243,14 +2397,14 @@ static Node *lower_tri(Checker *c, const Call *call) {
     int r = x->shape.rank;
     if (r < 2) error_at(loc, "'%s' needs a tensor of rank >= 2, got %s", call->spec->name, shp(c, &x->shape));
     Dim R = x->shape.d[r - 2], C = x->shape.d[r - 1];
-    if (R.sym || C.sym) error_at(loc, "'%s' of %s: the last two axes cannot be the batch dimension", call->spec->name, shp(c, &x->shape));
-    if (R.c > (1 << 24) || C.c > (1 << 24))
+    int64_t Rmax = dim_max(c->g, R), Cmax = dim_max(c->g, C); /* a symbolic axis at its bound */
+    if (Rmax > (1 << 24) || Cmax > (1 << 24))
         error_at(loc, "'%s' of %s: the last two axes must be at most 2^24", call->spec->name, shp(c, &x->shape));
     long long k = attr_int(call, 0);
-    if (k > C.c + 1) k = C.c + 1; /* beyond either end the mask is all or nothing; keeps k exact in f32 */
-    if (k < -R.c - 1) k = -R.c - 1;
-    Node *col = mk_reshape(c, loc, mk_iota(c, loc, C.c, 0, 1, DT_F32), (Shape){2, {{1, false}, C}});
-    Node *row = mk_reshape(c, loc, mk_iota(c, loc, R.c, 0, 1, DT_F32), (Shape){2, {R, {1, false}}});
+    if (k > Cmax + 1) k = Cmax + 1; /* beyond either end the mask is all or nothing; keeps k exact in f32 */
+    if (k < -Rmax - 1) k = -Rmax - 1;
+    Node *col = mk_reshape(c, loc, mk_iota(c, loc, C, 0, 1, DT_F32), (Shape){2, {dim_const(1), C}});
+    Node *row = mk_reshape(c, loc, mk_iota(c, loc, R, 0, 1, DT_F32), (Shape){2, {R, dim_const(1)}});
     Node *dif = upper ? mk_binary(c, OP_SUB, loc, col, row) : mk_binary(c, OP_SUB, loc, row, col);
     /* triu: col - row - k + 1 >= 1 exactly when col - row >= k; tril: row - col + k + 1 */
     Node *m = mk_binary(c, OP_ADD, loc, dif, mk_const(c, loc, (double)(upper ? 1 - k : 1 + k)));
@@ -2301,7 +2455,7 @@ static Node *lower_gather(Checker *c, const Call *call) {
         for (int i = 0; i < r; i++) {
             Dim di = idx->shape.d[i], dx = x->shape.d[i];
             if (i == d || dim_eq(di, dx)) continue;
-            if (di.sym || dx.sym || di.c > dx.c)
+            if (dim_is_sym(di) || dim_is_sym(dx) || di.c > dx.c)
                 error_at(ia->loc, "'gather' index %s is larger than x %s in dimension %d (%s > %s)", shp(c, &idx->shape),
                          shp(c, &x->shape), i, dms(c, di), dms(c, dx));
             x = mk_slice(c, loc, x, i, 0, 1, di.c); /* the part of x the index covers */
@@ -2309,8 +2463,6 @@ static Node *lower_gather(Checker *c, const Call *call) {
         n->gather_mode = GATHER_ELEMENTS;
         n->shape = idx->shape;
     }
-    if (shape_nsym(&n->shape) > 1)
-        error_at(loc, "'%s' gives %s: two batch-dependent dimensions", fn, shp(c, &n->shape));
     n->in[0] = x;
     n->in[1] = idx;
     n->nin = 2;
@@ -2337,7 +2489,7 @@ static Node *lower_one_hot(Checker *c, const Call *call) {
     n->nin = 1;
     n->shape = ids->shape;
     n->axis = n->shape.rank; /* the new axis (never the batch's) */
-    n->shape.d[n->shape.rank++] = (Dim){C, false};
+    n->shape.d[n->shape.rank++] = dim_const(C);
     return n;
 }
 
@@ -2980,12 +3132,12 @@ static void count_decls(Stmt **st, int n, int *nin, int *nout) {
     }
 }
 
-Graph *build_graph(const Program *p, int max_batch) {
+Graph *build_graph(const Program *p, const DimBounds *bounds) {
     fn_specs_init();
     Graph *g = xalloc(sizeof(Graph));
     g->name = p->name;
-    g->max_batch = max_batch;
-    Checker ck = {.g = g, .prog = p}, *c = &ck;
+    g->max_batch = bounds->max_batch;
+    Checker ck = {.g = g, .prog = p, .bounds = bounds}, *c = &ck;
     CK = c;
     g->slots = xalloc(sizeof(DeviceSlot));
     g->slots[0] = (DeviceSlot){xstrdup("default"), false, 0, p->loc};
@@ -3015,16 +3167,38 @@ Graph *build_graph(const Program *p, int max_batch) {
     /* A lowering may make a node before the nodes it reads (stack's reshapes, gather's slice):
      * node ids are a topological order from here on, which analyze_uses and every pass assume. */
     toposort_graph(g);
-    /* Every tensor must be addressable at the largest batch (sizes are planned at max batch). */
+    /* A --max-dim must name one of the model's symbolic dimensions, and each of those must be an
+     * axis of some input by itself, where a run reads its size. */
+    for (int i = 0; i < bounds->n; i++)
+        if (sym_index(g, bounds->names[i]) < 0)
+            fatal("--max-dim %s=%" PRId64 ": model '%s' has no symbolic dimension '%s' (it has: %s)", bounds->names[i],
+                  bounds->max[i], g->name, bounds->names[i], sym_list(g));
+    for (int k = 0; k < g->nsyms; k++) {
+        bool found = false;
+        for (int i = 0; i < g->ninputs && !found; i++)
+            for (int d = 0; d < g->inputs[i]->shape.rank && !found; d++)
+                found = dim_symbol_of(g->inputs[i]->shape.d[d]) == k;
+        if (!found)
+            error_at(g->sym_loc[k], "symbolic dimension '%s' is not an axis of any input, so a run cannot know its size "
+                     "(declare it in an input's type)", g->sym_names[k]);
+    }
+    /* Every tensor must be addressable at the bounds (sizes are planned at the bounds). */
     for (int i = 0; i < g->nnodes; i++) {
         const Node *n = g->nodes[i];
         Dim e = shape_numel(&n->shape);
-        int64_t at;
-        if (n->dead || !e.sym) continue;
-        if (__builtin_mul_overflow(e.c, (int64_t)max_batch, &at) || at > MAX_ELEMS)
-            error_at(n->loc, "'%s' gives %s%s with %s elements, too many at %s = %d (the --max-batch); at most 2^40 "
-                     "elements per tensor", op_name(n->op), dtype_name(n->dtype), shp(c, &n->shape), dms(c, e),
-                     g->batch_name, max_batch);
+        if (n->dead || !dim_is_sym(e)) continue;
+        double at = (double)e.c;
+        for (int k = 0; k < MAX_SYMS; k++)
+            for (int j = 0; j < e.e[k]; j++) at *= (double)g->sym_max[k];
+        if (at > (double)MAX_ELEMS) {
+            char b[256] = "";
+            size_t m = 0;
+            for (int k = 0; k < g->nsyms && m < sizeof b; k++)
+                m += snprintf(b + m, sizeof b - m, "%s%s = %" PRId64, k ? ", " : "", g->sym_names[k], g->sym_max[k]);
+            error_at(n->loc, "'%s' gives %s%s with %s elements, too many at the bounds (%s; --max-batch, --max-dim); "
+                     "at most 2^40 elements per tensor", op_name(n->op), dtype_name(n->dtype), shp(c, &n->shape),
+                     dms(c, e), b);
+        }
     }
     /* Model-level names in source order, then params declared inside blocks. */
     for (int i = 0; i < c->nsyms; i++) {

@@ -93,17 +93,17 @@ static void emit_elementwise_call(Emit *e, const Kernel *k, char **ptr, const ch
         args = xprintf("%s, %s", args, j == k->gemm_leaf ? ptr[k->root->id] : ptr[view_base(k->leaves[j].node)->id]);
     if (k->kind == K_ELEMENTWISE) fprintf(e->o, "    /* %s%d: elementwise -> %%%d */\n", pfx, k->id, k->root->id);
     const char *fn = e->cpu_fn[!strcmp(pfx, "init")][k->id];
-    char *cpu = kernel_may_fault(k) ? xprintf("if ((st = %s(%s, B, \"%s\")) != MRT_OK) return st", fn, args,
-                                              fault_what(e->g, k, pfx))
-                                    : xprintf("%s(%s, B)", fn, args);
-    dispatch(e, kslot(k), cpu, xprintf("%s_cuda_%s%d(stream%d, %s, B)", e->pfx, pfx, k->id, kslot(k), args));
+    char *cpu = kernel_may_fault(k) ? xprintf("if ((st = %s(%s, B%s, \"%s\")) != MRT_OK) return st", fn, args,
+                                              sym_args, fault_what(e->g, k, pfx))
+                                    : xprintf("%s(%s, B%s)", fn, args, sym_args);
+    dispatch(e, kslot(k), cpu, xprintf("%s_cuda_%s%d(stream%d, %s, B%s)", e->pfx, pfx, k->id, kslot(k), args, sym_args));
 }
 
 /* ---------------------------------------------------------------- GEMM and convolution */
 
 static void check_blas_dim(Emit *e, const Node *m, Dim d, const char *what) {
-    if (dim_at(d, e->g->max_batch) > INT32_MAX)
-        error_at(m->loc, "matmul %s %" PRId64 " exceeds the BLAS limit of 2^31-1", what, dim_at(d, e->g->max_batch));
+    if (dim_max(e->g, d) > INT32_MAX)
+        error_at(m->loc, "matmul %s %" PRId64 " exceeds the BLAS limit of 2^31-1", what, dim_max(e->g, d));
 }
 
 /* The name of kernel k's parameter struct (conv2d, pooling), emitted by emit_params. */
@@ -123,20 +123,20 @@ static void emit_matmul(Emit *e, const Kernel *k, char **ptr) {
     int tb = m->trans_b;
     char *ldb = tb ? dim_c(K) : dim_c(N);
     int ob = so->rank - 2, ab = sa->rank - 2, bb = sb->rank - 2;
-    Dim bnum = {1, false}, onum = {1, false};
+    Dim bnum = {1, {0}}, onum = {1, {0}};
     for (int i = 0; i < bb; i++) bnum = dim_mul(bnum, sb->d[i], NULL);
     for (int i = 0; i < ob; i++) onum = dim_mul(onum, so->d[i], NULL);
     bool a_full = ab == ob, b_full = bb == ob;
     for (int i = 0; i < ab && a_full; i++) a_full = dim_eq(sa->d[i], so->d[i]);
     for (int i = 0; i < bb && b_full; i++) b_full = dim_eq(sb->d[i], so->d[i]);
-    Dim anum = {1, false};
+    Dim anum = {1, {0}};
     for (int i = 0; i < ab; i++) anum = dim_mul(anum, sa->d[i], NULL);
-    bool a_one = !anum.sym && anum.c == 1, b_one = !bnum.sym && bnum.c == 1;
+    bool a_one = dim_is_one(anum), b_one = dim_is_one(bnum);
     fprintf(o, "    /* %s%d: gemm %%%d = %%%d @ %%%d%s */\n", e->kpfx, k->id, m->id, m->in[0]->id, m->in[1]->id, tb ? "^T" : "");
     char *call;
     if (b_one && a_full) {
         /* One GEMM: a's leading dims fold into M. */
-        Dim rows = {1, false};
+        Dim rows = {1, {0}};
         for (int i = 0; i < sa->rank - 1; i++) rows = dim_mul(rows, sa->d[i], NULL);
         check_blas_dim(e, m, rows, "rows");
         call = xprintf("mrt_gemm_f32(dev%d, stream%d, 0, %d, %s, %s, %s, 1.0f, %s, %s, 0, %s, %s, 0, 0.0f, %s, %s, 0, 1)", s,
@@ -160,8 +160,8 @@ static void emit_matmul(Emit *e, const Kernel *k, char **ptr) {
             int ia = i - (ob - ab), ib = i - (ob - bb);
             fprintf(o, "        { const int64_t ix = mrt_r %% %s; mrt_r /= %s; co += ix * %s;", dim_c(so->d[i]),
                     dim_c(so->d[i]), dim_c(ost[i]));
-            if (ia >= 0 && !(sa->d[ia].c == 1 && !sa->d[ia].sym)) fprintf(o, " ao += ix * %s;", dim_c(ast[ia]));
-            if (ib >= 0 && !(sb->d[ib].c == 1 && !sb->d[ib].sym)) fprintf(o, " bo += ix * %s;", dim_c(bst[ib]));
+            if (ia >= 0 && !dim_is_one(sa->d[ia])) fprintf(o, " ao += ix * %s;", dim_c(ast[ia]));
+            if (ib >= 0 && !dim_is_one(sb->d[ib])) fprintf(o, " bo += ix * %s;", dim_c(bst[ib]));
             fprintf(o, " }\n");
         }
         fprintf(o, "        if ((st = mrt_gemm_f32(dev%d, stream%d, 0, %d, %s, %s, %s, 1.0f, %s + ao, %s, 0, %s + bo, %s, 0, "
@@ -190,7 +190,7 @@ static bool lt_epilogue(const Kernel *k, int *bias_leaf, int *act) {
     if (!m || m->op != OP_MATMUL || !k->expr || r->dtype != DT_F32) return false;
     const Shape *sa = &m->in[0]->shape, *sb = &m->in[1]->shape, *so = &m->shape;
     for (int i = 0; i + 2 < sb->rank; i++)
-        if (sb->d[i].sym || sb->d[i].c != 1) return false;
+        if (!dim_is_one(sb->d[i])) return false;
     if (sa->rank != so->rank) return false;
     for (int i = 0; i + 2 < sa->rank; i++)
         if (!dim_eq(sa->d[i], so->d[i])) return false;
@@ -222,7 +222,7 @@ static void emit_lt_gemm(Emit *e, const Kernel *k, char **ptr, int bias_leaf, in
     const Node *m = k->gemm;
     int s = kslot(k);
     const Shape *sa = &m->in[0]->shape, *so = &m->shape;
-    Dim K = sa->d[sa->rank - 1], N = so->d[so->rank - 1], rows = {1, false};
+    Dim K = sa->d[sa->rank - 1], N = so->d[so->rank - 1], rows = {1, {0}};
     for (int i = 0; i < sa->rank - 1; i++) rows = dim_mul(rows, sa->d[i], NULL);
     check_blas_dim(e, m, rows, "rows");
     check_blas_dim(e, m, K, "inner dimension");
@@ -239,9 +239,9 @@ static void emit_lt_gemm(Emit *e, const Kernel *k, char **ptr, int bias_leaf, in
     for (int j = 0; j < k->nleaves; j++)
         args = xprintf("%s, %s", args, j == k->gemm_leaf ? C : ptr[view_base(k->leaves[j].node)->id]);
     char *cpu = xprintf("if ((st = mrt_gemm_f32(dev%d, stream%d, 0, %d, %s, %s, %s, 1.0f, %s, %s, 0, %s, %s, 0, 0.0f, %s, "
-                        "%s, 0, 1)) != MRT_OK) return st;\n                 %s(%s, B)",
+                        "%s, 0, 1)) != MRT_OK) return st;\n                 %s(%s, B%s)",
                         s, s, m->trans_b, dim_c(rows), dim_c(N), dim_c(K), A, dim_c(K), Bm, ldb, C, dim_c(N),
-                        e->cpu_fn[!strcmp(e->kpfx, "init")][k->id], args);
+                        e->cpu_fn[!strcmp(e->kpfx, "init")][k->id], args, sym_args);
     dispatch(e, s, cpu, lt);
 }
 
@@ -261,7 +261,7 @@ static void emit_axis(Emit *e, const Kernel *k, char **ptr) {
     const Node *r = k->lib, *x = r->in[0];
     const Shape *xs = &x->shape;
     const char *X = ptr[view_base(x)->id], *Y = ptr[r->id];
-    Dim outer = {1, false}, inner = {1, false};
+    Dim outer = {1, {0}}, inner = {1, {0}};
     for (int i = 0; i < r->axis; i++) outer = dim_mul(outer, xs->d[i], NULL);
     for (int i = r->axis + 1; i < xs->rank; i++) inner = dim_mul(inner, xs->d[i], NULL);
     char *n = dim_c(xs->d[r->axis]), *ou = dim_c(outer), *in = dim_c(inner);
@@ -327,10 +327,10 @@ static void emit_interpolate(Emit *e, const Kernel *k, char **ptr) {
 static void emit_layer_norm(Emit *e, const Kernel *k, char **ptr) {
     const Node *r = k->lib, *x = r->in[0];
     const Shape *xs = &x->shape;
-    Dim rows = {1, false}, D = {1, false};
+    Dim rows = {1, {0}}, D = {1, {0}};
     for (int i = 0; i < r->axis; i++) rows = dim_mul(rows, xs->d[i], NULL);
     for (int i = r->axis; i < xs->rank; i++) D = dim_mul(D, xs->d[i], NULL);
-    if (D.sym) ICE("layer_norm %%%d normalizes over the batch axis", r->id);
+    if (dim_is_sym(D)) ICE("layer_norm %%%d normalizes over a symbolic axis", r->id);
     const char *w = r->nin > 1 ? ptr[view_base(r->in[1])->id] : "NULL", *b = r->nin > 2 ? ptr[view_base(r->in[2])->id] : "NULL";
     fprintf(e->o, "    /* %s%d: %s %%%d */\n", e->kpfx, k->id, op_name(r->op), r->id);
     library_call(e, k, op_info[r->op].kernel,
@@ -353,14 +353,14 @@ static void emit_embedding(Emit *e, const Kernel *k, char **ptr) {
 static void emit_concat(Emit *e, const Kernel *k, char **ptr) {
     const Node *r = k->lib;
     size_t es = dtype_size(r->dtype);
-    Dim outer = {1, false}, inner = {1, false};
+    Dim outer = {1, {0}}, inner = {1, {0}};
     for (int i = 0; i < r->axis; i++) outer = dim_mul(outer, r->shape.d[i], NULL);
     for (int i = r->axis + 1; i < r->shape.rank; i++) inner = dim_mul(inner, r->shape.d[i], NULL);
     Dim yrow = dim_mul(r->shape.d[r->axis], inner, NULL);
     /* the offset of part j in a row of y: the parts before it, each xrow = its axis * inner
      * elements, batch-dependent (a multiple of B) when inner holds the batch (field case: a
      * concat along an axis before the batch axis wrote its parts B times too close) */
-    Dim off = {0, false};
+    Dim off = {0, {0}};
     fprintf(e->o, "    /* %s%d: %s %%%d */\n", e->kpfx, k->id, op_name(r->op), r->id);
     for (int j = 0; j < r->nin; j++) {
         const Node *xj = r->in[j];
@@ -368,9 +368,9 @@ static void emit_concat(Emit *e, const Kernel *k, char **ptr) {
         library_call(e, k, op_info[r->op].kernel,
                      xprintf("%s, %s, %s, %s * %zu, %s * %zu, %s * %zu", ptr[r->id], ptr[view_base(xj)->id], dim_c(outer),
                              dim_c(xrow), es, dim_c(yrow), es, off.c ? dim_c(off) : "0", es));
-        if (j > 0 && xrow.sym != off.sym) ICE("concat %%%d: parts with batch-dependent and fixed row sizes", r->id);
+        if (j > 0 && memcmp(xrow.e, off.e, sizeof off.e)) ICE("concat %%%d: parts with row sizes of different symbols", r->id);
         off.c += xrow.c;
-        off.sym = xrow.sym;
+        memcpy(off.e, xrow.e, sizeof off.e);
     }
 }
 
@@ -382,7 +382,7 @@ static void emit_gather(Emit *e, const Kernel *k, char **ptr) {
     int s = kslot(k), d = r->axis, mode = r->gather_mode;
     const Node *x = mode == GATHER_ONE_HOT ? NULL : r->in[0], *idx = mode == GATHER_ONE_HOT ? r->in[0] : r->in[1];
     static const char *const fns[] = {"gather", "index_select", "one_hot"};
-    Dim outer = {1, false}, inner = {1, false}, kk = r->shape.d[d], n = x ? x->shape.d[d] : kk;
+    Dim outer = {1, {0}}, inner = {1, {0}}, kk = r->shape.d[d], n = x ? x->shape.d[d] : kk;
     for (int i = 0; i < d; i++) outer = dim_mul(outer, r->shape.d[i], NULL);
     for (int i = d + 1; i < r->shape.rank; i++) inner = dim_mul(inner, r->shape.d[i], NULL);
     const char *what = xprintf("\"%s: %s at %s:%d:%d, index %s%s%s\"", e->pfx, fns[mode], c_string_body(e->g->source),
@@ -462,13 +462,25 @@ static void emit_params(Emit *e, const KernelList *kl, const char *kpfx) {
 static void doc_tensor(Emit *e, FILE *o, const char *role, const char *name, const Node *n) {
     char buf[256];
     fprintf(o, " *   %-12s %s%s, host memory or model-device memory (%s)%s\n", c_ident(name), dtype_name(n->dtype),
-            shape_str(&n->shape, e->g->batch_name, buf, sizeof buf), role,
+            shape_str(&n->shape, e->g->sym_names, buf, sizeof buf), role,
             dtype_is_half(n->dtype) ? ", uint16_t bits" : "");
+}
+
+/* The run function's parameter for symbol k >= 1: its name, or NAME_size when an input or
+ * output takes that name. */
+static char *sym_param(const Emit *e, int k) {
+    const Graph *g = e->g;
+    char *s = c_ident(g->sym_names[k]);
+    bool taken = !strcmp(s, "batch") || !strcmp(s, "m");
+    for (int i = 0; i < g->ninputs; i++) taken |= !strcmp(s, c_ident(g->inputs[i]->name));
+    for (int i = 0; i < g->noutputs; i++) taken |= !strcmp(s, c_ident(g->outputs[i].name));
+    return taken ? xprintf("%s_size", s) : s;
 }
 
 static void emit_run_proto(Emit *e, FILE *o) {
     const Graph *g = e->g;
     fprintf(o, "mrt_status %s_run(%s *m, int batch", e->pfx, e->pfx);
+    for (int k = 1; k < g->nsyms; k++) fprintf(o, ", int64_t %s", sym_param(e, k));
     for (int i = 0; i < g->ninputs; i++)
         fprintf(o, ",\n        const %s *%s", c_type(g->inputs[i]->dtype), c_ident(g->inputs[i]->name));
     for (int i = 0; i < g->noutputs; i++)
@@ -481,8 +493,10 @@ void emit_c_header(Emit *e, FILE *o) {
     char buf[256];
     fprintf(o, "/* %s.h — generated by modelc from model '%s'. Do not edit.\n *\n", e->pfx, g->name);
     fprintf(o, " * Usage:\n *   %s *m;\n *   %s_create(&m, \"auto\");     (or \"cpu\", \"cuda\", \"cuda:1\")\n", e->pfx, e->pfx);
-    fprintf(o, " *   %s_load_weights(m, \"%s.safetensors\");\n *   %s_run(m, batch, inputs..., outputs...);\n", e->pfx,
-            e->pfx, e->pfx);
+    char *dims = xstrdup("batch");
+    for (int k = 1; k < g->nsyms; k++) dims = xprintf("%s, %s", dims, sym_param(e, k));
+    fprintf(o, " *   %s_load_weights(m, \"%s.safetensors\");\n *   %s_run(m, %s, inputs..., outputs...);\n", e->pfx,
+            e->pfx, e->pfx, dims);
     fprintf(o, " *   %s_destroy(m);\n * Every call returns an mrt_status; on failure mrt_last_error() says why.\n *\n", e->pfx);
     fprintf(o, " * Build: cc -c %s.c (CPU only), or nvcc -c %s.cu and cc -DMRT_WITH_CUDA -c %s.c, then link with\n"
                " * libmodelrt (pkg-config --libs modelrt).\n */\n", e->pfx, e->pfx, e->pfx);
@@ -495,6 +509,8 @@ void emit_c_header(Emit *e, FILE *o) {
                " * load-only weights (raw params only load-time folding reads; freed after loading), and the\n"
                " * arena with the CPU plan (64-byte alignment) and the CUDA plan (256). */\n");
     fprintf(o, "#define %s_MAX_BATCH %d\n", e->PFX, g->has_batch ? g->max_batch : 1);
+    for (int k = 1; k < g->nsyms; k++)
+        fprintf(o, "#define %s_MAX_%s %" PRId64 "\n", e->PFX, upper(c_ident(g->sym_names[k])), g->sym_max[k]);
     fprintf(o, "#define %s_WEIGHT_BYTES %zu\n", e->PFX, e->mp->slot_weights[0]);
     fprintf(o, "#define %s_LOAD_BYTES %zu\n", e->PFX, e->mp->slot_load[0]);
     fprintf(o, "#define %s_ARENA_BYTES_CPU %zu\n", e->PFX, e->mp->slot_arena[0]);
@@ -522,7 +538,7 @@ void emit_c_header(Emit *e, FILE *o) {
                " *  Every missing, unexpected, mistyped or mis-shaped tensor is an error naming it. Params:\n");
     for (int i = 0; i < g->nparams; i++)
         fprintf(o, " *   %-24s %s%s\n", g->params[i]->name, dtype_name(g->params[i]->dtype),
-                shape_str(&g->params[i]->shape, g->batch_name, buf, sizeof buf));
+                shape_str(&g->params[i]->shape, g->sym_names, buf, sizeof buf));
     if (!g->nparams) fprintf(o, " *   (none: the path may be NULL)\n");
     fprintf(o, " */\nmrt_status %s_load_weights(%s *m, const char *safetensors_path);\n\n", e->pfx, e->pfx);
     fprintf(o, "/** Run the model synchronously. `batch` is in 1..%s_MAX_BATCH%s.\n", e->PFX,
@@ -530,6 +546,9 @@ void emit_c_header(Emit *e, FILE *o) {
     fprintf(o, " *  Buffers are host memory (copied to and from the device), or memory on the model's own CUDA\n"
                " *  device (used in place, no copy); memory on another GPU is an error.\n");
     if (g->has_batch) fprintf(o, " *  Shapes use %s = batch.\n", g->batch_name);
+    for (int k = 1; k < g->nsyms; k++)
+        fprintf(o, " *  `%s` is the size %s in the shapes, in 1..%s_MAX_%s.\n", sym_param(e, k), g->sym_names[k], e->PFX,
+                upper(c_ident(g->sym_names[k])));
     for (int i = 0; i < g->ninputs; i++) doc_tensor(e, o, "input", g->inputs[i]->name, g->inputs[i]);
     for (int i = 0; i < g->noutputs; i++) doc_tensor(e, o, "output", g->outputs[i].name, g->outputs[i].node);
     bool half = false;
@@ -551,17 +570,19 @@ void emit_c_header(Emit *e, FILE *o) {
 /* ---------------------------------------------------------------- the C file */
 
 static void io_desc(FILE *o, const char *name, const Node *n) {
-    unsigned mask = 0;
     fprintf(o, "    {\"%s\", %s, %d, {", name, mrt_dtype(n->dtype), n->shape.rank);
+    for (int i = 0; i < n->shape.rank; i++) fprintf(o, "%s%" PRId64, i ? ", " : "", n->shape.d[i].c);
+    fprintf(o, "}, {");
     for (int i = 0; i < n->shape.rank; i++) {
-        fprintf(o, "%s%" PRId64, i ? ", " : "", n->shape.d[i].c);
-        if (n->shape.d[i].sym) mask |= 1u << i;
+        fprintf(o, "%s{", i ? ", " : "");
+        for (int k = 0; k < MAX_SYMS; k++) fprintf(o, "%s%d", k ? ", " : "", n->shape.d[i].e[k]);
+        fprintf(o, "}");
     }
-    fprintf(o, "}, 0x%xu},\n", mask);
+    fprintf(o, "}},\n");
 }
 
 static size_t bytes_at_max(const Graph *g, const Node *n) {
-    return (size_t)dim_at(shape_numel(&n->shape), g->max_batch) * dtype_size(n->dtype);
+    return (size_t)dim_max(g, shape_numel(&n->shape)) * dtype_size(n->dtype);
 }
 
 static char *bytes_c(const Node *n) {
@@ -749,7 +770,7 @@ void emit_c_source(Emit *e, FILE *o, const char *h_include) {
             if (!k->expr) continue;
             fprintf(o, "mrt_status %s_cuda_%s%d(void *stream, %s *out", e->pfx, li ? "init" : "k", k->id, c_type(k->root->dtype));
             for (int j = 0; j < k->nleaves; j++) fprintf(o, ", const %s *l%d", c_type(k->leaves[j].node->dtype), j);
-            fprintf(o, ", int64_t B);\n");
+            fprintf(o, ", int64_t B%s);\n", sym_params);
         }
     }
     fprintf(o, "#endif\n\n");
@@ -804,6 +825,7 @@ void emit_c_source(Emit *e, FILE *o, const char *h_include) {
         emit_params(e, e->init, "init");
         fprintf(o, "static mrt_status %s_init(mrt_model *m) {\n    MRT_UNUSED const int64_t B = 1;\n"
                    "    mrt_status st = MRT_OK;\n", e->pfx);
+        for (int k = 1; k < g->nsyms; k++) fprintf(o, "    MRT_UNUSED const int64_t B%d = 1;\n", k);
         declare_slots(e, false);
         char **ptr = declare_pointers(e, true, NULL, false);
         fprintf(o, "    if (gpu0 && (st = mrt_device_activate(dev0)) != MRT_OK) return st;\n");
@@ -843,8 +865,8 @@ void emit_c_source(Emit *e, FILE *o, const char *h_include) {
         int from = p * RUN_PART, to = from + RUN_PART < kl->n ? from + RUN_PART : kl->n;
         memset(want, 0, sizeof(bool) * (size_t)g->nnodes);
         for (int i = from; i < to; i++) mark_kernel_values(kl->k[i], want);
-        fprintf(o, "/* k%d..k%d of %s_run */\nstatic MRT_NOINLINE mrt_status %s_run_part%d(%s *m, const int64_t B, void *const *mrt_io) {\n"
-                   "    MRT_UNUSED mrt_status st = MRT_OK;\n", from, to - 1, e->pfx, e->pfx, p, e->pfx);
+        fprintf(o, "/* k%d..k%d of %s_run */\nstatic MRT_NOINLINE mrt_status %s_run_part%d(%s *m, const int64_t B%s, void *const *mrt_io) {\n"
+                   "    MRT_UNUSED mrt_status st = MRT_OK;%s\n", from, to - 1, e->pfx, e->pfx, p, e->pfx, sym_params, sym_voids);
         declare_slots(e, true);
         fprintf(o, "    if (gpu0 && (st = mrt_device_activate(dev0)) != MRT_OK) return st;\n");
         char **pp = declare_pointers(e, false, want, true);
@@ -859,6 +881,12 @@ void emit_c_source(Emit *e, FILE *o, const char *h_include) {
                "\"%s_run: batch %%d is out of range 1..%%d%s\", batch, %s_MAX_BATCH);\n",
             e->PFX, e->pfx, g->has_batch ? " (the maximum is fixed with modelc --max-batch)" : " (the model has no batch dimension)",
             e->PFX);
+    for (int k = 1; k < g->nsyms; k++) {
+        char *v = sym_param(e, k), *M = xprintf("%s_MAX_%s", e->PFX, upper(c_ident(g->sym_names[k])));
+        fprintf(o, "    if (%s < 1 || %s > %s)\n        return mrt_set_error(MRT_ERR_INVALID_ARG, \"%s_run: %s %%lld is out of "
+                   "range 1..%%lld (the maximum is fixed with modelc --max-dim %s=N)\", (long long)%s, (long long)%s);\n",
+                v, v, M, e->pfx, g->sym_names[k], g->sym_names[k], v, M);
+    }
     for (int i = 0; i < g->ninputs; i++)
         fprintf(o, "    if (!%s) return mrt_set_error(MRT_ERR_INVALID_ARG, \"%s_run: input '%s' is NULL\");\n",
                 c_ident(g->inputs[i]->name), e->pfx, g->inputs[i]->name);
@@ -868,6 +896,15 @@ void emit_c_source(Emit *e, FILE *o, const char *h_include) {
     fprintf(o, "    if (!m->weights_loaded) return mrt_set_error(MRT_ERR_INVALID_ARG, \"%s_run: weights are not loaded "
                "(call %s_load_weights first)\");\n", e->pfx, e->pfx);
     fprintf(o, "    MRT_UNUSED const int64_t B = batch;\n    MRT_UNUSED mrt_status st = MRT_OK;\n");
+    for (int k = 1; k < g->nsyms; k++) fprintf(o, "    MRT_UNUSED const int64_t B%d = %s;\n", k, sym_param(e, k));
+    for (int i = 0; i < g->nchecks; i++) { /* what the shapes need of the sizes (a slice of seq up to 5) */
+        const struct ShapeCheck *sc = &g->checks[i];
+        char buf[64];
+        fprintf(o, "    if (%s < %" PRId64 ")\n        return mrt_set_error(MRT_ERR_INVALID_ARG, \"%s_run: '%s' at %s:%d:%d needs "
+                   "%s >= %" PRId64 ", got %%lld\", (long long)%s);\n", dim_c(sc->dim), sc->min, e->pfx, sc->op,
+                g->source ? g->source : g->name, sc->loc.line, sc->loc.col, dim_str(sc->dim, g->sym_names, buf, sizeof buf),
+                sc->min, dim_c(sc->dim));
+    }
     declare_slots(e, true);
     fprintf(o, "    if (gpu0 && (st = mrt_device_activate(dev0)) != MRT_OK) return st;\n");
     if (!nparts) {
@@ -885,7 +922,7 @@ void emit_c_source(Emit *e, FILE *o, const char *h_include) {
             fprintf(o, "%s(void *)%s", i + g->ninputs ? ", " : "", ptr[view_base(g->outputs[i].node)->id]);
         fprintf(o, "};\n");
         for (int p = 0; p < nparts; p++)
-            fprintf(o, "    if ((st = %s_run_part%d(m, B, mrt_io)) != MRT_OK) return st;\n", e->pfx, p);
+            fprintf(o, "    if ((st = %s_run_part%d(m, B%s, mrt_io)) != MRT_OK) return st;\n", e->pfx, p, sym_args);
     }
     /* outputs back to the host, then wait for every GPU */
     fprintf(o, "#ifdef MRT_WITH_CUDA\n");
@@ -913,17 +950,28 @@ void emit_c_source(Emit *e, FILE *o, const char *h_include) {
     fprintf(o, "static mrt_status %s_load_v(void *m, const char *path) { return %s_load_weights(m, path); }\n", e->pfx, e->pfx);
     fprintf(o, "static void %s_destroy_v(void *m) { %s_destroy(m); }\n", e->pfx, e->pfx);
     fprintf(o, "static mrt_device %s_device_v(void *m) { return %s_device(m); }\n", e->pfx, e->pfx);
-    fprintf(o, "static mrt_status %s_run_v(void *m, int batch, const void *const *in, void *const *out) {\n", e->pfx);
-    fprintf(o, "    (void)in;\n    return %s_run(m, batch", e->pfx);
+    fprintf(o, "static mrt_status %s_run_v(void *m, const int64_t *dims, const void *const *in, void *const *out) {\n", e->pfx);
+    fprintf(o, "    (void)in;\n    if (!dims) return mrt_set_error(MRT_ERR_INVALID_ARG, \"%s_run: no sizes\");\n", e->pfx);
+    fprintf(o, "    if (dims[0] > INT32_MAX) return mrt_set_error(MRT_ERR_INVALID_ARG, \"%s_run: batch %%lld is out of range\", "
+               "(long long)dims[0]);\n", e->pfx);
+    fprintf(o, "    return %s_run(m, (int)dims[0]", e->pfx);
+    for (int k = 1; k < g->nsyms; k++) fprintf(o, ", dims[%d]", k);
     for (int i = 0; i < g->ninputs; i++) fprintf(o, ", (const %s *)in[%d]", c_type(g->inputs[i]->dtype), i);
     for (int i = 0; i < g->noutputs; i++) fprintf(o, ", (%s *)out[%d]", c_type(g->outputs[i].node->dtype), i);
     fprintf(o, ");\n}\n\n");
-    fprintf(o, "const mrt_model_info %s_info = {\n    .name = \"%s\",\n    .n_inputs = %d,\n    .n_outputs = %d,\n"
+    fprintf(o, "static const char *const %s_sym_names[] = {", e->pfx);
+    for (int k = 0; k < g->nsyms; k++) fprintf(o, "%s\"%s\"", k ? ", " : "", g->sym_names[k]);
+    fprintf(o, "%s};\nstatic const int64_t %s_sym_max[] = {", g->nsyms ? "" : "NULL", e->pfx);
+    for (int k = 0; k < g->nsyms; k++) fprintf(o, "%s%" PRId64, k ? ", " : "", g->sym_max[k]);
+    fprintf(o, "%s};\n", g->nsyms ? "" : "1");
+    fprintf(o, "const mrt_model_info %s_info = {\n    .n_syms = %d,\n    .sym_names = %s_sym_names,\n    .sym_max = %s_sym_max,\n",
+            e->pfx, g->nsyms, e->pfx, e->pfx);
+    fprintf(o, "    .name = \"%s\",\n    .n_inputs = %d,\n    .n_outputs = %d,\n"
                "    .inputs = %s_inputs,\n    .outputs = %s_outputs,\n    .has_batch = %d,\n    .max_batch = %d,\n"
                "    .weight_bytes = %s_WEIGHT_BYTES,\n    .arena_bytes = %zu,\n    .create = %s_create_v,\n"
                "    .load_weights = %s_load_v,\n    .run = %s_run_v,\n    .destroy = %s_destroy_v,\n    .device = %s_device_v,\n"
                "    .batch_chunkable = %d,\n    .arena_bytes_cuda = %zu,\n    .desc = &%s_desc,\n};\n",
-            e->pfx, g->name, g->ninputs, g->noutputs, e->pfx, e->pfx, g->has_batch ? 1 : 0, g->has_batch ? g->max_batch : 1,
+            g->name, g->ninputs, g->noutputs, e->pfx, e->pfx, g->has_batch ? 1 : 0, g->has_batch ? g->max_batch : 1,
             e->PFX, arena_total(e->mp, g->nslots), e->pfx, e->pfx, e->pfx, e->pfx, e->pfx, graph_batch_separable(g) ? 1 : 0,
             arena_total(e->mpc, g->nslots), e->pfx);
 }
@@ -954,6 +1002,13 @@ Emit *emit_begin(const Graph *g, const KernelList *kl, const KernelList *init, c
     *e = (Emit){.g = g, .kl = kl, .init = init, .mp = mp, .mpc = mpc};
     e->pfx = model_ident(g->name);
     e->PFX = upper(e->pfx);
+    /* the symbols after the batch travel with B to every kernel as B1, B2, ... */
+    sym_params = sym_args = sym_voids = "";
+    for (int k = 1; k < g->nsyms; k++) {
+        sym_params = xprintf("%s, int64_t B%d", sym_params, k);
+        sym_args = xprintf("%s, B%d", sym_args, k);
+        sym_voids = xprintf("%s (void)B%d;", sym_voids, k);
+    }
     if (mp->nst != mpc->nst) ICE("the CPU and CUDA plans differ in storages (%d vs %d)", mp->nst, mpc->nst);
     if (g->nslots > 16) /* MRT_MAX_SLOTS */
         error_at(g->slots[16].loc, "a model may use at most 16 devices; this is the 17th");

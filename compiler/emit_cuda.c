@@ -24,7 +24,7 @@ static bool vectorizable(const Kernel *k, const LoopNest *ln) {
     for (int j = 0; j < ln->nops; j++) {
         if (ln->base[j]) return false;
         Dim s = ln->stride[j][0];
-        if (s.sym || (s.c != 0 && s.c != 1)) return false;
+        if (dim_is_sym(s) || (s.c != 0 && s.c != 1)) return false;
         if (j > 0 && k->leaves[j - 1].node->dtype != DT_F32) return false;
     }
     return ln->stride[0][0].c == 1;
@@ -41,7 +41,7 @@ static void emit_kernel(FILE *o, const Graph *g, const Kernel *k, const char *pf
     fprintf(o, "__global__ void %s_g(%s *out", fname, T);
     for (int i = 0; i < k->nleaves; i++) fprintf(o, ", const %s *l%d", c_type(k->leaves[i].node->dtype), i);
     bool fault = kernel_may_fault(k);
-    fprintf(o, ", int64_t B, int64_t n%s) {\n    (void)B;\n", fault ? ", int *mrt_fault" : "");
+    fprintf(o, ", int64_t B%s, int64_t n%s) {\n    (void)B;%s\n", sym_params, fault ? ", int *mrt_fault" : "", sym_voids);
     fprintf(o, "    for (int64_t idx = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; idx < n; idx += (int64_t)gridDim.x * blockDim.x) {\n");
     if (ln.rank == 1) {
         fprintf(o, "        const int64_t i0 = idx;\n");
@@ -83,7 +83,7 @@ static void emit_kernel(FILE *o, const Graph *g, const Kernel *k, const char *pf
     fprintf(o, "extern \"C\" mrt_status %s_cuda_%s%d(void *stream, %s *out", pfx, kind, k->id, T);
     for (int i = 0; i < k->nleaves; i++) fprintf(o, ", const %s *l%d", c_type(k->leaves[i].node->dtype), i);
     Dim numel = shape_numel(&k->root->shape);
-    fprintf(o, ", int64_t B) {\n    const int64_t n = %s;\n    if (n <= 0) return MRT_OK;\n", dim_c(numel));
+    fprintf(o, ", int64_t B%s) {\n    const int64_t n = %s;\n    if (n <= 0) return MRT_OK;\n", sym_params, dim_c(numel));
     fprintf(o, "    cudaStream_t s = (cudaStream_t)stream;\n    const int threads = 256;\n");
     if (vec) {
         fprintf(o, "    if (n %% 4 == 0 && ((uintptr_t)out %% 16) == 0");
@@ -103,7 +103,7 @@ static void emit_kernel(FILE *o, const Graph *g, const Kernel *k, const char *pf
     fprintf(o, "    {\n        int64_t blocks = (n + threads - 1) / threads;\n        if (blocks > 65536) blocks = 65536;\n");
     fprintf(o, "        MRT_LAUNCH(%s_g, (unsigned)blocks, threads, 0, s, out", fname);
     for (int i = 0; i < k->nleaves; i++) fprintf(o, ", l%d", i);
-    fprintf(o, ", B, n%s);\n    }\n", fault ? ", mrt_fault" : "");
+    fprintf(o, ", B%s, n%s);\n    }\n", sym_args, fault ? ", mrt_fault" : "");
     if (fault)
         fprintf(o, "    if ((st = mrt_cuda_check_launch(\"%s\")) != MRT_OK) return st;\n"
                    "    return mrt_cuda_fault_end(stream, \"%s\", ticket);\n}\n\n", what, fwhat);

@@ -18,6 +18,8 @@
  * Hoisting. A node whose operands are all params, constants or hoisted nodes (and that reads at
  * least one param) depends on nothing the caller passes to run(), so it is marked init and
  * computed once at load time; its value lives in the weight region. Views of params stay views.
+ * A node with a symbolic size (a slice of a table up to seq) is not hoisted: its shape is the
+ * run's.
  */
 #include "modelc.h"
 
@@ -63,8 +65,8 @@ static Shape bcast(const Shape *a, const Shape *b) {
     Shape r = {a->rank > b->rank ? a->rank : b->rank, {{0}}};
     for (int i = 0; i < r.rank; i++) {
         int ia = a->rank - r.rank + i, ib = b->rank - r.rank + i;
-        Dim da = ia >= 0 ? a->d[ia] : (Dim){1, false}, db = ib >= 0 ? b->d[ib] : (Dim){1, false};
-        r.d[i] = (!da.sym && da.c == 1) ? db : da;
+        Dim da = ia >= 0 ? a->d[ia] : dim_const(1), db = ib >= 0 ? b->d[ib] : dim_const(1);
+        r.d[i] = dim_is_one(da) ? db : da;
     }
     return r;
 }
@@ -101,7 +103,7 @@ static Node *as_column(Graph *g, const Node *at, Node *x, int rank) {
     n->dtype = x->dtype;
     n->shape.rank = rank;
     n->shape.d[0] = x->shape.d[0];
-    for (int i = 1; i < rank; i++) n->shape.d[i] = (Dim){1, false};
+    for (int i = 1; i < rank; i++) n->shape.d[i] = dim_const(1);
     return n;
 }
 
@@ -228,7 +230,9 @@ void hoist_graph(Graph *g) {
             all = all && (st || n->in[j]->op == OP_CONST);
             any = any || st;
         }
-        n->init = all && any;
+        /* a value whose shape has a symbolic size (slice(pos_table, 0, 0, seq)) has a size, and
+         * layout, only the run knows */
+        n->init = all && any && !shape_nsym(&n->shape);
     }
 }
 

@@ -126,7 +126,7 @@ static void child_map(const Node *p, const IMap *pm, const Node *x, IMap *xm) {
     int off = p->shape.rank - x->shape.rank;
     for (int i = 0; i < x->shape.rank; i++) {
         Dim dx = x->shape.d[i], dp = p->shape.d[i + off];
-        if (!dx.sym && dx.c == 1 && !dim_eq(dx, dp)) {
+        if (dim_is_one(dx) && !dim_eq(dx, dp)) {
             xm->map[i] = -1;
             xm->start[i] = 0;
             xm->step[i] = 0;
@@ -421,7 +421,7 @@ static void dump_kernels(FILE *out, const Graph *g, const KernelList *kl, const 
         }
         }
         fprintf(out, " -> %%%d : %s%s  ; nodes", k->root->id, dtype_name(k->root->dtype),
-                shape_str(&k->root->shape, g->batch_name, buf, sizeof buf));
+                shape_str(&k->root->shape, g->sym_names, buf, sizeof buf));
         for (int j = 0; j < k->nmembers; j++) fprintf(out, " %%%d", k->members[j]->id);
         fprintf(out, "\n");
     }

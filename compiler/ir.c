@@ -92,24 +92,67 @@ Node *new_node_for(Graph *g, OpKind op, const Node *orig) {
     return alloc_node(g, op, orig->loc, orig->slot >= 0 ? orig->slot : 0);
 }
 
+Dim dim_const(int64_t c) { return (Dim){c, {0}}; }
+
+Dim dim_symbol(int k) {
+    Dim d = {1, {0}};
+    d.e[k] = 1;
+    return d;
+}
+
+bool dim_is_sym(Dim d) {
+    for (int k = 0; k < MAX_SYMS; k++)
+        if (d.e[k]) return true;
+    return false;
+}
+
+bool dim_is_one(Dim d) { return d.c == 1 && !dim_is_sym(d); }
+
+int dim_symbol_of(Dim d) {
+    int found = -1;
+    for (int k = 0; k < MAX_SYMS; k++) {
+        if (!d.e[k]) continue;
+        if (d.e[k] != 1 || found >= 0) return -1;
+        found = k;
+    }
+    return d.c == 1 ? found : -1;
+}
+
 Dim dim_mul(Dim a, Dim b, bool *ok) {
-    Dim r = {0, a.sym || b.sym};
-    bool overflow = __builtin_mul_overflow(a.c, b.c, &r.c);
-    if (ok) *ok = !(a.sym && b.sym) && !overflow;
+    Dim r = {0, {0}};
+    bool good = !__builtin_mul_overflow(a.c, b.c, &r.c);
+    for (int k = 0; k < MAX_SYMS; k++) {
+        int e = a.e[k] + b.e[k];
+        if (e > 200) good = false;
+        r.e[k] = (uint8_t)(e > 200 ? 200 : e);
+    }
+    if (ok) *ok = good;
     return r;
 }
 
-bool dim_eq(Dim a, Dim b) { return a.c == b.c && a.sym == b.sym; }
+Dim dim_div(Dim a, Dim b, bool *ok) {
+    Dim r = {0, {0}};
+    bool good = b.c != 0 && a.c % b.c == 0;
+    r.c = good ? a.c / b.c : 0;
+    for (int k = 0; k < MAX_SYMS; k++) {
+        if (a.e[k] < b.e[k]) good = false;
+        else r.e[k] = (uint8_t)(a.e[k] - b.e[k]);
+    }
+    *ok = good;
+    return r;
+}
+
+bool dim_eq(Dim a, Dim b) { return a.c == b.c && !memcmp(a.e, b.e, sizeof a.e); }
 
 Dim shape_numel(const Shape *s) {
-    Dim n = {1, false};
+    Dim n = dim_const(1);
     for (int i = 0; i < s->rank; i++) n = dim_mul(n, s->d[i], NULL);
     return n;
 }
 
 int shape_nsym(const Shape *s) {
     int k = 0;
-    for (int i = 0; i < s->rank; i++) k += s->d[i].sym;
+    for (int i = 0; i < s->rank; i++) k += dim_is_sym(s->d[i]);
     return k;
 }
 
@@ -118,22 +161,35 @@ bool dtype_is_half(DType dt) { return dt == DT_F16 || dt == DT_BF16; }
 bool dtype_is_float(DType dt) { return dt == DT_F32 || dtype_is_half(dt); }
 size_t dtype_size(DType dt) { return dt == DT_I64 ? 8 : dt == DT_BOOL ? 1 : dtype_is_half(dt) ? 2 : 4; }
 
-int64_t dim_at(Dim d, int64_t batch) { return d.sym ? d.c * batch : d.c; }
+int64_t dim_at(Dim d, const int64_t *vals) {
+    int64_t r = d.c;
+    for (int k = 0; k < MAX_SYMS; k++)
+        for (int j = 0; j < d.e[k]; j++) r *= vals ? vals[k] : 1;
+    return r;
+}
 
-char *dim_str(Dim d, const char *batch_name, char *buf, size_t n) {
-    const char *b = batch_name ? batch_name : "batch";
-    if (!d.sym) snprintf(buf, n, "%" PRId64, d.c);
-    else if (d.c == 1) snprintf(buf, n, "%s", b);
-    else snprintf(buf, n, "%s*%" PRId64, b, d.c);
+int64_t dim_max(const Graph *g, Dim d) { return dim_at(d, g->sym_max); }
+
+char *dim_str(Dim d, char *const *names, char *buf, size_t n) {
+    size_t k = 0;
+    bool any = false;
+    for (int s = 0; s < MAX_SYMS; s++)
+        for (int j = 0; j < d.e[s] && k < n; j++) {
+            if (names && names[s]) k += snprintf(buf + k, n - k, "%s%s", any ? "*" : "", names[s]);
+            else k += snprintf(buf + k, n - k, "%ss%d", any ? "*" : "", s);
+            any = true;
+        }
+    if (!any) snprintf(buf, n, "%" PRId64, d.c);
+    else if (d.c != 1 && k < n) snprintf(buf + k, n - k, "*%" PRId64, d.c);
     return buf;
 }
 
-char *shape_str(const Shape *s, const char *batch_name, char *buf, size_t n) {
+char *shape_str(const Shape *s, char *const *names, char *buf, size_t n) {
     size_t k = 0;
     k += snprintf(buf + k, n - k, "[");
     for (int i = 0; i < s->rank && k < n; i++) {
         char d[64];
-        k += snprintf(buf + k, n - k, "%s%s", i ? "," : "", dim_str(s->d[i], batch_name, d, sizeof d));
+        k += snprintf(buf + k, n - k, "%s%s", i ? "," : "", dim_str(s->d[i], names, d, sizeof d));
     }
     if (k < n) snprintf(buf + k, n - k, "]");
     return buf;
@@ -239,7 +295,8 @@ static void dump_attrs(FILE *out, const Node *n) {
 void dump_graph(FILE *out, const Graph *g) {
     char buf[256];
     fprintf(out, "graph %s", g->name);
-    if (g->has_batch) fprintf(out, " (%s <= %d)", g->batch_name, g->max_batch);
+    for (int k = 0; k < g->nsyms; k++)
+        fprintf(out, "%s%s <= %" PRId64 "%s", k ? ", " : " (", g->sym_names[k], g->sym_max[k], k == g->nsyms - 1 ? ")" : "");
     fprintf(out, "\n");
     for (int i = 0; i < g->nnodes; i++) {
         const Node *n = g->nodes[i];
@@ -250,7 +307,7 @@ void dump_graph(FILE *out, const Graph *g) {
         else if (n->op == OP_CONST) fprintf(out, " %.9g", n->value);
         for (int j = 0; j < n->nin; j++) fprintf(out, "%s%%%d", j ? ", " : " ", n->in[j]->id);
         dump_attrs(out, n);
-        fprintf(out, " : %s%s", dtype_name(n->dtype), shape_str(&n->shape, g->batch_name, buf, sizeof buf));
+        fprintf(out, " : %s%s", dtype_name(n->dtype), shape_str(&n->shape, g->sym_names, buf, sizeof buf));
         if (n->init) fprintf(out, " init");
         if (g->nslots > 1 && n->slot > 0) fprintf(out, " @%s", g->slots[n->slot].name);
         if (n->name && n->op != OP_INPUT && n->op != OP_PARAM) fprintf(out, "  ; %s", n->name);
@@ -266,11 +323,14 @@ bool graph_batch_separable(const Graph *g) {
     for (int i = 0; i < g->nnodes; i++) {
         const Node *n = g->nodes[i];
         if (n->dead) continue;
-        if (n->op == OP_INPUT) dep[i] = shape_nsym(&n->shape) > 0;
+        int nb = 0; /* dimensions that hold the batch (symbol 0) */
+        for (int d = 0; d < n->shape.rank; d++) nb += n->shape.d[d].e[0] > 0;
+        if (n->op == OP_INPUT) dep[i] = nb > 0;
         for (int j = 0; j < n->nin; j++) dep[i] = dep[i] || dep[n->in[j]->id];
         if (!dep[i]) continue;
-        /* A batch-dependent value must keep the batch as its leading axis ... */
-        if (n->shape.rank == 0 || !n->shape.d[0].sym) return false;
+        /* A batch-dependent value must keep the batch as its leading axis, once (a [batch*seq, 64]
+         * splits at whole batch items too) ... */
+        if (n->shape.rank == 0 || n->shape.d[0].e[0] != 1 || nb != 1) return false;
         /* ... and be computed from the same batch items of its operands (the op's batch rule). */
         bool same_rank = false;
         switch (op_info[n->op].batch) {

@@ -23,14 +23,23 @@ static const char *calc_type(DType dt) { return dtype_is_half(dt) ? "float" : c_
 /* mrt_f16 / mrt_bf16: the prefix of the runtime's conversion functions (mrt_kernels.h). */
 static const char *half_pfx(DType dt) { return dt == DT_F16 ? "mrt_f16" : "mrt_bf16"; }
 
+const char *sym_params = "", *sym_args = "", *sym_voids = "";
+
 char *dim_c(Dim d) {
-    if (!d.sym) return xprintf("%" PRId64, d.c);
-    if (d.c == 1) return xstrdup("B");
-    return xprintf("(%" PRId64 " * B)", d.c);
+    if (!dim_is_sym(d)) return xprintf("%" PRId64, d.c);
+    char buf[256];
+    size_t n = 0;
+    int nf = d.c != 1;
+    if (nf) n += snprintf(buf + n, sizeof buf - n, "%" PRId64, d.c);
+    for (int k = 0; k < MAX_SYMS; k++)
+        for (int j = 0; j < d.e[k] && n < sizeof buf; j++, nf++)
+            n += snprintf(buf + n, sizeof buf - n, k ? "%sB%d" : "%sB", nf ? " * " : "", k);
+    if (n >= sizeof buf) ICE("dimension too long for C: %d factors", nf);
+    return nf == 1 ? xstrdup(buf) : xprintf("(%s)", buf);
 }
 
 void contiguous_strides(const Shape *s, Dim *st) {
-    Dim acc = {1, false};
+    Dim acc = {1, {0}};
     for (int i = s->rank - 1; i >= 0; i--) {
         st[i] = acc;
         acc = dim_mul(acc, s->d[i], NULL);
@@ -42,7 +51,7 @@ char *c_ident(const char *name) {
                                      "double", "else", "enum", "extern", "float", "for", "goto", "if", "inline",
                                      "int", "long", "register", "restrict", "return", "short", "signed", "sizeof",
                                      "static", "struct", "switch", "typedef", "union", "unsigned", "void",
-                                     "volatile", "while", "m", "batch", "B", "st", "host", "direct", NULL};
+                                     "volatile", "while", "m", "batch", "B", "B1", "B2", "B3", "st", "host", "direct", NULL};
     char *s = xstrdup(name);
     for (char *p = s; *p; p++)
         if (!isalnum((unsigned char)*p) && *p != '_') *p = '_';
@@ -219,10 +228,10 @@ void kernel_loops(const Kernel *k, LoopNest *ln) {
         const LeafRef *l = &k->leaves[i];
         Dim ls[MAX_RANK];
         contiguous_strides(&l->node->shape, ls);
-        for (int d = 0; d < rank; d++) ln->stride[1 + i][d] = (Dim){0, false};
+        for (int d = 0; d < rank; d++) ln->stride[1 + i][d] = dim_const(0);
         ln->base[1 + i] = NULL;
         for (int d = 0; d < l->node->shape.rank; d++) {
-            if (l->map[d] >= 0) ln->stride[1 + i][l->map[d]] = dim_mul(ls[d], (Dim){l->step[d], false}, NULL);
+            if (l->map[d] >= 0) ln->stride[1 + i][l->map[d]] = dim_mul(ls[d], dim_const(l->step[d]), NULL);
             if (l->start[d]) {
                 char *term = xprintf("%" PRId64 " * %s", l->start[d], dim_c(ls[d]));
                 ln->base[1 + i] = ln->base[1 + i] ? xprintf("%s + %s", ln->base[1 + i], term) : term;
@@ -256,7 +265,7 @@ char *loop_index(const LoopNest *ln, int op) {
     for (int d = 0; d < ln->rank; d++) {
         Dim st = ln->stride[op][d];
         if (st.c == 0) continue;
-        char *term = (st.c == 1 && !st.sym) ? xprintf("i%d", d) : xprintf("i%d * %s", d, dim_c(st));
+        char *term = dim_is_one(st) ? xprintf("i%d", d) : xprintf("i%d * %s", d, dim_c(st));
         s = s ? xprintf("%s + %s", s, term) : term;
     }
     return s ? s : xstrdup("0");
@@ -269,7 +278,7 @@ void emit_c_loop(FILE *o, const Kernel *k, const char *fname) {
     bool fault = kernel_may_fault(k);
     fprintf(o, "static %s %s(%s *out", fault ? "mrt_status" : "void", fname, T);
     for (int i = 0; i < k->nleaves; i++) fprintf(o, ", const %s *l%d", c_type(k->leaves[i].node->dtype), i);
-    fprintf(o, ", MRT_UNUSED int64_t B%s) {\n", fault ? ", const char *what" : "");
+    fprintf(o, ", MRT_UNUSED int64_t B%s%s) {%s\n", sym_params, fault ? ", const char *what" : "", sym_voids);
     if (fault) fprintf(o, "    int mrt_fault = 0;\n");
     for (int d = 0; d < ln.rank; d++)
         fprintf(o, "%*sfor (int64_t i%d = 0; i%d < %s; i%d++) {\n", 4 * (d + 1), "", d, d, dim_c(ln.n[d]), d);

@@ -46,7 +46,11 @@ static void usage(FILE *f) {
             "  -o PATH            the executable to write (default: the model file's name without\n"
             "                     .model); with --emit-c, the directory for NAME.c, NAME.h and NAME.cu\n"
             "  --emit-c           write C source and header instead of an executable\n"
-            "  --max-batch N      the largest batch the compiled model accepts (default 64)\n"
+            "  --max-batch N      the largest batch the compiled model accepts (default 64): the bound of\n"
+            "                     its first symbolic dimension\n"
+            "  --max-dim NAME=N[,NAME=N...]\n"
+            "                     the bound of each other symbolic dimension (input ids: i64[batch, seq]\n"
+            "                     needs --max-dim seq=512); the memory plan holds at the bounds\n"
             "  --dump=WHAT        print a phase to stdout and stop: ast, graph, placement, fused, memplan,\n"
             "                     memplan-svg (the arena over time as an SVG picture)\n"
             "  --no-fuse          do not fuse elementwise chains (one kernel per op)\n"
@@ -207,6 +211,27 @@ static void parse_args(int argc, char **argv, Options *o) {
             long n = strtol(v, &end, 10);
             if (*end || errno || n < 1 || n > (1 << 24)) fatal("--max-batch must be an integer in 1..16777216, got '%s'", v);
             o->max_batch = (int)n;
+        } else if (!strcmp(a, "--max-dim") || !strncmp(a, "--max-dim=", 10)) {
+            const char *v = a[9] == '=' ? a + 10 : (++i < argc ? argv[i] : NULL);
+            if (!v) fatal("'--max-dim' needs NAME=N, e.g. --max-dim seq=512");
+            char *list = xstrdup(v), *save = NULL;
+            for (char *item = strtok_r(list, ",", &save); item; item = strtok_r(NULL, ",", &save)) {
+                char *eq = strchr(item, '=');
+                if (!eq || eq == item) fatal("--max-dim takes NAME=N items, e.g. seq=512; got '%s'", item);
+                *eq = 0;
+                char *end;
+                errno = 0;
+                long long n = strtoll(eq + 1, &end, 10);
+                if (!eq[1] || *end || errno || n < 1 || n > (1 << 24))
+                    fatal("--max-dim %s: the bound must be an integer in 1..16777216, got '%s'", item, eq + 1);
+                int k = 0;
+                while (k < o->dims.n && strcmp(o->dims.names[k], item)) k++;
+                if (k == o->dims.n) {
+                    if (o->dims.n == MAX_SYMS * 2) fatal("--max-dim: at most %d names", MAX_SYMS * 2);
+                    o->dims.names[o->dims.n++] = xstrdup(item);
+                }
+                o->dims.max[k] = n; /* the last one given wins, as for other options */
+            }
         } else if (!strncmp(a, "--dump=", 7)) {
             o->dump = a + 7;
             if (strcmp(o->dump, "ast") && strcmp(o->dump, "graph") && strcmp(o->dump, "fused") && strcmp(o->dump, "memplan") &&
@@ -252,7 +277,9 @@ bool compile_source(const Options *o, const char *path, const char *src, Compile
     diag_init(path, src);
     Program *prog = parse_program(path, src);
     if (o->dump && !strcmp(o->dump, "ast")) return dump_ast(out, prog), false;
-    Graph *g = c->g = build_graph(prog, o->max_batch);
+    DimBounds bounds = o->dims;
+    bounds.max_batch = o->max_batch;
+    Graph *g = c->g = build_graph(prog, &bounds);
     g->source = basename(xstrdup(path));
     if (o->dump && !strcmp(o->dump, "graph")) return dump_graph(out, g), false;
     fold_graph(g, o->fold);

@@ -221,12 +221,17 @@ void print_expr(FILE *out, const Ast *e);
 
 /* ================================================================ ir.c */
 
-/* A dimension: c elements, or c * batch when sym (batch is the run-time batch size, bound in
- * 1..max_batch). A tensor has at most one sym dimension, so every size the compiler derives
- * (element counts, strides, bytes) is again of this form. */
+/* The most symbolic dimensions a model may declare (batch, seq, ...). */
+#define MAX_SYMS 4
+
+/* A dimension: a monomial c * s0^e[0] * s1^e[1] * ..., where s_k is the run-time size of the
+ * model's k-th symbolic dimension (g->sym_names[k], bound in 1..g->sym_max[k]). Products of
+ * dimensions (element counts, strides, bytes, the [seq, seq] of attention) are again monomials,
+ * so every size the compiler derives has this form; a sum of symbolic sizes is not one (a
+ * concat along a symbolic axis is an error). Compare with dim_eq, never with ==. */
 typedef struct Dim {
     int64_t c;
-    bool sym;
+    uint8_t e[MAX_SYMS];
 } Dim;
 
 typedef struct Shape {
@@ -340,9 +345,26 @@ typedef struct Graph {
     int nparams, capparams;
     GraphOutput *outputs;
     int noutputs;
+    /* The symbolic dimensions, in the order the source first uses them. The first is the batch:
+     * --max-batch bounds it, a run may go past that bound in chunks (graph_batch_separable).
+     * has_batch, batch_name and max_batch are nsyms > 0, sym_names[0] and sym_max[0]. */
+    int nsyms;
+    char *sym_names[MAX_SYMS];
+    int64_t sym_max[MAX_SYMS];  /* each one's upper bound (--max-batch, --max-dim NAME=N) */
+    Loc sym_loc[MAX_SYMS];      /* where each was first used */
     bool has_batch;
-    char *batch_name;  /* the symbolic dimension's name, e.g. "batch" */
+    char *batch_name;
     int max_batch;
+    /* Conditions on the symbols' run-time sizes that the run function checks before it starts
+     * (a slice up to 5 of a symbolic axis needs that axis >= 5): dim >= min, else the run fails
+     * naming the op and its source location. */
+    struct ShapeCheck {
+        Dim dim;
+        int64_t min;
+        Loc loc;
+        const char *op;
+    } *checks;
+    int nchecks, capchecks;
 } Graph;
 
 const char *op_name(OpKind op);
@@ -368,19 +390,35 @@ Node *new_node(Graph *g, OpKind op, Loc loc);
 Node *new_node_for(Graph *g, OpKind op, const Node *orig);
 /* Follow reshape views down to the node that owns the bytes. */
 Node *view_base(const Node *n);
-Dim dim_mul(Dim a, Dim b, bool *ok);        /* ok = false when both are sym */
+Dim dim_mul(Dim a, Dim b, bool *ok);        /* ok = false on overflow (of c, or an exponent above 200) */
 bool dim_eq(Dim a, Dim b);
 Dim shape_numel(const Shape *s);
-int shape_nsym(const Shape *s);
+int shape_nsym(const Shape *s);             /* how many dimensions are symbolic */
 bool dtype_is_integer(DType dt); /* i32 or i64 */
 bool dtype_is_half(DType dt);    /* f16 or bf16 */
 bool dtype_is_float(DType dt);   /* f32, f16 or bf16 */
 size_t dtype_size(DType dt);
-/* Evaluate at a batch size: c or c*batch. */
-int64_t dim_at(Dim d, int64_t batch);
-/* "[batch,64]" style, written into buf (>= 256 bytes). */
-char *shape_str(const Shape *s, const char *batch_name, char *buf, size_t n);
-char *dim_str(Dim d, const char *batch_name, char *buf, size_t n);
+/* The constant dimension c. */
+Dim dim_const(int64_t c);
+/* The k-th symbolic dimension itself (c = 1, exponent 1). */
+Dim dim_symbol(int k);
+/* True when d depends on some symbolic dimension. */
+bool dim_is_sym(Dim d);
+/* True when d is the constant 1 (a broadcastable dimension). */
+bool dim_is_one(Dim d);
+/* The symbolic dimension d is exactly (c = 1, one symbol to the first power), or -1. */
+int dim_symbol_of(Dim d);
+/* a / b when it is a monomial with an integer coefficient (exponents do not go negative, b.c
+ * divides a.c); *ok = false otherwise (the result is then meaningless). */
+Dim dim_div(Dim a, Dim b, bool *ok);
+/* Evaluate at the symbols' sizes vals[0..MAX_SYMS) (NULL: all 1). */
+int64_t dim_at(Dim d, const int64_t *vals);
+/* Evaluate at the graph's bounds (g->sym_max): the size the memory plan reserves. */
+int64_t dim_max(const struct Graph *g, Dim d);
+/* "[batch,seq,64]" style, written into buf (>= 256 bytes); names are the symbols' names
+ * (g->sym_names; NULL entries print as s0, s1, ...). */
+char *shape_str(const Shape *s, char *const *names, char *buf, size_t n);
+char *dim_str(Dim d, char *const *names, char *buf, size_t n);
 /* Count uses, mark dead nodes; graph outputs count as uses. */
 void analyze_uses(Graph *g);
 /* --dump=graph */
@@ -397,7 +435,16 @@ enum { GATHER_ELEMENTS = 0, GATHER_INDEX_SELECT = 1, GATHER_ONE_HOT = 2 };
 
 /* Resolve names, check dtypes, shapes and attributes, and lower the AST to a Graph.
  * Reports the first error through error_at and exits 1. Warns for unused inputs/params. */
-Graph *build_graph(const Program *p, int max_batch);
+/* Bounds of the symbolic dimensions from the command line: --max-batch bounds the first, and
+ * --max-dim NAME=N each named one (a name the model does not use is an error, as is a symbol
+ * other than the first without a bound). */
+typedef struct DimBounds {
+    int max_batch;
+    int n;
+    char *names[MAX_SYMS * 2];
+    int64_t max[MAX_SYMS * 2];
+} DimBounds;
+Graph *build_graph(const Program *p, const DimBounds *bounds);
 
 /* ================================================================ fold.c */
 
@@ -559,7 +606,11 @@ void dump_memplan_svg(FILE *out, const Graph *g, const KernelList *kl, const Mem
 
 /* C (and CUDA) text of kernels, shared by both emitters. */
 const char *c_type(DType dt);   /* "float", "int32_t", "int64_t" */
-char *dim_c(Dim d);             /* a Dim as C over the batch B: "64", "B", "(64 * B)" */
+/* A Dim as C over the symbols' run-time sizes B (the batch), B1, B2, B3: "64", "B", "(64 * B * B1)" */
+char *dim_c(Dim d);
+/* The symbols' sizes as kernel parameters and arguments after B: "" for a model with at most one
+ * symbol, else ", int64_t B1, ..." and ", B1, ..." (set by emit for the graph it emits). */
+extern const char *sym_params, *sym_args, *sym_voids; /* sym_voids: " (void)B1; ..." */
 char *float_lit(double v);      /* a float literal: hex, INFINITY, NAN */
 char *c_ident(const char *name); /* a valid C identifier for a model or tensor name */
 void contiguous_strides(const Shape *s, Dim *st); /* C-order element strides */
@@ -623,6 +674,7 @@ typedef struct Options {
     const char *input, *out, *dump, *olevel;
     bool emit_only, keep, no_cuda;
     int max_batch;
+    DimBounds dims; /* --max-dim NAME=N, ... (dims.max_batch is set from max_batch at build_graph) */
     FuseOptions fuse;
     PlanOptions plan;
     FoldOptions fold;

@@ -114,7 +114,7 @@ void dump_placement(FILE *out, const Graph *g) {
             const Node *src = n->in[0];
             fprintf(out, "  %%%-4d transfer %%%d %s -> %s, %s%s%s\n", n->id, src->id,
                     src->slot <= 0 ? "default" : g->slots[src->slot].name, where, dtype_name(n->dtype),
-                    shape_str(&n->shape, g->batch_name, buf, sizeof buf), n->init ? " (at load time)" : "");
+                    shape_str(&n->shape, g->sym_names, buf, sizeof buf), n->init ? " (at load time)" : "");
             continue;
         }
         fprintf(out, "  %%%-4d %-10s %-8s", n->id, op_name(n->op), where);

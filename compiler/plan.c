@@ -40,7 +40,7 @@ static size_t align_up(size_t x, size_t a) { return (x + a - 1) / a * a; }
 
 static size_t node_bytes(const Graph *g, const Node *n) {
     Dim d = shape_numel(&n->shape);
-    return (size_t)dim_at(d, g->max_batch) * dtype_size(n->dtype);
+    return (size_t)dim_max(g, d) * dtype_size(n->dtype);
 }
 
 /* Calls fn(n, k) for every materialized node kernel k reads (views resolved to their base). */
@@ -471,8 +471,11 @@ void dump_memplan(FILE *out, const Graph *g, const KernelList *kl, const MemPlan
     static const char *const kinds[S__COUNT] = {[S_INPUT] = "input", [S_PARAM] = "param", [S_ARENA] = "arena",
                                                 [S_OUTPUT] = "output", [S_CONST] = "const", [S_INIT] = "init"};
     _Static_assert(sizeof kinds / sizeof kinds[0] == S__COUNT, "one name per storage kind");
-    fprintf(out, "memplan %s: offsets of the %s plan (align %zu), sizes at %s = %d\n", g->name,
-            mp->align == 256 ? "CUDA" : "CPU", mp->align, g->batch_name ? g->batch_name : "batch", g->max_batch);
+    fprintf(out, "memplan %s: offsets of the %s plan (align %zu), sizes at ", g->name, mp->align == 256 ? "CUDA" : "CPU",
+            mp->align);
+    if (!g->nsyms) fprintf(out, "batch = %d", g->max_batch);
+    for (int k = 0; k < g->nsyms; k++) fprintf(out, "%s%s = %" PRId64, k ? ", " : "", g->sym_names[k], g->sym_max[k]);
+    fprintf(out, "\n");
     fprintf(out, "  schedule:");
     for (int s = 0; s < kl->n; s++) fprintf(out, " k%d(%%%d)", s, kl->k[s]->root->id);
     fprintf(out, "\n");
@@ -488,7 +491,7 @@ void dump_memplan(FILE *out, const Graph *g, const KernelList *kl, const MemPlan
         if (n->op == OP_RESHAPE) fprintf(out, "  view of %%%d", view_base((Node *)n)->id);
         if (s->slot > 0) fprintf(out, "  on %s", g->slots[s->slot].name);
         if (mp->inplace_of[i] >= 0) fprintf(out, "  in place of %%%d", mp->inplace_of[i]);
-        fprintf(out, "  %s%s", dtype_name(n->dtype), shape_str(&n->shape, g->batch_name, buf, sizeof buf));
+        fprintf(out, "  %s%s", dtype_name(n->dtype), shape_str(&n->shape, g->sym_names, buf, sizeof buf));
         if (n->name) fprintf(out, "  ; %s", n->name);
         fprintf(out, "\n");
     }

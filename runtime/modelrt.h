@@ -505,19 +505,26 @@ mrt_status mrt_model_plan_memory(const mrt_model_desc *d, const mrt_device *devs
 
 /* ---------------------------------------------------------------- generated-model descriptor */
 
-/** One input or output of a compiled model. A dimension is shape[i] elements, or
- *  shape[i] * batch when bit i of batch_mask is set (at most one bit is set). */
+/** The most symbolic dimensions (batch, seq, ...) a compiled model has. */
+#define MRT_MAX_SYMS 4
+
+/** One input or output of a compiled model. Dimension i is
+ *  shape[i] * dims[0]^sym[i][0] * dims[1]^sym[i][1] * ... elements, where dims[k] is the run's
+ *  size of the model's k-th symbolic dimension (mrt_model_info.sym_names[k]): shape[i] alone
+ *  for a fixed axis, dims[0] for [batch, ...], dims[0] * dims[1] for a [batch*seq, 64]. */
 typedef struct mrt_io_desc {
     const char *name;
     mrt_dtype dtype;
     int rank;
     int64_t shape[MRT_MAX_RANK];
-    unsigned batch_mask;
+    unsigned char sym[MRT_MAX_RANK][MRT_MAX_SYMS];
 } mrt_io_desc;
 
 /** What modelc generates beside each model so that a generic driver (mrt_main, tests) can run it.
- *  `run` takes host pointers: inputs[i] points to the i-th input (declaration order), outputs[i]
- *  to a host buffer large enough for the i-th output at this batch. */
+ *  `run` takes the sizes of the symbolic dimensions, dims[0..max(n_syms, 1)) (dims[0] is the
+ *  batch; {1} for a model without symbols), and host pointers: inputs[i] points to the i-th input
+ *  (declaration order), outputs[i] to a host buffer large enough for the i-th output at these
+ *  sizes. */
 typedef struct mrt_model_info {
     const char *name;
     int n_inputs, n_outputs;
@@ -528,18 +535,22 @@ typedef struct mrt_model_info {
     size_t arena_bytes;     /* bytes of the activation arena (from the memory plan) */
     mrt_status (*create)(void **model, const char *device);
     mrt_status (*load_weights)(void *model, const char *safetensors_path);
-    mrt_status (*run)(void *model, int batch, const void *const *inputs, void *const *outputs);
+    mrt_status (*run)(void *model, const int64_t *dims, const void *const *inputs, void *const *outputs);
     void (*destroy)(void *model);
     mrt_device (*device)(void *model);
     int batch_chunkable;    /* 1 if every value that depends on a batched input keeps the batch
                                as its leading axis and no op mixes batch items (no reduction
                                over the batch, no matmul contracting it): running a batch in
-                               chunks then gives the same result as one run */
+                               chunks then gives the same result as one run (the other symbolic
+                               dimensions never run in chunks) */
     size_t arena_bytes_cuda; /* bytes of the activation arena on a GPU (256-byte alignment) */
     /* Models compiled by modelc also give their descriptor (the model handle is then an
      * mrt_model); NULL for hand-written drivers, which then get no --device-map and a --memory
      * from the two sizes above. */
     const mrt_model_desc *desc;
+    int n_syms;                    /* symbolic dimensions, 0..MRT_MAX_SYMS; the first is the batch */
+    const char *const *sym_names;  /* [n_syms] their names as the model writes them */
+    const int64_t *sym_max;        /* [n_syms] their compiled bounds (--max-batch, --max-dim) */
 } mrt_model_info;
 
 /** The command-line driver of generated executables:
@@ -547,7 +558,8 @@ typedef struct mrt_model_info {
  *         [--device D] [--time] [--repeat N] [--memory] [--help] [--list-devices]
  *  --list-devices prints cpu:0 and each CUDA device (name, memory, compute capability), or the
  *  reason there is none, and returns 0. Otherwise it reads the inputs, infers the batch from
- *  their shapes (checking every other dimension), runs in chunks of max_batch when the batch
+ *  their shapes (and every other symbolic size; checking every other dimension, each size against
+ *  its bound and the sizes of all inputs against each other), runs in chunks of max_batch when the batch
  *  is larger, the model is batch_chunkable and the batch is the leading axis of every input
  *  and output (otherwise a batch above max_batch is an error), and writes each requested
  *  output atomically. Prints errors to stderr as "PROG: error: ..." and returns the process

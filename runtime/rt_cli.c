@@ -51,19 +51,24 @@ static const char *cli_prog(int argc, char **argv)
     return slash ? slash + 1 : argv[0];
 }
 
-/* A descriptor's shape with the batch axis symbolic: "[batch,64]", "[batch*8,3]". */
-static char *cli_desc_shape(char *buf, size_t n, const mrt_io_desc *d, int has_batch)
+/* A descriptor's shape with its symbolic sizes by name: "[batch,64]", "[batch*8,3]",
+ * "[batch*seq,384]". */
+static char *cli_desc_shape(char *buf, size_t n, const mrt_io_desc *d, const mrt_model_info *info)
 {
     size_t used = 0;
     int k = snprintf(buf, n, "[");
     for (int i = 0; i < d->rank && k >= 0 && (used += (size_t)k) < n; i++) {
-        const char *sep = i ? "," : "";
-        if (has_batch && (d->batch_mask >> i) & 1u)
-            k = d->shape[i] == 1 ? snprintf(buf + used, n - used, "%sbatch", sep)
-                                 : snprintf(buf + used, n - used, "%sbatch*%lld", sep,
-                                            (long long)d->shape[i]);
-        else
-            k = snprintf(buf + used, n - used, "%s%lld", sep, (long long)d->shape[i]);
+        char term[256];
+        size_t t = 0;
+        int any = 0;
+        for (int s = 0; s < info->n_syms; s++)
+            for (int j = 0; j < d->sym[i][s] && t < sizeof term; j++, any = 1)
+                t += (size_t)snprintf(term + t, sizeof term - t, "%s%s", any ? "*" : "", info->sym_names[s]);
+        if (!any)
+            snprintf(term, sizeof term, "%lld", (long long)d->shape[i]);
+        else if (d->shape[i] != 1 && t < sizeof term)
+            snprintf(term + t, sizeof term - t, "*%lld", (long long)d->shape[i]);
+        k = snprintf(buf + used, n - used, "%s%s", i ? "," : "", term);
     }
     if (k >= 0 && (used += (size_t)k) < n)
         snprintf(buf + used, n - used, "]");
@@ -87,14 +92,17 @@ static void cli_help(const mrt_model_info *info, const char *prog)
         printf("The batch is inferred from the inputs' shapes: up to %d per run; a larger batch\n"
                "runs in chunks of %d when it is the leading axis of every input and output.\n",
                info->max_batch, info->max_batch);
+    for (int k = 1; k < info->n_syms; k++)
+        printf("%s is inferred from the inputs' shapes too: 1..%lld (fixed when compiled).\n",
+               info->sym_names[k], (long long)info->sym_max[k]);
     printf("\ninputs:\n");
     for (int i = 0; i < info->n_inputs; i++)
         printf("  %-16s %s%s\n", info->inputs[i].name, mrt_dtype_name(info->inputs[i].dtype),
-               cli_desc_shape(sh, sizeof sh, &info->inputs[i], info->has_batch));
+               cli_desc_shape(sh, sizeof sh, &info->inputs[i], info));
     printf("outputs:\n");
     for (int i = 0; i < info->n_outputs; i++)
         printf("  %-16s %s%s\n", info->outputs[i].name, mrt_dtype_name(info->outputs[i].dtype),
-               cli_desc_shape(sh, sizeof sh, &info->outputs[i], info->has_batch));
+               cli_desc_shape(sh, sizeof sh, &info->outputs[i], info));
     printf("\noptions:\n"
            "  --weights FILE       safetensors file with the model's parameters%s\n"
            "  --input NAME=FILE    .npy file for an input (NAME= may be left out when the model\n"
@@ -454,18 +462,17 @@ static int cli_memory_only(const mrt_model_info *info, const cli_opts *o, const 
 
 /* ---------------------------------------------------------------- model descriptor checks */
 
-static int cli_desc_ok(const mrt_io_desc *d, int has_batch)
+static int cli_desc_ok(const mrt_io_desc *d, const mrt_model_info *info)
 {
     if (!d->name || !rt_dtype_valid(d->dtype) || d->rank < 0 || d->rank > MRT_MAX_RANK)
         return 0;
-    unsigned m = has_batch ? d->batch_mask : 0;
-    if (m != 0 && (m & (m - 1)) != 0) /* more than one bit */
-        return 0;
-    if (d->rank < 32 && (m >> d->rank) != 0)
-        return 0;
-    for (int i = 0; i < d->rank; i++)
+    for (int i = 0; i < d->rank; i++) {
         if (d->shape[i] <= 0)
             return 0;
+        for (int s = 0; s < MRT_MAX_SYMS; s++)
+            if (d->sym[i][s] > (s < info->n_syms ? 16 : 0))
+                return 0;
+    }
     return 1;
 }
 
@@ -473,80 +480,145 @@ static mrt_status cli_check_info(const mrt_model_info *info)
 {
     if (!info || info->n_inputs < 0 || info->n_outputs < 0 ||
         (info->n_inputs && !info->inputs) || (info->n_outputs && !info->outputs) ||
-        !info->create || !info->run || !info->destroy || info->max_batch < 1)
+        !info->create || !info->run || !info->destroy || info->max_batch < 1 ||
+        info->n_syms < 0 || info->n_syms > MRT_MAX_SYMS || (info->n_syms && (!info->sym_names || !info->sym_max)) ||
+        info->has_batch != (info->n_syms > 0) || (info->n_syms && info->max_batch != info->sym_max[0]))
         return mrt_set_error(MRT_ERR_INTERNAL, "internal error: malformed model descriptor");
+    for (int k = 0; k < info->n_syms; k++)
+        if (!info->sym_names[k] || info->sym_max[k] < 1)
+            return mrt_set_error(MRT_ERR_INTERNAL, "internal error: malformed symbolic dimension %d", k);
     for (int i = 0; i < info->n_inputs; i++)
-        if (!cli_desc_ok(&info->inputs[i], info->has_batch))
+        if (!cli_desc_ok(&info->inputs[i], info))
             return mrt_set_error(MRT_ERR_INTERNAL, "internal error: malformed descriptor of "
                                  "input %d", i);
     for (int i = 0; i < info->n_outputs; i++)
-        if (!cli_desc_ok(&info->outputs[i], info->has_batch))
+        if (!cli_desc_ok(&info->outputs[i], info))
             return mrt_set_error(MRT_ERR_INTERNAL, "internal error: malformed descriptor of "
                                  "output %d", i);
     return MRT_OK;
 }
 
-/* The concrete shape of `d` at `batch`, and its byte size; overflow-checked. */
-static mrt_status cli_shape_at(const mrt_io_desc *d, int has_batch, int64_t batch,
+/* The sizes dims[0..n_syms) as "batch = 2, seq = 7", for messages. */
+static const char *cli_dims_str(char *buf, size_t n, const mrt_model_info *info, const int64_t *dims)
+{
+    size_t used = 0;
+    buf[0] = '\0';
+    for (int k = 0; k < info->n_syms && used < n; k++)
+        used += (size_t)snprintf(buf + used, n - used, "%s%s = %lld", k ? ", " : "", info->sym_names[k],
+                                 (long long)dims[k]);
+    return buf;
+}
+
+/* The concrete shape of `d` at the sizes dims, and its byte size; overflow-checked. */
+static mrt_status cli_shape_at(const mrt_io_desc *d, const mrt_model_info *info, const int64_t *dims,
                                int64_t *shape, size_t *bytes)
 {
     uint64_t numel, b;
+    char ds[256];
     for (int i = 0; i < d->rank; i++) {
         shape[i] = d->shape[i];
-        if (has_batch && ((d->batch_mask >> i) & 1u) &&
-            __builtin_mul_overflow(d->shape[i], batch, &shape[i]))
-            return mrt_set_error(MRT_ERR_INVALID_ARG, "'%s' at batch %lld: size overflows",
-                                 d->name, (long long)batch);
+        for (int s = 0; s < info->n_syms; s++)
+            for (int j = 0; j < d->sym[i][s]; j++)
+                if (__builtin_mul_overflow(shape[i], dims[s], &shape[i]))
+                    return mrt_set_error(MRT_ERR_INVALID_ARG, "'%s' at %s: size overflows", d->name,
+                                         cli_dims_str(ds, sizeof ds, info, dims));
     }
     if (rt_shape_numel(shape, d->rank, &numel) != 0 ||
         __builtin_mul_overflow(numel, (uint64_t)mrt_dtype_size(d->dtype), &b) || b > SIZE_MAX)
-        return mrt_set_error(MRT_ERR_INVALID_ARG, "'%s' at batch %lld: size overflows", d->name,
-                             (long long)batch);
+        return mrt_set_error(MRT_ERR_INVALID_ARG, "'%s' at %s: size overflows", d->name,
+                             cli_dims_str(ds, sizeof ds, info, dims));
     *bytes = (size_t)b;
     return MRT_OK;
 }
 
-/* Check input `i` against its descriptor and fold its batch into *batch (-1: not yet known). */
+/* The symbol axis k of `d` is exactly (shape[k] * that symbol), or -1. */
+static int cli_axis_symbol(const mrt_io_desc *d, const mrt_model_info *info, int k)
+{
+    int found = -1;
+    for (int s = 0; s < info->n_syms; s++) {
+        if (!d->sym[k][s])
+            continue;
+        if (d->sym[k][s] != 1 || found >= 0)
+            return -1;
+        found = s;
+    }
+    return found;
+}
+
+/* Check input `i`'s dtype, rank and fixed axes against its descriptor, and read the symbolic
+ * sizes its axes give into dims (-1: not yet known; from[s]: the input and axis that gave it,
+ * as i * MRT_MAX_RANK + axis). Axes of several symbols are checked by cli_verify_input. */
 static mrt_status cli_check_input(const mrt_model_info *info, int i, const char *file,
-                                  const mrt_tensor *t, int64_t *batch, int *batch_from)
+                                  const mrt_tensor *t, int64_t *dims, int *from)
 {
     const mrt_io_desc *d = &info->inputs[i];
     char want[RT_SHAPE_STR_MAX + 64], got[RT_SHAPE_STR_MAX];
-    cli_desc_shape(want, sizeof want, d, info->has_batch);
+    cli_desc_shape(want, sizeof want, d, info);
     rt_shape_str(got, sizeof got, t->shape, t->rank);
     if (t->dtype != d->dtype)
         return mrt_set_error(MRT_ERR_MISMATCH, "input '%s' (%s): dtype %s %s, model expects %s "
                              "%s", d->name, file, mrt_dtype_name(t->dtype), got,
                              mrt_dtype_name(d->dtype), want);
     int ok = t->rank == d->rank;
-    int64_t b = -1;
     for (int k = 0; ok && k < d->rank; k++) {
-        if (info->has_batch && ((d->batch_mask >> k) & 1u)) {
-            /* d->shape[k] > 0 was checked with the descriptor: the division is safe */
-            ok = t->shape[k] % d->shape[k] == 0;
-            b = t->shape[k] / d->shape[k];
-        } else {
+        int s = cli_axis_symbol(d, info, k);
+        int any = 0;
+        for (int q = 0; q < info->n_syms; q++)
+            any |= d->sym[k][q] != 0;
+        if (!any) {
             ok = t->shape[k] == d->shape[k];
+            continue;
         }
+        if (s < 0)
+            continue; /* batch*seq: checked once every size is known */
+        /* d->shape[k] > 0 was checked with the descriptor: the division is safe */
+        ok = t->shape[k] % d->shape[k] == 0;
+        int64_t v = t->shape[k] / d->shape[k];
+        if (!ok)
+            break;
+        if (v == 0)
+            return mrt_set_error(MRT_ERR_MISMATCH, "input '%s' (%s): shape %s gives %s = 0; the "
+                                 "model expects %s with %s >= 1", d->name, file, got,
+                                 info->sym_names[s], want, info->sym_names[s]);
+        if (v > INT32_MAX)
+            return mrt_set_error(MRT_ERR_MISMATCH, "input '%s' (%s): %s %lld is too large",
+                                 d->name, file, info->sym_names[s], (long long)v);
+        if (dims[s] >= 0 && dims[s] != v) {
+            int fi = from[s] / MRT_MAX_RANK, fk = from[s] % MRT_MAX_RANK;
+            return mrt_set_error(MRT_ERR_MISMATCH, "input '%s' (%s): shape %s means %s = %lld "
+                                 "(axis %d), but input '%s' has %s = %lld (axis %d)", d->name, file,
+                                 got, info->sym_names[s], (long long)v, k, info->inputs[fi].name,
+                                 info->sym_names[s], (long long)dims[s], fk);
+        }
+        if (dims[s] < 0)
+            from[s] = i * MRT_MAX_RANK + k;
+        dims[s] = v;
     }
     if (!ok)
         return mrt_set_error(MRT_ERR_MISMATCH, "input '%s' (%s): shape %s, model expects %s",
                              d->name, file, got, want);
-    if (b == 0)
-        return mrt_set_error(MRT_ERR_MISMATCH, "input '%s' (%s): shape %s gives batch 0; the "
-                             "model expects %s with batch >= 1", d->name, file, got, want);
-    if (b > 0) {
-        if (b > INT32_MAX)
-            return mrt_set_error(MRT_ERR_MISMATCH, "input '%s' (%s): batch %lld is too large",
-                                 d->name, file, (long long)b);
-        if (*batch >= 0 && *batch != b)
-            return mrt_set_error(MRT_ERR_MISMATCH, "input '%s' (%s): shape %s means batch %lld, "
-                                 "but input '%s' has batch %lld", d->name, file, got,
-                                 (long long)b, info->inputs[*batch_from].name,
-                                 (long long)*batch);
-        *batch = b;
-        *batch_from = i;
-    }
+    return MRT_OK;
+}
+
+/* Once every size is known: input i's whole shape (axes of several symbols included). */
+static mrt_status cli_verify_input(const mrt_model_info *info, int i, const char *file,
+                                   const mrt_tensor *t, const int64_t *dims)
+{
+    const mrt_io_desc *d = &info->inputs[i];
+    int64_t shape[MRT_MAX_RANK];
+    size_t bytes;
+    if (cli_shape_at(d, info, dims, shape, &bytes) != MRT_OK)
+        return MRT_ERR_INVALID_ARG;
+    for (int k = 0; k < d->rank; k++)
+        if (shape[k] != t->shape[k]) {
+            char want[RT_SHAPE_STR_MAX + 64], got[RT_SHAPE_STR_MAX], at[RT_SHAPE_STR_MAX], ds[256];
+            cli_desc_shape(want, sizeof want, d, info);
+            rt_shape_str(got, sizeof got, t->shape, t->rank);
+            rt_shape_str(at, sizeof at, shape, d->rank);
+            return mrt_set_error(MRT_ERR_MISMATCH, "input '%s' (%s): shape %s, model expects %s, "
+                                 "which is %s at %s", d->name, file, got, want, at,
+                                 cli_dims_str(ds, sizeof ds, info, dims));
+        }
     return MRT_OK;
 }
 
@@ -633,6 +705,7 @@ typedef struct cli_run {
     const mrt_model_info *info;
     void *model;
     int batch, chunk;             /* chunk: batch per call (== batch when not chunked) */
+    int64_t dims[MRT_MAX_SYMS];   /* the symbolic sizes (dims[0] == batch) */
     mrt_tensor *in;               /* [n_inputs] */
     void **out;                   /* [n_outputs] host buffers for the full batch */
     size_t *in_unit, *out_unit;   /* bytes per batch element (leading-axis chunking) */
@@ -649,7 +722,10 @@ static mrt_status cli_run_once(cli_run *r)
             r->in_ptr[i] = (const unsigned char *)r->in[i].data + (size_t)b0 * r->in_unit[i];
         for (int i = 0; i < info->n_outputs; i++)
             r->out_ptr[i] = (unsigned char *)r->out[i] + (size_t)b0 * r->out_unit[i];
-        mrt_status st = info->run(r->model, nb, (const void *const *)r->in_ptr,
+        int64_t dims[MRT_MAX_SYMS];
+        memcpy(dims, r->dims, sizeof dims);
+        dims[0] = nb;
+        mrt_status st = info->run(r->model, dims, (const void *const *)r->in_ptr,
                                   (void *const *)r->out_ptr);
         if (st != MRT_OK) {
             if (mrt_last_error()[0] == '\0')
@@ -726,25 +802,43 @@ static int cli_execute(const mrt_model_info *info, const cli_opts *o, const char
             }
     }
 
-    /* Inputs: read, check, infer the batch. */
-    int64_t batch = -1;
-    int batch_from = 0;
+    /* Inputs: read, check, infer the batch and the other symbolic sizes. */
+    int from[MRT_MAX_SYMS] = {0};
+    for (int s = 0; s < MRT_MAX_SYMS; s++)
+        r.dims[s] = -1;
     for (int i = 0; i < nin; i++) {
         if (mrt_npy_read(o->in_files[i], &r.in[i]) != MRT_OK)
             goto done;
-        if (cli_check_input(info, i, o->in_files[i], &r.in[i], &batch, &batch_from) != MRT_OK)
+        if (cli_check_input(info, i, o->in_files[i], &r.in[i], r.dims, from) != MRT_OK)
             goto done;
     }
-    if (batch < 0)
-        batch = 1; /* no batch axis among the inputs */
+    for (int s = 0; s < MRT_MAX_SYMS; s++)
+        if (r.dims[s] < 0)
+            r.dims[s] = 1; /* no input axis is it alone (no such symbol: modelc checks) */
+    for (int i = 0; i < nin; i++)
+        if (cli_verify_input(info, i, o->in_files[i], &r.in[i], r.dims) != MRT_OK)
+            goto done;
+    for (int s = 1; s < info->n_syms; s++)
+        if (r.dims[s] > info->sym_max[s]) {
+            int fi = from[s] / MRT_MAX_RANK;
+            mrt_set_error(MRT_ERR_INVALID_ARG, "input '%s' (%s): %s = %lld exceeds the compiled "
+                          "maximum %lld (recompile with modelc --max-dim %s=N)", info->inputs[fi].name,
+                          o->in_files[fi], info->sym_names[s], (long long)r.dims[s],
+                          (long long)info->sym_max[s], info->sym_names[s]);
+            goto done;
+        }
+    int64_t batch = r.dims[0];
     r.batch = (int)batch;
     r.chunk = r.batch;
     if (batch > info->max_batch) {
+        /* the batch leads a buffer when axis 0 holds it once and no other axis does */
         int leading = 1;
-        for (int i = 0; i < nin; i++)
-            leading &= info->inputs[i].batch_mask == 1u;
-        for (int i = 0; i < nout; i++)
-            leading &= info->outputs[i].batch_mask == 1u;
+        for (int i = 0; i < nin + nout; i++) {
+            const mrt_io_desc *dd = i < nin ? &info->inputs[i] : &info->outputs[i - nin];
+            leading &= dd->rank > 0 && dd->sym[0][0] == 1;
+            for (int k = 1; k < dd->rank; k++)
+                leading &= dd->sym[k][0] == 0;
+        }
         /* Chunks give the same result as one run only when no op mixes batch items
          * (batch_chunkable, from the compiler) and each chunk is a contiguous slice of every
          * host buffer (the batch leads every input and output). */
@@ -762,7 +856,7 @@ static int cli_execute(const mrt_model_info *info, const cli_opts *o, const char
     for (int i = 0; i < nin; i++)
         r.in_unit[i] = r.in[i].nbytes / (size_t)batch; /* batch >= 1; exact when leading */
     for (int i = 0; i < nout; i++) {
-        if (cli_shape_at(&info->outputs[i], info->has_batch, batch, out_shape[i],
+        if (cli_shape_at(&info->outputs[i], info, r.dims, out_shape[i],
                          &out_bytes[i]) != MRT_OK)
             goto done;
         r.out_unit[i] = out_bytes[i] / (size_t)batch;

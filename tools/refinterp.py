@@ -167,6 +167,7 @@ class Model:
         self.inputs, self.params, self.outputs = [], [], []
         self.out_types, self.defs = {}, {}
         self.batch_name = None
+        self.sym_names = []   # the symbolic dimensions in order of first use; the first is the batch
         self.path = "<model>"
         self.blocks, self.stmts = {}, []
 
@@ -611,8 +612,8 @@ class _Expander:
                     self.err("params may not use the batch dimension", tok)
                 if m.batch_name is None:
                     m.batch_name = d
-                elif m.batch_name != d:
-                    self.err("a second symbolic dimension '%s'" % d, tok)
+                if d not in m.sym_names:
+                    m.sym_names.append(d)
 
     def rw(self, e, ctx, prefix):
         """Rewrite an expression of the caller's scope ctx (None: model level) into global names."""
@@ -1679,8 +1680,10 @@ _LOGICAL = {"logical_and", "logical_or", "logical_xor", "logical_not"}
 # ---------------------------------------------------------------------------------- evaluator
 
 class Evaluator:
-    def __init__(self, model, env, batch, dt):
-        self.m, self.env, self.batch, self.dt = model, env, batch, dt
+    def __init__(self, model, env, sizes, dt):
+        """sizes: name -> the run's size of each symbolic dimension (read off the inputs)."""
+        self.m, self.env, self.sizes, self.dt = model, env, sizes, dt
+        self.batch = sizes.get(model.batch_name)
         self.busy = set()
         self.ties = None      # a dict: name -> (x, axis, keepdim, op) for names defined by argmax/argmin
         self.several = {}     # statement uid -> the tensors of its split / chunk
@@ -1746,6 +1749,8 @@ class Evaluator:
             return float(e[1].lstrip("?"))
         if k == "neg" and e[1][0] == "name" and e[1][1].lstrip("?") in ("inf", "nan"):
             return -float(e[1][1].lstrip("?"))
+        if k == "name" and e[1] in self.sizes and e[1] not in self.m.defs:   # slice(t, 0, 0, seq)
+            return self.sizes[e[1]]
         if k == "name":
             return e[1].lstrip("?")
         if k == "list":
@@ -1761,7 +1766,7 @@ class Evaluator:
         def name_value(n):
             if isinstance(n, tuple):
                 return int(self.value(n[1]).shape[n[2]])
-            return None
+            return self.sizes.get(n)
         v = int_expr(e, name_value)
         if v is None:
             raise ModelError("%s: error: not an integer expression: %r" % (self.m.path, e))
@@ -1832,13 +1837,13 @@ class Evaluator:
             shape = []
             for s in kw["shape"]:
                 if isinstance(s, str):
-                    if s != self.m.batch_name or self.batch is None:
+                    if s not in self.sizes:
                         raise ModelError("%s: error: unknown dimension '%s'" % (self.m.path, s))
-                    s = self.batch
+                    s = self.sizes[s]
                 shape.append(s)
             return np.reshape(xs[0], shape)
         if "shape" in kw and op != "reshape" and kw["shape"] is not None:   # expand, zeros, ones, full
-            kw["shape"] = [self.batch if isinstance(s, str) and s == self.m.batch_name else s for s in kw["shape"]]
+            kw["shape"] = [self.sizes.get(s, s) if isinstance(s, str) else s for s in kw["shape"]]
         if op in ("concat", "stack"):
             xs = [x for x in xs if x is not None]
         if op in ("argmax", "argmin"):
@@ -1880,12 +1885,14 @@ class Evaluator:
         return xs
 
 
-def _dims_at(dims, batch_name, batch):
-    return tuple(batch if isinstance(d, str) else d for d in dims)
+def _dims_at(dims, sizes):
+    return tuple(sizes[d] if isinstance(d, str) else d for d in dims)
 
 
 def _bind_batch(model, decls, arrays, kind):
-    batch = None
+    """The sizes of the symbolic dimensions, read off the arrays: name -> size (each >= 1, the
+    same wherever it appears)."""
+    sizes = {}
     for d in decls:
         if d.name not in arrays:
             raise ModelError("%s: error: missing %s '%s'" % (model.path, kind, d.name))
@@ -1896,16 +1903,16 @@ def _bind_batch(model, decls, arrays, kind):
         for n, dim in zip(a.shape, d.dims):
             if isinstance(dim, str):
                 if n < 1:
-                    raise ModelError("%s: error: %s '%s': batch %d; a batch is at least 1"
-                                     % (model.path, kind, d.name, n))
-                if batch is not None and batch != n:
-                    raise ModelError("%s: error: %s '%s': batch %d, but %d elsewhere"
-                                     % (model.path, kind, d.name, n, batch))
-                batch = n
+                    raise ModelError("%s: error: %s '%s': %s = %d; a size is at least 1"
+                                     % (model.path, kind, d.name, dim, n))
+                if sizes.get(dim, n) != n:
+                    raise ModelError("%s: error: %s '%s': %s = %d, but %d elsewhere"
+                                     % (model.path, kind, d.name, dim, n, sizes[dim]))
+                sizes[dim] = n
             elif n != dim:
                 raise ModelError("%s: error: %s '%s' has shape %s, declared %s%s"
                                  % (model.path, kind, d.name, list(a.shape), d.dtype, d.dims))
-    return batch
+    return sizes
 
 
 def run_model(model, weights, inputs, precision="f64", ties=None):
@@ -1935,17 +1942,17 @@ def run_model(model, weights, inputs, precision="f64", ties=None):
                                      % (model.path, d.kind, d.name, d.dtype))
                 a = a.astype(DTYPES[d.dtype])
             arrays[d.name] = a
-    batch = _bind_batch(model, model.inputs, arrays, "input")
+    sizes = _bind_batch(model, model.inputs, arrays, "input")
     _bind_batch(model, model.params, arrays, "param")
     env.update(arrays)
-    ev = Evaluator(model, env, batch, dt)
+    ev = Evaluator(model, env, sizes, dt)
     ev.ties = ties
     out = {}
     for name in model.outputs:
         v = ev.value(name)
         decl = model.out_types.get(name)
         if decl is not None:
-            want = _dims_at(decl.dims, model.batch_name, batch)
+            want = _dims_at(decl.dims, sizes)
             if tuple(v.shape) != want:
                 raise ModelError("%s: error: output '%s' has shape %s, declared %s%s"
                                  % (model.path, name, list(v.shape), decl.dtype, decl.dims))

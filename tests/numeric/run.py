@@ -36,6 +36,8 @@ Spec (NAME.json, every key optional):
       (low, high; for integer tensors). Unlisted tensors: normal, seed from the name.
   "batches": [1, 3]   batch sizes to run (models with a batch dimension; default [1, 3])
   "max_batch": 4      passed as --max-batch (default 4 for models with a batch; null: none)
+  "dims": {"seq": [3, 7]}   sizes of the other symbolic dimensions, one per entry of "batches"
+                      (cycled); "max_dims": {"seq": 16} passed as --max-dim seq=16 (default 16)
   "atol": 1e-5, "rtol": 1e-5, "tol": {OUTPUT: {"atol": .., "rtol": ..}}
   "expected": {OUTPUT: literal}   checked for the A inputs; a scalar fills the output,
                                   {"arange": START} is START, START+1, ... in C order
@@ -72,7 +74,7 @@ import refinterp  # noqa: E402
 from harness import NP_DT, CaseFail  # noqa: E402,F401
 
 CASES = os.path.join(HERE, "cases")
-SPEC_KEYS = {"inputs", "params", "batches", "max_batch", "atol", "rtol", "tol", "expected", "bits",
+SPEC_KEYS = {"inputs", "params", "batches", "max_batch", "dims", "max_dims", "atol", "rtol", "tol", "expected", "bits",
              "oversize", "note", "flags", "expect_error", "same_as"}
 
 
@@ -149,11 +151,37 @@ def literal_batch(model, spec):
     return None
 
 
+def sizes_of(model, spec, batch):
+    """The symbolic sizes of one run: `batch` is the batch, or already a dict name -> size; the
+    other symbols take the first of their spec "dims" sizes."""
+    if isinstance(batch, dict):
+        return batch
+    sizes = {n: spec.get("dims", {}).get(n, [5])[0] for n in model.sym_names}
+    if model.batch_name is not None:
+        sizes[model.batch_name] = batch
+    return sizes
+
+
+def sizes_str(model, b):
+    """" (batch 3)", " (batch 3, seq 7)", or "" for a model without symbols."""
+    if b is None:
+        return ""
+    if not isinstance(b, dict):
+        return " (batch %d)" % b
+    return " (" + ", ".join("%s %d" % (n, b[n]) for n in model.sym_names) + ")"
+
+
+def btag(b):
+    """A file-name tag for the sizes of a run: "3", "3_7"."""
+    return "_".join(str(v) for v in b.values()) if isinstance(b, dict) else str(b)
+
+
 def make_io(model, spec, batch, variant):
     inputs, params = {}, {}
+    sizes = sizes_of(model, spec, batch)
     for decls, key, out in ((model.inputs, "inputs", inputs), (model.params, "params", params)):
         for d in decls:
-            shape = [batch if isinstance(x, str) else x for x in d.dims]
+            shape = [sizes[x] if isinstance(x, str) else x for x in d.dims]
             # B (the run-twice pair) has other inputs but the same params: one loaded model.
             v = "A" if key == "params" else variant
             out[d.name] = make_tensor(d.name, d, spec.get(key, {}).get(d.name), shape, v)
@@ -304,7 +332,18 @@ class Runner:
         lb = literal_batch(self.model, self.spec)
         if lb is not None:
             return [lb]
-        return list(self.spec.get("batches", [1, 3]))
+        bs = list(self.spec.get("batches", [1, 3]))
+        if len(self.model.sym_names) < 2:
+            return bs
+        dims = self.spec.get("dims", {})
+        return [dict({n: dims.get(n, [5])[i % len(dims.get(n, [5]))] for n in self.model.sym_names[1:]},
+                     **{self.model.batch_name: b}) for i, b in enumerate(bs)]
+
+    def max_sizes(self, batch):
+        """The sizes at every symbol's bound, with this batch."""
+        s = {n: self.spec.get("max_dims", {}).get(n, 16) for n in self.model.sym_names[1:]}
+        s[self.model.batch_name] = batch
+        return s
 
     def reference(self, inputs, params):
         try:
@@ -352,7 +391,7 @@ class Runner:
     def leading_batch_everywhere(self):
         """True when every input and output has exactly the batch as its leading axis."""
         for d in self.model.inputs:
-            if not d.dims or not isinstance(d.dims[0], str):
+            if not d.dims or d.dims[0] != self.model.batch_name or self.model.batch_name in d.dims[1:]:
                 return False
         shapes = []
         for b in (2, 3):
@@ -407,12 +446,12 @@ class Runner:
             if not on_cpu and not self.opts.no_inprocess:
                 self.notes.append("in-process runs not on %s" % self.opts.device)
             for b in self.batches():
-                bw = "" if b is None else " (batch %d)" % b
+                bw = sizes_str(self.model, b)
                 io = {v: make_io(self.model, self.spec, b, v) for v in "AB"}
                 refs = {v: self.reference(*io[v]) for v in "AB"}
                 fixed = b is None or literal_batch(self.model, self.spec) is not None
                 self.check_expected(refs["A"], "reference", batch_free_only=not fixed)
-                files = {v: self.write_io(d, "%s%s" % (v, b), *io[v]) for v in "AB"}
+                files = {v: self.write_io(d, "%s%s" % (v, btag(b)), *io[v]) for v in "AB"}
                 outs = {}
                 for tag, v, extra in (("A1", "A", ()), ("B", "B", ()), ("A2", "A", ()),
                                       ("A3", "A", () if self.opts.no_repeat else ("--repeat", "3"))):
@@ -443,7 +482,9 @@ class Runner:
 
     def flags(self):
         f = self.spec.get("flags", [])
-        return shlex.split(os.environ.get("MODELC_FLAGS", "")) + (shlex.split(f) if isinstance(f, str) else list(f))
+        md = ["--max-dim", ",".join("%s=%d" % (n, v) for n, v in self.max_sizes(0).items() if n != self.model.batch_name)] \
+            if len(self.model.sym_names) > 1 else []
+        return md + shlex.split(os.environ.get("MODELC_FLAGS", "")) + (shlex.split(f) if isinstance(f, str) else list(f))
 
     def expect_error(self, d, prog):
         """The A inputs must make the executable fail cleanly (exit 1, the message in stderr)."""
@@ -455,8 +496,8 @@ class Runner:
                 raise CaseFail("expect_error: the reference accepts the inputs (it should reject them)")
             except refinterp.ModelError:
                 pass
-            wpath, ipaths = self.write_io(d, "E%s" % b, inputs, params)
-            o, p = self.execute(d, prog, "E%s" % b, wpath, ipaths)
+            wpath, ipaths = self.write_io(d, "E%s" % btag(b), inputs, params)
+            o, p = self.execute(d, prog, "E%s" % btag(b), wpath, ipaths)
             err = (p.stderr or "").strip()
             if o is not None or p.returncode != 1:
                 raise CaseFail("expect_error: run exited %d, want 1 with %r in stderr: %s"
@@ -530,14 +571,17 @@ class Runner:
         wpath = files["A"][0] or "-"
         batch = {"A": b or 1, "B": b or 1}
         if b is not None and literal_batch(self.model, self.spec) is None:
-            # B at the largest batch: the arena is reused at another size between the A runs
+            # B at the largest sizes: the arena is reused at another size between the A runs
             batch["B"] = self.max_batch or 64
+            if isinstance(b, dict):
+                batch["B"] = self.max_sizes(batch["B"])
             io = make_io(self.model, self.spec, batch["B"], "B")
             refs = dict(refs, B=self.reference(*io))
             files = dict(files, B=self.write_io(d, "Bmax", *io))
         cmd = [driver, wpath, self.opts.device or "-", str(len(self.model.inputs))]
         for v in "AB":
-            cmd.append(str(batch[v]))
+            bv = batch[v]
+            cmd.append(",".join(str(bv[n]) for n in self.model.sym_names) if isinstance(bv, dict) else str(bv))
             cmd += [files[v][1][i.name] for i in self.model.inputs]
         prefix = os.path.join(d, "inproc")
         cmd.append(prefix)
@@ -549,7 +593,7 @@ class Runner:
         for tag in ("A1", "B", "A2"):
             outs[tag] = {k: np.load("%s_%s_%d.npy" % (prefix, tag, i))
                          for i, k in enumerate(self.model.outputs)}
-        where = "%s, in-process run %%s (A, then B at batch %d, then A)" % (bw, batch["B"])
+        where = "%s, in-process run %%s (A, then B at %s, then A)" % (bw, sizes_str(self.model, batch["B"]).strip(" ()"))
         self.check_outputs(outs["A1"], refs["A"], where % "A1", use_bits=True)
         self.check_outputs(outs["B"], refs["B"], where % "B", use_bits=False)
         same_bits(outs["A1"], outs["A2"], self.model.outputs, "A1", "A2 (in process, after B)", bw)

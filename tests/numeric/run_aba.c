@@ -8,7 +8,10 @@
  * buffer is filled with a different garbage pattern (NaN bits, 0x7f.., zeros), so an element
  * a run forgets to write shows up as a difference between the two A runs.
  *
- *   run_aba WEIGHTS|- DEVICE|- NA BATCH_A A_1.npy .. A_NA BATCH_B B_1.npy .. B_NA OUTPREFIX
+ *   run_aba WEIGHTS|- DEVICE|- NA SIZES_A A_1.npy .. A_NA SIZES_B B_1.npy .. B_NA OUTPREFIX
+ *
+ * SIZES is the batch, or the sizes of the model's symbolic dimensions in order, comma-separated
+ * ("2,7" for [batch, seq]).
  *
  * writes OUTPREFIX_A1_<i>.npy, OUTPREFIX_B_<i>.npy, OUTPREFIX_A2_<i>.npy for output i
  * (declaration order). Exit 0 on success, 1 with a message on stderr otherwise.
@@ -26,18 +29,30 @@ static int fail(const char *what) {
     return 1;
 }
 
-/* Elements of io descriptor `d` at `batch`; fills shape[] with the concrete dims. */
-static size_t io_numel(const mrt_io_desc *d, int batch, int64_t *shape) {
+/* Elements of io descriptor `d` at the sizes dims; fills shape[] with the concrete dims. */
+static size_t io_numel(const mrt_io_desc *d, const int64_t *dims, int64_t *shape) {
     size_t n = 1;
     for (int i = 0; i < d->rank; i++) {
-        shape[i] = d->shape[i] * ((d->batch_mask >> i) & 1u ? batch : 1);
+        shape[i] = d->shape[i];
+        for (int s = 0; s < MRT_MAX_SYMS; s++)
+            for (int j = 0; j < d->sym[i][s]; j++) shape[i] *= dims[s];
         n *= (size_t)shape[i];
     }
     return n;
 }
 
+/* "2,7" -> dims {2, 7, 1, 1} */
+static void parse_sizes(const char *s, int64_t *dims) {
+    for (int k = 0; k < MRT_MAX_SYMS; k++) dims[k] = 1;
+    for (int k = 0; k < MRT_MAX_SYMS && *s; k++) {
+        char *end;
+        dims[k] = strtoll(s, &end, 10);
+        s = *end == ',' ? end + 1 : end;
+    }
+}
+
 /* Run once on the npy files in[0..n_inputs), write outputs as PREFIX_TAG_i.npy. */
-static int run_once(void *model, int batch, char **in, const char *prefix, const char *tag,
+static int run_once(void *model, const int64_t *dims, char **in, const char *prefix, const char *tag,
                     int fill) {
     const mrt_model_info *info = &MODEL_INFO;
     mrt_tensor *ti = calloc((size_t)info->n_inputs + 1, sizeof *ti);
@@ -56,13 +71,13 @@ static int run_once(void *model, int batch, char **in, const char *prefix, const
         const mrt_io_desc *d = &info->outputs[i];
         to[i].dtype = d->dtype;
         to[i].rank = d->rank;
-        size_t n = io_numel(d, batch, to[i].shape);
+        size_t n = io_numel(d, dims, to[i].shape);
         to[i].nbytes = n * mrt_dtype_size(d->dtype);
         to[i].data = malloc(to[i].nbytes ? to[i].nbytes : 1);
         memset(to[i].data, fill, to[i].nbytes);
         op[i] = to[i].data;
     }
-    if (info->run(model, batch, ip, op) != MRT_OK) {
+    if (info->run(model, dims, ip, op) != MRT_OK) {
         fail("run");
         goto out;
     }
@@ -98,9 +113,10 @@ int main(int argc, char **argv) {
         fprintf(stderr, "run_aba: expected %d inputs per set\n", info->n_inputs);
         return 2;
     }
-    int batch_a = atoi(argv[4]);
+    int64_t batch_a[MRT_MAX_SYMS], batch_b[MRT_MAX_SYMS];
+    parse_sizes(argv[4], batch_a);
     char **in_a = &argv[5];
-    int batch_b = atoi(argv[5 + na]);
+    parse_sizes(argv[5 + na], batch_b);
     char **in_b = &argv[6 + na];
     const char *prefix = argv[argc - 1];
     const char *device = strcmp(argv[2], "-") == 0 ? NULL : argv[2];

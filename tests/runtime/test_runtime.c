@@ -1832,9 +1832,10 @@ static mrt_status fake_load(void *model, const char *path)
     static const mrt_param_desc p = {"b", MRT_F32, 1, {3}, 0, 0};
     return mrt_weights_load(path, &p, 1, m->w, 12);
 }
-static mrt_status fake_run(void *model, int batch, const void *const *in, void *const *out)
+static mrt_status fake_run(void *model, const int64_t *dims, const void *const *in, void *const *out)
 {
     fake *m = model;
+    int batch = (int)dims[0];
     if (batch < 1 || batch > 4)
         return mrt_set_error(MRT_ERR_INVALID_ARG, "fake: batch %d out of range 1..4", batch);
     g_runs++;
@@ -1854,25 +1855,27 @@ static void fake_destroy(void *model)
 }
 static mrt_device fake_device(void *model) { return ((fake *)model)->dev; }
 
-static const mrt_io_desc fake_in[] = {{"x", MRT_F32, 2, {1, 3}, 1u}};
-static const mrt_io_desc fake_out[] = {{"y", MRT_F32, 2, {1, 3}, 1u}};
+static const char *const fake_syms[] = {"batch"};
+static const int64_t fake_max[] = {4}, add_max[] = {8};
+static const mrt_io_desc fake_in[] = {{"x", MRT_F32, 2, {1, 3}, {{1}}}};
+static const mrt_io_desc fake_out[] = {{"y", MRT_F32, 2, {1, 3}, {{1}}}};
 static const mrt_model_info fake_info = {
     "double", 1, 1, fake_in, fake_out, 1, 4, 12, 4096,
-    fake_create, fake_load, fake_run, fake_destroy, fake_device, 1, 4096, NULL,
+    fake_create, fake_load, fake_run, fake_destroy, fake_device, 1, 4096, NULL, 1, fake_syms, fake_max,
 };
 
 /* The same, but the compiler found an op that mixes batch items: never chunked. */
 static const mrt_model_info fake_info_mixing = {
     "double_mixing", 1, 1, fake_in, fake_out, 1, 4, 12, 4096,
-    fake_create, fake_load, fake_run, fake_destroy, fake_device, 0, 4096, NULL,
+    fake_create, fake_load, fake_run, fake_destroy, fake_device, 0, 4096, NULL, 1, fake_syms, fake_max,
 };
 
 /* The same with the batch on axis 1 (x [3, batch]): cannot be chunked. */
-static const mrt_io_desc fake_in_t[] = {{"x", MRT_F32, 2, {3, 1}, 2u}};
-static const mrt_io_desc fake_out_t[] = {{"y", MRT_F32, 2, {3, 1}, 2u}};
+static const mrt_io_desc fake_in_t[] = {{"x", MRT_F32, 2, {3, 1}, {{0}, {1}}}};
+static const mrt_io_desc fake_out_t[] = {{"y", MRT_F32, 2, {3, 1}, {{0}, {1}}}};
 static const mrt_model_info fake_info_t = {
     "double_t", 1, 1, fake_in_t, fake_out_t, 1, 4, 12, 0,
-    fake_create, fake_load, fake_run, fake_destroy, fake_device, 1, 4096, NULL,
+    fake_create, fake_load, fake_run, fake_destroy, fake_device, 1, 4096, NULL, 1, fake_syms, fake_max,
 };
 
 /* Two inputs a, b [batch*2] and output s [batch*2] = a + b; no weights, max batch 8. */
@@ -1885,9 +1888,10 @@ static mrt_status add_create(void **out, const char *device)
     *out = malloc(1);
     return MRT_OK;
 }
-static mrt_status add_run(void *model, int batch, const void *const *in, void *const *out)
+static mrt_status add_run(void *model, const int64_t *dims, const void *const *in, void *const *out)
 {
     (void)model;
+    int batch = (int)dims[0];
     g_runs++;
     const float *a = in[0], *b = in[1];
     float *s = out[0];
@@ -1896,10 +1900,10 @@ static mrt_status add_run(void *model, int batch, const void *const *in, void *c
     return MRT_OK;
 }
 static void add_destroy(void *model) { free(model); }
-static const mrt_io_desc add_in[] = {{"a", MRT_F32, 1, {2}, 1u}, {"b", MRT_F32, 1, {2}, 1u}};
-static const mrt_io_desc add_out[] = {{"s", MRT_F32, 1, {2}, 1u}, {"t", MRT_I32, 0, {0}, 0u}};
+static const mrt_io_desc add_in[] = {{"a", MRT_F32, 1, {2}, {{1}}}, {"b", MRT_F32, 1, {2}, {{1}}}};
+static const mrt_io_desc add_out[] = {{"s", MRT_F32, 1, {2}, {{1}}}, {"t", MRT_I32, 0, {0}, {{0}}}};
 static const mrt_model_info add_info = {
-    "add", 2, 2, add_in, add_out, 1, 8, 0, 0, add_create, NULL, add_run, add_destroy, NULL, 1, 0, NULL,
+    "add", 2, 2, add_in, add_out, 1, 8, 0, 0, add_create, NULL, add_run, add_destroy, NULL, 1, 0, NULL, 1, fake_syms, add_max,
 };
 
 /* Write x.npy ([n,3] f32, x[i] = i) and b.safetensors (b = [10, 20, 30]). */
@@ -2162,7 +2166,7 @@ static void test_cli_shape_errors(void)
     t.nbytes = 0;
     CHECK_OK(mrt_npy_write(P("bad.npy"), &t));
     rc = MAIN(&fake_info, "--weights", P("b.safetensors"), "--input", P("bad.npy"));
-    CHECKF(rc == 1 && strstr(err, "batch 0") && g_runs == 0, "rc %d: %s", rc, err);
+    CHECKF(rc == 1 && strstr(err, "gives batch = 0") && g_runs == 0, "rc %d: %s", rc, err);
     /* a missing or malformed input file */
     rc = MAIN(&fake_info, "--weights", P("b.safetensors"), "--input", P("none.npy"));
     CHECKF(rc == 1 && strstr(err, "prog: error: ") && strstr(err, "none.npy"), "rc %d: %s", rc,
@@ -2185,8 +2189,8 @@ static void test_cli_shape_errors(void)
     snprintf(sa, sizeof sa, "a=%s", P("a.npy"));
     snprintf(sb, sizeof sb, "b=%s", P("b.npy"));
     rc = MAIN(&add_info, "--input", sa, "--input", sb);
-    CHECKF(rc == 1 && strstr(err, "input 'b'") && strstr(err, "batch 3") &&
-           strstr(err, "input 'a' has batch 2"), "rc %d: %s", rc, err);
+    CHECKF(rc == 1 && strstr(err, "input 'b'") && strstr(err, "means batch = 3") &&
+           strstr(err, "input 'a' has batch = 2"), "rc %d: %s", rc, err);
     /* odd length for [batch*2] */
     ta.shape[0] = 3;
     ta.nbytes = 12;
