@@ -34,7 +34,7 @@ ZOO = {
     "bert": (models.BertModel, ["input_ids", "attention_mask", "token_type_ids"],
              ["last_hidden_state", "pooler_output"]),
     "unet": (models.UNet, ["x"], ["logits"]),
-    "llama": (models.LlamaDecoderLayer, ["hidden_states", "position_ids"], ["hidden_states"]),
+    "llama": (models.LlamaDecoderLayer, ["hidden_states", "position_ids"], ["hidden_states_out"]),
 }
 
 
