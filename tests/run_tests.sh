@@ -9,7 +9,7 @@
 # MODELC_CFLAGS.
 set -u
 cd "$(dirname "$0")/.."
-SUITES="lit runtime numeric plan cudasim digits embed install resnet18 gpt2 minilm"
+SUITES="lit runtime numeric plan cudasim digits embed install resnet18 gpt2 minilm zoo"
 SUITE=${SUITE:-all}
 SELECTED=" "
 for s in ${SUITE//,/ }; do
@@ -96,6 +96,7 @@ suite install bash tests/install_test.sh
 suite resnet18 make -s -C examples/resnet18 test MODELC="$MODELC" B="$PWD/$B"
 suite gpt2 make -s -C examples/gpt2 test MODELC="$MODELC" B="$PWD/$B"
 suite minilm make -s -C examples/minilm test MODELC="$MODELC" B="$PWD/$B"
+suite zoo make -s -C examples/zoo test MODELC="$MODELC" B="$PWD/$B"
 
 passed=$(grep -c '^PASS: ' "$LOG")
 failed=$(grep -c '^FAIL: ' "$LOG")
