@@ -1,7 +1,11 @@
 #!/usr/bin/env python3
 """Compare a zoo model's outputs from modelc with PyTorch's (the committed NAME_expected_*.npy).
 
-    python3 check.py NAME OUTDIR      # reads OUTDIR/NAME_<output>.npy for each expected output
+    python3 check.py NAME OUTDIR            # reads OUTDIR/NAME_<output>.npy for each expected output
+    python3 check.py NAME OUTDIR --seq N    # the run on the first N tokens of the inputs: compared
+                                            # with the first N positions of the expected outputs
+                                            # (a causal model's outputs for a prefix are the prefix
+                                            # of its outputs: llama at another sequence length)
 
 For each output prints the largest absolute difference, the largest difference relative to
 max|ref| (the pass criterion: at most RTOL), the largest per-element relative difference
@@ -22,11 +26,14 @@ TINY = 1e-2   # per-element relative error only where |ref| >= TINY * max|ref|
 
 
 def main(argv):
-    if len(argv) != 3:
-        print("usage: check.py NAME OUTDIR", file=sys.stderr)
+    seq = None
+    if len(argv) == 5 and argv[3] == "--seq" and argv[4].isdigit():
+        seq = int(argv[4])
+    elif len(argv) != 3:
+        print("usage: check.py NAME OUTDIR [--seq N]", file=sys.stderr)
         return 2
     name, outdir = argv[1], argv[2]
-    test = f"examples/zoo/{name}"
+    test = f"examples/zoo/{name}" + (f"@seq{seq}" if seq else "")
     prefix = os.path.join(HERE, f"{name}_expected_")
     refs = sorted(glob.glob(prefix + "*.npy"))
     if not refs:
@@ -37,6 +44,8 @@ def main(argv):
         out = ref_path[len(prefix):-len(".npy")]
         try:
             ref = np.load(ref_path)
+            if seq is not None:
+                ref = ref[:, :seq]
             got = np.load(os.path.join(outdir, f"{name}_{out}.npy"))
         except (OSError, ValueError) as e:
             print(f"check.py: error: {e}", file=sys.stderr)
