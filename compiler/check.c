@@ -20,7 +20,9 @@
 
 /* ---------------------------------------------------------------- symbol table */
 
-typedef enum SymKind { SYM_INPUT, SYM_PARAM, SYM_VALUE, SYM_OUTPUT_DECL, SYM_INT } SymKind;
+/* SYM_INT: an integer (or boolean) block argument, or a name bound to a constant size
+ * (C = size(x, 1)); SYM_SIZE: a name bound to a symbolic size (T = size(x, 1) of [batch, seq]). */
+typedef enum SymKind { SYM_INPUT, SYM_PARAM, SYM_VALUE, SYM_OUTPUT_DECL, SYM_INT, SYM_SIZE } SymKind;
 
 typedef struct Sym {
     char *name;
@@ -31,6 +33,7 @@ typedef struct Sym {
     int out_index;   /* outputs: position in declaration order */
     bool used;
     long long ival;  /* SYM_INT: an integer (or boolean) block argument */
+    Dim dval;        /* SYM_SIZE: the symbolic size */
     bool is_bool;
     unsigned hash;   /* name_hash(name) */
     int shadow;      /* the next older symbol in the same hash bucket, or -1 */
@@ -439,12 +442,17 @@ static bool int_literal(const Ast *v, long long *out);
 static bool size_dim(const Ast *v, Dim *out) {
     if (!CK) return false;
     if (v->kind == AST_NAME) {
+        Sym *s = lookup(CK, v->name);
+        if (s && s->kind == SYM_SIZE) {
+            s->used = true;
+            *out = s->dval;
+            return true;
+        }
         long long k;
         if (int_literal1(v, &k)) {
             *out = dim_const(k);
             return true;
         }
-        Sym *s = lookup(CK, v->name);
         int si = s ? -1 : sym_index(CK->g, v->name);
         if (si < 0) return false;
         *out = dim_symbol(si);
@@ -526,7 +534,11 @@ static bool int_literal1(const Ast *v, long long *out) {
     }
     if (u->kind == AST_NAME && CK) {
         Sym *s = lookup(CK, u->name);
+        if (s && s->kind == SYM_SIZE)
+            error_at(u->loc, "'%s' is %s, a symbolic size known only at run time; an integer is needed here", u->name,
+                     dms(CK, s->dval));
         if (!s || s->kind != SYM_INT) return false;
+        s->used = true;
         *out = neg ? -s->ival : s->ival;
         return true;
     }
@@ -2887,6 +2899,9 @@ static Node *lower_expr1(Checker *c, const Ast *e) {
             s->used = true;
             return mk_const(c, e->loc, (double)s->ival);
         }
+        if (s->kind == SYM_SIZE)
+            error_at(e->loc, "'%s' is %s, a symbolic size known only at run time: shapes take it, a tensor expression "
+                     "does not", e->name, dms(c, s->dval));
         if (!s->node) {
             error_begin(e->loc, "output '%s' is used before it is assigned", e->name);
             note_at(s->loc, "'%s' is declared here", e->name);
@@ -2995,6 +3010,26 @@ static int device_slot(Checker *c, const Stmt *st) {
     g->slots = xrealloc_array(g->slots, g->nslots, g->nslots + 1, sizeof(DeviceSlot));
     g->slots[g->nslots] = (DeviceSlot){name, cuda, (int)idx, st->name_loc};
     return g->nslots++;
+}
+
+/* Whether e is an integer expression that reads a size: size(x, d), a symbolic dimension's name
+ * or a name bound to a size, combined with + - * // % and integers. Such a statement binds a
+ * size (as Python's T = x.size(1)), not a tensor. */
+static bool mentions_size(Checker *c, const Ast *e) {
+    switch (e->kind) {
+    case AST_CALL:
+        return !strcmp(e->name, "size");
+    case AST_NAME: {
+        Sym *s = lookup(c, e->name);
+        return s ? s->kind == SYM_SIZE : sym_index(c->g, e->name) >= 0;
+    }
+    case AST_NEG:
+        return mentions_size(c, e->lhs);
+    case AST_BINOP:
+        return strchr("+-*f%", e->op) && (mentions_size(c, e->lhs) || mentions_size(c, e->rhs));
+    default:
+        return false;
+    }
 }
 
 /* Bind `name` to v: a new value, or the name bound again (Python style: later uses see v,
@@ -3117,6 +3152,16 @@ static void lower_stmt(Checker *c, const Stmt *st) {
             error_begin(st->name_loc, "output '%s' is assigned twice", st->name);
             note_at(c->g->outputs[s->out_index].loc, "first assigned here");
             diag_exit();
+        }
+        Dim d; /* T = size(x, 1), pad_h = size(a, 2) - size(b, 2): a size (size(x, 1) + x is a tensor) */
+        if (mentions_size(c, st->expr) && size_dim(st->expr, &d)) {
+            if (s && (s->kind == SYM_VALUE || s->kind == SYM_INPUT || s->kind == SYM_PARAM) && s->node)
+                error_at(st->name_loc, "'%s' is a tensor; a size needs another name", st->name);
+            Sym *n = define_shadow(c, st->name, st->name_loc, dim_is_sym(d) ? SYM_SIZE : SYM_INT);
+            n->ival = d.c;
+            n->dval = d;
+            n->used = !strcmp(st->name, "_");
+            break;
         }
         bind_value(c, st->name, st->name_loc, lower_expr(c, st->expr));
         break;

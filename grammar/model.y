@@ -8,6 +8,7 @@
  *   stmt     := 'input' NAME ':' type | 'param' NAME ':' type
  *             | 'output' NAME ':' type | 'output' NAME (':' type)? '=' expr
  *             | NAME '=' expr | NAME (',' NAME)+ '=' expr    (';' may separate statements)
+ *             | NAME ('+=' | '-=' | '*=' | '/=') expr          (NAME = NAME op (expr))
  *             | 'on' DEVICE '{' stmt* '}'                    DEVICE: cpu, cpu:N, cuda, cuda:N
  *   type     := DTYPE '[' (dim (',' dim)*)? ']'
  *   expr     := expr 'or' conj | conj;   conj := conj 'and' neg | neg
@@ -147,6 +148,7 @@ static void open_region(ParseResult *res, const char *dev, YYLTYPE brace) {
 %token TRUE "'true'" FALSE "'false'"
 %token BLOCK "'block'" RETURN "'return'" AS "'as'" ON "'on'" POW "'**'"
 %token LE "'<='" GE "'>='" EQ "'=='" NE "'!='" FLOORDIV "'//'" AND "'and'" OR "'or'" NOT "'not'"
+%token ADDEQ "'+='" SUBEQ "'-='" MULEQ "'*='" DIVEQ "'/='"
 %token <str> NAME "a name" INT "an integer" FLOAT "a number"
 
 %type <stmts> stmts
@@ -211,6 +213,7 @@ bparams
 
 bparam
     : NAME                             { $$ = (BlockParam){.name = $1, .def = NULL, .loc = L(@1)}; }
+    | INPUT                            { $$ = (BlockParam){.name = xstrdup("input"), .def = NULL, .loc = L(@1)}; }
     | NAME '=' attrval                 { $$ = (BlockParam){.name = $1, .def = $3, .loc = L(@1)}; }
     ;
 
@@ -227,6 +230,11 @@ stmt
     | OUTPUT NAME ':' type '=' expr    { $$ = new_stmt(ST_OUTPUT, @1, $2, @2, $4, $6); }
     | OUTPUT NAME '=' expr             { $$ = new_stmt(ST_OUTPUT, @1, $2, @2, NULL, $4); }
     | NAME '=' expr                    { $$ = new_stmt(ST_ASSIGN, @1, $1, @1, NULL, $3); }
+    | INPUT '=' expr                   { $$ = new_stmt(ST_ASSIGN, @1, xstrdup("input"), @1, NULL, $3); }
+    | NAME ADDEQ expr                  { $$ = new_stmt(ST_ASSIGN, @1, $1, @1, NULL, new_binop(L(@2), '+', new_name(L(@1), $1), $3)); }
+    | NAME SUBEQ expr                  { $$ = new_stmt(ST_ASSIGN, @1, $1, @1, NULL, new_binop(L(@2), '-', new_name(L(@1), $1), $3)); }
+    | NAME MULEQ expr                  { $$ = new_stmt(ST_ASSIGN, @1, $1, @1, NULL, new_binop(L(@2), '*', new_name(L(@1), $1), $3)); }
+    | NAME DIVEQ expr                  { $$ = new_stmt(ST_ASSIGN, @1, $1, @1, NULL, new_binop(L(@2), '/', new_name(L(@1), $1), $3)); }
     | names '=' expr                   { $$ = new_stmt(ST_ASSIGN, @1, $1->v[0]->name, @1, NULL, $3);
                                          $$->names = $1->v; $$->nnames = $1->n; }
     | ON NAME '{' { open_region(res, $2, @3); } stmts '}'
@@ -332,6 +340,7 @@ primary
     : INT                              { $$ = new_num(L(@1), $1); }
     | FLOAT                            { $$ = new_num(L(@1), $1); }
     | NAME                             { $$ = new_name(L(@1), $1); }
+    | INPUT                            { $$ = new_name(L(@1), xstrdup("input")); } /* forward(self, input) */
     | '(' expr ')'                     { $$ = $2; }
     | list
     ;

@@ -99,7 +99,7 @@ _TOKEN_RE = re.compile(r"""
   | (?P<dname>[0-9]+(?:\.[0-9]+)*\.(?![eE][+-]?[0-9]+(?![A-Za-z0-9_]))[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z0-9_]+)*)
   | (?P<num>(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?)
   | (?P<name>[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z0-9_]+)*)
-  | (?P<punct>\*\*|//|<=|>=|==|!=|[{}()\[\],:=;+\-*/@<>%])
+  | (?P<punct>\*\*|//|<=|>=|==|!=|\+=|-=|\*=|/=|[{}()\[\],:=;+\-*/@<>%])
 """, re.VERBOSE)
 
 
@@ -239,7 +239,11 @@ class Parser:
         self.expect("(")
         while True:
             pt = self.peek()
-            pn = self.name("a block parameter")
+            if pt.kind == "kw" and pt.text == "input":   # forward(self, input)
+                self.i += 1
+                pn = "input"
+            else:
+                pn = self.name("a block parameter")
             if pn in [q[0] for q in b.params]:
                 self.err("block parameter '%s' declared twice" % pn, pt)
             b.params.append((pn, self.attrval() if self.accept("=") else None))
@@ -266,6 +270,9 @@ class Parser:
     #   ('assign', name, expr, tok)  ('on', device, [stmt])
     def stmt(self):
         t = self.peek()
+        if t.kind == "kw" and t.text == "input" and self.peek(1).kind == "punct" and self.peek(1).text == "=":
+            self.i += 2                  # input = input * 2 (a block parameter named input)
+            return ("assign", "input", self.expr(), t)
         if self.accept("input") or self.accept("param"):
             nt = self.peek()
             n = self.name()
@@ -311,6 +318,10 @@ class Parser:
                     names.append(self.name())
                 self.expect("=", "after the names of a statement")
                 return ("massign", names, self.expr(), t)
+            op = self.peek()
+            if op.kind == "punct" and op.text in ("+=", "-=", "*=", "/="):   # h += x: h = h + (x)
+                self.i += 1
+                return ("assign", n, ("bin", op.text[0], ("name", n), self.expr()), t)
             self.expect("=", "after a name at the start of a statement")
             return ("assign", n, self.expr(), t)
         self.err("expected a statement")
@@ -394,6 +405,9 @@ class Parser:
     # postfix := NAME '(' args? ')' | primary;  primary := NUMBER | NAME | '(' expr ')' | list
     def postfix(self):
         t = self.peek()
+        if t.kind == "kw" and t.text == "input":   # a block parameter named input
+            self.i += 1
+            return ("name", "input")
         if t.kind == "name":
             self.i += 1
             if self.accept("("):
@@ -1761,12 +1775,26 @@ class Evaluator:
             return self.int_eval(e)
         raise ModelError("%s: error: bad attribute value %r" % (self.m.path, e))
 
+    def size_name(self, s):
+        """The size a name in a shape list stands for: a symbolic dimension or a bound size."""
+        if s in self.sizes:
+            return self.sizes[s]
+        if s in self.m.defs:
+            return self.int_eval(("name", s))
+        raise ModelError("%s: error: unknown dimension '%s'" % (self.m.path, s))
+
     def int_eval(self, e):
         """An integer expression, with size(x, d) read off the tensors."""
         def name_value(n):
             if isinstance(n, tuple):
                 return int(self.value(n[1]).shape[n[2]])
-            return self.sizes.get(n)
+            if n in self.sizes:
+                return self.sizes[n]
+            if n in self.m.defs:          # T = size(x, 1): a name bound to a size
+                v = self.value(n)
+                if np.ndim(v) == 0 and float(v) == int(float(v)):
+                    return int(float(v))
+            return None
         v = int_expr(e, name_value)
         if v is None:
             raise ModelError("%s: error: not an integer expression: %r" % (self.m.path, e))
@@ -1837,13 +1865,11 @@ class Evaluator:
             shape = []
             for s in kw["shape"]:
                 if isinstance(s, str):
-                    if s not in self.sizes:
-                        raise ModelError("%s: error: unknown dimension '%s'" % (self.m.path, s))
-                    s = self.sizes[s]
+                    s = self.size_name(s)
                 shape.append(s)
             return np.reshape(xs[0], shape)
         if "shape" in kw and op != "reshape" and kw["shape"] is not None:   # expand, zeros, ones, full
-            kw["shape"] = [self.sizes.get(s, s) if isinstance(s, str) else s for s in kw["shape"]]
+            kw["shape"] = [self.size_name(s) if isinstance(s, str) else s for s in kw["shape"]]
         if op in ("concat", "stack"):
             xs = [x for x in xs if x is not None]
         if op in ("argmax", "argmin"):
