@@ -267,14 +267,14 @@ static bool shape_eq(const Shape *a, const Shape *b) {
  * One FN row of ops.def per function: its tensor arity, its attributes with kinds and defaults
  * (a string, parsed once by fn_specs_init), its lowering function and the IR op it makes. */
 
-typedef enum AttrKind { A_INT, A_BOOL, A_ENUM, A_INTLIST, A_SHAPE, A_FLOAT, A_PAIR, A_PAD, A_AXES, A__COUNT } AttrKind;
+typedef enum AttrKind { A_INT, A_BOOL, A_ENUM, A_INTLIST, A_SHAPE, A_FLOAT, A_PAIR, A_PAD, A_AXES, A_DATA, A__COUNT } AttrKind;
 
 /* The kinds as ops.def and --list-ops write them. */
-static const char *const attr_kind_names[A__COUNT] = {"int", "bool", "enum", "ints", "shape", "float", "pair", "pad", "axes"};
+static const char *const attr_kind_names[A__COUNT] = {"int", "bool", "enum", "ints", "shape", "float", "pair", "pad", "axes", "data"};
 _Static_assert(sizeof attr_kind_names / sizeof attr_kind_names[0] == A__COUNT, "one name per attribute kind");
 /* A value of each kind, for the examples in messages. */
 static const char *const attr_kind_example[A__COUNT] = {"1", "true", "...", "[1, 0]", "[2, 3]", "1.5", "[2, 2]",
-                                                       "[1, 1]", "[0]"};
+                                                       "[1, 1]", "[0]", "[[1.0, 2.0], [3.0, 4.0]]"};
 
 #define MAX_ATTRS 6
 
@@ -2108,6 +2108,78 @@ static Node *lower_logical(Checker *c, const Call *call) {
     Node *n = op_is_binary(op) ? mk_binary(c, op, call->ast->loc, t[0], t[1]) : mk_unary(c, op, call->ast->loc, t[0]);
     n->dtype = DT_BOOL;
     return n;
+}
+
+/* The values of a nested list literal into vals (C order) and its shape; the lists of one level
+ * have one length (a rectangular table, as torch.tensor requires). */
+#define MAX_TABLE 65536
+static void table_values(const Ast *v, int depth, Shape *s, double *vals, int64_t *n, bool *ints) {
+    if (v->kind != AST_LIST) {
+        if (depth != s->rank)
+            error_at(v->loc, "'tensor' data is not rectangular: a number at depth %d, lists at depth %d", depth, s->rank);
+        if (*n == MAX_TABLE) error_at(v->loc, "'tensor' data has more than %d values; load larger tables as params", MAX_TABLE);
+        long long i;
+        double f;
+        const Ast *u = v->kind == AST_NEG ? v->lhs : v;
+        if (u->kind == AST_NUM) {
+            f = u->num;
+            *ints = *ints && u->is_int;
+        } else if (float_name(u, &f)) {
+            *ints = false;
+        } else if (int_literal(u, &i)) {
+            f = (double)i;
+        } else {
+            error_at(v->loc, "'tensor' data holds numbers, got '%s'", ast_text(v));
+        }
+        vals[(*n)++] = v->kind == AST_NEG ? -f : f;
+        return;
+    }
+    if (depth == s->rank) { /* the first list at this depth fixes its length */
+        if (depth == MAX_RANK) error_at(v->loc, "'tensor' data nests deeper than rank %d", MAX_RANK);
+        if (v->nitems == 0) error_at(v->loc, "'tensor' data has an empty list (empty tensors are not supported)");
+        s->d[s->rank++] = dim_const(v->nitems);
+    } else if (depth > s->rank || s->d[depth].c != v->nitems) {
+        error_at(v->loc, "'tensor' data is not rectangular: a list of %d at depth %d, where the first had %lld", v->nitems,
+                 depth, depth < s->rank ? (long long)s->d[depth].c : 0LL);
+    }
+    for (int i = 0; i < v->nitems; i++) table_values(v->items[i], depth + 1, s, vals, n, ints);
+}
+
+/* tensor(data, dtype=f32): a constant table. Its values live in the generated C and are copied
+ * into the weight region at load time (OP_TABLE is computed at load, like a hoisted value);
+ * f16 and bf16 tables are f32 tables cast once at load. An integer dtype takes integers only,
+ * bool 0 and 1. */
+static Node *lower_tensor(Checker *c, const Call *call) {
+    static const DType to[] = {DT_F32, DT_I32, DT_I64, DT_BOOL, DT_F16, DT_BF16}; /* the enum's order in ops.def */
+    const Ast *v = call->attr[0];
+    Loc loc = call->ast->loc;
+    if (!v) error_at(loc, "'tensor' needs its data, e.g. tensor([[1.0, 2.0], [3.0, 4.0]])");
+    DType dt = to[attr_enum(call, 1)];
+    Shape s = {0};
+    double *vals = xalloc(sizeof(double) * MAX_TABLE);
+    int64_t n = 0;
+    bool ints = true;
+    table_values(v, 0, &s, vals, &n, &ints);
+    for (int64_t i = 0; i < n; i++) {
+        double x = vals[i];
+        if (dtype_is_integer(dt) && !(x == floor(x) && fabs(x) <= (dt == DT_I32 ? 2147483647.0 : 9007199254740992.0)))
+            error_at(v->loc, "'tensor' of dtype %s: value %d (%g) is not an integer %s holds", dtype_name(dt), (int)i, x,
+                     dtype_name(dt));
+        if (dt == DT_BOOL && x != 0 && x != 1)
+            error_at(v->loc, "'tensor' of dtype bool: value %d is %g, not 0 or 1", (int)i, x);
+        if (dt == DT_F32 || dtype_is_half(dt)) vals[i] = (double)(float)x; /* f32 values, as torch.tensor gives */
+    }
+    (void)ints;
+    Node *t = new_node(c->g, OP_TABLE, loc);
+    t->nin = 0;
+    t->dtype = dtype_is_half(dt) ? DT_F32 : dt;
+    t->shape = s;
+    t->table = vals;
+    t->ntable = n;
+    if (!dtype_is_half(dt)) return t;
+    Node *h = mk_unary(c, OP_CAST, loc, t);
+    h->dtype = dt;
+    return h;
 }
 
 /* cast(x, dtype=...): the conversions of kprint.c's cast_expr; a cast to x's own dtype is x. */

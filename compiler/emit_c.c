@@ -406,6 +406,27 @@ static void emit_iota(Emit *e, const Kernel *k, char **ptr) {
                          r->dtype == DT_I64));
 }
 
+/* A tensor constant: its values (the table printed into the C file) copied into its place in the
+ * weight region, at load time. */
+static void emit_table(Emit *e, const Kernel *k, char **ptr) {
+    FILE *o = e->o;
+    const Node *r = k->lib;
+    int s = kslot(k);
+    const char *T = c_type(r->dtype);
+    fprintf(o, "    /* %s%d: %s %%%d (%" PRId64 " values) */\n    {\n        static const %s table[%" PRId64 "] = {", e->kpfx,
+            k->id, op_name(r->op), r->id, r->ntable, T, r->ntable);
+    for (int64_t i = 0; i < r->ntable; i++) {
+        if (i % 8 == 0) fprintf(o, "\n            ");
+        if (r->dtype == DT_F32) fprintf(o, "%s, ", float_lit(r->table[i]));
+        else fprintf(o, "%" PRId64 ", ", (int64_t)r->table[i]);
+    }
+    size_t bytes = (size_t)r->ntable * dtype_size(r->dtype);
+    fprintf(o, "\n        };\n");
+    fprintf(o, "#ifdef MRT_WITH_CUDA\n        if (gpu%d) {\n            if ((st = mrt_memcpy(dev%d, %s, (mrt_device){MRT_DEVICE_CPU, 0}, table, "
+               "%zu, stream%d)) != MRT_OK) return st;\n        } else\n#endif\n", s, s, ptr[r->id], bytes, s);
+    fprintf(o, "        memcpy(%s, table, %zu);\n    }\n", ptr[r->id], bytes);
+}
+
 /* A copy between device slots, after the source slot's stream is idle; the source slot's stream
  * then waits for the copy. */
 static void emit_transfer(Emit *e, const Kernel *k, char **ptr) {

@@ -216,7 +216,7 @@ static void lower_bn(Graph *g, Node *bn) {
 
 static bool static_operand(const Node *n) {
     while (n->op == OP_RESHAPE) n = n->in[0];
-    return n->op == OP_PARAM || n->init;
+    return n->op == OP_PARAM || n->op == OP_TABLE || n->init;
 }
 
 void hoist_graph(Graph *g) {
@@ -224,6 +224,10 @@ void hoist_graph(Graph *g) {
         Node *n = g->nodes[i];
         n->init = false;
         if (n->dead || n->op == OP_INPUT || n->op == OP_PARAM || n->op == OP_CONST || n->op == OP_RESHAPE) continue;
+        if (n->op == OP_TABLE) { /* a constant from the source: copied into the weights at load */
+            n->init = true;
+            continue;
+        }
         bool all = true, any = false;
         for (int j = 0; j < n->nin; j++) {
             bool st = static_operand(n->in[j]);

@@ -307,6 +307,9 @@ struct Node {
     double scale[2];
     /* gather: how in[1] (the index) is read, GATHER_*; axis is the gathered axis */
     int gather_mode;
+    /* table (a tensor constant written in the source): its values in C order, ntable of them */
+    const double *table;
+    int64_t ntable;
     bool init;            /* depends only on params and constants: computed once at load time */
     int slot;             /* device slot (Graph.slots); -1: follows its consumers (params, constants) */
     /* filled by analysis */

@@ -317,7 +317,8 @@ static int cli_parse(const mrt_model_info *info, const char *prog, int argc, cha
         if (!o->in_files[i])
             return cli_usage_error(prog, "missing --input for '%s' (use --input %s=FILE.npy)",
                                    info->inputs[i].name, info->inputs[i].name);
-    if (!o->weights && info->weight_bytes > 0)
+    /* a model whose weight region holds only its own constants (tensor(...)) needs no file */
+    if (!o->weights && (info->desc ? info->desc->n_params > 0 : info->weight_bytes > 0))
         return cli_usage_error(prog, "missing --weights FILE.safetensors (the model has %zu "
                                "bytes of parameters)", info->weight_bytes);
     return CLI_OK;
@@ -901,7 +902,7 @@ static int cli_execute(const mrt_model_info *info, const cli_opts *o, const char
         cli_memory_plan(d, ((mrt_model *)r.model)->dev);
     else if (o->memory)
         fprintf(stderr, "memory: weights %zu bytes, arena %zu bytes (device %s)\n", info->weight_bytes, arena, dev);
-    if (o->weights) {
+    if (o->weights || (d && d->init)) { /* without params, the load still computes constants */
         if (!info->load_weights) {
             if (info->weight_bytes > 0) {
                 mrt_set_error(MRT_ERR_INTERNAL, "internal error: model has no weight loader");

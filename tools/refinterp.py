@@ -1611,6 +1611,8 @@ OPS = {
     "zeros": ((0, 0), [], [("shape", None)], lambda shape: np.zeros(shape)),
     "ones": ((0, 0), [], [("shape", None)], lambda shape: np.ones(shape)),
     "full": ((0, 0), [], [("shape", None), ("value", None)], lambda shape, value: np.full(shape, float(value))),
+    # tensor(data, dtype): Evaluator.table reads the nested lists from the AST (call() goes there first)
+    "tensor": ((0, 0), [], [("data", None), ("dtype", "f32")], None),
     "reshape": ((1, 1), ["x"], [("shape", None)], None),
     "transpose": ((1, 1), ["x"], [("dim0", -2), ("dim1", -1)],
                   lambda x, dim0, dim1: np.swapaxes(x, dim0, dim1)),
@@ -1800,7 +1802,43 @@ class Evaluator:
             raise ModelError("%s: error: not an integer expression: %r" % (self.m.path, e))
         return v
 
+    def table(self, args):
+        """tensor(data, dtype=f32): a constant from nested lists of numbers (torch.tensor)."""
+        data, dtype = None, "f32"
+        for key, node in args:
+            if key in (None, "data") and data is None:
+                data = node
+            elif key == "dtype":
+                dtype = node[1]
+            else:
+                raise ModelError("%s: error: 'tensor' takes data and dtype" % self.m.path)
+
+        def conv(n):
+            if isinstance(n, (int, float)):
+                return n
+            if isinstance(n, str):
+                return float(n.lstrip("?")) if n.lstrip("?") in ("inf", "nan") else self.int_eval(("name", n))
+            if n[0] == "expr":
+                return conv(n[1])
+            if n[0] == "list":
+                return [conv(i) for i in n[1]]
+            if n[0] == "neg":
+                v = conv(n[1])
+                return -v
+            if n[0] == "num":
+                return int(n[1]) if n[2] else n[1]
+            if n[0] == "name":
+                return conv(n[1])
+            return self.int_eval(n)
+        a = np.array(conv(data), dtype=np.float64)
+        if dtype in ("f32", "f16", "bf16"):
+            a = a.astype(np.float32).astype(self.dt)
+            return half_encode(dtype, a) if dtype in HALF else a
+        return a.astype(DTYPES[dtype])
+
     def call(self, op, args):
+        if op == "tensor":
+            return self.table(args)
         if op not in OPS:
             raise ModelError("%s: error: unknown op '%s'" % (self.m.path, op))
         (nmin, nmax), tnames, attrs, fn = OPS[op]
