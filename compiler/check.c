@@ -2872,11 +2872,59 @@ static const FnSpec *find_fn(const char *name) {
 
 /* An operator (e: AST_BINOP or AST_NEG) is its function's call: `a < b` is lt(a, b), with the
  * same dtype and shape rules; messages name the operator ('<' (lt)). */
+static Node *lower_in_f32(Checker *c, Call *call);
+
 static Node *lower_operator(Checker *c, const Ast *e, const char *fn, Node *a, Node *b) {
     const FnSpec *spec = find_fn(fn);
     if (!spec) ICE("operator function '%s' is not in ops.def", fn);
     Call call = {.ast = e, .spec = spec, .t = {a, b}, .nt = b ? 2 : 1};
-    return spec->lower(c, &call);
+    return lower_in_f32(c, &call);
+}
+
+/* The functions whose kernels compute in f32 only (GEMMs, convolutions, reductions, norms,
+ * pooling, data movement through a library kernel): on f16 or bf16 tensors they compute in f32,
+ * as PyTorch's CPU kernels for half types do. Each half operand is cast to f32 (the cast fuses
+ * into its producer; a param's cast is done once at load), the function runs in f32, and its
+ * float result is rounded back to the operands' dtype. Operands of two float dtypes (f16 and
+ * f32, f16 and bf16) are an error, as in PyTorch. */
+static Node *lower_in_f32(Checker *c, Call *call) {
+    static Node *(*const f32_only[])(Checker *, const Call *) = {
+        lower_adaptive_pool, lower_batch_norm, lower_conv1d, lower_conv2d, lower_conv_transpose2d, lower_cumsum,
+        lower_embedding, lower_gather, lower_group_norm, lower_interpolate, lower_layer_norm, lower_linear,
+        lower_logsumexp, lower_matmul, lower_pad, lower_pool, lower_reduce, lower_rms_norm, lower_sdpa, lower_tri,
+        lower_var};
+    bool listed = false;
+    for (size_t i = 0; i < sizeof f32_only / sizeof f32_only[0]; i++) listed |= call->spec->lower == f32_only[i];
+    if (!listed) return call->spec->lower(c, call);
+    DType half = DT_F32;
+    int f32_at = -1;
+    /* the index operand (embedding's ids, gather's index) is not a float operand */
+    int index_arg = call->spec->lower == lower_embedding ? 0 : call->spec->lower == lower_gather ? 1 : -1;
+    for (int i = 0; i < call->nt; i++) {
+        DType d = call->t[i]->dtype;
+        if (i == index_arg) continue;
+        if (d == DT_F32 && !is_literal(call->t[i])) f32_at = i;
+        if (!dtype_is_half(d)) continue;
+        if (dtype_is_half(half) && d != half)
+            error_at(arg_ast(call, i)->loc, "'%s' operands are %s and %s: cast one", call->spec->name, dtype_name(half),
+                     dtype_name(d));
+        half = d;
+    }
+    if (!listed || !dtype_is_half(half)) return call->spec->lower(c, call);
+    if (f32_at >= 0)
+        error_at(arg_ast(call, f32_at)->loc, "'%s' operands are %s and f32: cast one", call->spec->name, dtype_name(half));
+    Call f = *call;
+    for (int i = 0; i < f.nt; i++)
+        if (i != index_arg && dtype_is_half(f.t[i]->dtype)) {
+            Node *x = mk_unary(c, OP_CAST, call->ast->loc, f.t[i]);
+            x->dtype = DT_F32;
+            f.t[i] = x;
+        }
+    Node *r = call->spec->lower(c, &f);
+    if (r->dtype != DT_F32) return r; /* argmax's indices */
+    Node *h = mk_unary(c, OP_CAST, call->ast->loc, r);
+    h->dtype = half;
+    return h;
 }
 
 static Node *lower_call(Checker *c, const Ast *e) {
@@ -2897,7 +2945,7 @@ static Node *lower_call(Checker *c, const Ast *e) {
     }
     Call call;
     sort_args(c, e, &fn_specs[si], &call);
-    return fn_specs[si].lower(c, &call);
+    return lower_in_f32(c, &call);
 }
 
 /* A scalar constant: a literal or a computed size (integral: it may become an integer). */
@@ -2988,10 +3036,11 @@ static Node *lower_expr1(Checker *c, const Ast *e) {
     case AST_BINOP: {
         Node *a = lower_expr(c, e->lhs), *b = lower_expr(c, e->rhs);
         if (e->op == '@') {
-            if (a->dtype != DT_F32 || b->dtype != DT_F32)
-                error_at(e->loc, "'@' (matmul) expects f32 tensors, got %s and %s%s", dtype_name(a->dtype), dtype_name(b->dtype),
-                         dtype_is_half(a->dtype) || dtype_is_half(b->dtype)
-                             ? "; only elementwise ops compute f16 and bf16: cast(x, dtype=f32) first" : "");
+            bool halves = dtype_is_half(a->dtype) && a->dtype == b->dtype; /* computed in f32 (lower_in_f32) */
+            if (!halves && (a->dtype != DT_F32 || b->dtype != DT_F32))
+                error_at(e->loc, "'@' (matmul) expects two f32 (or two f16, or two bf16) tensors, got %s and %s",
+                         dtype_name(a->dtype), dtype_name(b->dtype));
+            if (halves) return lower_operator(c, e, "matmul", a, b);
             return mk_matmul(c, e->loc, "matmul", a, b, false);
         }
         static const struct { char op; const char *fn; } ops[] = {

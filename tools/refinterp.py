@@ -1876,8 +1876,14 @@ class Evaluator:
         if op not in _MOVEMENT and op != "dropout":
             hs = [_dtype_name(x) for x in xs if x is not None and _dtype_name(x) in HALF]
             if hs and op not in _HALF_OK:
-                raise ModelError("%s: error: '%s' expects an f32 tensor, got %s; only elementwise ops compute %s"
-                                 % (self.m.path, op, hs[0], hs[0]))
+                # computed in f32 (modelc's lower_in_f32): one half dtype, no f32 operand beside it
+                fs = [_dtype_name(x) for i, x in enumerate(xs) if x is not None and i != _INT_ARG.get(op)
+                      and _dtype_name(x) == "f32" and np.ndim(x) > 0]
+                if len(set(hs)) > 1 or fs:
+                    raise ModelError("%s: error: '%s' operands are %s: cast one"
+                                     % (self.m.path, op, " and ".join(sorted(set(hs) | set(fs)))))
+                half = hs[0]
+                xs = [half_decode(x) if x is not None and _dtype_name(x) in HALF else x for x in xs]
         if op in _ARITH or op in _COMPARE or op == "where":
             xs = self.unify(op, xs, tensors, [1, 2] if op == "where" else range(len(xs)))
             if op in _ARITH and xs[0].dtype == np.bool_:
