@@ -1112,8 +1112,9 @@ static Node *lower_reshape(Checker *c, const Call *call) {
             error_at(it->loc, "unknown dimension name '%s' in 'reshape' (the model's symbolic dimensions: %s)", it->name,
                      sym_list(c->g));
         if (!size_dim(it, &val))
-            error_at(it->loc, "'reshape' dimensions must be integers, -1 or symbolic sizes (%s), got '%s'",
-                     c->g->nsyms ? sym_list(c->g) : "the batch name", ast_text(it));
+            error_at(it->loc, "'reshape' dimensions must be integers, -1 or symbolic sizes (%s), got '%s'%s",
+                     c->g->nsyms ? sym_list(c->g) : "the batch name", ast_text(it),
+                     it->kind == AST_BINOP && it->op == '/' ? " ('/' divides floats; sizes divide with //)" : "");
         if (!dim_is_sym(val) && val.c == -1) {
             if (infer >= 0) error_at(it->loc, "'reshape' allows only one -1 dimension");
             infer = i;
@@ -1218,6 +1219,11 @@ static double attr_float(const Call *call, int k) {
     if (float_name(v, &f)) return f;
     if (v->kind == AST_NEG && float_name(v->lhs, &f)) return -f;
     if (int_literal(v, &i)) return (double)i;
+    const Ast *u = v->kind == AST_NEG ? v->lhs : v;
+    Sym *s = u->kind == AST_NAME && CK ? lookup(CK, u->name) : NULL;
+    if (s && s->node)
+        error_at(v->loc, "attribute '%s' of '%s' must be a number; '%s' is a tensor here (bound at line %d)",
+                 call->spec->attrs[k].name, call->spec->name, u->name, s->loc.line);
     error_at(v->loc, "attribute '%s' of '%s' must be a number, got '%s'", call->spec->attrs[k].name, call->spec->name,
              ast_text(v));
 }
@@ -1751,9 +1757,13 @@ static Node *lower_layer_norm(Checker *c, const Call *call) {
     for (int i = 0; i < ns.rank; i++) {
         Dim d = x->shape.d[axis + i];
         if (dim_is_sym(d)) error_at(call->ast->args[0].val->loc, "'layer_norm' normalized axes may not be symbolic");
-        if (v && !dim_eq(d, ns.d[i]))
-            error_at(v->loc, "'layer_norm' normalized_shape %s is not the last %d ax%s of the input %s", shp(c, &ns),
-                     ns.rank, ns.rank == 1 ? "is" : "es", shp(c, &x->shape));
+        if (v && !dim_eq(d, ns.d[i])) {
+            Shape last = {ns.rank, {{0}}}; /* what it would be: the input's last ns.rank axes */
+            for (int j = 0; j < ns.rank; j++) last.d[j] = x->shape.d[axis + j];
+            error_at(v->loc, "'layer_norm' normalized_shape %s is not the last %d ax%s of the input %s (that is "
+                     "normalized_shape=%s; to normalize other axes, permute them to the end first)", shp(c, &ns),
+                     ns.rank, ns.rank == 1 ? "is" : "es", shp(c, &x->shape), shp(c, &last));
+        }
     }
     static const char *what[] = {"", "weight", "bias"};
     for (int i = 1; i < call->nt; i++) {
@@ -3157,6 +3167,9 @@ static bool mentions_size(Checker *c, const Ast *e) {
  * earlier ones kept theirs; an input or param name is hidden from here on). */
 static void bind_value(Checker *c, const char *name, Loc loc, Node *v) {
     Sym *s = lookup(c, name);
+    if (sym_index(c->g, name) >= 0)
+        error_at(loc, "'%s' is a symbolic dimension of the model; a tensor needs another name (a size may take it: "
+                 "%s = size(x, 0))", name, name);
     if (s && s->kind == SYM_INT)
         error_at(loc, "'%s' is an integer argument of block '%s'; a tensor needs another name", name, c->block);
     if (s && s->kind == SYM_OUTPUT_DECL)
