@@ -222,6 +222,10 @@ static const char *stmt_word(StmtKind k) {
     case ST_OUTPUT: return "output";
     case ST_ASSIGN: return "assign";
     case ST_ON: return "on";
+    case ST_TARGET: return "target";
+    case ST_LOSS: return "loss";
+    case ST_OPTIMIZER: return "optimizer";
+    case ST_FREEZE: return "freeze";
     }
     ICE("bad statement kind %d", (int)k);
 }
@@ -235,6 +239,13 @@ static void dump_stmts(FILE *out, Stmt **stmts, int n) {
     for (int i = 0; i < n; i++) {
         const Stmt *s = stmts[i];
         fprintf(out, "  %s %s", stmt_word(s->kind), s->name);
+        for (int j = 1; s->kind == ST_FREEZE && j < s->nnames; j++) fprintf(out, ", %s", s->names[j]->name);
+        if (s->kind == ST_OPTIMIZER) { /* optimizer adamw(lr=...) */
+            fputc(' ', out);
+            print_expr(out, s->expr);
+            fputc('\n', out);
+            continue;
+        }
         if (s->type) {
             fputs(": ", out);
             print_type(out, s->type);

@@ -22,7 +22,8 @@
 
 /* SYM_INT: an integer (or boolean) block argument, or a name bound to a constant size
  * (C = size(x, 1)); SYM_SIZE: a name bound to a symbolic size (T = size(x, 1) of [batch, seq]). */
-typedef enum SymKind { SYM_INPUT, SYM_PARAM, SYM_VALUE, SYM_OUTPUT_DECL, SYM_INT, SYM_SIZE } SymKind;
+/* SYM_TARGET: a target in an inference build (it has no value: only the loss reads it). */
+typedef enum SymKind { SYM_INPUT, SYM_PARAM, SYM_VALUE, SYM_OUTPUT_DECL, SYM_INT, SYM_SIZE, SYM_TARGET } SymKind;
 
 typedef struct Sym {
     char *name;
@@ -53,6 +54,10 @@ typedef struct Checker {
     const char *block;   /* name of that block, or NULL at model level */
     int depth;
     const DimBounds *bounds; /* --max-batch and --max-dim */
+    Loc loss_loc, opt_loc;   /* where the loss and the optimizer statements are (line 0: none) */
+    char **frozen;           /* the names of 'freeze' statements */
+    Loc *frozen_loc;
+    int nfrozen;
     Loc *param_locs; /* where each of g->params was declared */
     int nchecked;    /* g->nodes[0..nchecked) have been held to MAX_ELEMS (check_new_nodes) */
 } Checker;
@@ -2587,6 +2592,128 @@ static Node *lower_one_hot(Checker *c, const Call *call) {
     return n;
 }
 
+/* ---------------------------------------------------------------- losses (PyTorch's definitions) */
+
+static Node *mk_one_hot(Checker *c, Loc loc, Node *ids, int64_t C) {
+    Node *n = new_node(c->g, OP_GATHER, loc);
+    n->gather_mode = GATHER_ONE_HOT;
+    n->in[0] = ids;
+    n->nin = 1;
+    n->shape = ids->shape;
+    n->axis = n->shape.rank;
+    n->shape.d[n->shape.rank++] = dim_const(C);
+    return n;
+}
+
+/* A per-sample loss (rank >= 1) reduced as `reduction` says: mean (over `count`, or all the
+ * elements), sum, or none. */
+static Node *loss_reduce(Checker *c, Loc loc, Node *per, int reduction, Node *count) {
+    if (reduction == 2) return per;
+    int axes[MAX_RANK], n = per->shape.rank;
+    for (int i = 0; i < n; i++) axes[i] = n - 1 - i;
+    if (reduction == 1 || count) {
+        Node *s = n ? reduce_axes(c, OP_SUM, loc, per, axes, n, false) : per;
+        return reduction == 1 ? s : mk_binary(c, OP_DIV, loc, s, count);
+    }
+    return n ? reduce_axes(c, OP_MEAN, loc, per, axes, n, false) : per;
+}
+
+/* cross_entropy(input [N, C], target [N] (class ids), ignore_index=-100, label_smoothing=0,
+ * reduction=mean) and nll_loss(input = log-probabilities [N, C], target, ignore_index,
+ * reduction): torch.nn.functional's definitions. loss_n = -sum_c t_nc log p_nc with t the one-hot
+ * target, smoothed to (1 - e) t + e / C; samples whose target is ignore_index count neither in
+ * the sum nor in the mean's denominator. A class id outside [0, C) fails the run, naming the
+ * call and the id (the one-hot kernel's check). */
+static Node *lower_class_loss(Checker *c, const Call *call) {
+    bool ce = !strcmp(call->spec->name, "cross_entropy");
+    Node *x = call->t[0], *t = call->t[1];
+    Loc loc = call->ast->loc;
+    require_f32(call, x, 0);
+    if (x->shape.rank != 2)
+        error_at(arg_ast(call, 0)->loc, "'%s' input must be [N, C] (a batch of class scores), got %s", call->spec->name,
+                 shp(c, &x->shape));
+    if (!dtype_is_integer(t->dtype) || t->shape.rank != 1 || !dim_eq(t->shape.d[0], x->shape.d[0]))
+        error_at(arg_ast(call, 1)->loc, "'%s' target must be class ids i64[N] with N = %s (the input's first axis), got "
+                 "%s%s", call->spec->name, dms(c, x->shape.d[0]), dtype_name(t->dtype), shp(c, &t->shape));
+    Dim C = x->shape.d[1];
+    if (dim_is_sym(C)) error_at(arg_ast(call, 0)->loc, "'%s' classes (axis 1) may not be symbolic", call->spec->name);
+    long long ignore = attr_int(call, 0);
+    double eps = ce ? attr_float(call, 1) : 0.0;
+    int reduction = attr_enum(call, ce ? 2 : 1);
+    if (!(eps >= 0 && eps <= 1))
+        error_at(attr_loc(call, "label_smoothing"), "'cross_entropy' label_smoothing must be in [0, 1], got %g", eps);
+    if (t->dtype != DT_I64) {
+        Node *w = mk_unary(c, OP_CAST, loc, t);
+        w->dtype = DT_I64;
+        t = w;
+    }
+    Node *lp = ce ? mk_reduce(c, OP_LOG_SOFTMAX, loc, x, 1, true) : x;
+    Node *ig = mk_const(c, loc, (double)ignore);
+    ig->dtype = DT_I64;
+    ig->literal = false;
+    Node *valid = mk_binary(c, OP_NE, loc, t, ig);
+    valid->dtype = DT_BOOL;
+    Node *zero = mk_const(c, loc, 0);
+    zero->dtype = DT_I64;
+    zero->literal = false;
+    Node *safe = new_node(c->g, OP_WHERE, loc);
+    safe->in[0] = valid;
+    safe->in[1] = t;
+    safe->in[2] = zero;
+    safe->nin = 3;
+    safe->dtype = DT_I64;
+    safe->shape = t->shape;
+    Node *oh = mk_one_hot(c, loc, safe, C.c);
+    Node *per = mk_unary(c, OP_NEG, loc, mk_reduce(c, OP_SUM, loc, mk_binary(c, OP_MUL, loc, lp, oh), 1, false));
+    if (eps > 0) { /* (1 - e) nll + e * (-mean_c log p) */
+        Node *smooth = mk_unary(c, OP_NEG, loc, mk_reduce(c, OP_MEAN, loc, lp, 1, false));
+        per = mk_binary(c, OP_ADD, loc, mk_binary(c, OP_MUL, loc, per, mk_const(c, loc, 1 - eps)),
+                        mk_binary(c, OP_MUL, loc, smooth, mk_const(c, loc, eps)));
+    }
+    Node *w = new_node(c->g, OP_WHERE, loc);
+    w->in[0] = valid;
+    w->in[1] = per;
+    w->in[2] = mk_const(c, loc, 0.0);
+    w->nin = 3;
+    w->shape = per->shape;
+    per = w;
+    Node *count = NULL;
+    if (reduction == 0) {
+        Node *vf = mk_unary(c, OP_CAST, loc, valid);
+        vf->dtype = DT_F32;
+        count = reduce_axes(c, OP_SUM, loc, vf, (int[]){0}, 1, false);
+    }
+    return loss_reduce(c, loc, per, reduction, count);
+}
+
+/* mse_loss(input, target, reduction=mean): (input - target)^2, shapes equal (PyTorch warns on
+ * broadcasting; here it is an error). */
+static Node *lower_mse_loss(Checker *c, const Call *call) {
+    Node *a = call->t[0], *b = call->t[1];
+    Loc loc = call->ast->loc;
+    for (int i = 0; i < 2; i++) require_f32(call, call->t[i], i);
+    if (!shape_eq(&a->shape, &b->shape))
+        error_at(arg_ast(call, 1)->loc, "'mse_loss' target %s must have the input's shape %s", shp(c, &b->shape),
+                 shp(c, &a->shape));
+    Node *d = mk_binary(c, OP_SUB, loc, a, b);
+    return loss_reduce(c, loc, mk_binary(c, OP_MUL, loc, d, d), attr_enum(call, 0), NULL);
+}
+
+/* binary_cross_entropy_with_logits(input, target, reduction=mean): softplus(x) - x * y, whose
+ * gradient is sigmoid(x) - y exactly (the softplus kernel is stable for large |x|). */
+static Node *lower_bce_logits(Checker *c, const Call *call) {
+    Node *x = call->t[0], *y = call->t[1];
+    Loc loc = call->ast->loc;
+    for (int i = 0; i < 2; i++) require_f32(call, call->t[i], i);
+    if (!shape_eq(&x->shape, &y->shape))
+        error_at(arg_ast(call, 1)->loc, "'binary_cross_entropy_with_logits' target %s must have the input's shape %s",
+                 shp(c, &y->shape), shp(c, &x->shape));
+    Node *sp = mk_unary(c, OP_SOFTPLUS, loc, x);
+    sp->fattr[0] = 1.0;  /* beta */
+    sp->fattr[1] = 20.0; /* threshold */
+    return loss_reduce(c, loc, mk_binary(c, OP_SUB, loc, sp, mk_binary(c, OP_MUL, loc, x, y)), attr_enum(call, 0), NULL);
+}
+
 /* ---------------------------------------------------------------- blocks */
 
 static const Block *find_block(const Checker *c, const char *name) {
@@ -3032,6 +3159,9 @@ static Node *lower_expr1(Checker *c, const Ast *e) {
         if (s->kind == SYM_SIZE)
             error_at(e->loc, "'%s' is %s, a symbolic size known only at run time: shapes take it, a tensor expression "
                      "does not", e->name, dms(c, s->dval));
+        if (s->kind == SYM_TARGET)
+            error_at(e->loc, "target '%s' has no value in inference: only the loss reads targets (modelc --train "
+                     "builds the training step)", e->name);
         if (!s->node) {
             error_begin(e->loc, "output '%s' is used before it is assigned", e->name);
             note_at(s->loc, "'%s' is declared here", e->name);
@@ -3218,6 +3348,8 @@ static void lower_assign_several(Checker *c, const Stmt *st) {
     }
 }
 
+static void parse_optimizer(Checker *c, const Ast *e);
+
 static void lower_stmt(Checker *c, const Stmt *st) {
     Graph *g = c->g;
     switch (st->kind) {
@@ -3252,9 +3384,65 @@ static void lower_stmt(Checker *c, const Stmt *st) {
         s->node = n;
         break;
     }
+    case ST_TARGET: {
+        if (c->block) error_at(st->loc, "'target' is not allowed in a block; declare targets in the model");
+        Sym *s = define(c, st->name, st->name_loc, g->train ? SYM_INPUT : SYM_TARGET);
+        Shape sh = convert_type(c, st->type, xprintf("target '%s'", st->name), true);
+        if (!g->train) break; /* inference: no value, the loss is not built */
+        Node *n = new_node(g, OP_INPUT, st->name_loc);
+        n->name = s->name;
+        n->dtype = st->type->dtype;
+        n->shape = sh;
+        n->stop_grad = true;
+        n->index = g->ninputs;
+        g->inputs[g->ninputs++] = n;
+        s->node = n;
+        break;
+    }
+    case ST_LOSS: {
+        if (c->block) error_at(st->loc, "'loss' is not allowed in a block; a block returns values the loss may read");
+        if (c->loss_loc.line) {
+            error_begin(st->loc, "a second 'loss' statement; a model has one loss (add the terms: loss l = a + 0.1 * b)");
+            note_at(c->loss_loc, "the first is here");
+            diag_exit();
+        }
+        c->loss_loc = st->loc;
+        if (!g->train) break; /* inference builds leave the loss out */
+        Node *v = lower_expr(c, st->expr);
+        if (v->dtype != DT_F32 || v->shape.rank != 0)
+            error_at(st->expr->loc, "the loss must be an f32 scalar, got %s%s: reduce it (mean(...), or a loss "
+                     "function with reduction=mean or sum)", dtype_name(v->dtype), shp(c, &v->shape));
+        g->loss = v;
+        if (!v->name) v->name = st->name;
+        g->outputs[g->noutputs++] = (GraphOutput){.name = st->name, .node = v, .loc = st->name_loc};
+        break;
+    }
+    case ST_OPTIMIZER:
+        if (c->block) error_at(st->loc, "'optimizer' is not allowed in a block");
+        if (c->opt_loc.line) {
+            error_begin(st->loc, "a second 'optimizer' statement; a model has one optimizer");
+            note_at(c->opt_loc, "the first is here");
+            diag_exit();
+        }
+        c->opt_loc = st->loc;
+        parse_optimizer(c, st->expr);
+        break;
+    case ST_FREEZE:
+        if (c->block) error_at(st->loc, "'freeze' is not allowed in a block; freeze params by their full names");
+        for (int i = 0; i < st->nnames; i++) {
+            c->frozen = xrealloc_array(c->frozen, c->nfrozen, c->nfrozen + 1, sizeof(char *));
+            c->frozen_loc = xrealloc_array(c->frozen_loc, c->nfrozen, c->nfrozen + 1, sizeof(Loc));
+            c->frozen[c->nfrozen] = st->names[i]->name;
+            c->frozen_loc[c->nfrozen++] = st->names[i]->loc;
+        }
+        break;
     case ST_OUTPUT: {
         if (c->block)
             error_at(st->loc, "'output' is not allowed in a block; a block takes tensors as parameters and returns one");
+        if (g->train) { /* the training step's output is the loss; an output's value may feed it */
+            if (st->expr) bind_value(c, st->name, st->name_loc, lower_expr(c, st->expr));
+            break;
+        }
         Sym *s = define(c, st->name, st->name_loc, SYM_OUTPUT_DECL);
         s->decl = st->type;
         s->out_index = g->noutputs;
@@ -3303,10 +3491,66 @@ static void lower_stmt(Checker *c, const Stmt *st) {
     }
 }
 
+/* optimizer sgd(lr=1e-3, momentum=0, dampening=0, weight_decay=0, nesterov=false) | adam(lr=1e-3,
+ * betas=[0.9, 0.999], eps=1e-8, weight_decay=0) | adamw(..., weight_decay=1e-2): torch.optim's
+ * names and defaults. */
+static void parse_optimizer(Checker *c, const Ast *e) {
+    struct Optimizer *o = &c->g->opt;
+    const char *kinds[] = {"sgd", "adam", "adamw"};
+    int k = -1;
+    for (int i = 0; i < 3; i++)
+        if (!strcmp(e->name, kinds[i])) k = i;
+    if (k < 0) error_at(e->loc, "unknown optimizer '%s' (expected sgd, adam or adamw)", e->name);
+    *o = (struct Optimizer){.kind = k == 0 ? OPT_SGD : k == 1 ? OPT_ADAM : OPT_ADAMW, .lr = 1e-3, .beta1 = 0.9,
+                            .beta2 = 0.999, .eps = 1e-8, .weight_decay = k == 2 ? 1e-2 : 0, .loc = e->loc};
+    for (int i = 0; i < e->nargs; i++) {
+        const AstArg *a = &e->args[i];
+        if (!a->key) error_at(a->val->loc, "optimizer arguments are named: %s(lr=1e-3, ...)", e->name);
+        const Ast *v = a->val;
+        double x = 0;
+        bool is_bool = v->kind == AST_BOOL;
+        if (!strcmp(a->key, "betas")) {
+            if (k == 0) error_at(a->loc, "'sgd' has no betas");
+            if (v->kind != AST_LIST || v->nitems != 2)
+                error_at(v->loc, "'betas' is a list of two numbers, e.g. betas=[0.9, 0.999]");
+            for (int j = 0; j < 2; j++) {
+                const Ast *it = v->items[j];
+                const Ast *u = it->kind == AST_NEG ? it->lhs : it;
+                if (u->kind != AST_NUM) error_at(it->loc, "'betas' holds numbers");
+                double b = it->kind == AST_NEG ? -u->num : u->num;
+                if (!(b >= 0 && b < 1)) error_at(it->loc, "each beta must be in [0, 1), got %g", b);
+                if (j) o->beta2 = b;
+                else o->beta1 = b;
+            }
+            continue;
+        }
+        if (is_bool) x = v->bval;
+        else if (v->kind == AST_NUM) x = v->num;
+        else if (v->kind == AST_NEG && v->lhs->kind == AST_NUM) x = -v->lhs->num;
+        else error_at(v->loc, "optimizer argument '%s' must be a number, got '%s'", a->key, ast_text(v));
+        bool sgd = k == 0;
+        if (!strcmp(a->key, "lr")) o->lr = x;
+        else if (!strcmp(a->key, "weight_decay")) o->weight_decay = x;
+        else if (sgd && !strcmp(a->key, "momentum")) o->momentum = x;
+        else if (sgd && !strcmp(a->key, "dampening")) o->dampening = x;
+        else if (sgd && !strcmp(a->key, "nesterov") && is_bool) o->nesterov = v->bval;
+        else if (!sgd && !strcmp(a->key, "eps")) o->eps = x;
+        else
+            error_at(a->loc, "'%s' has no argument '%s' (it takes %s)", e->name, a->key,
+                     sgd ? "lr, momentum, dampening, weight_decay, nesterov" : "lr, betas, eps, weight_decay");
+        if (!(x >= 0) || !isfinite(x) || (!strcmp(a->key, "lr") && x <= 0) || (!strcmp(a->key, "eps") && x <= 0))
+            error_at(v->loc, "optimizer argument '%s' must be a finite number %s 0, got %g", a->key,
+                     !strcmp(a->key, "lr") || !strcmp(a->key, "eps") ? ">" : ">=", x);
+    }
+    if (o->nesterov && (o->momentum <= 0 || o->dampening != 0))
+        error_at(e->loc, "'sgd' with nesterov=true needs momentum > 0 and dampening 0 (as torch.optim.SGD)");
+    c->g->has_opt = true;
+}
+
 static void count_decls(Stmt **st, int n, int *nin, int *nout) {
     for (int i = 0; i < n; i++) {
-        *nin += st[i]->kind == ST_INPUT;
-        *nout += st[i]->kind == ST_OUTPUT;
+        *nin += st[i]->kind == ST_INPUT || st[i]->kind == ST_TARGET;
+        *nout += st[i]->kind == ST_OUTPUT || st[i]->kind == ST_LOSS;
         if (st[i]->kind == ST_ON) count_decls(st[i]->body, st[i]->nbody, nin, nout);
     }
 }
@@ -3337,8 +3581,25 @@ Graph *build_graph(const Program *p, const DimBounds *bounds) {
                 diag_exit();
             }
 
+    g->train = bounds->train;
     for (int i = 0; i < p->nstmts; i++) lower_stmt(c, p->stmts[i]);
+    if (g->train && !g->loss)
+        error_at(p->loc, "model '%s' has no loss: --train builds the training step of a 'loss NAME = ...' statement "
+                 "(loss l = cross_entropy(logits, labels))", p->name);
+    if (g->train && !g->has_opt)
+        error_at(p->loc, "model '%s' has no optimizer: --train needs one, e.g. 'optimizer adamw(lr=1e-3)'", p->name);
+    for (int i = 0; i < c->nfrozen; i++) { /* each name a param, or a prefix* of some */
+        size_t L = strlen(c->frozen[i]);
+        bool any = false;
+        for (int j = 0; j < g->nparams && !any; j++)
+            any = L && c->frozen[i][L - 1] == '*' ? !strncmp(g->params[j]->name, c->frozen[i], L - 1)
+                                                   : !strcmp(g->params[j]->name, c->frozen[i]);
+        if (!any) error_at(c->frozen_loc[i], "'freeze %s': no param of that name (params are named as in the weights "
+                           "file; a prefix ends in *: freeze encoder.*)", c->frozen[i]);
+    }
     if (g->noutputs == 0) error_at(p->loc, "model '%s' has no outputs; declare one with 'output NAME = ...'", p->name);
+    g->frozen = c->frozen;
+    g->nfrozen = c->nfrozen;
     for (int i = 0; i < c->nsyms; i++)
         if (c->syms[i].kind == SYM_OUTPUT_DECL && !c->syms[i].node)
             error_at(c->syms[i].loc, "output '%s' is declared but never assigned", c->syms[i].name);

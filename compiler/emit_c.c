@@ -736,6 +736,58 @@ static size_t arena_total(const MemPlan *mp, int nslots) {
     return t;
 }
 
+/* Training builds, after the backward pass: a loss that is not finite stops the step before the
+ * update (the weights stay the last good step's), then the optimizer step. */
+static void emit_loss_check_and_step(Emit *e, FILE *o, char **ptr) {
+    const Graph *g = e->g;
+    const Node *L = view_base(g->loss);
+    int s = L->slot > 0 ? L->slot : 0;
+    fprintf(o, "    {\n        float mrt_loss = 0;\n#ifdef MRT_WITH_CUDA\n        if (gpu%d) {\n"
+               "            if ((st = mrt_memcpy((mrt_device){MRT_DEVICE_CPU, 0}, &mrt_loss, dev%d, %s, 4, stream%d)) != MRT_OK ||\n"
+               "                (st = mrt_stream_sync(dev%d, stream%d, \"%s loss\")) != MRT_OK) return st;\n"
+               "        } else\n#endif\n            mrt_loss = *(const float *)%s;\n", s, s, ptr[L->id], s, s, s, e->pfx, ptr[L->id]);
+    fprintf(o, "        if (!isfinite(mrt_loss))\n            return mrt_set_error(MRT_ERR_INVALID_ARG, \"%s: the loss '%s' is %%g at "
+               "step %%lld: the update is not applied (the weights are those of the last step)\", (double)mrt_loss, "
+               "(long long)m->step + 1);\n    }\n", e->pfx, g->outputs[0].name);
+    fprintf(o, "    if ((st = %s_opt_step(m)) != MRT_OK) return st;\n", e->pfx);
+}
+
+/* Training builds: the optimizer step after the backward pass, one update per trained param
+ * (torch.optim's single-tensor algorithm, mrt_opt_elem), on the param's device; the step count
+ * and the learning rate (0: the optimizer statement's) live in the model. */
+static void emit_opt_step(Emit *e, FILE *o) {
+    const Graph *g = e->g;
+    const struct Optimizer *op = &g->opt;
+    bool *want = xalloc(sizeof(bool) * (size_t)(g->nnodes + 1));
+    for (int i = 0; i < g->nparams; i++) {
+        if (!g->grad[i]) continue;
+        want[view_base(g->grad[i])->id] = want[g->params[i]->id] = true;
+        for (int k = 0; k < 2; k++)
+            if (g->opt_state[i][k]) want[g->opt_state[i][k]->id] = true;
+    }
+    fprintf(o, "/* The optimizer step: %s(lr=%.9g, ...) over every trained param. */\n",
+            op->kind == OPT_SGD ? "sgd" : op->kind == OPT_ADAM ? "adam" : "adamw", op->lr);
+    fprintf(o, "static mrt_status %s_opt_step(%s *m) {\n    MRT_UNUSED mrt_status st = MRT_OK;\n", e->pfx, e->pfx);
+    declare_slots(e, true);
+    char **ptr = declare_pointers(e, false, want, false);
+    fprintf(o, "    const int64_t step = ++m->step;\n");
+    fprintf(o, "    const mrt_opt_args a = mrt_opt_args_for(%d, m->lr > 0 ? m->lr : %.17g, %.17g, %.17g, %.17g, %d, %.17g, %.17g, "
+               "%.17g, step);\n", op->kind == OPT_SGD ? 0 : op->kind == OPT_ADAM ? 1 : 2, op->lr, op->weight_decay,
+            op->momentum, op->dampening, op->nesterov, op->beta1, op->beta2, op->eps);
+    for (int i = 0; i < g->nparams; i++) {
+        if (!g->grad[i]) continue;
+        const Node *p = g->params[i];
+        int s = p->slot > 0 ? p->slot : 0;
+        char *s0 = g->opt_state[i][0] ? xprintf("(float *)%s", ptr[g->opt_state[i][0]->id]) : xstrdup("NULL");
+        char *s1 = g->opt_state[i][1] ? xprintf("(float *)%s", ptr[g->opt_state[i][1]->id]) : xstrdup("NULL");
+        char *args = xprintf("&a, (float *)%s, %s, %s, %s, %" PRId64, ptr[p->id], ptr[view_base(g->grad[i])->id], s0, s1,
+                             shape_numel(&p->shape).c);
+        fprintf(o, "    /* %s */\n", p->name);
+        dispatch(e, s, xprintf("mrt_opt_step_f32(%s)", args), xprintf("mrt_cuda_opt_step_f32(stream%d, %s)", s, args));
+    }
+    fprintf(o, "    return MRT_OK;\n}\n\n");
+}
+
 /* The descriptor tables: the params (with their regions), the slots, the arena offsets. */
 static void emit_tables(Emit *e, FILE *o) {
     const Graph *g = e->g;
@@ -746,7 +798,7 @@ static void emit_tables(Emit *e, FILE *o) {
         const Storage *s = mp->of[n->id];
         fprintf(o, "    {\"%s\", %s, %d, {", n->name, mrt_dtype(n->dtype), n->shape.rank);
         for (int d = 0; d < n->shape.rank; d++) fprintf(o, "%s%" PRId64, d ? ", " : "", n->shape.d[d].c);
-        fprintf(o, "}, %zu, %d},\n", s->offset, 2 * s->slot + s->load_only);
+        fprintf(o, "}, %zu, %d, %d},\n", s->offset, 2 * s->slot + s->load_only, n->state);
     }
     if (!g->nparams) fprintf(o, "    {0}\n");
     fprintf(o, "};\n\n/* Per device slot: pinned device, its region, and the plan's bytes (weights, load-only,\n"
@@ -894,6 +946,7 @@ void emit_c_source(Emit *e, FILE *o, const char *h_include) {
         emit_calls(e, kl, from, to, pp, "k");
         fprintf(o, "    return MRT_OK;\n}\n\n");
     }
+    if (g->train) emit_opt_step(e, o);
     emit_run_proto(e, o);
     fprintf(o, " {\n");
     fprintf(o, "    if (!m || m->desc != &%s_desc)\n        return mrt_set_error(MRT_ERR_INVALID_ARG, \"%s_run: the model "
@@ -931,6 +984,7 @@ void emit_c_source(Emit *e, FILE *o, const char *h_include) {
     if (!nparts) {
         char **ptr = declare_pointers(e, false, NULL, false);
         emit_calls(e, kl, 0, kl->n, ptr, "k");
+        if (g->train) emit_loss_check_and_step(e, o, ptr);
     } else {
         /* inputs staged and outputs found here, once; the parts read them from mrt_io */
         bool *io = xalloc(sizeof(bool) * (size_t)(g->nnodes + 1));
@@ -944,6 +998,7 @@ void emit_c_source(Emit *e, FILE *o, const char *h_include) {
         fprintf(o, "};\n");
         for (int p = 0; p < nparts; p++)
             fprintf(o, "    if ((st = %s_run_part%d(m, B%s, mrt_io)) != MRT_OK) return st;\n", e->pfx, p, sym_args);
+        if (g->train) emit_loss_check_and_step(e, o, ptr);
     }
     /* outputs back to the host, then wait for every GPU */
     fprintf(o, "#ifdef MRT_WITH_CUDA\n");
@@ -991,10 +1046,10 @@ void emit_c_source(Emit *e, FILE *o, const char *h_include) {
                "    .inputs = %s_inputs,\n    .outputs = %s_outputs,\n    .has_batch = %d,\n    .max_batch = %d,\n"
                "    .weight_bytes = %s_WEIGHT_BYTES,\n    .arena_bytes = %zu,\n    .create = %s_create_v,\n"
                "    .load_weights = %s_load_v,\n    .run = %s_run_v,\n    .destroy = %s_destroy_v,\n    .device = %s_device_v,\n"
-               "    .batch_chunkable = %d,\n    .arena_bytes_cuda = %zu,\n    .desc = &%s_desc,\n};\n",
+               "    .batch_chunkable = %d,\n    .arena_bytes_cuda = %zu,\n    .desc = &%s_desc,\n    .train = %d,\n};\n",
             g->name, g->ninputs, g->noutputs, e->pfx, e->pfx, g->has_batch ? 1 : 0, g->has_batch ? g->max_batch : 1,
             e->PFX, arena_total(e->mp, g->nslots), e->pfx, e->pfx, e->pfx, e->pfx, e->pfx, graph_batch_separable(g) ? 1 : 0,
-            arena_total(e->mpc, g->nslots), e->pfx);
+            arena_total(e->mpc, g->nslots), e->pfx, g->train ? 1 : 0);
 }
 
 void emit_c_main(Emit *e, FILE *o, const char *h_include) {

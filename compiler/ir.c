@@ -206,6 +206,18 @@ void analyze_uses(Graph *g) {
         g->outputs[i].node->nuses++;
         g->outputs[i].node->dead = false;
     }
+    /* Training: the optimizer step after the graph reads each gradient (kept whole, like an
+     * output) and updates its param and the param's optimizer state. */
+    for (int i = 0; g->train && g->grad && i < g->nparams; i++) {
+        Node *d = g->grad[i];
+        if (!d) continue;
+        d->is_output++;
+        d->nuses++;
+        d->dead = false;
+        g->params[i]->dead = false;
+        for (int k = 0; k < 2; k++)
+            if (g->opt_state[i][k]) g->opt_state[i][k]->dead = false;
+    }
     /* Reverse topological order: a node is live if a live node reads it. */
     for (int i = g->nnodes - 1; i >= 0; i--) {
         Node *n = g->nodes[i];

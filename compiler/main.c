@@ -46,6 +46,8 @@ static void usage(FILE *f) {
             "  -o PATH            the executable to write (default: the model file's name without\n"
             "                     .model); with --emit-c, the directory for NAME.c, NAME.h and NAME.cu\n"
             "  --emit-c           write C source and header instead of an executable\n"
+            "  --train            build the training step (the model's target, loss and optimizer statements):\n"
+            "                     PROG train --data x=X.npy --data labels=Y.npy ... (docs/language.md, Training)\n"
             "  --max-batch N      the largest batch the compiled model accepts (default 64): the bound of\n"
             "                     its first symbolic dimension\n"
             "  --max-dim NAME=N[,NAME=N...]\n"
@@ -197,6 +199,8 @@ static void parse_args(int argc, char **argv, Options *o) {
         } else if (!strcmp(a, "-o")) {
             if (++i >= argc) fatal("'-o' needs a path");
             o->out = argv[i];
+        } else if (!strcmp(a, "--train")) {
+            o->dims.train = true;
         } else if (!strcmp(a, "--emit-c")) {
             o->emit_only = true;
         } else if (!strcmp(a, "--keep-c")) {
@@ -235,8 +239,8 @@ static void parse_args(int argc, char **argv, Options *o) {
         } else if (!strncmp(a, "--dump=", 7)) {
             o->dump = a + 7;
             if (strcmp(o->dump, "ast") && strcmp(o->dump, "graph") && strcmp(o->dump, "fused") && strcmp(o->dump, "memplan") &&
-                strcmp(o->dump, "memplan-svg") && strcmp(o->dump, "placement"))
-                fatal("unknown dump '%s' (expected ast, graph, placement, fused, memplan or memplan-svg)", o->dump);
+                strcmp(o->dump, "memplan-svg") && strcmp(o->dump, "placement") && strcmp(o->dump, "grad"))
+                fatal("unknown dump '%s' (expected ast, graph, grad, placement, fused, memplan or memplan-svg)", o->dump);
         } else if (!strcmp(a, "--no-fuse")) {
             o->fuse.elementwise = false;
         } else if (!strcmp(a, "--no-epilogue")) {
@@ -281,10 +285,20 @@ bool compile_source(const Options *o, const char *path, const char *src, Compile
     bounds.max_batch = o->max_batch;
     Graph *g = c->g = build_graph(prog, &bounds);
     g->source = basename(xstrdup(path));
+    FoldOptions fold = o->fold;
+    if (g->train) { /* the backward graph; params change every step: nothing is folded into them */
+        int first = g->nnodes;
+        grad_graph(g, g->frozen, g->nfrozen);
+        if (o->dump && !strcmp(o->dump, "grad")) return dump_grad(out, g, first), dump_graph(out, g), false;
+        fold.fold_bn = false;
+        fold.hoist = false;
+    } else if (o->dump && !strcmp(o->dump, "grad")) {
+        fatal("--dump=grad shows the backward graph of a training build: add --train");
+    }
     if (o->dump && !strcmp(o->dump, "graph")) return dump_graph(out, g), false;
-    fold_graph(g, o->fold);
+    fold_graph(g, fold);
     place_graph(g);
-    if (o->fold.hoist) hoist_graph(g);
+    if (fold.hoist) hoist_graph(g);
     if (o->dump && !strcmp(o->dump, "placement")) return dump_placement(out, g), false;
     c->kl = fuse_graph(g, o->fuse, &c->init);
     if (o->dump && !strcmp(o->dump, "fused")) return dump_fused(out, g, &c->kl, &c->init), false;

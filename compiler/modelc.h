@@ -147,7 +147,9 @@ typedef struct AstType {
     Loc loc;
 } AstType;
 
-typedef enum StmtKind { ST_INPUT, ST_PARAM, ST_OUTPUT, ST_ASSIGN, ST_ON } StmtKind;
+/* ST_TARGET, ST_LOSS, ST_OPTIMIZER, ST_FREEZE: training (docs/language.md, Training): a target
+ * input the loss reads, the loss, the optimizer (expr: its call) and frozen params (names). */
+typedef enum StmtKind { ST_INPUT, ST_PARAM, ST_OUTPUT, ST_ASSIGN, ST_ON, ST_TARGET, ST_LOSS, ST_OPTIMIZER, ST_FREEZE } StmtKind;
 
 /* input/param: name, type. output: name, type and/or expr (at least one).
  * assign: name, expr. on: name is the device ("cpu", "cuda:1"), body the statements placed there. */
@@ -311,6 +313,8 @@ struct Node {
     const double *table;
     int64_t ntable;
     bool init;            /* depends only on params and constants: computed once at load time */
+    bool stop_grad;       /* training: no gradient flows through it (logsumexp's max, labels) */
+    bool state;           /* param: optimizer state (exp_avg, ...), zero at load, not in the weights file */
     int slot;             /* device slot (Graph.slots); -1: follows its consumers (params, constants) */
     /* filled by analysis */
     int nuses;            /* edges from live consumers (+1 per graph output naming it) */
@@ -368,6 +372,22 @@ typedef struct Graph {
         const char *op;
     } *checks;
     int nchecks, capchecks;
+    /* Training (--train): the loss (a scalar f32 node, also output 0), the gradient of the loss
+     * with respect to each trainable param (grad[i] for params[i]; NULL: frozen or unused), and
+     * the optimizer that updates the params after the backward pass. */
+    bool train;
+    Node *loss;
+    Node **grad;
+    struct Optimizer {
+        enum { OPT_SGD, OPT_ADAM, OPT_ADAMW } kind;
+        double lr, momentum, dampening, weight_decay, beta1, beta2, eps;
+        bool nesterov;
+        Loc loc;
+    } opt;
+    bool has_opt;
+    Node *(*opt_state)[2]; /* per param with a gradient: its optimizer state params (NULL: none) */
+    char **frozen; /* the 'freeze' names (exact, or a prefix ending in '*') */
+    int nfrozen;
 } Graph;
 
 const char *op_name(OpKind op);
@@ -446,8 +466,19 @@ typedef struct DimBounds {
     int n;
     char *names[MAX_SYMS * 2];
     int64_t max[MAX_SYMS * 2];
+    bool train; /* --train: build the training step (targets, loss, optimizer), not inference */
 } DimBounds;
 Graph *build_graph(const Program *p, const DimBounds *bounds);
+
+/* ================================================================ grad.c */
+
+/* Append the backward graph of g->loss to g: g->grad[i] = d loss / d params[i] (NULL for params
+ * named by frozen (exact names, or a prefix ending in '*') or not read by the loss). An op
+ * without a VJP rule on the way is a compile error at its source line. */
+void grad_graph(Graph *g, char **frozen, int nfrozen);
+/* --dump=grad: which node holds each param's gradient (nodes from `first` on are the backward
+ * graph; --dump=graph after it shows them). */
+void dump_grad(FILE *out, const Graph *g, int first);
 
 /* ================================================================ fold.c */
 

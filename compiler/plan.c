@@ -267,6 +267,16 @@ static MemPlan *plan_order(Graph *g, KernelList *kl, KernelList *init, PlanOptio
         kernel_reads(kl->k[s], mark_read, &c);
     }
 
+    /* Training: the optimizer step, after the last kernel, reads every gradient and updates its
+     * param and optimizer state: all stay live (and resident) to the end. */
+    for (int i = 0; g->train && g->grad && i < g->nparams; i++) {
+        if (!g->grad[i]) continue;
+        mp->last_step[view_base(g->grad[i])->id] = kl->n - 1;
+        mp->last_step[g->params[i]->id] = kl->n - 1;
+        for (int k = 0; k < 2; k++)
+            if (g->opt_state[i][k]) mp->last_step[g->opt_state[i][k]->id] = kl->n - 1;
+    }
+
     /* Inputs, then the weights: each slot has a resident region (the params and load-time
      * values that run() reads) and a load-only one (those only load-time kernels read, such as
      * the raw conv weights and batch-norm statistics that folding consumes), which the runtime

@@ -108,6 +108,31 @@ static AstDim int_dim(YYLTYPE at, const char *text);
 static AstDim dim_of(YYLTYPE at, Ast *e);
 static void yyerror(YYLTYPE *at, yyscan_t scanner, ParseResult *res, const char *msg);
 
+/* A training statement: the word before the name says which ('target y: i64[batch]', 'loss l =
+ * ...', 'optimizer adamw(...)', 'freeze a, b'); any other word there is a syntax error. */
+static Stmt *train_stmt(ParseResult *res, const char *word, YYLTYPE at, StmtKind kind, const char *name,
+                        YYLTYPE name_at) {
+    (void)res;
+    static const char *const words[] = {[ST_TARGET] = "target", [ST_LOSS] = "loss", [ST_OPTIMIZER] = "optimizer",
+                                        [ST_FREEZE] = "freeze"};
+    if (strcmp(word, words[kind])) {
+        if (!strcmp(word, "target") || !strcmp(word, "loss") || !strcmp(word, "optimizer") || !strcmp(word, "freeze"))
+            error_at(L(at), "'%s' is followed by %s", word,
+                     !strcmp(word, "target") ? "a name, ':' and a type: target labels: i64[batch]"
+                     : !strcmp(word, "loss") ? "a name, '=' and the loss: loss l = cross_entropy(logits, labels)"
+                     : !strcmp(word, "optimizer") ? "the optimizer's call: optimizer adamw(lr=1e-3)"
+                                                  : "param names: freeze embed.weight, fc1.bias");
+        error_at(L(at), "expected a statement, got the name '%s' followed by the name '%s' (a statement starts with "
+                 "a name and '=', or with input, param, output, target, loss, optimizer, freeze or on)", word, name);
+    }
+    Stmt *s = xalloc(sizeof *s);
+    s->kind = kind;
+    s->loc = L(at);
+    s->name = (char *)name;
+    s->name_loc = L(name_at);
+    return s;
+}
+
 /* Remember an open 'on' region, so a syntax error inside it can name it. */
 static void open_region(ParseResult *res, const char *dev, YYLTYPE brace) {
     if (res->nregions < 64) {
@@ -160,7 +185,7 @@ static void open_region(ParseResult *res, const char *dev, YYLTYPE brace) {
 %type <ast> expr conj negation cmp arith term unary power postfix primary list attrval item
 %type <args> args args_opt
 %type <arg> arg
-%type <items> rets names items items_opt
+%type <items> rets names items items_opt freezes
 %type <block> block
 %type <blocks> blocks
 %type <bparam> bparam
@@ -201,6 +226,11 @@ rets
     | rets ',' expr                    { PUSH($1, $3); $$ = $1; }
     ;
 
+freezes
+    : NAME                             { $$ = xalloc(sizeof *$$); PUSH($$, new_name(L(@1), $1)); }
+    | freezes ',' NAME                 { PUSH($1, new_name(L(@3), $3)); $$ = $1; }
+    ;
+
 names
     : NAME ',' NAME                    { $$ = xalloc(sizeof *$$); PUSH($$, new_name(L(@1), $1)); PUSH($$, new_name(L(@3), $3)); }
     | names ',' NAME                   { PUSH($1, new_name(L(@3), $3)); $$ = $1; }
@@ -235,6 +265,15 @@ stmt
     | NAME SUBEQ expr                  { $$ = new_stmt(ST_ASSIGN, @1, $1, @1, NULL, new_binop(L(@2), '-', new_name(L(@1), $1), $3)); }
     | NAME MULEQ expr                  { $$ = new_stmt(ST_ASSIGN, @1, $1, @1, NULL, new_binop(L(@2), '*', new_name(L(@1), $1), $3)); }
     | NAME DIVEQ expr                  { $$ = new_stmt(ST_ASSIGN, @1, $1, @1, NULL, new_binop(L(@2), '/', new_name(L(@1), $1), $3)); }
+    /* training statements: 'target', 'loss', 'optimizer' and 'freeze' are words only here, so a
+     * tensor may still be named loss (the word, then a name, starts these statements only) */
+    | NAME NAME ':' type               { $$ = train_stmt(res, $1, @1, ST_TARGET, $2, @2);
+                                         $$->type = $4; }
+    | NAME NAME '=' expr               { $$ = train_stmt(res, $1, @1, ST_LOSS, $2, @2); $$->expr = $4; }
+    | NAME NAME '(' args_opt ')'       { $$ = train_stmt(res, $1, @1, ST_OPTIMIZER, $2, @2);
+                                         $$->expr = new_call(L(@2), $2, $4->v, $4->n); }
+    | NAME freezes                     { $$ = train_stmt(res, $1, @1, ST_FREEZE, $2->v[0]->name, @2);
+                                         $$->names = $2->v; $$->nnames = $2->n; }
     | names '=' expr                   { $$ = new_stmt(ST_ASSIGN, @1, $1->v[0]->name, @1, NULL, $3);
                                          $$->names = $1->v; $$->nnames = $1->n; }
     | ON NAME '{' { open_region(res, $2, @3); } stmts '}'

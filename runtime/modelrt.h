@@ -312,6 +312,12 @@ mrt_status mrt_cuda_embedding_f32(void *stream, float *y, const void *ids, int i
                                   int64_t V, int64_t D, const char *what);
 /** Running sums along the middle axis of x [outer, n, inner] (mrt_cumsum_f32), in double. */
 mrt_status mrt_cuda_cumsum_f32(void *stream, float *y, const float *x, int64_t outer, int64_t n, int64_t inner);
+struct mrt_opt_args;
+/** The optimizer update of n elements of a param p with gradient g and state s0, s1 (NULL where
+ *  the optimizer keeps none), on the stream (mrt_opt_step_f32, mrt_kernels.h). */
+mrt_status mrt_cuda_opt_step_f32(void *stream, const struct mrt_opt_args *a, float *p, const float *g, float *s0, float *s1,
+                                 int64_t n);
+
 /** y[i] = start + step * i for i < n, f32 or (i64 != 0) int64 (mrt_iota). */
 mrt_status mrt_cuda_iota(void *stream, void *y, int64_t n, double start, double step, int i64);
 /** mrt_gather_f32 (gather, index_select, one_hot by `mode`); an index outside [0, n) is reported
@@ -332,6 +338,7 @@ typedef struct mrt_param_desc {
     int64_t shape[MRT_MAX_RANK];
     size_t offset;
     int region;      /* which destination region (mrt_weights_load_regions); 0 for mrt_weights_load */
+    int state;       /* 1: optimizer state (training builds): zero when the file does not hold it */
 } mrt_param_desc;
 
 /** Load a safetensors file (https://github.com/huggingface/safetensors: 8-byte little-endian
@@ -438,6 +445,10 @@ struct mrt_model {
     unsigned char *io[MRT_MAX_SLOTS];    /* CUDA staging for host buffers */
     void *stream[MRT_MAX_SLOTS];
     int weights_loaded;
+    /* training builds: the optimizer steps taken (the next step is step + 1) and the learning
+     * rate (0: the model's own, from its optimizer statement) */
+    int64_t step;
+    double lr;
 };
 
 /** Create a model from its descriptor on `device` ("auto", "cpu", "cuda", "cuda:N"; NULL means
@@ -551,7 +562,15 @@ typedef struct mrt_model_info {
     int n_syms;                    /* symbolic dimensions, 0..MRT_MAX_SYMS; the first is the batch */
     const char *const *sym_names;  /* [n_syms] their names as the model writes them */
     const int64_t *sym_max;        /* [n_syms] their compiled bounds (--max-batch, --max-dim) */
+    int train;                     /* 1: a training build (modelc --train): run is one training step,
+                                      its one output the loss; `PROG train` runs the loop */
 } mrt_model_info;
+
+/** Write the model's weights (state == 0: the params, under their state_dict names) or its
+ *  optimizer state (state == 1: exp_avg, exp_avg_sq, momentum_buffer of each trained param) to
+ *  `path` as safetensors, atomically (a temporary file renamed into place); the metadata holds
+ *  the model's name and its step count. Device weights are copied to the host first. */
+mrt_status mrt_model_save_weights(mrt_model *m, const char *path, int state);
 
 /** The command-line driver of generated executables:
  *    PROG --weights W.safetensors --input NAME=IN.npy ... --output NAME=OUT.npy ...

@@ -206,6 +206,46 @@ MRT_HD float mrt_interp2d_at(const float *xp, int64_t H, int64_t W, int64_t OH, 
     return (1.0f - lh) * ((1.0f - lw) * r0[w0] + lw * r0[w1]) + lh * ((1.0f - lw) * r1[w0] + lw * r1[w1]);
 }
 
+/* ---------------------------------------------------------------- optimizers
+ *
+ * One element of torch.optim's single-tensor updates, in f32 with PyTorch's operation order (the
+ * scalars as PyTorch turns its Python floats into f32 for f32 tensors), shared by the CPU loop
+ * and the CUDA kernel. mrt_opt_args holds the step's scalars, computed once per step on the
+ * host (mrt_opt_args_for). */
+typedef struct mrt_opt_args {
+    int kind;            /* 0 SGD, 1 Adam, 2 AdamW */
+    float lr, weight_decay, momentum, dampening_w; /* dampening_w = 1 - dampening */
+    int nesterov, first; /* first: the SGD momentum buffer is empty (step 1) */
+    float b1w, b2, b2w;  /* 1 - beta1, beta2, 1 - beta2 */
+    float neg_step_size; /* -lr / (1 - beta1^step) */
+    float bc2_sqrt;      /* sqrt(1 - beta2^step) */
+    float eps, decay;    /* decay = 1 - lr * weight_decay (AdamW) */
+} mrt_opt_args;
+
+/* p (the param), g (its gradient), s0, s1 (its state: SGD's momentum buffer; Adam's exp_avg and
+ * exp_avg_sq) at one index. */
+MRT_HD void mrt_opt_elem(const mrt_opt_args *a, float *p, float g, float *s0, float *s1) {
+    if (a->kind == 0) {
+        if (a->weight_decay != 0) g = g + a->weight_decay * *p;
+        if (a->momentum != 0) {
+            float b = a->first ? g : *s0 * a->momentum + a->dampening_w * g;
+            *s0 = b;
+            g = a->nesterov ? g + a->momentum * b : b;
+        }
+        *p = *p + (-a->lr) * g;
+        return;
+    }
+    if (a->kind == 2) *p = *p * a->decay;
+    else if (a->weight_decay != 0) g = g + a->weight_decay * *p;
+    float m = *s0;
+    m = a->b1w < 0.5f ? m + a->b1w * (g - m) : g - (g - m) * (1 - a->b1w); /* exp_avg.lerp_(grad, 1 - beta1) */
+    *s0 = m;
+    float v = *s1 * a->b2 + a->b2w * g * g; /* exp_avg_sq.mul_(beta2).addcmul_(grad, grad, value=1 - beta2) */
+    *s1 = v;
+    float denom = sqrtf(v) / a->bc2_sqrt + a->eps;
+    *p = *p + a->neg_step_size * m / denom; /* param.addcdiv_(exp_avg, denom, value=-step_size) */
+}
+
 #ifndef __CUDACC__
 /* y = softmax(x) (or log_softmax when log != 0) along the middle axis of [outer, n, inner].
  * The row sum is accumulated in double. */
@@ -605,6 +645,33 @@ static inline void mrt_iota(void *y, int64_t n, double start, double step, int i
         if (i64) ((int64_t *)y)[i] = (int64_t)v;
         else ((float *)y)[i] = (float)v;
     }
+}
+
+/* The step's scalars for step `step` (1, 2, ...). */
+static inline mrt_opt_args mrt_opt_args_for(int kind, double lr, double weight_decay, double momentum, double dampening,
+                                            int nesterov, double beta1, double beta2, double eps, int64_t step) {
+    mrt_opt_args a;
+    memset(&a, 0, sizeof a);
+    a.kind = kind;
+    a.lr = (float)lr;
+    a.weight_decay = (float)weight_decay;
+    a.momentum = (float)momentum;
+    a.dampening_w = (float)(1 - dampening);
+    a.nesterov = nesterov;
+    a.first = step == 1;
+    a.b1w = (float)(1 - beta1);
+    a.b2 = (float)beta2;
+    a.b2w = (float)(1 - beta2);
+    a.neg_step_size = (float)(-(lr / (1 - pow(beta1, (double)step))));
+    a.bc2_sqrt = (float)sqrt(1 - pow(beta2, (double)step));
+    a.eps = (float)eps;
+    a.decay = (float)(1 - lr * weight_decay);
+    return a;
+}
+
+/* The update of n elements on the CPU. */
+static inline void mrt_opt_step_f32(const mrt_opt_args *a, float *p, const float *g, float *s0, float *s1, int64_t n) {
+    for (int64_t i = 0; i < n; i++) mrt_opt_elem(a, p + i, g[i], s0 ? s0 + i : NULL, s1 ? s1 + i : NULL);
 }
 
 /* One operand of a concatenation: `outer` rows of x_row bytes go to y at y_offset within each

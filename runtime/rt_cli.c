@@ -992,6 +992,8 @@ done:
     return rc;
 }
 
+int rt_train_main(const mrt_model_info *info, int argc, char **argv, const char *prog);
+
 int mrt_main(const mrt_model_info *info, int argc, char **argv)
 {
     const char *prog = cli_prog(argc, argv);
@@ -999,6 +1001,8 @@ int mrt_main(const mrt_model_info *info, int argc, char **argv)
         fprintf(stderr, "%s: error: %s\n", prog, mrt_last_error());
         return CLI_ERROR;
     }
+    if (argc > 1 && !strcmp(argv[1], "train"))
+        return rt_train_main(info, argc, argv, prog);
     cli_opts o;
     memset(&o, 0, sizeof o);
     o.in_files = calloc((size_t)info->n_inputs + 1, sizeof *o.in_files);

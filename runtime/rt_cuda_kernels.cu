@@ -733,6 +733,26 @@ mrt_status mrt_cuda_iota(void *stream, void *y, int64_t n, double start, double 
     return MRT_OK;
 }
 
+__global__ void opt_step_kernel(mrt_opt_args a, float *__restrict__ p, const float *__restrict__ g, float *s0, float *s1,
+                                int64_t n)
+{
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
+        mrt_opt_elem(&a, p + i, g[i], s0 ? s0 + i : NULL, s1 ? s1 + i : NULL);
+}
+
+mrt_status mrt_cuda_opt_step_f32(void *stream, const struct mrt_opt_args *a, float *p, const float *g, float *s0, float *s1,
+                                 int64_t n)
+{
+    static const char fn[] = "mrt_cuda_opt_step_f32";
+    if (n < 0 || !a)
+        return bad_arg(fn, "negative length or no arguments");
+    if (n == 0)
+        return MRT_OK;
+    MRT_LAUNCH(opt_step_kernel, grid_for(n, kBlock), kBlock, 0, (cudaStream_t)stream, *a, p, g, s0, s1, n);
+    LAUNCH_CHECK(fn, "opt_step_kernel");
+    return MRT_OK;
+}
+
 mrt_status mrt_cuda_max_f32(void *stream, float *y, const float *x, int64_t outer, int64_t n, int64_t inner)
 {
     static const char fn[] = "mrt_cuda_max_f32";

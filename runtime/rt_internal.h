@@ -102,6 +102,10 @@ mrt_status rt_cuda_gemm(int index, void *stream, int trans_a, int trans_b, int M
                         int ldb, int64_t strideB, float beta, float *C, int ldc, int64_t strideC,
                         int batch);
 
+/* Write the concatenation of parts[0..n) to path atomically (rt_npy.c): a temporary file beside
+ * it, synced and renamed into place; `kind` names the file type in messages. */
+mrt_status rt_write_atomic(const char *path, const char *kind, const void *const *parts, const size_t *lens, int n);
+
 #ifdef __cplusplus
 }
 #endif

@@ -388,6 +388,67 @@ static mode_t npy_new_file_mode(void)
     return 0666 & ~mask;
 }
 
+/* Write the concatenation of parts[0..n) to `path` atomically: a mkstemp() file beside the
+ * target (the path, or the regular file a symlink names), synced and renamed into place, with
+ * the replaced file's mode; a FIFO, device, directory or socket is never replaced. `kind`
+ * (".npy", "safetensors") names the file in messages. */
+mrt_status rt_write_atomic(const char *path, const char *kind, const void *const *parts, const size_t *lens, int n)
+{
+    char why[RT_QUOTE_MAX + 128];
+    char *target = rt_output_target(path, why, sizeof why);
+    if (!target)
+        return mrt_set_error(MRT_ERR_IO, "%s: cannot write a %s file there: %s; only a "
+                             "regular file (or a symlink to one) is written", path, kind, why);
+    size_t total = 0;
+    for (int i = 0; i < n; i++)
+        total += lens[i];
+    size_t plen = strlen(target);
+    char *tmp = malloc(plen + sizeof ".tmp.XXXXXX");
+    if (!tmp) {
+        free(target);
+        return mrt_set_error(MRT_ERR_OOM, "%s: cannot allocate %zu bytes", path, plen + sizeof ".tmp.XXXXXX");
+    }
+    memcpy(tmp, target, plen);
+    memcpy(tmp + plen, ".tmp.XXXXXX", sizeof ".tmp.XXXXXX");
+    int fd = mkstemp(tmp);
+    if (fd < 0) {
+        mrt_status st = mrt_set_error(MRT_ERR_IO, "%s: cannot create a temporary file beside "
+                                      "it: %s", path, strerror(errno));
+        free(tmp);
+        free(target);
+        return st;
+    }
+    /* mkstemp makes the file 0600; give it the mode the replaced file had, or a new file's. */
+    struct stat old;
+    mode_t mode = stat(target, &old) == 0 ? (old.st_mode & 07777) : npy_new_file_mode();
+    const char *step = NULL;
+    if (fchmod(fd, mode) != 0)
+        step = "set the mode of";
+    for (int i = 0; i < n && !step; i++)
+        if (npy_write_all(fd, parts[i], lens[i]) != 0)
+            step = "write";
+    if (!step && fsync(fd) != 0)
+        step = "sync";
+    int saved = errno;
+    if (close(fd) != 0 && !step) {
+        step = "close";
+        saved = errno;
+    }
+    if (!step && rename(tmp, target) != 0) {
+        step = "rename into place";
+        saved = errno;
+    }
+    mrt_status st = MRT_OK;
+    if (step) {
+        st = mrt_set_error(MRT_ERR_IO, "%s: cannot %s the temporary file %s (%zu bytes): %s",
+                           path, step, tmp, total, strerror(saved));
+        unlink(tmp);
+    }
+    free(tmp);
+    free(target);
+    return st;
+}
+
 mrt_status mrt_npy_write(const char *path, const mrt_tensor *t)
 {
     if (!path || !t)
@@ -433,57 +494,7 @@ mrt_status mrt_npy_write(const char *path, const mrt_tensor *t)
     memset(hdr + 10 + k, ' ', padded - total);
     hdr[padded - 1] = '\n';
 
-    /* What is replaced: the path, or the regular file a symlink names (the link is kept); a
-     * FIFO, device, directory or socket is never replaced by a regular file. */
-    char why[RT_QUOTE_MAX + 128];
-    char *target = rt_output_target(path, why, sizeof why);
-    if (!target)
-        return mrt_set_error(MRT_ERR_IO, "%s: cannot write a .npy file there: %s; only a "
-                             "regular file (or a symlink to one) is written", path, why);
-    /* Temporary file beside the target, so that rename() stays within one filesystem. */
-    size_t plen = strlen(target);
-    char *tmp = malloc(plen + sizeof ".tmp.XXXXXX");
-    if (!tmp) {
-        free(target);
-        return mrt_set_error(MRT_ERR_OOM, "%s: cannot allocate %zu bytes", path,
-                             plen + sizeof ".tmp.XXXXXX");
-    }
-    memcpy(tmp, target, plen);
-    memcpy(tmp + plen, ".tmp.XXXXXX", sizeof ".tmp.XXXXXX");
-    int fd = mkstemp(tmp);
-    if (fd < 0) {
-        mrt_status st = mrt_set_error(MRT_ERR_IO, "%s: cannot create a temporary file beside "
-                                      "it: %s", path, strerror(errno));
-        free(tmp);
-        free(target);
-        return st;
-    }
-    /* mkstemp makes the file 0600; give it the mode the replaced file had, or a new file's. */
-    struct stat old;
-    mode_t mode = stat(target, &old) == 0 ? (old.st_mode & 07777) : npy_new_file_mode();
-    const char *step = NULL;
-    if (fchmod(fd, mode) != 0)
-        step = "set the mode of";
-    else if (npy_write_all(fd, hdr, padded) != 0 || npy_write_all(fd, t->data, t->nbytes) != 0)
-        step = "write";
-    else if (fsync(fd) != 0)
-        step = "sync";
-    int saved = errno;
-    if (close(fd) != 0 && !step) {
-        step = "close";
-        saved = errno;
-    }
-    if (!step && rename(tmp, target) != 0) {
-        step = "rename into place";
-        saved = errno;
-    }
-    mrt_status st = MRT_OK;
-    if (step) {
-        st = mrt_set_error(MRT_ERR_IO, "%s: cannot %s the temporary file %s (%zu bytes): %s",
-                           path, step, tmp, padded + t->nbytes, strerror(saved));
-        unlink(tmp);
-    }
-    free(tmp);
-    free(target);
-    return st;
+    const void *parts[2] = {hdr, t->data};
+    size_t lens[2] = {padded, t->nbytes};
+    return rt_write_atomic(path, ".npy", parts, lens, 2);
 }

@@ -598,7 +598,7 @@ mrt_status mrt_weights_load_regions(const char *path, const mrt_param_desc *para
         }
     }
     for (int i = 0; i < n; i++)
-        if (!seen[i]) {
+        if (!seen[i] && !params[i].state) {
             char b[RT_SHAPE_STR_MAX];
             st = mrt_set_error(MRT_ERR_MISMATCH, "%s: missing tensor '%s' (%s %s): the model "
                                "needs it but the file does not have it", path, params[i].name,
@@ -607,7 +607,16 @@ mrt_status mrt_weights_load_regions(const char *path, const mrt_param_desc *para
             goto done;
         }
 
-    /* Everything checked: copy the bytes into place. */
+    /* Everything checked: optimizer state the file does not hold starts at zero, then the
+     * bytes are copied into place. */
+    for (int i = 0; i < n; i++)
+        if (!seen[i] && params[i].state) {
+            uint64_t numel = 1;
+            for (int k = 0; k < params[i].rank; k++)
+                numel *= (uint64_t)params[i].shape[k];
+            memset((unsigned char *)regions[params[i].region] + params[i].offset, 0,
+                   (size_t)numel * mrt_dtype_size(params[i].dtype));
+        }
     for (int i = 0; i < ne; i++) {
         st_entry *e = &entries[i];
         const mrt_param_desc *p = &params[e->param];

@@ -9,7 +9,7 @@
 # MODELC_CFLAGS.
 set -u
 cd "$(dirname "$0")/.."
-SUITES="lit runtime numeric plan cudasim digits embed install resnet18 gpt2 minilm zoo"
+SUITES="lit runtime numeric plan cudasim train digits embed install resnet18 gpt2 minilm zoo"
 SUITE=${SUITE:-all}
 SELECTED=" "
 for s in ${SUITE//,/ }; do
@@ -89,6 +89,7 @@ suite lit lit_suite
 suite runtime bash tests/runtime/run.sh
 suite cudasim bash tests/cudasim/run.sh
 suite numeric "$PYTHON" tests/numeric/run.py
+suite train "$PYTHON" tests/train/run.py
 suite plan "$PYTHON" tests/plan/run.py
 suite digits bash -c 'make -s -C examples/digits demo MODELC="$MODELC" B="$PWD/$B" && echo "PASS: examples/digits"'
 suite embed bash -c 'make -s -C examples/embed run MODELC="$MODELC" B="$PWD/$B" && echo "PASS: examples/embed"'

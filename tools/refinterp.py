@@ -1531,6 +1531,46 @@ def op_index_select(x, index, dim=None):
     return np.take(x, index, axis=d)
 
 
+def _reduce_loss(per, reduction, count=None):
+    if reduction == "none":
+        return per
+    if reduction == "sum":
+        return np.sum(per)
+    return np.sum(per) / count if count is not None else np.mean(per)
+
+
+def op_cross_entropy(x, t, ignore_index=-100, label_smoothing=0.0, reduction="mean", log_probs=False):
+    """torch.nn.functional.cross_entropy (nll_loss with log_probs) of [N, C] and class ids [N]."""
+    if x.ndim != 2 or t.ndim != 1 or t.shape[0] != x.shape[0]:
+        raise ModelError("error: cross_entropy takes [N, C] scores and [N] class ids, got %s and %s"
+                         % (list(x.shape), list(t.shape)))
+    lp = x if log_probs else op_log_softmax(x, axis=1)
+    C = x.shape[1]
+    t = np.asarray(t).astype(np.int64)
+    valid = t != ignore_index
+    safe = np.where(valid, t, 0)
+    if ((safe < 0) | (safe >= C)).any():
+        raise ModelError("error: class id out of range [0, %d)" % C)
+    nll = -lp[np.arange(len(t)), safe]
+    per = nll
+    if label_smoothing > 0:
+        per = (1 - label_smoothing) * nll + label_smoothing * (-lp.mean(axis=1))
+    per = np.where(valid, per, 0.0)
+    return _reduce_loss(per, reduction, count=float(valid.sum()) if reduction == "mean" else None)
+
+
+def op_mse_loss(a, b, reduction="mean"):
+    if a.shape != b.shape:
+        raise ModelError("error: mse_loss of shapes %s and %s" % (list(a.shape), list(b.shape)))
+    return _reduce_loss((a - b) ** 2, reduction)
+
+
+def op_bce_logits(x, y, reduction="mean"):
+    if x.shape != y.shape:
+        raise ModelError("error: binary_cross_entropy_with_logits of shapes %s and %s" % (list(x.shape), list(y.shape)))
+    return _reduce_loss(np.logaddexp(0, x) - x * y, reduction)
+
+
 def op_one_hot(ids, num_classes=None):
     if not _is_int(ids) or ids.dtype != np.int64:
         raise ModelError("error: 'one_hot' ids must be i64, got %s" % ids.dtype)
@@ -1672,11 +1712,18 @@ OPS = {
     "gather": ((2, 2), ["x", "index"], [("dim", None)], op_gather),
     "index_select": ((2, 2), ["x", "index"], [("dim", None)], op_index_select),
     "one_hot": ((1, 1), ["ids"], [("num_classes", None)], op_one_hot),
+    "cross_entropy": ((2, 2), ["input", "target"], [("ignore_index", -100), ("label_smoothing", 0.0),
+                                                    ("reduction", "mean")], op_cross_entropy),
+    "nll_loss": ((2, 2), ["input", "target"], [("ignore_index", -100), ("reduction", "mean")],
+                 lambda x, t, ignore_index=-100, reduction="mean": op_cross_entropy(x, t, ignore_index, 0.0, reduction,
+                                                                                    log_probs=True)),
+    "mse_loss": ((2, 2), ["input", "target"], [("reduction", "mean")], op_mse_loss),
+    "binary_cross_entropy_with_logits": ((2, 2), ["input", "target"], [("reduction", "mean")], op_bce_logits),
 }
 _MOVEMENT = {"reshape", "transpose", "permute", "flatten", "concat", "slice", "unsqueeze", "squeeze", "flip", "expand",
              "broadcast_to", "stack", "pixel_shuffle", "repeat", "repeat_interleave", "split", "chunk"}  # on integers too
 # the one tensor argument that may be an integer tensor
-_INT_ARG = {"embedding": 0, "where": 0, "gather": 1, "index_select": 1, "one_hot": 0}
+_INT_ARG = {"embedding": 0, "where": 0, "gather": 1, "index_select": 1, "one_hot": 0, "cross_entropy": 1, "nll_loss": 1}
 _BINOP = {"+": "add", "-": "sub", "*": "mul", "/": "div", "@": "matmul", "**": "pow", "//": "floor_divide",
           "%": "remainder", "<": "lt", "<=": "le", ">": "gt", ">=": "ge", "==": "eq", "!=": "ne",
           "and": "logical_and", "or": "logical_or"}

@@ -43,19 +43,19 @@ static void fuzz_check(mrt_status st) {
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (fuzz_write(data, size) != 0) return 0;
     static const mrt_param_desc digits[] = {
-        {"fc1.weight", MRT_F32, 2, {128, 64}, 0, 0},
-        {"fc1.bias", MRT_F32, 1, {128}, 32768, 0},
-        {"fc2.weight", MRT_F32, 2, {10, 128}, 33280, 0},
-        {"fc2.bias", MRT_F32, 1, {10}, 38400, 0},
+        {"fc1.weight", MRT_F32, 2, {128, 64}, 0, 0, 0},
+        {"fc1.bias", MRT_F32, 1, {128}, 32768, 0, 0},
+        {"fc2.weight", MRT_F32, 2, {10, 128}, 33280, 0, 0},
+        {"fc2.bias", MRT_F32, 1, {10}, 38400, 0, 0},
     };
     static unsigned char dst[38440 + 64];
     fuzz_check(mrt_weights_load(fuzz_path, digits, 4, dst, 38440));
 
     /* a: f32[2,3] (24 bytes), b: i32[4] (16), c: i64[] (8), in one buffer and in two regions */
     static const mrt_param_desc small[] = {
-        {"a", MRT_F32, 2, {2, 3}, 0, 0},
-        {"b", MRT_I32, 1, {4}, 24, 1},
-        {"c", MRT_I64, 0, {0}, 40, 0},
+        {"a", MRT_F32, 2, {2, 3}, 0, 0, 0},
+        {"b", MRT_I32, 1, {4}, 24, 1, 0},
+        {"c", MRT_I64, 0, {0}, 40, 0, 0},
     };
     unsigned char buf[48 + 16];
     memset(buf, 0xA5, sizeof buf);

@@ -1009,8 +1009,8 @@ static void test_gemm_cpu(void)
 
 /* The model of most weight tests: fc.w f32[4,4] at 0, fc.b f32[4] at 64. */
 static const mrt_param_desc fc_params[] = {
-    {"fc.w", MRT_F32, 2, {4, 4}, 0, 0},
-    {"fc.b", MRT_F32, 1, {4}, 64, 0},
+    {"fc.w", MRT_F32, 2, {4, 4}, 0, 0, 0},
+    {"fc.b", MRT_F32, 1, {4}, 64, 0, 0},
 };
 static float fc_data[32];
 static const char fc_json[] = "{\"fc.w\":{\"dtype\":\"F32\",\"shape\":[4,4],\"data_offsets\":[0,64]},"
@@ -1035,9 +1035,9 @@ static void test_st_good(void)
              "  \"c\": {\"dtype\": \"I32\", \"shape\": [], \"data_offsets\": [40, 44]}}     ",
              data, sizeof data);
     mrt_param_desc params[] = {
-        {"c", MRT_I32, 0, {0}, 128, 0},
-        {"a", MRT_F32, 2, {2, 3}, 64, 0},
-        {"b", MRT_I64, 1, {2}, 0, 0},
+        {"c", MRT_I32, 0, {0}, 128, 0, 0},
+        {"a", MRT_F32, 2, {2, 3}, 64, 0, 0},
+        {"b", MRT_I64, 1, {2}, 0, 0, 0},
     };
     unsigned char dst[192];
     memset(dst, 0xAA, sizeof dst);
@@ -1068,8 +1068,8 @@ static void test_st_half(void)
              "\"b\":{\"dtype\":\"BF16\",\"shape\":[3],\"data_offsets\":[6,12]}}",
              data, sizeof data);
     mrt_param_desc params[] = {
-        {"h", MRT_F16, 1, {3}, 0, 0},
-        {"b", MRT_BF16, 1, {3}, 8, 0},
+        {"h", MRT_F16, 1, {3}, 0, 0, 0},
+        {"b", MRT_BF16, 1, {3}, 8, 0, 0},
     };
     unsigned char dst[16];
     memset(dst, 0xAA, sizeof dst);
@@ -1077,8 +1077,8 @@ static void test_st_half(void)
     CHECK(memcmp(dst, data, 6) == 0 && memcmp(dst + 8, data + 3, 6) == 0);
     CHECK(dst[6] == 0xAA && dst[7] == 0xAA && dst[14] == 0xAA);
     mrt_param_desc swapped[] = {
-        {"h", MRT_BF16, 1, {3}, 0, 0},
-        {"b", MRT_BF16, 1, {3}, 8, 0},
+        {"h", MRT_BF16, 1, {3}, 0, 0, 0},
+        {"b", MRT_BF16, 1, {3}, 8, 0, 0},
     };
     CHECK_ERR(mrt_weights_load(P("half.safetensors"), swapped, 2, dst, sizeof dst), MRT_ERR_MISMATCH,
               "tensor 'h': dtype F16 in file, model expects BF16");
@@ -1261,7 +1261,7 @@ static void test_st_b18_zero_dim(void)
              0);
     CHECK_ERR(load_fc(P("w.safetensors")), MRT_ERR_FORMAT, "tensor 'fc.w': dimension 1");
     /* a model param with a zero dimension is the caller's bug, not a crash either */
-    mrt_param_desc p = {"fc.w", MRT_F32, 2, {4, 0}, 0, 0};
+    mrt_param_desc p = {"fc.w", MRT_F32, 2, {4, 0}, 0, 0, 0};
     unsigned char dst[64];
     CHECK_ERR(mrt_weights_load(P("w.safetensors"), &p, 1, dst, sizeof dst), MRT_ERR_INVALID_ARG,
               "dimension 1 is 0");
@@ -1284,7 +1284,7 @@ static void test_st_b19_rank(void)
     float four = 4;
     write_st(P("w.safetensors"), json, &four, 4);
     free(json);
-    mrt_param_desc x = {"X", MRT_F32, 1, {1}, 0, 0};
+    mrt_param_desc x = {"X", MRT_F32, 1, {1}, 0, 0, 0};
     unsigned char dst[64];
     CHECK_ERR(mrt_weights_load(P("w.safetensors"), &x, 1, dst, sizeof dst), MRT_ERR_FORMAT,
               "w.safetensors: tensor 'X': rank 1000000 exceeds maximum 8");
@@ -1310,7 +1310,7 @@ static void test_st_b19_overflow(void)
              "{\"X\":{\"dtype\":\"F32\",\"shape\":[4194305,4194305,211106198978564],"
              "\"data_offsets\":[0,16]}}",
              data, 16);
-    mrt_param_desc x = {"X", MRT_F32, 1, {4}, 0, 0};
+    mrt_param_desc x = {"X", MRT_F32, 1, {4}, 0, 0, 0};
     unsigned char dst[64];
     CHECK_ERR(mrt_weights_load(P("w.safetensors"), &x, 1, dst, sizeof dst), MRT_ERR_FORMAT,
               "tensor 'X': element count overflows 64 bits");
@@ -1367,7 +1367,7 @@ static void test_st_large(void)
              "\"v\":{\"dtype\":\"F32\",\"shape\":[64],\"data_offsets\":[%zu,%zu]}}",
              n, n * 4, n * 4, n * 4 + 256);
     write_st(P("big.safetensors"), json, w, n * 4 + 256);
-    mrt_param_desc params[] = {{"w", MRT_F32, 1, {(int64_t)n}, 256, 0}, {"v", MRT_F32, 1, {64}, 0, 0}};
+    mrt_param_desc params[] = {{"w", MRT_F32, 1, {(int64_t)n}, 256, 0, 0}, {"v", MRT_F32, 1, {64}, 0, 0, 0}};
     mrt_device cpu = {MRT_DEVICE_CPU, 0};
     float *dst = mrt_alloc(cpu, n * 4 + 256);
     CHECK(dst);
@@ -1829,7 +1829,7 @@ static mrt_status fake_create(void **out, const char *device)
 static mrt_status fake_load(void *model, const char *path)
 {
     fake *m = model;
-    static const mrt_param_desc p = {"b", MRT_F32, 1, {3}, 0, 0};
+    static const mrt_param_desc p = {"b", MRT_F32, 1, {3}, 0, 0, 0};
     return mrt_weights_load(path, &p, 1, m->w, 12);
 }
 static mrt_status fake_run(void *model, const int64_t *dims, const void *const *in, void *const *out)

@@ -1,0 +1,447 @@
+/*
+ * grad.c — reverse-mode differentiation over the graph IR (training, --train).
+ *
+ * grad_graph appends the backward graph to a checked graph whose g->loss is a scalar f32 node:
+ * the adjoint of every node on a path from a trainable param to the loss, in reverse topological
+ * order, each operand's contribution given by the op's vector-Jacobian product (its VJP row in
+ * ops.def, next to the op's OP row) and summed where a value has several consumers. g->grad[i]
+ * is then d loss / d params[i] (NULL for a frozen param or one the loss does not read). The
+ * backward nodes are ordinary IR nodes: fusion, epilogues, placement and the memory plan treat
+ * them like the forward ones, so the saved activations are planned by liveness across both.
+ *
+ * Broadcasting is undone by summing the adjoint over the broadcast axes (unbroadcast). A mean
+ * over a symbolic axis divides by the run's size, computed as the sum of ones over that axis.
+ * A value that the loss reads through an op without a VJP rule, on a path to a trainable param,
+ * is a compile error naming the op and its source line. The approach is the one of every
+ * autodiff system over a static graph (Griewank and Walther, "Evaluating Derivatives", 2008;
+ * the per-op rules follow PyTorch's derivatives.yaml).
+ */
+#include "modelc.h"
+
+#include <math.h>
+#include <string.h>
+
+static Graph *G;
+
+/* ---------------------------------------------------------------- node constructors */
+
+static Node *mk(OpKind op, const Node *at, DType dt, const Shape *s) {
+    Node *n = new_node_for(G, op, at);
+    n->dtype = dt;
+    n->shape = *s;
+    return n;
+}
+
+static Node *cnst(const Node *at, double v) {
+    Node *n = new_node_for(G, OP_CONST, at);
+    n->value = (double)(float)v;
+    n->exact = v;
+    n->shape.rank = 0;
+    return n;
+}
+
+static Node *un(OpKind op, const Node *at, Node *x) {
+    Node *n = mk(op, at, x->dtype, &x->shape);
+    n->in[0] = x;
+    n->nin = 1;
+    return n;
+}
+
+static Shape bshape(const Shape *a, const Shape *b) {
+    Shape r = {a->rank > b->rank ? a->rank : b->rank, {{0}}};
+    for (int i = 0; i < r.rank; i++) {
+        int ia = a->rank - r.rank + i, ib = b->rank - r.rank + i;
+        Dim da = ia >= 0 ? a->d[ia] : dim_const(1), db = ib >= 0 ? b->d[ib] : dim_const(1);
+        r.d[i] = dim_is_one(da) ? db : da;
+    }
+    return r;
+}
+
+static Node *bin(OpKind op, const Node *at, Node *a, Node *b) {
+    Shape s = bshape(&a->shape, &b->shape);
+    Node *n = mk(op, at, op_info[op].cat == CAT_BINARY && (op == OP_GT || op == OP_LT || op == OP_GE || op == OP_LE ||
+                                                            op == OP_EQ || op == OP_NE) ? DT_BOOL : a->dtype, &s);
+    n->in[0] = a;
+    n->in[1] = b;
+    n->nin = 2;
+    return n;
+}
+
+static Node *where(const Node *at, Node *cond, Node *a, Node *b) {
+    Shape s = bshape(&cond->shape, &a->shape);
+    s = bshape(&s, &b->shape);
+    Node *n = mk(OP_WHERE, at, a->dtype, &s);
+    n->in[0] = cond;
+    n->in[1] = a;
+    n->in[2] = b;
+    n->nin = 3;
+    return n;
+}
+
+static Node *expand(const Node *at, Node *x, const Shape *s);
+
+static Node *reshape(const Node *at, Node *x, const Shape *s) {
+    bool same = x->shape.rank == s->rank;
+    for (int i = 0; same && i < s->rank; i++) same = dim_eq(x->shape.d[i], s->d[i]);
+    if (same) return x;
+    if (x->op == OP_CONST) return expand(at, x, s); /* a scalar constant broadcasts (a view of it has no bytes) */
+    Node *n = mk(OP_RESHAPE, at, x->dtype, s);
+    n->in[0] = x;
+    n->nin = 1;
+    return n;
+}
+
+static Node *expand(const Node *at, Node *x, const Shape *s) {
+    bool same = x->shape.rank == s->rank;
+    for (int i = 0; same && i < s->rank; i++) same = dim_eq(x->shape.d[i], s->d[i]);
+    if (same) return x;
+    Node *n = mk(OP_EXPAND, at, x->dtype, s);
+    n->in[0] = x;
+    n->nin = 1;
+    return n;
+}
+
+static Node *sum_axis(const Node *at, Node *x, int axis) { /* keepdim */
+    Shape s = x->shape;
+    s.d[axis] = dim_const(1);
+    Node *n = mk(OP_SUM, at, x->dtype, &s);
+    n->in[0] = x;
+    n->nin = 1;
+    n->axis = axis;
+    n->keepdim = true;
+    return n;
+}
+
+static Node *permute(const Node *at, Node *x, const int *perm) {
+    Shape s = {x->shape.rank, {{0}}};
+    bool ident = true;
+    for (int i = 0; i < s.rank; i++) {
+        s.d[i] = x->shape.d[perm[i]];
+        ident = ident && perm[i] == i;
+    }
+    if (ident) return x;
+    Node *n = mk(OP_PERMUTE, at, x->dtype, &s);
+    n->in[0] = x;
+    n->nin = 1;
+    memcpy(n->perm, perm, sizeof(int) * (size_t)s.rank);
+    return n;
+}
+
+/* The last two axes swapped. */
+static Node *transpose2(const Node *at, Node *x) {
+    int perm[MAX_RANK], r = x->shape.rank;
+    for (int i = 0; i < r; i++) perm[i] = i;
+    perm[r - 1] = r - 2;
+    perm[r - 2] = r - 1;
+    return permute(at, x, perm);
+}
+
+/* a[..., M, K] @ b[..., K, N] (b stored [..., N, K] with trans_b); the batch axes of a and b are
+ * equal or b has none. */
+static Node *matmul(const Node *at, Node *a, Node *b, bool trans_b) {
+    Shape s = a->shape;
+    const Shape *sb = &b->shape;
+    s.d[s.rank - 1] = trans_b ? sb->d[sb->rank - 2] : sb->d[sb->rank - 1];
+    Node *n = mk(OP_MATMUL, at, DT_F32, &s);
+    n->in[0] = a;
+    n->in[1] = b;
+    n->nin = 2;
+    n->trans_b = trans_b;
+    return n;
+}
+
+/* g (the adjoint of a broadcast result) summed back to the operand's shape t. */
+static Node *unbroadcast(const Node *at, Node *g, const Shape *t) {
+    int lead = g->shape.rank - t->rank;
+    for (int i = g->shape.rank - 1; i >= 0; i--) {
+        Dim want = i >= lead ? t->d[i - lead] : dim_const(1);
+        if (dim_is_one(want) && !dim_is_one(g->shape.d[i])) g = sum_axis(at, g, i);
+    }
+    return reshape(at, g, t);
+}
+
+/* The number of elements along axis of x, as a scalar f32 node: a constant, or for a symbolic
+ * axis the sum of ones over it (the run's size). */
+static Node *axis_count(const Node *at, const Node *x, int axis) {
+    Dim d = x->shape.d[axis];
+    if (!dim_is_sym(d)) return cnst(at, (double)d.c);
+    Shape s = {1, {d}};
+    Node *ones = expand(at, cnst(at, 1.0), &s);
+    Node *c = sum_axis(at, ones, 0);
+    Shape sc = {0};
+    return reshape(at, c, &sc);
+}
+
+/* ---------------------------------------------------------------- the VJP rules
+ *
+ * vjp_OP(n, j, g): the contribution of n's adjoint g to the adjoint of n->in[j], shaped like
+ * n->in[j]; NULL when that operand takes no gradient (an index, a condition). */
+
+typedef Node *(*VjpFn)(Node *n, int j, Node *g);
+
+static Node *vjp_neg(Node *n, int j, Node *g) { (void)j; return un(OP_NEG, n, g); }
+static Node *vjp_add(Node *n, int j, Node *g) { return unbroadcast(n, g, &n->in[j]->shape); }
+static Node *vjp_sub(Node *n, int j, Node *g) { return unbroadcast(n, j ? un(OP_NEG, n, g) : g, &n->in[j]->shape); }
+static Node *vjp_mul(Node *n, int j, Node *g) { return unbroadcast(n, bin(OP_MUL, n, g, n->in[1 - j]), &n->in[j]->shape); }
+static Node *vjp_div(Node *n, int j, Node *g) {
+    Node *a = n->in[0], *b = n->in[1];
+    if (j == 0) return unbroadcast(n, bin(OP_DIV, n, g, b), &a->shape);
+    /* d(a/b)/db = -a / b^2 = -(a/b) / b */
+    return unbroadcast(n, un(OP_NEG, n, bin(OP_DIV, n, bin(OP_MUL, n, g, n), b)), &b->shape);
+}
+static Node *vjp_exp(Node *n, int j, Node *g) { (void)j; return bin(OP_MUL, n, g, n); }
+static Node *vjp_log(Node *n, int j, Node *g) { (void)j; return bin(OP_DIV, n, g, n->in[0]); }
+static Node *vjp_sqrt(Node *n, int j, Node *g) { (void)j; return bin(OP_DIV, n, g, bin(OP_MUL, n, n, cnst(n, 2.0))); }
+static Node *vjp_rsqrt(Node *n, int j, Node *g) { /* d x^-1/2 = -1/2 x^-3/2 = -0.5 * y^3 */
+    (void)j;
+    Node *y3 = bin(OP_MUL, n, bin(OP_MUL, n, n, n), n);
+    return bin(OP_MUL, n, g, bin(OP_MUL, n, y3, cnst(n, -0.5)));
+}
+static Node *vjp_relu(Node *n, int j, Node *g) { /* PyTorch: the gradient at 0 is 0 */
+    (void)j;
+    return where(n, bin(OP_GT, n, n->in[0], cnst(n, 0.0)), g, cnst(n, 0.0));
+}
+static Node *vjp_sigmoid(Node *n, int j, Node *g) {
+    (void)j;
+    return bin(OP_MUL, n, g, bin(OP_MUL, n, n, bin(OP_SUB, n, cnst(n, 1.0), n)));
+}
+static Node *vjp_tanh(Node *n, int j, Node *g) {
+    (void)j;
+    return bin(OP_MUL, n, g, bin(OP_SUB, n, cnst(n, 1.0), bin(OP_MUL, n, n, n)));
+}
+static Node *vjp_abs(Node *n, int j, Node *g) { /* sign(x), 0 at 0 */
+    (void)j;
+    Node *x = n->in[0];
+    Node *s = where(n, bin(OP_GT, n, x, cnst(n, 0.0)), cnst(n, 1.0),
+                    where(n, bin(OP_LT, n, x, cnst(n, 0.0)), cnst(n, -1.0), cnst(n, 0.0)));
+    return bin(OP_MUL, n, g, s);
+}
+static Node *vjp_softplus(Node *n, int j, Node *g) { /* sigmoid(beta x); 1 where beta x > threshold */
+    (void)j;
+    Node *bx = bin(OP_MUL, n, n->in[0], cnst(n, n->fattr[0]));
+    return where(n, bin(OP_GT, n, bx, cnst(n, n->fattr[1])), g, bin(OP_MUL, n, g, un(OP_SIGMOID, n, bx)));
+}
+static Node *vjp_silu(Node *n, int j, Node *g) { /* s + x s (1 - s) */
+    (void)j;
+    Node *x = n->in[0], *s = un(OP_SIGMOID, n, x);
+    Node *d = bin(OP_ADD, n, s, bin(OP_MUL, n, bin(OP_MUL, n, x, s), bin(OP_SUB, n, cnst(n, 1.0), s)));
+    return bin(OP_MUL, n, g, d);
+}
+static Node *vjp_gelu(Node *n, int j, Node *g) { /* erf form: Phi(x) + x phi(x) */
+    (void)j;
+    Node *x = n->in[0];
+    Node *cdf = bin(OP_MUL, n, bin(OP_ADD, n, cnst(n, 1.0), un(OP_ERF, n, bin(OP_MUL, n, x, cnst(n, M_SQRT1_2)))),
+                    cnst(n, 0.5));
+    Node *pdf = bin(OP_MUL, n, un(OP_EXP, n, bin(OP_MUL, n, bin(OP_MUL, n, x, x), cnst(n, -0.5))),
+                    cnst(n, 0.3989422804014327)); /* 1/sqrt(2 pi) */
+    return bin(OP_MUL, n, g, bin(OP_ADD, n, cdf, bin(OP_MUL, n, x, pdf)));
+}
+static Node *vjp_clamp(Node *n, int j, Node *g) { /* 1 inside [min, max], PyTorch: at the bounds too */
+    (void)j;
+    Node *x = n->in[0];
+    Node *in = bin(OP_LOGICAL_AND, n, bin(OP_GE, n, x, cnst(n, n->fattr[0])), bin(OP_LE, n, x, cnst(n, n->fattr[1])));
+    return where(n, in, g, cnst(n, 0.0));
+}
+static Node *vjp_reshape(Node *n, int j, Node *g) { (void)j; return reshape(n, g, &n->in[0]->shape); }
+static Node *vjp_expand(Node *n, int j, Node *g) { (void)j; return unbroadcast(n, g, &n->in[0]->shape); }
+static Node *vjp_permute(Node *n, int j, Node *g) {
+    (void)j;
+    int inv[MAX_RANK];
+    for (int i = 0; i < n->shape.rank; i++) inv[n->perm[i]] = i;
+    return permute(n, g, inv);
+}
+static Node *vjp_cast(Node *n, int j, Node *g) { /* between float dtypes: the adjoint in the operand's dtype */
+    (void)j;
+    if (!dtype_is_float(n->in[0]->dtype)) return NULL;
+    Node *c = un(OP_CAST, n, g);
+    c->dtype = n->in[0]->dtype;
+    return c->dtype == g->dtype ? g : c;
+}
+static Node *vjp_sum(Node *n, int j, Node *g) {
+    (void)j;
+    Shape k = n->in[0]->shape;
+    k.d[n->axis] = dim_const(1);
+    return expand(n, reshape(n, g, &k), &n->in[0]->shape);
+}
+static Node *vjp_mean(Node *n, int j, Node *g) {
+    return bin(OP_DIV, n, vjp_sum(n, j, g), axis_count(n, n->in[0], n->axis));
+}
+static Node *vjp_softmax(Node *n, int j, Node *g) { /* y (g - sum(g y)) */
+    (void)j;
+    Node *gy = bin(OP_MUL, n, g, n);
+    return bin(OP_MUL, n, n, bin(OP_SUB, n, g, sum_axis(n, gy, n->axis)));
+}
+static Node *vjp_log_softmax(Node *n, int j, Node *g) { /* g - exp(y) sum(g) */
+    (void)j;
+    return bin(OP_SUB, n, g, bin(OP_MUL, n, un(OP_EXP, n, n), sum_axis(n, g, n->axis)));
+}
+/* slice: the adjoint in the sliced range, zeros elsewhere (a concat of zeros, g, zeros along the
+ * axis; step 1) */
+static Node *vjp_slice(Node *n, int j, Node *g) {
+    (void)j;
+    Node *x = n->in[0];
+    int ax = n->axis;
+    Dim L = x->shape.d[ax], len = n->shape.d[ax];
+    if (n->step != 1 || dim_is_sym(L) || dim_is_sym(len))
+        error_at(n->loc, "no gradient for a slice with a step or of a symbolic axis yet");
+    Node *parts[3];
+    int np = 0;
+    int64_t before = n->start, after = L.c - n->start - len.c;
+    Shape zs = x->shape;
+    if (before > 0) {
+        zs.d[ax] = dim_const(before);
+        parts[np++] = expand(n, cnst(n, 0.0), &zs);
+    }
+    parts[np++] = g;
+    if (after > 0) {
+        zs.d[ax] = dim_const(after);
+        parts[np++] = expand(n, cnst(n, 0.0), &zs);
+    }
+    if (np == 1) return g;
+    Node *c = mk(OP_CONCAT, n, g->dtype, &x->shape);
+    c->axis = ax;
+    for (int i = 0; i < np; i++) c->in[i] = parts[i];
+    c->nin = np;
+    return c;
+}
+
+static Node *vjp_where(Node *n, int j, Node *g) {
+    if (j == 0) return NULL; /* the condition */
+    Node *c = n->in[0];
+    Node *z = cnst(n, 0.0);
+    return unbroadcast(n, j == 1 ? where(n, c, g, z) : where(n, c, z, g), &n->in[j]->shape);
+}
+static Node *vjp_matmul(Node *n, int j, Node *g) {
+    Node *a = n->in[0], *b = n->in[1];
+    int ra = a->shape.rank, rb = b->shape.rank;
+    if (ra < 2 || rb < 2)
+        error_at(n->loc, "no gradient for a matmul of a vector yet (shapes of rank %d and %d): reshape it to a matrix",
+                 ra, rb);
+    if (j == 0) { /* ga = g @ b^T (b stored [N, K] with trans_b: g @ b) */
+        Node *r = matmul(n, g, b, !n->trans_b);
+        return unbroadcast(n, r, &a->shape);
+    }
+    /* gb = a^T @ g, summed over a's batch axes when b has none (a linear layer's weight) */
+    if (rb == 2 && ra > 2) {
+        Shape a2 = {2, {shape_numel(&a->shape), a->shape.d[ra - 1]}}, g2 = {2, {shape_numel(&g->shape), g->shape.d[ra - 1]}};
+        bool ok;
+        a2.d[0] = dim_div(a2.d[0], a->shape.d[ra - 1], &ok);
+        g2.d[0] = dim_div(g2.d[0], g->shape.d[ra - 1], &ok);
+        a = reshape(n, a, &a2);
+        g = reshape(n, g, &g2);
+        ra = 2;
+    }
+    if (ra != rb)
+        error_at(n->loc, "no gradient for this batched matmul yet (operands of rank %d and %d)", ra, rb);
+    for (int i = 0; i + 2 < ra; i++)
+        if (!dim_eq(a->shape.d[i], b->shape.d[i]))
+            error_at(n->loc, "no gradient for a matmul whose operands broadcast their batch axes yet");
+    if (n->trans_b) return matmul(n, transpose2(n, g), a, false); /* b stored [N, K]: (a^T g)^T = g^T a */
+    return matmul(n, transpose2(n, a), g, false);
+}
+
+static VjpFn vjp_table[OP__COUNT] = {
+#define VJP(id, fn) [OP_##id] = fn,
+#include "ops.def"
+};
+
+/* ---------------------------------------------------------------- the pass */
+
+static bool trainable(const Graph *g, const Node *p, char **frozen, int nfrozen) {
+    (void)g;
+    for (int i = 0; i < nfrozen; i++) {
+        size_t L = strlen(frozen[i]);
+        if (L && frozen[i][L - 1] == '*' ? !strncmp(p->name, frozen[i], L - 1) : !strcmp(p->name, frozen[i]))
+            return false;
+    }
+    return true;
+}
+
+/* The optimizer's state of each trained param, as params of their own (resident, zero at load,
+ * saved with the optimizer's state, not read from the weights file): torch.optim's names,
+ * exp_avg and exp_avg_sq (Adam, AdamW), momentum_buffer (SGD with momentum). */
+static void add_optimizer_state(Graph *g) {
+    int n = g->nparams;
+    int per = g->opt.kind == OPT_SGD ? (g->opt.momentum > 0) : 2;
+    static const char *const names[2][2] = {{"momentum_buffer", NULL}, {"exp_avg", "exp_avg_sq"}};
+    g->opt_state = xalloc(sizeof(Node *[2]) * (size_t)(3 * n + 1));
+    for (int i = 0; i < n; i++) {
+        if (!g->grad[i]) continue;
+        Node *p = g->params[i];
+        for (int k = 0; k < per; k++) {
+            Node *s = new_node_for(g, OP_PARAM, p);
+            s->name = xprintf("%s.%s", p->name, names[g->opt.kind != OPT_SGD][k]);
+            s->dtype = p->dtype;
+            s->shape = p->shape;
+            s->state = true;
+            s->slot = p->slot;
+            if (g->nparams == g->capparams) {
+                int cap = g->capparams ? 2 * g->capparams : 16;
+                g->params = xrealloc_array(g->params, g->capparams, cap, sizeof(Node *));
+                g->capparams = cap;
+            }
+            s->index = g->nparams;
+            g->params[g->nparams++] = s;
+            g->opt_state[i][k] = s;
+        }
+    }
+}
+
+void grad_graph(Graph *g, char **frozen, int nfrozen) {
+    G = g;
+    int n0 = g->nnodes;
+    bool *need = xalloc(sizeof(bool) * (size_t)(n0 + 1)); /* depends on a trainable param */
+    for (int i = 0; i < n0; i++) {
+        Node *n = g->nodes[i];
+        if (n->op == OP_PARAM) need[i] = dtype_is_float(n->dtype) && trainable(g, n, frozen, nfrozen);
+        for (int j = 0; j < n->nin; j++) need[i] = need[i] || need[n->in[j]->id];
+        if (n->stop_grad) need[i] = false;
+    }
+    Node **adj = xalloc(sizeof(Node *) * (size_t)(n0 + 1));
+    Shape scalar = {0};
+    adj[g->loss->id] = expand(g->loss, cnst(g->loss, 1.0), &scalar);
+    for (int i = n0 - 1; i >= 0; i--) {
+        Node *n = g->nodes[i];
+        if (!adj[i] || !need[i] || n->op == OP_PARAM) continue;
+        VjpFn f = vjp_table[n->op];
+        for (int j = 0; j < n->nin; j++) {
+            Node *x = n->in[j];
+            if (!need[x->id]) continue;
+            if (!f)
+                error_at(n->loc, "'%s' has no gradient rule yet, and the loss reaches a trainable param through it "
+                         "(freeze the params before it, or write the computation with ops that have one)",
+                         op_name(n->op));
+            Node *c = f(n, j, adj[i]);
+            if (!c) continue;
+            if (!dtype_is_float(x->dtype)) continue;
+            adj[x->id] = adj[x->id] ? bin(OP_ADD, n, adj[x->id], c) : c;
+        }
+    }
+    /* sized for the state params add_optimizer_state appends (at most 2 per param): none has a gradient */
+    g->grad = xalloc(sizeof(Node *) * (size_t)(3 * g->nparams + 1));
+    for (int i = 0; i < g->nparams; i++) {
+        Node *p = g->params[i], *d = adj[p->id];
+        if (!d || !need[p->id]) continue;
+        /* the optimizer reads a materialized gradient of the param's shape */
+        d = reshape(p, d, &p->shape);
+        if (d->op == OP_CONST || d->op == OP_PARAM || d->op == OP_INPUT) {
+            Node *e = mk(OP_EXPAND, p, d->dtype, &p->shape);
+            e->in[0] = d;
+            e->nin = 1;
+            d = e;
+        }
+        g->grad[i] = d;
+    }
+    add_optimizer_state(g);
+}
+
+void dump_grad(FILE *out, const Graph *g, int first) {
+    char buf[256];
+    fprintf(out, "grad %s: d %s / d params, nodes %%%d.. are the backward graph\n", g->name, g->loss->name ? g->loss->name : "loss",
+            first);
+    for (int i = 0; i < g->nparams; i++) {
+        const Node *d = g->grad[i];
+        fprintf(out, "  d/d %s %s = %s\n", g->params[i]->name, shape_str(&g->params[i]->shape, g->sym_names, buf, sizeof buf),
+                d ? xprintf("%%%d", d->id) : "(frozen or not read by the loss)");
+    }
+}

@@ -1,0 +1,57 @@
+#!/usr/bin/env python3
+"""The initial weights and the training data of the tests/train models, from NumPy seeds.
+
+    python3 make_data.py OUTDIR NAME...     writes OUTDIR/NAME.init.safetensors and OUTDIR/NAME.<data>.npy
+
+reference.py (PyTorch) imports make() so that both sides start from the same bytes; the test
+(run.py) needs NumPy only.
+"""
+import os
+import sys
+
+import numpy as np
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "..", "tools"))
+import safetensors_np  # noqa: E402
+
+N = 40  # samples; the tests train at batch 8 for two epochs (10 steps)
+
+
+def _w(rng, out, inp):
+    bound = 1.0 / np.sqrt(inp)   # nn.Linear's default init range
+    return rng.uniform(-bound, bound, (out, inp)).astype(np.float32)
+
+
+def make(name):
+    """(weights, data): dicts of float32 / int64 arrays under the model's names."""
+    rng = np.random.default_rng({"mlp_adamw": 1, "mlp_sgd": 2, "mlp_adam": 3}[name])
+    x = rng.standard_normal((N, 8)).astype(np.float32)
+    if name == "mlp_adamw":
+        w = {"fc1.weight": _w(rng, 16, 8), "fc1.bias": _w(rng, 1, 16)[0] * 0.5,
+             "fc2.weight": _w(rng, 3, 16), "fc2.bias": _w(rng, 1, 3)[0] * 0.5}
+        d = {"x": x, "labels": rng.integers(0, 3, N).astype(np.int64)}
+    elif name == "mlp_sgd":
+        w = {"fc1.weight": _w(rng, 16, 8), "fc1.bias": _w(rng, 1, 16)[0] * 0.5,
+             "fc2.weight": _w(rng, 2, 16), "fc2.bias": _w(rng, 1, 2)[0] * 0.5}
+        d = {"x": x, "y": rng.standard_normal((N, 2)).astype(np.float32)}
+    else:
+        w = {"emb.weight": _w(rng, 8, 8), "fc1.weight": _w(rng, 16, 8), "fc1.bias": _w(rng, 1, 16)[0] * 0.5,
+             "fc2.weight": _w(rng, 5, 16)}
+        d = {"x": x, "flags": rng.integers(0, 2, (N, 2)).astype(np.float32),
+             "labels": rng.integers(0, 3, N).astype(np.int64)}
+    return w, d
+
+
+def main(argv):
+    out = argv[1]
+    os.makedirs(out, exist_ok=True)
+    for name in argv[2:]:
+        w, d = make(name)
+        safetensors_np.write(os.path.join(out, name + ".init.safetensors"), w)
+        for k, v in d.items():
+            np.save(os.path.join(out, "%s.%s.npy" % (name, k)), v)
+
+
+if __name__ == "__main__":
+    main(sys.argv)

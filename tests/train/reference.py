@@ -1,0 +1,74 @@
+#!/usr/bin/env python3
+"""PyTorch's training of the tests/train models, step for step: writes expected_NAME.safetensors
+(the loss of every step as `losses`, and the final weights under their names).
+
+    /path/venv-torch/bin/python reference.py      (torch, NumPy; run once, the outputs are committed)
+
+Each model is the .model file's computation written with torch.nn.functional, from make_data's
+weights, trained on make_data's samples in file order at batch 8 for two epochs (10 steps) with
+the optimizer of the .model file (torch.optim, its default single-tensor implementation), in
+float32 on the CPU.
+"""
+import os
+import sys
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+sys.path.insert(0, os.path.join(HERE, "..", "..", "tools"))
+import make_data  # noqa: E402
+import safetensors_np  # noqa: E402
+
+BATCH, EPOCHS = 8, 2
+
+
+def forward(name, p, d):
+    x = d["x"]
+    if name == "mlp_adamw":
+        h = F.relu(F.linear(x, p["fc1.weight"], p["fc1.bias"]))
+        return F.cross_entropy(F.linear(h, p["fc2.weight"], p["fc2.bias"]), d["labels"])
+    if name == "mlp_sgd":
+        h = torch.tanh(F.linear(x, p["fc1.weight"], p["fc1.bias"]))
+        return F.mse_loss(F.linear(h, p["fc2.weight"], p["fc2.bias"]), d["y"])
+    e = F.linear(x, p["emb.weight"])
+    h = F.gelu(F.linear(e, p["fc1.weight"], p["fc1.bias"])) * torch.sigmoid(e.mean(1, keepdim=True))
+    out = F.linear(h, p["fc2.weight"])
+    return (F.cross_entropy(out[:, 0:3], d["labels"], ignore_index=1, label_smoothing=0.1)
+            + 0.5 * F.binary_cross_entropy_with_logits(out[:, 3:5], d["flags"]))
+
+
+def optimizer(name, params):
+    if name == "mlp_adamw":
+        return torch.optim.AdamW(params, lr=0.01, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.01)
+    if name == "mlp_sgd":
+        return torch.optim.SGD(params, lr=0.05, momentum=0.9, nesterov=True, weight_decay=0.001)
+    return torch.optim.Adam(params, lr=0.005, weight_decay=0.01)
+
+
+def train(name):
+    w, data = make_data.make(name)
+    p = {k: torch.tensor(v, requires_grad=(k != "emb.weight")) for k, v in w.items()}
+    opt = optimizer(name, [t for k, t in p.items() if t.requires_grad])
+    n = next(iter(data.values())).shape[0]
+    losses = []
+    for _ in range(EPOCHS):
+        for b0 in range(0, n, BATCH):
+            d = {k: torch.tensor(v[b0:b0 + BATCH]) for k, v in data.items()}
+            opt.zero_grad()
+            loss = forward(name, p, d)
+            loss.backward()
+            opt.step()
+            losses.append(loss.item())
+    out = {k: t.detach().numpy() for k, t in p.items()}
+    out["losses"] = np.array(losses, dtype=np.float32)
+    safetensors_np.write(os.path.join(HERE, "expected_%s.safetensors" % name), out)
+    print(name, "losses", " ".join("%.6f" % v for v in losses))
+
+
+if __name__ == "__main__":
+    torch.manual_seed(0)
+    for name in sys.argv[1:] or ["mlp_adamw", "mlp_sgd", "mlp_adam"]:
+        train(name)
