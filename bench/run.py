@@ -529,7 +529,7 @@ def make_cases():
         n0 = len(text)
         for pat, rep in ((r"i64\[batch, 32\]", "i64[batch, 128]"),
                          (r"(position_embeddings\.weight, 0, 0, )32\)", r"\g<1>128)"),
-                         (r"\[-1, 1, 1, 32\]", "[-1, 1, 1, 128]"),
+                         (r"\[-1, 1, 1, 32\]", "[-1, 1, 1, 128]"), (r"\[-1, 32, 1\]", "[-1, 128, 1]"),
                          (r"\[batch, 32, 384\]", "[batch, 128, 384]"), (r"\[32, 384\]", "[128, 384]"),
                          (r"\[batch, 32\]", "[batch, 128]"),
                          (r"(bert_layer\(e\d, mask, )32(, 384)", r"\g<1>128\2")):
@@ -1068,7 +1068,7 @@ def print_table(rows, header, threads):
             print("  ".join(x.rjust(w) if i >= 2 else x.ljust(w) for i, (x, w) in enumerate(zip(l, widths))))
 
 
-def write_svg(path, rows, title, subtitle):
+def write_svg(path, rows, title, subtitle):   # subtitle: a list of lines
     """A grouped horizontal bar chart: one group per case, one bar per peer; bar length is the
     latency relative to the slowest peer of that case (so shorter is faster), labelled in ms."""
     colors = {"modelc": "#d62728", "torch": "#1f77b4", "compile": "#aec7e8", "ort": "#2ca02c",
@@ -1084,13 +1084,14 @@ def write_svg(path, rows, title, subtitle):
             ms = v.get("ms") if v.get("agree", True) else None
             bars.append((p, title_p, ms, cell(v)))
         groups.append((r["label"], bars, None))
-    bar_h, gap, left, width, label_w = 14, 12, 150, 520, 150
-    y = 62
+    bar_h, gap, left, width, label_w = 14, 10, 90, 560, 110
+    y = 48 + 14 * len(subtitle)
     body = []
     for label, bars, note in groups:
         body.append('<text x="8" y="%d" font-weight="bold">%s</text>' % (y + 11, esc(label)))
+        y += bar_h + 2
         if note:
-            body.append('<text x="%d" y="%d" fill="#666">%s</text>' % (left, y + 11, esc(note[:90])))
+            body.append('<text x="%d" y="%d" fill="#666">%s</text>' % (left, y + 11, esc(note[:120])))
             y += bar_h + gap
             continue
         worst = max([ms for _, _, ms, _ in bars if ms] or [1])
@@ -1111,11 +1112,25 @@ def write_svg(path, rows, title, subtitle):
            'font-size="11">' % (left + width + label_w, h),
            '<rect width="100%" height="100%" fill="white"/>',
            '<text x="8" y="20" font-size="14" font-weight="bold">%s</text>' % esc(title),
-           '<text x="8" y="38" fill="#444">%s</text>' % esc(subtitle),
-           '<text x="8" y="52" fill="#444">bar: median latency relative to the slowest peer of '
-           'the case (shorter is faster); skip/WRONG/FAILED: not timed, see the JSON</text>'] + body + ["</svg>"]
+           ] + ['<text x="8" y="%d" fill="#444">%s</text>' % (36 + 14 * i, esc(t))
+                for i, t in enumerate(list(subtitle) + [
+                    "bar: median latency relative to the slowest peer of the case (shorter is faster); "
+                    "skip/WRONG/FAILED: not timed, see the JSON"])] + body + ["</svg>"]
     with open(path, "w") as f:
         f.write("\n".join(svg) + "\n")
+
+
+def draw(path, doc):
+    """The chart of a results document (what main() writes to JSON)."""
+    m = doc["machine"]
+    v = m["versions"]
+    sub = ["%s, %d threads (%d usable cores), load average %s to %s, %s" % (
+        m["cpu"], doc["threads"], m["usable_cores"], m["loadavg_start"], m["loadavg_end"],
+        doc["date"][:10]), "modelc %s (OpenBLAS %s, %s kernels); " % (
+            v.get("modelc (git)"), v.get("openblas (modelc, Debian)"), v.get("openblas core")) + ", ".join("%s %s" % (k, v[k].split("+")[0].split("-")[0])
+                                    for k in ("torch", "onnxruntime", "openvino") if v.get(k))]
+    write_svg(path, doc["rows"], "modelc vs PyTorch, torch.compile, ONNX Runtime, OpenVINO (%s, %s)" % (
+        doc["device"], doc["mode"]), sub)
 
 
 def esc(s):
@@ -1194,10 +1209,16 @@ def main():
     ap.add_argument("--no-venv", action="store_true", help="do not re-execute with %s's Python" %
                     os.path.relpath(VENV, ROOT))
     ap.add_argument("--modelc", default=os.environ.get("MODELC", os.path.join(ROOT, "build", "bin", "modelc")))
+    ap.add_argument("--redraw", metavar="JSON", help="only redraw JSON's chart (JSON with .svg)")
     ap.add_argument("--worker", help=argparse.SUPPRESS)
     a = ap.parse_args()
     if a.worker:
         return worker(a.worker)
+    if a.redraw:
+        with open(a.redraw) as f:
+            doc = json.load(f)
+        draw(a.redraw[:-5] + ".svg" if a.redraw.endswith(".json") else a.redraw + ".svg", doc)
+        return 0
 
     vpy = os.path.join(VENV, "bin", "python")
     if not a.no_venv and os.path.abspath(sys.prefix) != os.path.abspath(VENV) and os.access(vpy, os.X_OK):
@@ -1241,9 +1262,10 @@ def main():
     b = Bench(a, threads, have)
     rows = []
     for c in cases:
-        t0 = time.time()
+        t0, load0 = time.time(), loadavg()
         rows.append(b.case(c))
         rows[-1]["seconds"] = round(time.time() - t0, 1)
+        rows[-1]["loadavg"] = [load0, loadavg()]   # at the case's start and end
 
     mach["loadavg_end"] = loadavg()
     header = ("modelc vs PyTorch eager / torch.compile / ONNX Runtime / OpenVINO: %s, %d threads, "
@@ -1290,13 +1312,7 @@ def main():
         with open(jp, "w") as f:
             json.dump(doc, f, indent=1, sort_keys=False)
             f.write("\n")
-        sub = "%s, %d threads (%d usable cores), %s; %s" % (
-            mach["cpu"], threads, ncores(), time.strftime("%Y-%m-%d", time.gmtime()),
-            ", ".join("%s %s" % (k, v.split("+")[0]) for k, v in mach["versions"].items()
-                      if k in ("torch", "onnxruntime", "openvino") and v))
-        write_svg(os.path.join(a.results, name + ".svg"), rows,
-                  "modelc vs PyTorch, torch.compile, ONNX Runtime, OpenVINO (%s, %s)" % (
-                      dev, "quick" if a.quick else "full"), sub)
+        draw(jp[:-5] + ".svg", doc)
         print("bench: wrote %s and %s" % (os.path.relpath(jp, ROOT),
                                           os.path.relpath(jp[:-5] + ".svg", ROOT)))
     bad = [r for r in rows if "skip" not in r and ("error" in r["peers"].get("modelc", {})

@@ -9,8 +9,8 @@
 #                     and once with the core OpenBLAS detects itself
 #   scipy-openblas    the scipy-openblas32 wheel (a current OpenBLAS, symbols prefixed scipy_)
 #   debian-dnnl       libdnnl-dev (oneDNN 2.x, OpenMP), dnnl_sgemm
-#   pypi-dnnl         the onednn wheel (oneDNN 3.x, TBB; needs tbb, intel-sycl-rt and
-#                     intel-cmplr-lib-rt beside it), dnnl_sgemm
+#   pypi-dnnl         the onednn wheel (oneDNN 3.x built with TBB and SYCL; its dependencies
+#                     dpcpp-cpp-rt and tbb put libsycl, libsvml, libtbb beside it), dnnl_sgemm
 #   debian-blis       libblis-dev (BLIS 0.9, OpenMP), its cblas_sgemm
 #   pypi-mkl          the mkl wheel (libmkl_rt), cblas_sgemm
 # --install first installs the missing ones: the Debian packages with apt-get, the wheels into
@@ -24,7 +24,7 @@ MIN_S=${2:-0.5}
 OUT=build/gemm
 VENV=build/gemm-venv
 SRC=bench/gemm/gemm_bench.c
-PINS="scipy-openblas32==0.3.34.481.3 mkl==2026.2.1 onednn==2026.1.0 tbb intel-sycl-rt intel-cmplr-lib-rt"
+PINS="scipy-openblas32==0.3.34.481.3 mkl==2026.2.1 onednn==2026.1.0"   # mkl brings intel-openmp and tbb; onednn dpcpp-cpp-rt (SYCL, TBB)
 mkdir -p "$OUT"
 export OPENBLAS_NUM_THREADS=$THREADS OMP_NUM_THREADS=$THREADS BLIS_NUM_THREADS=$THREADS \
        MKL_NUM_THREADS=$THREADS OMP_PROC_BIND=false
