@@ -1038,7 +1038,7 @@ def cell(r):
 def print_table(rows, header, threads):
     cols = [p for p, _ in PEERS]
     hdr = ["model", "batch"] + [dict(PEERS)[p] + " ms" for p in cols] + \
-          [dict(PEERS)[p] + "/modelc" for p in cols[1:]] + ["modelc MiB", "max MiB", "max|diff|", "rel"]
+          [dict(PEERS)[p] + "/modelc" for p in cols[1:]] + ["max|diff|", "rel"]
     lines = []
     for r in rows:
         shape = "%dx%d" % (r["batch"], r["tokens"]) if r["tokens"] else str(r["batch"])
@@ -1051,9 +1051,6 @@ def print_table(rows, header, threads):
         for p in cols[1:]:
             v = P.get(p, {}).get("ms") if P.get(p, {}).get("agree", True) else None
             cells.append("%.2f" % (v / m) if v and m else "-")
-        mm = P.get("modelc", {}).get("rss_mib")
-        others = [P[p]["rss_mib"] for p in cols[1:] if P.get(p, {}).get("rss_mib")]
-        cells += [fmt_mib(mm), fmt_mib(max(others) if others else None)]
         diffs = [(P[p]["diff"], P[p]["rel"]) for p in ("modelc",) if "diff" in P.get(p, {})]
         cells += ["%.1e" % diffs[0][0], "%.1e" % diffs[0][1]] if diffs else ["-", "-"]
         lines.append(cells)
@@ -1066,6 +1063,16 @@ def print_table(rows, header, threads):
             print("  ".join(x.ljust(w) for x, w in zip(l[:2], widths)) + "  " + l[2])
         else:
             print("  ".join(x.rjust(w) if i >= 2 else x.ljust(w) for i, (x, w) in enumerate(zip(l, widths))))
+    # peak resident memory, one column per peer
+    hdr = ["model", "batch"] + [dict(PEERS)[p] + " MiB" for p in cols]
+    lines = [[r["model"], "%dx%d" % (r["batch"], r["tokens"]) if r["tokens"] else str(r["batch"])] +
+             [fmt_mib(r["peers"].get(p, {}).get("rss_mib")) for p in cols] for r in rows if "skip" not in r]
+    widths = [max([len(h)] + [len(l[i]) for l in lines]) for i, h in enumerate(hdr)]
+    print()
+    print("peak resident memory of each peer's process (ru_maxrss, MiB; Python peers: the interpreter, "
+          "the library, the model and the first run)")
+    for l in [hdr] + lines:
+        print("  ".join(x.rjust(w) if i >= 2 else x.ljust(w) for i, (x, w) in enumerate(zip(l, widths))))
 
 
 def write_svg(path, rows, title, subtitle):   # subtitle: a list of lines
@@ -1269,8 +1276,8 @@ def main():
 
     mach["loadavg_end"] = loadavg()
     header = ("modelc vs PyTorch eager / torch.compile / ONNX Runtime / OpenVINO: %s, %d threads, "
-              "%s measurements; ms per run, median; ratio > 1: modelc faster; MiB: peak RSS "
-              "(modelc's, the largest peer's); diff: modelc vs %s" % (
+              "%s measurements; ms per run, median; ratio > 1: modelc faster; "
+              "diff: modelc vs %s" % (
                   dev, threads, "quick" if a.quick else "full",
                   "PyTorch eager" if have["torch"] is None else "the committed reference outputs"))
     print_table(rows, header, threads)

@@ -52,11 +52,13 @@ run() {
         echo "# $name: skipped: build failed: $(tail -1 "$OUT/$name.build.log")"
         return
     fi
+    echo "# $name: load average $(cut -d' ' -f1 /proc/loadavg) before"
     env "${envs[@]}" "$OUT/gemm_$name" "$name" "$MIN_S" | if [ "$FIRST" = 1 ]; then cat; else grep -v '^library '; fi
     FIRST=0
 }
 FIRST=1
 
+main() {
 echo "# $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ //'), $(nproc) usable cores," \
      "$THREADS threads, flags: $(grep -m1 '^flags' /proc/cpuinfo | tr ' ' '\n' | grep -E '^(avx2|fma|avx512f|avx512_vnni|avx512_bf16|amx_bf16|amx_tile)$' | tr '\n' ' ')"
 if have_pkg libopenblas-dev; then
@@ -101,3 +103,27 @@ if [ -n "$SITE" ] && [ -f $VENV/lib/libmkl_rt.so.3 ]; then
 else
     echo "# pypi-mkl: skipped: no mkl wheel in $VENV (--install)"
 fi
+}
+
+# The measurements as they come, then one table: GFLOP/s, a row per shape, a column per library.
+main | tee "$OUT/results.txt"
+python3 - "$OUT/results.txt" <<'PY'
+import sys
+libs, rows = [], {}
+for line in open(sys.argv[1]):
+    f = line.split()
+    if not f or f[0] in ("#", "library") or len(f) < 9:
+        continue
+    bad = f[-1] == "FAILED"
+    f = f[:-1] if bad else f
+    lib, gf = f[0], "wrong" if bad else f[-2]
+    shape = "%s (%s)" % (" ".join(f[1:-6]), " x ".join(f[-6:-3]))
+    if lib not in libs:
+        libs.append(lib)
+    rows.setdefault(shape, {})[lib] = gf
+print()
+print("| shape (M x N x K) | " + " | ".join(libs) + " |")
+print("|---|" + "---:|" * len(libs))
+for shape, v in rows.items():
+    print("| %s | %s |" % (shape, " | ".join(v.get(l, "-") for l in libs)))
+PY
