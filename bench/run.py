@@ -7,9 +7,9 @@ OpenVINO (f32, and bf16 in its own column) on the same weights, inputs and threa
 
 The peers live in the virtual environment build/bench-venv (bench/setup_venv.sh, pinned by
 bench/requirements.txt; `make bench` makes it). Run with another Python, this script re-executes
-itself with the venv's when there is one; without it (offline, say) modelc is timed alone, its
-outputs checked against the examples' committed reference outputs where they match the case,
-and each peer is skipped with the reason printed.
+itself with the venv's once setup_venv.sh has finished it; without it (offline, say) modelc is
+timed alone, its outputs checked against the examples' committed reference outputs where they
+match the case, and each peer is skipped with the reason printed.
 
 Cases (the model, the batch): digits b1 and b360, resnet18 b1 and b8, mobilenet_v2 b1 (a slot:
 skipped while examples/zoo/mobilenet_v2.model does not exist), gpt2_small at 1x128 tokens and
@@ -36,12 +36,13 @@ All peers get the same thread count (--threads, default: the cores this process 
 modelc `--threads N`; torch.set_num_threads(N); ONNX Runtime intra_op_num_threads=N; OpenVINO
 INFERENCE_NUM_THREADS=N; and OMP_NUM_THREADS=N in every child's environment.
 
-Output: one table (ms per run, median; peer/modelc ratios, > 1: modelc faster; peak RSS in
-MiB), written to bench/results/<device>[-quick].json with the machine's description (CPU
-model, cores, flags, library versions, load average) and drawn as bench/results/<device>
-[-quick].svg. A timing never fails anything: the exit status is 0 after a run (even with
-peers skipped or disagreeing), 1 when modelc's output disagrees with the reference, 2 on a bad
-argument or a missing compiler.
+Output: one table (ms per run, median; peer/modelc ratios, > 1: modelc faster; modelc's
+max |diff| against the reference), then the peak RSS of every peer in MiB; both written to
+bench/results/<device>[-quick].json with the machine's description (CPU model, cores, flags,
+library versions and OpenBLAS's kernels, load average) and drawn as bench/results/<device>
+[-quick].svg (--redraw JSON redraws a chart). A timing never fails anything: the exit status is
+0 after a run (even with peers skipped or disagreeing), 1 when modelc fails or its output
+disagrees with the reference, 2 on a bad argument or a missing compiler.
 
 With --device cuda, modelc, PyTorch and torch.compile run on the GPU (host inputs in, host
 outputs out, synchronized: modelc's --time covers the copies too), ONNX Runtime with its CUDA
@@ -1228,7 +1229,9 @@ def main():
         return 0
 
     vpy = os.path.join(VENV, "bin", "python")
-    if not a.no_venv and os.path.abspath(sys.prefix) != os.path.abspath(VENV) and os.access(vpy, os.X_OK):
+    ready = os.path.exists(os.path.join(VENV, ".requirements"))   # bench/setup_venv.sh finished
+    if not a.no_venv and os.path.abspath(sys.prefix) != os.path.abspath(VENV) and ready \
+            and os.access(vpy, os.X_OK):
         os.execv(vpy, [vpy, os.path.abspath(__file__)] + sys.argv[1:])
 
     dev = a.device
