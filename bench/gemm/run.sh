@@ -5,8 +5,8 @@
 #   bash bench/gemm/run.sh [--install] [THREADS] [MIN_SECONDS]     (default 2 threads, 0.5 s)
 #
 # Libraries, each skipped with a line saying why when it is not there:
-#   debian-openblas   libopenblas-dev (what modelc links), once with OPENBLAS_CORETYPE=Haswell
-#                     and once with the core OpenBLAS detects itself
+#   debian-openblas   libopenblas-dev (what modelc links), with OPENBLAS_CORETYPE=Haswell, with
+#                     SkylakeX, and with the core OpenBLAS detects itself
 #   scipy-openblas    the scipy-openblas32 wheel (a current OpenBLAS, symbols prefixed scipy_)
 #   debian-dnnl       libdnnl-dev (oneDNN 2.x, OpenMP), dnnl_sgemm
 #   pypi-dnnl         the onednn wheel (oneDNN 3.x built with TBB and SYCL; its dependencies
@@ -67,6 +67,8 @@ if have_pkg libopenblas-dev; then
     # shellcheck disable=SC2086
     run debian-ob-hsw OPENBLAS_CORETYPE=Haswell -- $OB
     # shellcheck disable=SC2086
+    run debian-ob-skx OPENBLAS_CORETYPE=SkylakeX -- $OB
+    # shellcheck disable=SC2086
     run debian-ob-auto -u OPENBLAS_CORETYPE -- $OB
 else
     echo "# debian-openblas: skipped: libopenblas-dev not installed"
@@ -105,7 +107,8 @@ else
 fi
 }
 
-# The measurements as they come, then one table: GFLOP/s, a row per shape, a column per library.
+# The measurements as they come, then one table: GFLOP/s of the median call (of the fastest), a
+# row per shape, a column per library.
 main | tee "$OUT/results.txt"
 python3 - "$OUT/results.txt" <<'PY'
 import sys
@@ -116,11 +119,13 @@ for line in open(sys.argv[1]):
         continue
     bad = f[-1] == "FAILED"
     f = f[:-1] if bad else f
-    lib, gf = f[0], "wrong" if bad else f[-2]
-    shape = "%s (%s)" % (" ".join(f[1:-6]), " x ".join(f[-6:-3]))
+    lib, gf = f[0], "wrong" if bad else "%s (%s)" % (f[-3], f[-2])
+    shape = "%s (%s)" % (" ".join(f[1:-7]), " x ".join(f[-7:-4]))
     if lib not in libs:
         libs.append(lib)
     rows.setdefault(shape, {})[lib] = gf
+print()
+print("GFLOP/s of the median call (of the fastest call)")
 print()
 print("| shape (M x N x K) | " + " | ".join(libs) + " |")
 print("|---|" + "---:|" * len(libs))
