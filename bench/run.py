@@ -775,7 +775,8 @@ def worker(spec_path):
             return [req.get_tensor(outports[k]).data for k in s["output_order"]]
         outs = {k: np.array(v) for k, v in zip(s["output_order"], run())}
         res["version"] = ov.__version__.split("-")[0]
-        res["precision"] = str(cm.get_property("INFERENCE_PRECISION_HINT"))
+        prec = cm.get_property("INFERENCE_PRECISION_HINT")   # what OpenVINO actually chose
+        res["precision"] = prec.get_type_name() if hasattr(prec, "get_type_name") else str(prec)
     else:
         raise SystemExit("bench worker: unknown peer %r" % peer)
     res["setup_s"] = time.time() - t0   # loading, compiling, the first run
