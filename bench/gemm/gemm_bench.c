@@ -133,7 +133,7 @@ int main(int argc, char **argv) {
 #endif
 #if defined(SGEMM_DNNL)
     const DnnlVersion *v = dnnl_version();
-    printf("# %s: oneDNN %d.%d.%d (%s), cpu runtime %u (1 seq, 2 omp, 4 tbb, 8 threadpool)\n", name, v->major,
+    printf("# %s: oneDNN %d.%d.%d (%s), cpu runtime %u (1 seq, 2 omp, 4 tbb, 8 threadpool, 512 sycl)\n", name, v->major,
            v->minor, v->patch, v->hash, v->cpu_runtime);
 #endif
     printf("%-14s %-22s %5s %6s %5s %9s %8s %8s %8s\n", "library", "shape", "M", "N", "K", "ms", "GFLOP/s",

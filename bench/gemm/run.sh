@@ -9,7 +9,7 @@
 #                     SkylakeX, and with the core OpenBLAS detects itself
 #   scipy-openblas    the scipy-openblas32 wheel (a current OpenBLAS, symbols prefixed scipy_)
 #   debian-dnnl       libdnnl-dev (oneDNN 2.x, OpenMP), dnnl_sgemm
-#   pypi-dnnl         the onednn wheel (oneDNN 3.x built with TBB and SYCL; its dependencies
+#   pypi-dnnl         the onednn wheel (oneDNN 3.x, CPU runtime SYCL over TBB; its dependencies
 #                     dpcpp-cpp-rt and tbb put libsycl, libsvml, libtbb beside it), dnnl_sgemm
 #   debian-blis       libblis-dev (BLIS 0.9, OpenMP), its cblas_sgemm
 #   pypi-mkl          the mkl wheel (libmkl_rt), cblas_sgemm
