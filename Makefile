@@ -131,13 +131,23 @@ clean:
 	rm -rf build build-san
 
 # ---------------------------------------------------------------- bench, gpu-check (not part of test)
-# make bench: modelc vs PyTorch eager (and ONNX Runtime when importable) on the example models;
-#   needs torch. BENCH_ARGS, e.g. "--quick", "--device cuda", "--compile", "-k gpt2".
+# make bench: modelc vs PyTorch eager, torch.compile, ONNX Runtime and OpenVINO (f32 and bf16) on
+#   the example models (bench/run.py); first installs the peers, pinned, into build/bench-venv
+#   (bench/setup_venv.sh; offline, modelc is timed alone). BENCH=quick: three small cases, under
+#   3 minutes. BENCH_ARGS, e.g. "--device cuda", "-k gpt2", "--threads 4". Writes
+#   bench/results/DEVICE[-quick].{json,svg}. make bench-venv: only the install.
+#   make bench-gemm: bench/gemm/run.sh (GEMM GFLOP/s of several BLAS libraries, issue 12).
 # make gpu-check: every GPU check in one script (build with nvcc, runtime and numeric tests on
 #   cuda vs cpu, examples, field cases B09/B12, bench); exits 2 at once without a GPU.
-.PHONY: bench gpu-check fuzz fuzz-build fuzz-graphs
+.PHONY: bench bench-venv bench-gemm gpu-check fuzz fuzz-build fuzz-graphs
+BENCH ?=
+bench-venv:
+	bash bench/setup_venv.sh build/bench-venv
 bench: all
-	$(PYTHON) bench/run.py $(BENCH_ARGS)
+	@bash bench/setup_venv.sh build/bench-venv || echo "bench: the peers are skipped (see above); modelc is timed alone"
+	$(PYTHON) bench/run.py --modelc $(abspath $(MODELC)) $(if $(filter quick,$(BENCH)),--quick) $(BENCH_ARGS)
+bench-gemm:
+	bash bench/gemm/run.sh $(GEMM_ARGS)
 
 gpu-check:
 	$(PYTHON) tools/gpu_check.py $(GPU_CHECK_ARGS)

