@@ -2032,7 +2032,7 @@ def _bind_batch(model, decls, arrays, kind):
     return sizes
 
 
-def run_model(model, weights, inputs, precision="f64", ties=None):
+def run_model(model, weights, inputs, precision="f64", ties=None, out_f64=False):
     """Evaluate `model` (a path, source text containing 'model', or a Model) on `weights`
     and `inputs` (dicts name -> array-like). Returns {output name: array} in declaration order;
     f32 outputs are float32, i32/i64 keep their dtype. precision: 'f64' (default) or 'f32'.
@@ -2084,7 +2084,7 @@ def run_model(model, weights, inputs, precision="f64", ties=None):
             pass
         elif _is_int(v) or v.dtype == np.bool_:   # i32 stays i32 (moved by reshape/...), argmax is i64
             v = v.astype(DTYPES[decl.dtype]) if decl is not None else v
-        else:
+        elif not out_f64:   # out_f64: float outputs as computed (float64 at precision f64)
             with np.errstate(over="ignore"):
                 v = v.astype(np.float32)
         out[name] = np.array(v, order="C")  # (ascontiguousarray makes 0-d arrays 1-d)
