@@ -204,7 +204,8 @@ def spec_convnext():
 def spec_swin():
     s = Spec()
     C, heads, ws = 32, 4, 4
-    for b in range(2):
+    for i in range(2):
+        b = f"layers.{i}"
         s.ln(f"{b}.norm1", C)
         s.add(f"{b}.attn.relative_position_bias_table", ((2 * ws - 1) ** 2, heads), "embedding")
         # relative_position_index (an int64 buffer) is a tensor() constant in swin.model

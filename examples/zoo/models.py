@@ -963,13 +963,21 @@ class SwinTransformerBlock(nn.Module):
         return x
 
 
-class SwinStage(nn.Sequential):
-    """Two blocks of a swin_t stage (features.1.0 and features.1.1 there): shift 0, then 2."""
+class SwinStage(nn.Module):
+    """Two blocks of a swin_t stage (features.1.0 and features.1.1 there): shift 0, then 2.
+
+    The blocks sit in an nn.Sequential named layers (keys layers.0.*, layers.1.*): a bare
+    nn.Sequential's keys 0.*, 1.* would need `as 0` in swin.model, which is not a name there."""
 
     def __init__(self, dim=32, num_heads=4, window=4):
-        super().__init__(*[SwinTransformerBlock(dim, num_heads, [window, window],
-                                                [0, 0] if i % 2 == 0 else [window // 2] * 2)
-                           for i in range(2)])
+        super().__init__()
+        self.layers = nn.Sequential(*[SwinTransformerBlock(dim, num_heads, [window, window],
+                                                           [0, 0] if i % 2 == 0
+                                                           else [window // 2] * 2)
+                                      for i in range(2)])
+
+    def forward(self, x):
+        return self.layers(x)
 
 
 # --------------------------------------------------------------------------- GPT2LMHeadModel
