@@ -17,6 +17,17 @@ expected outputs. Only reference.py imports this file: the test does not need to
   LlamaDecoderLayer    transformers.models.llama.modeling_llama (LlamaRMSNorm,
                        LlamaRotaryEmbedding, apply_rotary_pos_emb, repeat_kv,
                        LlamaAttention eager path, LlamaMLP, LlamaDecoderLayer)
+  ConvNeXt             torchvision.models.convnext (ConvNeXt, CNBlock, LayerNorm2d, Permute)
+  SwinStage            torchvision.models.swin_transformer (SwinTransformerBlock,
+                       ShiftedWindowAttention, shifted_window_attention), two blocks
+  GPT2LMHeadModel      transformers.models.gpt2.modeling_gpt2 (Conv1D, GPT2Attention eager path,
+                       GPT2MLP with NewGELUActivation, GPT2Block, GPT2Model, tied lm_head)
+  DistilBertModel      transformers.models.distilbert.modeling_distilbert (Embeddings,
+                       MultiHeadSelfAttention, FFN, TransformerBlock, Transformer)
+  WhisperEncoder       transformers.models.whisper.modeling_whisper (sinusoids, WhisperAttention
+                       eager path, WhisperEncoderLayer, WhisperEncoder)
+  DenseNet             torchvision.models.densenet (_DenseLayer, _DenseBlock, _Transition)
+  SqueezeNet           torchvision.models.squeezenet (Fire, SqueezeNet 1.1)
 """
 import math
 from collections import OrderedDict
