@@ -27,7 +27,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "..", "tools"))
 import safetensors_np  # noqa: E402  (tools/safetensors_np.py)
 
-MODELS = ["mobilenetv2", "efficientnet", "vit", "bert", "unet", "llama"]
+MODELS = ["mobilenetv2", "efficientnet", "vit", "bert", "unet", "llama", "convnext", "swin", "gpt2",
+          "distilbert", "whisper", "densenet", "squeezenet"]
 
 
 def make_divisible(v, divisor=8):
@@ -182,8 +183,139 @@ def spec_llama():
     return s
 
 
+def spec_convnext():
+    s = Spec()
+    s.conv("features.0.0", 16, 3, 4, bias=True); s.ln("features.0.1", 16)
+    for si, c in ((1, 16), (3, 32)):
+        for b in range(2):
+            p = f"features.{si}.{b}"
+            s.add(p + ".layer_scale", (c, 1, 1), "norm_weight")
+            s.conv(p + ".block.0", c, 1, 7, bias=True)
+            s.ln(p + ".block.2", c)
+            s.linear(p + ".block.3", 4 * c, c)
+            s.linear(p + ".block.5", c, 4 * c)
+        if si == 1:
+            s.ln("features.2.0", 16); s.conv("features.2.1", 32, 16, 2, bias=True)
+    s.ln("classifier.0", 32)
+    s.linear("classifier.2", 10, 32)
+    return s
+
+
+def spec_swin():
+    s = Spec()
+    C, heads, ws = 32, 4, 4
+    for i in range(2):
+        b = f"layers.{i}"
+        s.ln(f"{b}.norm1", C)
+        s.add(f"{b}.attn.relative_position_bias_table", ((2 * ws - 1) ** 2, heads), "embedding")
+        # relative_position_index (an int64 buffer) is a tensor() constant in swin.model
+        s.linear(f"{b}.attn.qkv", 3 * C, C)
+        s.linear(f"{b}.attn.proj", C, C)
+        s.ln(f"{b}.norm2", C)
+        s.linear(f"{b}.mlp.0", 4 * C, C)
+        s.linear(f"{b}.mlp.3", C, 4 * C)
+    return s
+
+
+def spec_gpt2():
+    s = Spec()
+    V, P, D = 100, 32, 32
+    s.add("transformer.wte.weight", (V, D), "embedding")      # lm_head.weight is the same tensor
+    s.add("transformer.wpe.weight", (P, D), "embedding")
+    for i in range(2):
+        p = f"transformer.h.{i}"
+        s.ln(p + ".ln_1", D)
+        s.add(p + ".attn.c_attn.weight", (D, 3 * D), "weight_t")   # Conv1D: [in, out]
+        s.add(p + ".attn.c_attn.bias", (3 * D,), "bias")
+        s.add(p + ".attn.c_proj.weight", (D, D), "weight_t")
+        s.add(p + ".attn.c_proj.bias", (D,), "bias")
+        s.ln(p + ".ln_2", D)
+        s.add(p + ".mlp.c_fc.weight", (D, 4 * D), "weight_t")
+        s.add(p + ".mlp.c_fc.bias", (4 * D,), "bias")
+        s.add(p + ".mlp.c_proj.weight", (4 * D, D), "weight_t")
+        s.add(p + ".mlp.c_proj.bias", (D,), "bias")
+    s.ln("transformer.ln_f", D)
+    return s
+
+
+def spec_distilbert():
+    s = Spec()
+    V, P, D, I = 100, 32, 32, 64
+    s.add("embeddings.word_embeddings.weight", (V, D), "embedding")
+    s.add("embeddings.position_embeddings.weight", (P, D), "embedding")
+    s.ln("embeddings.LayerNorm", D)
+    for i in range(2):
+        p = f"transformer.layer.{i}"
+        for n in ("q_lin", "k_lin", "v_lin", "out_lin"):
+            s.linear(f"{p}.attention.{n}", D, D)
+        s.ln(p + ".sa_layer_norm", D)
+        s.linear(p + ".ffn.lin1", I, D)
+        s.linear(p + ".ffn.lin2", D, I)
+        s.ln(p + ".output_layer_norm", D)
+    return s
+
+
+def spec_whisper():
+    s = Spec()
+    M, D, F, P = 16, 32, 64, 16
+    s.add("conv1.weight", (D, M, 3), "weight"); s.add("conv1.bias", (D,), "bias")
+    s.add("conv2.weight", (D, D, 3), "weight"); s.add("conv2.bias", (D,), "bias")
+    s.add("embed_positions.weight", (P, D), "sinusoids")
+    for i in range(2):
+        p = f"layers.{i}"
+        s.linear(p + ".self_attn.k_proj", D, D, bias=False)
+        s.linear(p + ".self_attn.v_proj", D, D)
+        s.linear(p + ".self_attn.q_proj", D, D)
+        s.linear(p + ".self_attn.out_proj", D, D)
+        s.ln(p + ".self_attn_layer_norm", D)
+        s.linear(p + ".fc1", F, D)
+        s.linear(p + ".fc2", D, F)
+        s.ln(p + ".final_layer_norm", D)
+    s.ln("layer_norm", D)
+    return s
+
+
+def spec_densenet():
+    s = Spec()
+    growth, bn_size, c = 8, 2, 16
+    s.conv("features.conv0", c, 3, 7); s.bn("features.norm0", c)
+    for b in (1, 2):
+        for l in range(1, 4):
+            p = f"features.denseblock{b}.denselayer{l}"
+            s.bn(p + ".norm1", c); s.conv(p + ".conv1", bn_size * growth, c, 1)
+            s.bn(p + ".norm2", bn_size * growth); s.conv(p + ".conv2", growth, bn_size * growth, 3)
+            c += growth
+        if b == 1:
+            s.bn("features.transition1.norm", c); s.conv("features.transition1.conv", c // 2, c, 1)
+            c //= 2
+    s.bn("features.norm5", c)
+    s.linear("classifier", 10, c)
+    return s
+
+
+def spec_squeezenet():
+    s = Spec()
+    s.conv("features.0", 16, 3, 3, bias=True)
+    for i, (cin, sq, e) in ((3, (16, 4, 8)), (4, (16, 4, 8)), (6, (16, 8, 16))):
+        s.conv(f"features.{i}.squeeze", sq, cin, 1, bias=True)
+        s.conv(f"features.{i}.expand1x1", e, sq, 1, bias=True)
+        s.conv(f"features.{i}.expand3x3", e, sq, 3, bias=True)
+    s.conv("classifier.1", 10, 32, 1, bias=True)
+    return s
+
+
+def sinusoids(length, channels, max_timescale=10000):
+    """Whisper's sinusoids(): [length, channels], sin then cos."""
+    log_timescale_increment = np.log(max_timescale) / (channels // 2 - 1)
+    inv_timescales = np.exp(-log_timescale_increment * np.arange(channels // 2))
+    scaled_time = np.arange(length)[:, None] * inv_timescales[None, :]
+    return np.concatenate([np.sin(scaled_time), np.cos(scaled_time)], axis=1)
+
+
 SPECS = {"mobilenetv2": spec_mobilenetv2, "efficientnet": spec_efficientnet, "vit": spec_vit,
-         "bert": spec_bert, "unet": spec_unet, "llama": spec_llama}
+         "bert": spec_bert, "unet": spec_unet, "llama": spec_llama, "convnext": spec_convnext,
+         "swin": spec_swin, "gpt2": spec_gpt2, "distilbert": spec_distilbert,
+         "whisper": spec_whisper, "densenet": spec_densenet, "squeezenet": spec_squeezenet}
 
 
 def make_weights(name):
@@ -196,6 +328,10 @@ def make_weights(name):
             if key == "up2.up.weight":           # ConvTranspose2d: [in, out, kh, kw]
                 fan_in = shape[0] * shape[2] * shape[3] // 4
             a = rng.standard_normal(shape) * np.sqrt(1.0 / fan_in)
+        elif kind == "weight_t":                 # GPT-2's Conv1D: [in, out]
+            a = rng.standard_normal(shape) * np.sqrt(1.0 / shape[0])
+        elif kind == "sinusoids":                # Whisper's embed_positions
+            a = sinusoids(*shape)
         elif kind == "bias":
             a = rng.standard_normal(shape) * 0.1
         elif kind == "norm_weight":
@@ -212,7 +348,7 @@ def make_weights(name):
 
 def make_inputs(name):
     """{input name: array} for NAME.model's test run (reference.py commits them)."""
-    rng = np.random.default_rng(MODELS.index(name) + 100)
+    rng = np.random.default_rng((MODELS + ["distilbert11"]).index(name) + 100)
     if name in ("mobilenetv2", "efficientnet", "vit"):
         return {"x": rng.standard_normal((2, 3, 32, 32), dtype=np.float32)}
     if name == "unet":
@@ -229,6 +365,22 @@ def make_inputs(name):
     if name == "llama":
         return {"hidden_states": rng.standard_normal((1, 16, 64), dtype=np.float32),
                 "position_ids": np.arange(3, 19, dtype=np.int64)[None, :]}   # positions 3..18
+    if name in ("convnext", "densenet", "squeezenet"):
+        return {"x": rng.standard_normal((2, 3, 32, 32), dtype=np.float32)}
+    if name == "swin":
+        return {"x": rng.standard_normal((2, 8, 8, 32), dtype=np.float32)}
+    if name == "gpt2":
+        return {"input_ids": rng.integers(0, 100, (2, 16)).astype(np.int64)}
+    if name in ("distilbert", "distilbert11"):
+        T = 16 if name == "distilbert" else 11
+        ids = rng.integers(1, 100, (2, T)).astype(np.int64)
+        mask = np.ones((2, T), np.int64)
+        pad = 11 if T == 16 else 7                         # sentence 1 is padded
+        mask[1, pad:] = 0
+        ids[1, pad:] = 0
+        return {"input_ids": ids, "attention_mask": mask}
+    if name == "whisper":
+        return {"input_features": rng.standard_normal((2, 16, 32), dtype=np.float32)}
     raise ValueError(name)
 
 

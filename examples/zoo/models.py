@@ -17,6 +17,17 @@ expected outputs. Only reference.py imports this file: the test does not need to
   LlamaDecoderLayer    transformers.models.llama.modeling_llama (LlamaRMSNorm,
                        LlamaRotaryEmbedding, apply_rotary_pos_emb, repeat_kv,
                        LlamaAttention eager path, LlamaMLP, LlamaDecoderLayer)
+  ConvNeXt             torchvision.models.convnext (ConvNeXt, CNBlock, LayerNorm2d, Permute)
+  SwinStage            torchvision.models.swin_transformer (SwinTransformerBlock,
+                       ShiftedWindowAttention, shifted_window_attention), two blocks
+  GPT2LMHeadModel      transformers.models.gpt2.modeling_gpt2 (Conv1D, GPT2Attention eager path,
+                       GPT2MLP with NewGELUActivation, GPT2Block, GPT2Model, tied lm_head)
+  DistilBertModel      transformers.models.distilbert.modeling_distilbert (Embeddings,
+                       MultiHeadSelfAttention, FFN, TransformerBlock, Transformer)
+  WhisperEncoder       transformers.models.whisper.modeling_whisper (sinusoids, WhisperAttention
+                       eager path, WhisperEncoderLayer, WhisperEncoder)
+  DenseNet             torchvision.models.densenet (_DenseLayer, _DenseBlock, _Transition)
+  SqueezeNet           torchvision.models.squeezenet (Fire, SqueezeNet 1.1)
 """
 import math
 from collections import OrderedDict
@@ -747,3 +758,730 @@ class LlamaDecoderLayer(nn.Module):
         hidden_states = self.post_attention_layernorm(hidden_states)
         hidden_states = self.mlp(hidden_states)
         return residual + hidden_states
+
+
+# --------------------------------------------------------------------------- ConvNeXt
+# torchvision's ConvNeXt (convnext_tiny's layout: 4x4 stride-4 patchify stem with LayerNorm2d,
+# stages of CNBlocks, LayerNorm2d + 2x2 stride-2 downsampling between stages, avgpool,
+# LayerNorm2d + flatten + linear head) with two stages of widths 16 and 32, two blocks each,
+# on 32x32 images, 10 classes. CNBlock: depthwise 7x7 conv, permute to channels-last,
+# LayerNorm eps 1e-6, Linear 4x, GELU, Linear, permute back, layer scale, stochastic depth
+# (identity in eval), residual. The layer scales are random (not 1e-6) so that every block counts.
+
+
+class LayerNorm2d(nn.LayerNorm):
+    def forward(self, x):
+        x = x.permute(0, 2, 3, 1)
+        x = F.layer_norm(x, self.normalized_shape, self.weight, self.bias, self.eps)
+        x = x.permute(0, 3, 1, 2)
+        return x
+
+
+class Permute(nn.Module):
+    def __init__(self, dims):
+        super().__init__()
+        self.dims = dims
+
+    def forward(self, x):
+        return torch.permute(x, self.dims)
+
+
+class CNBlock(nn.Module):
+    def __init__(self, dim, layer_scale, stochastic_depth_prob):
+        super().__init__()
+        norm_layer = partial_layer_norm_1e6
+        self.block = nn.Sequential(
+            nn.Conv2d(dim, dim, kernel_size=7, padding=3, groups=dim, bias=True),
+            Permute([0, 2, 3, 1]),
+            norm_layer(dim),
+            nn.Linear(in_features=dim, out_features=4 * dim, bias=True),
+            nn.GELU(),
+            nn.Linear(in_features=4 * dim, out_features=dim, bias=True),
+            Permute([0, 3, 1, 2]),
+        )
+        self.layer_scale = nn.Parameter(torch.ones(dim, 1, 1) * layer_scale)
+        self.stochastic_depth = StochasticDepth(stochastic_depth_prob, "row")
+
+    def forward(self, input):
+        result = self.layer_scale * self.block(input)
+        result = self.stochastic_depth(result)
+        result += input
+        return result
+
+
+def partial_layer_norm_1e6(dim):
+    """functools.partial(nn.LayerNorm, eps=1e-6) in torchvision."""
+    return nn.LayerNorm(dim, eps=1e-6)
+
+
+CONVNEXT_SETTING = [(16, 32, 2), (32, None, 2)]   # CNBlockConfig(input, out, num_layers)
+
+
+class ConvNeXt(nn.Module):
+    def __init__(self, setting=None, stochastic_depth_prob=0.1, layer_scale=1e-6,
+                 num_classes=10):
+        super().__init__()
+        setting = setting or CONVNEXT_SETTING
+        layers = []
+        first = setting[0][0]
+        layers.append(nn.Sequential(nn.Conv2d(3, first, kernel_size=4, stride=4, padding=0,
+                                              bias=True),
+                                    LayerNorm2d(first, eps=1e-6)))
+        total_stage_blocks = sum(c[2] for c in setting)
+        stage_block_id = 0
+        for cin, cout, n in setting:
+            stage = []
+            for _ in range(n):
+                sd_prob = stochastic_depth_prob * stage_block_id / (total_stage_blocks - 1.0)
+                stage.append(CNBlock(cin, layer_scale, sd_prob))
+                stage_block_id += 1
+            layers.append(nn.Sequential(*stage))
+            if cout is not None:
+                layers.append(nn.Sequential(LayerNorm2d(cin, eps=1e-6),
+                                            nn.Conv2d(cin, cout, kernel_size=2, stride=2)))
+        self.features = nn.Sequential(*layers)
+        self.avgpool = nn.AdaptiveAvgPool2d(1)
+        last = setting[-1][1] if setting[-1][1] is not None else setting[-1][0]
+        self.classifier = nn.Sequential(LayerNorm2d(last, eps=1e-6), nn.Flatten(1),
+                                        nn.Linear(last, num_classes))
+
+    def forward(self, x):
+        x = self.features(x)
+        x = self.avgpool(x)
+        x = self.classifier(x)
+        return x
+
+
+# --------------------------------------------------------------------------- SwinTransformerBlock
+# torchvision's Swin Transformer blocks (swin_t's SwinTransformerBlock with ShiftedWindowAttention
+# and shifted_window_attention): two blocks on a [batch, 8, 8, 32] channels-last map, window
+# 4x4, 4 heads, MLP ratio 4, LayerNorm eps 1e-5; block 0 unshifted, block 1 shifted by 2
+# (torch.roll, the shifted-window attention mask). The relative position bias table is indexed
+# with the relative_position_index buffer.
+
+
+def _get_relative_position_bias(table, index, window_size):
+    N = window_size[0] * window_size[1]
+    relative_position_bias = table[index]
+    relative_position_bias = relative_position_bias.view(N, N, -1)
+    return relative_position_bias.permute(2, 0, 1).contiguous().unsqueeze(0)
+
+
+def shifted_window_attention(input, qkv_weight, proj_weight, relative_position_bias, window_size,
+                             num_heads, shift_size, qkv_bias=None, proj_bias=None):
+    B, H, W, C = input.shape
+    pad_r = (window_size[1] - W % window_size[1]) % window_size[1]
+    pad_b = (window_size[0] - H % window_size[0]) % window_size[0]
+    x = F.pad(input, (0, 0, 0, pad_r, 0, pad_b))
+    _, pad_H, pad_W, _ = x.shape
+    shift_size = shift_size.copy()
+    if window_size[0] >= pad_H:
+        shift_size[0] = 0
+    if window_size[1] >= pad_W:
+        shift_size[1] = 0
+    if sum(shift_size) > 0:
+        x = torch.roll(x, shifts=(-shift_size[0], -shift_size[1]), dims=(1, 2))
+    num_windows = (pad_H // window_size[0]) * (pad_W // window_size[1])
+    x = x.view(B, pad_H // window_size[0], window_size[0], pad_W // window_size[1],
+               window_size[1], C)
+    x = x.permute(0, 1, 3, 2, 4, 5).reshape(B * num_windows, window_size[0] * window_size[1], C)
+    qkv = F.linear(x, qkv_weight, qkv_bias)
+    qkv = qkv.reshape(x.size(0), x.size(1), 3, num_heads, C // num_heads).permute(2, 0, 3, 1, 4)
+    q, k, v = qkv[0], qkv[1], qkv[2]
+    q = q * (C // num_heads) ** -0.5
+    attn = q.matmul(k.transpose(-2, -1))
+    attn = attn + relative_position_bias
+    if sum(shift_size) > 0:
+        attn_mask = x.new_zeros((pad_H, pad_W))
+        h_slices = ((0, -window_size[0]), (-window_size[0], -shift_size[0]), (-shift_size[0], None))
+        w_slices = ((0, -window_size[1]), (-window_size[1], -shift_size[1]), (-shift_size[1], None))
+        count = 0
+        for h in h_slices:
+            for w in w_slices:
+                attn_mask[h[0]:h[1], w[0]:w[1]] = count
+                count += 1
+        attn_mask = attn_mask.view(pad_H // window_size[0], window_size[0],
+                                   pad_W // window_size[1], window_size[1])
+        attn_mask = attn_mask.permute(0, 2, 1, 3).reshape(num_windows,
+                                                          window_size[0] * window_size[1])
+        attn_mask = attn_mask.unsqueeze(1) - attn_mask.unsqueeze(2)
+        attn_mask = attn_mask.masked_fill(attn_mask != 0, float(-100.0)).masked_fill(
+            attn_mask == 0, float(0.0))
+        attn = attn.view(x.size(0) // num_windows, num_windows, num_heads, x.size(1), x.size(1))
+        attn = attn + attn_mask.unsqueeze(1).unsqueeze(0)
+        attn = attn.view(-1, num_heads, x.size(1), x.size(1))
+    attn = F.softmax(attn, dim=-1)
+    x = attn.matmul(v).transpose(1, 2).reshape(x.size(0), x.size(1), C)
+    x = F.linear(x, proj_weight, proj_bias)
+    x = x.view(B, pad_H // window_size[0], pad_W // window_size[1], window_size[0],
+               window_size[1], C)
+    x = x.permute(0, 1, 3, 2, 4, 5).reshape(B, pad_H, pad_W, C)
+    if sum(shift_size) > 0:
+        x = torch.roll(x, shifts=(shift_size[0], shift_size[1]), dims=(1, 2))
+    x = x[:, :H, :W, :].contiguous()
+    return x
+
+
+class ShiftedWindowAttention(nn.Module):
+    def __init__(self, dim, window_size, shift_size, num_heads):
+        super().__init__()
+        self.window_size, self.shift_size, self.num_heads = window_size, shift_size, num_heads
+        self.qkv = nn.Linear(dim, dim * 3)
+        self.proj = nn.Linear(dim, dim)
+        self.relative_position_bias_table = nn.Parameter(
+            torch.zeros((2 * window_size[0] - 1) * (2 * window_size[1] - 1), num_heads))
+        coords_h = torch.arange(self.window_size[0])
+        coords_w = torch.arange(self.window_size[1])
+        coords = torch.stack(torch.meshgrid(coords_h, coords_w, indexing="ij"))
+        coords_flatten = torch.flatten(coords, 1)
+        relative_coords = coords_flatten[:, :, None] - coords_flatten[:, None, :]
+        relative_coords = relative_coords.permute(1, 2, 0).contiguous()
+        relative_coords[:, :, 0] += self.window_size[0] - 1
+        relative_coords[:, :, 1] += self.window_size[1] - 1
+        relative_coords[:, :, 0] *= 2 * self.window_size[1] - 1
+        relative_position_index = relative_coords.sum(-1).flatten()
+        self.register_buffer("relative_position_index", relative_position_index)
+
+    def forward(self, x):
+        bias = _get_relative_position_bias(self.relative_position_bias_table,
+                                           self.relative_position_index, self.window_size)
+        return shifted_window_attention(x, self.qkv.weight, self.proj.weight, bias,
+                                        self.window_size, self.num_heads,
+                                        shift_size=self.shift_size, qkv_bias=self.qkv.bias,
+                                        proj_bias=self.proj.bias)
+
+
+class SwinMLP(nn.Sequential):
+    """torchvision.ops.MLP(dim, [4 dim, dim], activation_layer=nn.GELU): keys 0.* and 3.*"""
+
+    def __init__(self, dim, hidden):
+        super().__init__(nn.Linear(dim, hidden), nn.GELU(), nn.Dropout(0.0),
+                         nn.Linear(hidden, dim), nn.Dropout(0.0))
+
+
+class SwinTransformerBlock(nn.Module):
+    def __init__(self, dim, num_heads, window_size, shift_size, mlp_ratio=4.0):
+        super().__init__()
+        self.norm1 = nn.LayerNorm(dim)
+        self.attn = ShiftedWindowAttention(dim, window_size, shift_size, num_heads)
+        self.stochastic_depth = StochasticDepth(0.1, "row")
+        self.norm2 = nn.LayerNorm(dim)
+        self.mlp = SwinMLP(dim, int(dim * mlp_ratio))
+
+    def forward(self, x):
+        x = x + self.stochastic_depth(self.attn(self.norm1(x)))
+        x = x + self.stochastic_depth(self.mlp(self.norm2(x)))
+        return x
+
+
+class SwinStage(nn.Module):
+    """Two blocks of a swin_t stage (features.1.0 and features.1.1 there): shift 0, then 2.
+
+    The blocks sit in an nn.Sequential named layers (keys layers.0.*, layers.1.*): a bare
+    nn.Sequential's keys 0.*, 1.* would need `as 0` in swin.model, which is not a name there."""
+
+    def __init__(self, dim=32, num_heads=4, window=4):
+        super().__init__()
+        self.layers = nn.Sequential(*[SwinTransformerBlock(dim, num_heads, [window, window],
+                                                           [0, 0] if i % 2 == 0
+                                                           else [window // 2] * 2)
+                                      for i in range(2)])
+
+    def forward(self, x):
+        return self.layers(x)
+
+
+# --------------------------------------------------------------------------- GPT2LMHeadModel
+# Hugging Face GPT2LMHeadModel (eager attention) at vocab 100, 32 positions, width 32, 2 layers,
+# 4 heads, MLP 4x, gelu_new (the tanh form), LayerNorm eps 1e-5; lm_head tied to wte. Conv1D
+# (x @ weight + bias, weight [in, out]); c_attn split into q, k, v; the causal mask is the
+# bias buffer tril(ones(32, 32)) sliced to the sequence, applied with torch.where(mask, w,
+# finfo.min). The sequence length is symbolic in gpt2.model.
+
+GPT2_CONFIG = dict(vocab_size=100, n_positions=32, n_embd=32, n_layer=2, n_head=4,
+                   layer_norm_epsilon=1e-5)
+
+
+class Conv1D(nn.Module):
+    def __init__(self, nf, nx):
+        super().__init__()
+        self.nf = nf
+        self.weight = nn.Parameter(torch.empty(nx, nf))
+        self.bias = nn.Parameter(torch.zeros(nf))
+
+    def forward(self, x):
+        size_out = x.size()[:-1] + (self.nf,)
+        x = torch.addmm(self.bias, x.view(-1, x.size(-1)), self.weight)
+        return x.view(size_out)
+
+
+class NewGELUActivation(nn.Module):
+    def forward(self, input):
+        return 0.5 * input * (1.0 + torch.tanh(math.sqrt(2.0 / math.pi) *
+                                               (input + 0.044715 * torch.pow(input, 3.0))))
+
+
+class GPT2Attention(nn.Module):
+    def __init__(self, config):
+        super().__init__()
+        max_positions = config["n_positions"]
+        self.register_buffer("bias", torch.tril(torch.ones((max_positions, max_positions),
+                                                           dtype=torch.bool)).view(
+            1, 1, max_positions, max_positions), persistent=False)
+        self.embed_dim = config["n_embd"]
+        self.num_heads = config["n_head"]
+        self.head_dim = self.embed_dim // self.num_heads
+        self.split_size = self.embed_dim
+        self.c_attn = Conv1D(3 * self.embed_dim, self.embed_dim)
+        self.c_proj = Conv1D(self.embed_dim, self.embed_dim)
+        self.attn_dropout = nn.Dropout(0.1)
+        self.resid_dropout = nn.Dropout(0.1)
+
+    def _split_heads(self, tensor, num_heads, attn_head_size):
+        new_shape = tensor.size()[:-1] + (num_heads, attn_head_size)
+        tensor = tensor.view(new_shape)
+        return tensor.permute(0, 2, 1, 3)
+
+    def _merge_heads(self, tensor, num_heads, attn_head_size):
+        tensor = tensor.permute(0, 2, 1, 3).contiguous()
+        new_shape = tensor.size()[:-2] + (num_heads * attn_head_size,)
+        return tensor.view(new_shape)
+
+    def _attn(self, query, key, value):
+        attn_weights = torch.matmul(query, key.transpose(-1, -2))
+        attn_weights = attn_weights / torch.full([], value.size(-1) ** 0.5,
+                                                 dtype=attn_weights.dtype)
+        query_length, key_length = query.size(-2), key.size(-2)
+        causal_mask = self.bias[:, :, key_length - query_length:key_length, :key_length]
+        mask_value = torch.finfo(attn_weights.dtype).min
+        mask_value = torch.full([], mask_value, dtype=attn_weights.dtype)
+        attn_weights = torch.where(causal_mask, attn_weights.to(attn_weights.dtype), mask_value)
+        attn_weights = nn.functional.softmax(attn_weights, dim=-1)
+        attn_weights = self.attn_dropout(attn_weights)
+        return torch.matmul(attn_weights, value)
+
+    def forward(self, hidden_states):
+        query, key, value = self.c_attn(hidden_states).split(self.split_size, dim=2)
+        query = self._split_heads(query, self.num_heads, self.head_dim)
+        key = self._split_heads(key, self.num_heads, self.head_dim)
+        value = self._split_heads(value, self.num_heads, self.head_dim)
+        attn_output = self._attn(query, key, value)
+        attn_output = self._merge_heads(attn_output, self.num_heads, self.head_dim)
+        attn_output = self.c_proj(attn_output)
+        return self.resid_dropout(attn_output)
+
+
+class GPT2MLP(nn.Module):
+    def __init__(self, intermediate_size, config):
+        super().__init__()
+        embed_dim = config["n_embd"]
+        self.c_fc = Conv1D(intermediate_size, embed_dim)
+        self.c_proj = Conv1D(embed_dim, intermediate_size)
+        self.act = NewGELUActivation()
+        self.dropout = nn.Dropout(0.1)
+
+    def forward(self, hidden_states):
+        hidden_states = self.c_fc(hidden_states)
+        hidden_states = self.act(hidden_states)
+        hidden_states = self.c_proj(hidden_states)
+        return self.dropout(hidden_states)
+
+
+class GPT2Block(nn.Module):
+    def __init__(self, config):
+        super().__init__()
+        hidden_size = config["n_embd"]
+        self.ln_1 = nn.LayerNorm(hidden_size, eps=config["layer_norm_epsilon"])
+        self.attn = GPT2Attention(config)
+        self.ln_2 = nn.LayerNorm(hidden_size, eps=config["layer_norm_epsilon"])
+        self.mlp = GPT2MLP(4 * hidden_size, config)
+
+    def forward(self, hidden_states):
+        residual = hidden_states
+        hidden_states = self.ln_1(hidden_states)
+        attn_output = self.attn(hidden_states)
+        hidden_states = attn_output + residual
+        residual = hidden_states
+        hidden_states = self.ln_2(hidden_states)
+        feed_forward_hidden_states = self.mlp(hidden_states)
+        return residual + feed_forward_hidden_states
+
+
+class GPT2Model(nn.Module):
+    def __init__(self, config):
+        super().__init__()
+        self.wte = nn.Embedding(config["vocab_size"], config["n_embd"])
+        self.wpe = nn.Embedding(config["n_positions"], config["n_embd"])
+        self.drop = nn.Dropout(0.1)
+        self.h = nn.ModuleList([GPT2Block(config) for _ in range(config["n_layer"])])
+        self.ln_f = nn.LayerNorm(config["n_embd"], eps=config["layer_norm_epsilon"])
+
+    def forward(self, input_ids):
+        input_shape = input_ids.size()
+        position_ids = torch.arange(0, input_shape[-1], dtype=torch.long).unsqueeze(0)
+        inputs_embeds = self.wte(input_ids)
+        position_embeds = self.wpe(position_ids)
+        hidden_states = self.drop(inputs_embeds + position_embeds)
+        for block in self.h:
+            hidden_states = block(hidden_states)
+        return self.ln_f(hidden_states)
+
+
+class GPT2LMHeadModel(nn.Module):
+    def __init__(self, config=None):
+        super().__init__()
+        config = config or GPT2_CONFIG
+        self.transformer = GPT2Model(config)
+        self.lm_head = nn.Linear(config["n_embd"], config["vocab_size"], bias=False)
+        self.lm_head.weight = self.transformer.wte.weight          # tie_weights()
+
+    def forward(self, input_ids):
+        return self.lm_head(self.transformer(input_ids))
+
+
+# --------------------------------------------------------------------------- DistilBertModel
+# Hugging Face DistilBertModel (eager attention) at vocab 100, 32 positions, width 32, 2 layers,
+# 4 heads, hidden 64, GELU, LayerNorm eps 1e-12: word + position embeddings, MultiHeadSelfAttention
+# with masked_fill((mask == 0).view(bs, 1, 1, k).expand_as(scores), finfo.min), post-norm
+# TransformerBlocks. The sequence length is symbolic in distilbert.model.
+
+DISTILBERT_CONFIG = dict(vocab_size=100, max_position_embeddings=32, dim=32, n_layers=2,
+                         n_heads=4, hidden_dim=64)
+
+
+class DistilEmbeddings(nn.Module):
+    def __init__(self, config):
+        super().__init__()
+        self.word_embeddings = nn.Embedding(config["vocab_size"], config["dim"])
+        self.position_embeddings = nn.Embedding(config["max_position_embeddings"], config["dim"])
+        self.LayerNorm = nn.LayerNorm(config["dim"], eps=1e-12)
+        self.dropout = nn.Dropout(0.1)
+        self.register_buffer("position_ids",
+                             torch.arange(config["max_position_embeddings"]).expand((1, -1)),
+                             persistent=False)
+
+    def forward(self, input_ids):
+        input_embeds = self.word_embeddings(input_ids)
+        seq_length = input_embeds.size(1)
+        position_ids = self.position_ids[:, :seq_length]
+        position_embeddings = self.position_embeddings(position_ids)
+        embeddings = input_embeds + position_embeddings
+        embeddings = self.LayerNorm(embeddings)
+        return self.dropout(embeddings)
+
+
+class MultiHeadSelfAttention(nn.Module):
+    def __init__(self, config):
+        super().__init__()
+        self.n_heads, self.dim = config["n_heads"], config["dim"]
+        self.dropout = nn.Dropout(0.1)
+        self.q_lin = nn.Linear(self.dim, self.dim)
+        self.k_lin = nn.Linear(self.dim, self.dim)
+        self.v_lin = nn.Linear(self.dim, self.dim)
+        self.out_lin = nn.Linear(self.dim, self.dim)
+
+    def forward(self, query, key, value, mask):
+        bs, q_length, dim = query.size()
+        k_length = key.size(1)
+        dim_per_head = self.dim // self.n_heads
+        mask_reshp = (bs, 1, 1, k_length)
+
+        def shape(x):
+            return x.view(bs, -1, self.n_heads, dim_per_head).transpose(1, 2)
+
+        def unshape(x):
+            return x.transpose(1, 2).contiguous().view(bs, -1, self.n_heads * dim_per_head)
+
+        q = shape(self.q_lin(query))
+        k = shape(self.k_lin(key))
+        v = shape(self.v_lin(value))
+        q = q / math.sqrt(dim_per_head)
+        scores = torch.matmul(q, k.transpose(2, 3))
+        mask = (mask == 0).view(mask_reshp).expand_as(scores)
+        scores = scores.masked_fill(mask, torch.tensor(torch.finfo(scores.dtype).min))
+        weights = nn.functional.softmax(scores, dim=-1)
+        weights = self.dropout(weights)
+        context = torch.matmul(weights, v)
+        context = unshape(context)
+        return self.out_lin(context)
+
+
+class FFN(nn.Module):
+    def __init__(self, config):
+        super().__init__()
+        self.dropout = nn.Dropout(0.1)
+        self.lin1 = nn.Linear(config["dim"], config["hidden_dim"])
+        self.lin2 = nn.Linear(config["hidden_dim"], config["dim"])
+        self.activation = nn.GELU()
+
+    def forward(self, input):
+        x = self.lin1(input)
+        x = self.activation(x)
+        x = self.lin2(x)
+        return self.dropout(x)
+
+
+class DistilTransformerBlock(nn.Module):
+    def __init__(self, config):
+        super().__init__()
+        self.attention = MultiHeadSelfAttention(config)
+        self.sa_layer_norm = nn.LayerNorm(config["dim"], eps=1e-12)
+        self.ffn = FFN(config)
+        self.output_layer_norm = nn.LayerNorm(config["dim"], eps=1e-12)
+
+    def forward(self, x, attn_mask):
+        sa_output = self.attention(x, x, x, attn_mask)
+        sa_output = self.sa_layer_norm(sa_output + x)
+        ffn_output = self.ffn(sa_output)
+        return self.output_layer_norm(ffn_output + sa_output)
+
+
+class DistilTransformer(nn.Module):
+    def __init__(self, config):
+        super().__init__()
+        self.layer = nn.ModuleList([DistilTransformerBlock(config)
+                                    for _ in range(config["n_layers"])])
+
+    def forward(self, x, attn_mask):
+        hidden_state = x
+        for layer_module in self.layer:
+            hidden_state = layer_module(hidden_state, attn_mask)
+        return hidden_state
+
+
+class DistilBertModel(nn.Module):
+    def __init__(self, config=None):
+        super().__init__()
+        config = config or DISTILBERT_CONFIG
+        self.embeddings = DistilEmbeddings(config)
+        self.transformer = DistilTransformer(config)
+
+    def forward(self, input_ids, attention_mask):
+        return self.transformer(self.embeddings(input_ids), attention_mask)
+
+
+# --------------------------------------------------------------------------- WhisperEncoder
+# Hugging Face WhisperEncoder (eager attention) at 16 mel bins, 32 input frames (so 16
+# positions after conv2's stride 2), width 32, 2 layers, 4 heads, FFN 64, GELU, LayerNorm eps
+# 1e-5: conv1 + gelu, conv2 (stride 2) + gelu, permute, + embed_positions.weight (the sinusoids
+# table, stored in the state_dict), pre-norm WhisperEncoderLayers (k_proj without bias, query
+# scaled by head_dim ** -0.5 before q k^T), final layer_norm.
+
+WHISPER_CONFIG = dict(num_mel_bins=16, d_model=32, encoder_layers=2, encoder_attention_heads=4,
+                      encoder_ffn_dim=64, max_source_positions=16)
+
+
+def sinusoids(length, channels, max_timescale=10000):
+    log_timescale_increment = math.log(max_timescale) / (channels // 2 - 1)
+    inv_timescales = torch.exp(-log_timescale_increment * torch.arange(channels // 2))
+    scaled_time = torch.arange(length).view(-1, 1) * inv_timescales.view(1, -1)
+    return torch.cat([scaled_time.sin(), scaled_time.cos()], dim=1)
+
+
+class WhisperAttention(nn.Module):
+    def __init__(self, embed_dim, num_heads):
+        super().__init__()
+        self.embed_dim, self.num_heads = embed_dim, num_heads
+        self.head_dim = embed_dim // num_heads
+        self.scaling = self.head_dim ** -0.5
+        self.k_proj = nn.Linear(embed_dim, embed_dim, bias=False)
+        self.v_proj = nn.Linear(embed_dim, embed_dim, bias=True)
+        self.q_proj = nn.Linear(embed_dim, embed_dim, bias=True)
+        self.out_proj = nn.Linear(embed_dim, embed_dim, bias=True)
+
+    def forward(self, hidden_states):
+        bsz, tgt_len = hidden_states.shape[:-1]
+        q_input_shape = (bsz, tgt_len, -1, self.head_dim)
+        query_states = self.q_proj(hidden_states) * self.scaling
+        query_states = query_states.view(*q_input_shape).transpose(1, 2).contiguous()
+        key_states = self.k_proj(hidden_states).view(bsz, -1, self.num_heads, self.head_dim)
+        key_states = key_states.transpose(1, 2).contiguous()
+        value_states = self.v_proj(hidden_states).view(bsz, -1, self.num_heads, self.head_dim)
+        value_states = value_states.transpose(1, 2).contiguous()
+        # eager_attention_forward with scaling=1.0 (the query is already scaled)
+        attn_weights = torch.matmul(query_states, key_states.transpose(2, 3))
+        attn_weights = nn.functional.softmax(attn_weights, dim=-1)
+        attn_output = torch.matmul(attn_weights, value_states)
+        attn_output = attn_output.transpose(1, 2).contiguous()
+        attn_output = attn_output.reshape(bsz, tgt_len, -1).contiguous()
+        return self.out_proj(attn_output)
+
+
+class WhisperEncoderLayer(nn.Module):
+    def __init__(self, config):
+        super().__init__()
+        self.embed_dim = config["d_model"]
+        self.self_attn = WhisperAttention(self.embed_dim, config["encoder_attention_heads"])
+        self.self_attn_layer_norm = nn.LayerNorm(self.embed_dim)
+        self.activation_fn = nn.GELU()
+        self.fc1 = nn.Linear(self.embed_dim, config["encoder_ffn_dim"])
+        self.fc2 = nn.Linear(config["encoder_ffn_dim"], self.embed_dim)
+        self.final_layer_norm = nn.LayerNorm(self.embed_dim)
+
+    def forward(self, hidden_states):
+        residual = hidden_states
+        hidden_states = self.self_attn_layer_norm(hidden_states)
+        hidden_states = self.self_attn(hidden_states)
+        hidden_states = residual + hidden_states
+        residual = hidden_states
+        hidden_states = self.final_layer_norm(hidden_states)
+        hidden_states = self.activation_fn(self.fc1(hidden_states))
+        hidden_states = self.fc2(hidden_states)
+        return residual + hidden_states
+
+
+class WhisperEncoder(nn.Module):
+    def __init__(self, config=None):
+        super().__init__()
+        config = config or WHISPER_CONFIG
+        embed_dim = config["d_model"]
+        self.conv1 = nn.Conv1d(config["num_mel_bins"], embed_dim, kernel_size=3, padding=1)
+        self.conv2 = nn.Conv1d(embed_dim, embed_dim, kernel_size=3, stride=2, padding=1)
+        self.embed_positions = nn.Embedding(config["max_source_positions"], embed_dim)
+        self.embed_positions.requires_grad_(False)
+        self.layers = nn.ModuleList([WhisperEncoderLayer(config)
+                                     for _ in range(config["encoder_layers"])])
+        self.layer_norm = nn.LayerNorm(embed_dim)
+
+    def forward(self, input_features):
+        inputs_embeds = nn.functional.gelu(self.conv1(input_features))
+        inputs_embeds = nn.functional.gelu(self.conv2(inputs_embeds))
+        inputs_embeds = inputs_embeds.permute(0, 2, 1)
+        embed_pos = self.embed_positions.weight
+        hidden_states = inputs_embeds + embed_pos
+        for encoder_layer in self.layers:
+            hidden_states = encoder_layer(hidden_states)
+        return self.layer_norm(hidden_states)
+
+
+# --------------------------------------------------------------------------- DenseNet
+# torchvision's DenseNet (densenet121's layout: conv0 7x7 stride 2, norm0, relu0, max pool0,
+# dense blocks of _DenseLayers joined by _Transitions, norm5, relu, adaptive avgpool, linear)
+# with growth 8, two blocks of 3 layers, 16 initial features, bn_size 2, on 32x32 images, 10
+# classes. _DenseLayer: cat of all earlier features, BN, ReLU, 1x1 conv, BN, ReLU, 3x3 conv;
+# _DenseBlock returns the cat of all; _Transition: BN, ReLU, 1x1 conv, AvgPool2d(2, 2).
+
+
+class _DenseLayer(nn.Module):
+    def __init__(self, num_input_features, growth_rate, bn_size):
+        super().__init__()
+        self.norm1 = nn.BatchNorm2d(num_input_features)
+        self.relu1 = nn.ReLU(inplace=True)
+        self.conv1 = nn.Conv2d(num_input_features, bn_size * growth_rate, kernel_size=1,
+                               stride=1, bias=False)
+        self.norm2 = nn.BatchNorm2d(bn_size * growth_rate)
+        self.relu2 = nn.ReLU(inplace=True)
+        self.conv2 = nn.Conv2d(bn_size * growth_rate, growth_rate, kernel_size=3, stride=1,
+                               padding=1, bias=False)
+
+    def bn_function(self, inputs):
+        concated_features = torch.cat(inputs, 1)
+        return self.conv1(self.relu1(self.norm1(concated_features)))
+
+    def forward(self, input):
+        prev_features = [input] if isinstance(input, torch.Tensor) else input
+        bottleneck_output = self.bn_function(prev_features)
+        return self.conv2(self.relu2(self.norm2(bottleneck_output)))
+
+
+class _DenseBlock(nn.ModuleDict):
+    def __init__(self, num_layers, num_input_features, bn_size, growth_rate):
+        super().__init__()
+        for i in range(num_layers):
+            layer = _DenseLayer(num_input_features + i * growth_rate, growth_rate, bn_size)
+            self.add_module("denselayer%d" % (i + 1), layer)
+
+    def forward(self, init_features):
+        features = [init_features]
+        for name, layer in self.items():
+            new_features = layer(features)
+            features.append(new_features)
+        return torch.cat(features, 1)
+
+
+class _Transition(nn.Sequential):
+    def __init__(self, num_input_features, num_output_features):
+        super().__init__()
+        self.norm = nn.BatchNorm2d(num_input_features)
+        self.relu = nn.ReLU(inplace=True)
+        self.conv = nn.Conv2d(num_input_features, num_output_features, kernel_size=1, stride=1,
+                              bias=False)
+        self.pool = nn.AvgPool2d(kernel_size=2, stride=2)
+
+
+class DenseNet(nn.Module):
+    def __init__(self, growth_rate=8, block_config=(3, 3), num_init_features=16, bn_size=2,
+                 num_classes=10):
+        super().__init__()
+        self.features = nn.Sequential(OrderedDict([
+            ("conv0", nn.Conv2d(3, num_init_features, kernel_size=7, stride=2, padding=3,
+                                bias=False)),
+            ("norm0", nn.BatchNorm2d(num_init_features)),
+            ("relu0", nn.ReLU(inplace=True)),
+            ("pool0", nn.MaxPool2d(kernel_size=3, stride=2, padding=1)),
+        ]))
+        num_features = num_init_features
+        for i, num_layers in enumerate(block_config):
+            block = _DenseBlock(num_layers, num_features, bn_size, growth_rate)
+            self.features.add_module("denseblock%d" % (i + 1), block)
+            num_features = num_features + num_layers * growth_rate
+            if i != len(block_config) - 1:
+                trans = _Transition(num_features, num_features // 2)
+                self.features.add_module("transition%d" % (i + 1), trans)
+                num_features = num_features // 2
+        self.features.add_module("norm5", nn.BatchNorm2d(num_features))
+        self.classifier = nn.Linear(num_features, num_classes)
+
+    def forward(self, x):
+        features = self.features(x)
+        out = F.relu(features, inplace=True)
+        out = F.adaptive_avg_pool2d(out, (1, 1))
+        out = torch.flatten(out, 1)
+        return self.classifier(out)
+
+
+# --------------------------------------------------------------------------- SqueezeNet
+# torchvision's SqueezeNet 1.1 (conv 3x3 stride 2, ReLU, MaxPool2d(3, 2, ceil_mode=True), Fire
+# modules, final 1x1 conv classifier with ReLU and adaptive avgpool) with three Fire modules at
+# widths / 4, on 32x32 images, 10 classes. Fire: squeeze 1x1 + ReLU, then the cat of expand1x1
+# + ReLU and expand3x3 (padding 1) + ReLU.
+
+
+class Fire(nn.Module):
+    def __init__(self, inplanes, squeeze_planes, expand1x1_planes, expand3x3_planes):
+        super().__init__()
+        self.inplanes = inplanes
+        self.squeeze = nn.Conv2d(inplanes, squeeze_planes, kernel_size=1)
+        self.squeeze_activation = nn.ReLU(inplace=True)
+        self.expand1x1 = nn.Conv2d(squeeze_planes, expand1x1_planes, kernel_size=1)
+        self.expand1x1_activation = nn.ReLU(inplace=True)
+        self.expand3x3 = nn.Conv2d(squeeze_planes, expand3x3_planes, kernel_size=3, padding=1)
+        self.expand3x3_activation = nn.ReLU(inplace=True)
+
+    def forward(self, x):
+        x = self.squeeze_activation(self.squeeze(x))
+        return torch.cat([self.expand1x1_activation(self.expand1x1(x)),
+                          self.expand3x3_activation(self.expand3x3(x))], 1)
+
+
+class SqueezeNet(nn.Module):
+    def __init__(self, num_classes=10, dropout=0.5):
+        super().__init__()
+        self.num_classes = num_classes
+        self.features = nn.Sequential(
+            nn.Conv2d(3, 16, kernel_size=3, stride=2),
+            nn.ReLU(inplace=True),
+            nn.MaxPool2d(kernel_size=3, stride=2, ceil_mode=True),
+            Fire(16, 4, 8, 8),
+            Fire(16, 4, 8, 8),
+            nn.MaxPool2d(kernel_size=3, stride=2, ceil_mode=True),
+            Fire(16, 8, 16, 16),
+        )
+        final_conv = nn.Conv2d(32, self.num_classes, kernel_size=1)
+        self.classifier = nn.Sequential(nn.Dropout(p=dropout), final_conv, nn.ReLU(inplace=True),
+                                        nn.AdaptiveAvgPool2d((1, 1)))
+
+    def forward(self, x):
+        x = self.features(x)
+        x = self.classifier(x)
+        return torch.flatten(x, 1)

@@ -35,17 +35,32 @@ ZOO = {
              ["last_hidden_state", "pooler_output"]),
     "unet": (models.UNet, ["x"], ["logits"]),
     "llama": (models.LlamaDecoderLayer, ["hidden_states", "position_ids"], ["hidden_states_out"]),
+    "convnext": (models.ConvNeXt, ["x"], ["logits"]),
+    "swin": (models.SwinStage, ["x"], ["y"]),
+    "gpt2": (models.GPT2LMHeadModel, ["input_ids"], ["logits"]),
+    "distilbert": (models.DistilBertModel, ["input_ids", "attention_mask"], ["last_hidden_state"]),
+    "whisper": (models.WhisperEncoder, ["input_features"], ["last_hidden_state"]),
+    "densenet": (models.DenseNet, ["x"], ["logits"]),
+    "squeezenet": (models.SqueezeNet, ["x"], ["logits"]),
 }
+# Runs of a model on other inputs (another sequence length): name: model it runs.
+RUNS = {"distilbert11": "distilbert"}
 
 
 def build(name):
+    name = RUNS.get(name, name)
     ctor = ZOO[name][0]
     torch.manual_seed(0)
     model = ctor()
     state = {k: torch.from_numpy(v) for k, v in make_weights.make_weights(name).items()}
-    for k in model.state_dict():
+    own = model.state_dict()
+    for k in own:
         if k.endswith("num_batches_tracked"):
             state[k] = torch.tensor(0, dtype=torch.long)
+        elif k.endswith("relative_position_index"):    # Swin's int64 buffer: swin.model's tensor()
+            state[k] = own[k]
+        elif k == "lm_head.weight":                     # GPT-2: tied to transformer.wte.weight
+            state[k] = state["transformer.wte.weight"]
     model.load_state_dict(state, strict=True)
     return model.eval()
 
@@ -63,10 +78,10 @@ def run(model, inputs, dtype):
 def main(argv):
     torch.set_num_threads(1)
     torch.use_deterministic_algorithms(True)
-    names = argv[1:] or make_weights.MODELS
+    names = argv[1:] or make_weights.MODELS + list(RUNS)
     for name in names:
         model = build(name)
-        _, in_names, out_names = ZOO[name]
+        _, in_names, out_names = ZOO[RUNS.get(name, name)]
         inputs = make_weights.make_inputs(name)
         arrays = [inputs[n] for n in in_names]
         ys = run(model, arrays, torch.float32)
