@@ -35,6 +35,7 @@ typedef struct Sym {
     bool used;
     long long ival;  /* SYM_INT: an integer (or boolean) block argument */
     Dim dval;        /* SYM_SIZE: the symbolic size */
+    bool size_bound; /* SYM_INT, SYM_SIZE: bound by a statement (hd = E // H), so it may be bound again */
     bool is_bool;
     unsigned hash;   /* name_hash(name) */
     int shadow;      /* the next older symbol in the same hash bucket, or -1 */
@@ -347,14 +348,17 @@ static void sort_args(Checker *c, const Ast *e, const FnSpec *spec, Call *call) 
             continue;
         }
         long long lit;
-        bool variadic_attr = spec->max_t == MAX_IN && npos >= spec->min_t && spec->nattrs > 0 &&
-                             ((a->val->kind == AST_NUM && a->val->is_int) ||
-                              (a->val->kind == AST_NEG && a->val->lhs->kind == AST_NUM)) && int_literal(a->val, &lit);
+        /* an integer written or named (a block's integer, a size bound to a name) */
+        Sym *is = a->val->kind == AST_NAME ? lookup(c, a->val->name) : NULL;
+        bool int_arg = (a->val->kind == AST_NUM && a->val->is_int) ||
+                       (a->val->kind == AST_NEG && a->val->lhs->kind == AST_NUM) ||
+                       (is && is->kind == SYM_INT && !is->is_bool);
+        bool variadic_attr = spec->max_t == MAX_IN && npos >= spec->min_t && spec->nattrs > 0 && int_arg &&
+                             int_literal(a->val, &lit);
         if (variadic_attr) npos = spec->max_t; /* concat(a, b, 1): the integer is the axis */
         /* gather(x, 1, index): PyTorch's order, the dim between the tensors */
         bool dim_between = spec->min_t >= 2 && npos == 1 && spec->nattrs > 0 && !strcmp(spec->attrs[0].name, "dim") &&
-                           !call->attr[0] && ((a->val->kind == AST_NUM && a->val->is_int) ||
-                                              (a->val->kind == AST_NEG && a->val->lhs->kind == AST_NUM));
+                           !call->attr[0] && int_arg;
         if (dim_between) {
             call->attr[0] = a->val;
             call->attr_loc[0] = a->loc;
@@ -2554,9 +2558,10 @@ static Node *lower_gather(Checker *c, const Call *call) {
         for (int i = 0; i < r; i++) {
             Dim di = idx->shape.d[i], dx = x->shape.d[i];
             if (i == d || dim_eq(di, dx)) continue;
-            if (dim_is_sym(di) || dim_is_sym(dx) || di.c > dx.c)
+            if (dim_is_sym(di) || (!dim_is_sym(dx) && di.c > dx.c))
                 error_at(ia->loc, "'gather' index %s is larger than x %s in dimension %d (%s > %s)", shp(c, &idx->shape),
                          shp(c, &x->shape), i, dms(c, di), dms(c, dx));
+            if (dim_is_sym(dx)) add_shape_check(c, loc, "gather", dx, di.c); /* the run checks x reaches it */
             x = mk_slice(c, loc, x, i, 0, 1, di.c); /* the part of x the index covers */
         }
         n->gather_mode = GATHER_ELEMENTS;
@@ -3082,6 +3087,22 @@ static Node *lower_call(Checker *c, const Ast *e) {
     }
     Call call;
     sort_args(c, e, &fn_specs[si], &call);
+    if (call.nt == 1 && is_literal(call.t[0]) && !call.t[0]->literal_big) { /* sqrt(2.0 / pi): a number, as math.sqrt */
+        double x = call.t[0]->exact, r = NAN;
+        bool ok = true;
+        switch (fn_specs[si].op) {
+        case OP_SQRT: r = sqrt(x); break;
+        case OP_RSQRT: r = 1.0 / sqrt(x); break;
+        case OP_EXP: r = exp(x); break;
+        case OP_LOG: r = log(x); break;
+        case OP_SIN: r = sin(x); break;
+        case OP_COS: r = cos(x); break;
+        case OP_TANH: r = tanh(x); break;
+        case OP_ERF: r = erf(x); break;
+        default: ok = false;
+        }
+        if (ok && fn_specs[si].lower == lower_elementwise) return mk_const(c, e->loc, r);
+    }
     return lower_in_f32(c, &call);
 }
 
@@ -3103,6 +3124,32 @@ static Node *mk_const_lit(Checker *c, Loc loc, const Ast *num, bool neg) {
     n->literal_int = num->is_int && num->int_ok;
     n->literal_big = num->is_int && !num->int_ok;
     if (n->literal_int) n->exact = neg ? -(double)num->ival : (double)num->ival;
+    return n;
+}
+
+/* Arithmetic on two numbers (literals, block integers, sizes) is a number, as in Python: 2 * C,
+ * n - 2, size(x, -1) ** 0.5 take the dtype of the tensor they meet, as a literal would. Integers
+ * stay integers under + - * // % (Python's signs); / and ** give floats. NULL: not foldable. */
+static Node *fold_numbers(Checker *c, Loc loc, char op, const Node *a, const Node *b) {
+    if (!is_literal(a) || !is_literal(b) || a->literal_big || b->literal_big) return NULL;
+    double x = a->exact, y = b->exact, r;
+    bool ints = a->literal_int && b->literal_int && strchr("+-*f%", op);
+    switch (op) {
+    case '+': r = x + y; break;
+    case '-': r = x - y; break;
+    case '*': r = x * y; break;
+    case '/': r = x / y; break;
+    case '^': r = pow(x, y); break;
+    case 'f':
+    case '%':
+        if (ints && y == 0) error_at(loc, "integer division by zero");
+        r = op == 'f' ? floor(x / y) : x - floor(x / y) * y;
+        break;
+    default: return NULL;
+    }
+    if (ints && !(fabs(r) <= (double)MAX_INT_LITERAL)) return NULL;
+    Node *n = mk_const(c, loc, r);
+    n->literal_int = ints;
     return n;
 }
 
@@ -3175,6 +3222,8 @@ static Node *lower_expr1(Checker *c, const Ast *e) {
         return lower_operator(c, e, "neg", lower_expr(c, e->lhs), NULL);
     case AST_BINOP: {
         Node *a = lower_expr(c, e->lhs), *b = lower_expr(c, e->rhs);
+        Node *folded = fold_numbers(c, e->loc, e->op, a, b);
+        if (folded) return folded;
         if (e->op == '@') {
             bool halves = dtype_is_half(a->dtype) && a->dtype == b->dtype; /* computed in f32 (lower_in_f32) */
             if (!halves && (a->dtype != DT_F32 || b->dtype != DT_F32))
@@ -3273,16 +3322,19 @@ static int device_slot(Checker *c, const Stmt *st) {
     return g->nslots++;
 }
 
-/* Whether e is an integer expression that reads a size: size(x, d), a symbolic dimension's name
- * or a name bound to a size, combined with + - * // % and integers. Such a statement binds a
- * size (as Python's T = x.size(1)), not a tensor. */
+/* Whether e is an integer expression: size(x, d), a symbolic dimension's name, integer
+ * literals, block integers and names bound to sizes, combined with + - * // % (not /, which
+ * gives a float). Such a statement binds a size (as Python's T = x.size(1) and hd = E // H),
+ * not a tensor; a bare literal (y = 3) stays a number. */
 static bool mentions_size(Checker *c, const Ast *e) {
     switch (e->kind) {
     case AST_CALL:
         return !strcmp(e->name, "size");
+    case AST_NUM: /* hd = 8 // 2: an integer, as Python's */
+        return e->is_int;
     case AST_NAME: {
         Sym *s = lookup(c, e->name);
-        return s ? s->kind == SYM_SIZE : sym_index(c->g, e->name) >= 0;
+        return s ? s->kind == SYM_SIZE || (s->kind == SYM_INT && !s->is_bool) : sym_index(c->g, e->name) >= 0;
     }
     case AST_NEG:
         return mentions_size(c, e->lhs);
@@ -3297,6 +3349,7 @@ static bool mentions_size(Checker *c, const Ast *e) {
  * earlier ones kept theirs; an input or param name is hidden from here on). */
 static void bind_value(Checker *c, const char *name, Loc loc, Node *v) {
     Sym *s = lookup(c, name);
+    if (s && s->size_bound) s = NULL; /* a size bound by a statement: hidden by the tensor from here on */
     if (sym_index(c->g, name) >= 0)
         error_at(loc, "'%s' is a symbolic dimension of the model; a tensor needs another name (a size may take it: "
                  "%s = size(x, 0))", name, name);
@@ -3476,10 +3529,14 @@ static void lower_stmt(Checker *c, const Stmt *st) {
             diag_exit();
         }
         Dim d; /* T = size(x, 1), pad_h = size(a, 2) - size(b, 2): a size (size(x, 1) + x is a tensor) */
-        if (mentions_size(c, st->expr) && size_dim(st->expr, &d)) {
+        if (st->expr->kind != AST_NUM && mentions_size(c, st->expr) && size_dim(st->expr, &d)) {
+            if (s && s->kind == SYM_INT && !s->size_bound)
+                error_at(st->name_loc, "'%s' is an integer argument of block '%s'; bind the size to another name",
+                         st->name, c->block);
             if (s && (s->kind == SYM_VALUE || s->kind == SYM_INPUT || s->kind == SYM_PARAM) && s->node)
                 error_at(st->name_loc, "'%s' is a tensor; a size needs another name", st->name);
             Sym *n = define_shadow(c, st->name, st->name_loc, dim_is_sym(d) ? SYM_SIZE : SYM_INT);
+            n->size_bound = true;
             n->ival = d.c;
             n->dval = d;
             n->used = !strcmp(st->name, "_");
