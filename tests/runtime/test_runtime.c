@@ -1861,13 +1861,13 @@ static const mrt_io_desc fake_in[] = {{"x", MRT_F32, 2, {1, 3}, {{1}}}};
 static const mrt_io_desc fake_out[] = {{"y", MRT_F32, 2, {1, 3}, {{1}}}};
 static const mrt_model_info fake_info = {
     "double", 1, 1, fake_in, fake_out, 1, 4, 12, 4096,
-    fake_create, fake_load, fake_run, fake_destroy, fake_device, 1, 4096, NULL, 1, fake_syms, fake_max,
+    fake_create, fake_load, fake_run, fake_destroy, fake_device, 1, 4096, NULL, 1, fake_syms, fake_max, 0,
 };
 
 /* The same, but the compiler found an op that mixes batch items: never chunked. */
 static const mrt_model_info fake_info_mixing = {
     "double_mixing", 1, 1, fake_in, fake_out, 1, 4, 12, 4096,
-    fake_create, fake_load, fake_run, fake_destroy, fake_device, 0, 4096, NULL, 1, fake_syms, fake_max,
+    fake_create, fake_load, fake_run, fake_destroy, fake_device, 0, 4096, NULL, 1, fake_syms, fake_max, 0,
 };
 
 /* The same with the batch on axis 1 (x [3, batch]): cannot be chunked. */
@@ -1875,7 +1875,7 @@ static const mrt_io_desc fake_in_t[] = {{"x", MRT_F32, 2, {3, 1}, {{0}, {1}}}};
 static const mrt_io_desc fake_out_t[] = {{"y", MRT_F32, 2, {3, 1}, {{0}, {1}}}};
 static const mrt_model_info fake_info_t = {
     "double_t", 1, 1, fake_in_t, fake_out_t, 1, 4, 12, 0,
-    fake_create, fake_load, fake_run, fake_destroy, fake_device, 1, 4096, NULL, 1, fake_syms, fake_max,
+    fake_create, fake_load, fake_run, fake_destroy, fake_device, 1, 4096, NULL, 1, fake_syms, fake_max, 0,
 };
 
 /* Two inputs a, b [batch*2] and output s [batch*2] = a + b; no weights, max batch 8. */
@@ -1903,7 +1903,7 @@ static void add_destroy(void *model) { free(model); }
 static const mrt_io_desc add_in[] = {{"a", MRT_F32, 1, {2}, {{1}}}, {"b", MRT_F32, 1, {2}, {{1}}}};
 static const mrt_io_desc add_out[] = {{"s", MRT_F32, 1, {2}, {{1}}}, {"t", MRT_I32, 0, {0}, {{0}}}};
 static const mrt_model_info add_info = {
-    "add", 2, 2, add_in, add_out, 1, 8, 0, 0, add_create, NULL, add_run, add_destroy, NULL, 1, 0, NULL, 1, fake_syms, add_max,
+    "add", 2, 2, add_in, add_out, 1, 8, 0, 0, add_create, NULL, add_run, add_destroy, NULL, 1, 0, NULL, 1, fake_syms, add_max, 0,
 };
 
 /* Write x.npy ([n,3] f32, x[i] = i) and b.safetensors (b = [10, 20, 30]). */
