@@ -61,15 +61,6 @@ void toposort_graph(Graph *g) {
 
 /* ---------------------------------------------------------------- builders (shapes known valid) */
 
-static Shape bcast(const Shape *a, const Shape *b) {
-    Shape r = {a->rank > b->rank ? a->rank : b->rank, {{0}}};
-    for (int i = 0; i < r.rank; i++) {
-        int ia = a->rank - r.rank + i, ib = b->rank - r.rank + i;
-        Dim da = ia >= 0 ? a->d[ia] : dim_const(1), db = ib >= 0 ? b->d[ib] : dim_const(1);
-        r.d[i] = dim_is_one(da) ? db : da;
-    }
-    return r;
-}
 
 /* Each builder takes `at`, the node the new one stands for: its slot and location. */
 static Node *bin(Graph *g, OpKind op, const Node *at, Node *a, Node *b) {
@@ -77,7 +68,7 @@ static Node *bin(Graph *g, OpKind op, const Node *at, Node *a, Node *b) {
     n->in[0] = a;
     n->in[1] = b;
     n->nin = 2;
-    n->shape = bcast(&a->shape, &b->shape);
+    n->shape = shape_broadcast(&a->shape, &b->shape);
     return n;
 }
 

@@ -47,18 +47,8 @@ static Node *un(OpKind op, const Node *at, Node *x) {
     return n;
 }
 
-static Shape bshape(const Shape *a, const Shape *b) {
-    Shape r = {a->rank > b->rank ? a->rank : b->rank, {{0}}};
-    for (int i = 0; i < r.rank; i++) {
-        int ia = a->rank - r.rank + i, ib = b->rank - r.rank + i;
-        Dim da = ia >= 0 ? a->d[ia] : dim_const(1), db = ib >= 0 ? b->d[ib] : dim_const(1);
-        r.d[i] = dim_is_one(da) ? db : da;
-    }
-    return r;
-}
-
 static Node *bin(OpKind op, const Node *at, Node *a, Node *b) {
-    Shape s = bshape(&a->shape, &b->shape);
+    Shape s = shape_broadcast(&a->shape, &b->shape);
     Node *n = mk(op, at, op_info[op].cat == CAT_BINARY && (op == OP_GT || op == OP_LT || op == OP_GE || op == OP_LE ||
                                                             op == OP_EQ || op == OP_NE) ? DT_BOOL : a->dtype, &s);
     n->in[0] = a;
@@ -68,8 +58,8 @@ static Node *bin(OpKind op, const Node *at, Node *a, Node *b) {
 }
 
 static Node *where(const Node *at, Node *cond, Node *a, Node *b) {
-    Shape s = bshape(&cond->shape, &a->shape);
-    s = bshape(&s, &b->shape);
+    Shape s = shape_broadcast(&cond->shape, &a->shape);
+    s = shape_broadcast(&s, &b->shape);
     Node *n = mk(OP_WHERE, at, a->dtype, &s);
     n->in[0] = cond;
     n->in[1] = a;

@@ -94,6 +94,16 @@ Node *new_node_for(Graph *g, OpKind op, const Node *orig) {
 
 Dim dim_const(int64_t c) { return (Dim){c, {0}}; }
 
+Shape shape_broadcast(const Shape *a, const Shape *b) {
+    Shape r = {a->rank > b->rank ? a->rank : b->rank, {{0}}};
+    for (int i = 0; i < r.rank; i++) {
+        int ia = a->rank - r.rank + i, ib = b->rank - r.rank + i;
+        Dim da = ia >= 0 ? a->d[ia] : dim_const(1), db = ib >= 0 ? b->d[ib] : dim_const(1);
+        r.d[i] = dim_is_one(da) ? db : da;
+    }
+    return r;
+}
+
 Dim dim_symbol(int k) {
     Dim d = {1, {0}};
     d.e[k] = 1;

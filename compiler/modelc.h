@@ -423,6 +423,8 @@ bool dtype_is_float(DType dt);   /* f32, f16 or bf16 */
 size_t dtype_size(DType dt);
 /* The constant dimension c. */
 Dim dim_const(int64_t c);
+/* NumPy broadcasting of two shapes already known compatible (passes that build nodes). */
+Shape shape_broadcast(const Shape *a, const Shape *b);
 /* The k-th symbolic dimension itself (c = 1, exponent 1). */
 Dim dim_symbol(int k);
 /* True when d depends on some symbolic dimension. */
