@@ -24,6 +24,7 @@
 #include <cuda_runtime.h>
 #include <pthread.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <limits.h>
 #include <math.h>
@@ -939,6 +940,7 @@ constexpr int kChecks = 16, kCheckStreams = 64;
 struct Checks {
     cudaStream_t stream;
     int device, used, n;  // n: records queued since the last collect
+    int overflowed;       // the records ran out once: a run synchronized early
     CheckRecord *dev_rec; // kChecks device records
     CheckRecord *host_rec; // kChecks pinned host records
     int64_t V[kChecks];
@@ -994,6 +996,7 @@ mrt_status check_open(cudaStream_t s, const char *what, Checks **cp, int *kp)
         st = mrt_set_error(MRT_ERR_CUDA, "%s: cannot set up the run-time check: more than %d streams with checks", what,
                            kCheckStreams);
     if (e == cudaSuccess && c && c->n == kChecks) { // full: wait for the stream and check now
+        c->overflowed = 1;
         e = cudaStreamSynchronize(s);
         if (e == cudaSuccess)
             st = checks_report(c);
@@ -1043,6 +1046,53 @@ extern "C" mrt_status rt_cuda_checks_collect(int device, void *stream)
     mrt_status st = c ? checks_report(c) : MRT_OK;
     pthread_mutex_unlock(&g_checks_lock);
     return st;
+}
+
+namespace {
+struct ChecksSaved {
+    int n;
+    int64_t V[kChecks];
+    CheckKind kind[kChecks];
+    char what[kChecks][160];
+};
+} // namespace
+
+extern "C" int rt_cuda_checks_pending(int device, void *stream)
+{
+    pthread_mutex_lock(&g_checks_lock);
+    Checks *c = checks_find((cudaStream_t)stream, device);
+    int n = !c ? 0 : c->overflowed ? -1 : c->n;
+    pthread_mutex_unlock(&g_checks_lock);
+    return n;
+}
+
+extern "C" void *rt_cuda_checks_save(int device, void *stream)
+{
+    ChecksSaved *v = (ChecksSaved *)calloc(1, sizeof(ChecksSaved));
+    pthread_mutex_lock(&g_checks_lock);
+    Checks *c = checks_find((cudaStream_t)stream, device);
+    if (v && c) {
+        v->n = c->n;
+        memcpy(v->V, c->V, sizeof v->V);
+        memcpy(v->kind, c->kind, sizeof v->kind);
+        memcpy(v->what, c->what, sizeof v->what);
+    }
+    pthread_mutex_unlock(&g_checks_lock);
+    return v;
+}
+
+extern "C" void rt_cuda_checks_restore(int device, void *stream, const void *saved)
+{
+    const ChecksSaved *v = (const ChecksSaved *)saved;
+    pthread_mutex_lock(&g_checks_lock);
+    Checks *c = checks_find((cudaStream_t)stream, device);
+    if (v && c && v->n > 0) { // the graph resets, fills and copies back records 0..n-1 again
+        c->n = v->n;
+        memcpy(c->V, v->V, sizeof v->V);
+        memcpy(c->kind, v->kind, sizeof v->kind);
+        memcpy(c->what, v->what, sizeof v->what);
+    }
+    pthread_mutex_unlock(&g_checks_lock);
 }
 
 extern "C" void rt_cuda_checks_release(int device, void *stream)

@@ -10,7 +10,9 @@
 #      compiler) and run with --device cuda against the reference interpreter;
 #   5. generated models run on the simulated GPUs against their own CPU run (|gpu - cpu| <=
 #      1e-5 (1 + |cpu|)): examples/digits (and its launch, copy and host synchronization counts
-#      per run, from --time), and tests/numeric's dev_split_bits with its cpu:N
+#      per run, from --time, with CUDA graphs and without), the CUDA graphs of a generated run()
+#      (graphs_check.c: replay, re-capture, device buffers, a check in a replay), and
+#      tests/numeric's dev_split_bits with its cpu:N
 #      regions mapped to two GPUs, with peer access and without (staged copies), and
 #      tests/cudasim/transfer_race.model (a peer copy whose source block is reused at once);
 #   6. the examples ResNet-18 and GPT-2 (batch 1) and MiniLM with MODELRT_DEVICE=cuda, each
@@ -202,18 +204,56 @@ PYEOF
 ex=examples/digits
 model_check digits "$ex/digits.model" "$ex/digits.safetensors" "x=$ex/test_x.npy" logits \
     CUDASIM_DEVICES=1 -- --device cuda
-# What a digits run asks of the GPU (--time on the simulator): its two GEMMs, the input's copy in
-# and the logits' copy out, and no host synchronization before the end: the copy of the logits
-# to pageable memory and the end-of-run stream synchronization are its only two.
+# What a digits run asks of the GPU (--time on the simulator): its two GEMMs (replayed as one
+# CUDA graph; with MODELRT_CUDA_GRAPHS=0 two library calls), the input's copy in and the logits'
+# copy out, and no host synchronization before the end: the copy of the logits to pageable
+# memory and the end-of-run stream synchronization are its only two.
 "$PY" -c "import numpy as np; np.save('$work/digits_x4.npy', np.load('$ex/test_x.npy')[:4])"
-want="0 kernel launches, 2 library calls, 2 copies, 2 host synchronizations"
-got="$(CUDASIM_DEVICES=1 "$work/model_digits/prog" --weights "$ex/digits.safetensors" --input x="$work/digits_x4.npy" \
-       --device cuda --time --repeat 3 2>&1 >/dev/null | sed -n 's/^time: simulated CUDA per run: //p')"
-if [ "$got" = "$want" ]; then
-    echo "PASS: cudasim/model/digits_counts (per run: $got)"
+for graphs in 1 0; do
+    if [ $graphs = 1 ]; then
+        want="0 kernel launches, 0 library calls, 1 graph launches, 2 copies, 2 host synchronizations"
+    else
+        want="0 kernel launches, 2 library calls, 0 graph launches, 2 copies, 2 host synchronizations"
+    fi
+    got="$(CUDASIM_DEVICES=1 MODELRT_CUDA_GRAPHS=$graphs "$work/model_digits/prog" --weights "$ex/digits.safetensors" \
+           --input x="$work/digits_x4.npy" --device cuda --time --repeat 3 2>&1 >/dev/null |
+           sed -n 's/^time: simulated CUDA per run: //p')"
+    if [ "$got" = "$want" ]; then
+        echo "PASS: cudasim/model/digits_counts_graphs$graphs (per run: $got)"
+    else
+        echo "FAIL: cudasim/model/digits_counts_graphs$graphs: per run: '$got', expected '$want'"
+        failed=1
+    fi
+done
+
+# CUDA graphs of a generated run() (tests/cudasim/graphs_check.c): replayed bit for bit, with one
+# graph launch and no kernel launch; re-captured for other sizes and other device buffers; a bad
+# id reported from a replay. The model is emitted as C and built here against the simulator.
+g="$work/graphs"
+mkdir -p "$g"
+# shellcheck disable=SC2086
+if ! { "$sim/bin/modelc" tests/numeric/cases/symbolic_attention.model --emit-c -o "$g" --max-batch 4 --max-dim seq=16 &&
+       tests/cudasim/nvcc.sh -O1 -g -Iruntime -c "$g/symbolic_attention.cu" -o "$g/model_cu.o" &&
+       "$CC" -std=c11 -D_GNU_SOURCE -O1 -g -DMRT_WITH_CUDA -Itests/cudasim/include -Iruntime \
+           -c "$g/symbolic_attention.c" -o "$g/model.o" &&
+       "$CC" -std=c11 -D_GNU_SOURCE -O1 -g -Wall -Wextra -Werror -DMRT_WITH_CUDA -I"$g" -Iruntime \
+           tests/cudasim/graphs_check.c "$g/model.o" "$g/model_cu.o" "$sim/libmodelrt-sim.a" $link -o "$g/check" &&
+       "$PY" -c "
+import sys; sys.path.insert(0, 'tools')
+import numpy as np
+from safetensors_np import write
+r = np.random.default_rng(5)
+write('$g/w.safetensors', {k: r.normal(size=s).astype(np.float32) for k, s in
+                           {'emb': (50, 16), 'pos': (16, 16), 'wq': (16, 16)}.items()})"; } >"$g/log" 2>&1; then
+    fail_log graphs/build "building tests/cudasim/graphs_check.c failed" "$g/log"
 else
-    echo "FAIL: cudasim/model/digits_counts: per run: '$got', expected '$want'"
-    failed=1
+    out="$(CUDASIM_DEVICES=1 timeout 120 "$g/check" "$g/w.safetensors" 2>"$g/err")"
+    rc=$?
+    echo "$out"
+    if [ $rc -ne 0 ] || grep -q '^FAIL' <<<"$out" || [ "$(grep -c '^PASS' <<<"$out")" -ne 5 ]; then
+        failed=1
+        grep -q '^FAIL' <<<"$out" || echo "FAIL: cudasim/graphs: exit status $rc: $(tail -n2 "$g/err" | tr '\n' ' ')"
+    fi
 fi
 "$PY" - "$work/split" <<'PYEOF' || { echo "FAIL: cudasim/model/dev_split: cannot write its inputs"; failed=1; }
 import os, sys

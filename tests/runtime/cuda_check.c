@@ -178,7 +178,7 @@ static void check_reduce(int64_t outer, int64_t n, int64_t inner)
     free(x), free(ref), free(got), free(iref), free(igot), free(fr), free(fg);
 }
 
-static int sim_counters(unsigned long long c[4]);
+static int sim_counters(unsigned long long c[5]);
 
 static void check_conv(int64_t N, int64_t C, int64_t H, int64_t W, int64_t O, int KH, int KW, int sh,
                        int sw, int pt, int pl, int pb, int pr, int dh, int dw, int groups)
@@ -191,7 +191,7 @@ static void check_conv(int64_t N, int64_t C, int64_t H, int64_t W, int64_t O, in
     float *col = malloc(ncol * 4 + 4);
     mrt_conv2d_f32(ref, x, w, N, C, H, W, O, KH, KW, OH, OW, sh, sw, pt, pl, dh, dw, groups, col);
     float *dx = up(x, nx * 4), *dw_ = up(w, nw * 4), *dy = poisoned(ny), *dcol = poisoned(ncol + 1);
-    unsigned long long c0[4], c1[4];
+    unsigned long long c0[5], c1[5];
     int sim = sim_counters(c0);
     mrt_status st = mrt_cuda_conv2d_f32(g_stream, dy, dx, dw_, N, C, H, W, O, KH, KW, OH, OW, sh, sw, pt,
                                         pl, dh, dw, groups, dcol);
@@ -357,7 +357,7 @@ static void check_layernorm(int64_t rows, int64_t D, int affine)
 
 /* The simulator's counters (tests/cudasim/include/cudasim.h) when it is the CUDA runtime:
  * {launches, library calls, copies, host synchronizations}; 0 on a real GPU. */
-static int sim_counters(unsigned long long c[4])
+static int sim_counters(unsigned long long c[5])
 {
     void *f = dlsym(RTLD_DEFAULT, "cudasim_get_counters");
     void (*get)(unsigned long long *);
@@ -391,7 +391,7 @@ static void check_embedding(int i64)
     dids = up(ids, (size_t)n * isz);
     /* the error comes with the stream's synchronization, and the call itself makes the host wait
      * for nothing (counted under the simulator; elsewhere only the error is checked) */
-    unsigned long long c0[4], c1[4];
+    unsigned long long c0[5], c1[5];
     int sim = sim_counters(c0);
     st = mrt_cuda_embedding_f32(g_stream, dy, dids, i64, n, dw, V, D, "check: embedding ids");
     int no_wait = !sim || (sim_counters(c1) && c1[3] == c0[3]);
