@@ -913,10 +913,10 @@ static int cli_execute(const mrt_model_info *info, const cli_opts *o, const char
         }
     }
 
-    /* Run: when timing several runs, two warm-ups (on a GPU: the eager run, then the one that
+    /* Run: when timing several runs, one warm-up (on a GPU two: the eager run, then the one that
      * captures the CUDA graph the timed runs replay), then `repeat` runs. */
     long repeat = o->repeat > 0 ? o->repeat : 1;
-    for (int k = 0; k < 2; k++)
+    for (int k = 0; k < 1 + on_cuda; k++)
         if (o->time && repeat > 1 && cli_run_once(&r) != MRT_OK)
             goto done;
     unsigned long long c0[5] = {0}, c1[5] = {0};

@@ -43,8 +43,13 @@ static void rt_cuda_workspace_release(int index, void *stream);
 
 /* ---------------------------------------------------------------- errors */
 
+static __thread char rt_last_launch[192]; /* the last launch or library call checked, for faults */
+int rt_cuda_sync_each(void);
+
 /* MRT_ERR_CUDA (or `st`) with the formatted context and the CUDA error's name and text. Clears
- * the runtime's last error so that a later mrt_cuda_check_launch does not see this one. */
+ * the runtime's last error so that a later mrt_cuda_check_launch does not see this one. An
+ * error that clearing leaves in place is a sticky fault of work queued before: said so, with
+ * the last launch checked and how to find the one that faulted (see rt_cuda_after_launch). */
 static mrt_status rt_cuda_fail(mrt_status st, cudaError_t e, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 static mrt_status rt_cuda_fail(mrt_status st, cudaError_t e, const char *fmt, ...)
@@ -55,18 +60,57 @@ static mrt_status rt_cuda_fail(mrt_status st, cudaError_t e, const char *fmt, ..
     vsnprintf(ctx, sizeof ctx, fmt, ap);
     va_end(ap);
     (void)cudaGetLastError();
+    if (e != cudaSuccess && cudaPeekAtLastError() == e && !rt_cuda_sync_each())
+        return mrt_set_error(st, "%s: %s (%s): a kernel or library call queued before faulted (the last launched "
+                             "was %s; MODELRT_CUDA_SYNC=1 waits for each and names the one that faults)", ctx,
+                             cudaGetErrorName(e), cudaGetErrorString(e),
+                             rt_last_launch[0] ? rt_last_launch : "none on this thread");
     return mrt_set_error(st, "%s: %s (%s)", ctx, cudaGetErrorName(e), cudaGetErrorString(e));
+}
+
+/* Faults. A kernel that faults while it runs (an illegal address) leaves a sticky error that
+ * every later call returns, cudaGetLastError included: on a GPU the launch checks of the kernels
+ * queued after it, or the end-of-run synchronization, are the first to see it, and would name
+ * the wrong kernel. So an error that survives cudaGetLastError is reported as an earlier
+ * kernel's fault, with the last launch this thread checked before, and MODELRT_CUDA_SYNC=1 (as
+ * CUDA_LAUNCH_BLOCKING=1) waits for every launch and library call, so that the one that faults
+ * is named (run() is not captured as a CUDA graph then). */
+int rt_cuda_sync_each(void)
+{
+    static int v = -1; /* read once; no lock: every thread finds the same answer */
+    if (v < 0) {
+        const char *e = getenv("MODELRT_CUDA_SYNC");
+        v = e && *e && strcmp(e, "0") != 0;
+    }
+    return v;
+}
+
+mrt_status rt_cuda_after_launch(const char *what)
+{
+    cudaError_t e = cudaGetLastError();
+    if (e == cudaSuccess && rt_cuda_sync_each() && (e = cudaDeviceSynchronize()) != cudaSuccess) {
+        (void)cudaGetLastError();
+        return mrt_set_error(MRT_ERR_CUDA, "%s: faulted while it ran: %s (%s) (MODELRT_CUDA_SYNC=1: every launch is "
+                             "waited for)", what, cudaGetErrorName(e), cudaGetErrorString(e));
+    }
+    if (e == cudaSuccess) {
+        snprintf(rt_last_launch, sizeof rt_last_launch, "%s", what);
+        return MRT_OK;
+    }
+    if (cudaPeekAtLastError() == e) /* sticky: work queued before this launch faulted */
+        return mrt_set_error(MRT_ERR_CUDA, "%s: not launched: an earlier kernel faulted: %s (%s), sticky; the last "
+                             "launch before it was %s; run with MODELRT_CUDA_SYNC=1 to name the kernel that faults",
+                             what, cudaGetErrorName(e), cudaGetErrorString(e),
+                             rt_last_launch[0] ? rt_last_launch : "(none on this thread)");
+    return mrt_set_error(MRT_ERR_CUDA, "%s: kernel launch failed: %s (%s)", what, cudaGetErrorName(e),
+                         cudaGetErrorString(e));
 }
 
 mrt_status mrt_cuda_check_launch(const char *what)
 {
     if (rt_fake_cuda_count(NULL) >= 0) /* nothing was launched on a fake device */
         return rt_fake_cuda_refuse(-1, what ? what : "kernel launch");
-    cudaError_t e = cudaGetLastError();
-    if (e == cudaSuccess)
-        return MRT_OK;
-    return mrt_set_error(MRT_ERR_CUDA, "%s: kernel launch failed: %s (%s)",
-                         what ? what : "kernel", cudaGetErrorName(e), cudaGetErrorString(e));
+    return rt_cuda_after_launch(what ? what : "kernel");
 }
 
 /* ---------------------------------------------------------------- probe */
@@ -746,6 +790,11 @@ mrt_status rt_cuda_gemm(int index, void *stream, int trans_a, int trans_b, int M
                                   batch)) != 0)
             st = rt_blas_fail(index, "cublasSgemmStridedBatched", s);
     }
+    if (st == MRT_OK) {
+        char what[96];
+        snprintf(what, sizeof what, "gemm on cuda:%d (cuBLAS, %dx%dx%d, batch %d)", index, M, N, K, batch);
+        st = rt_cuda_after_launch(what);
+    }
     rt_guard_leave(index, prev);
     pthread_mutex_unlock(lock);
     return st;
@@ -974,6 +1023,11 @@ mrt_status rt_cuda_gemm_bias_act(int index, void *stream, int trans_b, int M, in
         st = mrt_set_error(MRT_ERR_CUDA, "gemm with epilogue on cuda:%d (%dx%dx%d; A, B, C %u-, %u-, %u-byte aligned): "
                            "%s failed (cuBLAS status %d)", index, M, N, K, key.align[1], key.align[0], key.align[2],
                            call, (int)s);
+    if (st == MRT_OK) {
+        char what[96];
+        snprintf(what, sizeof what, "gemm with epilogue on cuda:%d (cuBLASLt, %dx%dx%d)", index, M, N, K);
+        st = rt_cuda_after_launch(what);
+    }
     rt_guard_leave(index, prev);
     pthread_mutex_unlock(&dv->lock);
     return st;

@@ -87,6 +87,11 @@ int rt_cuda_sim_counters(unsigned long long c[5]);
  *  (read after the stream was synchronized: the first bad id as an error), and their records
  *  freed before the stream is destroyed. */
 mrt_status rt_cuda_checks_collect(int device, void *stream);
+/** After a kernel launch or library call named `what` (rt_cuda.c): its launch error, or the
+ *  sticky fault of earlier work (named so, with the last launch before), or, under
+ *  MODELRT_CUDA_SYNC=1 (rt_cuda_sync_each), its own fault, found by waiting for the device. */
+mrt_status rt_cuda_after_launch(const char *what);
+int rt_cuda_sync_each(void);
 void rt_cuda_checks_release(int device, void *stream);
 /** The deferred checks and CUDA graphs (rt_cuda_kernels.cu): the records queued on the stream
  *  since its last synchronization (-1 if its records ever overflowed, which synchronizes the

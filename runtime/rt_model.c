@@ -106,6 +106,9 @@ void mrt_model_destroy(mrt_model *m)
 {
     if (!m)
         return;
+    /* A destroy reports nothing: the caller's last error (a run's sticky CUDA fault, which makes
+     * every call here fail too) must survive it. */
+    char *err = strdup(mrt_last_error());
     graphs_free(m);
     int n = m->desc ? m->desc->n_slots : 0;
     for (int s = 0; s < n; s++) {
@@ -118,6 +121,9 @@ void mrt_model_destroy(mrt_model *m)
         mrt_free(m->dev[s], m->io[s]);
     }
     free(m);
+    if (err)
+        mrt_set_error(MRT_OK, "%s", err);
+    free(err);
 }
 
 static mrt_status desc_check(const mrt_model_desc *d)
@@ -513,7 +519,8 @@ static int graphs_wanted(const mrt_model *m)
         const char *v = getenv("MODELRT_CUDA_GRAPHS");
         env = !(v && (!strcmp(v, "0") || !strcmp(v, "off") || !strcmp(v, "no")));
     }
-    return env && m->desc->n_slots == 1 && m->dev[0].kind == MRT_DEVICE_CUDA && rt_fake_cuda_count(NULL) < 0;
+    return env && m->desc->n_slots == 1 && m->dev[0].kind == MRT_DEVICE_CUDA && rt_fake_cuda_count(NULL) < 0 &&
+           !rt_cuda_sync_each(); /* MODELRT_CUDA_SYNC=1 waits after every launch: nothing to capture */
 }
 
 static void graphs_free(mrt_model *m)

@@ -147,6 +147,11 @@ size_t rt_cuda_workspace_bytes(int index)
     return 0;
 }
 
+int rt_cuda_sync_each(void)
+{
+    return 0;
+}
+
 mrt_status rt_cuda_memcpy(mrt_device dst_dev, void *dst, mrt_device src_dev, const void *src,
                           size_t bytes, void *stream)
 {

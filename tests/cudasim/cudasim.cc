@@ -72,6 +72,9 @@ bool g_quiet = false;
 char g_last_report[1024];
 int g_schedule = 0;          // 0 forward, 1 reverse, 2 random: the order ready threads run in
 unsigned long long g_seed = 1;
+std::string g_fault_kernel;  // CUDASIM_FAULT=NAME[:N]: the N-th run of a kernel whose name has NAME faults
+long g_fault_at = 1, g_fault_seen = 0;
+cudaError_t g_sticky = cudaSuccess; // a fault while a kernel ran: every later call fails with it
 
 thread_local int t_dev = 0;
 thread_local cudaError_t t_err = cudaSuccess;
@@ -134,6 +137,12 @@ void init_once()
         g_fill = (int)(strtol(fill, NULL, 0) & 0xff);
     const char *peer = getenv("CUDASIM_PEER");
     g_peer_ok = !(peer && strcmp(peer, "0") == 0);
+    const char *fault = getenv("CUDASIM_FAULT");
+    if (fault && *fault) {
+        const char *colon = strrchr(fault, ':');
+        g_fault_kernel.assign(fault, colon ? (size_t)(colon - fault) : strlen(fault));
+        g_fault_at = colon ? strtol(colon + 1, NULL, 10) : 1;
+    }
     const char *sched = getenv("CUDASIM_SCHEDULE");
     if (sched && strcmp(sched, "reverse") == 0) {
         g_schedule = 1;
@@ -220,6 +229,8 @@ cudaError_t ready()
     cudaError_t e = init();
     if (e != cudaSuccess)
         return e;
+    if (g_sticky != cudaSuccess)
+        return g_sticky;
     return g_dev.empty() ? cudaErrorNoDevice : cudaSuccess;
 }
 
@@ -1048,6 +1059,15 @@ void execute(Launch *L)
         ss.ss_flags = 0;
         sigaltstack(&ss, NULL);
     }
+    if (g_sticky != cudaSuccess) // a faulted context runs nothing more
+        return;
+    if (!g_fault_kernel.empty() && L->name.find(g_fault_kernel) != std::string::npos && ++g_fault_seen == g_fault_at) {
+        report("kernel '%s' on cuda:%d: fault injected by CUDASIM_FAULT (its run %ld): cudaErrorIllegalAddress, "
+               "sticky from now on",
+               L->name.c_str(), L->device, g_fault_seen);
+        g_sticky = cudaErrorIllegalAddress;
+        return;
+    }
     Launch *prev = g_kernel;
     g_kernel = L;
     for (unsigned z = 0; z < L->grid.z; z++)
@@ -1198,11 +1218,16 @@ __attribute__((visibility("default"))) const cudasim_ids *cudasim_cur = &g_host_
 
 CUDASIM_EXPORT cudaError_t cudaGetLastError(void)
 {
+    Lock l(g_mu);
     cudaError_t e = t_err;
     t_err = cudaSuccess;
-    return e;
+    return g_sticky != cudaSuccess ? g_sticky : e; // a sticky fault is never cleared
 }
-CUDASIM_EXPORT cudaError_t cudaPeekAtLastError(void) { return t_err; }
+CUDASIM_EXPORT cudaError_t cudaPeekAtLastError(void)
+{
+    Lock l(g_mu);
+    return g_sticky != cudaSuccess ? g_sticky : t_err;
+}
 CUDASIM_EXPORT const char *cudaGetErrorString(cudaError_t e)
 {
     const ErrorText *t = error_text(e);
@@ -1338,7 +1363,7 @@ CUDASIM_EXPORT cudaError_t cudaDeviceSynchronize(void)
         return fail(cudaErrorStreamCaptureUnsupported);
     g_counts.host_syncs++;
     drain(t_dev, false);
-    return cudaSuccess;
+    return fail(g_sticky);
 }
 
 CUDASIM_EXPORT cudaError_t cudaDeviceReset(void)
@@ -1584,7 +1609,8 @@ CUDASIM_EXPORT cudaError_t cudaMemcpy(void *dst, const void *src, size_t n, enum
     cudaError_t e = ready();
     if (e != cudaSuccess)
         return fail(e);
-    return fail(memcpy_impl("cudaMemcpy", dst, src, n, kind, null_stream(t_dev)));
+    e = memcpy_impl("cudaMemcpy", dst, src, n, kind, null_stream(t_dev));
+    return fail(e == cudaSuccess ? g_sticky : e);
 }
 
 CUDASIM_EXPORT cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t n, enum cudaMemcpyKind kind,
@@ -1597,7 +1623,8 @@ CUDASIM_EXPORT cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t n,
     Stream *s;
     if ((e = resolve(stream, &s)) != cudaSuccess)
         return fail(e);
-    return fail(memcpy_impl("cudaMemcpyAsync", dst, src, n, kind, s));
+    e = memcpy_impl("cudaMemcpyAsync", dst, src, n, kind, s);
+    return fail(e == cudaSuccess ? g_sticky : e);
 }
 
 static cudaError_t peer_copy(const char *api, void *dst, int dd, const void *src, int sd, size_t n, Stream *s)
@@ -1764,7 +1791,7 @@ CUDASIM_EXPORT cudaError_t cudaStreamSynchronize(cudaStream_t h)
     if (s->is_null)
         drain(s->device, true);
     flush(s);
-    return cudaSuccess;
+    return fail(g_sticky); // a kernel that faulted while the host waited
 }
 
 CUDASIM_EXPORT cudaError_t cudaStreamQuery(cudaStream_t h)
@@ -2068,7 +2095,7 @@ CUDASIM_EXPORT cudaError_t cudaEventSynchronize(cudaEvent_t ev)
     g_counts.host_syncs++;
     if (v->stream && it != g_streams.end())
         flush(it->second, v->seq);
-    return cudaSuccess;
+    return fail(g_sticky);
 }
 
 CUDASIM_EXPORT cudaError_t cudaEventQuery(cudaEvent_t ev) { return cudaEventSynchronize(ev); }

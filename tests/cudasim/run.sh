@@ -226,7 +226,18 @@ for graphs in 1 0; do
     fi
 done
 
-# CUDA graphs of a generated run() (tests/cudasim/graphs_check.c): replayed bit for bit, with one
+# The memory pre-flight counts cuBLAS's workspace (32 MiB on sm_90): digits' 42 KB fit a 30 MiB
+# GPU, its workspace does not, and an explicit device says so before allocating anything.
+log="$work/preflight.log"
+if ! CUDASIM_DEVICES=1:30:9.0 "$work/model_digits/prog" --weights "$ex/digits.safetensors" --input x="$work/digits_x4.npy" \
+        --device cuda >"$log" 2>&1 && grep -q "the model needs 33596416 there (.*, 33554432 cuBLAS workspace)" "$log"; then
+    echo "PASS: cudasim/model/preflight_workspace ($(grep -o 'needs [0-9]* there' "$log"))"
+else
+    fail_log model/preflight_workspace "expected the pre-flight to refuse a 30 MiB GPU, counting the cuBLAS workspace" "$log"
+fi
+
+# CUDA graphs of a generated run() (tests/cudasim/graphs_check.c)
+: replayed bit for bit, with one
 # graph launch and no kernel launch; re-captured for other sizes and other device buffers; a bad
 # id reported from a replay. The model is emitted as C and built here against the simulator.
 g="$work/graphs"
@@ -282,6 +293,26 @@ model_check transfer_race tests/cudasim/transfer_race.model "$work/split/none.sa
     CUDASIM_DEVICES=2 -- --device cuda --device-map cpu:1=cuda:1
 model_check transfer_race_one_gpu tests/cudasim/transfer_race.model "$work/split/none.safetensors" "x=$work/split/race_x.npy" \
     "z y" CUDASIM_DEVICES=1 -- --device cuda --device-map cpu:1=cuda:0
+# A kernel that faults while it runs (CUDASIM_FAULT: a sticky illegal address): MODELRT_CUDA_SYNC=1
+# names it; without, the end-of-run synchronization says that queued work faulted and how to
+# find which, instead of blaming the run (or, on a GPU, the next kernel's launch).
+prog="$work/model_transfer_race_one_gpu/prog"
+for mode in sync async; do
+    if [ $mode = sync ]; then
+        want="transfer_race k2 (node %4 'u', line 7): faulted while it ran: cudaErrorIllegalAddress"
+    else
+        want="cudaErrorIllegalAddress (an illegal memory access was encountered): a kernel or library call queued before faulted (the last launched was"
+    fi
+    log="$work/fault_$mode.log"
+    if [ -x "$prog" ] && ! env CUDASIM_DEVICES=1 CUDASIM_QUIET=1 CUDASIM_FAULT=transfer_race_k2_g \
+             MODELRT_CUDA_SYNC=$([ $mode = sync ] && echo 1 || echo 0) "$prog" --weights "$work/split/none.safetensors" \
+             --input x="$work/split/race_x.npy" --output z="$work/fault_z.npy" --output y="$work/fault_y.npy" \
+             --device cuda --device-map cpu:1=cuda:0 >"$log" 2>&1 && grep -qF "$want" "$log"; then
+        echo "PASS: cudasim/model/fault_$mode (a fault injected in k2 is reported as: ...$want...)"
+    else
+        fail_log "model/fault_$mode" "expected the run to fail with '$want'" "$log"
+    fi
+done
 
 # ---------------------------------------------------------------- 6. the examples, on the GPU
 # ResNet-18 and GPT-2 at batch 1, MiniLM on its 5 sentences: each example's own check (against

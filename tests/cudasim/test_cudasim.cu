@@ -957,6 +957,28 @@ static void test_graphs()
     cudaFree(d), cudaFree(d2), cudaFree(fa), cudaFree(fc), cudaFree(ws), cudaFreeHost(pinned);
 }
 
+/* CUDASIM_FAULT: the chosen run of a kernel faults when it runs (lazily, at the host's wait), and
+ * the error is sticky: cudaGetLastError does not clear it, every later call returns it. */
+static void test_sticky_fault()
+{
+    setenv("CUDASIM_FAULT", "copy_kernel:2", 1);
+    setenv("CUDASIM_QUIET", "1", 1);
+    int *d = dev_alloc<int>(64), *d2 = dev_alloc<int>(64);
+    cudaStream_t s;
+    CHECK_OK(cudaStreamCreate(&s));
+    MRT_LAUNCH(copy_kernel, 1, 64, 0, s, d2, d, 64);
+    CHECK_OK(cudaStreamSynchronize(s)); // the first run is fine
+    MRT_LAUNCH(copy_kernel, 1, 64, 0, s, d2, d, 64);
+    CHECK_OK(cudaGetLastError()); // launched: the fault comes when it runs
+    MRT_LAUNCH(fill_kernel, 1, 64, 0, s, d, 64, 1);
+    CHECK_ERR(cudaStreamSynchronize(s), cudaErrorIllegalAddress);
+    REPORTED("kernel 'copy_kernel' on cuda:0: fault injected by CUDASIM_FAULT (its run 2)");
+    CHECK_ERR(cudaGetLastError(), cudaErrorIllegalAddress);
+    CHECK_ERR(cudaPeekAtLastError(), cudaErrorIllegalAddress); // sticky
+    void *p;
+    CHECK_ERR(cudaMalloc(&p, 16), cudaErrorIllegalAddress);
+}
+
 /* ---------------------------------------------------------------- driver */
 
 static const struct {
@@ -986,6 +1008,7 @@ static const struct {
     {"events", test_events},
     {"null_stream", test_null_stream},
     {"graphs", test_graphs},
+    {"sticky_fault", test_sticky_fault},
     {"free_async", test_free_async},
     {"wrong_device_stream", test_wrong_device_stream},
     {"peer", test_peer},

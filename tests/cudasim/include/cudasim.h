@@ -47,6 +47,9 @@
  *    0xff bytes before every block; dynamic `extern __shared__` memory is not provided. Atomics
  *    are plain read-modify-writes (no thread is interrupted between two waits); __activemask is
  *    the lanes not yet exited.
+ *  - Faults: CUDASIM_FAULT=NAME[:N] makes the N-th run (default the first) of a kernel whose name
+ *    contains NAME fault as an illegal address would on a GPU: it does not run, and the fault is
+ *    sticky: every later call, cudaGetLastError included, returns cudaErrorIllegalAddress.
  *  - Launch checks, as the GPU's: block over 1024 threads or over (1024, 1024, 64), grid over
  *    (2^31-1, 65535, 65535) or empty: cudaErrorInvalidConfiguration; dynamic shared memory over
  *    48 KiB without cudaFuncSetAttribute(MaxDynamicSharedMemorySize), or over the opt-in limit:
