@@ -16,7 +16,8 @@
 #      regions mapped to two GPUs, with peer access and without (staged copies), and
 #      tests/cudasim/transfer_race.model (a peer copy whose source block is reused at once);
 #   6. the examples ResNet-18 and GPT-2 (batch 1) and MiniLM with MODELRT_DEVICE=cuda, each
-#      against PyTorch by its own check.py as make gpu-check runs them (about 10, 3 and 10 s).
+#      against PyTorch by its own check.py as make gpu-check runs them (about 10, 3 and 10 s),
+#      then ResNet-18 replayed as a CUDA graph (its counts, and the eager run's logits).
 # Prints one line per test, "PASS: cudasim/NAME" or "FAIL: cudasim/NAME: why", and exits 1 if any
 # failed. Needs no GPU and no nvcc: only the host C and C++ compilers.
 #
@@ -338,4 +339,23 @@ for ex in "resnet18 check-b1 2" "gpt2 check-b1 2" "minilm test 3"; do
             "$log"
     fi
 done
+# ResNet-18 at batch 1 replayed as a CUDA graph (the binary section 6 built, --repeat 3 after its
+# eager and capturing warm-ups): one graph launch, no kernel launch or library call of its own,
+# and still no host synchronization before the end of the run.
+prog="$work/examples/resnet18/resnet18"
+want="0 kernel launches, 0 library calls, 1 graph launches, 2 copies, 2 host synchronizations"
+if [ -x "$prog" ]; then
+    got="$(CUDASIM_DEVICES=1 "$prog" --weights "$work/examples/resnet18/resnet18.safetensors" \
+           --input x="$work/examples/resnet18/x_b1.npy" --output logits="$work/resnet18_graph.npy" --device cuda \
+           --time --repeat 3 2>&1 >/dev/null | sed -n 's/^time: simulated CUDA per run: //p')"
+    if [ "$got" = "$want" ] && cmp -s "$work/resnet18_graph.npy" "$work/examples/resnet18/logits_b1.npy"; then
+        echo "PASS: cudasim/example/resnet18/graph_replay (per run: $got; logits bit-identical to the eager run's)"
+    else
+        echo "FAIL: cudasim/example/resnet18/graph_replay: per run: '$got', expected '$want' and the eager run's logits"
+        failed=1
+    fi
+else
+    echo "FAIL: cudasim/example/resnet18/graph_replay: $prog was not built"
+    failed=1
+fi
 exit $failed
