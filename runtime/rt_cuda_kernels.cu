@@ -220,6 +220,57 @@ __global__ void softmax_split_write_kernel(float *__restrict__ y, const float *_
     }
 }
 
+// x, y [outer, n, inner], inner > 1, few columns down a long axis: the split form by columns.
+// Block (32, 8): blockIdx.x is (o, a tile of 32 columns), its 8 lanes go down chunk blockIdx.y;
+// part [outer * inner, splits] gets each chunk's max and sum (softmax_split_combine_kernel
+// then combines them per column, as per row).
+__global__ void softmax_cols_partial_kernel(SoftmaxPart *__restrict__ part, const float *__restrict__ x, int64_t n,
+                                            int64_t inner, int64_t tiles, int64_t chunk, int splits)
+{
+    __shared__ float shm[8][33];
+    const int64_t o = blockIdx.x / tiles, i = (int64_t)(blockIdx.x - o * tiles) * 32 + threadIdx.x;
+    const int64_t lo = (int64_t)blockIdx.y * chunk, hi = lo + chunk < n ? lo + chunk : n;
+    const float *xc = x + o * n * inner + i;
+    float m = -INFINITY;
+    if (i < inner)
+        for (int64_t j = lo + threadIdx.y; j < hi; j += 8)
+            m = mrt_maxf(m, xc[j * inner]);
+    shm[threadIdx.y][threadIdx.x] = m;
+    __syncthreads();
+    for (int k = 0; k < 8; k++)
+        if (k != (int)threadIdx.y)
+            m = mrt_maxf(m, shm[k][threadIdx.x]); // every lane gets the chunk's max
+    __syncthreads();
+    const float mc = m == -INFINITY ? 0.0f : m;
+    float sum = 0.0f;
+    if (i < inner)
+        for (int64_t j = lo + threadIdx.y; j < hi; j += 8)
+            sum += expf(xc[j * inner] - mc);
+    shm[threadIdx.y][threadIdx.x] = sum;
+    __syncthreads();
+    if (threadIdx.y == 0 && i < inner) {
+        for (int k = 1; k < 8; k++)
+            sum += shm[k][threadIdx.x];
+        part[(o * inner + i) * splits + blockIdx.y] = SoftmaxPart{m, sum};
+    }
+}
+
+__global__ void softmax_cols_write_kernel(float *__restrict__ y, const float *__restrict__ x,
+                                          const SoftmaxPart *__restrict__ col, int64_t n, int64_t inner, int64_t tiles,
+                                          int64_t chunk, int log)
+{
+    const int64_t o = blockIdx.x / tiles, i = (int64_t)(blockIdx.x - o * tiles) * 32 + threadIdx.x;
+    if (i >= inner)
+        return;
+    const int64_t lo = (int64_t)blockIdx.y * chunk, hi = lo + chunk < n ? lo + chunk : n;
+    const float *xc = x + o * n * inner + i;
+    float *yc = y + o * n * inner + i;
+    const SoftmaxPart c = col[o * inner + i];
+    const float ls = logf(c.s), inv = 1.0f / c.s;
+    for (int64_t j = lo + threadIdx.y; j < hi; j += 8)
+        yc[j * inner] = log ? xc[j * inner] - c.m - ls : expf(xc[j * inner] - c.m) * inv;
+}
+
 // x, y [outer, n, inner], inner > 1: one thread per (o, i) column.
 __global__ void softmax_cols_kernel(float *__restrict__ y, const float *__restrict__ x, int64_t outer,
                                     int64_t n, int64_t inner, int log)
@@ -874,6 +925,27 @@ mrt_status mrt_cuda_softmax_f32(void *stream, float *y, const float *x, int64_t 
         MRT_LAUNCH(softmax_rows_kernel, grid_for(outer, 1), t, 0, s, y, x, outer, n, log);
         LAUNCH_CHECK(fn, "softmax_rows_kernel");
     } else {
+        const int64_t tiles = (inner + 31) / 32, blocks = outer * tiles, lines = outer * inner;
+        if (cudaGetDevice(&device) != cudaSuccess)
+            return launched(fn, "cudaGetDevice");
+        const int csplits = split_count(blocks, n, 64, lines + 1, sizeof(SoftmaxPart), rt_cuda_workspace_bytes(device));
+        if (csplits > 1) { // few columns down a long axis: split by columns
+            void *ws = NULL;
+            mrt_status st = rt_cuda_workspace(device, s, &ws);
+            if (st != MRT_OK)
+                return st;
+            SoftmaxPart *part = (SoftmaxPart *)ws;
+            const int64_t chunk = (n + csplits - 1) / csplits;
+            MRT_LAUNCH(softmax_cols_partial_kernel, dim3((unsigned)blocks, (unsigned)csplits), dim3(32, 8), 0, s, part,
+                       x, n, inner, tiles, chunk, csplits);
+            LAUNCH_CHECK(fn, "softmax_cols_partial_kernel");
+            MRT_LAUNCH(softmax_split_combine_kernel, grid_for(lines, 32), 32, 0, s, part, lines, csplits);
+            LAUNCH_CHECK(fn, "softmax_split_combine_kernel");
+            MRT_LAUNCH(softmax_cols_write_kernel, dim3((unsigned)blocks, (unsigned)csplits), dim3(32, 8), 0, s, y, x,
+                       part + lines * csplits, n, inner, tiles, chunk, log);
+            LAUNCH_CHECK(fn, "softmax_cols_write_kernel");
+            return MRT_OK;
+        }
         MRT_LAUNCH(softmax_cols_kernel, grid_for(outer * inner, kBlock), kBlock, 0, s, y, x, outer, n, inner, log);
         LAUNCH_CHECK(fn, "softmax_cols_kernel");
     }

@@ -652,6 +652,9 @@ int main(void)
     check_softmax(1, 1 << 20, 1, 1, 3);
     check_softmax(3, 100003, 1, 0, 3);
     check_softmax(3, 100003, 1, 1, 3);
+    /* and a few columns down a long axis, split the same way by columns */
+    check_softmax(2, 50000, 3, 0, 3);
+    check_softmax(2, 50000, 3, 1, 3);
     check_masked(1, 1);
     check_masked(1, 0);
     check_masked(0, 1);
