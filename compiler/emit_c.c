@@ -821,6 +821,28 @@ static void emit_tables(Emit *e, FILE *o) {
     fprintf(o, "};\n\n");
 }
 
+/* The run's CUDA graph (runtime/rt_model.c, mrt_model_graph_begin): keyed by the sizes and the
+ * device pointers the kernels get for the inputs and outputs (a caller's device buffer is used
+ * in place); a replay launches the graph and skips the calls, up to mrt_model_graph_end. */
+static void emit_graph_begin(Emit *e, char **ptr) {
+    const Graph *g = e->g;
+    FILE *o = e->o;
+    if (g->train) return; /* a training step runs eagerly: its optimizer arguments change every step */
+    fprintf(o, "#ifdef MRT_WITH_CUDA\n    const int64_t mrt_gkey[] = {B");
+    for (int k = 1; k < g->nsyms; k++) fprintf(o, ", B%d", k);
+    for (int i = 0; i < g->ninputs; i++) {
+        const char *p = ptr[g->inputs[i]->id];
+        fprintf(o, ", %s%s%s", p ? "(int64_t)(intptr_t)(const void *)" : "", p ? p : "0", "");
+    }
+    for (int i = 0; i < g->noutputs; i++) {
+        const char *p = ptr[view_base(g->outputs[i].node)->id];
+        fprintf(o, ", %s%s", p ? "(int64_t)(intptr_t)(const void *)" : "", p ? p : "0");
+    }
+    fprintf(o, "};\n    int mrt_replayed = 0, mrt_again = 0;\n"
+               "    if ((st = mrt_model_graph_begin(m, mrt_gkey, (int)(sizeof mrt_gkey / sizeof mrt_gkey[0]), &mrt_replayed)) != MRT_OK)\n"
+               "        return st;\n    do {\n    if (!mrt_replayed) {\n#endif\n");
+}
+
 void emit_c_source(Emit *e, FILE *o, const char *h_include) {
     const Graph *g = e->g;
     const KernelList *kl = e->kl;
@@ -983,6 +1005,7 @@ void emit_c_source(Emit *e, FILE *o, const char *h_include) {
     fprintf(o, "    if (gpu0 && (st = mrt_device_activate(dev0)) != MRT_OK) return st;\n");
     if (!nparts) {
         char **ptr = declare_pointers(e, false, NULL, false);
+        emit_graph_begin(e, ptr);
         emit_calls(e, kl, 0, kl->n, ptr, "k");
         if (g->train) emit_loss_check_and_step(e, o, ptr);
     } else {
@@ -996,10 +1019,13 @@ void emit_c_source(Emit *e, FILE *o, const char *h_include) {
         for (int i = 0; i < g->noutputs; i++)
             fprintf(o, "%s(void *)%s", i + g->ninputs ? ", " : "", ptr[view_base(g->outputs[i].node)->id]);
         fprintf(o, "};\n");
+        emit_graph_begin(e, ptr);
         for (int p = 0; p < nparts; p++)
             fprintf(o, "    if ((st = %s_run_part%d(m, B%s, mrt_io)) != MRT_OK) return st;\n", e->pfx, p, sym_args);
         if (g->train) emit_loss_check_and_step(e, o, ptr);
     }
+    if (!g->train)
+        fprintf(o, "#ifdef MRT_WITH_CUDA\n    if ((st = mrt_model_graph_end(m, &mrt_again)) != MRT_OK) return st;\n    }\n    } while (mrt_again);\n#endif\n");
     /* outputs back to the host, then wait for every GPU */
     fprintf(o, "#ifdef MRT_WITH_CUDA\n");
     for (int i = 0; i < g->noutputs; i++) {

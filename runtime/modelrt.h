@@ -449,6 +449,7 @@ struct mrt_model {
      * rate (0: the model's own, from its optimizer statement) */
     int64_t step;
     double lr;
+    void *graphs;                        /* the runtime's CUDA graphs of run() (rt_model.c) */
 };
 
 /** Create a model from its descriptor on `device` ("auto", "cpu", "cuda", "cuda:N"; NULL means
@@ -482,6 +483,18 @@ mrt_status mrt_model_stage_in(mrt_model *m, int slot, const void *p, size_t byte
  *  *back = 1 (copy back with mrt_memcpy after the run). */
 mrt_status mrt_model_stage_out(mrt_model *m, int slot, void *p, size_t off, void **use, int *back,
                                const char *name);
+
+/** For a generated run() built with CUDA: the run as a CUDA graph. A model on one GPU slot runs
+ *  eagerly once (lazy set-up: library handles, plans, check records), then each run with new
+ *  `key` values (the sizes, and the device pointers its kernels get for the inputs and
+ *  outputs: a caller's device buffer is used in place) is captured and launched, and a run
+ *  with a key seen before (the last 4 kept) replays its graph: *replayed = 1, and run() skips
+ *  its calls. Else the calls follow, then mrt_model_graph_end, which ends a capture and
+ *  launches the graph; *again = 1 when the capture failed (the calls ran nowhere): run them
+ *  again, eagerly (graphs stay off for the model). MODELRT_CUDA_GRAPHS=0 turns graphs off;
+ *  models split over several slots, CPU slots and fake devices never use them. */
+mrt_status mrt_model_graph_begin(mrt_model *m, const int64_t *key, int nkey, int *replayed);
+mrt_status mrt_model_graph_end(mrt_model *m, int *again);
 
 /** Resolve the device of every slot without allocating anything: slot 0 from `device`, the
  *  pinned ones through `device_map`, then the memory pre-flight, with the policy and the errors

@@ -39,10 +39,17 @@
 
 _Static_assert(RT_FAKE_CUDA_MAX <= RT_CUDA_MAX_DEVICES, "the probe holds every fake device");
 
+static void rt_cuda_workspace_release(int index, void *stream);
+
 /* ---------------------------------------------------------------- errors */
 
+static __thread char rt_last_launch[192]; /* the last launch or library call checked, for faults */
+int rt_cuda_sync_each(void);
+
 /* MRT_ERR_CUDA (or `st`) with the formatted context and the CUDA error's name and text. Clears
- * the runtime's last error so that a later mrt_cuda_check_launch does not see this one. */
+ * the runtime's last error so that a later mrt_cuda_check_launch does not see this one. An
+ * error that clearing leaves in place is a sticky fault of work queued before: said so, with
+ * the last launch checked and how to find the one that faulted (see rt_cuda_after_launch). */
 static mrt_status rt_cuda_fail(mrt_status st, cudaError_t e, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 static mrt_status rt_cuda_fail(mrt_status st, cudaError_t e, const char *fmt, ...)
@@ -53,18 +60,57 @@ static mrt_status rt_cuda_fail(mrt_status st, cudaError_t e, const char *fmt, ..
     vsnprintf(ctx, sizeof ctx, fmt, ap);
     va_end(ap);
     (void)cudaGetLastError();
+    if (e != cudaSuccess && cudaPeekAtLastError() == e && !rt_cuda_sync_each())
+        return mrt_set_error(st, "%s: %s (%s): a kernel or library call queued before faulted (the last launched "
+                             "was %s; MODELRT_CUDA_SYNC=1 waits for each and names the one that faults)", ctx,
+                             cudaGetErrorName(e), cudaGetErrorString(e),
+                             rt_last_launch[0] ? rt_last_launch : "none on this thread");
     return mrt_set_error(st, "%s: %s (%s)", ctx, cudaGetErrorName(e), cudaGetErrorString(e));
+}
+
+/* Faults. A kernel that faults while it runs (an illegal address) leaves a sticky error that
+ * every later call returns, cudaGetLastError included: on a GPU the launch checks of the kernels
+ * queued after it, or the end-of-run synchronization, are the first to see it, and would name
+ * the wrong kernel. So an error that survives cudaGetLastError is reported as an earlier
+ * kernel's fault, with the last launch this thread checked before, and MODELRT_CUDA_SYNC=1 (as
+ * CUDA_LAUNCH_BLOCKING=1) waits for every launch and library call, so that the one that faults
+ * is named (run() is not captured as a CUDA graph then). */
+int rt_cuda_sync_each(void)
+{
+    static int v = -1; /* read once; no lock: every thread finds the same answer */
+    if (v < 0) {
+        const char *e = getenv("MODELRT_CUDA_SYNC");
+        v = e && *e && strcmp(e, "0") != 0;
+    }
+    return v;
+}
+
+mrt_status rt_cuda_after_launch(const char *what)
+{
+    cudaError_t e = cudaGetLastError();
+    if (e == cudaSuccess && rt_cuda_sync_each() && (e = cudaDeviceSynchronize()) != cudaSuccess) {
+        (void)cudaGetLastError();
+        return mrt_set_error(MRT_ERR_CUDA, "%s: faulted while it ran: %s (%s) (MODELRT_CUDA_SYNC=1: every launch is "
+                             "waited for)", what, cudaGetErrorName(e), cudaGetErrorString(e));
+    }
+    if (e == cudaSuccess) {
+        snprintf(rt_last_launch, sizeof rt_last_launch, "%s", what);
+        return MRT_OK;
+    }
+    if (cudaPeekAtLastError() == e) /* sticky: work queued before this launch faulted */
+        return mrt_set_error(MRT_ERR_CUDA, "%s: not launched: an earlier kernel faulted: %s (%s), sticky; the last "
+                             "launch before it was %s; run with MODELRT_CUDA_SYNC=1 to name the kernel that faults",
+                             what, cudaGetErrorName(e), cudaGetErrorString(e),
+                             rt_last_launch[0] ? rt_last_launch : "(none on this thread)");
+    return mrt_set_error(MRT_ERR_CUDA, "%s: kernel launch failed: %s (%s)", what, cudaGetErrorName(e),
+                         cudaGetErrorString(e));
 }
 
 mrt_status mrt_cuda_check_launch(const char *what)
 {
     if (rt_fake_cuda_count(NULL) >= 0) /* nothing was launched on a fake device */
         return rt_fake_cuda_refuse(-1, what ? what : "kernel launch");
-    cudaError_t e = cudaGetLastError();
-    if (e == cudaSuccess)
-        return MRT_OK;
-    return mrt_set_error(MRT_ERR_CUDA, "%s: kernel launch failed: %s (%s)",
-                         what ? what : "kernel", cudaGetErrorName(e), cudaGetErrorString(e));
+    return rt_cuda_after_launch(what ? what : "kernel");
 }
 
 /* ---------------------------------------------------------------- probe */
@@ -250,6 +296,7 @@ void rt_cuda_stream_destroy(int index, void *stream)
         rt_cuda_checks_release(index, stream);
     if (e != cudaSuccess || cudaStreamDestroy((cudaStream_t)stream) != cudaSuccess)
         (void)cudaGetLastError();
+    rt_cuda_workspace_release(index, stream); /* cudaFree waits for the device's work */
     rt_guard_leave(index, prev);
 }
 
@@ -287,7 +334,7 @@ mrt_status rt_cuda_stream_wait(int wait_index, void *waiter, int index, void *st
     return MRT_OK;
 }
 
-int rt_cuda_sim_counters(unsigned long long c[4])
+int rt_cuda_sim_counters(unsigned long long c[5])
 {
     static int tried;
     static void (*get)(unsigned long long *);
@@ -298,7 +345,7 @@ int rt_cuda_sim_counters(unsigned long long c[4])
     }
     if (!get)
         return 0;
-    get(c); /* cudasim_counters is four unsigned long longs, in this order */
+    get(c); /* cudasim_counters is five unsigned long longs, in this order */
     return 1;
 }
 
@@ -441,6 +488,151 @@ int rt_cuda_pointer_index(const void *p)
     return -1;
 }
 
+/* ---------------------------------------------------------------- library workspaces */
+
+/* cuBLAS's workspace per stream (cuBLAS guide: 4 MiB, 32 MiB on Hopper and later): the caller's,
+ * so that a captured GEMM holds memory the runtime owns and two streams never share one. The
+ * memory pre-flight counts it for every CUDA slot (rt_cuda_workspace_bytes). cuBLASLt runs with
+ * no workspace (rt_lt_plan_make asks the heuristic for none). */
+#define RT_WORKSPACES 64
+
+static struct {
+    pthread_mutex_t lock;
+    struct {
+        int index;
+        void *stream, *p;
+    } w[RT_WORKSPACES];
+} rt_ws = {.lock = PTHREAD_MUTEX_INITIALIZER};
+
+size_t rt_cuda_workspace_bytes(int index)
+{
+    int major = index >= 0 && index < mrt_cuda_device_count(NULL) ? rt_probe.info[index].cc_major : 0;
+    return major >= 9 ? ((size_t)32 << 20) : ((size_t)4 << 20);
+}
+
+mrt_status rt_cuda_workspace(int index, void *stream, void **out)
+{
+    pthread_mutex_lock(&rt_ws.lock);
+    int slot = -1;
+    for (int i = 0; i < RT_WORKSPACES; i++) {
+        if (rt_ws.w[i].p && rt_ws.w[i].index == index && rt_ws.w[i].stream == stream) {
+            *out = rt_ws.w[i].p;
+            pthread_mutex_unlock(&rt_ws.lock);
+            return MRT_OK;
+        }
+        if (!rt_ws.w[i].p && slot < 0)
+            slot = i;
+    }
+    mrt_status st = MRT_OK;
+    size_t bytes = rt_cuda_workspace_bytes(index);
+    void *p = slot >= 0 ? rt_cuda_alloc(index, bytes) : NULL;
+    if (slot < 0)
+        st = mrt_set_error(MRT_ERR_CUDA, "cuBLAS workspace on cuda:%d: more than %d streams use cuBLAS", index,
+                           RT_WORKSPACES);
+    else if (!p)
+        st = mrt_set_error(MRT_ERR_OOM, "cannot allocate the %zu-byte cuBLAS workspace on cuda:%d: %s", bytes, index,
+                           mrt_last_error());
+    else
+        rt_ws.w[slot].index = index, rt_ws.w[slot].stream = stream, rt_ws.w[slot].p = p;
+    *out = p;
+    pthread_mutex_unlock(&rt_ws.lock);
+    return st;
+}
+
+/* Free the workspace of a stream that goes (its work done: rt_cuda_stream_destroy). */
+static void rt_cuda_workspace_release(int index, void *stream)
+{
+    pthread_mutex_lock(&rt_ws.lock);
+    for (int i = 0; i < RT_WORKSPACES; i++)
+        if (rt_ws.w[i].p && rt_ws.w[i].index == index && rt_ws.w[i].stream == stream) {
+            rt_cuda_free(index, rt_ws.w[i].p);
+            rt_ws.w[i].p = NULL;
+        }
+    pthread_mutex_unlock(&rt_ws.lock);
+}
+
+/* ---------------------------------------------------------------- CUDA graphs */
+
+/* A model's run, captured on its stream (rt_model.c decides when): cudaStreamBeginCapture in
+ * thread-local mode, so that only this thread's unsafe calls break it and other threads' work
+ * goes on; the end instantiates the graph, or updates the executable graph given (the same
+ * kernels with other sizes or pointers), and launches it. */
+mrt_status rt_cuda_graph_begin(int index, void *stream)
+{
+    int prev;
+    cudaError_t e = rt_guard_enter(index, &prev);
+    if (e == cudaSuccess)
+        e = cudaStreamBeginCapture((cudaStream_t)stream, cudaStreamCaptureModeThreadLocal);
+    rt_guard_leave(index, prev);
+    if (e != cudaSuccess)
+        return rt_cuda_fail(MRT_ERR_CUDA, e, "cannot begin a CUDA graph capture on cuda:%d", index);
+    return MRT_OK;
+}
+
+mrt_status rt_cuda_graph_end(int index, void *stream, void **exec)
+{
+    int prev;
+    cudaGraph_t g = NULL;
+    cudaGraphExec_t x = (cudaGraphExec_t)*exec;
+    cudaError_t e = rt_guard_enter(index, &prev);
+    if (e == cudaSuccess)
+        e = cudaStreamEndCapture((cudaStream_t)stream, &g);
+    const char *what = "cudaStreamEndCapture";
+    if (e == cudaSuccess && x) {
+        cudaGraphExecUpdateResultInfo info;
+        if (cudaGraphExecUpdate(x, g, &info) != cudaSuccess) { /* another sequence: instantiate anew */
+            (void)cudaGetLastError();
+            (void)cudaGraphExecDestroy(x);
+            x = NULL;
+        }
+    }
+    if (e == cudaSuccess && !x && (what = "cudaGraphInstantiate", e = cudaGraphInstantiate(&x, g, 0)) != cudaSuccess)
+        x = NULL;
+    *exec = x;
+    if (g && cudaGraphDestroy(g) != cudaSuccess)
+        (void)cudaGetLastError();
+    if (e == cudaSuccess)
+        what = "cudaGraphLaunch", e = cudaGraphLaunch(x, (cudaStream_t)stream);
+    rt_guard_leave(index, prev);
+    if (e != cudaSuccess)
+        return rt_cuda_fail(MRT_ERR_CUDA, e, "CUDA graph of the run on cuda:%d: %s failed", index, what);
+    return MRT_OK;
+}
+
+mrt_status rt_cuda_graph_launch(int index, void *stream, void *exec)
+{
+    int prev;
+    cudaError_t e = rt_guard_enter(index, &prev);
+    if (e == cudaSuccess)
+        e = cudaGraphLaunch((cudaGraphExec_t)exec, (cudaStream_t)stream);
+    rt_guard_leave(index, prev);
+    if (e != cudaSuccess)
+        return rt_cuda_fail(MRT_ERR_CUDA, e, "cannot launch the CUDA graph of the run on cuda:%d", index);
+    return MRT_OK;
+}
+
+void rt_cuda_graph_abort(int index, void *stream)
+{
+    int prev;
+    enum cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
+    cudaGraph_t g = NULL;
+    if (rt_guard_enter(index, &prev) == cudaSuccess &&
+        cudaStreamIsCapturing((cudaStream_t)stream, &cs) == cudaSuccess && cs != cudaStreamCaptureStatusNone &&
+        cudaStreamEndCapture((cudaStream_t)stream, &g) == cudaSuccess && g)
+        (void)cudaGraphDestroy(g);
+    (void)cudaGetLastError();
+    rt_guard_leave(index, prev);
+}
+
+void rt_cuda_graph_destroy(int index, void *exec)
+{
+    int prev;
+    if (exec && (rt_guard_enter(index, &prev) != cudaSuccess || cudaGraphExecDestroy((cudaGraphExec_t)exec) != cudaSuccess))
+        (void)cudaGetLastError();
+    if (exec)
+        rt_guard_leave(index, prev);
+}
+
 /* ---------------------------------------------------------------- cuBLAS, loaded on demand */
 
 /* The few cuBLAS entry points used, declared here so that no cuBLAS header or library is
@@ -450,6 +642,7 @@ typedef void *rt_cublas_handle;
 typedef int (*rt_cublas_create_fn)(rt_cublas_handle *);
 typedef int (*rt_cublas_destroy_fn)(rt_cublas_handle);
 typedef int (*rt_cublas_set_stream_fn)(rt_cublas_handle, cudaStream_t);
+typedef int (*rt_cublas_set_workspace_fn)(rt_cublas_handle, void *, size_t);
 typedef int (*rt_cublas_sgemm_fn)(rt_cublas_handle, int, int, int, int, int, const float *,
                                   const float *, int, const float *, int, const float *, float *,
                                   int);
@@ -467,6 +660,7 @@ static struct {
     rt_cublas_create_fn create;
     rt_cublas_destroy_fn destroy;
     rt_cublas_set_stream_fn set_stream;
+    rt_cublas_set_workspace_fn set_workspace;
     rt_cublas_sgemm_fn sgemm;
     rt_cublas_sgemm_sb_fn sgemm_sb;
     rt_cublas_status_fn status_name;
@@ -506,9 +700,9 @@ static mrt_status rt_blas_load(void)
         return mrt_set_error(rt_blas.st, "%s", rt_blas.err);
     }
     static const char *syms[] = {"cublasCreate_v2", "cublasDestroy_v2", "cublasSetStream_v2",
-                                 "cublasSgemm_v2", "cublasSgemmStridedBatched"};
-    void *f[5];
-    for (int i = 0; i < 5; i++) {
+                                 "cublasSgemm_v2", "cublasSgemmStridedBatched", "cublasSetWorkspace_v2"};
+    void *f[6];
+    for (int i = 0; i < 6; i++) {
         f[i] = dlsym(h, syms[i]);
         if (!f[i]) {
             rt_blas.st = MRT_ERR_CUDA;
@@ -523,6 +717,7 @@ static mrt_status rt_blas_load(void)
     memcpy(&rt_blas.set_stream, &f[2], sizeof f[2]);
     memcpy(&rt_blas.sgemm, &f[3], sizeof f[3]);
     memcpy(&rt_blas.sgemm_sb, &f[4], sizeof f[4]);
+    memcpy(&rt_blas.set_workspace, &f[5], sizeof f[5]);
     void *sn = dlsym(h, "cublasGetStatusName"); /* cuBLAS 11.4+; optional */
     if (sn)
         memcpy(&rt_blas.status_name, &sn, sizeof sn);
@@ -571,6 +766,12 @@ mrt_status rt_cuda_gemm(int index, void *stream, int trans_a, int trans_b, int M
     rt_cublas_handle h = rt_blas.handle[index];
     if (st == MRT_OK && (s = rt_blas.set_stream(h, (cudaStream_t)stream)) != 0)
         st = rt_blas_fail(index, "cublasSetStream", s);
+    /* cublasSetStream resets the workspace to cuBLAS's own pool, which a CUDA graph must not
+     * capture: every call gets the stream's workspace (allocated with the model, or here once). */
+    void *ws = NULL;
+    if (st == MRT_OK && (st = rt_cuda_workspace(index, stream, &ws)) == MRT_OK &&
+        (s = rt_blas.set_workspace(h, ws, rt_cuda_workspace_bytes(index))) != 0)
+        st = rt_blas_fail(index, "cublasSetWorkspace", s);
     /* cuBLAS is column-major: a row-major C [M, N] is a column-major C^T [N, M], and
      * C^T = op(B)^T op(A)^T, so pass B first, A second, and swap M and N. */
     int opa = trans_a ? 1 : 0, opb = trans_b ? 1 : 0;
@@ -588,6 +789,11 @@ mrt_status rt_cuda_gemm(int index, void *stream, int trans_a, int trans_b, int M
                                   (long long)strideA, &beta, C, ldc, (long long)strideC,
                                   batch)) != 0)
             st = rt_blas_fail(index, "cublasSgemmStridedBatched", s);
+    }
+    if (st == MRT_OK) {
+        char what[96];
+        snprintf(what, sizeof what, "gemm on cuda:%d (cuBLAS, %dx%dx%d, batch %d)", index, M, N, K, batch);
+        st = rt_cuda_after_launch(what);
     }
     rt_guard_leave(index, prev);
     pthread_mutex_unlock(lock);
@@ -817,6 +1023,11 @@ mrt_status rt_cuda_gemm_bias_act(int index, void *stream, int trans_b, int M, in
         st = mrt_set_error(MRT_ERR_CUDA, "gemm with epilogue on cuda:%d (%dx%dx%d; A, B, C %u-, %u-, %u-byte aligned): "
                            "%s failed (cuBLAS status %d)", index, M, N, K, key.align[1], key.align[0], key.align[2],
                            call, (int)s);
+    if (st == MRT_OK) {
+        char what[96];
+        snprintf(what, sizeof what, "gemm with epilogue on cuda:%d (cuBLASLt, %dx%dx%d)", index, M, N, K);
+        st = rt_cuda_after_launch(what);
+    }
     rt_guard_leave(index, prev);
     pthread_mutex_unlock(&dv->lock);
     return st;

@@ -20,10 +20,12 @@
 #include "modelrt.h"
 #include "mrt_kernels.h"
 #include "mrt_launch.h"
+#include "rt_internal.h"
 
 #include <cuda_runtime.h>
 #include <pthread.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <limits.h>
 #include <math.h>
@@ -53,11 +55,9 @@ int row_block(int64_t n)
 
 mrt_status launched(const char *fn, const char *kernel)
 {
-    cudaError_t e = cudaGetLastError();
-    if (e == cudaSuccess)
-        return MRT_OK;
-    return mrt_set_error(MRT_ERR_CUDA, "%s: kernel %s failed: %s (%s)", fn, kernel,
-                         cudaGetErrorName(e), cudaGetErrorString(e));
+    char what[256];
+    snprintf(what, sizeof what, "%s: kernel %s", fn, kernel);
+    return rt_cuda_after_launch(what); // its launch error, an earlier fault, or (MODELRT_CUDA_SYNC=1) its own
 }
 
 mrt_status bad_arg(const char *fn, const char *why)
@@ -160,6 +160,117 @@ __global__ void softmax_rows_kernel(float *__restrict__ y, const float *__restri
     }
 }
 
+// A few long rows (split_count): the chunks' maxima and sums of exp(x - chunk max) first
+// (part [rows, splits]), then one thread per row combines them in chunk order into the row's
+// max and sum (part [rows * splits + r]), then the elements are written chunk by chunk.
+struct SoftmaxPart {
+    float m, s;
+};
+__global__ void softmax_split_partial_kernel(SoftmaxPart *__restrict__ part, const float *__restrict__ x, int64_t n,
+                                             int64_t chunk, int splits)
+{
+    __shared__ float shm[32];
+    const int64_t r = blockIdx.y, lo = (int64_t)blockIdx.x * chunk, hi = lo + chunk < n ? lo + chunk : n;
+    const float *xr = x + r * n;
+    float m = -INFINITY;
+    for (int64_t j = lo + threadIdx.x; j < hi; j += blockDim.x)
+        m = mrt_maxf(m, xr[j]);
+    m = block_reduce(m, MaxOp(), shm);
+    const float mc = m == -INFINITY ? 0.0f : m;
+    float sum = 0.0f;
+    for (int64_t j = lo + threadIdx.x; j < hi; j += blockDim.x)
+        sum += expf(xr[j] - mc);
+    sum = block_reduce(sum, AddF(), shm);
+    if (threadIdx.x == 0)
+        part[r * splits + blockIdx.x] = SoftmaxPart{m, sum};
+}
+
+__global__ void softmax_split_combine_kernel(SoftmaxPart *__restrict__ part, int64_t rows, int splits)
+{
+    for (int64_t r = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; r < rows; r += (int64_t)gridDim.x * blockDim.x) {
+        const SoftmaxPart *p = part + r * splits;
+        float m = -INFINITY;
+        for (int k = 0; k < splits; k++)
+            m = mrt_maxf(m, p[k].m);
+        if (m == -INFINITY)
+            m = 0.0f; // an all -inf row: sum 0, NaN out, as PyTorch
+        float sum = 0.0f;
+        for (int k = 0; k < splits; k++)
+            if (p[k].m != -INFINITY) // an all -inf chunk adds nothing
+                sum += p[k].s * expf(p[k].m - m);
+        part[rows * splits + r] = SoftmaxPart{m, sum};
+    }
+}
+
+__global__ void softmax_split_write_kernel(float *__restrict__ y, const float *__restrict__ x,
+                                           const SoftmaxPart *__restrict__ row, int64_t n, int64_t chunk, int log)
+{
+    const int64_t r = blockIdx.y, lo = (int64_t)blockIdx.x * chunk, hi = lo + chunk < n ? lo + chunk : n;
+    const float *xr = x + r * n;
+    float *yr = y + r * n;
+    const float m = row[r].m;
+    if (log) {
+        const float ls = logf(row[r].s);
+        for (int64_t j = lo + threadIdx.x; j < hi; j += blockDim.x)
+            yr[j] = xr[j] - m - ls;
+    } else {
+        const float inv = 1.0f / row[r].s;
+        for (int64_t j = lo + threadIdx.x; j < hi; j += blockDim.x)
+            yr[j] = expf(xr[j] - m) * inv;
+    }
+}
+
+// x, y [outer, n, inner], inner > 1, few columns down a long axis: the split form by columns.
+// Block (32, 8): blockIdx.x is (o, a tile of 32 columns), its 8 lanes go down chunk blockIdx.y;
+// part [outer * inner, splits] gets each chunk's max and sum (softmax_split_combine_kernel
+// then combines them per column, as per row).
+__global__ void softmax_cols_partial_kernel(SoftmaxPart *__restrict__ part, const float *__restrict__ x, int64_t n,
+                                            int64_t inner, int64_t tiles, int64_t chunk, int splits)
+{
+    __shared__ float shm[8][33];
+    const int64_t o = blockIdx.x / tiles, i = (int64_t)(blockIdx.x - o * tiles) * 32 + threadIdx.x;
+    const int64_t lo = (int64_t)blockIdx.y * chunk, hi = lo + chunk < n ? lo + chunk : n;
+    const float *xc = x + o * n * inner + i;
+    float m = -INFINITY;
+    if (i < inner)
+        for (int64_t j = lo + threadIdx.y; j < hi; j += 8)
+            m = mrt_maxf(m, xc[j * inner]);
+    shm[threadIdx.y][threadIdx.x] = m;
+    __syncthreads();
+    for (int k = 0; k < 8; k++)
+        if (k != (int)threadIdx.y)
+            m = mrt_maxf(m, shm[k][threadIdx.x]); // every lane gets the chunk's max
+    __syncthreads();
+    const float mc = m == -INFINITY ? 0.0f : m;
+    float sum = 0.0f;
+    if (i < inner)
+        for (int64_t j = lo + threadIdx.y; j < hi; j += 8)
+            sum += expf(xc[j * inner] - mc);
+    shm[threadIdx.y][threadIdx.x] = sum;
+    __syncthreads();
+    if (threadIdx.y == 0 && i < inner) {
+        for (int k = 1; k < 8; k++)
+            sum += shm[k][threadIdx.x];
+        part[(o * inner + i) * splits + blockIdx.y] = SoftmaxPart{m, sum};
+    }
+}
+
+__global__ void softmax_cols_write_kernel(float *__restrict__ y, const float *__restrict__ x,
+                                          const SoftmaxPart *__restrict__ col, int64_t n, int64_t inner, int64_t tiles,
+                                          int64_t chunk, int log)
+{
+    const int64_t o = blockIdx.x / tiles, i = (int64_t)(blockIdx.x - o * tiles) * 32 + threadIdx.x;
+    if (i >= inner)
+        return;
+    const int64_t lo = (int64_t)blockIdx.y * chunk, hi = lo + chunk < n ? lo + chunk : n;
+    const float *xc = x + o * n * inner + i;
+    float *yc = y + o * n * inner + i;
+    const SoftmaxPart c = col[o * inner + i];
+    const float ls = logf(c.s), inv = 1.0f / c.s;
+    for (int64_t j = lo + threadIdx.y; j < hi; j += 8)
+        yc[j * inner] = log ? xc[j * inner] - c.m - ls : expf(xc[j * inner] - c.m) * inv;
+}
+
 // x, y [outer, n, inner], inner > 1: one thread per (o, i) column.
 __global__ void softmax_cols_kernel(float *__restrict__ y, const float *__restrict__ x, int64_t outer,
                                     int64_t n, int64_t inner, int log)
@@ -237,21 +348,6 @@ __global__ void sum_rows_kernel(float *__restrict__ y, const float *__restrict__
     }
 }
 
-__global__ void sum_cols_kernel(float *__restrict__ y, const float *__restrict__ x, int64_t outer, int64_t n,
-                                int64_t inner, int mean)
-{
-    const int64_t cols = outer * inner;
-    for (int64_t t = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; t < cols;
-         t += (int64_t)gridDim.x * blockDim.x) {
-        const int64_t o = t / inner, i = t - o * inner;
-        const float *xr = x + o * n * inner + i;
-        double s = 0.0;
-        for (int64_t j = 0; j < n; j++)
-            s += xr[j * inner];
-        y[t] = (float)(mean ? s / (double)n : s);
-    }
-}
-
 __global__ void max_rows_kernel(float *__restrict__ y, const float *__restrict__ x, int64_t rows, int64_t n)
 {
     __shared__ float shm[32];
@@ -263,21 +359,6 @@ __global__ void max_rows_kernel(float *__restrict__ y, const float *__restrict__
         m = block_reduce(m, MaxOp(), shm);
         if (threadIdx.x == 0)
             y[r] = m;
-    }
-}
-
-__global__ void max_cols_kernel(float *__restrict__ y, const float *__restrict__ x, int64_t outer, int64_t n,
-                                int64_t inner)
-{
-    const int64_t cols = outer * inner;
-    for (int64_t t = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; t < cols;
-         t += (int64_t)gridDim.x * blockDim.x) {
-        const int64_t o = t / inner, i = t - o * inner;
-        const float *xr = x + o * n * inner + i;
-        float m = xr[0];
-        for (int64_t j = 1; j < n; j++)
-            m = mrt_maxf(m, xr[j * inner]);
-        y[t] = m;
     }
 }
 
@@ -314,25 +395,185 @@ __global__ void argmax_rows_kernel(int64_t *__restrict__ y, const float *__restr
     }
 }
 
-__global__ void argmax_cols_kernel(int64_t *__restrict__ y, const float *__restrict__ x, int64_t outer,
-                                   int64_t n, int64_t inner)
-{
-    const int64_t cols = outer * inner;
-    for (int64_t t = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; t < cols;
-         t += (int64_t)gridDim.x * blockDim.x) {
-        const int64_t o = t / inner, i = t - o * inner;
-        const float *xr = x + o * n * inner + i;
-        float m = xr[0];
-        int64_t k = 0;
-        for (int64_t j = 1; j < n && m == m; j++) { // the CPU loop, verbatim
-            const float v = xr[j * inner];
-            if (v > m || v != v) {
-                m = v;
-                k = j;
-            }
-        }
-        y[t] = k;
+/* ---------------------------------------------------------------- split and tiled reductions
+ * A few long rows (one row of 1M) would leave all but a few SMs idle with a block per row: each
+ * row is cut into `splits` chunks, a block each, and a second kernel combines the chunks'
+ * partials of each row in chunk order, so the result does not depend on scheduling. The
+ * partials live in the stream's library workspace (rt_cuda_workspace): stream-ordered, so a
+ * run allocates nothing and a CUDA graph captures it. A reduction over a strided axis (inner >
+ * 1) reads 32 consecutive columns per block with 8 lanes down the axis (coalesced; a tree over
+ * the lanes in shared memory), and few columns split the axis over blocks the same way. */
+struct RedSum { // sum and mean, in double as the CPU loop
+    typedef double T;
+    typedef float Out;
+    __device__ static T id() { return 0.0; }
+    __device__ static T of(float v, int64_t) { return (double)v; }
+    __device__ static T comb(T a, T b) { return a + b; }
+    __device__ static Out out(T a, int64_t n, int mean) { return (float)(mean ? a / (double)n : a); }
+};
+struct RedMax {
+    typedef float T;
+    typedef float Out;
+    __device__ static T id() { return -INFINITY; }
+    __device__ static T of(float v, int64_t) { return v; }
+    __device__ static T comb(T a, T b) { return mrt_maxf(a, b); }
+    __device__ static Out out(T a, int64_t, int) { return a; }
+};
+struct ArgState {
+    float m;
+    long long k;
+};
+struct RedArgmax { // the first maximum, the first NaN (am_combine)
+    typedef ArgState T;
+    typedef int64_t Out;
+    __device__ static T id() { return T{-INFINITY, LLONG_MAX}; }
+    __device__ static T of(float v, int64_t j) { return T{v, (long long)j}; }
+    __device__ static T comb(T a, T b)
+    {
+        am_combine(a.m, a.k, b.m, b.k);
+        return a;
     }
+    __device__ static Out out(T a, int64_t, int) { return (int64_t)a.k; }
+};
+
+// The reduction of a over the block (a power-of-two blockDim.x of at most kBlock), in a fixed
+// tree order; every thread gets it. Called uniformly.
+template <typename R> __device__ typename R::T tree_reduce(typename R::T a, typename R::T *shm)
+{
+    __syncthreads();
+    shm[threadIdx.x] = a;
+    __syncthreads();
+    for (int h = blockDim.x / 2; h > 0; h /= 2) {
+        if ((int)threadIdx.x < h)
+            shm[threadIdx.x] = R::comb(shm[threadIdx.x], shm[threadIdx.x + h]);
+        __syncthreads();
+    }
+    return shm[0];
+}
+
+// part [rows, splits]: block (s, r) reduces chunk s of row r of x [rows, n].
+template <typename R>
+__global__ void reduce_rows_split_kernel(typename R::T *__restrict__ part, const float *__restrict__ x, int64_t n,
+                                         int64_t chunk, int splits)
+{
+    __shared__ typename R::T shm[kBlock];
+    const int64_t r = blockIdx.y, lo = (int64_t)blockIdx.x * chunk, hi = lo + chunk < n ? lo + chunk : n;
+    const float *xr = x + r * n;
+    typename R::T a = R::id();
+    for (int64_t j = lo + threadIdx.x; j < hi; j += blockDim.x)
+        a = R::comb(a, R::of(xr[j], j));
+    a = tree_reduce<R>(a, shm);
+    if (threadIdx.x == 0)
+        part[r * splits + blockIdx.x] = a;
+}
+
+// y [lines] from part [lines, splits], each line's partials combined in order.
+template <typename R>
+__global__ void reduce_finish_kernel(typename R::Out *__restrict__ y, const typename R::T *__restrict__ part,
+                                     int64_t lines, int splits, int64_t n, int mean)
+{
+    __shared__ typename R::T shm[kBlock];
+    for (int64_t l = blockIdx.x; l < lines; l += gridDim.x) {
+        typename R::T a = R::id();
+        for (int s = threadIdx.x; s < splits; s += blockDim.x)
+            a = R::comb(a, part[l * splits + s]);
+        a = tree_reduce<R>(a, shm);
+        if (threadIdx.x == 0)
+            y[l] = R::out(a, n, mean);
+    }
+}
+
+// x [outer, n, inner], inner > 1; block (32, 8): blockIdx.x is (o, a tile of 32 columns i), its
+// 8 lanes go down chunk blockIdx.y of the n axis. With one chunk it writes y [outer, inner];
+// else part [outer * inner, splits].
+template <typename R>
+__global__ void reduce_cols_tiled_kernel(typename R::Out *__restrict__ y, typename R::T *__restrict__ part,
+                                         const float *__restrict__ x, int64_t n, int64_t inner, int64_t tiles,
+                                         int64_t chunk, int splits, int mean)
+{
+    __shared__ typename R::T shm[8][33];
+    const int64_t o = blockIdx.x / tiles, i = (int64_t)(blockIdx.x - o * tiles) * 32 + threadIdx.x;
+    const int64_t lo = (int64_t)blockIdx.y * chunk, hi = lo + chunk < n ? lo + chunk : n;
+    typename R::T a = R::id();
+    if (i < inner)
+        for (int64_t j = lo + threadIdx.y; j < hi; j += 8)
+            a = R::comb(a, R::of(x[(o * n + j) * inner + i], j));
+    shm[threadIdx.y][threadIdx.x] = a;
+    __syncthreads();
+    if (threadIdx.y == 0 && i < inner) {
+        for (int k = 1; k < 8; k++)
+            a = R::comb(a, shm[k][threadIdx.x]);
+        if (splits == 1)
+            y[o * inner + i] = R::out(a, n, mean);
+        else
+            part[(o * inner + i) * splits + blockIdx.y] = a;
+    }
+}
+
+// How many chunks to cut the n axis into so that about kSplitBlocks blocks work, each on at least
+// `min_chunk` elements, with the partials within the workspace; 1: no split.
+constexpr int64_t kSplitBlocks = 1024;
+int split_count(int64_t lines_blocks, int64_t n, int64_t min_chunk, int64_t lines, size_t part_bytes, size_t ws)
+{
+    if (lines_blocks >= kSplitBlocks / 4 || n < 2 * min_chunk)
+        return 1;
+    int64_t s = kSplitBlocks / lines_blocks, most = (n + min_chunk - 1) / min_chunk;
+    if (s > most)
+        s = most;
+    if (s > 65535)
+        s = 65535;
+    while (s > 1 && (size_t)(lines * s) * part_bytes > ws)
+        s /= 2;
+    return (int)(s < 1 ? 1 : s);
+}
+
+// The reduction R of x [outer, n, inner] along n into y [outer, inner] (n >= 1) with the split
+// rows kernels (inner == 1: `splits` chunks, from rows_splits) or the tiled columns one.
+template <typename R>
+mrt_status reduce_launch(const char *fn, typename R::Out *y, const float *x, int64_t outer, int64_t n, int64_t inner,
+                         int mean, cudaStream_t s, int splits)
+{
+    typedef typename R::T T;
+    int device = 0;
+    void *ws = NULL;
+    mrt_status st = MRT_OK;
+    if (cudaGetDevice(&device) != cudaSuccess)
+        return launched(fn, "cudaGetDevice");
+    if (inner == 1) {
+        if ((st = rt_cuda_workspace(device, s, &ws)) != MRT_OK)
+            return st;
+        const int64_t chunk = (n + splits - 1) / splits;
+        MRT_LAUNCH(reduce_rows_split_kernel<R>, dim3((unsigned)splits, (unsigned)outer), kBlock, 0, s, (T *)ws, x, n,
+                   chunk, splits);
+        if ((st = launched(fn, "reduce_rows_split_kernel")) != MRT_OK)
+            return st;
+        MRT_LAUNCH(reduce_finish_kernel<R>, grid_for(outer, 1), splits <= 32 ? 32 : splits <= 64 ? 64 : kBlock, 0, s,
+                   y, (const T *)ws, outer, splits, n, mean);
+        return launched(fn, "reduce_finish_kernel");
+    }
+    const int64_t tiles = (inner + 31) / 32, blocks = outer * tiles;
+    splits = split_count(blocks, n, 64, outer * inner, sizeof(T), rt_cuda_workspace_bytes(device));
+    if (splits > 1 && (st = rt_cuda_workspace(device, s, &ws)) != MRT_OK)
+        return st;
+    const int64_t chunk = (n + splits - 1) / splits;
+    MRT_LAUNCH(reduce_cols_tiled_kernel<R>, dim3((unsigned)blocks, (unsigned)splits), dim3(32, 8), 0, s, y, (T *)ws, x,
+               n, inner, tiles, chunk, splits, mean);
+    if ((st = launched(fn, "reduce_cols_tiled_kernel")) != MRT_OK || splits == 1)
+        return st;
+    MRT_LAUNCH(reduce_finish_kernel<R>, grid_for(outer * inner, 1), 32, 0, s, y, (const T *)ws, outer * inner, splits,
+               n, mean);
+    return launched(fn, "reduce_finish_kernel");
+}
+
+// Chunks per row for few long rows (1: a block per row).
+template <typename R> int rows_splits(int64_t outer, int64_t n)
+{
+    int device = 0;
+    if (cudaGetDevice(&device) != cudaSuccess) {
+        (void)cudaGetLastError();
+        return 1;
+    }
+    return split_count(outer, n, 8 * kBlock, outer, sizeof(typename R::T), rt_cuda_workspace_bytes(device));
 }
 
 /* ---------------------------------------------------------------- conv2d, pooling */
@@ -658,11 +899,53 @@ mrt_status mrt_cuda_softmax_f32(void *stream, float *y, const float *x, int64_t 
     if (outer == 0 || n == 0 || inner == 0)
         return MRT_OK;
     cudaStream_t s = (cudaStream_t)stream;
-    if (inner == 1) {
+    int device = 0;
+    if (inner == 1 && cudaGetDevice(&device) != cudaSuccess)
+        return launched(fn, "cudaGetDevice");
+    const int splits = inner == 1 ? split_count(outer, n, 8 * kBlock, outer + 1, sizeof(SoftmaxPart),
+                                                rt_cuda_workspace_bytes(device))
+                                  : 1;
+    if (inner == 1 && splits > 1) { // few long rows: split (see softmax_split_partial_kernel)
+        void *ws = NULL;
+        mrt_status st = rt_cuda_workspace(device, s, &ws);
+        if (st != MRT_OK)
+            return st;
+        SoftmaxPart *part = (SoftmaxPart *)ws;
+        const int64_t chunk = (n + splits - 1) / splits;
+        MRT_LAUNCH(softmax_split_partial_kernel, dim3((unsigned)splits, (unsigned)outer), kBlock, 0, s, part, x, n,
+                   chunk, splits);
+        LAUNCH_CHECK(fn, "softmax_split_partial_kernel");
+        MRT_LAUNCH(softmax_split_combine_kernel, grid_for(outer, 32), 32, 0, s, part, outer, splits);
+        LAUNCH_CHECK(fn, "softmax_split_combine_kernel");
+        MRT_LAUNCH(softmax_split_write_kernel, dim3((unsigned)splits, (unsigned)outer), kBlock, 0, s, y, x,
+                   part + outer * splits, n, chunk, log);
+        LAUNCH_CHECK(fn, "softmax_split_write_kernel");
+    } else if (inner == 1) {
         const int t = row_block(n);
         MRT_LAUNCH(softmax_rows_kernel, grid_for(outer, 1), t, 0, s, y, x, outer, n, log);
         LAUNCH_CHECK(fn, "softmax_rows_kernel");
     } else {
+        const int64_t tiles = (inner + 31) / 32, blocks = outer * tiles, lines = outer * inner;
+        if (cudaGetDevice(&device) != cudaSuccess)
+            return launched(fn, "cudaGetDevice");
+        const int csplits = split_count(blocks, n, 64, lines + 1, sizeof(SoftmaxPart), rt_cuda_workspace_bytes(device));
+        if (csplits > 1) { // few columns down a long axis: split by columns
+            void *ws = NULL;
+            mrt_status st = rt_cuda_workspace(device, s, &ws);
+            if (st != MRT_OK)
+                return st;
+            SoftmaxPart *part = (SoftmaxPart *)ws;
+            const int64_t chunk = (n + csplits - 1) / csplits;
+            MRT_LAUNCH(softmax_cols_partial_kernel, dim3((unsigned)blocks, (unsigned)csplits), dim3(32, 8), 0, s, part,
+                       x, n, inner, tiles, chunk, csplits);
+            LAUNCH_CHECK(fn, "softmax_cols_partial_kernel");
+            MRT_LAUNCH(softmax_split_combine_kernel, grid_for(lines, 32), 32, 0, s, part, lines, csplits);
+            LAUNCH_CHECK(fn, "softmax_split_combine_kernel");
+            MRT_LAUNCH(softmax_cols_write_kernel, dim3((unsigned)blocks, (unsigned)csplits), dim3(32, 8), 0, s, y, x,
+                       part + lines * csplits, n, inner, tiles, chunk, log);
+            LAUNCH_CHECK(fn, "softmax_cols_write_kernel");
+            return MRT_OK;
+        }
         MRT_LAUNCH(softmax_cols_kernel, grid_for(outer * inner, kBlock), kBlock, 0, s, y, x, outer, n, inner, log);
         LAUNCH_CHECK(fn, "softmax_cols_kernel");
     }
@@ -693,14 +976,18 @@ mrt_status mrt_cuda_sum_f32(void *stream, float *y, const float *x, int64_t oute
     if (outer == 0 || inner == 0)
         return MRT_OK;
     cudaStream_t s = (cudaStream_t)stream;
-    if (inner == 1) {
+    const int splits = inner == 1 && n > 0 ? rows_splits<RedSum>(outer, n) : 1;
+    if (inner == 1 && splits == 1) {
         MRT_LAUNCH(sum_rows_kernel, grid_for(outer, 1), row_block(n), 0, s, y, x, outer, n, mean);
         LAUNCH_CHECK(fn, "sum_rows_kernel");
-    } else {
-        MRT_LAUNCH(sum_cols_kernel, grid_for(outer * inner, kBlock), kBlock, 0, s, y, x, outer, n, inner, mean);
-        LAUNCH_CHECK(fn, "sum_cols_kernel");
+        return MRT_OK;
     }
-    return MRT_OK;
+    if (n == 0) { // the sum of nothing (the mean of nothing: NaN)
+        MRT_LAUNCH(sum_rows_kernel, grid_for(outer * inner, 1), 32, 0, s, y, x, outer * inner, n, mean);
+        LAUNCH_CHECK(fn, "sum_rows_kernel");
+        return MRT_OK;
+    }
+    return reduce_launch<RedSum>(fn, y, x, outer, n, inner, mean, s, splits);
 }
 
 mrt_status mrt_cuda_cumsum_f32(void *stream, float *y, const float *x, int64_t outer, int64_t n, int64_t inner)
@@ -763,14 +1050,13 @@ mrt_status mrt_cuda_max_f32(void *stream, float *y, const float *x, int64_t oute
     if (n == 0)
         return bad_arg(fn, "max over an empty axis");
     cudaStream_t s = (cudaStream_t)stream;
-    if (inner == 1) {
+    const int splits = inner == 1 ? rows_splits<RedMax>(outer, n) : 1;
+    if (inner == 1 && splits == 1) {
         MRT_LAUNCH(max_rows_kernel, grid_for(outer, 1), row_block(n), 0, s, y, x, outer, n);
         LAUNCH_CHECK(fn, "max_rows_kernel");
-    } else {
-        MRT_LAUNCH(max_cols_kernel, grid_for(outer * inner, kBlock), kBlock, 0, s, y, x, outer, n, inner);
-        LAUNCH_CHECK(fn, "max_cols_kernel");
+        return MRT_OK;
     }
-    return MRT_OK;
+    return reduce_launch<RedMax>(fn, y, x, outer, n, inner, 0, s, splits);
 }
 
 mrt_status mrt_cuda_argmax_f32(void *stream, int64_t *y, const float *x, int64_t outer, int64_t n, int64_t inner)
@@ -783,14 +1069,13 @@ mrt_status mrt_cuda_argmax_f32(void *stream, int64_t *y, const float *x, int64_t
     if (n == 0)
         return bad_arg(fn, "argmax over an empty axis");
     cudaStream_t s = (cudaStream_t)stream;
-    if (inner == 1) {
+    const int splits = inner == 1 ? rows_splits<RedArgmax>(outer, n) : 1;
+    if (inner == 1 && splits == 1) {
         MRT_LAUNCH(argmax_rows_kernel, grid_for(outer, 1), row_block(n), 0, s, y, x, outer, n);
         LAUNCH_CHECK(fn, "argmax_rows_kernel");
-    } else {
-        MRT_LAUNCH(argmax_cols_kernel, grid_for(outer * inner, kBlock), kBlock, 0, s, y, x, outer, n, inner);
-        LAUNCH_CHECK(fn, "argmax_cols_kernel");
+        return MRT_OK;
     }
-    return MRT_OK;
+    return reduce_launch<RedArgmax>(fn, y, x, outer, n, inner, 0, s, splits);
 }
 
 mrt_status mrt_cuda_conv2d_f32(void *stream, float *y, const float *x, const float *w, int64_t N, int64_t C, int64_t H,
@@ -959,6 +1244,7 @@ constexpr int kChecks = 16, kCheckStreams = 64;
 struct Checks {
     cudaStream_t stream;
     int device, used, n;  // n: records queued since the last collect
+    int overflowed;       // the records ran out once: a run synchronized early
     CheckRecord *dev_rec; // kChecks device records
     CheckRecord *host_rec; // kChecks pinned host records
     int64_t V[kChecks];
@@ -1014,6 +1300,7 @@ mrt_status check_open(cudaStream_t s, const char *what, Checks **cp, int *kp)
         st = mrt_set_error(MRT_ERR_CUDA, "%s: cannot set up the run-time check: more than %d streams with checks", what,
                            kCheckStreams);
     if (e == cudaSuccess && c && c->n == kChecks) { // full: wait for the stream and check now
+        c->overflowed = 1;
         e = cudaStreamSynchronize(s);
         if (e == cudaSuccess)
             st = checks_report(c);
@@ -1063,6 +1350,53 @@ extern "C" mrt_status rt_cuda_checks_collect(int device, void *stream)
     mrt_status st = c ? checks_report(c) : MRT_OK;
     pthread_mutex_unlock(&g_checks_lock);
     return st;
+}
+
+namespace {
+struct ChecksSaved {
+    int n;
+    int64_t V[kChecks];
+    CheckKind kind[kChecks];
+    char what[kChecks][160];
+};
+} // namespace
+
+extern "C" int rt_cuda_checks_pending(int device, void *stream)
+{
+    pthread_mutex_lock(&g_checks_lock);
+    Checks *c = checks_find((cudaStream_t)stream, device);
+    int n = !c ? 0 : c->overflowed ? -1 : c->n;
+    pthread_mutex_unlock(&g_checks_lock);
+    return n;
+}
+
+extern "C" void *rt_cuda_checks_save(int device, void *stream)
+{
+    ChecksSaved *v = (ChecksSaved *)calloc(1, sizeof(ChecksSaved));
+    pthread_mutex_lock(&g_checks_lock);
+    Checks *c = checks_find((cudaStream_t)stream, device);
+    if (v && c) {
+        v->n = c->n;
+        memcpy(v->V, c->V, sizeof v->V);
+        memcpy(v->kind, c->kind, sizeof v->kind);
+        memcpy(v->what, c->what, sizeof v->what);
+    }
+    pthread_mutex_unlock(&g_checks_lock);
+    return v;
+}
+
+extern "C" void rt_cuda_checks_restore(int device, void *stream, const void *saved)
+{
+    const ChecksSaved *v = (const ChecksSaved *)saved;
+    pthread_mutex_lock(&g_checks_lock);
+    Checks *c = checks_find((cudaStream_t)stream, device);
+    if (v && c && v->n > 0) { // the graph resets, fills and copies back records 0..n-1 again
+        c->n = v->n;
+        memcpy(c->V, v->V, sizeof v->V);
+        memcpy(c->kind, v->kind, sizeof v->kind);
+        memcpy(c->what, v->what, sizeof v->what);
+    }
+    pthread_mutex_unlock(&g_checks_lock);
 }
 
 extern "C" void rt_cuda_checks_release(int device, void *stream)

@@ -82,12 +82,37 @@ mrt_status rt_cuda_stream_wait(int wait_index, void *waiter, int index, void *st
 /** Under the tests' CUDA simulator (tests/cudasim, found with dlsym), its counters since the
  *  process started: c = {kernel launches, library calls, copies, host synchronizations}; returns
  *  1. Returns 0, c untouched, with a real CUDA runtime or without CUDA. */
-int rt_cuda_sim_counters(unsigned long long c[4]);
+int rt_cuda_sim_counters(unsigned long long c[5]);
 /** rt_cuda_kernels.cu: the deferred checks of the embeddings queued on `stream` of cuda:device
  *  (read after the stream was synchronized: the first bad id as an error), and their records
  *  freed before the stream is destroyed. */
 mrt_status rt_cuda_checks_collect(int device, void *stream);
+/** After a kernel launch or library call named `what` (rt_cuda.c): its launch error, or the
+ *  sticky fault of earlier work (named so, with the last launch before), or, under
+ *  MODELRT_CUDA_SYNC=1 (rt_cuda_sync_each), its own fault, found by waiting for the device. */
+mrt_status rt_cuda_after_launch(const char *what);
+int rt_cuda_sync_each(void);
 void rt_cuda_checks_release(int device, void *stream);
+/** The deferred checks and CUDA graphs (rt_cuda_kernels.cu): the records queued on the stream
+ *  since its last synchronization (-1 if its records ever overflowed, which synchronizes the
+ *  host in the middle of a run: such a run cannot be captured). */
+int rt_cuda_checks_pending(int device, void *stream);
+/** A copy (malloc) of what the host keeps of the stream's queued checks; restored before a
+ *  graph that queued them is launched again (free the copy with free()). */
+void *rt_cuda_checks_save(int device, void *stream);
+void rt_cuda_checks_restore(int device, void *stream, const void *saved);
+/** CUDA graphs (rt_cuda.c): capture the work queued on `stream` from _begin to _end, which
+ *  instantiates it (or updates *exec) and launches it; _launch replays *exec; _abort ends a
+ *  capture left open by a failed run and drops it. */
+mrt_status rt_cuda_graph_begin(int index, void *stream);
+mrt_status rt_cuda_graph_end(int index, void *stream, void **exec);
+mrt_status rt_cuda_graph_launch(int index, void *stream, void *exec);
+void rt_cuda_graph_abort(int index, void *stream);
+void rt_cuda_graph_destroy(int index, void *exec);
+/** cuBLAS's workspace for `stream` on cuda:index (allocated once per stream, freed with it) and
+ *  its size, which the memory pre-flight counts for every CUDA slot. */
+mrt_status rt_cuda_workspace(int index, void *stream, void **out);
+size_t rt_cuda_workspace_bytes(int index);
 /** Any copy with at least one CUDA side (see mrt_memcpy). */
 mrt_status rt_cuda_memcpy(mrt_device dst_dev, void *dst, mrt_device src_dev, const void *src,
                           size_t bytes, void *stream);

@@ -100,10 +100,16 @@ static mrt_status map_load(const char *device_map, map_entry *e, int *n)
 
 /* ---------------------------------------------------------------- create and destroy */
 
+static void graphs_free(mrt_model *m);
+
 void mrt_model_destroy(mrt_model *m)
 {
     if (!m)
         return;
+    /* A destroy reports nothing: the caller's last error (a run's sticky CUDA fault, which makes
+     * every call here fail too) must survive it. */
+    char *err = strdup(mrt_last_error());
+    graphs_free(m);
     int n = m->desc ? m->desc->n_slots : 0;
     for (int s = 0; s < n; s++) {
         if (m->dev[s].kind == MRT_DEVICE_CUDA && mrt_device_activate(m->dev[s]) != MRT_OK)
@@ -115,6 +121,9 @@ void mrt_model_destroy(mrt_model *m)
         mrt_free(m->dev[s], m->io[s]);
     }
     free(m);
+    if (err)
+        mrt_set_error(MRT_OK, "%s", err);
+    free(err);
 }
 
 static mrt_status desc_check(const mrt_model_desc *d)
@@ -251,7 +260,8 @@ mrt_status mrt_model_select_devices(const mrt_model_desc *d, const char *device,
         for (int t = 0; t < d->n_slots; t++)
             if (devs[t].kind == MRT_DEVICE_CUDA && devs[t].index == devs[s].index) {
                 const mrt_slot_desc *sd = &d->slots[t];
-                need += sd->weight_bytes + sd->load_bytes + sd->arena_bytes[1] + sd->io_bytes;
+                need += sd->weight_bytes + sd->load_bytes + sd->arena_bytes[1] + sd->io_bytes +
+                        rt_cuda_workspace_bytes(devs[t].index);
                 first &= t >= s;
                 last = t;
             }
@@ -273,9 +283,10 @@ mrt_status mrt_model_select_devices(const mrt_model_desc *d, const char *device,
         }
         const mrt_slot_desc *sd = &d->slots[s];
         mrt_set_error(MRT_ERR_OOM, "%s: %s has %zu bytes free (of %zu), the model needs %zu there "
-                      "(%s%zu weights, %zu load-time, %zu activations, %zu staging)", d->name, dn,
-                      free_b, total_b, need, last != s ? "over its slots; this slot: " : "",
-                      sd->weight_bytes, sd->load_bytes, sd->arena_bytes[1], sd->io_bytes);
+                      "(%s%zu weights, %zu load-time, %zu activations, %zu staging, %zu cuBLAS workspace)",
+                      d->name, dn, free_b, total_b, need, last != s ? "over its slots; this slot: " : "",
+                      sd->weight_bytes, sd->load_bytes, sd->arena_bytes[1], sd->io_bytes,
+                      rt_cuda_workspace_bytes(devs[s].index));
         return s ? slot_error(d, s, NULL) : MRT_ERR_OOM;
     }
     return MRT_OK;
@@ -344,6 +355,9 @@ mrt_status mrt_model_create_on(mrt_model **out, const mrt_model_desc *d, const m
             m->io[s] = mrt_alloc(dv, sd->io_bytes);
         if (!m->weights[s] || !m->arena[s] || (cuda && !m->io[s]))
             st = MRT_ERR_OOM; /* mrt_alloc named the bytes and the device */
+        void *ws;
+        if (st == MRT_OK && cuda && rt_fake_cuda_count(NULL) < 0) /* the pre-flight counted it */
+            st = rt_cuda_workspace(dv.index, m->stream[s], &ws);
     }
     if (st == MRT_OK)
         st = mrt_device_activate(m->dev[0]);
@@ -472,6 +486,138 @@ mrt_status mrt_model_stage_out(mrt_model *m, int slot, void *p, size_t off, void
     *use = in_place ? p : m->io[slot] + off;
     *back = !in_place;
     return st;
+}
+
+/* ---------------------------------------------------------------- CUDA graphs */
+
+/* The graphs of a model's run (mrt_model_graph_begin in modelrt.h): the last RT_GRAPHS keys,
+ * each with its executable graph and what the host keeps of the checks the run queues. */
+#define RT_GRAPHS 4
+
+typedef struct {
+    int64_t *key;
+    int nkey;
+    void *exec;
+    void *checks;
+    unsigned long long used;
+} rt_graph;
+
+typedef struct {
+    int warm;      /* an eager run completed: handles, plans and check records exist */
+    int off;       /* never again: a run could not be captured */
+    int capturing; /* between mrt_model_graph_begin and _end */
+    int64_t *key;  /* the key being captured */
+    int nkey;
+    unsigned long long tick;
+    rt_graph g[RT_GRAPHS];
+} rt_graphs;
+
+static int graphs_wanted(const mrt_model *m)
+{
+    static int env = -1; /* MODELRT_CUDA_GRAPHS, read once */
+    if (env < 0) {
+        const char *v = getenv("MODELRT_CUDA_GRAPHS");
+        env = !(v && (!strcmp(v, "0") || !strcmp(v, "off") || !strcmp(v, "no")));
+    }
+    return env && m->desc->n_slots == 1 && m->dev[0].kind == MRT_DEVICE_CUDA && rt_fake_cuda_count(NULL) < 0 &&
+           !rt_cuda_sync_each(); /* MODELRT_CUDA_SYNC=1 waits after every launch: nothing to capture */
+}
+
+static void graphs_free(mrt_model *m)
+{
+    rt_graphs *G = m->graphs;
+    if (!G)
+        return;
+    if (G->capturing)
+        rt_cuda_graph_abort(m->dev[0].index, m->stream[0]);
+    for (int i = 0; i < RT_GRAPHS; i++) {
+        rt_cuda_graph_destroy(m->dev[0].index, G->g[i].exec);
+        free(G->g[i].key);
+        free(G->g[i].checks);
+    }
+    free(G->key);
+    free(G);
+    m->graphs = NULL;
+}
+
+mrt_status mrt_model_graph_begin(mrt_model *m, const int64_t *key, int nkey, int *replayed)
+{
+    *replayed = 0;
+    if (!graphs_wanted(m))
+        return MRT_OK;
+    rt_graphs *G = m->graphs;
+    if (!G && !(G = m->graphs = calloc(1, sizeof *G)))
+        return mrt_set_error(MRT_ERR_OOM, "%s: out of memory for its CUDA graphs", m->desc->name);
+    int dev = m->dev[0].index;
+    void *stream = m->stream[0];
+    if (G->capturing) { /* the last run failed during its capture: that run cannot be captured */
+        rt_cuda_graph_abort(dev, stream);
+        G->capturing = 0;
+        G->off = 1;
+    }
+    int pending = rt_cuda_checks_pending(dev, stream);
+    if (G->off || !G->warm || pending != 0) { /* records overflowed (-1), or the last run's not read */
+        G->off |= pending < 0;
+        return MRT_OK;
+    }
+    G->tick++;
+    for (int i = 0; i < RT_GRAPHS; i++) {
+        rt_graph *g = &G->g[i];
+        if (g->exec && g->nkey == nkey && !memcmp(g->key, key, sizeof *key * (size_t)nkey)) {
+            g->used = G->tick;
+            rt_cuda_checks_restore(dev, stream, g->checks);
+            mrt_status st = rt_cuda_graph_launch(dev, stream, g->exec);
+            *replayed = st == MRT_OK;
+            return st;
+        }
+    }
+    free(G->key);
+    if (!(G->key = malloc(sizeof *key * (size_t)(nkey ? nkey : 1))))
+        return mrt_set_error(MRT_ERR_OOM, "%s: out of memory for its CUDA graphs", m->desc->name);
+    memcpy(G->key, key, sizeof *key * (size_t)nkey);
+    G->nkey = nkey;
+    mrt_status st = rt_cuda_graph_begin(dev, stream);
+    G->capturing = st == MRT_OK;
+    return st;
+}
+
+mrt_status mrt_model_graph_end(mrt_model *m, int *again)
+{
+    *again = 0;
+    rt_graphs *G = m->graphs;
+    if (!G || !graphs_wanted(m))
+        return MRT_OK;
+    if (!G->capturing) {
+        G->warm = 1;
+        return MRT_OK;
+    }
+    G->capturing = 0;
+    int dev = m->dev[0].index;
+    void *stream = m->stream[0];
+    rt_graph *g = &G->g[0];
+    for (int i = 1; i < RT_GRAPHS; i++) /* an empty entry, else the least recently used */
+        if (g->exec && (!G->g[i].exec || G->g[i].used < g->used))
+            g = &G->g[i];
+    mrt_status st = rt_cuda_graph_end(dev, stream, &g->exec); /* updates g->exec when it can */
+    free(g->key);
+    free(g->checks);
+    g->key = NULL;
+    g->checks = NULL;
+    if (st != MRT_OK) { /* the capture, instantiation or launch failed: nothing ran; again, eagerly */
+        mrt_log(MRT_LOG_WARN, "%s: the run cannot be a CUDA graph (%s); running without graphs", m->desc->name,
+                mrt_last_error());
+        rt_cuda_graph_destroy(dev, g->exec);
+        g->exec = NULL;
+        G->off = 1;
+        *again = 1;
+        return MRT_OK;
+    }
+    g->key = G->key;
+    g->nkey = G->nkey;
+    g->used = G->tick;
+    g->checks = rt_cuda_checks_save(dev, stream);
+    G->key = NULL;
+    return MRT_OK;
 }
 
 /* ---------------------------------------------------------------- memory */

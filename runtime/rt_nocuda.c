@@ -91,9 +91,64 @@ mrt_status rt_cuda_stream_wait(int wait_index, void *waiter, int index, void *st
                          rt_no_cuda);
 }
 
-int rt_cuda_sim_counters(unsigned long long c[4])
+int rt_cuda_sim_counters(unsigned long long c[5])
 {
     (void)c;
+    return 0;
+}
+
+/* No CUDA, no graphs and no workspaces: rt_model.c asks only for CUDA slots, which a build
+ * without CUDA never has. */
+int rt_cuda_checks_pending(int device, void *stream)
+{
+    return -1;
+}
+
+void *rt_cuda_checks_save(int device, void *stream)
+{
+    return NULL;
+}
+
+void rt_cuda_checks_restore(int device, void *stream, const void *saved)
+{
+}
+
+mrt_status rt_cuda_graph_begin(int index, void *stream)
+{
+    return mrt_set_error(MRT_ERR_DEVICE, "CUDA graph on cuda:%d: %s", index, rt_no_cuda);
+}
+
+mrt_status rt_cuda_graph_end(int index, void *stream, void **exec)
+{
+    return mrt_set_error(MRT_ERR_DEVICE, "CUDA graph on cuda:%d: %s", index, rt_no_cuda);
+}
+
+mrt_status rt_cuda_graph_launch(int index, void *stream, void *exec)
+{
+    return mrt_set_error(MRT_ERR_DEVICE, "CUDA graph on cuda:%d: %s", index, rt_no_cuda);
+}
+
+void rt_cuda_graph_abort(int index, void *stream)
+{
+}
+
+void rt_cuda_graph_destroy(int index, void *exec)
+{
+}
+
+mrt_status rt_cuda_workspace(int index, void *stream, void **out)
+{
+    *out = NULL;
+    return mrt_set_error(MRT_ERR_DEVICE, "cuBLAS workspace on cuda:%d: %s", index, rt_no_cuda);
+}
+
+size_t rt_cuda_workspace_bytes(int index)
+{
+    return 0;
+}
+
+int rt_cuda_sync_each(void)
+{
     return 0;
 }
 

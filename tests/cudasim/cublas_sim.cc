@@ -29,6 +29,8 @@
 struct cublasContext {
     int device;
     cudaStream_t stream;
+    void *workspace = nullptr; // cublasSetWorkspace's, until the next cublasSetStream
+    size_t workspace_bytes = 0;
 };
 struct cublasLtContext {
     int device;
@@ -200,6 +202,13 @@ cublasStatus_t sgemm(const char *api, cublasHandle_t h, cublasOperation_t transa
     }
     if (m == 0 || n == 0 || batch == 0)
         return CUBLAS_STATUS_SUCCESS;
+    if (!h->workspace && cudasim_stream_capturing(h->stream)) {
+        // cuBLAS's default workspace comes from its own pool, which a graph must not hold on to
+        // (cuBLAS guide, "CUDA Graphs support"): stricter than cuBLAS, the stand-in refuses it
+        cudasim_report("%s on a capturing stream without cublasSetWorkspace after the last cublasSetStream "
+                       "(which resets the workspace to cuBLAS's default pool)", api);
+        return CUBLAS_STATUS_NOT_SUPPORTED;
+    }
     const bool reads_ab = *alpha != 0.0f && k > 0;
     Mat in[3] = {{A, arows, ta ? m : k, lda, sA}, {B, brows, tb ? k : n, ldb, sB}, {C, m, n, ldc, sC, true}};
     Mat out = {C, m, n, ldc, sC};
@@ -250,6 +259,23 @@ CUBLAS_EXPORT cublasStatus_t cublasSetStream_v2(cublasHandle_t h, cudaStream_t s
     if (!live(h))
         return CUBLAS_STATUS_NOT_INITIALIZED;
     h->stream = stream; // checked against the handle's device where it is used, as on a GPU
+    h->workspace = nullptr; // as cuBLAS: back to the default workspace pool
+    h->workspace_bytes = 0;
+    return CUBLAS_STATUS_SUCCESS;
+}
+
+CUBLAS_EXPORT cublasStatus_t cublasSetWorkspace_v2(cublasHandle_t h, void *workspace, size_t bytes)
+{
+    if (!live(h))
+        return CUBLAS_STATUS_NOT_INITIALIZED;
+    if (bytes && (!workspace || (uintptr_t)workspace % 256 ||
+                  cudasim_check_access(workspace, bytes, h->device, "cublasSetWorkspace") != 0)) {
+        cudasim_report("cublasSetWorkspace: %zu bytes at %p: not 256-byte aligned device memory of cuda:%d", bytes,
+                       workspace, h->device);
+        return CUBLAS_STATUS_INVALID_VALUE;
+    }
+    h->workspace = bytes ? workspace : nullptr;
+    h->workspace_bytes = bytes;
     return CUBLAS_STATUS_SUCCESS;
 }
 

@@ -32,6 +32,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -71,6 +72,9 @@ bool g_quiet = false;
 char g_last_report[1024];
 int g_schedule = 0;          // 0 forward, 1 reverse, 2 random: the order ready threads run in
 unsigned long long g_seed = 1;
+std::string g_fault_kernel;  // CUDASIM_FAULT=NAME[:N]: the N-th run of a kernel whose name has NAME faults
+long g_fault_at = 1, g_fault_seen = 0;
+cudaError_t g_sticky = cudaSuccess; // a fault while a kernel ran: every later call fails with it
 
 thread_local int t_dev = 0;
 thread_local cudaError_t t_err = cudaSuccess;
@@ -133,6 +137,12 @@ void init_once()
         g_fill = (int)(strtol(fill, NULL, 0) & 0xff);
     const char *peer = getenv("CUDASIM_PEER");
     g_peer_ok = !(peer && strcmp(peer, "0") == 0);
+    const char *fault = getenv("CUDASIM_FAULT");
+    if (fault && *fault) {
+        const char *colon = strrchr(fault, ':');
+        g_fault_kernel.assign(fault, colon ? (size_t)(colon - fault) : strlen(fault));
+        g_fault_at = colon ? strtol(colon + 1, NULL, 10) : 1;
+    }
     const char *sched = getenv("CUDASIM_SCHEDULE");
     if (sched && strcmp(sched, "reverse") == 0) {
         g_schedule = 1;
@@ -219,6 +229,8 @@ cudaError_t ready()
     cudaError_t e = init();
     if (e != cudaSuccess)
         return e;
+    if (g_sticky != cudaSuccess)
+        return g_sticky;
     return g_dev.empty() ? cudaErrorNoDevice : cudaSuccess;
 }
 
@@ -266,6 +278,17 @@ const ErrorText k_errors[] = {
     {cudaErrorLaunchFailure, "cudaErrorLaunchFailure", "unspecified launch failure"},
     {cudaErrorNotPermitted, "cudaErrorNotPermitted", "operation not permitted"},
     {cudaErrorNotSupported, "cudaErrorNotSupported", "operation not supported"},
+    {cudaErrorStreamCaptureUnsupported, "cudaErrorStreamCaptureUnsupported",
+     "operation not permitted when stream is capturing"},
+    {cudaErrorStreamCaptureInvalidated, "cudaErrorStreamCaptureInvalidated",
+     "operation failed due to a previous error during capture"},
+    {cudaErrorStreamCaptureImplicit, "cudaErrorStreamCaptureImplicit",
+     "operation would make the legacy stream depend on a capturing blocking stream"},
+    {cudaErrorIllegalState, "cudaErrorIllegalState", "operation not permitted in this state"},
+    {cudaErrorStreamCaptureWrongThread, "cudaErrorStreamCaptureWrongThread",
+     "attempt to terminate a thread-local capture sequence from another thread"},
+    {cudaErrorGraphExecUpdateFailure, "cudaErrorGraphExecUpdateFailure",
+     "the graph update was not performed because it included changes which violated constraints specific to instantiated graph update"},
     {cudaErrorUnknown, "cudaErrorUnknown", "unknown error"},
 };
 
@@ -530,6 +553,16 @@ struct Op {
     bool device = false; // touches device memory (a copy, a kernel, a library call)
 };
 
+/* A stream capture (cudaStreamBeginCapture): the operations queued on the stream since, in
+ * order, instead of running; an error while capturing invalidates it (cudaStreamEndCapture then
+ * fails with cudaErrorStreamCaptureInvalidated). */
+struct Capture {
+    std::vector<Op> ops;
+    bool invalid = false;
+    int mode;          // cudaStreamCaptureMode
+    pthread_t thread;  // the thread that began it
+};
+
 struct Stream {
     uint64_t id;
     int device;
@@ -538,7 +571,20 @@ struct Stream {
     std::deque<Op> q;
     uint64_t enq = 0, done = 0; // operations queued and run so far
     bool flushing = false;
+    std::shared_ptr<Capture> cap = nullptr; // while capturing
 };
+
+/* A captured graph, and an executable one (cudaGraphInstantiate): the captured operations,
+ * replayed in order by cudaGraphLaunch. Kernel closures and the stand-in's products are shared,
+ * so a replay runs them again with the arguments of the capture, as a GPU replays its nodes. */
+struct Graph {
+    int device;
+    std::vector<Op> ops;
+};
+std::set<Graph *> g_graphs;
+std::set<Graph *> g_execs;
+int g_captures_global = 0;        // captures in cudaStreamCaptureModeGlobal, by any thread
+thread_local int t_captures = 0;  // captures this thread began (global or thread-local mode)
 uint64_t g_next_id = 1;
 std::map<uint64_t, Stream *> g_streams; // by id: every live stream, the NULL ones included
 std::map<Stream *, uint64_t> g_stream_ids;
@@ -640,9 +686,14 @@ void drain(int dv, bool blocking_only)
             flush(s);
 }
 
-/* Queue op on s; on a NULL stream, the device's blocking streams drain and op runs now. */
+/* Queue op on s; on a NULL stream, the device's blocking streams drain and op runs now. On a
+ * capturing stream, op joins the capture instead. */
 void enqueue(Stream *s, Op op)
 {
+    if (s->cap) {
+        s->cap->ops.push_back(std::move(op));
+        return;
+    }
     s->enq++;
     if (s->is_null) {
         drain(s->device, true);
@@ -668,6 +719,32 @@ cudaError_t check_event(cudaEvent_t h, Event **out)
     }
     *out = e;
     return cudaSuccess;
+}
+
+/* An unsafe call (a host synchronization, an allocation or free, a synchronous copy) while a
+ * capture forbids it: a capture of this thread, or one in global mode of any thread. As CUDA,
+ * the call fails with cudaErrorStreamCaptureUnsupported and invalidates the captures. */
+bool capture_forbids(const char *api)
+{
+    if (!g_captures_global && !t_captures)
+        return false;
+    report("%s while a stream is being captured: not permitted during capture (cudaErrorStreamCaptureUnsupported); "
+           "the capture is invalidated",
+           api);
+    for (auto &kv : g_streams)
+        if (kv.second->cap)
+            kv.second->cap->invalid = true;
+    return true;
+}
+
+/* A call that the capture of stream s cannot record: fails and invalidates it. */
+bool capture_refuses(Stream *s, const char *api, const char *why)
+{
+    if (!s->cap)
+        return false;
+    report("%s on a capturing stream: %s (cudaErrorStreamCaptureUnsupported); the capture is invalidated", api, why);
+    s->cap->invalid = true;
+    return true;
 }
 
 /* ================================================================ 4. kernels */
@@ -982,6 +1059,15 @@ void execute(Launch *L)
         ss.ss_flags = 0;
         sigaltstack(&ss, NULL);
     }
+    if (g_sticky != cudaSuccess) // a faulted context runs nothing more
+        return;
+    if (!g_fault_kernel.empty() && L->name.find(g_fault_kernel) != std::string::npos && ++g_fault_seen == g_fault_at) {
+        report("kernel '%s' on cuda:%d: fault injected by CUDASIM_FAULT (its run %ld): cudaErrorIllegalAddress, "
+               "sticky from now on",
+               L->name.c_str(), L->device, g_fault_seen);
+        g_sticky = cudaErrorIllegalAddress;
+        return;
+    }
     Launch *prev = g_kernel;
     g_kernel = L;
     for (unsigned z = 0; z < L->grid.z; z++)
@@ -1080,6 +1166,11 @@ cudaError_t memcpy_impl(const char *api, void *dst, const void *src, size_t n, e
     char what[160];
     snprintf(what, sizeof what, "%s of %zu bytes to %p from %p", api, n, dst, src);
     bool async = !s->is_null;
+    if (!async && capture_forbids(api))
+        return cudaErrorStreamCaptureUnsupported;
+    if (s->cap && (ws == Where::Host || wd == Where::Host) &&
+        capture_refuses(s, api, "a copy to or from pageable host memory cannot be captured (use pinned memory)"))
+        return cudaErrorStreamCaptureUnsupported;
     if (async && ws == Where::Host && dst_dev) { // pageable source: staged now, as the driver does
         auto staged = std::make_shared<std::vector<unsigned char>>((const unsigned char *)src,
                                                                    (const unsigned char *)src + n);
@@ -1109,6 +1200,8 @@ cudaError_t memset_impl(const char *api, void *p, int value, size_t n, Stream *s
     }
     char what[128];
     snprintf(what, sizeof what, "%s of %zu bytes at %p", api, n, p);
+    if (s->is_null && capture_forbids(api))
+        return cudaErrorStreamCaptureUnsupported;
     enqueue(s, Op{what, [p, value, n] { memset(p, value, n); }, true});
     return cudaSuccess;
 }
@@ -1125,11 +1218,16 @@ __attribute__((visibility("default"))) const cudasim_ids *cudasim_cur = &g_host_
 
 CUDASIM_EXPORT cudaError_t cudaGetLastError(void)
 {
+    Lock l(g_mu);
     cudaError_t e = t_err;
     t_err = cudaSuccess;
-    return e;
+    return g_sticky != cudaSuccess ? g_sticky : e; // a sticky fault is never cleared
 }
-CUDASIM_EXPORT cudaError_t cudaPeekAtLastError(void) { return t_err; }
+CUDASIM_EXPORT cudaError_t cudaPeekAtLastError(void)
+{
+    Lock l(g_mu);
+    return g_sticky != cudaSuccess ? g_sticky : t_err;
+}
 CUDASIM_EXPORT const char *cudaGetErrorString(cudaError_t e)
 {
     const ErrorText *t = error_text(e);
@@ -1261,9 +1359,11 @@ CUDASIM_EXPORT cudaError_t cudaDeviceSynchronize(void)
     cudaError_t e = ready();
     if (e != cudaSuccess)
         return fail(e);
+    if (capture_forbids("cudaDeviceSynchronize"))
+        return fail(cudaErrorStreamCaptureUnsupported);
     g_counts.host_syncs++;
     drain(t_dev, false);
-    return cudaSuccess;
+    return fail(g_sticky);
 }
 
 CUDASIM_EXPORT cudaError_t cudaDeviceReset(void)
@@ -1386,6 +1486,8 @@ CUDASIM_EXPORT cudaError_t cudaMalloc(void **p, size_t size)
     if (!p)
         return fail(cudaErrorInvalidValue);
     *p = NULL;
+    if (capture_forbids("cudaMalloc"))
+        return fail(cudaErrorStreamCaptureUnsupported);
     if (size == 0)
         return cudaSuccess; // as the toolkit: success and NULL
     return fail(device_alloc(t_dev, size, p));
@@ -1399,6 +1501,8 @@ CUDASIM_EXPORT cudaError_t cudaFree(void *p)
         return fail(e);
     if (!p)
         return cudaSuccess;
+    if (capture_forbids("cudaFree"))
+        return fail(cudaErrorStreamCaptureUnsupported);
     Alloc *al = alloc_to_free(p, "cudaFree");
     if (!al)
         return fail(cudaErrorInvalidValue);
@@ -1456,6 +1560,8 @@ CUDASIM_EXPORT cudaError_t cudaMallocHost(void **p, size_t size)
     if (!p)
         return fail(cudaErrorInvalidValue);
     *p = NULL;
+    if (capture_forbids("cudaMallocHost"))
+        return fail(cudaErrorStreamCaptureUnsupported);
     if (size == 0)
         return cudaSuccess;
     g_pinned_allocs++;
@@ -1487,6 +1593,8 @@ CUDASIM_EXPORT cudaError_t cudaFreeHost(void *p)
         report("cudaFreeHost(%p): not a block from cudaMallocHost: %s", p, describe(p).c_str());
         return fail(cudaErrorInvalidValue);
     }
+    if (capture_forbids("cudaFreeHost"))
+        return fail(cudaErrorStreamCaptureUnsupported);
     g_counts.host_syncs++;
     for (size_t d = 0; d < g_dev.size(); d++) // queued copies may still use it
         drain((int)d, false);
@@ -1501,7 +1609,8 @@ CUDASIM_EXPORT cudaError_t cudaMemcpy(void *dst, const void *src, size_t n, enum
     cudaError_t e = ready();
     if (e != cudaSuccess)
         return fail(e);
-    return fail(memcpy_impl("cudaMemcpy", dst, src, n, kind, null_stream(t_dev)));
+    e = memcpy_impl("cudaMemcpy", dst, src, n, kind, null_stream(t_dev));
+    return fail(e == cudaSuccess ? g_sticky : e);
 }
 
 CUDASIM_EXPORT cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t n, enum cudaMemcpyKind kind,
@@ -1514,7 +1623,8 @@ CUDASIM_EXPORT cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t n,
     Stream *s;
     if ((e = resolve(stream, &s)) != cudaSuccess)
         return fail(e);
-    return fail(memcpy_impl("cudaMemcpyAsync", dst, src, n, kind, s));
+    e = memcpy_impl("cudaMemcpyAsync", dst, src, n, kind, s);
+    return fail(e == cudaSuccess ? g_sticky : e);
 }
 
 static cudaError_t peer_copy(const char *api, void *dst, int dd, const void *src, int sd, size_t n, Stream *s)
@@ -1531,6 +1641,8 @@ static cudaError_t peer_copy(const char *api, void *dst, int dd, const void *src
     }
     char what[160];
     snprintf(what, sizeof what, "%s of %zu bytes to %p (cuda:%d) from %p (cuda:%d)", api, n, dst, dd, src, sd);
+    if (!s && capture_forbids(api))
+        return cudaErrorStreamCaptureUnsupported;
     g_counts.copies++;
     if (!s) { // synchronous: after the work of both devices' blocking streams
         g_counts.host_syncs++;
@@ -1648,6 +1760,12 @@ CUDASIM_EXPORT cudaError_t cudaStreamDestroy(cudaStream_t h)
         return fail(cudaErrorInvalidResourceHandle);
     if ((e = resolve(h, &s)) != cudaSuccess)
         return fail(e);
+    if (s->cap) { // a capture in progress ends with its stream
+        if (s->cap->mode == cudaStreamCaptureModeGlobal)
+            g_captures_global--;
+        t_captures--;
+        s->cap = nullptr;
+    }
     flush(s); // its work completes, then it goes
     std::vector<Stream *> &v = g_dev[s->device].streams;
     v.erase(std::remove(v.begin(), v.end(), s), v.end());
@@ -1666,11 +1784,14 @@ CUDASIM_EXPORT cudaError_t cudaStreamSynchronize(cudaStream_t h)
     Stream *s;
     if ((e = resolve(h, &s)) != cudaSuccess)
         return fail(e);
+    if (capture_refuses(s, "cudaStreamSynchronize", "the host cannot wait for a capture") ||
+        capture_forbids("cudaStreamSynchronize"))
+        return fail(cudaErrorStreamCaptureUnsupported);
     g_counts.host_syncs++;
     if (s->is_null)
         drain(s->device, true);
     flush(s);
-    return cudaSuccess;
+    return fail(g_sticky); // a kernel that faulted while the host waited
 }
 
 CUDASIM_EXPORT cudaError_t cudaStreamQuery(cudaStream_t h)
@@ -1690,6 +1811,8 @@ CUDASIM_EXPORT cudaError_t cudaStreamWaitEvent(cudaStream_t h, cudaEvent_t ev, u
         return fail(e);
     if (flags != 0)
         return fail(cudaErrorInvalidValue);
+    if (capture_refuses(s, "cudaStreamWaitEvent", "the simulator captures one stream only (no fork or join)"))
+        return fail(cudaErrorStreamCaptureUnsupported);
     if (!v->stream || v->stream == s->id)
         return cudaSuccess;
     uint64_t src = v->stream, seq = v->seq;
@@ -1714,6 +1837,190 @@ CUDASIM_EXPORT cudaError_t cudaLaunchHostFunc(cudaStream_t h, cudaHostFn_t fn, v
         return fail(cudaErrorInvalidValue);
     enqueue(s, Op{"cudaLaunchHostFunc", [fn, data] { fn(data); }});
     return cudaSuccess;
+}
+
+/* ---------------------------------------------------------------- graphs (stream capture) */
+
+CUDASIM_EXPORT cudaError_t cudaStreamBeginCapture(cudaStream_t h, enum cudaStreamCaptureMode mode)
+{
+    Lock l(g_mu);
+    cudaError_t e = ready();
+    if (e != cudaSuccess)
+        return fail(e);
+    Stream *s;
+    if ((e = resolve(h, &s)) != cudaSuccess)
+        return fail(e);
+    if ((int)mode < 0 || (int)mode > 2)
+        return fail(cudaErrorInvalidValue);
+    if (s->is_null) {
+        report("cudaStreamBeginCapture: the legacy NULL stream cannot be captured");
+        return fail(cudaErrorStreamCaptureUnsupported);
+    }
+    if (s->cap) {
+        report("cudaStreamBeginCapture: the stream is already capturing");
+        return fail(cudaErrorIllegalState);
+    }
+    s->cap = std::make_shared<Capture>();
+    s->cap->mode = mode;
+    s->cap->thread = pthread_self();
+    if (mode == cudaStreamCaptureModeGlobal)
+        g_captures_global++;
+    if (mode != cudaStreamCaptureModeRelaxed)
+        t_captures++;
+    return cudaSuccess;
+}
+
+CUDASIM_EXPORT cudaError_t cudaStreamEndCapture(cudaStream_t h, cudaGraph_t *out)
+{
+    Lock l(g_mu);
+    cudaError_t e = ready();
+    if (e != cudaSuccess)
+        return fail(e);
+    Stream *s;
+    if ((e = resolve(h, &s)) != cudaSuccess)
+        return fail(e);
+    if (!out)
+        return fail(cudaErrorInvalidValue);
+    *out = NULL;
+    if (!s->cap) {
+        report("cudaStreamEndCapture: the stream is not capturing");
+        return fail(cudaErrorIllegalState);
+    }
+    std::shared_ptr<Capture> c = s->cap;
+    if (!pthread_equal(c->thread, pthread_self()) && c->mode != cudaStreamCaptureModeRelaxed) {
+        report("cudaStreamEndCapture: called from another thread than cudaStreamBeginCapture");
+        return fail(cudaErrorStreamCaptureWrongThread);
+    }
+    s->cap = nullptr;
+    if (c->mode == cudaStreamCaptureModeGlobal)
+        g_captures_global--;
+    if (c->mode != cudaStreamCaptureModeRelaxed)
+        t_captures--;
+    if (c->invalid)
+        return fail(cudaErrorStreamCaptureInvalidated);
+    Graph *g = new Graph{s->device, std::move(c->ops)};
+    g_graphs.insert(g);
+    *out = (cudaGraph_t)g;
+    return cudaSuccess;
+}
+
+CUDASIM_EXPORT cudaError_t cudaStreamIsCapturing(cudaStream_t h, enum cudaStreamCaptureStatus *status)
+{
+    Lock l(g_mu);
+    cudaError_t e = ready();
+    if (e != cudaSuccess)
+        return fail(e);
+    Stream *s;
+    if ((e = resolve(h, &s)) != cudaSuccess)
+        return fail(e);
+    if (!status)
+        return fail(cudaErrorInvalidValue);
+    *status = !s->cap ? cudaStreamCaptureStatusNone
+              : s->cap->invalid ? cudaStreamCaptureStatusInvalidated : cudaStreamCaptureStatusActive;
+    return cudaSuccess;
+}
+
+CUDASIM_EXPORT cudaError_t cudaGraphInstantiate(cudaGraphExec_t *out, cudaGraph_t graph, unsigned long long flags)
+{
+    Lock l(g_mu);
+    cudaError_t e = ready();
+    if (e != cudaSuccess)
+        return fail(e);
+    Graph *g = (Graph *)graph;
+    if (!out || !g_graphs.count(g) || flags != 0)
+        return fail(cudaErrorInvalidValue);
+    Graph *x = new Graph{g->device, g->ops};
+    g_execs.insert(x);
+    *out = (cudaGraphExec_t)x;
+    return cudaSuccess;
+}
+
+namespace {
+/* What an operation is, for cudaGraphExecUpdate: a kernel's name, or the API that queued it. */
+std::string op_kind(const Op &op)
+{
+    size_t k = op.what.find(" of ");
+    return k == std::string::npos ? op.what : op.what.substr(0, k);
+}
+} // namespace
+
+CUDASIM_EXPORT cudaError_t cudaGraphExecUpdate(cudaGraphExec_t exec, cudaGraph_t graph,
+                                               cudaGraphExecUpdateResultInfo *info)
+{
+    Lock l(g_mu);
+    cudaError_t e = ready();
+    if (e != cudaSuccess)
+        return fail(e);
+    Graph *x = (Graph *)exec, *g = (Graph *)graph;
+    if (!g_execs.count(x) || !g_graphs.count(g) || !info)
+        return fail(cudaErrorInvalidValue);
+    memset(info, 0, sizeof *info);
+    // as CUDA: the same topology (here, the same sequence), node types and kernels; only
+    // parameters (pointers, sizes, launch configurations) may change
+    bool same = x->device == g->device && x->ops.size() == g->ops.size();
+    for (size_t i = 0; same && i < g->ops.size(); i++)
+        same = op_kind(x->ops[i]) == op_kind(g->ops[i]);
+    if (!same) {
+        info->result = x->ops.size() != g->ops.size() ? cudaGraphExecUpdateErrorTopologyChanged
+                                                      : cudaGraphExecUpdateErrorFunctionChanged;
+        return fail(cudaErrorGraphExecUpdateFailure);
+    }
+    x->ops = g->ops;
+    info->result = cudaGraphExecUpdateSuccess;
+    return cudaSuccess;
+}
+
+CUDASIM_EXPORT cudaError_t cudaGraphLaunch(cudaGraphExec_t exec, cudaStream_t h)
+{
+    Lock l(g_mu);
+    cudaError_t e = ready();
+    if (e != cudaSuccess)
+        return fail(e);
+    Graph *x = (Graph *)exec;
+    Stream *s;
+    if (!g_execs.count(x))
+        return fail(cudaErrorInvalidValue);
+    if ((e = resolve(h, &s)) != cudaSuccess)
+        return fail(e);
+    if (s->device != x->device) {
+        report("cudaGraphLaunch: a graph of cuda:%d launched into a stream of cuda:%d", x->device, s->device);
+        return fail(cudaErrorInvalidResourceHandle);
+    }
+    if (capture_refuses(s, "cudaGraphLaunch", "the simulator does not capture graph launches"))
+        return fail(cudaErrorStreamCaptureUnsupported);
+    for (const Op &op : x->ops)
+        enqueue(s, op);
+    g_counts.graph_launches++;
+    return cudaSuccess;
+}
+
+CUDASIM_EXPORT cudaError_t cudaGraphExecDestroy(cudaGraphExec_t exec)
+{
+    Lock l(g_mu);
+    Graph *x = (Graph *)exec;
+    if (!g_execs.erase(x))
+        return fail(cudaErrorInvalidValue);
+    delete x; // operations queued by a launch hold their own copies
+    return cudaSuccess;
+}
+
+CUDASIM_EXPORT cudaError_t cudaGraphDestroy(cudaGraph_t graph)
+{
+    Lock l(g_mu);
+    Graph *g = (Graph *)graph;
+    if (!g_graphs.erase(g))
+        return fail(cudaErrorInvalidValue);
+    delete g;
+    return cudaSuccess;
+}
+
+CUDASIM_EXPORT int cudasim_stream_capturing(cudaStream_t h)
+{
+    Lock l(g_mu);
+    Stream *s;
+    if (ready() != cudaSuccess || resolve(h, &s) != cudaSuccess)
+        return 0;
+    return s->cap != nullptr;
 }
 
 /* ---------------------------------------------------------------- events */
@@ -1760,6 +2067,8 @@ CUDASIM_EXPORT cudaError_t cudaEventRecord(cudaEvent_t ev, cudaStream_t h)
         report("cudaEventRecord: the event belongs to cuda:%d, the stream to cuda:%d", v->device, s->device);
         return fail(cudaErrorInvalidResourceHandle);
     }
+    if (capture_refuses(s, "cudaEventRecord", "the simulator captures one stream only (no fork or join)"))
+        return fail(cudaErrorStreamCaptureUnsupported);
     uint64_t gen = ++v->gen;
     v->stream = s->id;
     v->stamped = false;
@@ -1780,11 +2089,13 @@ CUDASIM_EXPORT cudaError_t cudaEventSynchronize(cudaEvent_t ev)
     cudaError_t e = check_event(ev, &v);
     if (e != cudaSuccess)
         return fail(e);
+    if (capture_forbids("cudaEventSynchronize"))
+        return fail(cudaErrorStreamCaptureUnsupported);
     auto it = g_streams.find(v->stream);
     g_counts.host_syncs++;
     if (v->stream && it != g_streams.end())
         flush(it->second, v->seq);
-    return cudaSuccess;
+    return fail(g_sticky);
 }
 
 CUDASIM_EXPORT cudaError_t cudaEventQuery(cudaEvent_t ev) { return cudaEventSynchronize(ev); }
@@ -1816,12 +2127,14 @@ CUDASIM_EXPORT void cudasim_launch_kernel(const char *name, const void *func, di
                                           char *shared_lo, char *shared_hi)
 {
     Lock l(g_mu);
+    Stream *s = NULL;
     auto refuse = [&](cudaError_t e) {
         drop(closure);
+        if (s && s->cap) // a launch error during capture invalidates it, as on a GPU
+            s->cap->invalid = true;
         fail(e);
     };
     cudaError_t e = ready();
-    Stream *s = NULL;
     if (e != cudaSuccess || (e = resolve(stream, &s)) != cudaSuccess)
         return refuse(e);
     const int dev = t_dev;

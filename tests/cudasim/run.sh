@@ -10,11 +10,14 @@
 #      compiler) and run with --device cuda against the reference interpreter;
 #   5. generated models run on the simulated GPUs against their own CPU run (|gpu - cpu| <=
 #      1e-5 (1 + |cpu|)): examples/digits (and its launch, copy and host synchronization counts
-#      per run, from --time), and tests/numeric's dev_split_bits with its cpu:N
+#      per run, from --time, with CUDA graphs and without), the CUDA graphs of a generated run()
+#      (graphs_check.c: replay, re-capture, device buffers, a check in a replay), and
+#      tests/numeric's dev_split_bits with its cpu:N
 #      regions mapped to two GPUs, with peer access and without (staged copies), and
 #      tests/cudasim/transfer_race.model (a peer copy whose source block is reused at once);
 #   6. the examples ResNet-18 and GPT-2 (batch 1) and MiniLM with MODELRT_DEVICE=cuda, each
-#      against PyTorch by its own check.py as make gpu-check runs them (about 10, 3 and 10 s).
+#      against PyTorch by its own check.py as make gpu-check runs them (about 10, 3 and 10 s),
+#      then ResNet-18 replayed as a CUDA graph (its counts, and the eager run's logits).
 # Prints one line per test, "PASS: cudasim/NAME" or "FAIL: cudasim/NAME: why", and exits 1 if any
 # failed. Needs no GPU and no nvcc: only the host C and C++ compilers.
 #
@@ -202,18 +205,67 @@ PYEOF
 ex=examples/digits
 model_check digits "$ex/digits.model" "$ex/digits.safetensors" "x=$ex/test_x.npy" logits \
     CUDASIM_DEVICES=1 -- --device cuda
-# What a digits run asks of the GPU (--time on the simulator): its two GEMMs, the input's copy in
-# and the logits' copy out, and no host synchronization before the end: the copy of the logits
-# to pageable memory and the end-of-run stream synchronization are its only two.
+# What a digits run asks of the GPU (--time on the simulator): its two GEMMs (replayed as one
+# CUDA graph; with MODELRT_CUDA_GRAPHS=0 two library calls), the input's copy in and the logits'
+# copy out, and no host synchronization before the end: the copy of the logits to pageable
+# memory and the end-of-run stream synchronization are its only two.
 "$PY" -c "import numpy as np; np.save('$work/digits_x4.npy', np.load('$ex/test_x.npy')[:4])"
-want="0 kernel launches, 2 library calls, 2 copies, 2 host synchronizations"
-got="$(CUDASIM_DEVICES=1 "$work/model_digits/prog" --weights "$ex/digits.safetensors" --input x="$work/digits_x4.npy" \
-       --device cuda --time --repeat 3 2>&1 >/dev/null | sed -n 's/^time: simulated CUDA per run: //p')"
-if [ "$got" = "$want" ]; then
-    echo "PASS: cudasim/model/digits_counts (per run: $got)"
+for graphs in 1 0; do
+    if [ $graphs = 1 ]; then
+        want="0 kernel launches, 0 library calls, 1 graph launches, 2 copies, 2 host synchronizations"
+    else
+        want="0 kernel launches, 2 library calls, 0 graph launches, 2 copies, 2 host synchronizations"
+    fi
+    got="$(CUDASIM_DEVICES=1 MODELRT_CUDA_GRAPHS=$graphs "$work/model_digits/prog" --weights "$ex/digits.safetensors" \
+           --input x="$work/digits_x4.npy" --device cuda --time --repeat 3 2>&1 >/dev/null |
+           sed -n 's/^time: simulated CUDA per run: //p')"
+    if [ "$got" = "$want" ]; then
+        echo "PASS: cudasim/model/digits_counts_graphs$graphs (per run: $got)"
+    else
+        echo "FAIL: cudasim/model/digits_counts_graphs$graphs: per run: '$got', expected '$want'"
+        failed=1
+    fi
+done
+
+# The memory pre-flight counts cuBLAS's workspace (32 MiB on sm_90): digits' 42 KB fit a 30 MiB
+# GPU, its workspace does not, and an explicit device says so before allocating anything.
+log="$work/preflight.log"
+if ! CUDASIM_DEVICES=1:30:9.0 "$work/model_digits/prog" --weights "$ex/digits.safetensors" --input x="$work/digits_x4.npy" \
+        --device cuda >"$log" 2>&1 && grep -q "the model needs 33596416 there (.*, 33554432 cuBLAS workspace)" "$log"; then
+    echo "PASS: cudasim/model/preflight_workspace ($(grep -o 'needs [0-9]* there' "$log"))"
 else
-    echo "FAIL: cudasim/model/digits_counts: per run: '$got', expected '$want'"
-    failed=1
+    fail_log model/preflight_workspace "expected the pre-flight to refuse a 30 MiB GPU, counting the cuBLAS workspace" "$log"
+fi
+
+# CUDA graphs of a generated run() (tests/cudasim/graphs_check.c)
+: replayed bit for bit, with one
+# graph launch and no kernel launch; re-captured for other sizes and other device buffers; a bad
+# id reported from a replay. The model is emitted as C and built here against the simulator.
+g="$work/graphs"
+mkdir -p "$g"
+# shellcheck disable=SC2086
+if ! { "$sim/bin/modelc" tests/numeric/cases/symbolic_attention.model --emit-c -o "$g" --max-batch 4 --max-dim seq=16 &&
+       tests/cudasim/nvcc.sh -O1 -g -Iruntime -c "$g/symbolic_attention.cu" -o "$g/model_cu.o" &&
+       "$CC" -std=c11 -D_GNU_SOURCE -O1 -g -DMRT_WITH_CUDA -Itests/cudasim/include -Iruntime \
+           -c "$g/symbolic_attention.c" -o "$g/model.o" &&
+       "$CC" -std=c11 -D_GNU_SOURCE -O1 -g -Wall -Wextra -Werror -DMRT_WITH_CUDA -I"$g" -Iruntime \
+           tests/cudasim/graphs_check.c "$g/model.o" "$g/model_cu.o" "$sim/libmodelrt-sim.a" $link -o "$g/check" &&
+       "$PY" -c "
+import sys; sys.path.insert(0, 'tools')
+import numpy as np
+from safetensors_np import write
+r = np.random.default_rng(5)
+write('$g/w.safetensors', {k: r.normal(size=s).astype(np.float32) for k, s in
+                           {'emb': (50, 16), 'pos': (16, 16), 'wq': (16, 16)}.items()})"; } >"$g/log" 2>&1; then
+    fail_log graphs/build "building tests/cudasim/graphs_check.c failed" "$g/log"
+else
+    out="$(CUDASIM_DEVICES=1 timeout 120 "$g/check" "$g/w.safetensors" 2>"$g/err")"
+    rc=$?
+    echo "$out"
+    if [ $rc -ne 0 ] || grep -q '^FAIL' <<<"$out" || [ "$(grep -c '^PASS' <<<"$out")" -ne 5 ]; then
+        failed=1
+        grep -q '^FAIL' <<<"$out" || echo "FAIL: cudasim/graphs: exit status $rc: $(tail -n2 "$g/err" | tr '\n' ' ')"
+    fi
 fi
 "$PY" - "$work/split" <<'PYEOF' || { echo "FAIL: cudasim/model/dev_split: cannot write its inputs"; failed=1; }
 import os, sys
@@ -242,6 +294,26 @@ model_check transfer_race tests/cudasim/transfer_race.model "$work/split/none.sa
     CUDASIM_DEVICES=2 -- --device cuda --device-map cpu:1=cuda:1
 model_check transfer_race_one_gpu tests/cudasim/transfer_race.model "$work/split/none.safetensors" "x=$work/split/race_x.npy" \
     "z y" CUDASIM_DEVICES=1 -- --device cuda --device-map cpu:1=cuda:0
+# A kernel that faults while it runs (CUDASIM_FAULT: a sticky illegal address): MODELRT_CUDA_SYNC=1
+# names it; without, the end-of-run synchronization says that queued work faulted and how to
+# find which, instead of blaming the run (or, on a GPU, the next kernel's launch).
+prog="$work/model_transfer_race_one_gpu/prog"
+for mode in sync async; do
+    if [ $mode = sync ]; then
+        want="transfer_race k2 (node %4 'u', line 7): faulted while it ran: cudaErrorIllegalAddress"
+    else
+        want="cudaErrorIllegalAddress (an illegal memory access was encountered): a kernel or library call queued before faulted (the last launched was"
+    fi
+    log="$work/fault_$mode.log"
+    if [ -x "$prog" ] && ! env CUDASIM_DEVICES=1 CUDASIM_QUIET=1 CUDASIM_FAULT=transfer_race_k2_g \
+             MODELRT_CUDA_SYNC=$([ $mode = sync ] && echo 1 || echo 0) "$prog" --weights "$work/split/none.safetensors" \
+             --input x="$work/split/race_x.npy" --output z="$work/fault_z.npy" --output y="$work/fault_y.npy" \
+             --device cuda --device-map cpu:1=cuda:0 >"$log" 2>&1 && grep -qF "$want" "$log"; then
+        echo "PASS: cudasim/model/fault_$mode (a fault injected in k2 is reported as: ...$want...)"
+    else
+        fail_log "model/fault_$mode" "expected the run to fail with '$want'" "$log"
+    fi
+done
 
 # ---------------------------------------------------------------- 6. the examples, on the GPU
 # ResNet-18 and GPT-2 at batch 1, MiniLM on its 5 sentences: each example's own check (against
@@ -267,4 +339,23 @@ for ex in "resnet18 check-b1 2" "gpt2 check-b1 2" "minilm test 3"; do
             "$log"
     fi
 done
+# ResNet-18 at batch 1 replayed as a CUDA graph (the binary section 6 built, --repeat 3 after its
+# eager and capturing warm-ups): one graph launch, no kernel launch or library call of its own,
+# and still no host synchronization before the end of the run.
+prog="$work/examples/resnet18/resnet18"
+want="0 kernel launches, 0 library calls, 1 graph launches, 2 copies, 2 host synchronizations"
+if [ -x "$prog" ]; then
+    got="$(CUDASIM_DEVICES=1 "$prog" --weights "$work/examples/resnet18/resnet18.safetensors" \
+           --input x="$work/examples/resnet18/x_b1.npy" --output logits="$work/resnet18_graph.npy" --device cuda \
+           --time --repeat 3 2>&1 >/dev/null | sed -n 's/^time: simulated CUDA per run: //p')"
+    if [ "$got" = "$want" ] && cmp -s "$work/resnet18_graph.npy" "$work/examples/resnet18/logits_b1.npy"; then
+        echo "PASS: cudasim/example/resnet18/graph_replay (per run: $got; logits bit-identical to the eager run's)"
+    else
+        echo "FAIL: cudasim/example/resnet18/graph_replay: per run: '$got', expected '$want' and the eager run's logits"
+        failed=1
+    fi
+else
+    echo "FAIL: cudasim/example/resnet18/graph_replay: $prog was not built"
+    failed=1
+fi
 exit $failed

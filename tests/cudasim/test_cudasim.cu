@@ -852,6 +852,133 @@ static void test_cublas()
     CHECK(cublasDestroy(h) == CUBLAS_STATUS_SUCCESS);
 }
 
+/* Capture and replay: a captured stream records instead of running; a launched graph runs the
+ * operations again, in order, with the arguments of the capture; what CUDA forbids during a
+ * capture fails and invalidates it; an update takes the same sequence with other arguments. */
+static void test_graphs()
+{
+    int *d = dev_alloc<int>(256), *d2 = dev_alloc<int>(256), *pinned;
+    int pageable[4] = {0};
+    CHECK_OK(cudaMallocHost((void **)&pinned, 256 * sizeof(int)));
+    memset(pinned, 0, 256 * sizeof(int));
+    cudaStream_t s;
+    CHECK_OK(cudaStreamCreate(&s));
+    cudasim_counters c0, c1;
+    CHECK_OK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+    enum cudaStreamCaptureStatus cs;
+    CHECK_OK(cudaStreamIsCapturing(s, &cs));
+    CHECK(cs == cudaStreamCaptureStatusActive);
+    MRT_LAUNCH(fill_kernel, 2, 64, 0, s, d, 256, 10);
+    MRT_LAUNCH(copy_kernel, 2, 64, 0, s, d2, d, 256);
+    CHECK_OK(cudaMemcpyAsync(pinned, d2, 256 * sizeof(int), cudaMemcpyDeviceToHost, s));
+    cudaGraph_t g;
+    CHECK_OK(cudaStreamEndCapture(s, &g));
+    CHECK_OK(cudaStreamSynchronize(s));
+    CHECK(pinned[5] == 0); // captured, not run
+    cudaGraphExec_t x;
+    CHECK_OK(cudaGraphInstantiate(&x, g, 0));
+    cudasim_get_counters(&c0);
+    for (int k = 0; k < 3; k++) {
+        memset(pinned, 0, 256 * sizeof(int));
+        CHECK_OK(cudaGraphLaunch(x, s));
+        CHECK(pinned[5] == 0); // queued: the host must wait
+        CHECK_OK(cudaStreamSynchronize(s));
+        CHECK(pinned[5] == 15 && pinned[255] == 265);
+    }
+    cudasim_get_counters(&c1);
+    CHECK(c1.launches == c0.launches && c1.copies == c0.copies && c1.graph_launches == c0.graph_launches + 3);
+    // an update with other arguments (the same kernels in the same order) replays the new ones
+    CHECK_OK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+    MRT_LAUNCH(fill_kernel, 2, 64, 0, s, d, 256, 20);
+    MRT_LAUNCH(copy_kernel, 2, 64, 0, s, d2, d, 256);
+    CHECK_OK(cudaMemcpyAsync(pinned, d2, 256 * sizeof(int), cudaMemcpyDeviceToHost, s));
+    cudaGraph_t g2;
+    CHECK_OK(cudaStreamEndCapture(s, &g2));
+    cudaGraphExecUpdateResultInfo info;
+    CHECK_OK(cudaGraphExecUpdate(x, g2, &info));
+    CHECK_OK(cudaGraphLaunch(x, s));
+    CHECK_OK(cudaStreamSynchronize(s));
+    CHECK(pinned[5] == 25);
+    // another sequence is refused
+    CHECK_OK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+    MRT_LAUNCH(fill_kernel, 2, 64, 0, s, d, 256, 30);
+    cudaGraph_t g3;
+    CHECK_OK(cudaStreamEndCapture(s, &g3));
+    CHECK_ERR(cudaGraphExecUpdate(x, g3, &info), cudaErrorGraphExecUpdateFailure);
+    CHECK(info.result == cudaGraphExecUpdateErrorTopologyChanged);
+    // what a capture forbids: a host wait, a synchronous copy, an allocation, pageable memory
+    setenv("CUDASIM_QUIET", "1", 1);
+    const struct {
+        int what;
+        cudaError_t want;
+    } bad[] = {{0, cudaErrorStreamCaptureUnsupported}, {1, cudaErrorStreamCaptureUnsupported},
+               {2, cudaErrorStreamCaptureUnsupported}, {3, cudaErrorStreamCaptureUnsupported},
+               {4, cudaErrorStreamCaptureUnsupported}};
+    for (const auto &b : bad) {
+        CHECK_OK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
+        void *p = NULL;
+        cudaError_t e = b.what == 0   ? cudaStreamSynchronize(s)
+                        : b.what == 1 ? cudaMemcpy(pageable, d, sizeof pageable, cudaMemcpyDeviceToHost)
+                        : b.what == 2 ? cudaMalloc(&p, 64)
+                        : b.what == 3 ? cudaMemcpyAsync(pageable, d, sizeof pageable, cudaMemcpyDeviceToHost, s)
+                                      : cudaDeviceSynchronize();
+        CHECK(e == b.want);
+        (void)cudaGetLastError();
+        CHECK_OK(cudaStreamIsCapturing(s, &cs));
+        CHECK(cs == cudaStreamCaptureStatusInvalidated);
+        cudaGraph_t gb = (cudaGraph_t)1;
+        CHECK_ERR(cudaStreamEndCapture(s, &gb), cudaErrorStreamCaptureInvalidated);
+        CHECK(gb == NULL);
+        (void)cudaGetLastError();
+    }
+    CHECK_ERR(cudaStreamBeginCapture(NULL, cudaStreamCaptureModeGlobal), cudaErrorStreamCaptureUnsupported);
+    (void)cudaGetLastError();
+    // cuBLAS: a GEMM in a capture needs the caller's workspace (cublasSetStream resets it)
+    cublasHandle_t h;
+    CHECK(cublasCreate(&h) == CUBLAS_STATUS_SUCCESS);
+    CHECK(cublasSetStream(h, s) == CUBLAS_STATUS_SUCCESS);
+    float *fa = dev_alloc<float>(4), *fc = dev_alloc<float>(4), *ws = dev_alloc<float>(1024);
+    const float one = 1, zero = 0;
+    CHECK_OK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+    CHECK(cublasSgemm(h, CUBLAS_OP_N, CUBLAS_OP_N, 2, 2, 2, &one, fa, 2, fa, 2, &zero, fc, 2) ==
+          CUBLAS_STATUS_NOT_SUPPORTED);
+    CHECK(cublasSetWorkspace(h, ws, 4096) == CUBLAS_STATUS_SUCCESS);
+    CHECK(cublasSgemm(h, CUBLAS_OP_N, CUBLAS_OP_N, 2, 2, 2, &one, fa, 2, fa, 2, &zero, fc, 2) ==
+          CUBLAS_STATUS_SUCCESS);
+    cudaGraph_t gg;
+    CHECK_OK(cudaStreamEndCapture(s, &gg));
+    CHECK_OK(cudaGraphDestroy(gg));
+    CHECK(cublasDestroy(h) == CUBLAS_STATUS_SUCCESS);
+    CHECK_OK(cudaGraphExecDestroy(x));
+    CHECK_OK(cudaGraphDestroy(g));
+    CHECK_OK(cudaGraphDestroy(g2));
+    CHECK_OK(cudaGraphDestroy(g3));
+    CHECK_OK(cudaStreamDestroy(s));
+    cudaFree(d), cudaFree(d2), cudaFree(fa), cudaFree(fc), cudaFree(ws), cudaFreeHost(pinned);
+}
+
+/* CUDASIM_FAULT: the chosen run of a kernel faults when it runs (lazily, at the host's wait), and
+ * the error is sticky: cudaGetLastError does not clear it, every later call returns it. */
+static void test_sticky_fault()
+{
+    setenv("CUDASIM_FAULT", "copy_kernel:2", 1);
+    setenv("CUDASIM_QUIET", "1", 1);
+    int *d = dev_alloc<int>(64), *d2 = dev_alloc<int>(64);
+    cudaStream_t s;
+    CHECK_OK(cudaStreamCreate(&s));
+    MRT_LAUNCH(copy_kernel, 1, 64, 0, s, d2, d, 64);
+    CHECK_OK(cudaStreamSynchronize(s)); // the first run is fine
+    MRT_LAUNCH(copy_kernel, 1, 64, 0, s, d2, d, 64);
+    CHECK_OK(cudaGetLastError()); // launched: the fault comes when it runs
+    MRT_LAUNCH(fill_kernel, 1, 64, 0, s, d, 64, 1);
+    CHECK_ERR(cudaStreamSynchronize(s), cudaErrorIllegalAddress);
+    REPORTED("kernel 'copy_kernel' on cuda:0: fault injected by CUDASIM_FAULT (its run 2)");
+    CHECK_ERR(cudaGetLastError(), cudaErrorIllegalAddress);
+    CHECK_ERR(cudaPeekAtLastError(), cudaErrorIllegalAddress); // sticky
+    void *p;
+    CHECK_ERR(cudaMalloc(&p, 16), cudaErrorIllegalAddress);
+}
+
 /* ---------------------------------------------------------------- driver */
 
 static const struct {
@@ -880,6 +1007,8 @@ static const struct {
     {"streams_lazy", test_streams_lazy},
     {"events", test_events},
     {"null_stream", test_null_stream},
+    {"graphs", test_graphs},
+    {"sticky_fault", test_sticky_fault},
     {"free_async", test_free_async},
     {"wrong_device_stream", test_wrong_device_stream},
     {"peer", test_peer},

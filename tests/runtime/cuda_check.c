@@ -106,22 +106,36 @@ static float *rand_host(size_t n)
     return h;
 }
 
-static void check_softmax(int64_t outer, int64_t n, int64_t inner, int log)
+static int sim_counters(unsigned long long c[5]);
+
+/* softmax or log_softmax of x [outer, n, inner] along n against the CPU; on the simulator with
+ * `launches` kernel launches when not 0 (3 for few long rows: chunks, their combination, the
+ * elements) */
+static void check_softmax(int64_t outer, int64_t n, int64_t inner, int log, int launches)
 {
     size_t N = (size_t)(outer * n * inner);
     float *x = rand_host(N), *ref = malloc(N * 4), *got = malloc(N * 4);
-    x[5] = NAN; /* a NaN row (or column) */
+    if (outer > 1 || inner > 1)
+        x[5] = NAN; /* a NaN row (or column) */
     if (inner == 1 && outer > 2)
         for (int64_t j = 0; j < n; j++)
             x[2 * n + j] = -INFINITY; /* an all -inf row: NaN out, as PyTorch */
-    x[N - 1] = INFINITY;
+    if (outer > 1 || inner > 1)
+        x[N - 1] = INFINITY;
     mrt_softmax_f32(ref, x, outer, n, inner, log);
     float *dx = up(x, N * 4), *dy = poisoned(N);
+    unsigned long long c0[5], c1[5];
+    int sim = sim_counters(c0);
     mrt_status st = mrt_cuda_softmax_f32(g_stream, dy, dx, outer, n, inner, log);
+    if (st == MRT_OK && sim && launches && sim_counters(c1) && c1[0] - c0[0] != (unsigned long long)launches)
+        st = mrt_set_error(MRT_ERR_INTERNAL, "%llu kernel launches, expected %d", c1[0] - c0[0], launches);
     down(got, dy, N * 4);
     char name[96];
     snprintf(name, sizeof name, "%s_%lldx%lldx%lld", log ? "log_softmax" : "softmax",
              (long long)outer, (long long)n, (long long)inner);
+    if (!log && n > 1000) /* probabilities near 1/n: compare n times them, so the tolerance bites */
+        for (size_t i = 0; i < N; i++)
+            ref[i] *= (float)n, got[i] *= (float)n;
     report(name, st, got, ref, N, 1e-5);
     mrt_free(g_dev, dx), mrt_free(g_dev, dy), free(x), free(ref), free(got);
 }
@@ -143,31 +157,46 @@ static void check_masked(int causal, int zero)
     mrt_free(g_dev, dx), mrt_free(g_dev, dy), free(x), free(ref), free(got);
 }
 
-static void check_reduce(int64_t outer, int64_t n, int64_t inner)
+/* sum, mean, max and argmax of x [outer, n, inner] along n against the CPU; on the simulator each
+ * call makes `launches` kernel launches when that is not 0 (2: a split or tiled reduction and
+ * the kernel that combines its partials) */
+static void check_reduce(int64_t outer, int64_t n, int64_t inner, int launches)
 {
     size_t N = (size_t)(outer * n * inner), M = (size_t)(outer * inner);
     float *x = rand_host(N), *ref = malloc(M * 4), *got = malloc(M * 4);
-    x[3 * inner] = NAN;
+    if (outer > 1)
+        x[3 * inner] = NAN; /* in the first row or columns; the others are finite */
     x[N - 1] = x[N - 1 - inner] = 7.0f; /* a tie at the maximum */
     float *dx = up(x, N * 4), *dy = poisoned(M);
     char name[96];
     for (int mean = 0; mean < 2; mean++) {
         mrt_sum_f32(ref, x, outer, n, inner, mean);
+        unsigned long long c0[5], c1[5];
+        int sim = sim_counters(c0);
         mrt_status st = mrt_cuda_sum_f32(g_stream, dy, dx, outer, n, inner, mean);
+        if (st == MRT_OK && sim && launches && sim_counters(c1) && c1[0] - c0[0] != (unsigned long long)launches)
+            st = mrt_set_error(MRT_ERR_INTERNAL, "%llu kernel launches, expected %d", c1[0] - c0[0], launches);
         down(got, dy, M * 4);
         snprintf(name, sizeof name, "%s_%lldx%lldx%lld", mean ? "mean" : "sum", (long long)outer,
                  (long long)n, (long long)inner);
         report(name, st, got, ref, M, 1e-6);
     }
     mrt_max_f32(ref, x, outer, n, inner);
+    unsigned long long c0[5], c1[5];
+    int sim = sim_counters(c0);
     mrt_status st = mrt_cuda_max_f32(g_stream, dy, dx, outer, n, inner);
+    if (st == MRT_OK && sim && launches && sim_counters(c1) && c1[0] - c0[0] != (unsigned long long)launches)
+        st = mrt_set_error(MRT_ERR_INTERNAL, "%llu kernel launches, expected %d", c1[0] - c0[0], launches);
     down(got, dy, M * 4);
     snprintf(name, sizeof name, "max_%lldx%lldx%lld", (long long)outer, (long long)n, (long long)inner);
     report(name, st, got, ref, M, 0.0);
     int64_t *iref = malloc(M * 8), *igot = malloc(M * 8);
     int64_t *di = mrt_alloc(g_dev, M * 8);
     mrt_argmax_f32(iref, x, outer, n, inner);
+    sim = sim_counters(c0);
     st = mrt_cuda_argmax_f32(g_stream, di, dx, outer, n, inner);
+    if (st == MRT_OK && sim && launches && sim_counters(c1) && c1[0] - c0[0] != (unsigned long long)launches)
+        st = mrt_set_error(MRT_ERR_INTERNAL, "%llu kernel launches, expected %d", c1[0] - c0[0], launches);
     down(igot, di, M * 8);
     float *fr = malloc(M * 4), *fg = malloc(M * 4);
     for (size_t i = 0; i < M; i++)
@@ -177,8 +206,6 @@ static void check_reduce(int64_t outer, int64_t n, int64_t inner)
     mrt_free(g_dev, di), mrt_free(g_dev, dx), mrt_free(g_dev, dy);
     free(x), free(ref), free(got), free(iref), free(igot), free(fr), free(fg);
 }
-
-static int sim_counters(unsigned long long c[4]);
 
 static void check_conv(int64_t N, int64_t C, int64_t H, int64_t W, int64_t O, int KH, int KW, int sh,
                        int sw, int pt, int pl, int pb, int pr, int dh, int dw, int groups)
@@ -191,7 +218,7 @@ static void check_conv(int64_t N, int64_t C, int64_t H, int64_t W, int64_t O, in
     float *col = malloc(ncol * 4 + 4);
     mrt_conv2d_f32(ref, x, w, N, C, H, W, O, KH, KW, OH, OW, sh, sw, pt, pl, dh, dw, groups, col);
     float *dx = up(x, nx * 4), *dw_ = up(w, nw * 4), *dy = poisoned(ny), *dcol = poisoned(ncol + 1);
-    unsigned long long c0[4], c1[4];
+    unsigned long long c0[5], c1[5];
     int sim = sim_counters(c0);
     mrt_status st = mrt_cuda_conv2d_f32(g_stream, dy, dx, dw_, N, C, H, W, O, KH, KW, OH, OW, sh, sw, pt,
                                         pl, dh, dw, groups, dcol);
@@ -357,7 +384,7 @@ static void check_layernorm(int64_t rows, int64_t D, int affine)
 
 /* The simulator's counters (tests/cudasim/include/cudasim.h) when it is the CUDA runtime:
  * {launches, library calls, copies, host synchronizations}; 0 on a real GPU. */
-static int sim_counters(unsigned long long c[4])
+static int sim_counters(unsigned long long c[5])
 {
     void *f = dlsym(RTLD_DEFAULT, "cudasim_get_counters");
     void (*get)(unsigned long long *);
@@ -391,7 +418,7 @@ static void check_embedding(int i64)
     dids = up(ids, (size_t)n * isz);
     /* the error comes with the stream's synchronization, and the call itself makes the host wait
      * for nothing (counted under the simulator; elsewhere only the error is checked) */
-    unsigned long long c0[4], c1[4];
+    unsigned long long c0[5], c1[5];
     int sim = sim_counters(c0);
     st = mrt_cuda_embedding_f32(g_stream, dy, dids, i64, n, dw, V, D, "check: embedding ids");
     int no_wait = !sim || (sim_counters(c1) && c1[3] == c0[3]);
@@ -614,17 +641,33 @@ int main(void)
         printf("FAIL: runtime/cuda/setup: %s\n", mrt_last_error());
         return 1;
     }
-    check_softmax(7, 1000, 1, 0);
-    check_softmax(7, 1000, 1, 1);
-    check_softmax(5, 3, 1, 0);
-    check_softmax(4, 33, 3, 0);
-    check_softmax(4, 33, 3, 1);
+    check_softmax(7, 1000, 1, 0, 1);
+    check_softmax(7, 1000, 1, 1, 1);
+    check_softmax(5, 3, 1, 0, 1);
+    check_softmax(4, 33, 3, 0, 1);
+    check_softmax(4, 33, 3, 1, 1);
+    /* few long rows are split over blocks: a row of 1M; three of 100003 with a NaN row and an all
+     * -inf one */
+    check_softmax(1, 1 << 20, 1, 0, 3);
+    check_softmax(1, 1 << 20, 1, 1, 3);
+    check_softmax(3, 100003, 1, 0, 3);
+    check_softmax(3, 100003, 1, 1, 3);
+    /* and a few columns down a long axis, split the same way by columns */
+    check_softmax(2, 50000, 3, 0, 3);
+    check_softmax(2, 50000, 3, 1, 3);
     check_masked(1, 1);
     check_masked(1, 0);
     check_masked(0, 1);
-    check_reduce(9, 700, 1);
-    check_reduce(9, 5, 1);
-    check_reduce(4, 37, 6);
+    check_reduce(9, 700, 1, 1);
+    check_reduce(9, 5, 1, 1);
+    check_reduce(4, 37, 6, 1);
+    /* long axes: one row of 1M and three of 100003 are split over blocks (a chunk each, then the
+     * chunks' partials combined); a few columns down a long axis are tiled and split alike; many
+     * columns are tiled in one launch */
+    check_reduce(1, 1 << 20, 1, 2);
+    check_reduce(3, 100003, 1, 2);
+    check_reduce(2, 50000, 3, 2);
+    check_reduce(3, 40, 1000, 1);
     check_conv(2, 4, 9, 8, 6, 3, 2, 1, 2, 1, 0, 1, 0, 2, 1, 2);
     check_conv(2, 4, 7, 7, 6, 3, 3, 2, 2, 1, 1, 1, 1, 1, 1, 1);
     check_conv(3, 4, 5, 6, 8, 1, 1, 1, 1, 0, 0, 0, 0, 1, 1, 1);

@@ -25,6 +25,14 @@
  *    memory, cudaFree, ...), in stream order, with events and cudaStreamWaitEvent ordering streams.
  *    The legacy NULL stream first drains the device's blocking streams and then runs at once.
  *    A host that reads a result before waiting for it sees the old bytes, as on a GPU.
+ *  - Graphs from stream capture: between cudaStreamBeginCapture and cudaStreamEndCapture a
+ *    stream records its operations instead of running them; cudaGraphInstantiate copies them,
+ *    cudaGraphLaunch queues them again, in order, on its stream (cudaGraphExecUpdate accepts the
+ *    same sequence of kernels and calls with other arguments). What CUDA forbids during a
+ *    capture fails with cudaErrorStreamCaptureUnsupported and invalidates it: a host
+ *    synchronization, cudaMalloc/cudaFree/cudaMallocHost/cudaFreeHost, a synchronous copy or
+ *    memset, a copy to or from pageable memory on the capturing stream. One stream per capture:
+ *    events recorded or waited for on a capturing stream are refused too (CUDA would fork).
  *  - Kernels: blocks run one after another; the threads of a block are fibers (one 256 KiB stack
  *    each, switched by a few lines of assembly on x86-64, by ucontext elsewhere), one running at a
  *    time until it finishes or waits: __syncthreads releases when every live thread of the block
@@ -39,6 +47,9 @@
  *    0xff bytes before every block; dynamic `extern __shared__` memory is not provided. Atomics
  *    are plain read-modify-writes (no thread is interrupted between two waits); __activemask is
  *    the lanes not yet exited.
+ *  - Faults: CUDASIM_FAULT=NAME[:N] makes the N-th run (default the first) of a kernel whose name
+ *    contains NAME fault as an illegal address would on a GPU: it does not run, and the fault is
+ *    sticky: every later call, cudaGetLastError included, returns cudaErrorIllegalAddress.
  *  - Launch checks, as the GPU's: block over 1024 threads or over (1024, 1024, 64), grid over
  *    (2^31-1, 65535, 65535) or empty: cudaErrorInvalidConfiguration; dynamic shared memory over
  *    48 KiB without cudaFuncSetAttribute(MaxDynamicSharedMemorySize), or over the opt-in limit:
@@ -125,8 +136,11 @@ const char *cudasim_last_report(void);
  * with dlsym and prints the counts of a run; a real CUDA build has no such symbol. */
 typedef struct cudasim_counters {
     unsigned long long launches, library_calls, copies, host_syncs;
+    unsigned long long graph_launches; /* cudaGraphLaunch calls (their operations are not counted above) */
 } cudasim_counters;
 void cudasim_get_counters(cudasim_counters *out);
+/* 1 if `stream` is being captured (cudaStreamBeginCapture), for the stand-ins. */
+int cudasim_stream_capturing(cudaStream_t stream);
 /* cudaMallocHost calls (of at least one byte) since the process started. */
 unsigned long long cudasim_pinned_allocs(void);
 /* Bytes of device memory live on `device` (for leak checks in tests). */
