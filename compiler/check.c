@@ -2668,7 +2668,9 @@ static Node *lower_class_loss(Checker *c, const Call *call) {
     safe->nin = 3;
     safe->dtype = DT_I64;
     safe->shape = t->shape;
+    safe->name = call->t[1]->name; /* run errors name the target and the loss */
     Node *oh = mk_one_hot(c, loc, safe, C.c);
+    oh->name = (char *)call->spec->name;
     Node *per = mk_unary(c, OP_NEG, loc, mk_reduce(c, OP_SUM, loc, mk_binary(c, OP_MUL, loc, lp, oh), 1, false));
     if (eps > 0) { /* (1 - e) nll + e * (-mean_c log p) */
         Node *smooth = mk_unary(c, OP_NEG, loc, mk_reduce(c, OP_MEAN, loc, lp, 1, false));
@@ -3493,7 +3495,10 @@ static void lower_stmt(Checker *c, const Stmt *st) {
         if (c->block)
             error_at(st->loc, "'output' is not allowed in a block; a block takes tensors as parameters and returns one");
         if (g->train) { /* the training step's output is the loss; an output's value may feed it */
-            if (st->expr) bind_value(c, st->name, st->name_loc, lower_expr(c, st->expr));
+            if (st->expr) {
+                bind_value(c, st->name, st->name_loc, lower_expr(c, st->expr));
+                lookup(c, st->name)->used = true; /* an inference output the loss need not read */
+            }
             break;
         }
         Sym *s = define(c, st->name, st->name_loc, SYM_OUTPUT_DECL);
@@ -3701,7 +3706,8 @@ Graph *build_graph(const Program *p, const DimBounds *bounds) {
     for (int i = 0; i < c->nsyms; i++) {
         Sym *s = &c->syms[i];
         if ((s->kind == SYM_INPUT || s->kind == SYM_PARAM) && s->node->nuses == 0)
-            warning_at(s->loc, "%s '%s' is never used by any output", s->kind == SYM_INPUT ? "input" : "param", s->name);
+            warning_at(s->loc, "%s '%s' is never used by %s", s->kind == SYM_PARAM ? "param" : s->node->stop_grad ? "target"
+                       : "input", s->name, g->train ? "the loss" : "any output");
         else if (s->kind == SYM_VALUE && !s->used)
             warning_at(s->loc, "value '%s' is computed but never used", s->name);
     }

@@ -341,7 +341,9 @@ static void emit_layer_norm(Emit *e, const Kernel *k, char **ptr) {
 static void emit_embedding(Emit *e, const Kernel *k, char **ptr) {
     const Node *r = k->lib, *x = r->in[0], *w = r->in[1];
     int s = kslot(k);
-    const char *what = xprintf("\"%s: embedding %s\"", e->pfx, x->name ? x->name : "ids");
+    const char *what = xprintf("\"%s: embedding at %s:%d:%d, ids %s%s%s\"", e->pfx, c_string_body(e->g->source),
+                               r->loc.line, r->loc.col, x->name ? "'" : "", x->name ? c_string_body(x->name) : "computed",
+                               x->name ? "'" : "");
     char *a = xprintf("%s, %s, %d, %s, %s, %" PRId64 ", %" PRId64, ptr[r->id], ptr[view_base(x)->id], x->dtype == DT_I64,
                       dim_c(shape_numel(&x->shape)), ptr[view_base(w)->id], w->shape.d[0].c, w->shape.d[1].c);
     fprintf(e->o, "    /* %s%d: %s %%%d */\n", e->kpfx, k->id, op_name(r->op), r->id);
@@ -385,9 +387,11 @@ static void emit_gather(Emit *e, const Kernel *k, char **ptr) {
     Dim outer = {1, {0}}, inner = {1, {0}}, kk = r->shape.d[d], n = x ? x->shape.d[d] : kk;
     for (int i = 0; i < d; i++) outer = dim_mul(outer, r->shape.d[i], NULL);
     for (int i = d + 1; i < r->shape.rank; i++) inner = dim_mul(inner, r->shape.d[i], NULL);
-    const char *what = xprintf("\"%s: %s at %s:%d:%d, index %s%s%s\"", e->pfx, fns[mode], c_string_body(e->g->source),
-                               r->loc.line, r->loc.col, idx->name ? "'" : "", idx->name ? c_string_body(idx->name) : "computed",
-                               idx->name ? "'" : "");
+    /* a loss's one-hot of its class ids is named after the loss (cross_entropy, target 'labels') */
+    bool loss = mode == GATHER_ONE_HOT && r->name;
+    const char *what = xprintf("\"%s: %s at %s:%d:%d, %s %s%s%s\"", e->pfx, loss ? r->name : fns[mode],
+                               c_string_body(e->g->source), r->loc.line, r->loc.col, loss ? "target" : "index",
+                               idx->name ? "'" : "", idx->name ? c_string_body(idx->name) : "computed", idx->name ? "'" : "");
     char *a = xprintf("%s, %s, %s, %d, %d, %s, %s, %s, %s", ptr[r->id], x ? ptr[view_base(x)->id] : "NULL",
                       ptr[view_base(idx)->id], idx->dtype == DT_I64, mode, dim_c(outer), dim_c(n), dim_c(kk), dim_c(inner));
     fprintf(e->o, "    /* %s%d: %s %%%d (%s along axis %d) */\n", e->kpfx, k->id, op_name(r->op), r->id, fns[mode], d);
@@ -1087,11 +1091,38 @@ void emit_c_main(Emit *e, FILE *o, const char *h_include) {
 const char *emit_prefix(const Emit *e) { return e->pfx; }
 
 /* The model's C name: its own name, unless that would clash with main(), the runtime's mrt_
- * names or a C library function the generated code uses (then NAME_model). */
+ * names or a name the C headers the generated code includes declare (math.h's functions with
+ * their f and l forms and its macros, stdio.h, stdlib.h, string.h; then NAME_model). */
 char *model_ident(const char *name) {
-    static const char *taken[] = {"main", "mrt", "memcpy", "memset", "memcmp", "malloc", "calloc", "realloc", "free",
-                                  "exit", "abs", "getenv", "strcmp", "strlen", "printf", "fprintf", "expf", "logf",
-                                  "sqrtf", "tanhf", "erff", "log", "exp", "sqrt", "tanh", "erf", "cblas", NULL};
+    static const char *const taken[] = {
+        "int8_t", "int16_t", "int32_t", "int64_t", "uint8_t", "uint16_t", "uint32_t", "uint64_t", "intptr_t", "uintptr_t", "size_t", "ssize_t", "ptrdiff_t", "intmax_t", "uintmax_t", "bool", "true", "false", "va_list", 
+        "BUFSIZ", "EOF", "FILE", "HUGE_VAL", "HUGE_VALF", "HUGE_VALL", "INFINITY", "NAN", "NULL", "abort", "abs",
+        "acos", "acosf", "acosh", "acoshf", "acoshl", "acosl", "asin", "asinf", "asinh", "asinhf", "asinhl",
+        "asinl", "assert", "atan", "atan2", "atan2f", "atan2l", "atanf", "atanh", "atanhf", "atanhl", "atanl",
+        "atexit", "atof", "atoi", "atol", "bsearch", "calloc", "cblas", "cbrt", "cbrtf", "cbrtl", "ceil", "ceilf",
+        "ceill", "clearerr", "copysign", "copysignf", "copysignl", "cos", "cosf", "cosh", "coshf", "coshl", "cosl",
+        "div", "erf", "erfc", "erfcf", "erfcl", "erff", "erfl", "errno", "exit", "exp", "exp2", "exp2f", "exp2l",
+        "expf", "expl", "expm1", "expm1f", "expm1l", "fabs", "fabsf", "fabsl", "fclose", "fdim", "fdimf", "fdiml",
+        "feof", "ferror", "fflush", "fgets", "fileno", "floor", "floorf", "floorl", "fma", "fmaf", "fmal", "fmax",
+        "fmaxf", "fmaxl", "fmin", "fminf", "fminl", "fmod", "fmodf", "fmodl", "fopen", "fpclassify", "fprintf",
+        "fputs", "fread", "free", "frexp", "frexpf", "frexpl", "fscanf", "fseek", "ftell", "fwrite", "getc",
+        "getchar", "getenv", "hypot", "hypotf", "hypotl", "ilogb", "ilogbf", "ilogbl", "isfinite", "isgreater",
+        "isgreaterequal", "isinf", "isless", "islessequal", "islessgreater", "isnan", "isnormal", "isunordered",
+        "labs", "ldexp", "ldexpf", "ldexpl", "ldiv", "lgamma", "lgammaf", "lgammal", "llabs", "llrint", "llrintf",
+        "llrintl", "llround", "llroundf", "llroundl", "log", "log10", "log10f", "log10l", "log1p", "log1pf",
+        "log1pl", "log2", "log2f", "log2l", "logb", "logbf", "logbl", "logf", "logl", "lrint", "lrintf", "lrintl",
+        "lround", "lroundf", "lroundl", "main", "malloc", "memchr", "memcmp", "memcpy", "memmove", "memset",
+        "modf", "modff", "modfl", "mrt", "nan", "nanf", "nanl", "nearbyint", "nearbyintf", "nearbyintl",
+        "nextafter", "nextafterf", "nextafterl", "nexttoward", "nexttowardf", "nexttowardl", "perror", "pow",
+        "powf", "powl", "printf", "putc", "putchar", "puts", "qsort", "rand", "realloc", "remainder", "remainderf",
+        "remainderl", "remove", "remquo", "remquof", "remquol", "rename", "rewind", "rint", "rintf", "rintl",
+        "round", "roundf", "roundl", "scalbln", "scalblnf", "scalblnl", "scalbn", "scalbnf", "scalbnl", "scanf",
+        "setbuf", "setvbuf", "signbit", "sin", "sinf", "sinh", "sinhf", "sinhl", "sinl", "snprintf", "sprintf",
+        "sqrt", "sqrtf", "sqrtl", "srand", "sscanf", "stderr", "stdin", "stdout", "strcat", "strchr", "strcmp",
+        "strcpy", "strdup", "strerror", "strlen", "strncat", "strncmp", "strncpy", "strndup", "strrchr", "strstr",
+        "strtod", "strtof", "strtok", "strtol", "strtoll", "strtoul", "strtoull", "system", "tan", "tanf", "tanh",
+        "tanhf", "tanhl", "tanl", "tgamma", "tgammaf", "tgammal", "tmpfile", "trunc", "truncf", "truncl", "ungetc",
+        "vfprintf", "vprintf", "vsnprintf", NULL};
     char *s = c_ident(name);
     for (int i = 0; taken[i]; i++)
         if (!strcmp(s, taken[i])) return xprintf("%s_model", s);

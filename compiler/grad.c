@@ -422,6 +422,12 @@ void grad_graph(Graph *g, char **frozen, int nfrozen) {
         }
         g->grad[i] = d;
     }
+    int trained = 0;
+    for (int i = 0; i < g->nparams; i++) trained += g->grad[i] != NULL;
+    if (!trained)
+        error_at(g->loss->loc, "the loss '%s' depends on no trainable param through ops with gradients (each path ends "
+                 "at a frozen param, or at an op without one, such as argmax or a comparison): nothing would train",
+                 g->loss->name ? g->loss->name : "loss");
     add_optimizer_state(g);
 }
 

@@ -53,6 +53,7 @@ static void usage(FILE *f) {
             "  --max-dim NAME=N[,NAME=N...]\n"
             "                     the bound of each other symbolic dimension (input ids: i64[batch, seq]\n"
             "                     needs --max-dim seq=512); the memory plan holds at the bounds\n"
+            "                     (--max-dim batch=N is --max-batch N for a first symbol named batch)\n"
             "  --dump=WHAT        print a phase to stdout and stop: ast, graph, placement, fused, memplan,\n"
             "                     memplan-svg (the arena over time as an SVG picture)\n"
             "  --no-fuse          do not fuse elementwise chains (one kernel per op)\n"
@@ -228,13 +229,11 @@ static void parse_args(int argc, char **argv, Options *o) {
                 long long n = strtoll(eq + 1, &end, 10);
                 if (!eq[1] || *end || errno || n < 1 || n > (1 << 24))
                     fatal("--max-dim %s: the bound must be an integer in 1..16777216, got '%s'", item, eq + 1);
-                int k = 0;
-                while (k < o->dims.n && strcmp(o->dims.names[k], item)) k++;
-                if (k == o->dims.n) {
-                    if (o->dims.n == MAX_SYMS * 2) fatal("--max-dim: at most %d names", MAX_SYMS * 2);
-                    o->dims.names[o->dims.n++] = xstrdup(item);
-                }
-                o->dims.max[k] = n; /* the last one given wins, as for other options */
+                for (int k = 0; k < o->dims.n; k++)
+                    if (!strcmp(o->dims.names[k], item)) fatal("--max-dim %s is given twice", item);
+                if (o->dims.n == MAX_SYMS * 2) fatal("--max-dim: at most %d names", MAX_SYMS * 2);
+                o->dims.names[o->dims.n] = xstrdup(item);
+                o->dims.max[o->dims.n++] = n;
             }
         } else if (!strncmp(a, "--dump=", 7)) {
             o->dump = a + 7;

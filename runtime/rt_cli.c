@@ -625,38 +625,26 @@ static mrt_status cli_verify_input(const mrt_model_info *info, int i, const char
 
 /* ---------------------------------------------------------------- output paths */
 
-/* The file an output path lands in, to tell two paths to one file apart from two files. */
-typedef struct cli_dest {
-    int exists;
-    dev_t dev;
-    ino_t ino;
-    char *name; /* when it does not exist yet: realpath of its directory + "/" + base name */
-} cli_dest;
-
 /* 1 if the two outputs would be written to one file: the same inode (a hard link, a symlink
  * to the other, "a.npy" and "./a.npy"), or, for files not there yet, the same canonical
  * name. */
-static int cli_dest_same(const cli_dest *a, const cli_dest *b)
+int rt_dest_same(const rt_dest *a, const rt_dest *b)
 {
     if (a->exists || b->exists)
         return a->exists && b->exists && a->dev == b->dev && a->ino == b->ino;
     return a->name && b->name && strcmp(a->name, b->name) == 0;
 }
 
-/* Output i's path, checked before the run: its directory exists and is writable; it is a
- * regular file, a name not there yet, or a symlink to a regular file (written through: see
- * mrt_npy_write), never a FIFO, device, socket or directory; it is not the weights file or an
- * input. Fills *d for cli_dest_same. */
-static mrt_status cli_output_check(const mrt_model_info *info, const cli_opts *o, int i,
-                                   cli_dest *d)
+mrt_status rt_output_check(const char *what, const char *path, const char *const *readers,
+                           const char *const *reader_what, int nreaders, rt_dest *d)
 {
-    const char *path = o->out_files[i], *name = info->outputs[i].name;
     char why[RT_QUOTE_MAX + 128];
+    memset(d, 0, sizeof *d);
     char *target = rt_output_target(path, why, sizeof why);
     if (!target)
-        return mrt_set_error(MRT_ERR_IO, "cannot write output '%s' to %s: %s; outputs are "
+        return mrt_set_error(MRT_ERR_IO, "cannot write %s to %s: %s; outputs are "
                              "written only to regular files (or through a symlink to one)",
-                             name, path, why);
+                             what, path, why);
     char dir[4096];
     snprintf(dir, sizeof dir, "%s", target);
     char *slash = strrchr(dir, '/');
@@ -668,7 +656,7 @@ static mrt_status cli_output_check(const mrt_model_info *info, const cli_opts *o
     else
         snprintf(dir, sizeof dir, ".");
     if (access(dir, W_OK) != 0) {
-        mrt_set_error(MRT_ERR_IO, "cannot write output '%s' to %s: directory '%s' %s", name,
+        mrt_set_error(MRT_ERR_IO, "cannot write %s to %s: directory '%s' %s", what,
                       path, dir, access(dir, F_OK) != 0 ? "does not exist" : "is not writable");
         free(target);
         return MRT_ERR_IO;
@@ -679,16 +667,11 @@ static mrt_status cli_output_check(const mrt_model_info *info, const cli_opts *o
         d->dev = so.st_dev;
         d->ino = so.st_ino;
         free(target);
-        if (o->weights && stat(o->weights, &sw) == 0 && sw.st_dev == so.st_dev &&
-            sw.st_ino == so.st_ino)
-            return mrt_set_error(MRT_ERR_INVALID_ARG, "output '%s' would overwrite the weights "
-                                 "file %s; name another file", name, path);
-        for (int j = 0; j < info->n_inputs; j++)
-            if (o->in_files[j] && stat(o->in_files[j], &sw) == 0 && sw.st_dev == so.st_dev &&
+        for (int j = 0; j < nreaders; j++)
+            if (readers[j] && stat(readers[j], &sw) == 0 && sw.st_dev == so.st_dev &&
                 sw.st_ino == so.st_ino)
-                return mrt_set_error(MRT_ERR_INVALID_ARG, "output '%s' would overwrite input "
-                                     "'%s' (%s); name another file", name,
-                                     info->inputs[j].name, path);
+                return mrt_set_error(MRT_ERR_INVALID_ARG, "%s would overwrite %s (%s); name "
+                                     "another file", what, reader_what[j], path);
         return MRT_OK;
     }
     /* Not there yet: two such outputs are one file when their canonical names agree. */
@@ -698,6 +681,34 @@ static mrt_status cli_output_check(const mrt_model_info *info, const cli_opts *o
     free(rdir);
     free(target);
     return MRT_OK;
+}
+
+/* Output i's path, checked before the run (rt_output_check): not the weights file or an
+ * input. */
+static mrt_status cli_output_check(const mrt_model_info *info, const cli_opts *o, int i,
+                                   rt_dest *d)
+{
+    int n = info->n_inputs + 1;
+    const char **readers = calloc((size_t)n, sizeof *readers), **what = calloc((size_t)n, sizeof *what);
+    if (!readers || !what) {
+        free(readers);
+        free(what);
+        return mrt_set_error(MRT_ERR_OOM, "out of memory");
+    }
+    readers[0] = o->weights;
+    what[0] = "the weights file";
+    for (int j = 0; j < info->n_inputs; j++) {
+        readers[j + 1] = o->in_files[j];
+        what[j + 1] = rt_strdup_printf("input '%s'", info->inputs[j].name);
+    }
+    char *w = rt_strdup_printf("output '%s'", info->outputs[i].name);
+    mrt_status st = rt_output_check(w ? w : "an output", o->out_files[i], readers, what, n, d);
+    free(w);
+    for (int j = 1; j < n; j++)
+        free((char *)what[j]);
+    free(readers);
+    free(what);
+    return st;
 }
 
 /* ---------------------------------------------------------------- running */
@@ -755,7 +766,7 @@ static int cli_execute(const mrt_model_info *info, const cli_opts *o, const char
 {
     int nin = info->n_inputs, nout = info->n_outputs;
     int rc = CLI_ERROR;
-    cli_dest *dests = NULL;
+    rt_dest *dests = NULL;
     cli_run r;
     memset(&r, 0, sizeof r);
     r.info = info;
@@ -789,7 +800,7 @@ static int cli_execute(const mrt_model_info *info, const cli_opts *o, const char
         if (cli_output_check(info, o, i, &dests[i]) != MRT_OK)
             goto done;
         for (int j = 0; j < i; j++)
-            if (o->out_files[j] && cli_dest_same(&dests[i], &dests[j])) {
+            if (o->out_files[j] && rt_dest_same(&dests[i], &dests[j])) {
                 if (!strcmp(o->out_files[i], o->out_files[j]))
                     mrt_set_error(MRT_ERR_INVALID_ARG, "outputs '%s' and '%s' are both written "
                                   "to %s", info->outputs[j].name, info->outputs[i].name,

@@ -5,6 +5,7 @@
 #ifndef MODELRT_INTERNAL_H
 #define MODELRT_INTERNAL_H
 
+#include <sys/types.h>
 #include "modelrt.h"
 #include "rt_path.h"
 
@@ -126,6 +127,25 @@ mrt_status rt_cuda_gemm(int index, void *stream, int trans_a, int trans_b, int M
                         float alpha, const float *A, int lda, int64_t strideA, const float *B,
                         int ldb, int64_t strideB, float beta, float *C, int ldc, int64_t strideC,
                         int batch);
+
+/* The file an output path lands in, to tell two paths to one file apart from two files
+ * (rt_cli.c). */
+typedef struct rt_dest {
+    int exists;
+    dev_t dev;
+    ino_t ino;
+    char *name; /* when it does not exist yet: realpath of its directory + "/" + base name */
+} rt_dest;
+/* 1 if two outputs would land in one file. */
+int rt_dest_same(const rt_dest *a, const rt_dest *b);
+/* Check an output path before anything runs: its directory exists and is writable; it is a
+ * regular file, a name not there yet, or a symlink to one; it is none of the nreaders files
+ * the run reads (readers[j], described as reader_what[j] in the message; NULL entries are
+ * skipped). `what` names the output ("output 'y'", "--save"). Fills *d for rt_dest_same. */
+mrt_status rt_output_check(const char *what, const char *path, const char *const *readers,
+                           const char *const *reader_what, int nreaders, rt_dest *d);
+/* malloc'd printf, NULL when out of memory. */
+char *rt_strdup_printf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
 /* Write the concatenation of parts[0..n) to path atomically (rt_npy.c): a temporary file beside
  * it, synced and renamed into place; `kind` names the file type in messages. */

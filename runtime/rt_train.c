@@ -233,6 +233,10 @@ static int train_parse(const mrt_model_info *info, const char *prog, int argc, c
                                 "targets, got '%s'\n", prog, v);
                 return 2;
             }
+            if (o->data[k]) {
+                fprintf(stderr, "%s train: error: --data %s is given twice\n", prog, info->inputs[k].name);
+                return 2;
+            }
             o->data[k] = eq + 1;
         } else {
             fprintf(stderr, "%s train: error: unknown option '%s'\n", prog, a);
@@ -294,6 +298,45 @@ int rt_train_main(const mrt_model_info *info, int argc, char **argv, const char 
     }
     rc = 1;
     int nin = info->n_inputs;
+    /* The files written (--save, --save-state, --log): none of them a file the training reads,
+     * nor two of them one file; checked before anything is read or run. */
+    {
+        const char *outs[3] = {o.save, o.save_state, o.log}, *outw[3] = {"--save", "--save-state", "--log"};
+        const char **readers = calloc((size_t)nin + 1, sizeof *readers), **rw = calloc((size_t)nin + 1, sizeof *rw);
+        rt_dest d[3];
+        memset(d, 0, sizeof d);
+        mrt_status st = readers && rw ? MRT_OK : mrt_set_error(MRT_ERR_OOM, "out of memory");
+        if (st == MRT_OK) {
+            readers[0] = o.weights;
+            rw[0] = "the weights file";
+            for (int i = 0; i < nin; i++) {
+                readers[i + 1] = o.data[i];
+                rw[i + 1] = rt_strdup_printf("--data %s", info->inputs[i].name);
+            }
+        }
+        for (int i = 0; i < 3 && st == MRT_OK; i++) {
+            if (!outs[i])
+                continue;
+            st = rt_output_check(outw[i], outs[i], readers, rw, nin + 1, &d[i]);
+            for (int j = 0; j < i && st == MRT_OK; j++)
+                if (outs[j] && rt_dest_same(&d[i], &d[j]))
+                    st = mrt_set_error(MRT_ERR_INVALID_ARG, "%s and %s name one file (%s); name two files", outw[j],
+                                       outw[i], outs[i]);
+        }
+        for (int i = 0; i < 3; i++)
+            free(d[i].name);
+        for (int i = 0; rw && i < nin; i++)
+            free((char *)rw[i + 1]);
+        free(readers);
+        free(rw);
+        if (st != MRT_OK) {
+            fprintf(stderr, "%s train: error: %s\n", prog, mrt_last_error());
+            free(o.data);
+            return 1;
+        }
+        if (!o.save && !o.quiet)
+            fprintf(stderr, "%s train: note: no --save: the trained weights are not written\n", prog);
+    }
     mrt_tensor *data = calloc((size_t)nin + 1, sizeof *data);
     void **bufs = calloc((size_t)nin + 1, sizeof *bufs);
     size_t *row = calloc((size_t)nin + 1, sizeof *row);
