@@ -2670,7 +2670,7 @@ static Node *lower_class_loss(Checker *c, const Call *call) {
     safe->shape = t->shape;
     safe->name = call->t[1]->name; /* run errors name the target and the loss */
     Node *oh = mk_one_hot(c, loc, safe, C.c);
-    oh->name = (char *)call->spec->name;
+    oh->error_fn = call->spec->name;
     Node *per = mk_unary(c, OP_NEG, loc, mk_reduce(c, OP_SUM, loc, mk_binary(c, OP_MUL, loc, lp, oh), 1, false));
     if (eps > 0) { /* (1 - e) nll + e * (-mean_c log p) */
         Node *smooth = mk_unary(c, OP_NEG, loc, mk_reduce(c, OP_MEAN, loc, lp, 1, false));

@@ -388,8 +388,8 @@ static void emit_gather(Emit *e, const Kernel *k, char **ptr) {
     for (int i = 0; i < d; i++) outer = dim_mul(outer, r->shape.d[i], NULL);
     for (int i = d + 1; i < r->shape.rank; i++) inner = dim_mul(inner, r->shape.d[i], NULL);
     /* a loss's one-hot of its class ids is named after the loss (cross_entropy, target 'labels') */
-    bool loss = mode == GATHER_ONE_HOT && r->name;
-    const char *what = xprintf("\"%s: %s at %s:%d:%d, %s %s%s%s\"", e->pfx, loss ? r->name : fns[mode],
+    bool loss = r->error_fn != NULL;
+    const char *what = xprintf("\"%s: %s at %s:%d:%d, %s %s%s%s\"", e->pfx, loss ? r->error_fn : fns[mode],
                                c_string_body(e->g->source), r->loc.line, r->loc.col, loss ? "target" : "index",
                                idx->name ? "'" : "", idx->name ? c_string_body(idx->name) : "computed", idx->name ? "'" : "");
     char *a = xprintf("%s, %s, %s, %d, %d, %s, %s, %s, %s", ptr[r->id], x ? ptr[view_base(x)->id] : "NULL",

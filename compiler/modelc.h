@@ -309,6 +309,8 @@ struct Node {
     double scale[2];
     /* gather: how in[1] (the index) is read, GATHER_*; axis is the gathered axis */
     int gather_mode;
+    const char *error_fn; /* gather: the function its run errors name, when not the op's own (the one-hot
+                           * of cross_entropy's target names cross_entropy) */
     /* table (a tensor constant written in the source): its values in C order, ntable of them */
     const double *table;
     int64_t ntable;
