@@ -144,6 +144,8 @@ int rt_dest_same(const rt_dest *a, const rt_dest *b);
  * skipped). `what` names the output ("output 'y'", "--save"). Fills *d for rt_dest_same. */
 mrt_status rt_output_check(const char *what, const char *path, const char *const *readers,
                            const char *const *reader_what, int nreaders, rt_dest *d);
+/* A dtype's safetensors name: "F32", "I64", "BF16", ... ("?" for none) (rt_safetensors.c). */
+const char *rt_safetensors_dtype(mrt_dtype dt);
 /* malloc'd printf, NULL when out of memory. */
 char *rt_strdup_printf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 

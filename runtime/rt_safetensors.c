@@ -69,7 +69,7 @@ static int st_dtype_size(const char *s, mrt_dtype *dt, int *known)
     return 0;
 }
 
-static const char *st_dtype_of(mrt_dtype dt)
+const char *rt_safetensors_dtype(mrt_dtype dt)
 {
     return dt == MRT_F32 ? "F32" : dt == MRT_I32 ? "I32" : dt == MRT_I64 ? "I64" : dt == MRT_BOOL ? "BOOL"
          : dt == MRT_F16 ? "F16" : dt == MRT_BF16 ? "BF16" : "?";
@@ -582,7 +582,7 @@ mrt_status mrt_weights_load_regions(const char *path, const mrt_param_desc *para
         seen[e->param] = 1;
         if (!e->known || e->dtype != p->dtype) {
             st = mrt_set_error(MRT_ERR_MISMATCH, "%s: tensor '%s': dtype %s in file, model "
-                               "expects %s", path, e->name, e->dtype_name, st_dtype_of(p->dtype));
+                               "expects %s", path, e->name, e->dtype_name, rt_safetensors_dtype(p->dtype));
             goto done;
         }
         int same = e->rank == p->rank;
@@ -602,7 +602,7 @@ mrt_status mrt_weights_load_regions(const char *path, const mrt_param_desc *para
             char b[RT_SHAPE_STR_MAX];
             st = mrt_set_error(MRT_ERR_MISMATCH, "%s: missing tensor '%s' (%s %s): the model "
                                "needs it but the file does not have it", path, params[i].name,
-                               st_dtype_of(params[i].dtype),
+                               rt_safetensors_dtype(params[i].dtype),
                                rt_shape_str(b, sizeof b, params[i].shape, params[i].rank));
             goto done;
         }
@@ -612,8 +612,7 @@ mrt_status mrt_weights_load_regions(const char *path, const mrt_param_desc *para
     for (int i = 0; i < n; i++)
         if (!seen[i] && params[i].state) {
             uint64_t numel = 1;
-            for (int k = 0; k < params[i].rank; k++)
-                numel *= (uint64_t)params[i].shape[k];
+            rt_shape_numel(params[i].shape, params[i].rank, &numel); /* checked with the descriptor */
             memset((unsigned char *)regions[params[i].region] + params[i].offset, 0,
                    (size_t)numel * mrt_dtype_size(params[i].dtype));
         }

@@ -21,10 +21,12 @@
 #include <time.h>
 #include <unistd.h>
 
-static const char *st_dtype_name(mrt_dtype dt)
+/* The bytes of param p (its shape was checked when the model's descriptor was). */
+static size_t param_bytes(const mrt_param_desc *p)
 {
-    static const char *const names[] = {"F32", "I32", "I64", "BOOL", "F16", "BF16"};
-    return (unsigned)dt < sizeof names / sizeof names[0] ? names[dt] : "?";
+    uint64_t numel = 1;
+    rt_shape_numel(p->shape, p->rank, &numel);
+    return (size_t)numel * mrt_dtype_size(p->dtype);
 }
 
 mrt_status mrt_model_save_weights(mrt_model *m, const char *path, int state)
@@ -32,7 +34,6 @@ mrt_status mrt_model_save_weights(mrt_model *m, const char *path, int state)
     if (!m || !m->desc || !path || !*path)
         return mrt_set_error(MRT_ERR_INVALID_ARG, "mrt_model_save_weights: model or path is NULL or empty");
     const mrt_model_desc *d = m->desc;
-    int n = 0;
     size_t data = 0;
     for (int i = 0; i < d->n_params; i++) {
         const mrt_param_desc *p = &d->params[i];
@@ -41,11 +42,7 @@ mrt_status mrt_model_save_weights(mrt_model *m, const char *path, int state)
         if (p->region % 2)
             return mrt_set_error(MRT_ERR_INVALID_ARG, "%s: cannot save param '%s': it was needed only while the "
                                  "weights loaded (compile with --train, which keeps every param)", path, p->name);
-        uint64_t numel = 1;
-        for (int k = 0; k < p->rank; k++)
-            numel *= (uint64_t)p->shape[k];
-        data += (size_t)numel * mrt_dtype_size(p->dtype);
-        n++;
+        data += param_bytes(p);
     }
     /* The header: JSON with each tensor's dtype, shape and byte range, padded with spaces to a
      * multiple of 8 (what the safetensors library writes), then the data in that order. */
@@ -67,17 +64,14 @@ mrt_status mrt_model_save_weights(mrt_model *m, const char *path, int state)
         const mrt_param_desc *p = &d->params[i];
         if (!!p->state != !!state)
             continue;
-        uint64_t numel = 1;
-        for (int k = 0; k < p->rank; k++)
-            numel *= (uint64_t)p->shape[k];
-        size_t bytes = (size_t)numel * mrt_dtype_size(p->dtype);
+        size_t bytes = param_bytes(p);
         h += (size_t)snprintf(hdr + h, cap - h, ",\"");
         for (const char *c = p->name; *c && h + 8 < cap; c++) { /* JSON string escapes */
             if (*c == '"' || *c == '\\')
                 hdr[h++] = '\\';
             hdr[h++] = *c;
         }
-        h += (size_t)snprintf(hdr + h, cap - h, "\":{\"dtype\":\"%s\",\"shape\":[", st_dtype_name(p->dtype));
+        h += (size_t)snprintf(hdr + h, cap - h, "\":{\"dtype\":\"%s\",\"shape\":[", rt_safetensors_dtype(p->dtype));
         for (int k = 0; k < p->rank; k++)
             h += (size_t)snprintf(hdr + h, cap - h, "%s%lld", k ? "," : "", (long long)p->shape[k]);
         h += (size_t)snprintf(hdr + h, cap - h, "],\"data_offsets\":[%zu,%zu]}", off, off + bytes);
@@ -104,7 +98,6 @@ mrt_status mrt_model_save_weights(mrt_model *m, const char *path, int state)
     st = rt_write_atomic(path, "safetensors", parts, lens, 3);
     free(hdr);
     free(buf);
-    (void)n;
     return st;
 }
 
