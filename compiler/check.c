@@ -3591,7 +3591,14 @@ static void parse_optimizer(Checker *c, const Ast *e) {
         else if (v->kind == AST_NEG && v->lhs->kind == AST_NUM) x = -v->lhs->num;
         else error_at(v->loc, "optimizer argument '%s' must be a number, got '%s'", a->key, ast_text(v));
         bool sgd = k == 0;
+        bool count = !strcmp(a->key, "warmup_steps") || !strcmp(a->key, "decay_steps");
+        if (count && (x != floor(x) || x > 1e15 || is_bool))
+            error_at(v->loc, "'%s' is a number of steps (a non-negative integer), got '%s'", a->key, ast_text(v));
         if (!strcmp(a->key, "lr")) o->lr = x;
+        else if (!strcmp(a->key, "clip_grad_norm") && !is_bool) o->clip_grad_norm = x;
+        else if (!strcmp(a->key, "min_lr") && !is_bool) o->min_lr = x;
+        else if (!strcmp(a->key, "warmup_steps")) o->warmup_steps = (long long)x;
+        else if (!strcmp(a->key, "decay_steps")) o->decay_steps = (long long)x;
         else if (!strcmp(a->key, "weight_decay")) o->weight_decay = x;
         else if (sgd && !strcmp(a->key, "momentum")) o->momentum = x;
         else if (sgd && !strcmp(a->key, "dampening")) o->dampening = x;
@@ -3599,11 +3606,15 @@ static void parse_optimizer(Checker *c, const Ast *e) {
         else if (!sgd && !strcmp(a->key, "eps")) o->eps = x;
         else
             error_at(a->loc, "'%s' has no argument '%s' (it takes %s)", e->name, a->key,
-                     sgd ? "lr, momentum, dampening, weight_decay, nesterov" : "lr, betas, eps, weight_decay");
+                     sgd ? "lr, momentum, dampening, weight_decay, nesterov, clip_grad_norm, warmup_steps, decay_steps, min_lr"
+                         : "lr, betas, eps, weight_decay, clip_grad_norm, warmup_steps, decay_steps, min_lr");
         if (!(x >= 0) || !isfinite(x) || (!strcmp(a->key, "lr") && x <= 0) || (!strcmp(a->key, "eps") && x <= 0))
             error_at(v->loc, "optimizer argument '%s' must be a finite number %s 0, got %g", a->key,
                      !strcmp(a->key, "lr") || !strcmp(a->key, "eps") ? ">" : ">=", x);
     }
+    if (o->min_lr > o->lr)
+        error_at(e->loc, "'%s': min_lr (%g) is above lr (%g): the cosine decay goes from lr down to min_lr", e->name,
+                 o->min_lr, o->lr);
     if (o->nesterov && (o->momentum <= 0 || o->dampening != 0))
         error_at(e->loc, "'sgd' with nesterov=true needs momentum > 0 and dampening 0 (as torch.optim.SGD)");
     c->g->has_opt = true;

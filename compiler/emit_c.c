@@ -740,25 +740,36 @@ static size_t arena_total(const MemPlan *mp, int nslots) {
     return t;
 }
 
-/* Training builds, after the backward pass: a loss that is not finite stops the step before the
- * update (the weights stay the last good step's), then the optimizer step. */
+/* Training builds, after the backward pass: the loss and the gradients' squared norm come to the
+ * host; a loss or a norm that is not finite stops the step before the update (the weights stay
+ * the last good step's), then the optimizer step. */
 static void emit_loss_check_and_step(Emit *e, FILE *o, char **ptr) {
     const Graph *g = e->g;
-    const Node *L = view_base(g->loss);
-    int s = L->slot > 0 ? L->slot : 0;
-    fprintf(o, "    {\n        float mrt_loss = 0;\n#ifdef MRT_WITH_CUDA\n        if (gpu%d) {\n"
-               "            if ((st = mrt_memcpy((mrt_device){MRT_DEVICE_CPU, 0}, &mrt_loss, dev%d, %s, 4, stream%d)) != MRT_OK ||\n"
-               "                (st = mrt_stream_sync(dev%d, stream%d, \"%s loss\")) != MRT_OK) return st;\n"
-               "        } else\n#endif\n            mrt_loss = *(const float *)%s;\n", s, s, ptr[L->id], s, s, s, e->pfx, ptr[L->id]);
-    fprintf(o, "        if (!isfinite(mrt_loss))\n            return mrt_set_error(MRT_ERR_INVALID_ARG, \"%s: the loss '%s' is %%g at "
+    const Node *v[2] = {view_base(g->loss), view_base(g->grad_sumsq)};
+    const char *var[2] = {"mrt_loss", "mrt_sumsq"};
+    fprintf(o, "    {\n        float mrt_loss = 0, mrt_sumsq = 0;\n");
+    for (int k = 0; k < 2; k++) {
+        int s = v[k]->slot > 0 ? v[k]->slot : 0;
+        fprintf(o, "#ifdef MRT_WITH_CUDA\n        if (gpu%d) {\n"
+                   "            if ((st = mrt_memcpy((mrt_device){MRT_DEVICE_CPU, 0}, &%s, dev%d, %s, 4, stream%d)) != MRT_OK ||\n"
+                   "                (st = mrt_stream_sync(dev%d, stream%d, \"%s %s\")) != MRT_OK) return st;\n"
+                   "        } else\n#endif\n            %s = *(const float *)%s;\n", s, var[k], s, ptr[v[k]->id], s, s, s, e->pfx,
+                k ? "gradient norm" : "loss", var[k], ptr[v[k]->id]);
+    }
+    fprintf(o, "        if (!isfinite(mrt_loss))\n            return mrt_set_error(MRT_ERR_NOT_FINITE, \"%s: the loss '%s' is %%g at "
                "step %%lld: the update is not applied (the weights are those of the last step)\", (double)mrt_loss, "
-               "(long long)m->step + 1);\n    }\n", e->pfx, g->outputs[0].name);
-    fprintf(o, "    if ((st = %s_opt_step(m)) != MRT_OK) return st;\n", e->pfx);
+               "(long long)m->step + 1);\n", e->pfx, g->outputs[0].name);
+    fprintf(o, "        if (!isfinite(mrt_sumsq))\n            return mrt_set_error(MRT_ERR_NOT_FINITE, \"%s: the gradients' norm is "
+               "%%g at step %%lld (the loss is %%g): the update is not applied (the weights are those of the last step)\", "
+               "sqrt((double)mrt_sumsq), (long long)m->step + 1, (double)mrt_loss);\n", e->pfx);
+    fprintf(o, "        if ((st = %s_opt_step(m, mrt_sumsq)) != MRT_OK) return st;\n    }\n", e->pfx);
 }
 
-/* Training builds: the optimizer step after the backward pass, one update per trained param
- * (torch.optim's single-tensor algorithm, mrt_opt_elem), on the param's device; the step count
- * and the learning rate (0: the optimizer statement's) live in the model. */
+/* Training builds: the optimizer step after the backward pass over every trained param at once
+ * (torch.optim's single-tensor algorithm, element by element in mrt_opt_elem, over a table of
+ * the tensors of each device: one CPU loop, or as few CUDA launches as the kernel-parameter
+ * limit allows); the learning rate of the step from the schedule (mrt_train_lr), the gradients
+ * scaled by clip_grad_norm_'s coefficient first. */
 static void emit_opt_step(Emit *e, FILE *o) {
     const Graph *g = e->g;
     const struct Optimizer *op = &g->opt;
@@ -769,27 +780,36 @@ static void emit_opt_step(Emit *e, FILE *o) {
         for (int k = 0; k < 2; k++)
             if (g->opt_state[i][k]) want[g->opt_state[i][k]->id] = true;
     }
-    fprintf(o, "/* The optimizer step: %s(lr=%.9g, ...) over every trained param. */\n",
+    fprintf(o, "/* The optimizer step: %s(lr=%.9g, ...) over every trained param, at once on each device. */\n",
             op->kind == OPT_SGD ? "sgd" : op->kind == OPT_ADAM ? "adam" : "adamw", op->lr);
-    fprintf(o, "static mrt_status %s_opt_step(%s *m) {\n    MRT_UNUSED mrt_status st = MRT_OK;\n", e->pfx, e->pfx);
+    fprintf(o, "static mrt_status %s_opt_step(%s *m, float sumsq) {\n    MRT_UNUSED mrt_status st = MRT_OK;\n", e->pfx, e->pfx);
     declare_slots(e, true);
     char **ptr = declare_pointers(e, false, want, false);
-    fprintf(o, "    const int64_t step = ++m->step;\n");
-    fprintf(o, "    const mrt_opt_args a = mrt_opt_args_for(%d, m->lr > 0 ? m->lr : %.17g, %.17g, %.17g, %.17g, %d, %.17g, %.17g, "
-               "%.17g, step);\n", op->kind == OPT_SGD ? 0 : op->kind == OPT_ADAM ? 1 : 2, op->lr, op->weight_decay,
-            op->momentum, op->dampening, op->nesterov, op->beta1, op->beta2, op->eps);
-    for (int i = 0; i < g->nparams; i++) {
-        if (!g->grad[i]) continue;
-        const Node *p = g->params[i];
-        int s = p->slot > 0 ? p->slot : 0;
-        char *s0 = g->opt_state[i][0] ? xprintf("(float *)%s", ptr[g->opt_state[i][0]->id]) : xstrdup("NULL");
-        char *s1 = g->opt_state[i][1] ? xprintf("(float *)%s", ptr[g->opt_state[i][1]->id]) : xstrdup("NULL");
-        char *args = xprintf("&a, (float *)%s, %s, %s, %s, %" PRId64, ptr[p->id], ptr[view_base(g->grad[i])->id], s0, s1,
-                             shape_numel(&p->shape).c);
-        fprintf(o, "    /* %s */\n", p->name);
-        dispatch(e, s, xprintf("mrt_opt_step_f32(%s)", args), xprintf("mrt_cuda_opt_step_f32(stream%d, %s)", s, args));
+    fprintf(o, "    const int64_t step = m->step + 1;\n    const double lr = mrt_train_lr(&m->train, step);\n");
+    fprintf(o, "    mrt_opt_args a = mrt_opt_args_for(%d, lr, %.17g, %.17g, %.17g, %d, %.17g, %.17g, %.17g, step);\n",
+            op->kind == OPT_SGD ? 0 : op->kind == OPT_ADAM ? 1 : 2, op->weight_decay, op->momentum, op->dampening, op->nesterov,
+            op->beta1, op->beta2, op->eps);
+    fprintf(o, "    if (m->train.clip_grad_norm > 0) a.grad_scale = mrt_clip_coef(sumsq, m->train.clip_grad_norm);\n");
+    for (int s = 0; s < g->nslots; s++) {
+        int n = 0;
+        for (int i = 0; i < g->nparams; i++) {
+            if (!g->grad[i]) continue;
+            const Node *p = g->params[i];
+            if ((p->slot > 0 ? p->slot : 0) != s) continue;
+            char *s0 = g->opt_state[i][0] ? xprintf("(float *)%s", ptr[g->opt_state[i][0]->id]) : xstrdup("NULL");
+            char *s1 = g->opt_state[i][1] ? xprintf("(float *)%s", ptr[g->opt_state[i][1]->id]) : xstrdup("NULL");
+            fprintf(o, "%s        {(float *)%s, (const float *)%s, %s, %s, %" PRId64 "}, /* %s */\n",
+                    n ? "" : xprintf("    {\n    const mrt_opt_tensor t%d[] = {\n", s), ptr[p->id],
+                    ptr[view_base(g->grad[i])->id], s0, s1, shape_numel(&p->shape).c, p->name);
+            n++;
+        }
+        if (!n) continue;
+        fprintf(o, "    };\n");
+        dispatch(e, s, xprintf("mrt_opt_step_multi_f32(&a, t%d, %d)", s, n),
+                 xprintf("mrt_cuda_opt_step_multi_f32(stream%d, &a, t%d, %d)", s, s, n));
+        fprintf(o, "    }\n");
     }
-    fprintf(o, "    return MRT_OK;\n}\n\n");
+    fprintf(o, "    m->step = step;\n    m->last_lr = lr;\n    m->grad_norm = sqrt((double)sumsq);\n    return MRT_OK;\n}\n\n");
 }
 
 /* The descriptor tables: the params (with their regions), the slots, the arena offsets. */
@@ -939,6 +959,17 @@ void emit_c_source(Emit *e, FILE *o, const char *h_include) {
                "    .params = %s_params,\n", e->pfx, e->pfx, ns, e->pfx, g->nparams, e->pfx);
     fprintf(o, "#ifdef MRT_WITH_CUDA\n    .cuda = 1,\n#endif\n");
     if (e->init->n) fprintf(o, "    .init = %s_init,\n", e->pfx);
+    if (g->train) {
+        const struct Optimizer *op = &g->opt;
+        const char *kind = op->kind == OPT_SGD ? "sgd" : op->kind == OPT_ADAM ? "adam" : "adamw";
+        char *args = op->kind == OPT_SGD ? xprintf("lr=%.9g momentum=%.9g dampening=%.9g weight_decay=%.9g nesterov=%s", op->lr,
+                                                   op->momentum, op->dampening, op->weight_decay, op->nesterov ? "true" : "false")
+                                         : xprintf("lr=%.9g betas=[%.9g,%.9g] eps=%.9g weight_decay=%.9g", op->lr, op->beta1,
+                                                   op->beta2, op->eps, op->weight_decay);
+        fprintf(o, "    .optimizer = \"%s\",\n    .optimizer_args = \"%s\",\n", kind, args);
+        fprintf(o, "    .train = {.lr = %.17g, .clip_grad_norm = %.17g, .warmup_steps = %lld, .decay_steps = %lld, .min_lr = %.17g},\n",
+                op->lr, op->clip_grad_norm, op->warmup_steps, op->decay_steps, op->min_lr);
+    }
     fprintf(o, "};\n\n");
 
     /* the public API: thin calls into the runtime */
@@ -1017,6 +1048,7 @@ void emit_c_source(Emit *e, FILE *o, const char *h_include) {
         bool *io = xalloc(sizeof(bool) * (size_t)(g->nnodes + 1));
         for (int i = 0; i < g->ninputs; i++) io[g->inputs[i]->id] = true;
         for (int i = 0; i < g->noutputs; i++) io[view_base(g->outputs[i].node)->id] = true;
+        if (g->train) io[view_base(g->grad_sumsq)->id] = true; /* read by the optimizer step */
         char **ptr = declare_pointers(e, false, io, false);
         fprintf(o, "    void *const mrt_io[] = {");
         for (int i = 0; i < g->ninputs; i++) fprintf(o, "%s(void *)%s", i ? ", " : "", ptr[g->inputs[i]->id] ? ptr[g->inputs[i]->id] : "NULL");

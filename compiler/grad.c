@@ -23,6 +23,8 @@
 
 static Graph *G;
 
+static void add_grad_sumsq(Graph *g);
+
 /* ---------------------------------------------------------------- node constructors */
 
 static Node *mk(OpKind op, const Node *at, DType dt, const Shape *s) {
@@ -429,6 +431,25 @@ void grad_graph(Graph *g, char **frozen, int nfrozen) {
                  "at a frozen param, or at an op without one, such as argmax or a comparison): nothing would train",
                  g->loss->name ? g->loss->name : "loss");
     add_optimizer_state(g);
+    add_grad_sumsq(g);
+}
+
+/* g->grad_sumsq: the sum of the squares of every gradient, sum_i sum(g_i * g_i), a [1] f32
+ * node that the optimizer step reads (with the loss) for the global L2 norm of
+ * torch.nn.utils.clip_grad_norm_ and the log's grad_norm. Ordinary nodes: each square fuses into
+ * its sum, on the gradient's device. */
+static void add_grad_sumsq(Graph *g) {
+    Node *tot = NULL;
+    for (int i = 0; i < g->nparams; i++) {
+        Node *d = g->grad[i];
+        if (!d) continue;
+        const Node *p = g->params[i];
+        Shape flat = {1, {shape_numel(&p->shape)}};
+        Node *r = reshape(p, d, &flat);
+        Node *s = sum_axis(p, bin(OP_MUL, p, r, r), 0);
+        tot = tot ? bin(OP_ADD, p, tot, s) : s;
+    }
+    g->grad_sumsq = tot;
 }
 
 void dump_grad(FILE *out, const Graph *g, int first) {

@@ -228,6 +228,11 @@ void analyze_uses(Graph *g) {
         for (int k = 0; k < 2; k++)
             if (g->opt_state[i][k]) g->opt_state[i][k]->dead = false;
     }
+    if (g->train && g->grad_sumsq) {
+        g->grad_sumsq->is_output++;
+        g->grad_sumsq->nuses++;
+        g->grad_sumsq->dead = false;
+    }
     /* Reverse topological order: a node is live if a live node reads it. */
     for (int i = g->nnodes - 1; i >= 0; i--) {
         Node *n = g->nodes[i];

@@ -384,10 +384,17 @@ typedef struct Graph {
         enum { OPT_SGD, OPT_ADAM, OPT_ADAMW } kind;
         double lr, momentum, dampening, weight_decay, beta1, beta2, eps;
         bool nesterov;
+        /* every optimizer: clip the gradients' global L2 norm to clip_grad_norm (0: never), and
+         * the learning-rate schedule: linear warmup over warmup_steps, then cosine decay to
+         * min_lr over decay_steps (0: constant) -- defaults the run can change (mrt_train_cfg) */
+        double clip_grad_norm, min_lr;
+        long long warmup_steps, decay_steps;
         Loc loc;
     } opt;
     bool has_opt;
     Node *(*opt_state)[2]; /* per param with a gradient: its optimizer state params (NULL: none) */
+    Node *grad_sumsq;      /* the f32 scalar sum of the squares of every gradient (for the global
+                            * norm that clipping and the log read), kept like the loss */
     char **frozen; /* the 'freeze' names (exact, or a prefix ending in '*') */
     int nfrozen;
 } Graph;

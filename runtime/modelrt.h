@@ -42,7 +42,9 @@ typedef enum mrt_status {
     MRT_ERR_MISMATCH,     /* a tensor is missing, unexpected, or has the wrong dtype or shape */
     MRT_ERR_OOM,          /* an allocation of the named number of bytes failed */
     MRT_ERR_CUDA,         /* a CUDA runtime or library call failed */
-    MRT_ERR_INTERNAL      /* a bug in modelc or modelrt */
+    MRT_ERR_INTERNAL,     /* a bug in modelc or modelrt */
+    MRT_ERR_NOT_FINITE    /* a training step's loss or gradient norm is NaN or inf: the update
+                             was not applied, the weights are those of the last good step */
 } mrt_status;
 
 /** Message describing the most recent failure on this thread ("" if none). Owned by the
@@ -313,10 +315,11 @@ mrt_status mrt_cuda_embedding_f32(void *stream, float *y, const void *ids, int i
 /** Running sums along the middle axis of x [outer, n, inner] (mrt_cumsum_f32), in double. */
 mrt_status mrt_cuda_cumsum_f32(void *stream, float *y, const float *x, int64_t outer, int64_t n, int64_t inner);
 struct mrt_opt_args;
-/** The optimizer update of n elements of a param p with gradient g and state s0, s1 (NULL where
- *  the optimizer keeps none), on the stream (mrt_opt_step_f32, mrt_kernels.h). */
-mrt_status mrt_cuda_opt_step_f32(void *stream, const struct mrt_opt_args *a, float *p, const float *g, float *s0, float *s1,
-                                 int64_t n);
+struct mrt_opt_tensor;
+/** The optimizer update of every tensor of t[0..n) (mrt_opt_step_multi_f32), in as few kernel
+ *  launches as the kernel-parameter limit allows (MRT_OPT_CHUNK tensors each), as PyTorch's
+ *  fused/foreach optimizers' multi_tensor_apply does. The table itself is read on the host. */
+mrt_status mrt_cuda_opt_step_multi_f32(void *stream, const struct mrt_opt_args *a, const struct mrt_opt_tensor *t, int n);
 
 /** y[i] = start + step * i for i < n, f32 or (i64 != 0) int64 (mrt_iota). */
 mrt_status mrt_cuda_iota(void *stream, void *y, int64_t n, double start, double step, int i64);
@@ -403,7 +406,7 @@ mrt_status mrt_npy_write(const char *path, const mrt_tensor *t);
  * time (like model.to(device)); every other slot is pinned by an 'on DEVICE { }' region, and a
  * device map (PyTorch's map_location) may move a pinned slot to another device at run time. */
 
-#define MRT_MODEL_ABI 1      /* bumped when mrt_model_desc or mrt_model changes */
+#define MRT_MODEL_ABI 2      /* bumped when mrt_model_desc or mrt_model changes */
 #define MRT_MAX_SLOTS 16     /* device slots of one model */
 
 /** One device slot of a compiled model. Sizes in bytes, from the memory plan. */
@@ -420,6 +423,26 @@ typedef struct mrt_slot_desc {
 
 typedef struct mrt_model mrt_model;
 
+/** A training build's settings that may change between steps (mrt_model.train): the model's
+ *  optimizer statement gives the defaults (mrt_model_desc.train), `PROG train` options or a
+ *  program change them. The learning rate of step t (1, 2, ...) is mrt_train_lr's. */
+typedef struct mrt_train_cfg {
+    double lr;             /* the base learning rate (> 0) */
+    double clip_grad_norm; /* > 0: gradients scaled so their global L2 norm is at most this, as
+                              torch.nn.utils.clip_grad_norm_ (coefficient max / (norm + 1e-6),
+                              clamped to 1); 0: not clipped */
+    int64_t warmup_steps;  /* linear warmup: step t <= warmup_steps takes lr * t / warmup_steps */
+    int64_t decay_steps;   /* then cosine decay from lr to min_lr over decay_steps steps (min_lr
+                              after them); 0: lr stays constant after the warmup */
+    double min_lr;         /* the end of the cosine decay, 0 <= min_lr <= lr */
+} mrt_train_cfg;
+
+/** The learning rate of step t (1, 2, ...) under c: lr * t / W for t <= W (W = warmup_steps),
+ *  then min_lr + (lr - min_lr) * (1 + cos(pi * min(t - W, D) / D)) / 2 with D = decay_steps
+ *  (lr when D == 0). The warmup is llm.c's (the first step takes lr / W, not 0); the cosine is
+ *  torch.optim.lr_scheduler.CosineAnnealingLR's closed form (T_max = D, eta_min = min_lr). */
+double mrt_train_lr(const mrt_train_cfg *c, int64_t t);
+
 /** What modelc generates for a model, read by mrt_model_create. `abi` must be MRT_MODEL_ABI
  *  and `size` sizeof(mrt_model_desc) as the generated code saw it: a model compiled against
  *  another runtime is refused with both versions named. Params (state_dict order) go to region
@@ -433,6 +456,12 @@ typedef struct mrt_model_desc {
     const mrt_param_desc *params;
     int cuda;                /* 1 when the generated code was compiled with MRT_WITH_CUDA */
     mrt_status (*init)(mrt_model *m); /* the load-time kernels (folded batch norms, ...), or NULL */
+    /* training builds (modelc --train): the optimizer ("sgd", "adam", "adamw"; NULL in an
+     * inference build), a line of its hyper-parameters as the model states them (what a resume
+     * file must match), and its default step settings */
+    const char *optimizer;
+    const char *optimizer_args;
+    mrt_train_cfg train;
 } mrt_model_desc;
 
 /** A created model. The generated run() reads these fields; treat them as read-only. */
@@ -445,10 +474,12 @@ struct mrt_model {
     unsigned char *io[MRT_MAX_SLOTS];    /* CUDA staging for host buffers */
     void *stream[MRT_MAX_SLOTS];
     int weights_loaded;
-    /* training builds: the optimizer steps taken (the next step is step + 1) and the learning
-     * rate (0: the model's own, from its optimizer statement) */
+    /* training builds: the optimizer steps taken (the next step is step + 1), the step
+     * settings (desc->train at create; a program may change them between steps), and what the
+     * last step measured: its learning rate and the gradients' global L2 norm (before clipping) */
     int64_t step;
-    double lr;
+    mrt_train_cfg train;
+    double last_lr, grad_norm;
     void *graphs;                        /* the runtime's CUDA graphs of run() (rt_model.c) */
 };
 
@@ -584,6 +615,14 @@ typedef struct mrt_model_info {
  *  `path` as safetensors, atomically (a temporary file renamed into place); the metadata holds
  *  the model's name and its step count. Device weights are copied to the host first. */
 mrt_status mrt_model_save_weights(mrt_model *m, const char *path, int state);
+
+/** Resume a training build: read the optimizer state that mrt_model_save_weights(m, path, 1)
+ *  wrote (every state tensor, checked by name, dtype and shape) and set m->step to the step it
+ *  records, so the next step continues exactly where that run stopped. Call it after
+ *  mrt_model_load_weights (which zeros the state). A file of another model, of weights instead of
+ *  state, or of another optimizer is MRT_ERR_MISMATCH naming both sides; nothing is changed
+ *  then (a tensor that fails to read may leave the state partly written: load it again). */
+mrt_status mrt_model_load_state(mrt_model *m, const char *path);
 
 /** The command-line driver of generated executables:
  *    PROG --weights W.safetensors --input NAME=IN.npy ... --output NAME=OUT.npy ...

@@ -220,11 +220,25 @@ typedef struct mrt_opt_args {
     float neg_step_size; /* -lr / (1 - beta1^step) */
     float bc2_sqrt;      /* sqrt(1 - beta2^step) */
     float eps, decay;    /* decay = 1 - lr * weight_decay (AdamW) */
+    float grad_scale;    /* each gradient is multiplied by it first: clip_grad_norm_'s clamped
+                            coefficient (1 when not clipping, as PyTorch multiplies then too) */
 } mrt_opt_args;
+
+/* One tensor of a multi-tensor optimizer step: param p, its gradient g, its state s0, s1 (NULL
+ * where the optimizer keeps none), n elements, all on one device. */
+typedef struct mrt_opt_tensor {
+    float *p;
+    const float *g;
+    float *s0, *s1;
+    int64_t n;
+} mrt_opt_tensor;
+
+#define MRT_OPT_CHUNK 48 /* tensors per CUDA launch: 48 * 40 bytes + the scalars fit the 4 KiB of kernel parameters */
 
 /* p (the param), g (its gradient), s0, s1 (its state: SGD's momentum buffer; Adam's exp_avg and
  * exp_avg_sq) at one index. */
 MRT_HD void mrt_opt_elem(const mrt_opt_args *a, float *p, float g, float *s0, float *s1) {
+    g = g * a->grad_scale; /* torch._foreach_mul_(grads, clip_coef_clamped) */
     if (a->kind == 0) {
         if (a->weight_decay != 0) g = g + a->weight_decay * *p;
         if (a->momentum != 0) {
@@ -666,12 +680,24 @@ static inline mrt_opt_args mrt_opt_args_for(int kind, double lr, double weight_d
     a.bc2_sqrt = (float)sqrt(1 - pow(beta2, (double)step));
     a.eps = (float)eps;
     a.decay = (float)(1 - lr * weight_decay);
+    a.grad_scale = 1.0f;
     return a;
 }
 
-/* The update of n elements on the CPU. */
-static inline void mrt_opt_step_f32(const mrt_opt_args *a, float *p, const float *g, float *s0, float *s1, int64_t n) {
-    for (int64_t i = 0; i < n; i++) mrt_opt_elem(a, p + i, g[i], s0 ? s0 + i : NULL, s1 ? s1 + i : NULL);
+/* The update of every tensor of t[0..n) on the CPU. */
+static inline void mrt_opt_step_multi_f32(const mrt_opt_args *a, const mrt_opt_tensor *t, int n) {
+    for (int k = 0; k < n; k++) {
+        float *p = t[k].p, *s0 = t[k].s0, *s1 = t[k].s1;
+        const float *g = t[k].g;
+        for (int64_t i = 0; i < t[k].n; i++) mrt_opt_elem(a, p + i, g[i], s0 ? s0 + i : NULL, s1 ? s1 + i : NULL);
+    }
+}
+
+/* clip_grad_norm_'s coefficient for a global squared norm sumsq, in f32 as PyTorch computes it:
+ * max_norm / (norm + 1e-6) clamped to at most 1. */
+static inline float mrt_clip_coef(float sumsq, double max_norm) {
+    float c = (float)max_norm / (sqrtf(sumsq) + 1e-6f);
+    return c < 1.0f ? c : 1.0f;
 }
 
 /* One operand of a concatenation: `outer` rows of x_row bytes go to y at y_offset within each

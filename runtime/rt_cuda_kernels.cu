@@ -1020,23 +1020,57 @@ mrt_status mrt_cuda_iota(void *stream, void *y, int64_t n, double start, double 
     return MRT_OK;
 }
 
-__global__ void opt_step_kernel(mrt_opt_args a, float *__restrict__ p, const float *__restrict__ g, float *s0, float *s1,
-                                int64_t n)
+namespace {
+// One launch of the multi-tensor optimizer step, passed by value as the kernel's parameters:
+// tensor k owns blocks [first_block[k], first_block[k + 1]).
+struct OptChunk {
+    mrt_opt_args a;
+    mrt_opt_tensor t[MRT_OPT_CHUNK];
+    int first_block[MRT_OPT_CHUNK + 1];
+    int n;
+};
+constexpr int kOptBlocksPerTensor = 1024; // a larger tensor is covered grid-stride
+} // namespace
+
+__global__ void opt_multi_kernel(OptChunk c)
 {
-    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
-        mrt_opt_elem(&a, p + i, g[i], s0 ? s0 + i : NULL, s1 ? s1 + i : NULL);
+    const int b = (int)blockIdx.x;
+    int k = 0;
+    while (k + 1 < c.n && b >= c.first_block[k + 1])
+        k++;
+    const mrt_opt_tensor t = c.t[k];
+    const int64_t nb = c.first_block[k + 1] - c.first_block[k];
+    for (int64_t i = (int64_t)(b - c.first_block[k]) * blockDim.x + threadIdx.x; i < t.n; i += nb * blockDim.x)
+        mrt_opt_elem(&c.a, t.p + i, t.g[i], t.s0 ? t.s0 + i : NULL, t.s1 ? t.s1 + i : NULL);
 }
 
-mrt_status mrt_cuda_opt_step_f32(void *stream, const struct mrt_opt_args *a, float *p, const float *g, float *s0, float *s1,
-                                 int64_t n)
+mrt_status mrt_cuda_opt_step_multi_f32(void *stream, const struct mrt_opt_args *a, const struct mrt_opt_tensor *t, int n)
 {
-    static const char fn[] = "mrt_cuda_opt_step_f32";
-    if (n < 0 || !a)
-        return bad_arg(fn, "negative length or no arguments");
-    if (n == 0)
-        return MRT_OK;
-    MRT_LAUNCH(opt_step_kernel, grid_for(n, kBlock), kBlock, 0, (cudaStream_t)stream, *a, p, g, s0, s1, n);
-    LAUNCH_CHECK(fn, "opt_step_kernel");
+    static const char fn[] = "mrt_cuda_opt_step_multi_f32";
+    if (n < 0 || !a || (n > 0 && !t))
+        return bad_arg(fn, "negative count or no arguments");
+    OptChunk c;
+    memset(&c, 0, sizeof c);
+    c.a = *a;
+    for (int k0 = 0; k0 < n; k0 += MRT_OPT_CHUNK) {
+        c.n = 0;
+        int blocks = 0;
+        for (int k = k0; k < n && k < k0 + MRT_OPT_CHUNK; k++) {
+            if (t[k].n < 0)
+                return bad_arg(fn, "negative length");
+            if (t[k].n == 0)
+                continue;
+            int64_t want = (t[k].n + kBlock - 1) / kBlock;
+            c.t[c.n] = t[k];
+            c.first_block[c.n++] = blocks;
+            blocks += (int)(want < kOptBlocksPerTensor ? want : kOptBlocksPerTensor);
+        }
+        if (!c.n)
+            continue;
+        c.first_block[c.n] = blocks;
+        MRT_LAUNCH(opt_multi_kernel, blocks, kBlock, 0, (cudaStream_t)stream, c);
+        LAUNCH_CHECK(fn, "opt_multi_kernel");
+    }
     return MRT_OK;
 }
 

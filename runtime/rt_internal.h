@@ -146,6 +146,11 @@ mrt_status rt_output_check(const char *what, const char *path, const char *const
                            const char *const *reader_what, int nreaders, rt_dest *d);
 /* A dtype's safetensors name: "F32", "I64", "BF16", ... ("?" for none) (rt_safetensors.c). */
 const char *rt_safetensors_dtype(mrt_dtype dt);
+
+/** The string value of `key` in the __metadata__ of the safetensors file at `path`, copied into
+ *  out[cap] ("" when the file has no such entry). MRT_ERR_IO / MRT_ERR_FORMAT naming the file
+ *  when it cannot be read or is not safetensors. */
+mrt_status rt_safetensors_meta(const char *path, const char *key, char *out, size_t cap);
 /* malloc'd printf, NULL when out of memory. */
 char *rt_strdup_printf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 

@@ -342,6 +342,7 @@ mrt_status mrt_model_create_on(mrt_model **out, const mrt_model_desc *d, const m
     if (!m)
         return mrt_set_error(MRT_ERR_OOM, "%s: out of memory (%zu bytes)", d->name, sizeof *m);
     m->desc = d;
+    m->train = d->train;
     memcpy(m->dev, devs, sizeof(mrt_device) * (size_t)d->n_slots);
     for (int s = 0; s < d->n_slots && st == MRT_OK; s++) {
         mrt_device dv = m->dev[s];

@@ -215,10 +215,9 @@ mrt_status mrt_cuda_iota(void *stream, void *y, int64_t n, double start, double 
     return rt_no_cuda_err("mrt_cuda_iota");
 }
 
-mrt_status mrt_cuda_opt_step_f32(void *stream, const struct mrt_opt_args *a, float *p, const float *g, float *s0, float *s1,
-                                 int64_t n)
+mrt_status mrt_cuda_opt_step_multi_f32(void *stream, const struct mrt_opt_args *a, const struct mrt_opt_tensor *t, int n)
 {
-    return rt_no_cuda_err("mrt_cuda_opt_step_f32");
+    return rt_no_cuda_err("mrt_cuda_opt_step_multi_f32");
 }
 
 mrt_status mrt_cuda_max_f32(void *stream, float *y, const float *x, int64_t outer, int64_t n, int64_t inner)

@@ -639,3 +639,44 @@ done:
     close(fd);
     return st;
 }
+
+mrt_status rt_safetensors_meta(const char *path, const char *key, char *out, size_t cap)
+{
+    if (cap)
+        out[0] = '\0';
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return mrt_set_error(MRT_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+    unsigned char len8[8];
+    uint64_t hlen = 0;
+    mrt_status st = MRT_OK;
+    if (fread(len8, 1, 8, f) != 8)
+        st = mrt_set_error(MRT_ERR_FORMAT, "%s: too short for a safetensors header", path);
+    for (int i = 7; st == MRT_OK && i >= 0; i--)
+        hlen = (hlen << 8) | len8[i];
+    if (st == MRT_OK && (hlen == 0 || hlen > RT_ST_MAX_HEADER))
+        st = mrt_set_error(MRT_ERR_FORMAT, "%s: not a safetensors file (header length %llu)", path,
+                           (unsigned long long)hlen);
+    char *hdr = st == MRT_OK ? malloc((size_t)hlen + 1) : NULL;
+    if (st == MRT_OK && !hdr)
+        st = mrt_set_error(MRT_ERR_OOM, "%s: cannot allocate %llu bytes for the header", path, (unsigned long long)hlen + 1);
+    if (st == MRT_OK && fread(hdr, 1, (size_t)hlen, f) != hlen)
+        st = mrt_set_error(MRT_ERR_FORMAT, "%s: not a safetensors file: the header is cut short", path);
+    fclose(f);
+    cJSON *root = NULL;
+    if (st == MRT_OK) {
+        hdr[hlen] = '\0';
+        root = cJSON_ParseWithLength(hdr, (size_t)hlen);
+        if (!cJSON_IsObject(root))
+            st = mrt_set_error(MRT_ERR_FORMAT, "%s: malformed JSON header", path);
+    }
+    if (st == MRT_OK) {
+        const cJSON *meta = cJSON_GetObjectItemCaseSensitive(root, "__metadata__");
+        const cJSON *v = cJSON_IsObject(meta) ? cJSON_GetObjectItemCaseSensitive(meta, key) : NULL;
+        if (cJSON_IsString(v) && cap)
+            snprintf(out, cap, "%s", v->valuestring);
+    }
+    cJSON_Delete(root);
+    free(hdr);
+    return st;
+}

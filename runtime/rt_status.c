@@ -30,6 +30,7 @@ const char *mrt_status_name(mrt_status s)
     case MRT_ERR_OOM: return "MRT_ERR_OOM";
     case MRT_ERR_CUDA: return "MRT_ERR_CUDA";
     case MRT_ERR_INTERNAL: return "MRT_ERR_INTERNAL";
+    case MRT_ERR_NOT_FINITE: return "MRT_ERR_NOT_FINITE";
     }
     return "MRT_ERR_UNKNOWN";
 }

@@ -56,8 +56,11 @@ mrt_status mrt_model_save_weights(mrt_model *m, const char *path, int state)
         free(buf);
         return mrt_set_error(MRT_ERR_OOM, "%s: cannot allocate %zu bytes to save the weights", path, data + cap);
     }
-    size_t h = (size_t)snprintf(hdr, cap, "{\"__metadata__\":{\"format\":\"pt\",\"model\":\"%s\",\"step\":\"%lld\"}",
-                                d->name, (long long)m->step);
+    cap += d->optimizer_args ? strlen(d->optimizer_args) : 0;
+    size_t h = (size_t)snprintf(hdr, cap, "{\"__metadata__\":{\"format\":\"pt\",\"model\":\"%s\",\"content\":\"%s\","
+                                "\"optimizer\":\"%s\",\"optimizer_args\":\"%s\",\"step\":\"%lld\"}", d->name,
+                                state ? "optimizer state" : "weights", d->optimizer ? d->optimizer : "",
+                                d->optimizer_args ? d->optimizer_args : "", (long long)m->step);
     size_t off = 0;
     mrt_status st = MRT_OK;
     for (int i = 0; i < d->n_params && st == MRT_OK; i++) {
@@ -101,22 +104,110 @@ mrt_status mrt_model_save_weights(mrt_model *m, const char *path, int state)
     return st;
 }
 
+double mrt_train_lr(const mrt_train_cfg *c, int64_t t)
+{
+    if (c->warmup_steps > 0 && t <= c->warmup_steps)
+        return c->lr * (double)t / (double)c->warmup_steps;
+    if (c->decay_steps <= 0)
+        return c->lr;
+    int64_t k = t - (c->warmup_steps > 0 ? c->warmup_steps : 0);
+    if (k > c->decay_steps)
+        k = c->decay_steps;
+    return c->min_lr + (c->lr - c->min_lr) * (1 + cos(M_PI * (double)k / (double)c->decay_steps)) / 2;
+}
+
+mrt_status mrt_model_load_state(mrt_model *m, const char *path)
+{
+    if (!m || !m->desc || !path || !*path)
+        return mrt_set_error(MRT_ERR_INVALID_ARG, "mrt_model_load_state: model or path is NULL or empty");
+    const mrt_model_desc *d = m->desc;
+    if (!d->optimizer)
+        return mrt_set_error(MRT_ERR_INVALID_ARG, "%s: model '%s' is not a training build: it has no optimizer state",
+                             path, d->name);
+    /* What the file says it is, before any tensor is read. */
+    char model[256], content[64], opt[64], step[32];
+    mrt_status st;
+    if ((st = rt_safetensors_meta(path, "model", model, sizeof model)) != MRT_OK ||
+        (st = rt_safetensors_meta(path, "content", content, sizeof content)) != MRT_OK ||
+        (st = rt_safetensors_meta(path, "optimizer", opt, sizeof opt)) != MRT_OK ||
+        (st = rt_safetensors_meta(path, "step", step, sizeof step)) != MRT_OK)
+        return st;
+    if (!*model || !*step)
+        return mrt_set_error(MRT_ERR_MISMATCH, "%s: not a state file of a modelc training run (no model and step in "
+                             "its metadata; PROG train --save-state writes one)", path);
+    if (strcmp(model, d->name))
+        return mrt_set_error(MRT_ERR_MISMATCH, "%s: the state of model '%s', not of '%s'", path, model, d->name);
+    if (strcmp(content, "optimizer state"))
+        return mrt_set_error(MRT_ERR_MISMATCH, "%s holds %s, not optimizer state (--save-state writes that; --save "
+                             "writes the weights)", path, *content ? content : "no optimizer state");
+    if (strcmp(opt, d->optimizer))
+        return mrt_set_error(MRT_ERR_MISMATCH, "%s: the state of optimizer '%s', but model '%s' trains with '%s'", path,
+                             *opt ? opt : "(none)", d->name, d->optimizer);
+    char *end;
+    errno = 0;
+    long long steps = strtoll(step, &end, 10);
+    if (*end || errno || steps < 0)
+        return mrt_set_error(MRT_ERR_FORMAT, "%s: its step count '%s' is not a non-negative integer", path, step);
+    /* The state tensors alone, each required, read into place (a GPU slot through host memory). */
+    mrt_param_desc *ps = malloc(sizeof *ps * (size_t)(d->n_params + 1));
+    void *regions[2 * MRT_MAX_SLOTS] = {0};
+    size_t bytes[2 * MRT_MAX_SLOTS] = {0};
+    int n = 0;
+    st = ps ? MRT_OK : mrt_set_error(MRT_ERR_OOM, "%s: out of memory", path);
+    for (int i = 0; st == MRT_OK && i < d->n_params; i++)
+        if (d->params[i].state) {
+            ps[n] = d->params[i];
+            ps[n++].state = 0; /* required */
+        }
+    for (int s = 0; st == MRT_OK && s < d->n_slots; s++) {
+        bytes[2 * s] = d->slots[s].weight_bytes;
+        int cuda = m->dev[s].kind == MRT_DEVICE_CUDA;
+        regions[2 * s] = cuda ? malloc(bytes[2 * s] ? bytes[2 * s] : 1) : m->weights[s];
+        if (!regions[2 * s])
+            st = mrt_set_error(MRT_ERR_OOM, "%s: cannot allocate %zu bytes of host memory", path, bytes[2 * s]);
+    }
+    if (st == MRT_OK && n)
+        st = mrt_weights_load_regions(path, ps, n, regions, bytes, 2 * d->n_slots);
+    for (int i = 0; st == MRT_OK && i < n; i++) {
+        int s = ps[i].region / 2;
+        if (m->dev[s].kind != MRT_DEVICE_CUDA)
+            continue;
+        if ((st = mrt_device_activate(m->dev[s])) == MRT_OK &&
+            (st = mrt_memcpy(m->dev[s], m->weights[s] + ps[i].offset, (mrt_device){MRT_DEVICE_CPU, 0},
+                             (unsigned char *)regions[2 * s] + ps[i].offset, param_bytes(&ps[i]), m->stream[s])) == MRT_OK)
+            st = mrt_stream_sync(m->dev[s], m->stream[s], "load_state");
+    }
+    for (int s = 0; s < d->n_slots; s++)
+        if (m->dev[s].kind == MRT_DEVICE_CUDA)
+            free(regions[2 * s]);
+    free(ps);
+    if (st == MRT_OK)
+        st = mrt_device_activate(m->dev[0]);
+    if (st == MRT_OK)
+        m->step = steps;
+    return st;
+}
+
 /* ---------------------------------------------------------------- PROG train */
 
 typedef struct train_opts {
     const char *weights, *save, *save_state, *device, *log;
     const char **data; /* [n_inputs] */
+    const char *resume;
     int batch, epochs, shuffle, quiet;
-    long long steps;
-    double lr;
+    long long steps, save_every;
+    long long warmup_steps, decay_steps; /* -1: the model's */
+    double lr, clip_grad_norm, min_lr;   /* lr 0, the others -1: the model's */
     unsigned long long seed;
 } train_opts;
 
 static void train_usage(FILE *f, const char *prog)
 {
     fprintf(f, "usage: %s train --weights INIT.safetensors --data NAME=FILE.npy ... [--batch N] [--epochs E]\n"
-               "       [--steps S] [--lr LR] [--shuffle] [--seed S] [--save OUT.safetensors]\n"
-               "       [--save-state STATE.safetensors] [--device D] [--log FILE] [--quiet]\n",
+               "       [--steps S] [--lr LR] [--warmup-steps N] [--decay-steps N] [--min-lr LR]\n"
+               "       [--clip-grad-norm X] [--shuffle] [--seed S] [--save OUT.safetensors]\n"
+               "       [--save-state STATE.safetensors] [--save-every N] [--resume STATE.safetensors]\n"
+               "       [--device D] [--log FILE] [--quiet]\n",
             prog);
 }
 
@@ -134,20 +225,37 @@ static void train_help(const mrt_model_info *info, const char *prog)
            "  --batch N          samples per step (default and most: the compiled --max-batch, %d);\n"
            "                     the last batch of an epoch may be smaller\n"
            "  --epochs E         passes over the data (default 1); --steps S stops after S steps\n"
-           "  --lr LR            the learning rate (default: the model's optimizer statement)\n"
+           "  --lr LR            the learning rate (default: the model's optimizer statement, %g)\n"
+           "  --warmup-steps N   linear warmup: step t <= N takes lr * t / N (default %lld)\n"
+           "  --decay-steps N    then cosine decay to --min-lr over N steps; 0: constant (default %lld)\n"
+           "  --min-lr LR        the end of the cosine decay (default %g)\n"
+           "  --clip-grad-norm X scale the gradients to a global L2 norm of at most X, as\n"
+           "                     torch.nn.utils.clip_grad_norm_; 0: never (default %g)\n"
            "  --shuffle          a new order of the samples each epoch, from --seed (default 0)\n"
            "  --save FILE        write the trained weights there (atomically) at the end\n"
            "  --save-state FILE  write the optimizer state (and its step) there too\n"
-           "  --log FILE         append one line per step: epoch, step, loss, samples/s\n"
+           "  --save-every N     also write them after every N steps (checkpoints); a step whose loss is\n"
+           "                     not finite stops the run and leaves the last checkpoint as it is\n"
+           "  --resume FILE      continue from a --save-state file (with --weights the --save file of\n"
+           "                     the same step): its step count picks the batch, the learning rate and\n"
+           "                     the bias correction, so with the same --batch, --shuffle and --seed\n"
+           "                     the run ends bit for bit as one that was never stopped; --epochs and\n"
+           "                     --steps count from the first step of the training\n"
+           "  --log FILE         append one line per step: epoch, step, loss, samples/s, grad_norm, lr\n"
            "  --device D         cpu, cuda, cuda:N or auto (default)\n"
            "  --quiet            no progress line\n",
-           info->max_batch);
+           info->max_batch, info->desc ? info->desc->train.lr : 0.0,
+           info->desc ? (long long)info->desc->train.warmup_steps : 0LL,
+           info->desc ? (long long)info->desc->train.decay_steps : 0LL, info->desc ? info->desc->train.min_lr : 0.0,
+           info->desc ? info->desc->train.clip_grad_norm : 0.0);
 }
 
 static int train_parse(const mrt_model_info *info, const char *prog, int argc, char **argv, train_opts *o, int *help)
 {
     o->epochs = 1;
     o->batch = info->max_batch;
+    o->warmup_steps = o->decay_steps = -1;
+    o->clip_grad_norm = o->min_lr = -1;
     for (int i = 2; i < argc; i++) {
         const char *a = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -172,6 +280,9 @@ static int train_parse(const mrt_model_info *info, const char *prog, int argc, c
         } else if (!strcmp(a, "--save-state")) {
             NEED();
             o->save_state = v;
+        } else if (!strcmp(a, "--resume")) {
+            NEED();
+            o->resume = v;
         } else if (!strcmp(a, "--device")) {
             NEED();
             o->device = v;
@@ -182,15 +293,24 @@ static int train_parse(const mrt_model_info *info, const char *prog, int argc, c
             o->shuffle = 1;
         } else if (!strcmp(a, "--quiet")) {
             o->quiet = 1;
-        } else if (!strcmp(a, "--batch") || !strcmp(a, "--epochs") || !strcmp(a, "--steps") || !strcmp(a, "--seed")) {
+        } else if (!strcmp(a, "--batch") || !strcmp(a, "--epochs") || !strcmp(a, "--steps") || !strcmp(a, "--seed") ||
+                   !strcmp(a, "--save-every") || !strcmp(a, "--warmup-steps") || !strcmp(a, "--decay-steps")) {
             NEED();
             errno = 0;
             long long x = strtoll(v, &end, 10);
-            if (*end || errno || x < (strcmp(a, "--seed") ? 1 : 0)) {
+            int nonneg = !strcmp(a, "--seed") || !strcmp(a, "--warmup-steps") || !strcmp(a, "--decay-steps");
+            if (*end || !*v || errno || x < (nonneg ? 0 : 1)) {
                 fprintf(stderr, "%s train: error: %s takes a %s integer, got '%s'\n", prog, a,
-                        strcmp(a, "--seed") ? "positive" : "non-negative", v);
+                        nonneg ? "non-negative" : "positive", v);
                 return 2;
             }
+            if (!strcmp(a, "--save-every"))
+                o->save_every = x;
+            else if (!strcmp(a, "--warmup-steps"))
+                o->warmup_steps = x;
+            else if (!strcmp(a, "--decay-steps"))
+                o->decay_steps = x;
+            else
             if (!strcmp(a, "--batch")) {
                 if (x > info->max_batch) {
                     fprintf(stderr, "%s train: error: --batch %lld is more than the compiled maximum %d (modelc "
@@ -205,15 +325,22 @@ static int train_parse(const mrt_model_info *info, const char *prog, int argc, c
             } else {
                 o->seed = (unsigned long long)x;
             }
-        } else if (!strcmp(a, "--lr")) {
+        } else if (!strcmp(a, "--lr") || !strcmp(a, "--min-lr") || !strcmp(a, "--clip-grad-norm")) {
             NEED();
             errno = 0;
             double x = strtod(v, &end);
-            if (*end || errno || !(x > 0) || !isfinite(x)) {
-                fprintf(stderr, "%s train: error: --lr takes a positive number, got '%s'\n", prog, v);
+            int pos = !strcmp(a, "--lr");
+            if (*end || !*v || errno || !(pos ? x > 0 : x >= 0) || !isfinite(x)) {
+                fprintf(stderr, "%s train: error: %s takes a %s number, got '%s'\n", prog, a, pos ? "positive" : "non-negative",
+                        v);
                 return 2;
             }
-            o->lr = x;
+            if (pos)
+                o->lr = x;
+            else if (!strcmp(a, "--min-lr"))
+                o->min_lr = x;
+            else
+                o->clip_grad_norm = x;
         } else if (!strcmp(a, "--data")) {
             NEED();
             const char *eq = strchr(v, '=');
@@ -237,6 +364,11 @@ static int train_parse(const mrt_model_info *info, const char *prog, int argc, c
             return 2;
         }
 #undef NEED
+    }
+    if (o->save_every && !o->save) {
+        fprintf(stderr, "%s train: error: --save-every needs --save FILE (and --save-state FILE for the optimizer state)\n",
+                prog);
+        return 2;
     }
     for (int j = 0; j < info->n_inputs; j++)
         if (!o->data[j]) {
@@ -292,25 +424,31 @@ int rt_train_main(const mrt_model_info *info, int argc, char **argv, const char 
     rc = 1;
     int nin = info->n_inputs;
     /* The files written (--save, --save-state, --log): none of them a file the training reads,
-     * nor two of them one file; checked before anything is read or run. */
+     * nor two of them one file; checked before anything is read or run. A resumed run may write
+     * its checkpoint where it read it (--weights and --save, --resume and --save-state one file
+     * each): both are read whole before the first step, and written atomically. */
     {
         const char *outs[3] = {o.save, o.save_state, o.log}, *outw[3] = {"--save", "--save-state", "--log"};
-        const char **readers = calloc((size_t)nin + 1, sizeof *readers), **rw = calloc((size_t)nin + 1, sizeof *rw);
+        const char **readers = calloc((size_t)nin + 2, sizeof *readers), **rw = calloc((size_t)nin + 2, sizeof *rw);
         rt_dest d[3];
         memset(d, 0, sizeof d);
         mrt_status st = readers && rw ? MRT_OK : mrt_set_error(MRT_ERR_OOM, "out of memory");
         if (st == MRT_OK) {
             readers[0] = o.weights;
             rw[0] = "the weights file";
+            readers[1] = o.resume;
+            rw[1] = "the --resume file";
             for (int i = 0; i < nin; i++) {
-                readers[i + 1] = o.data[i];
-                rw[i + 1] = rt_strdup_printf("--data %s", info->inputs[i].name);
+                readers[i + 2] = o.data[i];
+                rw[i + 2] = rt_strdup_printf("--data %s", info->inputs[i].name);
             }
         }
         for (int i = 0; i < 3 && st == MRT_OK; i++) {
             if (!outs[i])
                 continue;
-            st = rt_output_check(outw[i], outs[i], readers, rw, nin + 1, &d[i]);
+            readers[0] = o.resume && i == 0 ? NULL : o.weights;
+            readers[1] = o.resume && i == 1 ? NULL : o.resume;
+            st = rt_output_check(outw[i], outs[i], readers, rw, nin + 2, &d[i]);
             for (int j = 0; j < i && st == MRT_OK; j++)
                 if (outs[j] && rt_dest_same(&d[i], &d[j]))
                     st = mrt_set_error(MRT_ERR_INVALID_ARG, "%s and %s name one file (%s); name two files", outw[j],
@@ -319,7 +457,7 @@ int rt_train_main(const mrt_model_info *info, int argc, char **argv, const char 
         for (int i = 0; i < 3; i++)
             free(d[i].name);
         for (int i = 0; rw && i < nin; i++)
-            free((char *)rw[i + 1]);
+            free((char *)rw[i + 2]);
         free(readers);
         free(rw);
         if (st != MRT_OK) {
@@ -383,14 +521,47 @@ int rt_train_main(const mrt_model_info *info, int argc, char **argv, const char 
     if (info->load_weights(model, o.weights) != MRT_OK)
         goto fail;
     mrt_model *m = model;
+    if (o.resume && mrt_model_load_state(m, o.resume) != MRT_OK)
+        goto fail;
     if (o.lr > 0)
-        m->lr = o.lr;
+        m->train.lr = o.lr;
+    if (o.warmup_steps >= 0)
+        m->train.warmup_steps = o.warmup_steps;
+    if (o.decay_steps >= 0)
+        m->train.decay_steps = o.decay_steps;
+    if (o.min_lr >= 0)
+        m->train.min_lr = o.min_lr;
+    if (o.clip_grad_norm >= 0)
+        m->train.clip_grad_norm = o.clip_grad_norm;
+    if (m->train.min_lr > m->train.lr) {
+        mrt_set_error(MRT_ERR_INVALID_ARG, "the minimum learning rate %g is above the learning rate %g", m->train.min_lr,
+                      m->train.lr);
+        goto fail;
+    }
     if (o.log && !(log = fopen(o.log, "a"))) {
         mrt_set_error(MRT_ERR_IO, "--log %s: cannot open: %s", o.log, strerror(errno));
         goto fail;
     }
     int tty = !o.quiet && isatty(STDERR_FILENO);
     int64_t steps_per_epoch = (N + o.batch - 1) / o.batch, step = 0;
+    const int64_t skip = m->step; /* a resumed run replays the order up to its step without running */
+    int64_t total = (int64_t)o.epochs * steps_per_epoch;
+    if (o.steps && o.steps < total)
+        total = o.steps;
+    if (skip >= total) {
+        mrt_set_error(MRT_ERR_INVALID_ARG, "--resume %s is at step %lld, and this run ends at step %lld (--epochs and "
+                      "--steps count from the first step of the training): nothing to train", o.resume, (long long)skip,
+                      (long long)total);
+        goto fail;
+    }
+    long long saved_at = -1; /* the step of the last checkpoint written */
+    if (!o.quiet) {
+        char dev[32], res[64] = "";
+        if (skip)
+            snprintf(res, sizeof res, ", resumed at step %lld", (long long)skip);
+        fprintf(stderr, "%s train: %lld samples, batch %d (%lld steps per epoch), on %s%s\n", prog, (long long)N, o.batch,
+                (long long)steps_per_epoch, mrt_device_str(m->dev[0], dev, sizeof dev), res);
+    }
     uint64_t rng = o.seed;
     double t0 = now_s();
     int64_t seen = 0;
@@ -404,6 +575,10 @@ int rt_train_main(const mrt_model_info *info, int argc, char **argv, const char 
             }
         for (int64_t b0 = 0; b0 < N && (!o.steps || step < o.steps); b0 += o.batch) {
             int nb = (int)(N - b0 < o.batch ? N - b0 : o.batch);
+            if (step < skip) {
+                step++;
+                continue;
+            }
             for (int i = 0; i < nin; i++)
                 for (int r = 0; r < nb; r++)
                     memcpy((unsigned char *)bufs[i] + (size_t)r * row[i],
@@ -412,23 +587,36 @@ int rt_train_main(const mrt_model_info *info, int argc, char **argv, const char 
             void *out[1] = {&loss};
             mrt_status st = info->run(model, dims, (const void *const *)bufs, out);
             if (st != MRT_OK) {
-                char msg[1024];
+                char msg[1024], kept[1200] = "";
                 snprintf(msg, sizeof msg, "%s", mrt_last_error());
-                mrt_set_error(st, "epoch %d, step %lld: %s%s", ep, (long long)step + 1, msg,
-                              o.save ? " (nothing is saved: the weights file keeps its old contents)" : "");
+                if (saved_at >= 0)
+                    snprintf(kept, sizeof kept, " (the last checkpoint, %s%s%s, holds step %lld; it is kept as it is)", o.save,
+                             o.save_state ? " and " : "", o.save_state ? o.save_state : "", saved_at);
+                else if (o.save)
+                    snprintf(kept, sizeof kept, " (nothing is saved: %s keeps its old contents; --save-every N keeps "
+                             "checkpoints)", o.save);
+                mrt_set_error(st, "epoch %d, step %lld: %s%s", ep, (long long)step + 1, msg, kept);
                 goto fail;
             }
             step++;
             seen += nb;
             double el = now_s() - t0;
             if (log)
-                fprintf(log, "epoch %d step %lld loss %.9g samples/s %.1f\n", ep, (long long)step, loss,
-                        el > 0 ? (double)seen / el : 0.0);
+                fprintf(log, "epoch %d step %lld loss %.9g samples/s %.1f grad_norm %.9g lr %.9g\n", ep, (long long)step,
+                        loss, el > 0 ? (double)seen / el : 0.0, m->grad_norm, m->last_lr);
             if (tty)
-                fprintf(stderr, "\repoch %d/%d  step %lld/%lld  loss %.6f  %.0f samples/s   ", ep, o.epochs,
-                        (long long)((step - 1) % steps_per_epoch + 1), (long long)steps_per_epoch, loss,
+                fprintf(stderr, "\repoch %d/%d  step %lld/%lld  loss %.6f  lr %.3g  %.0f samples/s   ", ep, o.epochs,
+                        (long long)((step - 1) % steps_per_epoch + 1), (long long)steps_per_epoch, loss, m->last_lr,
                         el > 0 ? (double)seen / el : 0.0);
+            if (o.save_every && step % o.save_every == 0 && step < total) {
+                if (mrt_model_save_weights(m, o.save, 0) != MRT_OK ||
+                    (o.save_state && mrt_model_save_weights(m, o.save_state, 1) != MRT_OK))
+                    goto fail;
+                saved_at = step;
+            }
         }
+        if (step <= skip) /* an epoch the resumed run only replayed */
+            continue;
         if (tty)
             fprintf(stderr, "\n");
         else if (!o.quiet)

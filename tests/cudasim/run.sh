@@ -339,6 +339,20 @@ for ex in "resnet18 check-b1 2" "gpt2 check-b1 2" "minilm test 3"; do
             "$log"
     fi
 done
+# Training on the simulated GPU: every tests/train model step for step against PyTorch (the
+# backward and optimizer kernels, the multi-tensor step), the resume and divergence checks, and
+# the gradients against finite differences.
+for t in run gradcheck; do
+    out="$(CUDASIM_DEVICES=1 TRAIN_DEVICE=cuda MODELC="$sim/bin/modelc" timeout 900 "$PY" tests/train/$t.py \
+           2>"$work/train_$t.err")"
+    rc=$?
+    sed -n 's#^\(PASS\|FAIL\|SKIP\): #\1: cudasim/#p' <<<"$out"
+    if [ $rc -ne 0 ]; then
+        failed=1
+        grep -q '^FAIL:' <<<"$out" ||
+            echo "FAIL: cudasim/train/$t: exit status $rc: $(tail -n3 "$work/train_$t.err" | tr '\n' ' ')"
+    fi
+done
 # ResNet-18 at batch 1 replayed as a CUDA graph (the binary section 6 built, --repeat 3 after its
 # eager and capturing warm-ups): one graph launch, no kernel launch or library call of its own,
 # and still no host synchronization before the end of the run.

@@ -25,9 +25,9 @@ def _w(rng, out, inp):
 
 def make(name):
     """(weights, data): dicts of float32 / int64 arrays under the model's names."""
-    rng = np.random.default_rng({"mlp_adamw": 1, "mlp_sgd": 2, "mlp_adam": 3}[name])
+    rng = np.random.default_rng({"mlp_adamw": 1, "mlp_sgd": 2, "mlp_adam": 3, "mlp_sched": 4}[name])
     x = rng.standard_normal((N, 8)).astype(np.float32)
-    if name == "mlp_adamw":
+    if name in ("mlp_adamw", "mlp_sched"):
         w = {"fc1.weight": _w(rng, 16, 8), "fc1.bias": _w(rng, 1, 16)[0] * 0.5,
              "fc2.weight": _w(rng, 3, 16), "fc2.bias": _w(rng, 1, 3)[0] * 0.5}
         d = {"x": x, "labels": rng.integers(0, 3, N).astype(np.int64)}

@@ -9,6 +9,7 @@ weights, trained on make_data's samples in file order at batch 8 for two epochs 
 the optimizer of the .model file (torch.optim, its default single-tensor implementation), in
 float32 on the CPU.
 """
+import math
 import os
 import sys
 
@@ -27,7 +28,7 @@ BATCH, EPOCHS = 8, 2
 
 def forward(name, p, d):
     x = d["x"]
-    if name == "mlp_adamw":
+    if name in ("mlp_adamw", "mlp_sched"):
         h = F.relu(F.linear(x, p["fc1.weight"], p["fc1.bias"]))
         return F.cross_entropy(F.linear(h, p["fc2.weight"], p["fc2.bias"]), d["labels"])
     if name == "mlp_sgd":
@@ -40,7 +41,22 @@ def forward(name, p, d):
             + 0.5 * F.binary_cross_entropy_with_logits(out[:, 3:5], d["flags"]))
 
 
+# mlp_sched: clip_grad_norm_ and a schedule, as its optimizer statement declares them
+CLIP = {"mlp_sched": 0.5}
+WARMUP, DECAY, MIN_LR = 3, 5, 0.002
+
+
+def schedule(t, lr):
+    """The learning rate of step t (1, 2, ...): linear warmup, then cosine decay (mrt_train_lr)."""
+    if t <= WARMUP:
+        return lr * t / WARMUP
+    k = min(t - WARMUP, DECAY)
+    return MIN_LR + (lr - MIN_LR) * (1 + math.cos(math.pi * k / DECAY)) / 2
+
+
 def optimizer(name, params):
+    if name == "mlp_sched":
+        return torch.optim.AdamW(params, lr=0.02, weight_decay=0.01)
     if name == "mlp_adamw":
         return torch.optim.AdamW(params, lr=0.01, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.01)
     if name == "mlp_sgd":
@@ -51,24 +67,36 @@ def optimizer(name, params):
 def train(name):
     w, data = make_data.make(name)
     p = {k: torch.tensor(v, requires_grad=(k != "emb.weight")) for k, v in w.items()}
-    opt = optimizer(name, [t for k, t in p.items() if t.requires_grad])
+    trained = [t for k, t in p.items() if t.requires_grad]
+    opt = optimizer(name, trained)
+    sched = None
+    if name in CLIP:  # LambdaLR calls the lambda with 0 before step 1
+        sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda i: schedule(i + 1, 0.02) / 0.02)
     n = next(iter(data.values())).shape[0]
-    losses = []
+    losses, norms = [], []
     for _ in range(EPOCHS):
         for b0 in range(0, n, BATCH):
             d = {k: torch.tensor(v[b0:b0 + BATCH]) for k, v in data.items()}
             opt.zero_grad()
             loss = forward(name, p, d)
             loss.backward()
+            if name in CLIP:
+                norm = torch.nn.utils.clip_grad_norm_(trained, CLIP[name])
+            else:
+                norm = torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(t.grad) for t in trained]))
             opt.step()
+            if sched:
+                sched.step()
             losses.append(loss.item())
+            norms.append(norm.item())
     out = {k: t.detach().numpy() for k, t in p.items()}
     out["losses"] = np.array(losses, dtype=np.float32)
+    out["grad_norms"] = np.array(norms, dtype=np.float32)
     safetensors_np.write(os.path.join(HERE, "expected_%s.safetensors" % name), out)
     print(name, "losses", " ".join("%.6f" % v for v in losses))
 
 
 if __name__ == "__main__":
     torch.manual_seed(0)
-    for name in sys.argv[1:] or ["mlp_adamw", "mlp_sgd", "mlp_adam"]:
+    for name in sys.argv[1:] or ["mlp_adamw", "mlp_sgd", "mlp_adam", "mlp_sched"]:
         train(name)

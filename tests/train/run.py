@@ -24,7 +24,7 @@ sys.path.insert(0, os.path.join(ROOT, "tools"))
 import make_data  # noqa: E402
 import safetensors_np  # noqa: E402
 
-MODELS = ["mlp_adamw", "mlp_sgd", "mlp_adam"]
+MODELS = ["mlp_adamw", "mlp_sgd", "mlp_adam", "mlp_sched"]
 RTOL = 1e-5
 
 
@@ -44,7 +44,9 @@ def check(name, modelc, d):
     if p.returncode:
         return "train failed (exit %d): %s" % (p.returncode, (p.stderr or p.stdout).strip()[-400:])
     with open(os.path.join(d, name + ".log")) as f:
-        losses = np.array([float(line.split()[5]) for line in f], dtype=np.float64)
+        rows = [line.split() for line in f]
+    losses = np.array([float(r[5]) for r in rows], dtype=np.float64)
+    norms = np.array([float(r[9]) for r in rows], dtype=np.float64)
     want = safetensors_np.read(os.path.join(HERE, "expected_%s.safetensors" % name))
     got = safetensors_np.read(os.path.join(d, name + ".out.safetensors"))
     bad = []
@@ -57,8 +59,15 @@ def check(name, modelc, d):
     print("    PyTorch " + " ".join("%.6f" % v for v in ref))
     if err > RTOL:
         bad.append("losses differ by %.2e relative" % err)
+    ref = want["grad_norms"].astype(np.float64)
+    if norms.shape != ref.shape:
+        return "%d gradient norms in the log, PyTorch has %d" % (norms.size, ref.size)
+    err = float(np.max(np.abs(norms - ref) / np.abs(ref)))
+    print("  %s: gradient norms (before clipping) vs PyTorch: max relative error %.2e (tolerance %.0e)" % (name, err, RTOL))
+    if err > RTOL:
+        bad.append("gradient norms differ by %.2e relative" % err)
     for k, v in want.items():
-        if k == "losses":
+        if k in ("losses", "grad_norms"):
             continue
         if k not in got:
             bad.append("the saved weights lack '%s'" % k)
@@ -70,6 +79,92 @@ def check(name, modelc, d):
     extra = set(got) - set(want)
     if extra:
         bad.append("the saved weights hold %s, which the model's params do not" % sorted(extra))
+    return "; ".join(bad) or None
+
+
+def _train(prog, d, name, *args):
+    cmd = [prog, "train", "--batch", "8", "--quiet"]
+    for k in make_data.make(name)[1]:
+        cmd += ["--data", "%s=%s" % (k, os.path.join(d, "%s.%s.npy" % (name, k)))]
+    return subprocess.run(cmd + list(args), capture_output=True, text=True,
+                          env=dict(os.environ, MODELRT_DEVICE=os.environ.get("TRAIN_DEVICE", "cpu")))
+
+
+def check_resume(modelc, d):
+    """A run stopped after 6 steps and resumed from its --save/--save-state checkpoint ends bit
+    for bit as the run that was never stopped (shuffled, with a schedule and clipping); a resume
+    file that does not fit is refused naming the mismatch; a loss that turns inf stops the run
+    and keeps the last checkpoint."""
+    name = "mlp_sched"
+    prog = os.path.join(d, name)
+    p = subprocess.run([modelc, os.path.join(HERE, name + ".model"), "--train", "--max-batch", "8", "-o", prog],
+                       capture_output=True, text=True)
+    if p.returncode:
+        return "modelc --train failed: " + (p.stderr or p.stdout).strip()[-400:]
+    subprocess.run([sys.executable, os.path.join(HERE, "make_data.py"), d, name, "mlp_sgd", "mlp_adamw"], check=True)
+    f = lambda s: os.path.join(d, s)  # noqa: E731
+    init = f(name + ".init.safetensors")
+    common = ["--shuffle", "--seed", "7", "--epochs", "2"]
+    runs = [("straight", ["--weights", init, "--save", f("a.st"), "--log", f("a.log")] + common),
+            ("first 6 steps", ["--weights", init, "--steps", "6", "--save", f("w.st"), "--save-state", f("s.st")] + common),
+            ("resumed", ["--weights", f("w.st"), "--resume", f("s.st"), "--save", f("w.st"), "--save-state", f("s.st"),
+                         "--log", f("b.log")] + common)]
+    for what, args in runs:
+        p = _train(prog, d, name, *args)
+        if p.returncode:
+            return "the %s run failed: %s" % (what, p.stderr.strip()[-300:])
+    a, b = safetensors_np.read(f("a.st")), safetensors_np.read(f("w.st"))
+    diff = [k for k in a if not np.array_equal(a[k], b[k])]
+    with open(f("a.log")) as fa, open(f("b.log")) as fb:
+        la, lb = [r.split()[5] for r in fa][6:], [r.split()[5] for r in fb]
+    print("  resume: steps 7-10 resumed: losses %s, the straight run's %s; weights differ in %s" % (lb, la, diff or "none"))
+    bad = []
+    if diff:
+        bad.append("resumed weights differ from the straight run's in %s" % diff)
+    if la != lb:
+        bad.append("resumed losses %s differ from %s" % (lb, la))
+    # a resume file that does not fit: each refused before the first step, naming the mismatch
+    other = f("other.model")
+    with open(os.path.join(HERE, name + ".model")) as src, open(other, "w") as dst:
+        dst.write(src.read().replace("optimizer adamw(lr=0.02", "optimizer adam(lr=0.02"))
+    p = subprocess.run([modelc, other, "--train", "--max-batch", "8", "-o", f("other")], capture_output=True, text=True)
+    if p.returncode:
+        return "modelc --train of the adam variant failed: " + p.stderr.strip()[-300:]
+    subprocess.run([modelc, os.path.join(HERE, "mlp_adamw.model"), "--train", "--max-batch", "8", "-o", f("mlp_adamw_prog")],
+                   check=True, capture_output=True)
+    p = _train(f("mlp_adamw_prog"), d, "mlp_adamw", "--weights", f("mlp_adamw.init.safetensors"), "--steps", "2",
+               "--save", f("o.st"), "--save-state", f("os.st"))
+    if p.returncode:
+        return "the mlp_adamw run failed: " + p.stderr.strip()[-300:]
+    cases = [("the weights file as --resume", prog, ["--resume", f("w.st")], "holds weights, not optimizer state"),
+             ("another model's state", prog, ["--resume", f("os.st")], "the state of model 'mlp_adamw', not of 'mlp_sched'"),
+             ("another optimizer's state", f("other"), ["--resume", f("s.st")],
+              "the state of optimizer 'adamw', but model 'mlp_sched' trains with 'adam'"),
+             ("a state past the end of the run", prog, ["--resume", f("s.st"), "--epochs", "2"], "nothing to train"),
+             ("not a safetensors file", prog, ["--resume", f("mlp_sched.x.npy")], "not a safetensors file")]
+    for what, pr, args, want in cases:
+        p = _train(pr, d, name, "--weights", f("w.st"), *args)
+        ok = p.returncode == 1 and want in p.stderr
+        print("  resume: %s: exit %d: %s" % (what, p.returncode, p.stderr.strip()))
+        if not ok:
+            bad.append("%s: expected exit 1 and '%s'" % (what, want))
+    # SGD at a learning rate that diverges: stopped at the first inf loss, the checkpoint of two
+    # steps before kept, holding finite weights and its step
+    subprocess.run([modelc, os.path.join(HERE, "mlp_sgd.model"), "--train", "--max-batch", "8", "-o", f("sgd")],
+                   check=True, capture_output=True)
+    p = _train(f("sgd"), d, "mlp_sgd", "--weights", f("mlp_sgd.init.safetensors"), "--epochs", "50", "--lr", "50",
+               "--save-every", "2", "--save", f("c.st"), "--save-state", f("cs.st"))
+    print("  diverging: exit %d: %s" % (p.returncode, p.stderr.strip()))
+    import re
+    m = re.search(r"is (inf|nan|-inf) at step (\d+).*holds step (\d+); it is kept", p.stderr)
+    if p.returncode != 1 or not m:
+        bad.append("a diverging run: expected exit 1 naming the step and the kept checkpoint")
+    else:
+        c = safetensors_np.read(f("c.st"))
+        with open(f("c.st"), "rb") as fh:
+            hdr = fh.read(8 + int.from_bytes(fh.read(8), "little"))
+        if not all(np.isfinite(v).all() for v in c.values()) or ('"step":"%s"' % m.group(3)).encode() not in hdr:
+            bad.append("the kept checkpoint is not the finite weights of step %s" % m.group(3))
     return "; ".join(bad) or None
 
 
@@ -85,6 +180,11 @@ def main():
         with tempfile.TemporaryDirectory(prefix="train_%s_" % name) as d:
             why = check(name, modelc, d)
         print("PASS: train/%s" % name if why is None else "FAIL: train/%s: %s" % (name, why))
+        fails += why is not None
+    if not a.k or any(k in "resume" for k in a.k):
+        with tempfile.TemporaryDirectory(prefix="train_resume_") as d:
+            why = check_resume(modelc, d)
+        print("PASS: train/resume" if why is None else "FAIL: train/resume: %s" % why)
         fails += why is not None
     return 1 if fails else 0
 
