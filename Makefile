@@ -135,7 +135,9 @@ clean:
 #   the example models (bench/run.py); first installs the peers, pinned, into build/bench-venv
 #   (bench/setup_venv.sh; offline, modelc is timed alone). BENCH=quick: three small cases, under
 #   3 minutes. BENCH_ARGS, e.g. "--device cuda", "-k gpt2", "--threads 4". Writes
-#   bench/results/DEVICE[-quick].{json,svg}. make bench-venv: only the install.
+#   bench/results/DEVICE[-quick].{json,svg}. Then the training step (bench/train_bench.py: modelc
+#   vs PyTorch eager and torch.compile; bench/results/train-cpu[-quick].json). make bench-venv:
+#   only the install.
 #   make bench-gemm: bench/gemm/run.sh (GEMM GFLOP/s of several BLAS libraries, issue 12).
 # make gpu-check: every GPU check in one script (build with nvcc, runtime and numeric tests on
 #   cuda vs cpu, examples, field cases B09/B12, bench); exits 2 at once without a GPU.
@@ -146,6 +148,7 @@ bench-venv:
 bench: all
 	@bash bench/setup_venv.sh build/bench-venv || echo "bench: the peers are skipped (see above); modelc is timed alone"
 	$(PYTHON) bench/run.py --modelc $(abspath $(MODELC)) $(if $(filter quick,$(BENCH)),--quick) $(BENCH_ARGS)
+	MODELC=$(abspath $(MODELC)) $(PYTHON) bench/train_bench.py $(if $(filter quick,$(BENCH)),--quick)
 bench-gemm:
 	bash bench/gemm/run.sh $(GEMM_ARGS)
 

@@ -194,7 +194,7 @@ typedef struct train_opts {
     const char *weights, *save, *save_state, *device, *log;
     const char **data; /* [n_inputs] */
     const char *resume;
-    int batch, epochs, shuffle, quiet;
+    int batch, epochs, shuffle, quiet, time, threads;
     long long steps, save_every;
     long long warmup_steps, decay_steps; /* -1: the model's */
     double lr, clip_grad_norm, min_lr;   /* lr 0, the others -1: the model's */
@@ -207,7 +207,7 @@ static void train_usage(FILE *f, const char *prog)
                "       [--steps S] [--lr LR] [--warmup-steps N] [--decay-steps N] [--min-lr LR]\n"
                "       [--clip-grad-norm X] [--shuffle] [--seed S] [--save OUT.safetensors]\n"
                "       [--save-state STATE.safetensors] [--save-every N] [--resume STATE.safetensors]\n"
-               "       [--device D] [--log FILE] [--quiet]\n",
+               "       [--device D] [--threads N] [--log FILE] [--time] [--quiet]\n",
             prog);
 }
 
@@ -243,6 +243,8 @@ static void train_help(const mrt_model_info *info, const char *prog)
            "                     --steps count from the first step of the training\n"
            "  --log FILE         append one line per step: epoch, step, loss, samples/s, grad_norm, lr\n"
            "  --device D         cpu, cuda, cuda:N or auto (default)\n"
+           "  --threads N        CPU threads for the kernels (default: $MODELRT_THREADS, else the cores)\n"
+           "  --time             print the median time of a step (the first step of the run excluded)\n"
            "  --quiet            no progress line\n",
            info->max_batch, info->desc ? info->desc->train.lr : 0.0,
            info->desc ? (long long)info->desc->train.warmup_steps : 0LL,
@@ -293,7 +295,10 @@ static int train_parse(const mrt_model_info *info, const char *prog, int argc, c
             o->shuffle = 1;
         } else if (!strcmp(a, "--quiet")) {
             o->quiet = 1;
+        } else if (!strcmp(a, "--time")) {
+            o->time = 1;
         } else if (!strcmp(a, "--batch") || !strcmp(a, "--epochs") || !strcmp(a, "--steps") || !strcmp(a, "--seed") ||
+                   !strcmp(a, "--threads") ||
                    !strcmp(a, "--save-every") || !strcmp(a, "--warmup-steps") || !strcmp(a, "--decay-steps")) {
             NEED();
             errno = 0;
@@ -304,7 +309,9 @@ static int train_parse(const mrt_model_info *info, const char *prog, int argc, c
                         nonneg ? "non-negative" : "positive", v);
                 return 2;
             }
-            if (!strcmp(a, "--save-every"))
+            if (!strcmp(a, "--threads"))
+                o->threads = x > 4096 ? 4096 : (int)x;
+            else if (!strcmp(a, "--save-every"))
                 o->save_every = x;
             else if (!strcmp(a, "--warmup-steps"))
                 o->warmup_steps = x;
@@ -395,6 +402,12 @@ static uint64_t splitmix64(uint64_t *s)
     return z ^ (z >> 31);
 }
 
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
 static double now_s(void)
 {
     struct timespec ts;
@@ -471,7 +484,8 @@ int rt_train_main(const mrt_model_info *info, int argc, char **argv, const char 
     mrt_tensor *data = calloc((size_t)nin + 1, sizeof *data);
     void **bufs = calloc((size_t)nin + 1, sizeof *bufs);
     size_t *row = calloc((size_t)nin + 1, sizeof *row);
-    int64_t *order = NULL;
+    int64_t *order = NULL, nt = 0;
+    double *times = NULL;
     void *model = NULL;
     FILE *log = NULL;
     float loss = 0;
@@ -516,6 +530,9 @@ int rt_train_main(const mrt_model_info *info, int argc, char **argv, const char 
         goto oom;
     for (int64_t i = 0; i < N; i++)
         order[i] = i;
+    int threads = 0;
+    if (mrt_set_threads(o.threads, &threads) != MRT_OK)
+        goto fail;
     if (info->create(&model, o.device) != MRT_OK)
         goto fail;
     if (info->load_weights(model, o.weights) != MRT_OK)
@@ -555,6 +572,8 @@ int rt_train_main(const mrt_model_info *info, int argc, char **argv, const char 
         goto fail;
     }
     long long saved_at = -1; /* the step of the last checkpoint written */
+    if (o.time && !(times = malloc(sizeof *times * (size_t)total)))
+        goto oom;
     if (!o.quiet) {
         char dev[32], res[64] = "";
         if (skip)
@@ -585,7 +604,10 @@ int rt_train_main(const mrt_model_info *info, int argc, char **argv, const char 
                            (const unsigned char *)data[i].data + (size_t)order[b0 + r] * row[i], row[i]);
             int64_t dims[MRT_MAX_SYMS] = {nb, 1, 1, 1};
             void *out[1] = {&loss};
+            double ts = now_s();
             mrt_status st = info->run(model, dims, (const void *const *)bufs, out);
+            if (o.time && times && nt < total)
+                times[nt++] = now_s() - ts;
             if (st != MRT_OK) {
                 char msg[1024], kept[1200] = "";
                 snprintf(msg, sizeof msg, "%s", mrt_last_error());
@@ -622,6 +644,13 @@ int rt_train_main(const mrt_model_info *info, int argc, char **argv, const char 
         else if (!o.quiet)
             fprintf(stderr, "epoch %d/%d: %lld steps, last loss %.6f\n", ep, o.epochs, (long long)step, loss);
     }
+    if (o.time && nt > 1) { /* the first step (first touch of the arena, BLAS warm-up) is left out */
+        qsort(times + 1, (size_t)(nt - 1), sizeof *times, cmp_double);
+        int64_t k = nt - 1;
+        double med = k % 2 ? times[1 + k / 2] : (times[k / 2] + times[1 + k / 2]) / 2;
+        printf("time: %.3f ms per step (median of %lld steps, batch %d, on %s)\n", med * 1e3, (long long)k, o.batch,
+               mrt_device_str(m->dev[0], (char[32]){0}, 32));
+    }
     if (o.save && mrt_model_save_weights(m, o.save, 0) != MRT_OK)
         goto fail;
     if (o.save_state && mrt_model_save_weights(m, o.save_state, 1) != MRT_OK)
@@ -646,6 +675,7 @@ done:
     free(bufs);
     free(row);
     free(order);
+    free(times);
     free(o.data);
     return rc;
 }
