@@ -502,15 +502,58 @@ static char *sym_param(const Emit *e, int k) {
     return taken ? xprintf("%s_size", s) : s;
 }
 
-static void emit_run_proto(Emit *e, FILE *o) {
+static void emit_proto(Emit *e, FILE *o, const char *fn) {
     const Graph *g = e->g;
-    fprintf(o, "mrt_status %s_run(%s *m, int batch", e->pfx, e->pfx);
+    fprintf(o, "mrt_status %s_%s(%s *m, int batch", e->pfx, fn, e->pfx);
     for (int k = 1; k < g->nsyms; k++) fprintf(o, ", int64_t %s", sym_param(e, k));
     for (int i = 0; i < g->ninputs; i++)
         fprintf(o, ",\n        const %s *%s", c_type(g->inputs[i]->dtype), c_ident(g->inputs[i]->name));
     for (int i = 0; i < g->noutputs; i++)
         fprintf(o, ",\n        %s *%s", c_type(g->outputs[i].node->dtype), c_ident(g->outputs[i].name));
     fprintf(o, ")");
+}
+
+static void emit_run_proto(Emit *e, FILE *o) { emit_proto(e, o, "run"); }
+
+/* The arguments of run() by name, for the calls of the training API's wrappers. */
+static char *run_args(const Emit *e) {
+    const Graph *g = e->g;
+    char *s = xstrdup("m, batch");
+    for (int k = 1; k < g->nsyms; k++) s = xprintf("%s, %s", s, sym_param(e, k));
+    for (int i = 0; i < g->ninputs; i++) s = xprintf("%s, %s", s, c_ident(g->inputs[i]->name));
+    for (int i = 0; i < g->noutputs; i++) s = xprintf("%s, %s", s, c_ident(g->outputs[i].name));
+    return s;
+}
+
+/* Training builds: the training API, declared in the header (definitions = false) or defined as
+ * calls into run() and the runtime. */
+static void emit_train_api(Emit *e, FILE *o, bool definitions) {
+    const char *P = e->pfx;
+    if (!definitions)
+        fprintf(o, "/** One training step on a batch: forward, the loss (written to *%s), backward and the\n"
+                   " *  optimizer's update of the weights in place; the same call as %s_run. A loss or gradient\n"
+                   " *  norm that is not finite is MRT_ERR_NOT_FINITE and the weights stay the last step's. */\n",
+                c_ident(e->g->outputs[0].name), P);
+    emit_proto(e, o, "train_step");
+    if (definitions) fprintf(o, " {\n    return %s_run(%s);\n}\n", P, run_args(e));
+    else fprintf(o, ";\n\n");
+    const char *what[3] = {"save_weights", "save_state", "load_state"};
+    const char *doc[3] = {"Write the weights (state_dict names) to a safetensors file, atomically",
+                          "Write the optimizer state (and the step count) to a safetensors file, atomically",
+                          "Resume: read a state file that save_state wrote (mrt_model_load_state)"};
+    for (int k = 0; k < 3; k++) {
+        if (!definitions) fprintf(o, "/** %s. */\n", doc[k]);
+        fprintf(o, "mrt_status %s_%s(%s *m, const char *path)", P, what[k], P);
+        if (!definitions) {
+            fprintf(o, ";\n\n");
+            continue;
+        }
+        fprintf(o, " {\n    if (!m || m->desc != &%s_desc)\n        return mrt_set_error(MRT_ERR_INVALID_ARG, \"%s_%s: the "
+                   "model is %%s\", m ? \"not a %s model\" : \"NULL\");\n", P, P, what[k], P);
+        fprintf(o, "    return %s;\n}\n", k == 2 ? "mrt_model_load_state(m, path)" : k ? "mrt_model_save_weights(m, path, 1)"
+                                                                                    : "mrt_model_save_weights(m, path, 0)");
+    }
+    if (definitions) fprintf(o, "\n");
 }
 
 void emit_c_header(Emit *e, FILE *o) {
@@ -584,7 +627,9 @@ void emit_c_header(Emit *e, FILE *o) {
                    " *  (mrt_f16_from_f32, mrt_f16_to_f32, mrt_bf16_from_f32, mrt_bf16_to_f32: to nearest even).\n");
     fprintf(o, " */\n");
     emit_run_proto(e, o);
-    fprintf(o, ";\n\n/** Free everything the model holds. NULL is ignored. */\nvoid %s_destroy(%s *m);\n\n", e->pfx, e->pfx);
+    fprintf(o, ";\n\n");
+    if (g->train) emit_train_api(e, o, false);
+    fprintf(o, "/** Free everything the model holds. NULL is ignored. */\nvoid %s_destroy(%s *m);\n\n", e->pfx, e->pfx);
     fprintf(o, "/** The device the model runs on (slot 0); cpu:0 for NULL. */\nmrt_device %s_device(const %s *m);\n\n", e->pfx,
             e->pfx);
     fprintf(o, "/** Descriptors: for the runtime (mrt_model_create) and for generic drivers (mrt_main). */\n"
@@ -1077,6 +1122,7 @@ void emit_c_source(Emit *e, FILE *o, const char *h_include) {
     fprintf(o, "    return MRT_OK;\n}\n\n");
 
     /* the generic descriptor */
+    if (g->train) emit_train_api(e, o, true);
     fprintf(o, "static const mrt_io_desc %s_inputs[] = {\n", e->pfx);
     for (int i = 0; i < g->ninputs; i++) io_desc(o, g->inputs[i]->name, g->inputs[i]);
     if (!g->ninputs) fprintf(o, "    {0}\n");

@@ -168,6 +168,39 @@ def check_resume(modelc, d):
     return "; ".join(bad) or None
 
 
+def check_embed(modelc, d):
+    """The training API from C (embed_train.c): NAME_train_step for 10 steps, save_weights and
+    save_state, a second model resumed with load_state; the weights are PROG train's, bit for bit."""
+    name = "mlp_adamw"
+    p = subprocess.run([modelc, os.path.join(HERE, name + ".model"), "--train", "--max-batch", "8", "--emit-c", "-o", d],
+                       capture_output=True, text=True)
+    if p.returncode:
+        return "modelc --emit-c failed: " + p.stderr.strip()[-300:]
+    flags = lambda w: subprocess.run([modelc, w], capture_output=True, text=True, check=True).stdout.split()  # noqa: E731
+    exe = os.path.join(d, "embed_train")
+    p = subprocess.run([os.environ.get("CC", "cc"), "-O1", "-Wall", "-Werror"] + flags("--print-cflags") +
+                       ["-I" + d, os.path.join(HERE, "embed_train.c"), os.path.join(d, name + ".c")] +
+                       flags("--print-libs") + ["-o", exe], capture_output=True, text=True)
+    if p.returncode:
+        return "compiling embed_train.c failed: " + p.stderr.strip()[-400:]
+    subprocess.run([sys.executable, os.path.join(HERE, "make_data.py"), d, name], check=True)
+    f = lambda s: os.path.join(d, s)  # noqa: E731
+    p = subprocess.run([exe, f(name + ".init.safetensors"), f(name + ".x.npy"), f(name + ".labels.npy"), "10",
+                        f("e.st"), f("es.st")], capture_output=True, text=True)
+    if p.returncode:
+        return "embed_train failed: " + (p.stderr or p.stdout).strip()[-300:]
+    print("  embed: " + p.stdout.strip().splitlines()[-1])
+    subprocess.run([modelc, os.path.join(HERE, name + ".model"), "--train", "--max-batch", "8", "-o", f("prog")],
+                   check=True, capture_output=True)
+    q = _train(f("prog"), d, name, "--weights", f(name + ".init.safetensors"), "--epochs", "2", "--save", f("c.st"))
+    if q.returncode:
+        return "PROG train failed: " + q.stderr.strip()[-300:]
+    a, b = safetensors_np.read(f("e.st")), safetensors_np.read(f("c.st"))
+    diff = [k for k in b if not np.array_equal(a.get(k), b[k])]
+    print("  embed: %s_train_step x 10 vs PROG train: weights differ in %s" % (name, diff or "none"))
+    return ("the weights differ in %s" % diff) if diff else None
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("-k", action="append", default=[])
@@ -180,6 +213,11 @@ def main():
         with tempfile.TemporaryDirectory(prefix="train_%s_" % name) as d:
             why = check(name, modelc, d)
         print("PASS: train/%s" % name if why is None else "FAIL: train/%s: %s" % (name, why))
+        fails += why is not None
+    if not a.k or any(k in "embed" for k in a.k):
+        with tempfile.TemporaryDirectory(prefix="train_embed_") as d:
+            why = check_embed(modelc, d)
+        print("PASS: train/embed" if why is None else "FAIL: train/embed: %s" % why)
         fails += why is not None
     if not a.k or any(k in "resume" for k in a.k):
         with tempfile.TemporaryDirectory(prefix="train_resume_") as d:
