@@ -420,9 +420,34 @@ def execute(d, prog, tag, model, w, ips, extra=()):
     return outs
 
 
+def check_train_plan(path, flags, modelc):
+    """A training case (cases/train_*.model): the plan of its --train build, forward and backward
+    kernels together, checked from the dumps as any other (a value the backward pass reads keeps
+    its bytes until then: in-place reuse may not take them). Its numbers are tests/train's; here
+    the default variant must also reuse some buffer in place, so that the check has teeth."""
+    with open(path) as f:
+        loss = re.search(r"^\s*loss\s+([A-Za-z_]\w*)", f.read(), re.M).group(1)
+    fl = " ".join(flags) or "default flags"
+    dumps = {}
+    for what in ("memplan", "fused"):
+        p = run([modelc, path, "--train", "--dump=" + what, "--max-batch", str(MAX_BATCH)] + flags, "dump " + what)
+        if p.returncode != 0:
+            raise Fail("[%s] --train --dump=%s failed (exit %d): %s" % (fl, what, p.returncode, tail(p.stderr + p.stdout)))
+        dumps[what] = p.stdout
+    try:
+        totals = check_plan(dumps["memplan"], dumps["fused"], [loss])
+    except Fail as e:
+        raise Fail("[%s] plan: %s" % (fl, e))
+    if not flags and "in place of" not in dumps["memplan"]:
+        raise Fail("[default flags] the training plan reuses no buffer in place: the case tests nothing")
+    return totals
+
+
 def check_program(path, flags, d, spec, seed, modelc, build_flags=()):
     """Plan check + numeric check for one compiler variant. Returns the memplan totals.
     build_flags only go to the executable's build (e.g. --no-cuda), not to the dumps."""
+    if os.path.basename(path).startswith("train_"):
+        return check_train_plan(path, flags, modelc)
     model = refinterp.parse_file(path)
     has_batch = model.batch_name is not None and any(isinstance(x, str) for dcl in model.inputs for x in dcl.dims)
     mb = ["--max-batch", str(MAX_BATCH)] if has_batch else []
