@@ -3441,9 +3441,9 @@ static void lower_stmt(Checker *c, const Stmt *st) {
     }
     case ST_TARGET: {
         if (c->block) error_at(st->loc, "'target' is not allowed in a block; declare targets in the model");
-        Sym *s = define(c, st->name, st->name_loc, g->train ? SYM_INPUT : SYM_TARGET);
+        Sym *s = define(c, st->name, st->name_loc, g->with_loss ? SYM_INPUT : SYM_TARGET);
         Shape sh = convert_type(c, st->type, xprintf("target '%s'", st->name), true);
-        if (!g->train) break; /* inference: no value, the loss is not built */
+        if (!g->with_loss) break; /* inference: no value, the loss is not built */
         Node *n = new_node(g, OP_INPUT, st->name_loc);
         n->name = s->name;
         n->dtype = st->type->dtype;
@@ -3462,7 +3462,7 @@ static void lower_stmt(Checker *c, const Stmt *st) {
             diag_exit();
         }
         c->loss_loc = st->loc;
-        if (!g->train) break; /* inference builds leave the loss out */
+        if (!g->with_loss) break; /* inference builds leave the loss out */
         Node *v = lower_expr(c, st->expr);
         if (v->dtype != DT_F32 || v->shape.rank != 0)
             error_at(st->expr->loc, "the loss must be an f32 scalar, got %s%s: reduce it (mean(...), or a loss "
@@ -3494,7 +3494,7 @@ static void lower_stmt(Checker *c, const Stmt *st) {
     case ST_OUTPUT: {
         if (c->block)
             error_at(st->loc, "'output' is not allowed in a block; a block takes tensors as parameters and returns one");
-        if (g->train) { /* the training step's output is the loss; an output's value may feed it */
+        if (g->with_loss) { /* the training step's output is the loss; an output's value may feed it */
             if (st->expr) {
                 bind_value(c, st->name, st->name_loc, lower_expr(c, st->expr));
                 lookup(c, st->name)->used = true; /* an inference output the loss need not read */
@@ -3655,8 +3655,10 @@ Graph *build_graph(const Program *p, const DimBounds *bounds) {
             }
 
     g->train = bounds->train;
+    g->eval = bounds->eval && !bounds->train;
+    g->with_loss = g->train || g->eval;
     for (int i = 0; i < p->nstmts; i++) lower_stmt(c, p->stmts[i]);
-    if (g->train && !g->loss)
+    if (g->with_loss && !g->loss)
         error_at(p->loc, "model '%s' has no loss: --train builds the training step of a 'loss NAME = ...' statement "
                  "(loss l = cross_entropy(logits, labels))", p->name);
     if (g->train && !g->has_opt)
@@ -3718,7 +3720,7 @@ Graph *build_graph(const Program *p, const DimBounds *bounds) {
         Sym *s = &c->syms[i];
         if ((s->kind == SYM_INPUT || s->kind == SYM_PARAM) && s->node->nuses == 0)
             warning_at(s->loc, "%s '%s' is never used by %s", s->kind == SYM_PARAM ? "param" : s->node->stop_grad ? "target"
-                       : "input", s->name, g->train ? "the loss" : "any output");
+                       : "input", s->name, g->with_loss ? "the loss" : "any output");
         else if (s->kind == SYM_VALUE && !s->used)
             warning_at(s->loc, "value '%s' is computed but never used", s->name);
     }

@@ -176,7 +176,10 @@ void error_begin(Loc loc, const char *fmt, ...) {
     va_end(ap);
 }
 
+bool diag_quiet;
+
 void warning_at(Loc loc, const char *fmt, ...) {
+    if (diag_quiet) return;
     va_list ap;
     va_start(ap, fmt);
     report(loc, "warning", fmt, ap);

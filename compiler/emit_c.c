@@ -537,6 +537,11 @@ static void emit_train_api(Emit *e, FILE *o, bool definitions) {
     emit_proto(e, o, "train_step");
     if (definitions) fprintf(o, " {\n    return %s_run(%s);\n}\n", P, run_args(e));
     else fprintf(o, ";\n\n");
+    if (!definitions)
+        fprintf(o, "/* The evaluation twin, %s_eval.h and .c (written beside these files; link it when you use it):\n"
+                   " * %s_eval_run(ev, batch, inputs..., targets..., &loss) is the loss in inference mode\n"
+                   " * (batch_norm's running statistics, no dropout); mrt_model_copy_weights(ev, m) gives it the\n"
+                   " * weights of the model being trained. */\n\n", P, P);
     const char *what[3] = {"save_weights", "save_state", "load_state"};
     const char *doc[3] = {"Write the weights (state_dict names) to a safetensors file, atomically",
                           "Write the optimizer state (and the step count) to a safetensors file, atomically",
@@ -1148,8 +1153,11 @@ void emit_c_source(Emit *e, FILE *o, const char *h_include) {
     fprintf(o, "%s};\nstatic const int64_t %s_sym_max[] = {", g->nsyms ? "" : "NULL", e->pfx);
     for (int k = 0; k < g->nsyms; k++) fprintf(o, "%s%" PRId64, k ? ", " : "", g->sym_max[k]);
     fprintf(o, "%s};\n", g->nsyms ? "" : "1");
+    if (g->train) /* the evaluation twin, NAME_eval.c (PROG train --eval); a program may leave it out */
+        fprintf(o, "extern const mrt_model_info %s_eval_info __attribute__((weak));\n", e->pfx);
     fprintf(o, "const mrt_model_info %s_info = {\n    .n_syms = %d,\n    .sym_names = %s_sym_names,\n    .sym_max = %s_sym_max,\n",
             e->pfx, g->nsyms, e->pfx, e->pfx);
+    if (g->train) fprintf(o, "    .eval = &%s_eval_info,\n", e->pfx);
     fprintf(o, "    .name = \"%s\",\n    .n_inputs = %d,\n    .n_outputs = %d,\n"
                "    .inputs = %s_inputs,\n    .outputs = %s_outputs,\n    .has_batch = %d,\n    .max_batch = %d,\n"
                "    .weight_bytes = %s_WEIGHT_BYTES,\n    .arena_bytes = %zu,\n    .create = %s_create_v,\n"

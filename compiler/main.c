@@ -315,7 +315,25 @@ bool compile_source(const Options *o, const char *path, const char *src, Compile
 static bool compile(const Options *o, Compiled *c) {
     size_t len;
     char *src = read_file(o->input, &len);
-    return compile_source(o, o->input, src, c, stdout);
+    if (!compile_source(o, o->input, src, c, stdout)) return false;
+    if (c->g->train) {
+        /* The evaluation twin: the same source in inference mode (batch statistics and dropout
+         * off), the targets as inputs and the loss its one output, reading the params as they
+         * are (nothing folded into them: the training changes them). Its warnings are the
+         * training build's, already printed. */
+        Options oe = *o;
+        oe.dims.train = false;
+        oe.dims.eval = true;
+        oe.fold.fold_bn = false;
+        oe.fold.hoist = false;
+        oe.dump = NULL;
+        c->eval = xalloc(sizeof(Compiled));
+        diag_quiet = true;
+        compile_source(&oe, o->input, src, c->eval, stdout);
+        diag_quiet = false;
+        c->eval->g->name = xprintf("%s_eval", model_ident(c->g->name));
+    }
+    return true;
 }
 
 /* ---------------------------------------------------------------- files */
@@ -352,20 +370,30 @@ typedef struct Generated {
     char *c, *h, *cu, *main, *h_include;
 } Generated;
 
-static Generated write_generated(const Compiled *c, const char *dir, bool cuda, bool with_main) {
-    Emit *e = emit_begin(c->g, &c->kl, &c->init, c->mp, c->mpc);
-    const char *pfx = emit_prefix(e);
-    Generated gen = {.c = xprintf("%s/%s.c", dir, pfx), .h = xprintf("%s/%s.h", dir, pfx),
-                     .cu = cuda ? xprintf("%s/%s.cu", dir, pfx) : NULL,
-                     .main = with_main ? xprintf("%s/%s_main.c", dir, pfx) : NULL, .h_include = xprintf("%s.h", pfx)};
-    /* every file is checked before the first is written: all or nothing */
-    const char *paths[] = {gen.h, gen.c, gen.cu, gen.main};
+static Generated generated_paths(const Compiled *c, const char *dir, bool cuda, bool with_main) {
+    const char *pfx = model_ident(c->g->name);
+    return (Generated){.c = xprintf("%s/%s.c", dir, pfx), .h = xprintf("%s/%s.h", dir, pfx),
+                       .cu = cuda ? xprintf("%s/%s.cu", dir, pfx) : NULL,
+                       .main = with_main ? xprintf("%s/%s_main.c", dir, pfx) : NULL, .h_include = xprintf("%s.h", pfx)};
+}
+
+/* Writes the model's files (and its evaluation twin's, *ev, when it has one: NAME_eval.h, .c and
+ * .cu, no main). Every file is checked before the first is written: all or nothing. */
+static Generated write_generated(const Compiled *c, const char *dir, bool cuda, bool with_main, Generated *ev) {
+    Generated gen = generated_paths(c, dir, cuda, with_main);
+    if (ev) *ev = c->eval ? generated_paths(c->eval, dir, cuda, false) : (Generated){0};
+    const char *paths[] = {gen.h, gen.c, gen.cu, gen.main, ev ? ev->h : NULL, ev ? ev->c : NULL, ev ? ev->cu : NULL};
     for (size_t i = 0; i < sizeof paths / sizeof paths[0]; i++)
         if (paths[i]) free(output_target(paths[i], "the file"));
-    write_emitted(gen.h, e, 0, gen.h_include);
-    write_emitted(gen.c, e, 1, gen.h_include);
-    if (gen.cu) write_cuda(gen.cu, c, pfx);
-    if (gen.main) write_emitted(gen.main, e, 2, gen.h_include);
+    for (int k = 0; k < (c->eval && ev ? 2 : 1); k++) {
+        const Compiled *cc = k ? c->eval : c;
+        const Generated *g = k ? ev : &gen;
+        Emit *e = emit_begin(cc->g, &cc->kl, &cc->init, cc->mp, cc->mpc);
+        write_emitted(g->h, e, 0, g->h_include);
+        write_emitted(g->c, e, 1, g->h_include);
+        if (g->cu) write_cuda(g->cu, cc, emit_prefix(e));
+        if (g->main) write_emitted(g->main, e, 2, g->h_include);
+    }
     return gen;
 }
 
@@ -384,21 +412,23 @@ static int build_executable(const Options *o, const Compiled *c, const char *exe
     char *tmpdir = xstrdup("/tmp/modelc.XXXXXX");
     if (!mkdtemp(tmpdir)) fatal("cannot create a temporary directory: %s", strerror(errno));
     bool cuda = MODELC_NVCC[0] && !o->no_cuda;
-    Generated gen = write_generated(c, tmpdir, cuda, true);
+    Generated ev;
+    Generated gen = write_generated(c, tmpdir, cuda, true, &ev);
     char *home = runtime_home();
     const char *extra = getenv("MODELC_CFLAGS");
     char *cu_obj = xprintf("%s.o", gen.cu ? gen.cu : "none");
+    char *ev_obj = xprintf("%s.o", ev.cu ? ev.cu : "none");
     char **av = NULL;
     int ac = 0;
-    if (cuda) { /* the CUDA twins of the fused kernels */
+    for (int k = 0; cuda && k < (ev.c ? 2 : 1); k++) { /* the CUDA twins of the fused kernels */
         split_flags(MODELC_NVCC, &av, &ac);
         add_arg(&av, &ac, "-O3");
         split_flags(MODELC_GENCODE, &av, &ac);
         add_arg(&av, &ac, xprintf("-I%s/include/modelc", home));
         add_arg(&av, &ac, "-c");
-        add_arg(&av, &ac, gen.cu);
+        add_arg(&av, &ac, k ? ev.cu : gen.cu);
         add_arg(&av, &ac, "-o");
-        add_arg(&av, &ac, cu_obj);
+        add_arg(&av, &ac, k ? ev_obj : cu_obj);
         av[ac] = NULL;
         int rc = run_cc(av);
         if (rc != 0) {
@@ -421,7 +451,9 @@ static int build_executable(const Options *o, const Compiled *c, const char *exe
     if (extra) split_flags(extra, &av, &ac);
     add_arg(&av, &ac, gen.c);
     add_arg(&av, &ac, gen.main);
+    if (ev.c) add_arg(&av, &ac, ev.c);
     if (cuda) add_arg(&av, &ac, cu_obj);
+    if (cuda && ev.c) add_arg(&av, &ac, ev_obj);
     add_arg(&av, &ac, xprintf("%s/lib/libmodelrt.a", home));
     split_flags(MODELC_LINK_LIBS, &av, &ac);
     add_arg(&av, &ac, "-o");
@@ -442,6 +474,11 @@ static int build_executable(const Options *o, const Compiled *c, const char *exe
         copy_file(gen.h, xprintf("%s.h", exe));
         copy_file(gen.main, xprintf("%s_main.c", exe));
         if (cuda) copy_file(gen.cu, xprintf("%s.cu", exe));
+        if (ev.c) {
+            copy_file(ev.c, xprintf("%s_eval.c", exe));
+            copy_file(ev.h, xprintf("%s_eval.h", exe));
+            if (cuda) copy_file(ev.cu, xprintf("%s_eval.cu", exe));
+        }
     }
     unlink(gen.c);
     unlink(gen.h);
@@ -449,6 +486,14 @@ static int build_executable(const Options *o, const Compiled *c, const char *exe
     if (cuda) {
         unlink(gen.cu);
         unlink(cu_obj);
+    }
+    if (ev.c) {
+        unlink(ev.c);
+        unlink(ev.h);
+        if (cuda) {
+            unlink(ev.cu);
+            unlink(ev_obj);
+        }
     }
     rmdir(tmpdir);
     return 0;
@@ -485,7 +530,8 @@ int main(int argc, char **argv) {
     if (o.emit_only) {
         const char *dir = o.out ? o.out : ".";
         if (!is_dir(dir) && mkdir(dir, 0755) != 0) fatal("cannot create directory '%s': %s", dir, strerror(errno));
-        write_generated(&c, dir, true, false);
+        Generated ev;
+        write_generated(&c, dir, true, false, &ev);
     } else {
         char *base = xstrdup(basename(xstrdup(o.input)));
         char *dot = strrchr(base, '.');

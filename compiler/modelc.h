@@ -65,6 +65,7 @@ noreturn void internal_error(const char *file, int line, const char *fmt, ...)
 #define ICE(...) internal_error(__FILE__, __LINE__, __VA_ARGS__)
 #define ASSERT(c) ((c) ? (void)0 : ICE("assertion failed: %s", #c))
 extern int diag_warnings; /* count of warnings printed */
+extern bool diag_quiet;   /* warnings not printed (a second compilation of one file) */
 
 /* For a harness that compiles many inputs in one process (tests/fuzz): diagnostics go to `f`
  * (NULL: stderr), and where the compiler would exit (status 1 for a user's error or fatal(),
@@ -378,6 +379,8 @@ typedef struct Graph {
      * with respect to each trainable param (grad[i] for params[i]; NULL: frozen or unused), and
      * the optimizer that updates the params after the backward pass. */
     bool train;
+    bool eval;      /* DimBounds.eval: the loss in inference mode is the one output */
+    bool with_loss; /* train || eval: targets are inputs and the loss is built */
     Node *loss;
     Node **grad;
     struct Optimizer {
@@ -478,6 +481,8 @@ typedef struct DimBounds {
     char *names[MAX_SYMS * 2];
     int64_t max[MAX_SYMS * 2];
     bool train; /* --train: build the training step (targets, loss, optimizer), not inference */
+    bool eval;  /* the evaluation twin of a training build: inference, targets as inputs, the loss
+                 * its one output (PROG train --eval) */
 } DimBounds;
 Graph *build_graph(const Program *p, const DimBounds *bounds);
 
@@ -730,6 +735,8 @@ typedef struct Compiled {
     Graph *g;
     KernelList kl, init;
     MemPlan *mp, *mpc; /* the CPU plan (64-byte alignment) and the CUDA plan (256) */
+    struct Compiled *eval; /* a training build's evaluation twin (NAME_eval: the loss in
+                            * inference mode, for PROG train --eval), or NULL */
 } Compiled;
 
 void options_default(Options *o);

@@ -608,6 +608,11 @@ typedef struct mrt_model_info {
     const int64_t *sym_max;        /* [n_syms] their compiled bounds (--max-batch, --max-dim) */
     int train;                     /* 1: a training build (modelc --train): run is one training step,
                                       its one output the loss; `PROG train` runs the loop */
+    const struct mrt_model_info *eval; /* a training build's evaluation twin (NAME_eval): the same
+                                      inputs and targets, the loss in inference mode (batch_norm
+                                      with its running statistics, dropout off) its one output;
+                                      its weights come from the training model
+                                      (mrt_model_copy_weights). NULL otherwise */
 } mrt_model_info;
 
 /** Write the model's weights (state == 0: the params, under their state_dict names) or its
@@ -615,6 +620,12 @@ typedef struct mrt_model_info {
  *  `path` as safetensors, atomically (a temporary file renamed into place); the metadata holds
  *  the model's name and its step count. Device weights are copied to the host first. */
 mrt_status mrt_model_save_weights(mrt_model *m, const char *path, int state);
+
+/** Copy the params of src into dst, by name (every param of dst must be a param of src with the
+ *  same dtype and shape; optimizer state is not copied), device to device, then compute dst's
+ *  load-time values as mrt_model_load_weights does. For a training build's evaluation twin,
+ *  which reads the weights of the model being trained. Errors name the param. */
+mrt_status mrt_model_copy_weights(mrt_model *dst, const mrt_model *src);
 
 /** Resume a training build: read the optimizer state that mrt_model_save_weights(m, path, 1)
  *  wrote (every state tensor, checked by name, dtype and shape) and set m->step to the step it

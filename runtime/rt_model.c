@@ -373,6 +373,27 @@ mrt_status mrt_model_create_on(mrt_model **out, const mrt_model_desc *d, const m
 
 /* ---------------------------------------------------------------- weights */
 
+/* After the params are in place (st == MRT_OK): the load-time kernels, then the load-only
+ * regions (raw params that only folding reads) are freed. */
+static mrt_status weights_finish(mrt_model *m, mrt_status st)
+{
+    const mrt_model_desc *d = m->desc;
+    if (st == MRT_OK && d->init)
+        st = d->init(m);
+    for (int s = 0; s < d->n_slots; s++) {
+        if (m->dev[s].kind == MRT_DEVICE_CUDA && mrt_device_activate(m->dev[s]) != MRT_OK)
+            continue;
+        mrt_free(m->dev[s], m->load[s]);
+        m->load[s] = NULL;
+    }
+    if (st == MRT_OK)
+        st = mrt_device_activate(m->dev[0]);
+    if (st != MRT_OK)
+        return st;
+    m->weights_loaded = 1;
+    return MRT_OK;
+}
+
 mrt_status mrt_model_load_weights(mrt_model *m, const char *path)
 {
     if (!m || !m->desc)
@@ -424,21 +445,56 @@ mrt_status mrt_model_load_weights(mrt_model *m, const char *path)
             free(host[2 * s]);
             free(host[2 * s + 1]);
         }
-    if (st == MRT_OK && d->init)
-        st = d->init(m);
-    /* The load-only regions (raw params that only folding reads) are not needed any more. */
-    for (int s = 0; s < d->n_slots; s++) {
-        if (m->dev[s].kind == MRT_DEVICE_CUDA && mrt_device_activate(m->dev[s]) != MRT_OK)
-            continue;
-        mrt_free(m->dev[s], m->load[s]);
-        m->load[s] = NULL;
+    return weights_finish(m, st);
+}
+
+mrt_status mrt_model_copy_weights(mrt_model *dst, const mrt_model *src)
+{
+    if (!dst || !dst->desc || !src || !src->desc)
+        return mrt_set_error(MRT_ERR_INVALID_ARG, "mrt_model_copy_weights: a model is NULL");
+    const mrt_model_desc *d = dst->desc, *sd = src->desc;
+    if (!src->weights_loaded)
+        return mrt_set_error(MRT_ERR_INVALID_ARG, "%s: copying the weights of '%s', which has none loaded", d->name,
+                             sd->name);
+    mrt_status st = MRT_OK;
+    dst->weights_loaded = 0;
+    for (int s = 0; s < d->n_slots && st == MRT_OK; s++) {
+        if ((st = mrt_device_activate(dst->dev[s])) != MRT_OK)
+            break;
+        mrt_free(dst->dev[s], dst->load[s]);
+        if (!(dst->load[s] = mrt_alloc(dst->dev[s], d->slots[s].load_bytes)))
+            st = MRT_ERR_OOM;
     }
-    if (st == MRT_OK)
-        st = mrt_device_activate(m->dev[0]);
-    if (st != MRT_OK)
-        return st;
-    m->weights_loaded = 1;
-    return MRT_OK;
+    for (int i = 0; i < d->n_params && st == MRT_OK; i++) {
+        const mrt_param_desc *p = &d->params[i], *q = NULL;
+        if (p->state)
+            continue;
+        for (int j = 0; j < sd->n_params && !q; j++)
+            if (!sd->params[j].state && !strcmp(sd->params[j].name, p->name))
+                q = &sd->params[j];
+        int same = q && q->dtype == p->dtype && q->rank == p->rank && !(q->region % 2);
+        for (int k = 0; same && k < p->rank; k++)
+            same = q->shape[k] == p->shape[k];
+        if (!same) {
+            st = mrt_set_error(MRT_ERR_MISMATCH, "%s: param '%s' is %s in '%s'", d->name, p->name,
+                               !q ? "absent" : q->region % 2 ? "not kept after loading" : "of another dtype or shape",
+                               sd->name);
+            break;
+        }
+        uint64_t numel = 1;
+        rt_shape_numel(p->shape, p->rank, &numel);
+        int s = p->region / 2, t = q->region / 2;
+        unsigned char *to = (p->region % 2 ? dst->load[s] : dst->weights[s]) + p->offset;
+        st = mrt_memcpy(dst->dev[s], to, src->dev[t], src->weights[t] + q->offset, (size_t)numel * mrt_dtype_size(p->dtype),
+                        src->dev[t].kind == MRT_DEVICE_CUDA ? src->stream[t] : dst->stream[s]);
+    }
+    for (int s = 0; s < sd->n_slots && st == MRT_OK; s++)
+        if (src->dev[s].kind == MRT_DEVICE_CUDA)
+            st = mrt_stream_sync(src->dev[s], src->stream[s], "copy_weights");
+    for (int s = 0; s < d->n_slots && st == MRT_OK; s++)
+        if (dst->dev[s].kind == MRT_DEVICE_CUDA)
+            st = mrt_stream_sync(dst->dev[s], dst->stream[s], "copy_weights");
+    return weights_finish(dst, st);
 }
 
 /* ---------------------------------------------------------------- staging */

@@ -194,6 +194,7 @@ typedef struct train_opts {
     const char *weights, *save, *save_state, *device, *log;
     const char **data; /* [n_inputs] */
     const char *resume;
+    const char **eval_files; /* [n_inputs] --eval NAME=FILE, or NULL without --eval */
     int batch, epochs, shuffle, quiet, time, threads;
     long long steps, save_every;
     long long warmup_steps, decay_steps; /* -1: the model's */
@@ -207,7 +208,7 @@ static void train_usage(FILE *f, const char *prog)
                "       [--steps S] [--lr LR] [--warmup-steps N] [--decay-steps N] [--min-lr LR]\n"
                "       [--clip-grad-norm X] [--shuffle] [--seed S] [--save OUT.safetensors]\n"
                "       [--save-state STATE.safetensors] [--save-every N] [--resume STATE.safetensors]\n"
-               "       [--device D] [--threads N] [--log FILE] [--time] [--quiet]\n",
+               "       [--eval NAME=FILE.npy,...] [--device D] [--threads N] [--log FILE] [--time] [--quiet]\n",
             prog);
 }
 
@@ -241,6 +242,8 @@ static void train_help(const mrt_model_info *info, const char *prog)
            "                     the bias correction, so with the same --batch, --shuffle and --seed\n"
            "                     the run ends bit for bit as one that was never stopped; --epochs and\n"
            "                     --steps count from the first step of the training\n"
+           "  --eval NAME=FILE,...  after each epoch, the mean loss over these samples (every input and\n"
+           "                     target) in inference mode: batch_norm's running statistics, no dropout\n"
            "  --log FILE         append one line per step: epoch, step, loss, samples/s, grad_norm, lr\n"
            "  --device D         cpu, cuda, cuda:N or auto (default)\n"
            "  --threads N        CPU threads for the kernels (default: $MODELRT_THREADS, else the cores)\n"
@@ -348,6 +351,35 @@ static int train_parse(const mrt_model_info *info, const char *prog, int argc, c
                 o->min_lr = x;
             else
                 o->clip_grad_norm = x;
+        } else if (!strcmp(a, "--eval")) {
+            NEED();
+            if (!info->eval) {
+                fprintf(stderr, "%s train: error: --eval needs a program built by this modelc (its evaluation twin is "
+                                "missing)\n", prog);
+                return 2;
+            }
+            if (!o->eval_files && !(o->eval_files = calloc((size_t)info->n_inputs + 1, sizeof *o->eval_files)))
+                return 1;
+            /* NAME=FILE[,NAME=FILE...] */
+            for (const char *s = v; *s;) {
+                const char *comma = strchr(s, ','), *end = comma ? comma : s + strlen(s);
+                const char *eq = memchr(s, '=', (size_t)(end - s));
+                int k = -1;
+                for (int j = 0; eq && j < info->n_inputs; j++)
+                    if ((size_t)(eq - s) == strlen(info->inputs[j].name) && !strncmp(s, info->inputs[j].name, (size_t)(eq - s)))
+                        k = j;
+                if (k < 0 || eq + 1 == end) {
+                    fprintf(stderr, "%s train: error: --eval takes NAME=FILE.npy[,NAME=FILE.npy...] with each NAME one of "
+                                    "the model's inputs and targets, got '%.*s'\n", prog, (int)(end - s), s);
+                    return 2;
+                }
+                if (o->eval_files[k]) {
+                    fprintf(stderr, "%s train: error: --eval %s is given twice\n", prog, info->inputs[k].name);
+                    return 2;
+                }
+                o->eval_files[k] = rt_strdup_printf("%.*s", (int)(end - eq - 1), eq + 1);
+                s = comma ? comma + 1 : end;
+            }
         } else if (!strcmp(a, "--data")) {
             NEED();
             const char *eq = strchr(v, '=');
@@ -377,6 +409,12 @@ static int train_parse(const mrt_model_info *info, const char *prog, int argc, c
                 prog);
         return 2;
     }
+    for (int j = 0; o->eval_files && j < info->n_inputs; j++)
+        if (!o->eval_files[j]) {
+            fprintf(stderr, "%s train: error: --eval has no file for %s (it takes every input and target: "
+                            "--eval NAME=FILE.npy,...)\n", prog, info->inputs[j].name);
+            return 2;
+        }
     for (int j = 0; j < info->n_inputs; j++)
         if (!o->data[j]) {
             fprintf(stderr, "%s train: error: missing --data %s=FILE.npy\n", prog, info->inputs[j].name);
@@ -400,6 +438,74 @@ static uint64_t splitmix64(uint64_t *s)
     z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
     z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
     return z ^ (z >> 31);
+}
+
+/* Read files[i] (.npy, given as `flag` NAME=FILE) for every input of info into data[i]: each
+ * of the declared dtype and shape after its leading (batch) axis, all with the same number of
+ * samples, *N; row[i] is the bytes of one sample and bufs[i] a buffer of `batch` of them. */
+static mrt_status read_samples(const mrt_model_info *info, const char *flag, const char *const *files, mrt_tensor *data,
+                               size_t *row, void **bufs, int batch, int64_t *N)
+{
+    int from = 0;
+    *N = -1;
+    for (int i = 0; i < info->n_inputs; i++) {
+        const mrt_io_desc *d = &info->inputs[i];
+        mrt_status st = mrt_npy_read(files[i], &data[i]);
+        if (st != MRT_OK)
+            return st;
+        const mrt_tensor *t = &data[i];
+        int ok = t->dtype == d->dtype && t->rank == d->rank && t->rank > 0 && d->sym[0][0] == 1;
+        for (int k = 1; ok && k < d->rank; k++)
+            ok = t->shape[k] == d->shape[k];
+        if (!ok)
+            return mrt_set_error(MRT_ERR_MISMATCH, "%s %s=%s: %s of rank %d; the model takes %s samples of the declared "
+                                 "shape along the leading (batch) axis", flag, d->name, files[i], mrt_dtype_name(t->dtype),
+                                 t->rank, mrt_dtype_name(d->dtype));
+        if (*N >= 0 && t->shape[0] != *N)
+            return mrt_set_error(MRT_ERR_MISMATCH, "%s %s=%s has %lld samples, but %s %s=%s has %lld: every file holds "
+                                 "the same samples", flag, d->name, files[i], (long long)t->shape[0], flag,
+                                 info->inputs[from].name, files[from], (long long)*N);
+        *N = t->shape[0];
+        from = i;
+        row[i] = t->shape[0] ? t->nbytes / (size_t)t->shape[0] : 0;
+        if (!(bufs[i] = malloc(row[i] * (size_t)batch + 1)))
+            return mrt_set_error(MRT_ERR_OOM, "out of memory for a batch of %s %s", flag, d->name);
+    }
+    if (*N < 1)
+        return mrt_set_error(MRT_ERR_INVALID_ARG, "%s: the files hold no samples", flag);
+    return MRT_OK;
+}
+
+/* The evaluation twin's mean loss over the --eval samples, in batches of `batch`, with the
+ * weights of the training model m copied in first. Each batch's loss is weighted by its size
+ * (exact for a mean-reduced loss without ignored targets). */
+static mrt_status evaluate(const mrt_model_info *info, void **emodel, mrt_model *m, const mrt_tensor *edata,
+                           const size_t *erow, void **ebufs, int64_t NE, int batch, double *mean)
+{
+    const mrt_model_info *ev = info->eval;
+    mrt_status st = MRT_OK;
+    if (!*emodel) {
+        char dev[32];
+        if ((st = ev->create(emodel, mrt_device_str(m->dev[0], dev, sizeof dev))) != MRT_OK)
+            return st;
+    }
+    if ((st = mrt_model_copy_weights(*emodel, m)) != MRT_OK)
+        return st;
+    double sum = 0;
+    if (batch > ev->max_batch)
+        batch = ev->max_batch;
+    for (int64_t b0 = 0; b0 < NE && st == MRT_OK; b0 += batch) {
+        int nb = (int)(NE - b0 < batch ? NE - b0 : batch);
+        for (int i = 0; i < ev->n_inputs; i++)
+            memcpy(ebufs[i], (const unsigned char *)edata[i].data + (size_t)b0 * erow[i], (size_t)nb * erow[i]);
+        int64_t dims[MRT_MAX_SYMS] = {nb, 1, 1, 1};
+        float l = 0;
+        void *out[1] = {&l};
+        st = ev->run(*emodel, dims, (const void *const *)ebufs, out);
+        sum += (double)l * nb;
+    }
+    *mean = sum / (double)NE;
+    return st;
 }
 
 static int cmp_double(const void *a, const void *b)
@@ -431,6 +537,9 @@ int rt_train_main(const mrt_model_info *info, int argc, char **argv, const char 
     if ((rc = train_parse(info, prog, argc, argv, &o, &help)) != 0 || help) {
         if (help)
             train_help(info, prog);
+        for (int i = 0; o.eval_files && i < info->n_inputs; i++)
+            free((char *)o.eval_files[i]);
+        free(o.eval_files);
         free(o.data);
         return help ? 0 : rc;
     }
@@ -442,7 +551,7 @@ int rt_train_main(const mrt_model_info *info, int argc, char **argv, const char 
      * each): both are read whole before the first step, and written atomically. */
     {
         const char *outs[3] = {o.save, o.save_state, o.log}, *outw[3] = {"--save", "--save-state", "--log"};
-        const char **readers = calloc((size_t)nin + 2, sizeof *readers), **rw = calloc((size_t)nin + 2, sizeof *rw);
+        const char **readers = calloc((size_t)2 * nin + 2, sizeof *readers), **rw = calloc((size_t)2 * nin + 2, sizeof *rw);
         rt_dest d[3];
         memset(d, 0, sizeof d);
         mrt_status st = readers && rw ? MRT_OK : mrt_set_error(MRT_ERR_OOM, "out of memory");
@@ -454,6 +563,8 @@ int rt_train_main(const mrt_model_info *info, int argc, char **argv, const char 
             for (int i = 0; i < nin; i++) {
                 readers[i + 2] = o.data[i];
                 rw[i + 2] = rt_strdup_printf("--data %s", info->inputs[i].name);
+                readers[nin + i + 2] = o.eval_files ? o.eval_files[i] : NULL;
+                rw[nin + i + 2] = rt_strdup_printf("--eval %s", info->inputs[i].name);
             }
         }
         for (int i = 0; i < 3 && st == MRT_OK; i++) {
@@ -461,7 +572,7 @@ int rt_train_main(const mrt_model_info *info, int argc, char **argv, const char 
                 continue;
             readers[0] = o.resume && i == 0 ? NULL : o.weights;
             readers[1] = o.resume && i == 1 ? NULL : o.resume;
-            st = rt_output_check(outw[i], outs[i], readers, rw, nin + 2, &d[i]);
+            st = rt_output_check(outw[i], outs[i], readers, rw, 2 * nin + 2, &d[i]);
             for (int j = 0; j < i && st == MRT_OK; j++)
                 if (outs[j] && rt_dest_same(&d[i], &d[j]))
                     st = mrt_set_error(MRT_ERR_INVALID_ARG, "%s and %s name one file (%s); name two files", outw[j],
@@ -469,7 +580,7 @@ int rt_train_main(const mrt_model_info *info, int argc, char **argv, const char 
         }
         for (int i = 0; i < 3; i++)
             free(d[i].name);
-        for (int i = 0; rw && i < nin; i++)
+        for (int i = 0; rw && i < 2 * nin; i++)
             free((char *)rw[i + 2]);
         free(readers);
         free(rw);
@@ -484,47 +595,24 @@ int rt_train_main(const mrt_model_info *info, int argc, char **argv, const char 
     mrt_tensor *data = calloc((size_t)nin + 1, sizeof *data);
     void **bufs = calloc((size_t)nin + 1, sizeof *bufs);
     size_t *row = calloc((size_t)nin + 1, sizeof *row);
+    mrt_tensor *edata = calloc((size_t)nin + 1, sizeof *edata);
+    void **ebufs = calloc((size_t)nin + 1, sizeof *ebufs);
+    size_t *erow = calloc((size_t)nin + 1, sizeof *erow);
+    void *emodel = NULL;
     int64_t *order = NULL, nt = 0;
     double *times = NULL;
     void *model = NULL;
     FILE *log = NULL;
     float loss = 0;
-    if (!data || !bufs || !row)
+    if (!data || !bufs || !row || !edata || !ebufs || !erow)
         goto oom;
-    /* The data: every file read and checked against the model before the first step. */
-    int64_t N = -1;
-    int from = 0;
-    for (int i = 0; i < nin; i++) {
-        const mrt_io_desc *d = &info->inputs[i];
-        if (mrt_npy_read(o.data[i], &data[i]) != MRT_OK)
-            goto fail;
-        const mrt_tensor *t = &data[i];
-        int ok = t->dtype == d->dtype && t->rank == d->rank && t->rank > 0 && d->sym[0][0] == 1;
-        for (int k = 1; ok && k < d->rank; k++)
-            ok = t->shape[k] == d->shape[k];
-        if (!ok) {
-            mrt_set_error(MRT_ERR_MISMATCH, "--data %s=%s: %s of rank %d; the model takes %s samples of the "
-                          "declared shape along the leading (batch) axis", d->name, o.data[i], mrt_dtype_name(t->dtype),
-                          t->rank, mrt_dtype_name(d->dtype));
-            goto fail;
-        }
-        if (N >= 0 && t->shape[0] != N) {
-            mrt_set_error(MRT_ERR_MISMATCH, "--data %s=%s has %lld samples, but --data %s=%s has %lld: every file "
-                          "holds the same samples", d->name, o.data[i], (long long)t->shape[0], info->inputs[from].name,
-                          o.data[from], (long long)N);
-            goto fail;
-        }
-        N = t->shape[0];
-        from = i;
-        row[i] = t->shape[0] ? t->nbytes / (size_t)t->shape[0] : 0;
-        bufs[i] = malloc(row[i] * (size_t)o.batch + 1);
-        if (!bufs[i])
-            goto oom;
-    }
-    if (N < 1) {
-        mrt_set_error(MRT_ERR_INVALID_ARG, "the data holds no samples");
+    /* The data (and the evaluation data): every file read and checked against the model before
+     * the first step. */
+    int64_t N = -1, NE = -1;
+    if (read_samples(info, "--data", o.data, data, row, bufs, o.batch, &N) != MRT_OK)
         goto fail;
-    }
+    if (o.eval_files && read_samples(info, "--eval", o.eval_files, edata, erow, ebufs, o.batch, &NE) != MRT_OK)
+        goto fail;
     order = malloc(sizeof *order * (size_t)N);
     if (!order)
         goto oom;
@@ -643,6 +731,19 @@ int rt_train_main(const mrt_model_info *info, int argc, char **argv, const char 
             fprintf(stderr, "\n");
         else if (!o.quiet)
             fprintf(stderr, "epoch %d/%d: %lld steps, last loss %.6f\n", ep, o.epochs, (long long)step, loss);
+        if (o.eval_files) {
+            double el;
+            if (evaluate(info, &emodel, m, edata, erow, ebufs, NE, o.batch, &el) != MRT_OK) {
+                char msg[1024];
+                snprintf(msg, sizeof msg, "%s", mrt_last_error());
+                mrt_set_error(MRT_ERR_INVALID_ARG, "epoch %d: evaluating: %s", ep, msg);
+                goto fail;
+            }
+            if (!o.quiet)
+                fprintf(stderr, "epoch %d/%d: eval loss %.6f (%lld samples)\n", ep, o.epochs, el, (long long)NE);
+            if (log)
+                fprintf(log, "eval epoch %d step %lld loss %.9g samples %lld\n", ep, (long long)step, el, (long long)NE);
+        }
     }
     if (o.time && nt > 1) { /* the first step (first touch of the arena, BLAS warm-up) is left out */
         qsort(times + 1, (size_t)(nt - 1), sizeof *times, cmp_double);
@@ -664,6 +765,8 @@ fail:
 done:
     if (log)
         fclose(log);
+    if (emodel)
+        info->eval->destroy(emodel);
     if (model)
         info->destroy(model);
     for (int i = 0; data && i < nin; i++) {
@@ -671,6 +774,17 @@ done:
         if (bufs)
             free(bufs[i]);
     }
+    for (int i = 0; edata && i < nin; i++) {
+        mrt_tensor_free(&edata[i]);
+        if (ebufs)
+            free(ebufs[i]);
+    }
+    for (int i = 0; o.eval_files && i < nin; i++)
+        free((char *)o.eval_files[i]);
+    free(o.eval_files);
+    free(edata);
+    free(ebufs);
+    free(erow);
     free(data);
     free(bufs);
     free(row);

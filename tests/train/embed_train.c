@@ -2,7 +2,8 @@
  * embed_train.c — the training API of a generated model used from C (tests/train/run.py,
  * train/embed): mlp_adamw's NAME_train_step over the batches of the data files in file order,
  * then NAME_save_weights and NAME_save_state; a second model resumes from those files with
- * NAME_load_state. run.py compares the weights with `PROG train`'s, which must be identical.
+ * NAME_load_state, on $MODELRT_DEVICE (the test sets cpu). run.py compares the weights with
+ * `PROG train`'s, which must be identical.
  *
  *   embed_train INIT.safetensors X.npy LABELS.npy STEPS OUT.safetensors STATE.safetensors
  */
@@ -28,7 +29,7 @@ int main(int argc, char **argv)
         return fail("reading the data");
     int steps = atoi(argv[4]), n = (int)x.shape[0], b = 8;
     mlp_adamw *m = NULL;
-    if (mlp_adamw_create(&m, "cpu") != MRT_OK || mlp_adamw_load_weights(m, argv[1]) != MRT_OK)
+    if (mlp_adamw_create(&m, NULL) != MRT_OK || mlp_adamw_load_weights(m, argv[1]) != MRT_OK)
         return fail("create or load_weights");
     for (int s = 0, b0 = 0; s < steps; s++, b0 = b0 + b >= n ? 0 : b0 + b) {
         int nb = n - b0 < b ? n - b0 : b;
@@ -42,7 +43,7 @@ int main(int argc, char **argv)
         return fail("save_weights or save_state");
     /* a second model resumes from the files: its state and step are the first one's */
     mlp_adamw *r = NULL;
-    if (mlp_adamw_create(&r, "cpu") != MRT_OK || mlp_adamw_load_weights(r, argv[5]) != MRT_OK ||
+    if (mlp_adamw_create(&r, NULL) != MRT_OK || mlp_adamw_load_weights(r, argv[5]) != MRT_OK ||
         mlp_adamw_load_state(r, argv[6]) != MRT_OK)
         return fail("resume");
     if (r->step != m->step) {

@@ -186,19 +186,56 @@ def check_embed(modelc, d):
     subprocess.run([sys.executable, os.path.join(HERE, "make_data.py"), d, name], check=True)
     f = lambda s: os.path.join(d, s)  # noqa: E731
     p = subprocess.run([exe, f(name + ".init.safetensors"), f(name + ".x.npy"), f(name + ".labels.npy"), "10",
-                        f("e.st"), f("es.st")], capture_output=True, text=True)
+                        f("e.st"), f("es.st")], capture_output=True, text=True, env=dict(os.environ, MODELRT_DEVICE="cpu"))
     if p.returncode:
         return "embed_train failed: " + (p.stderr or p.stdout).strip()[-300:]
     print("  embed: " + p.stdout.strip().splitlines()[-1])
     subprocess.run([modelc, os.path.join(HERE, name + ".model"), "--train", "--max-batch", "8", "-o", f("prog")],
                    check=True, capture_output=True)
-    q = _train(f("prog"), d, name, "--weights", f(name + ".init.safetensors"), "--epochs", "2", "--save", f("c.st"))
+    q = _train(f("prog"), d, name, "--weights", f(name + ".init.safetensors"), "--epochs", "2", "--save", f("c.st"),
+               "--device", "cpu")  # the C program is built for the CPU: so is the comparison
     if q.returncode:
         return "PROG train failed: " + q.stderr.strip()[-300:]
     a, b = safetensors_np.read(f("e.st")), safetensors_np.read(f("c.st"))
     diff = [k for k in b if not np.array_equal(a.get(k), b[k])]
     print("  embed: %s_train_step x 10 vs PROG train: weights differ in %s" % (name, diff or "none"))
     return ("the weights differ in %s" % diff) if diff else None
+
+
+def check_eval(modelc, d):
+    """--eval: after each epoch the evaluation twin's mean loss over the --eval samples, with the
+    weights of that moment; checked against NumPy's cross_entropy of the saved weights."""
+    name = "mlp_adamw"
+    prog = os.path.join(d, name)
+    subprocess.run([modelc, os.path.join(HERE, name + ".model"), "--train", "--max-batch", "8", "-o", prog],
+                   check=True, capture_output=True)
+    subprocess.run([sys.executable, os.path.join(HERE, "make_data.py"), d, name], check=True)
+    f = lambda s: os.path.join(d, s)  # noqa: E731
+    ev = ",".join("%s=%s" % (k, f("%s.%s.npy" % (name, k))) for k in ("x", "labels"))
+    p = _train(prog, d, name, "--weights", f(name + ".init.safetensors"), "--epochs", "2", "--eval", ev,
+               "--log", f("e.log"), "--save", f("e.st"))
+    if p.returncode:
+        return "PROG train --eval failed: " + p.stderr.strip()[-300:]
+    with open(f("e.log")) as fh:
+        evals = [r.split() for r in fh if r.startswith("eval ")]
+    if len(evals) != 2:
+        return "%d eval lines in the log, expected one per epoch (2)" % len(evals)
+    w = safetensors_np.read(f("e.st"))
+    x, y = np.load(f(name + ".x.npy")).astype(np.float64), np.load(f(name + ".labels.npy"))
+    h = np.maximum(x @ w["fc1.weight"].T + w["fc1.bias"], 0)
+    z = h @ w["fc2.weight"].T + w["fc2.bias"]
+    z = z - z.max(1, keepdims=True)
+    ref = float(np.mean(np.log(np.exp(z).sum(1)) - z[np.arange(len(y)), y]))
+    got = float(evals[-1][6])
+    err = abs(got - ref) / abs(ref)
+    print("  eval: the last epoch's eval loss %.7f, NumPy's on the saved weights %.7f: relative error %.1e (tolerance %.0e)"
+          % (got, ref, err, RTOL))
+    bad = err > RTOL
+    p = _train(prog, d, name, "--weights", f(name + ".init.safetensors"), "--eval", "x=" + f(name + ".x.npy"))
+    print("  eval: --eval without the labels: exit %d: %s" % (p.returncode, p.stderr.strip()))
+    if p.returncode != 2 or "--eval has no file for labels" not in p.stderr:
+        return "--eval without a target's file: expected exit 2 naming it"
+    return "eval loss differs by %.1e relative" % err if bad else None
 
 
 def main():
@@ -213,6 +250,11 @@ def main():
         with tempfile.TemporaryDirectory(prefix="train_%s_" % name) as d:
             why = check(name, modelc, d)
         print("PASS: train/%s" % name if why is None else "FAIL: train/%s: %s" % (name, why))
+        fails += why is not None
+    if not a.k or any(k in "eval" for k in a.k):
+        with tempfile.TemporaryDirectory(prefix="train_eval_") as d:
+            why = check_eval(modelc, d)
+        print("PASS: train/eval" if why is None else "FAIL: train/eval: %s" % why)
         fails += why is not None
     if not a.k or any(k in "embed" for k in a.k):
         with tempfile.TemporaryDirectory(prefix="train_embed_") as d:
