@@ -635,6 +635,42 @@ mrt_status mrt_model_copy_weights(mrt_model *dst, const mrt_model *src);
  *  then (a tensor that fails to read may leave the state partly written: load it again). */
 mrt_status mrt_model_load_state(mrt_model *m, const char *path);
 
+/* ---------------------------------------------------------------- data-parallel inference */
+
+#define MRT_DP_MAX 16 /* replicas of one model */
+
+/** Replicas of one compiled model on several devices, run data-parallel (rt_dp.c). */
+typedef struct mrt_dp mrt_dp;
+
+/** Create a replica of the model `info` describes on each device of `devices`: "cuda:0,cuda:1",
+ *  "cpu:0,cpu:1", a mix, or "all" (every CUDA device). Each replica has the whole model (its own
+ *  weights and arena, on its device) and a worker thread. CPU replicas run their kernels with
+ *  one thread each (mrt_set_threads(1): a core per replica). Errors: a device named twice, absent
+ *  ("all" without a GPU included), or malformed is MRT_ERR_DEVICE listing the devices present;
+ *  a model whose batch items interact (batch_chunkable 0), or whose batch is not the leading
+ *  axis of every input and output, cannot be split and is MRT_ERR_INVALID_ARG saying why; a
+ *  replica that cannot be created names its device. */
+mrt_status mrt_dp_create(mrt_dp **out, const mrt_model_info *info, const char *devices);
+
+/** Read the weights file once, into the first replica, then copy them device to device into
+ *  the others (mrt_model_copy_weights). */
+mrt_status mrt_dp_load_weights(mrt_dp *dp, const char *path);
+
+/** One run over a batch of dims[0] items (host buffers as info->run takes them): the first
+ *  dims[0] % n replicas take dims[0] / n + 1 consecutive items and the others dims[0] / n (a
+ *  replica with none sits out); the shards run concurrently, each writing its rows of the
+ *  outputs in place; returns when all are done. A shard larger than the compiled max_batch runs
+ *  in pieces of it. Each replica's result is what its shard gives on one device. A failing replica's error is returned
+ *  naming the replica, its device and its batch items. Not reentrant: one run at a time. */
+mrt_status mrt_dp_run(mrt_dp *dp, const int64_t *dims, const void *const *in, void *const *out);
+
+/** The number of replicas, and replica i (the model handle info->run takes; NULL out of range). */
+int mrt_dp_count(const mrt_dp *dp);
+void *mrt_dp_replica(const mrt_dp *dp, int i);
+
+/** Stop the workers and free every replica. NULL is ignored. */
+void mrt_dp_destroy(mrt_dp *dp);
+
 /** The command-line driver of generated executables:
  *    PROG --weights W.safetensors --input NAME=IN.npy ... --output NAME=OUT.npy ...
  *         [--device D] [--time] [--repeat N] [--memory] [--help] [--list-devices]

@@ -33,6 +33,7 @@ enum { CLI_OK = 0, CLI_ERROR = 1, CLI_USAGE = 2 };
 
 typedef struct cli_opts {
     const char *weights, *device, *device_map;
+    const char *devices; /* --devices: data-parallel replicas (rt_dp.c) */
     const char *repeat_arg; /* --repeat's text, to name it when given twice */
     const char **in_files;  /* [n_inputs], NULL where not given */
     const char **out_files; /* [n_outputs], NULL where not requested */
@@ -118,6 +119,10 @@ static void cli_help(const mrt_model_info *info, const char *prog)
            "  --device-map MAP     move the devices 'on' regions pin, like PyTorch's map_location:\n"
            "                       FROM=TO[,FROM=TO...], e.g. cuda:1=cpu,cuda:0=cuda:0\n"
            "                       (default: $MODELRT_DEVICE_MAP)\n"
+           "  --devices LIST       data-parallel: a replica of the model on each device of LIST\n"
+           "                       (cuda:0,cuda:1 or cpu:0,cpu:1, or all: every GPU); each batch is\n"
+           "                       split into contiguous shards that run at once (CPU replicas one\n"
+           "                       thread each); the outputs are the single-device run's\n"
            "  --list-devices       print the devices this program can use, and exit\n"
            "  --threads N          CPU threads for the kernels (default: $MODELRT_THREADS, else\n"
            "                       $OMP_NUM_THREADS, else the cores this process may use)\n"
@@ -246,6 +251,7 @@ static int cli_parse(const mrt_model_info *info, const char *prog, int argc, cha
             o->memory = 1;
         } else if (cli_flag_value(argc, argv, &i, "--weights", &v) ||
                    cli_flag_value(argc, argv, &i, "--device-map", &v) ||
+                   cli_flag_value(argc, argv, &i, "--devices", &v) ||
                    cli_flag_value(argc, argv, &i, "--device", &v) ||
                    cli_flag_value(argc, argv, &i, "--repeat", &v) ||
                    cli_flag_value(argc, argv, &i, "--threads", &v) ||
@@ -263,6 +269,7 @@ static int cli_parse(const mrt_model_info *info, const char *prog, int argc, cha
             const char *prev = strcmp(flag, "--weights") == 0      ? o->weights
                                : strcmp(flag, "--device") == 0     ? o->device
                                : strcmp(flag, "--device-map") == 0 ? o->device_map
+                               : strcmp(flag, "--devices") == 0    ? o->devices
                                : strcmp(flag, "--repeat") == 0     ? o->repeat_arg
                                                                    : NULL;
             if (prev)
@@ -272,6 +279,8 @@ static int cli_parse(const mrt_model_info *info, const char *prog, int argc, cha
                 o->weights = v;
             } else if (strcmp(flag, "--device") == 0) {
                 o->device = v;
+            } else if (strcmp(flag, "--devices") == 0) {
+                o->devices = v;
             } else if (strcmp(flag, "--threads") == 0) {
                 char *end;
                 long t = strtol(v, &end, 10);
@@ -303,6 +312,12 @@ static int cli_parse(const mrt_model_info *info, const char *prog, int argc, cha
             return cli_usage_error(prog, "unexpected argument '%s'", a);
         }
     }
+    if (o->devices && (o->device || o->device_map))
+        return cli_usage_error(prog, "--devices runs a replica on each device it lists: give it without %s",
+                               o->device ? "--device" : "--device-map");
+    if (o->devices && info->desc && info->desc->n_slots > 1)
+        return cli_usage_error(prog, "--devices: model '%s' pins regions to other devices ('on' regions); its "
+                               "replicas would share them", info->name);
     int any_input = 0;
     for (int i = 0; i < info->n_inputs; i++)
         any_input |= o->in_files[i] != NULL;
@@ -715,7 +730,8 @@ static mrt_status cli_output_check(const mrt_model_info *info, const cli_opts *o
 
 typedef struct cli_run {
     const mrt_model_info *info;
-    void *model;
+    void *model;                  /* the model, or with --devices the first replica */
+    mrt_dp *dp;                   /* --devices: the replicas */
     int batch, chunk;             /* chunk: batch per call (== batch when not chunked) */
     int64_t dims[MRT_MAX_SYMS];   /* the symbolic sizes (dims[0] == batch) */
     mrt_tensor *in;               /* [n_inputs] */
@@ -737,8 +753,8 @@ static mrt_status cli_run_once(cli_run *r)
         int64_t dims[MRT_MAX_SYMS];
         memcpy(dims, r->dims, sizeof dims);
         dims[0] = nb;
-        mrt_status st = info->run(r->model, dims, (const void *const *)r->in_ptr,
-                                  (void *const *)r->out_ptr);
+        mrt_status st = r->dp ? mrt_dp_run(r->dp, dims, (const void *const *)r->in_ptr, (void *const *)r->out_ptr)
+                              : info->run(r->model, dims, (const void *const *)r->in_ptr, (void *const *)r->out_ptr);
         if (st != MRT_OK) {
             if (mrt_last_error()[0] == '\0')
                 mrt_set_error(st, "run failed with %s", mrt_status_name(st));
@@ -842,7 +858,18 @@ static int cli_execute(const mrt_model_info *info, const cli_opts *o, const char
     int64_t batch = r.dims[0];
     r.batch = (int)batch;
     r.chunk = r.batch;
-    if (batch > info->max_batch) {
+    /* --devices: the replicas first (each shard is at most the compiled maximum batch) */
+    int ndev = 1, threads = 0;
+    if (o->devices) { /* the thread count first: CPU replicas then set one each */
+        if (mrt_set_threads(o->threads, &threads) != MRT_OK || mrt_dp_create(&r.dp, info, o->devices) != MRT_OK)
+            goto done;
+        ndev = mrt_dp_count(r.dp);
+        r.model = mrt_dp_replica(r.dp, 0);
+        if (ndev > batch)
+            fprintf(stderr, "%s: notice: batch %lld on %d devices: %lld of them get no items and sit out\n", prog,
+                    (long long)batch, ndev, (long long)(ndev - batch));
+    }
+    if (batch > info->max_batch && !r.dp) {
         /* the batch leads a buffer when axis 0 holds it once and no other axis does */
         int leading = 1;
         for (int i = 0; i < nin + nout; i++) {
@@ -881,14 +908,13 @@ static int cli_execute(const mrt_model_info *info, const cli_opts *o, const char
     }
 
     /* Threads, then the model: device, weights. */
-    int threads = 0;
-    if (mrt_set_threads(o->threads, &threads) != MRT_OK)
+    if (!r.dp && mrt_set_threads(o->threads, &threads) != MRT_OK)
         goto done;
     mrt_set_error(MRT_OK, "%s", "");
     const mrt_model_desc *d = info->desc;
     mrt_device devs[MRT_MAX_SLOTS];
     size_t cuda_free0[MRT_MAX_SLOTS] = {0};
-    if (d) {
+    if (d && !r.dp) {
         if (mrt_model_select_devices(d, o->device, o->device_map, devs) != MRT_OK)
             goto done;
         for (int s = 0; s < d->n_slots; s++) {
@@ -897,8 +923,17 @@ static int cli_execute(const mrt_model_info *info, const cli_opts *o, const char
                 goto done;
         }
     }
-    if (d ? mrt_model_create_on((mrt_model **)&r.model, d, devs) != MRT_OK
-          : info->create(&r.model, o->device) != MRT_OK || !r.model) {
+    if (r.dp) {
+        /* the replicas exist; their free memory before loading, for --memory */
+        for (int k = 0; k < ndev && d; k++) {
+            size_t tot;
+            mrt_model *rm = mrt_dp_replica(r.dp, k);
+            if (rm->dev[0].kind == MRT_DEVICE_CUDA && k < MRT_MAX_SLOTS &&
+                mrt_device_memory(rm->dev[0], &cuda_free0[k], &tot) != MRT_OK)
+                goto done;
+        }
+    } else if (d ? mrt_model_create_on((mrt_model **)&r.model, d, devs) != MRT_OK
+                 : info->create(&r.model, o->device) != MRT_OK || !r.model) {
         if (mrt_last_error()[0] == '\0')
             mrt_set_error(MRT_ERR_INTERNAL, "cannot create model '%s'", info->name);
         r.model = NULL;
@@ -909,7 +944,12 @@ static int cli_execute(const mrt_model_info *info, const cli_opts *o, const char
         mrt_device_str(info->device(r.model), dev, sizeof dev);
     int on_cuda = info->device && info->device(r.model).kind == MRT_DEVICE_CUDA;
     size_t arena = on_cuda && info->arena_bytes_cuda ? info->arena_bytes_cuda : info->arena_bytes;
-    if (o->memory && d)
+    if (o->memory && d && r.dp)
+        for (int k = 0; k < ndev; k++) {
+            fprintf(stderr, "memory: replica %d of %d:\n", k + 1, ndev);
+            cli_memory_plan(d, ((mrt_model *)mrt_dp_replica(r.dp, k))->dev);
+        }
+    else if (o->memory && d)
         cli_memory_plan(d, ((mrt_model *)r.model)->dev);
     else if (o->memory)
         fprintf(stderr, "memory: weights %zu bytes, arena %zu bytes (device %s)\n", info->weight_bytes, arena, dev);
@@ -919,7 +959,8 @@ static int cli_execute(const mrt_model_info *info, const cli_opts *o, const char
                 mrt_set_error(MRT_ERR_INTERNAL, "internal error: model has no weight loader");
                 goto done;
             }
-        } else if (info->load_weights(r.model, o->weights) != MRT_OK) {
+        } else if (r.dp ? mrt_dp_load_weights(r.dp, o->weights) != MRT_OK
+                        : info->load_weights(r.model, o->weights) != MRT_OK) {
             goto done;
         }
     }
@@ -946,25 +987,35 @@ static int cli_execute(const mrt_model_info *info, const cli_opts *o, const char
         /* every slot's device, and the bytes summed over the slots */
         size_t wsum = 0, asum = 0;
         char devlist[256] = "";
-        for (int s = 0; s < d->n_slots; s++) {
+        for (int q = 0; q < (r.dp ? ndev : 1) * d->n_slots; q++) {
+            int s = q % d->n_slots;
             mrt_memory_use u;
             char dn[32];
-            mrt_model_plan_memory(d, ((mrt_model *)r.model)->dev, s, &u);
+            mrt_model_plan_memory(d, ((mrt_model *)(r.dp ? mrt_dp_replica(r.dp, q / d->n_slots) : r.model))->dev, s, &u);
             wsum += u.weights;
             asum += u.arena;
             mrt_device_str(u.device, dn, sizeof dn);
             if (!strstr(devlist, dn) && strlen(devlist) + strlen(dn) + 2 < sizeof devlist)
                 snprintf(devlist + strlen(devlist), sizeof devlist - strlen(devlist), "%s%s", *devlist ? "," : "", dn);
         }
-        fprintf(stderr, "time: %.3f ms per run (%ld run%s, batch %d, device%s %s, %d thread%s; weights %zu bytes, arena %zu "
-                "bytes)\n", (t1 - t0) / (double)repeat, repeat, repeat == 1 ? "" : "s", r.batch,
-                strchr(devlist, ',') ? "s" : "", devlist, threads, threads == 1 ? "" : "s", wsum, asum);
+        int cpus = 0; /* two CPU replicas or more run one thread each (mrt_dp_create) */
+        for (int k = 0; r.dp && k < ndev; k++)
+            cpus += ((mrt_model *)mrt_dp_replica(r.dp, k))->dev[0].kind == MRT_DEVICE_CPU;
+        if (cpus > 1)
+            threads = 1;
+        fprintf(stderr, "time: %.3f ms per run (%ld run%s, batch %d, device%s %s%s, %d thread%s%s; weights %zu bytes, "
+                "arena %zu bytes)\n", (t1 - t0) / (double)repeat, repeat, repeat == 1 ? "" : "s", r.batch,
+                strchr(devlist, ',') ? "s" : "", devlist, r.dp ? " data-parallel" : "", threads, threads == 1 ? "" : "s",
+                r.dp ? " per replica" : "", wsum, asum);
     } else if (o->time) {
         fprintf(stderr, "time: %.3f ms per run (%ld run%s, batch %d, device %s; weights %zu bytes, arena %zu bytes)\n",
                 (t1 - t0) / (double)repeat, repeat, repeat == 1 ? "" : "s", r.batch, dev, info->weight_bytes, arena);
     }
 
-    if (o->memory && d)
+    if (o->memory && d && r.dp)
+        for (int k = 0; k < ndev && k < MRT_MAX_SLOTS; k++)
+            cli_memory_measured(d, ((mrt_model *)mrt_dp_replica(r.dp, k))->dev, &cuda_free0[k]);
+    else if (o->memory && d)
         cli_memory_measured(d, ((mrt_model *)r.model)->dev, cuda_free0);
 
     /* Outputs, each written whole or not at all. */
@@ -988,7 +1039,9 @@ done:
     for (int i = 0; dests && i < nout; i++)
         free(dests[i].name);
     free(dests);
-    if (r.model)
+    if (r.dp)
+        mrt_dp_destroy(r.dp);
+    else if (r.model)
         info->destroy(r.model);
     for (int i = 0; r.in && i < nin; i++)
         mrt_tensor_free(&r.in[i]);

@@ -9,7 +9,7 @@
 # MODELC_CFLAGS.
 set -u
 cd "$(dirname "$0")/.."
-SUITES="lit runtime numeric plan cudasim train digits embed install resnet18 gpt2 minilm zoo bench"
+SUITES="lit runtime numeric plan cudasim train dp digits embed install resnet18 gpt2 minilm zoo bench"
 SUITE=${SUITE:-all}
 SELECTED=" "
 for s in ${SUITE//,/ }; do
@@ -92,6 +92,7 @@ suite numeric "$PYTHON" tests/numeric/run.py
 suite train bash -c '"$PYTHON" tests/train/run.py && "$PYTHON" tests/train/gradcheck.py && \
     make -s -C examples/digits train MODELC="$MODELC" B="$PWD/$B" PYTHON="$PYTHON"'
 suite plan "$PYTHON" tests/plan/run.py
+suite dp "$PYTHON" tests/dp/run.py
 suite digits bash -c 'make -s -C examples/digits demo MODELC="$MODELC" B="$PWD/$B" && echo "PASS: examples/digits"'
 suite embed bash -c 'make -s -C examples/embed run MODELC="$MODELC" B="$PWD/$B" && echo "PASS: examples/embed"'
 suite install bash tests/install_test.sh

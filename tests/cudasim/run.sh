@@ -339,6 +339,16 @@ for ex in "resnet18 check-b1 2" "gpt2 check-b1 2" "minilm test 3"; do
             "$log"
     fi
 done
+# Data-parallel inference on two simulated GPUs (--devices cuda:0,cuda:1): each replica's shard
+# bit for bit as the shard alone, and the device-list errors.
+out="$(CUDASIM_DEVICES=2:16384:9.0 MODELC="$sim/bin/modelc" timeout 600 "$PY" tests/dp/run.py --device-kind cuda \
+       2>"$work/dp.err")"
+rc=$?
+grep '^\(PASS\|FAIL\|SKIP\): ' <<<"$out"
+if [ $rc -ne 0 ]; then
+    failed=1
+    grep -q '^FAIL:' <<<"$out" || echo "FAIL: cudasim/dp: exit status $rc: $(tail -n3 "$work/dp.err" | tr '\n' ' ')"
+fi
 # Training on the simulated GPU: every tests/train model step for step against PyTorch (the
 # backward and optimizer kernels, the multi-tensor step), the resume and divergence checks, and
 # the gradients against finite differences.

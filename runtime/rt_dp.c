@@ -1,0 +1,303 @@
+/*
+ * rt_dp.c — data-parallel inference: replicas of one compiled model on several devices, each
+ * batch split into contiguous shards that run concurrently (PyTorch's nn.DataParallel, ahead of
+ * time).
+ *
+ * The weights are read from the file once, into the first replica, and copied device to device
+ * into the others (mrt_model_copy_weights). A batch of B items over n replicas gives the first
+ * B % n replicas B / n + 1 items and the others B / n, in order; a replica with no items sits the
+ * run out. Each replica has a worker thread of its own, started once; a run hands each its
+ * shard's pointers into the caller's buffers and waits for all of them, so nothing is allocated
+ * or copied per run beyond what each replica's run() does. The result is the single-device
+ * run's: the model must be batch-separable (no op mixes batch items) with the batch the leading
+ * axis of every input and output, which the compiler records (batch_chunkable) and this checks.
+ * CPU replicas (cpu:0, cpu:1, ...) share the host's memory and run their kernels with one
+ * thread each, on their own cores.
+ */
+#include "modelrt.h"
+#include "rt_internal.h"
+
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct dp_worker {
+    struct mrt_dp *dp;
+    int index;
+    pthread_t thread;
+    int started;
+    int64_t first, count; /* this run's shard: batch items [first, first + count) */
+    mrt_status st;
+    char err[1024];
+} dp_worker;
+
+struct mrt_dp {
+    const mrt_model_info *info;
+    int n;
+    mrt_device dev[MRT_DP_MAX];
+    void *model[MRT_DP_MAX];
+    dp_worker w[MRT_DP_MAX];
+    pthread_mutex_t lock;
+    pthread_cond_t go, done;
+    unsigned long gen; /* bumped for each run; a worker runs once per generation */
+    int pending, quit;
+    /* this run's arguments */
+    int64_t dims[MRT_MAX_SYMS];
+    const void *const *in;
+    void *const *out;
+    size_t *unit; /* bytes per batch item of each input, then of each output */
+};
+
+/* One replica's part of a run: its shard of every buffer. */
+static void dp_run_shard(mrt_dp *dp, dp_worker *w)
+{
+    const mrt_model_info *info = dp->info;
+    const void *in[64];
+    void *out[64];
+    for (int i = 0; i < info->n_inputs; i++)
+        in[i] = (const unsigned char *)dp->in[i] + (size_t)w->first * dp->unit[i];
+    for (int i = 0; i < info->n_outputs; i++)
+        out[i] = (unsigned char *)dp->out[i] + (size_t)w->first * dp->unit[info->n_inputs + i];
+    int64_t dims[MRT_MAX_SYMS];
+    memcpy(dims, dp->dims, sizeof dims);
+    /* a shard larger than the compiled maximum batch runs in pieces of it, in order */
+    for (int64_t b0 = 0; b0 < w->count && w->st == MRT_OK; b0 += info->max_batch) {
+        dims[0] = w->count - b0 < info->max_batch ? w->count - b0 : info->max_batch;
+        w->st = info->run(dp->model[w->index], dims, in, out);
+        for (int i = 0; i < info->n_inputs; i++)
+            in[i] = (const unsigned char *)in[i] + (size_t)dims[0] * dp->unit[i];
+        for (int i = 0; i < info->n_outputs; i++)
+            out[i] = (unsigned char *)out[i] + (size_t)dims[0] * dp->unit[info->n_inputs + i];
+    }
+    if (w->st != MRT_OK)
+        snprintf(w->err, sizeof w->err, "%s", mrt_last_error());
+}
+
+static void *dp_thread(void *arg)
+{
+    dp_worker *w = arg;
+    mrt_dp *dp = w->dp;
+    unsigned long seen = 0;
+    pthread_mutex_lock(&dp->lock);
+    for (;;) {
+        while (dp->gen == seen && !dp->quit)
+            pthread_cond_wait(&dp->go, &dp->lock);
+        if (dp->quit)
+            break;
+        seen = dp->gen;
+        int work = w->count > 0;
+        pthread_mutex_unlock(&dp->lock);
+        if (work)
+            dp_run_shard(dp, w);
+        pthread_mutex_lock(&dp->lock);
+        if (--dp->pending == 0)
+            pthread_cond_signal(&dp->done);
+    }
+    pthread_mutex_unlock(&dp->lock);
+    return NULL;
+}
+
+/* The device list: "all" (every CUDA device; an error without one), or devices separated by
+ * commas, each present and none twice. */
+static mrt_status dp_parse_devices(const char *s, mrt_device *dev, int *n)
+{
+    mrt_device_info present[MRT_DP_MAX + 1];
+    int np = 0;
+    mrt_status st = mrt_device_list(present, MRT_DP_MAX + 1, &np);
+    if (st != MRT_OK)
+        return st;
+    char have[512] = "";
+    for (int i = 0; i < np; i++) {
+        char b[32];
+        snprintf(have + strlen(have), sizeof have - strlen(have), "%s%s", i ? ", " : "", mrt_device_str(present[i].device, b, sizeof b));
+    }
+    if (np > 0 && present[0].device.kind == MRT_DEVICE_CPU)
+        snprintf(have + strlen(have), sizeof have - strlen(have), " (and cpu:1..cpu:7, the same host)");
+    *n = 0;
+    if (!strcmp(s, "all")) {
+        for (int i = 0; i < np; i++)
+            if (present[i].device.kind == MRT_DEVICE_CUDA && *n < MRT_DP_MAX)
+                dev[(*n)++] = present[i].device;
+        if (!*n)
+            return mrt_set_error(MRT_ERR_DEVICE, "--devices all: no CUDA device is present (present: %s); CPU "
+                                 "replicas are named, e.g. --devices cpu:0,cpu:1", have);
+        return MRT_OK;
+    }
+    for (const char *p = s;;) {
+        const char *comma = strchr(p, ',');
+        size_t len = comma ? (size_t)(comma - p) : strlen(p);
+        char one[80];
+        if (len >= sizeof one)
+            len = sizeof one - 1;
+        memcpy(one, p, len);
+        one[len] = '\0';
+        mrt_device d;
+        int is_auto = 0;
+        if ((st = mrt_device_parse(one, &d, &is_auto)) != MRT_OK)
+            return st;
+        if (is_auto)
+            return mrt_set_error(MRT_ERR_DEVICE, "--devices '%s': 'auto' is not a device of a list (name each, or 'all')",
+                                 s);
+        for (int i = 0; i < *n; i++)
+            if (dev[i].kind == d.kind && dev[i].index == d.index)
+                return mrt_set_error(MRT_ERR_DEVICE, "--devices '%s' names %s twice (present: %s)", s, one, have);
+        int found = d.kind == MRT_DEVICE_CPU;
+        for (int i = 0; i < np && !found; i++)
+            found = present[i].device.kind == d.kind && present[i].device.index == d.index;
+        if (!found)
+            return mrt_set_error(MRT_ERR_DEVICE, "--devices '%s': %s is not present (present: %s)", s, one, have);
+        if (*n == MRT_DP_MAX)
+            return mrt_set_error(MRT_ERR_DEVICE, "--devices '%s': at most %d devices", s, MRT_DP_MAX);
+        dev[(*n)++] = d;
+        if (!comma)
+            break;
+        p = comma + 1;
+    }
+    return MRT_OK;
+}
+
+mrt_status mrt_dp_create(mrt_dp **out, const mrt_model_info *info, const char *devices)
+{
+    if (!out || !info || !devices)
+        return mrt_set_error(MRT_ERR_INVALID_ARG, "mrt_dp_create: NULL argument");
+    *out = NULL;
+    /* the batch must lead every input and output, once, and no op may mix batch items */
+    int leading = info->has_batch && info->batch_chunkable && info->n_inputs <= 64 && info->n_outputs <= 64;
+    for (int i = 0; leading && i < info->n_inputs + info->n_outputs; i++) {
+        const mrt_io_desc *d = i < info->n_inputs ? &info->inputs[i] : &info->outputs[i - info->n_inputs];
+        leading = d->rank > 0 && d->sym[0][0] == 1;
+        for (int a = 0; a < MRT_MAX_SYMS && leading; a++)
+            leading = a == 0 || d->sym[0][a] == 0;
+        for (int k = 1; leading && k < d->rank; k++)
+            leading = d->sym[k][0] == 0;
+    }
+    if (!leading)
+        return mrt_set_error(MRT_ERR_INVALID_ARG, "model '%s' cannot run data-parallel: %s", info->name,
+                             !info->has_batch ? "it has no batch dimension"
+                             : !info->batch_chunkable ? "an operation mixes batch items (a reduction or a reshape across the batch)"
+                                                      : "the batch is not the leading axis of every input and output");
+    mrt_dp *dp = calloc(1, sizeof *dp);
+    if (!dp)
+        return mrt_set_error(MRT_ERR_OOM, "mrt_dp_create: out of memory");
+    dp->info = info;
+    pthread_mutex_init(&dp->lock, NULL);
+    pthread_cond_init(&dp->go, NULL);
+    pthread_cond_init(&dp->done, NULL);
+    mrt_status st = dp_parse_devices(devices, dp->dev, &dp->n);
+    dp->unit = st == MRT_OK ? calloc((size_t)(info->n_inputs + info->n_outputs + 1), sizeof *dp->unit) : NULL;
+    if (st == MRT_OK && !dp->unit)
+        st = mrt_set_error(MRT_ERR_OOM, "mrt_dp_create: out of memory");
+    int cpus = 0;
+    for (int i = 0; st == MRT_OK && i < dp->n; i++) {
+        char b[32];
+        cpus += dp->dev[i].kind == MRT_DEVICE_CPU;
+        st = info->create(&dp->model[i], mrt_device_str(dp->dev[i], b, sizeof b));
+        if (st != MRT_OK) {
+            char msg[1024];
+            snprintf(msg, sizeof msg, "%s", mrt_last_error());
+            st = mrt_set_error(st, "replica %d of %d (%s): %s", i + 1, dp->n, b, msg);
+        }
+    }
+    if (st == MRT_OK && cpus > 1)
+        st = mrt_set_threads(1, NULL); /* a core per CPU replica: their kernels run side by side */
+    for (int i = 0; st == MRT_OK && i < dp->n; i++) {
+        dp->w[i] = (dp_worker){.dp = dp, .index = i};
+        if (pthread_create(&dp->w[i].thread, NULL, dp_thread, &dp->w[i]) != 0)
+            st = mrt_set_error(MRT_ERR_OOM, "mrt_dp_create: cannot start the thread of replica %d", i + 1);
+        else
+            dp->w[i].started = 1;
+    }
+    if (st != MRT_OK) {
+        mrt_dp_destroy(dp);
+        return st;
+    }
+    *out = dp;
+    return MRT_OK;
+}
+
+mrt_status mrt_dp_load_weights(mrt_dp *dp, const char *path)
+{
+    if (!dp)
+        return mrt_set_error(MRT_ERR_INVALID_ARG, "mrt_dp_load_weights: NULL");
+    mrt_status st = dp->info->load_weights(dp->model[0], path);
+    for (int i = 1; st == MRT_OK && i < dp->n; i++)
+        st = mrt_model_copy_weights(dp->model[i], dp->model[0]);
+    return st;
+}
+
+mrt_status mrt_dp_run(mrt_dp *dp, const int64_t *dims, const void *const *in, void *const *out)
+{
+    if (!dp || !dims || (!in && dp->info->n_inputs) || (!out && dp->info->n_outputs))
+        return mrt_set_error(MRT_ERR_INVALID_ARG, "mrt_dp_run: NULL argument");
+    const mrt_model_info *info = dp->info;
+    int64_t B = dims[0];
+    if (B < 1)
+        return mrt_set_error(MRT_ERR_INVALID_ARG, "mrt_dp_run: batch %lld", (long long)B);
+    /* bytes per batch item of each buffer at these sizes */
+    for (int i = 0; i < info->n_inputs + info->n_outputs; i++) {
+        const mrt_io_desc *d = i < info->n_inputs ? &info->inputs[i] : &info->outputs[i - info->n_inputs];
+        uint64_t u = mrt_dtype_size(d->dtype);
+        for (int k = 1; k < d->rank; k++) {
+            int64_t v = d->shape[k];
+            for (int s = 0; s < MRT_MAX_SYMS; s++)
+                for (int e = 0; e < d->sym[k][s]; e++)
+                    v *= dims[s];
+            u *= (uint64_t)v;
+        }
+        dp->unit[i] = (size_t)u;
+    }
+    int64_t first = 0;
+    pthread_mutex_lock(&dp->lock);
+    for (int i = 0; i < dp->n; i++) {
+        int64_t c = B / dp->n + (i < B % dp->n);
+        dp->w[i].first = first;
+        dp->w[i].count = c;
+        dp->w[i].st = MRT_OK;
+        first += c;
+    }
+    memcpy(dp->dims, dims, sizeof dp->dims);
+    for (int s = info->n_syms > 0 ? info->n_syms : 1; s < MRT_MAX_SYMS; s++)
+        dp->dims[s] = 1;
+    dp->in = in;
+    dp->out = out;
+    dp->pending = dp->n;
+    dp->gen++;
+    pthread_cond_broadcast(&dp->go);
+    while (dp->pending > 0)
+        pthread_cond_wait(&dp->done, &dp->lock);
+    pthread_mutex_unlock(&dp->lock);
+    for (int i = 0; i < dp->n; i++)
+        if (dp->w[i].st != MRT_OK) {
+            char b[32];
+            return mrt_set_error(dp->w[i].st, "replica %d (%s, batch items %lld..%lld): %s", i + 1,
+                                 mrt_device_str(dp->dev[i], b, sizeof b), (long long)dp->w[i].first,
+                                 (long long)(dp->w[i].first + dp->w[i].count - 1), dp->w[i].err);
+        }
+    return MRT_OK;
+}
+
+int mrt_dp_count(const mrt_dp *dp) { return dp ? dp->n : 0; }
+
+void *mrt_dp_replica(const mrt_dp *dp, int i) { return dp && i >= 0 && i < dp->n ? dp->model[i] : NULL; }
+
+void mrt_dp_destroy(mrt_dp *dp)
+{
+    if (!dp)
+        return;
+    pthread_mutex_lock(&dp->lock);
+    dp->quit = 1;
+    pthread_cond_broadcast(&dp->go);
+    pthread_mutex_unlock(&dp->lock);
+    for (int i = 0; i < dp->n; i++)
+        if (dp->w[i].started)
+            pthread_join(dp->w[i].thread, NULL);
+    for (int i = 0; i < dp->n; i++)
+        if (dp->model[i])
+            dp->info->destroy(dp->model[i]);
+    pthread_cond_destroy(&dp->go);
+    pthread_cond_destroy(&dp->done);
+    pthread_mutex_destroy(&dp->lock);
+    free(dp->unit);
+    free(dp);
+}

@@ -1,0 +1,202 @@
+#!/usr/bin/env python3
+"""tests/dp: data-parallel inference (`PROG --devices LIST`, runtime/rt_dp.c).
+
+    python3 tests/dp/run.py [--device-kind cpu|cuda]      (MODELC: the compiler)
+
+For each model and batch: the run on two (or three) replicas against
+  - each replica's shard run alone on one device and concatenated: bit for bit (the split, the
+    concurrent runs and the gather lose nothing), and
+  - the whole batch on one device: within 1e-5 of the largest magnitude (a GEMM library may round a
+    row differently when it multiplies another number of rows; the error is printed).
+Then the errors: a device twice, an absent device, 'all' without a GPU, --devices with --device,
+a model whose batch items interact. With --device-kind cuda (the cudasim suite, two simulated
+GPUs) the replicas are cuda:0,cuda:1. Prints PASS/FAIL lines.
+"""
+import argparse
+import os
+import subprocess
+import sys
+import tempfile
+
+import numpy as np
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+DIGITS = os.path.join(ROOT, "examples", "digits")
+sys.path.insert(0, os.path.join(ROOT, "tools"))
+import safetensors_np  # noqa: E402
+
+ATOL = 1e-5
+
+CONV = """# a small CNN, batch-separable (tests/dp)
+model cnn {
+  input x: f32[batch, 2, 6, 6]
+  param c.weight: f32[4, 2, 3, 3]
+  param c.bias: f32[4]
+  param fc.weight: f32[3, 36]
+  h = relu(conv2d(x, c.weight, c.bias, padding=1))
+  p = max_pool2d(h, kernel=2)
+  output y = softmax(linear(reshape(p, [-1, 36]), fc.weight), axis=1)
+}
+"""
+
+MIXED = """# batch items interact: a mean over the batch (tests/dp)
+model mixed {
+  input x: f32[batch, 4]
+  output y = x - mean(x, axis=0, keepdim=true)
+}
+"""
+
+
+def sh(cmd, **kw):
+    return subprocess.run(cmd, capture_output=True, text=True, **kw)
+
+
+def shards(b, n):
+    out, first = [], 0
+    for i in range(n):
+        c = b // n + (i < b % n)
+        out.append((first, c))
+        first += c
+    return out
+
+
+def check(prog, weights, x, name, out, devs, d, tag):
+    """DP run vs per-shard runs (exact) and vs the whole batch on one device (ATOL)."""
+    xin = os.path.join(d, "x_%s.npy" % tag)
+    np.save(xin, x)
+    got = os.path.join(d, "dp_%s.npy" % tag)
+    p = sh([prog, "--weights", weights, "--input", "%s=%s" % (name, xin), "--output", "%s=%s" % (out, got),
+            "--devices", ",".join(devs)])
+    if p.returncode:
+        return "--devices %s failed: %s" % (",".join(devs), p.stderr.strip()[-300:])
+    notice = "sit out" in p.stderr
+    parts = []
+    for k, (first, c) in enumerate(shards(len(x), len(devs))):
+        if c == 0:
+            continue
+        si, so = os.path.join(d, "s%d_%s.npy" % (k, tag)), os.path.join(d, "so%d_%s.npy" % (k, tag))
+        np.save(si, x[first:first + c])
+        q = sh([prog, "--weights", weights, "--input", "%s=%s" % (name, si), "--output", "%s=%s" % (out, so),
+                "--device", devs[k], "--threads", "1"])
+        if q.returncode:
+            return "the shard run on %s failed: %s" % (devs[k], q.stderr.strip()[-300:])
+        parts.append(np.load(so))
+    whole = os.path.join(d, "whole_%s.npy" % tag)
+    q = sh([prog, "--weights", weights, "--input", "%s=%s" % (name, xin), "--output", "%s=%s" % (out, whole),
+            "--device", devs[0]])
+    if q.returncode:
+        return "the single-device run failed: " + q.stderr.strip()[-300:]
+    g, ref, w = np.load(got), np.concatenate(parts), np.load(whole)
+    exact = g.shape == ref.shape and g.tobytes() == ref.tobytes()
+    err = float(np.max(np.abs(g.astype(np.float64) - w)) / max(float(np.max(np.abs(w))), 1e-30))
+    print("  %s: batch %d on %s: shards %s; vs each shard alone: %s; vs one device: max error %.1e (tolerance %.0e)%s"
+          % (tag, len(x), ",".join(devs), [c for _, c in shards(len(x), len(devs))],
+             "bit-identical" if exact else "DIFFERENT", err, ATOL, "; notice printed" if notice else ""))
+    if not exact:
+        return "the data-parallel run differs from its shards run alone"
+    if err > ATOL:
+        return "the data-parallel run differs from the single-device run by %.1e" % err
+    if len(x) < len(devs) and not notice:
+        return "more devices than batch items, and no notice"
+    return None
+
+
+def check_embed(modelc, d, w, x, want):
+    gen = os.path.join(d, "gen")
+    p = sh([modelc, os.path.join(DIGITS, "digits.model"), "--max-batch", "64", "--emit-c", "-o", gen])
+    if p.returncode:
+        return "modelc --emit-c failed: " + p.stderr[-300:]
+    flags = lambda f: sh([modelc, f], check=True).stdout.split()  # noqa: E731
+    exe = os.path.join(d, "embed_dp")
+    p = sh([os.environ.get("CC", "cc"), "-O1", "-Wall", "-Werror"] + flags("--print-cflags") + ["-I" + gen,
+           os.path.join(HERE, "embed_dp.c"), os.path.join(gen, "digits.c")] + flags("--print-libs") + ["-o", exe])
+    if p.returncode:
+        return "compiling embed_dp.c failed: " + p.stderr[-400:]
+    xin, out = os.path.join(d, "x_embed.npy"), os.path.join(d, "embed_out.npy")
+    np.save(xin, x)
+    p = sh([exe, w, "cpu:0,cpu:1", xin, out])
+    if p.returncode:
+        return "embed_dp failed: " + (p.stderr or p.stdout).strip()[-300:]
+    same = np.load(out).tobytes() == np.load(want).tobytes()
+    print("  embed: %s; logits %s the CLI's --devices run" % (p.stdout.strip(), "bit-identical to" if same else "DIFFER from"))
+    return None if same else "mrt_dp_run's logits differ from PROG --devices'"
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--device-kind", default="cpu", choices=["cpu", "cuda"])
+    a = ap.parse_args()
+    modelc = os.environ.get("MODELC", os.path.join(ROOT, "build", "bin", "modelc"))
+    devs = ["%s:0" % a.device_kind, "%s:1" % a.device_kind]
+    pfx = "dp" if a.device_kind == "cpu" else "cudasim/dp"
+    fails = 0
+
+    def report(name, why):
+        nonlocal fails
+        print("PASS: %s/%s" % (pfx, name) if why is None else "FAIL: %s/%s: %s" % (pfx, name, why))
+        fails += why is not None
+
+    rng = np.random.default_rng(0)
+    with tempfile.TemporaryDirectory(prefix="dp_") as d:
+        # digits: batch 360 over max-batch 64 (chunks of 128 split in two), an odd batch, batch 1
+        prog = os.path.join(d, "digits")
+        p = sh([modelc, os.path.join(DIGITS, "digits.model"), "--max-batch", "64", "-o", prog])
+        if p.returncode:
+            report("build", "modelc failed: " + p.stderr[-300:])
+            return 1
+        x = np.load(os.path.join(DIGITS, "test_x.npy"))
+        w = os.path.join(DIGITS, "digits.safetensors")
+        for tag, xs, dv in (("digits_b360", x, devs), ("digits_b7", x[:7], devs), ("digits_b1", x[:1], devs)):
+            report(tag, check(prog, w, xs, "x", "logits", dv, d, tag))
+        # the same from C, through the runtime's mrt_dp_* API (CPU replicas: the C file is built
+        # without the CUDA objects)
+        if a.device_kind == "cpu":
+            report("embed", check_embed(modelc, d, w, x, os.path.join(d, "dp_digits_b360.npy")))
+        if a.device_kind == "cpu":
+            report("digits_b10_3dev", check(prog, w, x[:10], "x", "logits", devs + ["cpu:2"], d, "digits_b10_3dev"))
+        # a CNN (conv, pooling, softmax) with random weights
+        src = os.path.join(d, "cnn.model")
+        with open(src, "w") as f:
+            f.write(CONV)
+        prog = os.path.join(d, "cnn")
+        p = sh([modelc, src, "--max-batch", "8", "-o", prog])
+        if p.returncode:
+            report("cnn", "modelc failed: " + p.stderr[-300:])
+        else:
+            cw = os.path.join(d, "cnn.safetensors")
+            safetensors_np.write(cw, {"c.weight": rng.standard_normal((4, 2, 3, 3)).astype(np.float32) * 0.3,
+                                      "c.bias": rng.standard_normal(4).astype(np.float32) * 0.1,
+                                      "fc.weight": rng.standard_normal((3, 36)).astype(np.float32) * 0.2})
+            report("cnn_b11", check(prog, cw, rng.standard_normal((11, 2, 6, 6)).astype(np.float32), "x", "y", devs, d,
+                                    "cnn_b11"))
+        # errors: each refused before anything runs, naming what is wrong
+        prog = os.path.join(d, "digits")
+        xin = os.path.join(d, "x_digits_b7.npy")
+        base = [prog, "--weights", w, "--input", "x=" + xin]
+        cases = [("duplicate", ["--devices", "%s,%s" % (devs[0], devs[0])], 1, "names %s twice" % devs[0]),
+                 ("absent", ["--devices", "%s,cuda:9" % devs[0]], 1, "cuda:9 is not present (present: cpu:0"),
+                 ("malformed", ["--devices", "cpu:0,gpu"], 1, "unknown device 'gpu'"),
+                 ("with_device", ["--devices", ",".join(devs), "--device", "cpu"], 2, "give it without --device")]
+        if a.device_kind == "cpu":
+            cases.append(("all_without_gpu", ["--devices", "all"], 1, "no CUDA device is present"))
+        for name, extra, rc, want in cases:
+            p = sh(base + extra, env=dict(os.environ, CUDA_VISIBLE_DEVICES="") if name == "all_without_gpu" else None)
+            print("  %s: exit %d: %s" % (name, p.returncode, p.stderr.strip().splitlines()[-1] if p.stderr.strip() else ""))
+            report("error_" + name, None if p.returncode == rc and want in p.stderr else
+                   "expected exit %d and '%s', got exit %d: %s" % (rc, want, p.returncode, p.stderr.strip()[-200:]))
+        src = os.path.join(d, "mixed.model")
+        with open(src, "w") as f:
+            f.write(MIXED)
+        prog = os.path.join(d, "mixed")
+        sh([modelc, src, "-o", prog], check=True)
+        np.save(os.path.join(d, "m.npy"), np.ones((4, 4), np.float32))
+        p = sh([prog, "--input", "x=" + os.path.join(d, "m.npy"), "--devices", ",".join(devs)])
+        print("  mixed: exit %d: %s" % (p.returncode, p.stderr.strip()))
+        report("error_batch_mixing", None if p.returncode == 1 and "cannot run data-parallel" in p.stderr else
+               "a model that mixes batch items: expected exit 1 and 'cannot run data-parallel'")
+    return 1 if fails else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
