@@ -791,13 +791,13 @@ static size_t arena_total(const MemPlan *mp, int nslots) {
 }
 
 /* Training builds, after the backward pass: the loss and the gradients' squared norm come to the
- * host; a loss or a norm that is not finite stops the step before the update (the weights stay
- * the last good step's), then the optimizer step. */
+ * host, then NAME_apply. With m->defer_update (data-parallel training: the runtime reduces the
+ * replicas' gradients first, then calls desc->apply itself) the step stops here. */
 static void emit_loss_check_and_step(Emit *e, FILE *o, char **ptr) {
     const Graph *g = e->g;
     const Node *v[2] = {view_base(g->loss), view_base(g->grad_sumsq)};
     const char *var[2] = {"mrt_loss", "mrt_sumsq"};
-    fprintf(o, "    {\n        float mrt_loss = 0, mrt_sumsq = 0;\n");
+    fprintf(o, "    if (!m->defer_update) {\n        float mrt_loss = 0, mrt_sumsq = 0;\n");
     for (int k = 0; k < 2; k++) {
         int s = v[k]->slot > 0 ? v[k]->slot : 0;
         fprintf(o, "#ifdef MRT_WITH_CUDA\n        if (gpu%d) {\n"
@@ -806,13 +806,40 @@ static void emit_loss_check_and_step(Emit *e, FILE *o, char **ptr) {
                    "        } else\n#endif\n            %s = *(const float *)%s;\n", s, var[k], s, ptr[v[k]->id], s, s, s, e->pfx,
                 k ? "gradient norm" : "loss", var[k], ptr[v[k]->id]);
     }
-    fprintf(o, "        if (!isfinite(mrt_loss))\n            return mrt_set_error(MRT_ERR_NOT_FINITE, \"%s: the loss '%s' is %%g at "
+    fprintf(o, "        if ((st = %s_apply(m, mrt_loss, mrt_sumsq)) != MRT_OK) return st;\n    }\n", e->pfx);
+}
+
+/* Training builds: NAME_apply(m, loss, sumsq), the step after the backward pass: a loss or a
+ * gradient norm that is not finite stops it before the update (the weights stay the last good
+ * step's), else the optimizer step. */
+static void emit_apply(Emit *e, FILE *o) {
+    const Graph *g = e->g;
+    fprintf(o, "/* After the backward pass: the checks, then the optimizer step (desc.apply). */\n");
+    fprintf(o, "static mrt_status %s_apply(mrt_model *m, float mrt_loss, float mrt_sumsq) {\n", e->pfx);
+    fprintf(o, "    if (!isfinite(mrt_loss))\n        return mrt_set_error(MRT_ERR_NOT_FINITE, \"%s: the loss '%s' is %%g at "
                "step %%lld: the update is not applied (the weights are those of the last step)\", (double)mrt_loss, "
                "(long long)m->step + 1);\n", e->pfx, g->outputs[0].name);
-    fprintf(o, "        if (!isfinite(mrt_sumsq))\n            return mrt_set_error(MRT_ERR_NOT_FINITE, \"%s: the gradients' norm is "
+    fprintf(o, "    if (!isfinite(mrt_sumsq))\n        return mrt_set_error(MRT_ERR_NOT_FINITE, \"%s: the gradients' norm is "
                "%%g at step %%lld (the loss is %%g): the update is not applied (the weights are those of the last step)\", "
                "sqrt((double)mrt_sumsq), (long long)m->step + 1, (double)mrt_loss);\n", e->pfx);
-    fprintf(o, "        if ((st = %s_opt_step(m, mrt_sumsq)) != MRT_OK) return st;\n    }\n", e->pfx);
+    fprintf(o, "    return %s_opt_step(m, mrt_sumsq);\n}\n\n", e->pfx);
+}
+
+/* Training builds: NAME_grad_ptrs(m, g), each trained param's gradient after a run (in the
+ * arena of its device: valid until the next run), in the order of desc.grads. */
+static void emit_grad_ptrs(Emit *e, FILE *o) {
+    const Graph *g = e->g;
+    bool *want = xalloc(sizeof(bool) * (size_t)(g->nnodes + 1));
+    for (int i = 0; i < g->nparams; i++)
+        if (g->grad[i]) want[view_base(g->grad[i])->id] = true;
+    fprintf(o, "/* Where each trained param's gradient is after a run (desc.grad_ptrs). */\n");
+    fprintf(o, "static mrt_status %s_grad_ptrs(mrt_model *m, float **mrt_g) {\n    MRT_UNUSED mrt_status st = MRT_OK;\n", e->pfx);
+    declare_slots(e, true);
+    char **ptr = declare_pointers(e, false, want, false);
+    int k = 0;
+    for (int i = 0; i < g->nparams; i++)
+        if (g->grad[i]) fprintf(o, "    mrt_g[%d] = (float *)%s; /* %s */\n", k++, ptr[view_base(g->grad[i])->id], g->params[i]->name);
+    fprintf(o, "    return MRT_OK;\n}\n\n");
 }
 
 /* Training builds: the optimizer step after the backward pass over every trained param at once
@@ -832,7 +859,7 @@ static void emit_opt_step(Emit *e, FILE *o) {
     }
     fprintf(o, "/* The optimizer step: %s(lr=%.9g, ...) over every trained param, at once on each device. */\n",
             op->kind == OPT_SGD ? "sgd" : op->kind == OPT_ADAM ? "adam" : "adamw", op->lr);
-    fprintf(o, "static mrt_status %s_opt_step(%s *m, float sumsq) {\n    MRT_UNUSED mrt_status st = MRT_OK;\n", e->pfx, e->pfx);
+    fprintf(o, "static mrt_status %s_opt_step(mrt_model *m, float sumsq) {\n    MRT_UNUSED mrt_status st = MRT_OK;\n", e->pfx);
     declare_slots(e, true);
     char **ptr = declare_pointers(e, false, want, false);
     fprintf(o, "    const int64_t step = m->step + 1;\n    const double lr = mrt_train_lr(&m->train, step);\n");
@@ -1004,6 +1031,15 @@ void emit_c_source(Emit *e, FILE *o, const char *h_include) {
         fprintf(o, "    return MRT_OK;\n}\n\n");
     }
 
+    if (g->train) {
+        fprintf(o, "static mrt_status %s_apply(mrt_model *m, float mrt_loss, float mrt_sumsq);\n"
+                   "static mrt_status %s_grad_ptrs(mrt_model *m, float **mrt_g);\n", e->pfx, e->pfx);
+        fprintf(o, "static const int %s_grad_params[] = {", e->pfx);
+        int k = 0;
+        for (int i = 0; i < g->nparams; i++)
+            if (g->grad[i]) fprintf(o, "%s%d", k++ ? ", " : "", i);
+        fprintf(o, "%s};\n", k ? "" : "-1");
+    }
     fprintf(o, "const mrt_model_desc %s_desc = {\n    .abi = MRT_MODEL_ABI,\n    .size = sizeof(mrt_model_desc),\n"
                "    .name = \"%s\",\n    .n_slots = %d,\n    .slots = %s_slots,\n    .n_params = %d,\n"
                "    .params = %s_params,\n", e->pfx, e->pfx, ns, e->pfx, g->nparams, e->pfx);
@@ -1017,6 +1053,10 @@ void emit_c_source(Emit *e, FILE *o, const char *h_include) {
                                          : xprintf("lr=%.9g betas=[%.9g,%.9g] eps=%.9g weight_decay=%.9g", op->lr, op->beta1,
                                                    op->beta2, op->eps, op->weight_decay);
         fprintf(o, "    .optimizer = \"%s\",\n    .optimizer_args = \"%s\",\n", kind, args);
+        int ng = 0;
+        for (int i = 0; i < g->nparams; i++) ng += g->grad[i] != NULL;
+        fprintf(o, "    .apply = %s_apply,\n    .grad_ptrs = %s_grad_ptrs,\n    .n_grads = %d,\n    .grad_params = %s_grad_params,\n",
+                e->pfx, e->pfx, ng, e->pfx);
         fprintf(o, "    .train = {.lr = %.17g, .clip_grad_norm = %.17g, .warmup_steps = %lld, .decay_steps = %lld, .min_lr = %.17g},\n",
                 op->lr, op->clip_grad_norm, op->warmup_steps, op->decay_steps, op->min_lr);
     }
@@ -1053,7 +1093,11 @@ void emit_c_source(Emit *e, FILE *o, const char *h_include) {
         emit_calls(e, kl, from, to, pp, "k");
         fprintf(o, "    return MRT_OK;\n}\n\n");
     }
-    if (g->train) emit_opt_step(e, o);
+    if (g->train) {
+        emit_opt_step(e, o);
+        emit_apply(e, o);
+        emit_grad_ptrs(e, o);
+    }
     emit_run_proto(e, o);
     fprintf(o, " {\n");
     fprintf(o, "    if (!m || m->desc != &%s_desc)\n        return mrt_set_error(MRT_ERR_INVALID_ARG, \"%s_run: the model "

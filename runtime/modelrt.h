@@ -462,6 +462,14 @@ typedef struct mrt_model_desc {
     const char *optimizer;
     const char *optimizer_args;
     mrt_train_cfg train;
+    /* training builds, for data-parallel training (the runtime reduces the replicas' gradients
+     * between a run with m->defer_update and apply): apply(m, loss, sumsq) checks the loss and
+     * the gradients' squared norm and takes the optimizer step; grad_ptrs(m, g) sets g[k] to the
+     * gradient of param grad_params[k] (f32, its shape) where the last run left it */
+    mrt_status (*apply)(mrt_model *m, float loss, float sumsq);
+    mrt_status (*grad_ptrs)(mrt_model *m, float **g);
+    int n_grads;
+    const int *grad_params;
 } mrt_model_desc;
 
 /** A created model. The generated run() reads these fields; treat them as read-only. */
@@ -480,6 +488,7 @@ struct mrt_model {
     int64_t step;
     mrt_train_cfg train;
     double last_lr, grad_norm;
+    int defer_update; /* 1: run() stops after the backward pass (desc->apply takes the step) */
     void *graphs;                        /* the runtime's CUDA graphs of run() (rt_model.c) */
 };
 
@@ -621,8 +630,8 @@ typedef struct mrt_model_info {
  *  the model's name and its step count. Device weights are copied to the host first. */
 mrt_status mrt_model_save_weights(mrt_model *m, const char *path, int state);
 
-/** Copy the params of src into dst, by name (every param of dst must be a param of src with the
- *  same dtype and shape; optimizer state is not copied), device to device, then compute dst's
+/** Copy the params of src into dst, by name (every param of dst, optimizer state included, must
+ *  be a param of src with the same dtype and shape), device to device, then compute dst's
  *  load-time values as mrt_model_load_weights does. For a training build's evaluation twin,
  *  which reads the weights of the model being trained. Errors name the param. */
 mrt_status mrt_model_copy_weights(mrt_model *dst, const mrt_model *src);

@@ -22,85 +22,149 @@
 #include <stdlib.h>
 #include <string.h>
 
-typedef struct dp_worker {
-    struct mrt_dp *dp;
-    int index;
-    pthread_t thread;
-    int started;
-    int64_t first, count; /* this run's shard: batch items [first, first + count) */
-    mrt_status st;
-    char err[1024];
-} dp_worker;
+/* ---------------------------------------------------------------- a team of threads */
+
+typedef struct team_member {
+    struct rt_team *t;
+    int i;
+} team_member;
+
+struct rt_team {
+    int n;
+    pthread_t thread[MRT_DP_MAX];
+    team_member member[MRT_DP_MAX]; /* each thread's argument */
+    int started[MRT_DP_MAX];
+    pthread_mutex_t lock;
+    pthread_cond_t go, done;
+    unsigned long gen; /* bumped for each job; a member runs once per generation */
+    int pending, quit;
+    void (*fn)(void *ctx, int i);
+    void *ctx;
+};
+
+static void *team_thread(void *arg)
+{
+    team_member *me = arg;
+    rt_team *t = me->t;
+    unsigned long seen = 0;
+    pthread_mutex_lock(&t->lock);
+    for (;;) {
+        while (t->gen == seen && !t->quit)
+            pthread_cond_wait(&t->go, &t->lock);
+        if (t->quit)
+            break;
+        seen = t->gen;
+        pthread_mutex_unlock(&t->lock);
+        t->fn(t->ctx, me->i);
+        pthread_mutex_lock(&t->lock);
+        if (--t->pending == 0)
+            pthread_cond_signal(&t->done);
+    }
+    pthread_mutex_unlock(&t->lock);
+    return NULL;
+}
+
+mrt_status rt_team_create(rt_team **out, int n)
+{
+    *out = NULL;
+    if (n < 1 || n > MRT_DP_MAX)
+        return mrt_set_error(MRT_ERR_INVALID_ARG, "rt_team_create: %d threads", n);
+    rt_team *t = calloc(1, sizeof *t);
+    if (!t)
+        return mrt_set_error(MRT_ERR_OOM, "rt_team_create: out of memory");
+    t->n = n;
+    pthread_mutex_init(&t->lock, NULL);
+    pthread_cond_init(&t->go, NULL);
+    pthread_cond_init(&t->done, NULL);
+    for (int i = 0; i < n; i++) {
+        t->member[i] = (team_member){t, i};
+        if (pthread_create(&t->thread[i], NULL, team_thread, &t->member[i]) != 0) {
+            rt_team_destroy(t);
+            return mrt_set_error(MRT_ERR_OOM, "cannot start thread %d of %d", i + 1, n);
+        }
+        t->started[i] = 1;
+    }
+    *out = t;
+    return MRT_OK;
+}
+
+void rt_team_run(rt_team *t, void (*fn)(void *ctx, int i), void *ctx)
+{
+    pthread_mutex_lock(&t->lock);
+    t->fn = fn;
+    t->ctx = ctx;
+    t->pending = t->n;
+    t->gen++;
+    pthread_cond_broadcast(&t->go);
+    while (t->pending > 0)
+        pthread_cond_wait(&t->done, &t->lock);
+    pthread_mutex_unlock(&t->lock);
+}
+
+void rt_team_destroy(rt_team *t)
+{
+    if (!t)
+        return;
+    pthread_mutex_lock(&t->lock);
+    t->quit = 1;
+    pthread_cond_broadcast(&t->go);
+    pthread_mutex_unlock(&t->lock);
+    for (int i = 0; i < t->n; i++)
+        if (t->started[i])
+            pthread_join(t->thread[i], NULL);
+    pthread_cond_destroy(&t->go);
+    pthread_cond_destroy(&t->done);
+    pthread_mutex_destroy(&t->lock);
+    free(t);
+}
+
+/* ---------------------------------------------------------------- data-parallel inference */
 
 struct mrt_dp {
     const mrt_model_info *info;
     int n;
     mrt_device dev[MRT_DP_MAX];
     void *model[MRT_DP_MAX];
-    dp_worker w[MRT_DP_MAX];
-    pthread_mutex_t lock;
-    pthread_cond_t go, done;
-    unsigned long gen; /* bumped for each run; a worker runs once per generation */
-    int pending, quit;
-    /* this run's arguments */
+    rt_team *team;
+    /* this run: each replica's shard of batch items [first, first + count), its status */
+    int64_t first[MRT_DP_MAX], count[MRT_DP_MAX];
+    mrt_status st[MRT_DP_MAX];
+    char err[MRT_DP_MAX][1024];
     int64_t dims[MRT_MAX_SYMS];
     const void *const *in;
     void *const *out;
     size_t *unit; /* bytes per batch item of each input, then of each output */
 };
 
-/* One replica's part of a run: its shard of every buffer. */
-static void dp_run_shard(mrt_dp *dp, dp_worker *w)
+/* Replica i's part of a run: its shard of every buffer (in pieces of at most max_batch). */
+static void dp_run_shard(void *ctx, int i)
 {
+    mrt_dp *dp = ctx;
     const mrt_model_info *info = dp->info;
     const void *in[64];
     void *out[64];
-    for (int i = 0; i < info->n_inputs; i++)
-        in[i] = (const unsigned char *)dp->in[i] + (size_t)w->first * dp->unit[i];
-    for (int i = 0; i < info->n_outputs; i++)
-        out[i] = (unsigned char *)dp->out[i] + (size_t)w->first * dp->unit[info->n_inputs + i];
+    for (int k = 0; k < info->n_inputs; k++)
+        in[k] = (const unsigned char *)dp->in[k] + (size_t)dp->first[i] * dp->unit[k];
+    for (int k = 0; k < info->n_outputs; k++)
+        out[k] = (unsigned char *)dp->out[k] + (size_t)dp->first[i] * dp->unit[info->n_inputs + k];
     int64_t dims[MRT_MAX_SYMS];
     memcpy(dims, dp->dims, sizeof dims);
-    /* a shard larger than the compiled maximum batch runs in pieces of it, in order */
-    for (int64_t b0 = 0; b0 < w->count && w->st == MRT_OK; b0 += info->max_batch) {
-        dims[0] = w->count - b0 < info->max_batch ? w->count - b0 : info->max_batch;
-        w->st = info->run(dp->model[w->index], dims, in, out);
-        for (int i = 0; i < info->n_inputs; i++)
-            in[i] = (const unsigned char *)in[i] + (size_t)dims[0] * dp->unit[i];
-        for (int i = 0; i < info->n_outputs; i++)
-            out[i] = (unsigned char *)out[i] + (size_t)dims[0] * dp->unit[info->n_inputs + i];
+    dp->st[i] = MRT_OK;
+    for (int64_t b0 = 0; b0 < dp->count[i] && dp->st[i] == MRT_OK; b0 += info->max_batch) {
+        dims[0] = dp->count[i] - b0 < info->max_batch ? dp->count[i] - b0 : info->max_batch;
+        dp->st[i] = info->run(dp->model[i], dims, in, out);
+        for (int k = 0; k < info->n_inputs; k++)
+            in[k] = (const unsigned char *)in[k] + (size_t)dims[0] * dp->unit[k];
+        for (int k = 0; k < info->n_outputs; k++)
+            out[k] = (unsigned char *)out[k] + (size_t)dims[0] * dp->unit[info->n_inputs + k];
     }
-    if (w->st != MRT_OK)
-        snprintf(w->err, sizeof w->err, "%s", mrt_last_error());
-}
-
-static void *dp_thread(void *arg)
-{
-    dp_worker *w = arg;
-    mrt_dp *dp = w->dp;
-    unsigned long seen = 0;
-    pthread_mutex_lock(&dp->lock);
-    for (;;) {
-        while (dp->gen == seen && !dp->quit)
-            pthread_cond_wait(&dp->go, &dp->lock);
-        if (dp->quit)
-            break;
-        seen = dp->gen;
-        int work = w->count > 0;
-        pthread_mutex_unlock(&dp->lock);
-        if (work)
-            dp_run_shard(dp, w);
-        pthread_mutex_lock(&dp->lock);
-        if (--dp->pending == 0)
-            pthread_cond_signal(&dp->done);
-    }
-    pthread_mutex_unlock(&dp->lock);
-    return NULL;
+    if (dp->st[i] != MRT_OK)
+        snprintf(dp->err[i], sizeof dp->err[i], "%s", mrt_last_error());
 }
 
 /* The device list: "all" (every CUDA device; an error without one), or devices separated by
  * commas, each present and none twice. */
-static mrt_status dp_parse_devices(const char *s, mrt_device *dev, int *n)
+mrt_status rt_devices_parse(const char *s, mrt_device *dev, int *n)
 {
     mrt_device_info present[MRT_DP_MAX + 1];
     int np = 0;
@@ -181,10 +245,7 @@ mrt_status mrt_dp_create(mrt_dp **out, const mrt_model_info *info, const char *d
     if (!dp)
         return mrt_set_error(MRT_ERR_OOM, "mrt_dp_create: out of memory");
     dp->info = info;
-    pthread_mutex_init(&dp->lock, NULL);
-    pthread_cond_init(&dp->go, NULL);
-    pthread_cond_init(&dp->done, NULL);
-    mrt_status st = dp_parse_devices(devices, dp->dev, &dp->n);
+    mrt_status st = rt_devices_parse(devices, dp->dev, &dp->n);
     dp->unit = st == MRT_OK ? calloc((size_t)(info->n_inputs + info->n_outputs + 1), sizeof *dp->unit) : NULL;
     if (st == MRT_OK && !dp->unit)
         st = mrt_set_error(MRT_ERR_OOM, "mrt_dp_create: out of memory");
@@ -201,13 +262,8 @@ mrt_status mrt_dp_create(mrt_dp **out, const mrt_model_info *info, const char *d
     }
     if (st == MRT_OK && cpus > 1)
         st = mrt_set_threads(1, NULL); /* a core per CPU replica: their kernels run side by side */
-    for (int i = 0; st == MRT_OK && i < dp->n; i++) {
-        dp->w[i] = (dp_worker){.dp = dp, .index = i};
-        if (pthread_create(&dp->w[i].thread, NULL, dp_thread, &dp->w[i]) != 0)
-            st = mrt_set_error(MRT_ERR_OOM, "mrt_dp_create: cannot start the thread of replica %d", i + 1);
-        else
-            dp->w[i].started = 1;
-    }
+    if (st == MRT_OK)
+        st = rt_team_create(&dp->team, dp->n);
     if (st != MRT_OK) {
         mrt_dp_destroy(dp);
         return st;
@@ -248,31 +304,23 @@ mrt_status mrt_dp_run(mrt_dp *dp, const int64_t *dims, const void *const *in, vo
         dp->unit[i] = (size_t)u;
     }
     int64_t first = 0;
-    pthread_mutex_lock(&dp->lock);
     for (int i = 0; i < dp->n; i++) {
-        int64_t c = B / dp->n + (i < B % dp->n);
-        dp->w[i].first = first;
-        dp->w[i].count = c;
-        dp->w[i].st = MRT_OK;
-        first += c;
+        dp->first[i] = first;
+        dp->count[i] = B / dp->n + (i < B % dp->n);
+        first += dp->count[i];
     }
     memcpy(dp->dims, dims, sizeof dp->dims);
     for (int s = info->n_syms > 0 ? info->n_syms : 1; s < MRT_MAX_SYMS; s++)
         dp->dims[s] = 1;
     dp->in = in;
     dp->out = out;
-    dp->pending = dp->n;
-    dp->gen++;
-    pthread_cond_broadcast(&dp->go);
-    while (dp->pending > 0)
-        pthread_cond_wait(&dp->done, &dp->lock);
-    pthread_mutex_unlock(&dp->lock);
+    rt_team_run(dp->team, dp_run_shard, dp);
     for (int i = 0; i < dp->n; i++)
-        if (dp->w[i].st != MRT_OK) {
+        if (dp->st[i] != MRT_OK) {
             char b[32];
-            return mrt_set_error(dp->w[i].st, "replica %d (%s, batch items %lld..%lld): %s", i + 1,
-                                 mrt_device_str(dp->dev[i], b, sizeof b), (long long)dp->w[i].first,
-                                 (long long)(dp->w[i].first + dp->w[i].count - 1), dp->w[i].err);
+            return mrt_set_error(dp->st[i], "replica %d (%s, batch items %lld..%lld): %s", i + 1,
+                                 mrt_device_str(dp->dev[i], b, sizeof b), (long long)dp->first[i],
+                                 (long long)(dp->first[i] + dp->count[i] - 1), dp->err[i]);
         }
     return MRT_OK;
 }
@@ -285,19 +333,10 @@ void mrt_dp_destroy(mrt_dp *dp)
 {
     if (!dp)
         return;
-    pthread_mutex_lock(&dp->lock);
-    dp->quit = 1;
-    pthread_cond_broadcast(&dp->go);
-    pthread_mutex_unlock(&dp->lock);
-    for (int i = 0; i < dp->n; i++)
-        if (dp->w[i].started)
-            pthread_join(dp->w[i].thread, NULL);
+    rt_team_destroy(dp->team);
     for (int i = 0; i < dp->n; i++)
         if (dp->model[i])
             dp->info->destroy(dp->model[i]);
-    pthread_cond_destroy(&dp->go);
-    pthread_cond_destroy(&dp->done);
-    pthread_mutex_destroy(&dp->lock);
     free(dp->unit);
     free(dp);
 }

@@ -151,6 +151,16 @@ const char *rt_safetensors_dtype(mrt_dtype dt);
  *  out[cap] ("" when the file has no such entry). MRT_ERR_IO / MRT_ERR_FORMAT naming the file
  *  when it cannot be read or is not safetensors. */
 mrt_status rt_safetensors_meta(const char *path, const char *key, char *out, size_t cap);
+
+/* rt_dp.c: a team of n persistent threads (n <= MRT_DP_MAX); rt_team_run calls fn(ctx, i) on
+ * thread i for every i at once and returns when all have returned. */
+typedef struct rt_team rt_team;
+mrt_status rt_team_create(rt_team **t, int n);
+void rt_team_run(rt_team *t, void (*fn)(void *ctx, int i), void *ctx);
+void rt_team_destroy(rt_team *t);
+/* A device list: "all" (every CUDA device; MRT_ERR_DEVICE without one) or devices separated by
+ * commas, each present and none twice; errors list the devices present. */
+mrt_status rt_devices_parse(const char *s, mrt_device *dev, int *n);
 /* malloc'd printf, NULL when out of memory. */
 char *rt_strdup_printf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 

@@ -467,10 +467,8 @@ mrt_status mrt_model_copy_weights(mrt_model *dst, const mrt_model *src)
     }
     for (int i = 0; i < d->n_params && st == MRT_OK; i++) {
         const mrt_param_desc *p = &d->params[i], *q = NULL;
-        if (p->state)
-            continue;
         for (int j = 0; j < sd->n_params && !q; j++)
-            if (!sd->params[j].state && !strcmp(sd->params[j].name, p->name))
+            if (!sd->params[j].state == !p->state && !strcmp(sd->params[j].name, p->name))
                 q = &sd->params[j];
         int same = q && q->dtype == p->dtype && q->rank == p->rank && !(q->region % 2);
         for (int k = 0; same && k < p->rank; k++)

@@ -193,7 +193,9 @@ mrt_status mrt_model_load_state(mrt_model *m, const char *path)
 typedef struct train_opts {
     const char *weights, *save, *save_state, *device, *log;
     const char **data; /* [n_inputs] */
-    const char *resume;
+    const char *resume, *devices;
+    mrt_device dev[MRT_DP_MAX];
+    int ndev;
     const char **eval_files; /* [n_inputs] --eval NAME=FILE, or NULL without --eval */
     int batch, epochs, shuffle, quiet, time, threads;
     long long steps, save_every;
@@ -208,7 +210,7 @@ static void train_usage(FILE *f, const char *prog)
                "       [--steps S] [--lr LR] [--warmup-steps N] [--decay-steps N] [--min-lr LR]\n"
                "       [--clip-grad-norm X] [--shuffle] [--seed S] [--save OUT.safetensors]\n"
                "       [--save-state STATE.safetensors] [--save-every N] [--resume STATE.safetensors]\n"
-               "       [--eval NAME=FILE.npy,...] [--device D] [--threads N] [--log FILE] [--time] [--quiet]\n",
+               "       [--eval NAME=FILE.npy,...] [--device D | --devices LIST] [--threads N] [--log FILE] [--time] [--quiet]\n",
             prog);
 }
 
@@ -246,6 +248,10 @@ static void train_help(const mrt_model_info *info, const char *prog)
            "                     target) in inference mode: batch_norm's running statistics, no dropout\n"
            "  --log FILE         append one line per step: epoch, step, loss, samples/s, grad_norm, lr\n"
            "  --device D         cpu, cuda, cuda:N or auto (default)\n"
+           "  --devices LIST     data-parallel: a replica on each CPU device of LIST (cpu:0,cpu:1), each\n"
+           "                     taking its contiguous shard of every batch; the gradients are averaged\n"
+           "                     (weighted by shard size, in a fixed order) before one update that every\n"
+           "                     replica applies: the full batch's step, up to float rounding\n"
            "  --threads N        CPU threads for the kernels (default: $MODELRT_THREADS, else the cores)\n"
            "  --time             print the median time of a step (the first step of the run excluded)\n"
            "  --quiet            no progress line\n",
@@ -285,6 +291,9 @@ static int train_parse(const mrt_model_info *info, const char *prog, int argc, c
         } else if (!strcmp(a, "--save-state")) {
             NEED();
             o->save_state = v;
+        } else if (!strcmp(a, "--devices")) {
+            NEED();
+            o->devices = v;
         } else if (!strcmp(a, "--resume")) {
             NEED();
             o->resume = v;
@@ -320,14 +329,8 @@ static int train_parse(const mrt_model_info *info, const char *prog, int argc, c
                 o->warmup_steps = x;
             else if (!strcmp(a, "--decay-steps"))
                 o->decay_steps = x;
-            else
-            if (!strcmp(a, "--batch")) {
-                if (x > info->max_batch) {
-                    fprintf(stderr, "%s train: error: --batch %lld is more than the compiled maximum %d (modelc "
-                                    "--max-batch)\n", prog, x, info->max_batch);
-                    return 2;
-                }
-                o->batch = (int)x;
+            else if (!strcmp(a, "--batch")) {
+                o->batch = x > (long long)info->max_batch * MRT_DP_MAX ? info->max_batch * MRT_DP_MAX + 1 : (int)x;
             } else if (!strcmp(a, "--epochs")) {
                 o->epochs = x > 1000000 ? 1000000 : (int)x;
             } else if (!strcmp(a, "--steps")) {
@@ -403,6 +406,39 @@ static int train_parse(const mrt_model_info *info, const char *prog, int argc, c
             return 2;
         }
 #undef NEED
+    }
+    if (o->devices && o->device) {
+        fprintf(stderr, "%s train: error: --devices trains a replica on each device it lists: give it without --device\n",
+                prog);
+        return 2;
+    }
+    o->ndev = 1;
+    if (o->devices) {
+        if (rt_devices_parse(o->devices, o->dev, &o->ndev) != MRT_OK) {
+            fprintf(stderr, "%s train: error: %s\n", prog, mrt_last_error());
+            return 1;
+        }
+        for (int i = 0; i < o->ndev; i++)
+            if (o->dev[i].kind != MRT_DEVICE_CPU) {
+                fprintf(stderr, "%s train: error: --devices %s: data-parallel training runs on CPU devices (cpu:0,cpu:1,"
+                                " ...) so far; across GPUs it needs NCCL, which is not built yet: train on one GPU with "
+                                "--device\n", prog, o->devices);
+                return 1;
+            }
+        if (info->desc && info->desc->n_slots > 1) {
+            fprintf(stderr, "%s train: error: --devices: model '%s' pins regions to other devices ('on' regions)\n", prog,
+                    info->name);
+            return 2;
+        }
+    }
+    if (o->batch > (long long)info->max_batch * o->ndev) {
+        if (o->ndev > 1)
+            fprintf(stderr, "%s train: error: --batch %d is more than %d devices take: %d each, the compiled maximum "
+                            "(modelc --max-batch)\n", prog, o->batch, o->ndev, info->max_batch);
+        else
+            fprintf(stderr, "%s train: error: --batch %d is more than the compiled maximum %d (modelc --max-batch)\n", prog,
+                    o->batch, info->max_batch);
+        return 2;
     }
     if (o->save_every && !o->save) {
         fprintf(stderr, "%s train: error: --save-every needs --save FILE (and --save-state FILE for the optimizer state)\n",
@@ -508,6 +544,188 @@ static mrt_status evaluate(const mrt_model_info *info, void **emodel, mrt_model 
     return st;
 }
 
+/* ---------------------------------------------------------------- data-parallel training */
+
+/* Replicas of a training build on CPU devices (--devices cpu:0,cpu:1): each step, every replica
+ * runs forward and backward on its contiguous shard of the batch (m->defer_update: no update);
+ * the gradients are reduced, sum_i (n_i / n) g_i in replica order, and the result written back to
+ * every replica, the tensors shared out among the team's threads; the gradients' squared norm
+ * and the loss (weighted alike) come from the reduced values; then every replica applies the
+ * same update (desc->apply), so the weights stay identical. For a loss that is a mean over the
+ * batch this is the full batch's gradient, as one device computes it up to float rounding. */
+typedef struct dp_train {
+    const mrt_model_info *info;
+    int n;
+    void *rep[MRT_DP_MAX];
+    rt_team *team;
+    float **grad[MRT_DP_MAX]; /* [replica][k]: gradient k of each replica (desc->grad_ptrs) */
+    int64_t *numel;           /* [k] */
+    /* this step */
+    int64_t first[MRT_DP_MAX], count[MRT_DP_MAX], batch;
+    void *const *bufs;
+    const size_t *row;
+    float loss[MRT_DP_MAX], sumsq_part[MRT_DP_MAX];
+    float loss_all, sumsq;
+    mrt_status st[MRT_DP_MAX];
+    char err[MRT_DP_MAX][1024];
+} dp_train;
+
+static void dp_grads(void *ctx, int i)
+{
+    dp_train *t = ctx;
+    t->st[i] = MRT_OK;
+    t->loss[i] = 0;
+    if (!t->count[i])
+        return;
+    const void *in[64];
+    for (int k = 0; k < t->info->n_inputs; k++)
+        in[k] = (const unsigned char *)t->bufs[k] + (size_t)t->first[i] * t->row[k];
+    int64_t dims[MRT_MAX_SYMS] = {t->count[i], 1, 1, 1};
+    void *out[1] = {&t->loss[i]};
+    ((mrt_model *)t->rep[i])->defer_update = 1;
+    t->st[i] = t->info->run(t->rep[i], dims, in, out);
+    if (t->st[i] != MRT_OK)
+        snprintf(t->err[i], sizeof t->err[i], "%s", mrt_last_error());
+}
+
+/* Thread i reduces gradients i, i + n, i + 2n, ... over the replicas, in replica order. */
+static void dp_reduce(void *ctx, int i)
+{
+    dp_train *t = ctx;
+    const mrt_model_desc *d = ((mrt_model *)t->rep[0])->desc;
+    double ss = 0;
+    for (int k = i; k < d->n_grads; k += t->n) {
+        float *g0 = t->grad[0][k];
+        for (int64_t e = 0; e < t->numel[k]; e++) {
+            float v = 0;
+            for (int r = 0; r < t->n; r++)
+                if (t->count[r])
+                    v += (float)((double)t->count[r] / (double)t->batch) * t->grad[r][k][e];
+            g0[e] = v;
+            ss += (double)v * v;
+        }
+        for (int r = 1; r < t->n; r++)
+            memcpy(t->grad[r][k], g0, sizeof *g0 * (size_t)t->numel[k]);
+    }
+    t->sumsq_part[i] = (float)ss;
+}
+
+static void dp_apply(void *ctx, int i)
+{
+    dp_train *t = ctx;
+    mrt_model *m = t->rep[i];
+    t->st[i] = m->desc->apply(m, t->loss_all, t->sumsq);
+    if (t->st[i] != MRT_OK)
+        snprintf(t->err[i], sizeof t->err[i], "%s", mrt_last_error());
+}
+
+/* One data-parallel step on the batch in bufs (nb samples); *loss the batch's loss. */
+static mrt_status dp_step(dp_train *t, int nb, void *const *bufs, const size_t *row, float *loss)
+{
+    int64_t first = 0;
+    for (int i = 0; i < t->n; i++) {
+        t->first[i] = first;
+        t->count[i] = nb / t->n + (i < nb % t->n);
+        first += t->count[i];
+    }
+    t->batch = nb;
+    t->bufs = bufs;
+    t->row = row;
+    rt_team_run(t->team, dp_grads, t);
+    for (int i = 0; i < t->n; i++)
+        if (t->st[i] != MRT_OK)
+            return mrt_set_error(t->st[i], "replica %d (batch items %lld..%lld of the step): %s", i + 1,
+                                 (long long)t->first[i], (long long)(t->first[i] + t->count[i] - 1), t->err[i]);
+    rt_team_run(t->team, dp_reduce, t);
+    double ss = 0, l = 0;
+    for (int i = 0; i < t->n; i++) {
+        ss += t->sumsq_part[i];
+        l += (double)t->count[i] / (double)nb * t->loss[i];
+    }
+    t->sumsq = (float)ss;
+    t->loss_all = (float)l;
+    rt_team_run(t->team, dp_apply, t);
+    for (int i = 0; i < t->n; i++)
+        if (t->st[i] != MRT_OK) {
+            mrt_set_error(t->st[i], "%s", t->err[i]); /* every replica refuses alike */
+            return t->st[i];
+        }
+    *loss = t->loss_all;
+    return MRT_OK;
+}
+
+/* The replicas hold the same trained params and optimizer state (a check after the run). */
+static mrt_status dp_same(const dp_train *t)
+{
+    const mrt_model *m0 = t->rep[0];
+    const mrt_model_desc *d = m0->desc;
+    for (int r = 1; r < t->n; r++)
+        for (int i = 0; i < d->n_params; i++) {
+            const mrt_param_desc *p = &d->params[i];
+            int trained = p->state;
+            for (int k = 0; k < d->n_grads && !trained; k++)
+                trained = d->grad_params[k] == i;
+            const mrt_model *mr = t->rep[r];
+            if (trained && memcmp(m0->weights[p->region / 2] + p->offset, mr->weights[p->region / 2] + p->offset,
+                                  param_bytes(p)))
+                return mrt_set_error(MRT_ERR_INTERNAL, "data-parallel replicas 1 and %d hold different '%s' after the "
+                                     "run", r + 1, p->name);
+        }
+    return MRT_OK;
+}
+
+static void dp_train_free(dp_train *t)
+{
+    rt_team_destroy(t->team);
+    for (int i = 1; i < t->n; i++) /* replica 0 is the CLI's model */
+        if (t->rep[i])
+            t->info->destroy(t->rep[i]);
+    for (int i = 0; i < t->n; i++)
+        free(t->grad[i]);
+    free(t->numel);
+}
+
+/* Replicas 1.. of the loaded and configured replica 0 (m) on the devices of `list`, with its
+ * weights, optimizer state and settings; the gradients' places after one run. */
+static mrt_status dp_train_setup(dp_train *t, const mrt_model_info *info, mrt_model *m, const mrt_device *dev, int n)
+{
+    memset(t, 0, sizeof *t);
+    t->info = info;
+    t->n = n;
+    t->rep[0] = m;
+    const mrt_model_desc *d = m->desc;
+    mrt_status st = MRT_OK;
+    if (!d->apply || !d->grad_ptrs)
+        return mrt_set_error(MRT_ERR_INVALID_ARG, "this training build has no data-parallel step (rebuild it with this "
+                             "modelc)");
+    for (int i = 1; i < n && st == MRT_OK; i++) {
+        char b[32];
+        st = info->create(&t->rep[i], mrt_device_str(dev[i], b, sizeof b));
+        if (st == MRT_OK)
+            st = mrt_model_copy_weights(t->rep[i], m);
+        if (st == MRT_OK) {
+            mrt_model *r = t->rep[i];
+            r->step = m->step;
+            r->train = m->train;
+        }
+    }
+    if (st == MRT_OK)
+        st = rt_team_create(&t->team, n);
+    t->numel = calloc((size_t)d->n_grads + 1, sizeof *t->numel);
+    for (int i = 0; i < n && st == MRT_OK; i++)
+        if (!(t->grad[i] = calloc((size_t)d->n_grads + 1, sizeof **t->grad)))
+            st = mrt_set_error(MRT_ERR_OOM, "out of memory");
+    for (int i = 0; i < n && st == MRT_OK; i++)
+        st = d->grad_ptrs(t->rep[i], t->grad[i]);
+    for (int k = 0; st == MRT_OK && k < d->n_grads; k++) {
+        uint64_t numel = 1;
+        const mrt_param_desc *p = &d->params[d->grad_params[k]];
+        rt_shape_numel(p->shape, p->rank, &numel);
+        t->numel[k] = (int64_t)numel;
+    }
+    return st;
+}
+
 static int cmp_double(const void *a, const void *b)
 {
     double x = *(const double *)a, y = *(const double *)b;
@@ -599,6 +817,7 @@ int rt_train_main(const mrt_model_info *info, int argc, char **argv, const char 
     void **ebufs = calloc((size_t)nin + 1, sizeof *ebufs);
     size_t *erow = calloc((size_t)nin + 1, sizeof *erow);
     void *emodel = NULL;
+    dp_train dpt, *dp = NULL;
     int64_t *order = NULL, nt = 0;
     double *times = NULL;
     void *model = NULL;
@@ -619,9 +838,10 @@ int rt_train_main(const mrt_model_info *info, int argc, char **argv, const char 
     for (int64_t i = 0; i < N; i++)
         order[i] = i;
     int threads = 0;
-    if (mrt_set_threads(o.threads, &threads) != MRT_OK)
+    if (mrt_set_threads(o.ndev > 1 ? 1 : o.threads, &threads) != MRT_OK) /* a core per CPU replica */
         goto fail;
-    if (info->create(&model, o.device) != MRT_OK)
+    char dev0[32];
+    if (info->create(&model, o.devices ? mrt_device_str(o.dev[0], dev0, sizeof dev0) : o.device) != MRT_OK)
         goto fail;
     if (info->load_weights(model, o.weights) != MRT_OK)
         goto fail;
@@ -642,6 +862,11 @@ int rt_train_main(const mrt_model_info *info, int argc, char **argv, const char 
         mrt_set_error(MRT_ERR_INVALID_ARG, "the minimum learning rate %g is above the learning rate %g", m->train.min_lr,
                       m->train.lr);
         goto fail;
+    }
+    if (o.ndev > 1) {
+        dp = &dpt;
+        if (dp_train_setup(dp, info, m, o.dev, o.ndev) != MRT_OK)
+            goto fail;
     }
     if (o.log && !(log = fopen(o.log, "a"))) {
         mrt_set_error(MRT_ERR_IO, "--log %s: cannot open: %s", o.log, strerror(errno));
@@ -666,8 +891,9 @@ int rt_train_main(const mrt_model_info *info, int argc, char **argv, const char 
         char dev[32], res[64] = "";
         if (skip)
             snprintf(res, sizeof res, ", resumed at step %lld", (long long)skip);
-        fprintf(stderr, "%s train: %lld samples, batch %d (%lld steps per epoch), on %s%s\n", prog, (long long)N, o.batch,
-                (long long)steps_per_epoch, mrt_device_str(m->dev[0], dev, sizeof dev), res);
+        fprintf(stderr, "%s train: %lld samples, batch %d (%lld steps per epoch), on %s%s%s\n", prog, (long long)N, o.batch,
+                (long long)steps_per_epoch, o.devices ? o.devices : mrt_device_str(m->dev[0], dev, sizeof dev),
+                o.ndev > 1 ? " (data-parallel, a thread each)" : "", res);
     }
     uint64_t rng = o.seed;
     double t0 = now_s();
@@ -693,7 +919,7 @@ int rt_train_main(const mrt_model_info *info, int argc, char **argv, const char 
             int64_t dims[MRT_MAX_SYMS] = {nb, 1, 1, 1};
             void *out[1] = {&loss};
             double ts = now_s();
-            mrt_status st = info->run(model, dims, (const void *const *)bufs, out);
+            mrt_status st = dp ? dp_step(dp, nb, bufs, row, &loss) : info->run(model, dims, (const void *const *)bufs, out);
             if (o.time && times && nt < total)
                 times[nt++] = now_s() - ts;
             if (st != MRT_OK) {
@@ -752,6 +978,8 @@ int rt_train_main(const mrt_model_info *info, int argc, char **argv, const char 
         printf("time: %.3f ms per step (median of %lld steps, batch %d, on %s)\n", med * 1e3, (long long)k, o.batch,
                mrt_device_str(m->dev[0], (char[32]){0}, 32));
     }
+    if (dp && dp_same(dp) != MRT_OK)
+        goto fail;
     if (o.save && mrt_model_save_weights(m, o.save, 0) != MRT_OK)
         goto fail;
     if (o.save_state && mrt_model_save_weights(m, o.save_state, 1) != MRT_OK)
@@ -767,6 +995,8 @@ done:
         fclose(log);
     if (emodel)
         info->eval->destroy(emodel);
+    if (dp)
+        dp_train_free(dp);
     if (model)
         info->destroy(model);
     for (int i = 0; data && i < nin; i++) {

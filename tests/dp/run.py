@@ -123,6 +123,45 @@ def check_embed(modelc, d, w, x, want):
     return None if same else "mrt_dp_run's logits differ from PROG --devices'"
 
 
+def check_train(modelc, d, name, batch, devs):
+    """PROG train --devices: the weights and the losses of the full batch on one device, within
+    1e-5 (the gradients are averaged over the shards, weighted by their sizes)."""
+    sys.path.insert(0, os.path.join(ROOT, "tests", "train"))
+    import make_data
+    prog = os.path.join(d, name + "_train")
+    if not os.path.exists(prog):
+        p = sh([modelc, os.path.join(ROOT, "tests", "train", name + ".model"), "--train", "--max-batch", "8", "-o", prog])
+        if p.returncode:
+            return "modelc --train failed: " + p.stderr[-300:]
+        subprocess.run([sys.executable, os.path.join(ROOT, "tests", "train", "make_data.py"), d, name], check=True)
+    runs = {}
+    for tag, extra in (("one", ["--device", "cpu"]), ("dp", ["--devices", ",".join(devs)])):
+        cmd = [prog, "train", "--weights", os.path.join(d, name + ".init.safetensors"), "--batch", str(batch),
+               "--epochs", "2", "--quiet", "--save", os.path.join(d, "%s_%s.st" % (name, tag)),
+               "--log", os.path.join(d, "%s_%s_%d.log" % (name, tag, batch))] + extra
+        for k in make_data.make(name)[1]:
+            cmd += ["--data", "%s=%s" % (k, os.path.join(d, "%s.%s.npy" % (name, k)))]
+        log = os.path.join(d, "%s_%s_%d.log" % (name, tag, batch))
+        if os.path.exists(log):
+            os.remove(log)
+        p = sh(cmd)
+        if p.returncode:
+            return "%s run failed: %s" % (tag, p.stderr.strip()[-300:])
+        with open(log) as f:
+            losses = np.array([float(r.split()[5]) for r in f])
+        runs[tag] = (safetensors_np.read(os.path.join(d, "%s_%s.st" % (name, tag))), losses)
+    (w1, l1), (w2, l2) = runs["one"], runs["dp"]
+    errs = {k: float(np.max(np.abs(w2[k].astype(np.float64) - w1[k])) / max(float(np.max(np.abs(w1[k]))), 1e-30))
+            for k in w1}
+    lerr = float(np.max(np.abs(l2 - l1) / np.abs(l1)))
+    worst = max(errs.values())
+    print("  train %s: batch %d on %s vs one device: %d steps, losses max relative error %.1e, weights %.1e "
+          "(tolerance 1e-05)" % (name, batch, ",".join(devs), len(l1), lerr, worst))
+    if len(l1) != len(l2) or lerr > 1e-5 or worst > 1e-5:
+        return "data-parallel training differs from one device (losses %.1e, weights %.1e)" % (lerr, worst)
+    return None
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--device-kind", default="cpu", choices=["cpu", "cuda"])
@@ -170,6 +209,22 @@ def main():
                                       "fc.weight": rng.standard_normal((3, 36)).astype(np.float32) * 0.2})
             report("cnn_b11", check(prog, cw, rng.standard_normal((11, 2, 6, 6)).astype(np.float32), "x", "y", devs, d,
                                     "cnn_b11"))
+        # data-parallel training on CPU devices (one process, threads): the full batch's steps
+        if a.device_kind == "cpu":
+            for name, batch, dv in (("mlp_adamw", 8, devs), ("mlp_adamw", 7, devs), ("mlp_sched", 8, devs),
+                                    ("mlp_adamw", 5, devs + ["cpu:2"]), ("mlp_sgd", 8, devs)):
+                report("train_%s_b%d_%ddev" % (name, batch, len(dv)), check_train(modelc, d, name, batch, dv))
+            tp = os.path.join(d, "mlp_adamw_train")
+            tbase = [tp, "train", "--weights", os.path.join(d, "mlp_adamw.init.safetensors"), "--data",
+                     "x=" + os.path.join(d, "mlp_adamw.x.npy"), "--data", "labels=" + os.path.join(d, "mlp_adamw.labels.npy")]
+            for name, extra, rc, want in (
+                    ("train_gpu", ["--devices", "cpu:0,cuda:0"], 1, "not present"),
+                    ("train_batch", ["--devices", "cpu:0,cpu:1", "--batch", "17"], 2, "more than 2 devices take: 8 each"),
+                    ("train_with_device", ["--devices", "cpu:0,cpu:1", "--device", "cpu"], 2, "without --device")):
+                p = sh(tbase + extra)
+                print("  %s: exit %d: %s" % (name, p.returncode, p.stderr.strip().splitlines()[-1] if p.stderr.strip() else ""))
+                report("error_" + name, None if p.returncode == rc and want in p.stderr else
+                       "expected exit %d and '%s', got exit %d: %s" % (rc, want, p.returncode, p.stderr.strip()[-200:]))
         # errors: each refused before anything runs, naming what is wrong
         prog = os.path.join(d, "digits")
         xin = os.path.join(d, "x_digits_b7.npy")
