@@ -161,6 +161,18 @@ void rt_team_destroy(rt_team *t);
 /* A device list: "all" (every CUDA device; MRT_ERR_DEVICE without one) or devices separated by
  * commas, each present and none twice; errors list the devices present. */
 mrt_status rt_devices_parse(const char *s, mrt_device *dev, int *n);
+
+/* rt_mpi.c: MPI across processes, Open MPI loaded at run time. rt_mpi_start: *size 1 when the
+ * process was not started by mpirun, else MPI_Init and this process's rank and the world size
+ * (MRT_ERR_DEVICE when mpirun started it but libmpi.so.40 cannot be loaded). The collectives
+ * sum in place over every rank; rt_mpi_abort ends every rank (MPI_Abort); rt_mpi_finish is
+ * MPI_Finalize. */
+mrt_status rt_mpi_start(int *rank, int *size);
+mrt_status rt_mpi_allreduce_f32(float *x, int64_t n);
+mrt_status rt_mpi_allreduce_f64(double *x, int n);
+mrt_status rt_mpi_allgather_u64(const uint64_t *mine, uint64_t *all, int n);
+void rt_mpi_abort(int code);
+void rt_mpi_finish(void);
 /* malloc'd printf, NULL when out of memory. */
 char *rt_strdup_printf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 

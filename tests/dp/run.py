@@ -162,6 +162,81 @@ def check_train(modelc, d, name, batch, devs):
     return None
 
 
+MPIRUN_ENV = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1", OMPI_MCA_btl="self,vader",
+                  OMPI_MCA_rmaps_base_oversubscribe="1", OMPI_MCA_btl_vader_single_copy_mechanism="none")
+
+
+def mpirun(args, timeout=120):
+    return subprocess.run(["mpirun", "--oversubscribe"] + args, capture_output=True, text=True, env=MPIRUN_ENV,
+                          timeout=timeout)
+
+
+def check_mpi(modelc, d, report):
+    """mpirun -np 2 PROG train: the weights of one process with the full batch (1e-5); ranks that
+    disagree, a rank that cannot start, a rank that fails in a step: every rank stops, naming it."""
+    import shutil
+    if not shutil.which("mpirun"):
+        print("SKIP: dp/mpi: mpirun not found (Debian: apt-get install openmpi-bin; tools/setup.sh installs it)")
+        return
+    sys.path.insert(0, os.path.join(ROOT, "tests", "train"))
+    import make_data
+    name = "mlp_sched"
+    prog = os.path.join(d, name + "_mpi")
+    sh([modelc, os.path.join(ROOT, "tests", "train", name + ".model"), "--train", "--max-batch", "8", "-o", prog],
+       check=True)
+    subprocess.run([sys.executable, os.path.join(ROOT, "tests", "train", "make_data.py"), d, name], check=True)
+    f = lambda s: os.path.join(d, s)  # noqa: E731
+    data = []
+    for k in make_data.make(name)[1]:
+        data += ["--data", "%s=%s" % (k, f("%s.%s.npy" % (name, k)))]
+    base = [prog, "train", "--weights", f(name + ".init.safetensors"), "--epochs", "2", "--shuffle", "--seed", "3"] + data
+    for batch in (8, 7):
+        one = sh(base + ["--batch", str(batch), "--quiet", "--save", f("one.st"), "--log", f("one%d.log" % batch)])
+        two = mpirun(["-np", "2"] + base + ["--batch", str(batch), "--save", f("two.st"), "--log", f("two%d.log" % batch)])
+        if one.returncode or two.returncode:
+            report("mpi_train_b%d" % batch, "a run failed: %s %s" % (one.stderr[-200:], two.stderr[-300:]))
+            continue
+        a, b = safetensors_np.read(f("one.st")), safetensors_np.read(f("two.st"))
+        err = max(float(np.max(np.abs(b[k].astype(np.float64) - a[k])) / max(float(np.max(np.abs(a[k]))), 1e-30))
+                  for k in a)
+        with open(f("one%d.log" % batch)) as x, open(f("two%d.log" % batch)) as y:
+            l1, l2 = [float(r.split()[5]) for r in x], [float(r.split()[5]) for r in y]
+        lerr = max(abs(p - q) / abs(p) for p, q in zip(l1, l2)) if len(l1) == len(l2) else float("inf")
+        print("  mpi: 2 ranks, batch %d (shards %s), shuffled, clipped, scheduled: %d steps logged by rank 0; losses "
+              "max relative error %.1e, weights %.1e vs one process (tolerance 1e-05)"
+              % (batch, [c for _, c in shards(batch, 2)], len(l2), lerr, err))
+        report("mpi_train_b%d" % batch, None if err <= 1e-5 and lerr <= 1e-5 else
+               "2 MPI ranks differ from one process (losses %.1e, weights %.1e)" % (lerr, err))
+    # ranks that disagree (MPMD: rank 1 gets another --batch): refused before the first step
+    p = mpirun(["-np", "1"] + base + ["--batch", "8", "--save", f("x.st")] + [":", "-np", "1"] + base + ["--batch", "4"])
+    line = [s for s in p.stderr.splitlines() if "disagrees" in s]
+    print("  mpi: ranks disagree: exit %d: %s" % (p.returncode, line[0] if line else p.stderr.strip()[-200:]))
+    report("mpi_error_disagree", None if p.returncode != 0 and line and "rank 1 disagrees with rank 0 on the --batch"
+           in line[0] and not os.path.exists(f("x.st")) else "expected every rank to stop naming rank 1 and --batch")
+    # a rank that cannot start (its data file is missing): the others are stopped, within the timeout
+    bad = [a if not a.startswith("x=") else "x=" + f("missing.npy") for a in base]
+    try:
+        p = mpirun(["-np", "1"] + base + ["--batch", "8", "--save", f("y.st")] + [":", "-np", "1"] + bad +
+                   ["--batch", "8"], timeout=60)
+        ok = p.returncode != 0 and "missing.npy" in p.stderr and not os.path.exists(f("y.st"))
+        print("  mpi: a rank that cannot start: exit %d, %s" % (p.returncode, [s for s in p.stderr.splitlines()
+                                                                               if "missing.npy" in s][:1]))
+        report("mpi_error_rank_dies", None if ok else "expected every rank stopped, the missing file named, no checkpoint")
+    except subprocess.TimeoutExpired:
+        report("mpi_error_rank_dies", "the other rank hung (no exit within 60 s)")
+    # a rank that fails in a step (a class id out of range in its labels): every rank stops there
+    y = np.load(f(name + ".labels.npy"))
+    y[5] = 99
+    np.save(f("badlabels.npy"), y)
+    bad = [a if not a.startswith("labels=") else "labels=" + f("badlabels.npy") for a in base]
+    p = mpirun(["-np", "2"] + bad + ["--batch", "8", "--save", f("z.st")], timeout=60)
+    lines = [s for s in p.stderr.splitlines() if "rank" in s and "error" in s]
+    print("  mpi: a step fails on one rank: exit %d: %s" % (p.returncode, lines[:2]))
+    report("mpi_error_step", None if p.returncode != 0 and any("99" in s for s in lines) and
+           any("rank 0 of 2" in s for s in lines) and not os.path.exists(f("z.st")) else
+           "expected both ranks to stop at the step, the bad class id named, no checkpoint")
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--device-kind", default="cpu", choices=["cpu", "cuda"])
@@ -225,6 +300,7 @@ def main():
                 print("  %s: exit %d: %s" % (name, p.returncode, p.stderr.strip().splitlines()[-1] if p.stderr.strip() else ""))
                 report("error_" + name, None if p.returncode == rc and want in p.stderr else
                        "expected exit %d and '%s', got exit %d: %s" % (rc, want, p.returncode, p.stderr.strip()[-200:]))
+            check_mpi(modelc, d, report)
         # errors: each refused before anything runs, naming what is wrong
         prog = os.path.join(d, "digits")
         xin = os.path.join(d, "x_digits_b7.npy")

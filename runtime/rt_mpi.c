@@ -1,0 +1,118 @@
+/*
+ * rt_mpi.c — MPI between processes for `mpirun -np N PROG train` (data-parallel training across
+ * processes and machines), loaded at run time.
+ *
+ * Nothing links against MPI: when the process was started by Open MPI's launcher
+ * (OMPI_COMM_WORLD_SIZE is set), the runtime dlopens Open MPI's libmpi.so.40 (Debian's
+ * openmpi-bin) and looks up the few functions it calls and the predefined handles, which Open MPI
+ * exports as objects (MPI_COMM_WORLD is &ompi_mpi_comm_world, MPI_FLOAT &ompi_mpi_float, ...), as
+ * the runtime loads cuBLAS. A program started without mpirun never touches MPI; one started by
+ * mpirun on a machine without the library fails saying what to install.
+ */
+#include "modelrt.h"
+#include "rt_internal.h"
+
+#include <dlfcn.h>
+#include <limits.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static struct {
+    int active, rank, size;
+    void *lib;
+    int (*init)(int *, char ***);
+    int (*finalize)(void);
+    int (*comm_rank)(void *, int *);
+    int (*comm_size)(void *, int *);
+    int (*allreduce)(const void *, void *, int, void *, void *, void *);
+    int (*allgather)(const void *, int, void *, void *, int, void *, void *);
+    int (*abort_)(void *, int);
+    void *world, *t_float, *t_double, *t_u64, *op_sum;
+} mpi;
+
+#define MPI_IN_PLACE_ ((void *)1) /* Open MPI's MPI_IN_PLACE */
+
+mrt_status rt_mpi_start(int *rank, int *size)
+{
+    *rank = 0;
+    *size = 1;
+    if (mpi.active) {
+        *rank = mpi.rank;
+        *size = mpi.size;
+        return MRT_OK;
+    }
+    const char *ws = getenv("OMPI_COMM_WORLD_SIZE");
+    if (!ws || !*ws)
+        return MRT_OK; /* not started by mpirun: one process */
+    mpi.lib = dlopen("libmpi.so.40", RTLD_NOW | RTLD_GLOBAL);
+    if (!mpi.lib)
+        return mrt_set_error(MRT_ERR_DEVICE, "started by mpirun (OMPI_COMM_WORLD_SIZE=%s), but Open MPI's library cannot "
+                             "be loaded: %s (Debian: apt-get install openmpi-bin)", ws, dlerror());
+    struct {
+        const char *name;
+        void **at;
+    } syms[] = {{"MPI_Init", (void **)&mpi.init},
+                {"MPI_Finalize", (void **)&mpi.finalize},
+                {"MPI_Comm_rank", (void **)&mpi.comm_rank},
+                {"MPI_Comm_size", (void **)&mpi.comm_size},
+                {"MPI_Allreduce", (void **)&mpi.allreduce},
+                {"MPI_Allgather", (void **)&mpi.allgather},
+                {"MPI_Abort", (void **)&mpi.abort_},
+                {"ompi_mpi_comm_world", &mpi.world},
+                {"ompi_mpi_float", &mpi.t_float},
+                {"ompi_mpi_double", &mpi.t_double},
+                {"ompi_mpi_unsigned_long_long", &mpi.t_u64},
+                {"ompi_mpi_op_sum", &mpi.op_sum}};
+    for (size_t i = 0; i < sizeof syms / sizeof syms[0]; i++)
+        if (!(*syms[i].at = dlsym(mpi.lib, syms[i].name)))
+            return mrt_set_error(MRT_ERR_DEVICE, "libmpi.so.40 has no '%s': not Open MPI 4 or 5", syms[i].name);
+    if (mpi.init(NULL, NULL) != 0 || mpi.comm_rank(mpi.world, &mpi.rank) != 0 || mpi.comm_size(mpi.world, &mpi.size) != 0)
+        return mrt_set_error(MRT_ERR_DEVICE, "MPI_Init failed (OMPI_COMM_WORLD_SIZE=%s)", ws);
+    mpi.active = 1;
+    *rank = mpi.rank;
+    *size = mpi.size;
+    return MRT_OK;
+}
+
+mrt_status rt_mpi_allreduce_f32(float *x, int64_t n)
+{
+    for (int64_t at = 0; at < n; at += INT_MAX / 2) {
+        int c = (int)(n - at < INT_MAX / 2 ? n - at : INT_MAX / 2);
+        if (mpi.allreduce(MPI_IN_PLACE_, x + at, c, mpi.t_float, mpi.op_sum, mpi.world) != 0)
+            return mrt_set_error(MRT_ERR_DEVICE, "MPI_Allreduce of %d floats failed (rank %d of %d)", c, mpi.rank, mpi.size);
+    }
+    return MRT_OK;
+}
+
+mrt_status rt_mpi_allreduce_f64(double *x, int n)
+{
+    if (mpi.allreduce(MPI_IN_PLACE_, x, n, mpi.t_double, mpi.op_sum, mpi.world) != 0)
+        return mrt_set_error(MRT_ERR_DEVICE, "MPI_Allreduce of %d doubles failed (rank %d of %d)", n, mpi.rank, mpi.size);
+    return MRT_OK;
+}
+
+mrt_status rt_mpi_allgather_u64(const uint64_t *mine, uint64_t *all, int n)
+{
+    if (mpi.allgather(mine, n, mpi.t_u64, all, n, mpi.t_u64, mpi.world) != 0)
+        return mrt_set_error(MRT_ERR_DEVICE, "MPI_Allgather failed (rank %d of %d)", mpi.rank, mpi.size);
+    return MRT_OK;
+}
+
+void rt_mpi_abort(int code)
+{
+    if (mpi.active) {
+        fflush(stdout);
+        fflush(stderr);
+        mpi.abort_(mpi.world, code);
+    }
+}
+
+void rt_mpi_finish(void)
+{
+    if (mpi.active) {
+        mpi.finalize();
+        mpi.active = 0;
+    }
+}
