@@ -1704,12 +1704,21 @@ static Node *lower_batch_norm(Checker *c, const Call *call) {
     if (dim_is_sym(C)) error_at(call->ast->args[0].val->loc, "'batch_norm' channels (axis 1) may not be symbolic");
     static const char *what[] = {"", "weight", "bias", "running_mean", "running_var"};
     for (int i = 1; i < 5; i++) require_vec(c, call, i, C, what[i]);
+    if (call->nt > 5) { /* num_batches_tracked: counted by a training step, read by nothing */
+        Node *t = call->t[5];
+        if (t->op != OP_PARAM || t->dtype != DT_I64 || t->shape.rank != 0)
+            error_at(call->ast->args[5].val->loc, "'batch_norm' num_batches_tracked must be an i64[] param (the buffer "
+                     "of PyTorch's state_dict), got %s %s", t->op == OP_PARAM ? "param" : "a computed", shp(c, &t->shape));
+    }
     Node *n = new_node(c->g, OP_BATCH_NORM, call->ast->loc);
-    for (int i = 0; i < 5; i++) n->in[i] = call->t[i];
-    n->nin = 5;
+    for (int i = 0; i < call->nt; i++) n->in[i] = call->t[i];
+    n->nin = call->nt;
     n->shape = x->shape;
     n->eps = attr_float(call, 0);
     if (!(n->eps >= 0)) error_at(call->attr[0]->loc, "'batch_norm' eps must be >= 0");
+    n->fattr[0] = attr_float(call, 1);
+    if (!(n->fattr[0] >= 0 && n->fattr[0] <= 1))
+        error_at(call->attr[1]->loc, "'batch_norm' momentum must be in [0, 1], got %g", n->fattr[0]);
     return n;
 }
 
