@@ -17,7 +17,8 @@
 #      tests/cudasim/transfer_race.model (a peer copy whose source block is reused at once);
 #   6. the examples ResNet-18 and GPT-2 (batch 1) and MiniLM with MODELRT_DEVICE=cuda, each
 #      against PyTorch by its own check.py as make gpu-check runs them (about 10, 3 and 10 s),
-#      then ResNet-18 replayed as a CUDA graph (its counts, and the eager run's logits).
+#      then ResNet-18 replayed as a CUDA graph (its counts, and the eager run's logits);
+#   7. tests/train's models trained on a simulated GPU (TRAIN_DEVICE=cuda) against PyTorch.
 # Prints one line per test, "PASS: cudasim/NAME" or "FAIL: cudasim/NAME: why", and exits 1 if any
 # failed. Needs no GPU and no nvcc: only the host C and C++ compilers.
 #
@@ -356,6 +357,17 @@ if [ -x "$prog" ]; then
     fi
 else
     echo "FAIL: cudasim/example/resnet18/graph_replay: $prog was not built"
+    failed=1
+fi
+
+# ---------------------------------------------------------------- 7. training on the GPU
+# tests/train's models (the MLPs and the CNN: conv2d, batch_norm and pooling gradients) trained
+# on a simulated GPU, against the same PyTorch references as on the CPU
+out="$(CUDASIM_DEVICES=1 TRAIN_DEVICE=cuda MODELC="$sim/bin/modelc" "$PY" tests/train/run.py 2>&1)"
+rc=$?
+sed -n 's#^\(PASS\|FAIL\): train/#\1: cudasim/train/#p' <<<"$out"
+if [ $rc -ne 0 ]; then
+    grep -q '^FAIL:' <<<"$out" || echo "FAIL: cudasim/train: exit status $rc: $(tail -n3 <<<"$out" | tr '\n' ' ')"
     failed=1
 fi
 exit $failed
