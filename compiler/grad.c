@@ -18,6 +18,7 @@
  */
 #include "modelc.h"
 
+#include <inttypes.h>
 #include <math.h>
 #include <string.h>
 
@@ -425,7 +426,7 @@ static Node *as_channels(const Node *at, Node *x, int rank) {
 /* param p takes the value v after each training step. */
 static void add_update(Graph *g, const Node *bn, Node *p, Node *v, const char *what) {
     if (p->op != OP_PARAM)
-        error_at(bn->loc, "a training step updates batch_norm's %s, so it must be a param (a buffer of the state_dict), "
+        error_at(p->loc, "a training step updates batch_norm's %s, so it must be a param (a buffer of the state_dict), "
                  "not a computed value", what);
     for (int i = 0; i < g->nupd; i++)
         if (g->upd_param[i] == p)
@@ -440,12 +441,33 @@ static void add_update(Graph *g, const Node *bn, Node *p, Node *v, const char *w
     g->upd_value[g->nupd++] = v;
 }
 
+/* The param PREFIX.num_batches_tracked of the batch norm whose running_mean is the param
+ * PREFIX.running_mean (nn.BatchNorm2d's buffers in a state_dict), when the model declares it;
+ * it must be an i64[] then. NULL when there is none. */
+static Node *num_batches_tracked(Graph *g, const Node *rm) {
+    static const char suffix[] = "running_mean";
+    size_t L = rm->name ? strlen(rm->name) : 0, ls = sizeof suffix - 1;
+    if (rm->op != OP_PARAM || L < ls || strcmp(rm->name + L - ls, suffix)) return NULL;
+    char *want = xprintf("%.*snum_batches_tracked", (int)(L - ls), rm->name);
+    for (int i = 0; i < g->nparams; i++) {
+        Node *p = g->params[i];
+        if (strcmp(p->name, want)) continue;
+        char buf[128];
+        if (p->dtype != DT_I64 || p->shape.rank != 0)
+            error_at(p->loc, "'%s' must be an i64[] (a batch norm's count of training steps, as in PyTorch's state_dict), "
+                     "got %s%s", want, dtype_name(p->dtype), shape_str(&p->shape, g->sym_names, buf, sizeof buf));
+        return p;
+    }
+    return NULL;
+}
+
 /* batch_norm in training mode (PyTorch's F.batch_norm(training=True)): x [N, C, ...] normalized
  * per channel with the batch's mean and biased variance over every axis but 1, as
  * y = x * alpha + (beta - mean * alpha), alpha = gamma / sqrt(var + eps) (PyTorch's CPU
  * kernel's form); running_mean and running_var become (1 - momentum) * running + momentum *
  * batch, with the unbiased variance (var * n / (n - 1), n = N * H * W ...), and
- * num_batches_tracked, when given, counts the step. The rewrite is made before differentiation,
+ * PREFIX.num_batches_tracked, when the model declares it next to PREFIX.running_mean, counts
+ * the step. The rewrite is made before differentiation,
  * so the gradient follows the ops it is written with. */
 static void train_batch_norm(Graph *g, Node *bn) {
     Node *x = bn->in[0], *gamma = bn->in[1], *beta = bn->in[2], *rm = bn->in[3], *rv = bn->in[4];
@@ -473,9 +495,21 @@ static void train_batch_norm(Graph *g, Node *bn) {
         if (dim_is_sym(x->shape.d[ax])) cnt = bin(OP_MUL, bn, cnt, axis_count(bn, x, ax));
         else known *= x->shape.d[ax].c;
     }
+    /* PyTorch refuses one value per channel (its variance would be 0 / 0): at compile time, or
+     * when the batch is the run's, at the start of the run */
+    Dim per = dim_const(1);
+    for (int ax = 0; ax < r; ax++)
+        if (ax != 1) per = dim_mul(per, x->shape.d[ax], NULL);
+    if (!dim_is_sym(per) && per.c < 2)
+        error_at(bn->loc, "'batch_norm' of a training build needs more than 1 value per channel (batch statistics, as "
+                 "in PyTorch), got an input of %" PRId64 " per channel", per.c);
+    if (dim_is_sym(per) && known < 2) {
+        g->checks = xgrow_array(g->checks, g->nchecks, &g->capchecks, sizeof *g->checks);
+        g->checks[g->nchecks++] = (struct ShapeCheck){per, 2, bn->loc, "batch_norm"};
+    }
     Node *corr;
     if (cnt->op == OP_CONST) {
-        corr = cnst(bn, known > 1 ? (double)known / (double)(known - 1) : INFINITY);
+        corr = cnst(bn, (double)known / (double)(known - 1));
     } else {
         cnt = bin(OP_MUL, bn, cnt, cnst(bn, (double)known));
         corr = bin(OP_DIV, bn, cnt, bin(OP_SUB, bn, cnt, cnst(bn, 1.0)));
@@ -485,11 +519,12 @@ static void train_batch_norm(Graph *g, Node *bn) {
     Node *new_rv = bin(OP_ADD, bn, bin(OP_MUL, bn, unbiased, cnst(bn, m)), bin(OP_MUL, bn, rv, cnst(bn, 1.0 - m)));
     add_update(g, bn, rm, new_rm, "running_mean");
     add_update(g, bn, rv, new_rv, "running_var");
-    if (bn->nin > 5) {
+    Node *nbt = num_batches_tracked(g, rm);
+    if (nbt) {
         Node *one = cnst(bn, 1.0);
         one->dtype = DT_I64;
         one->literal_int = true;
-        add_update(g, bn, bn->in[5], bin(OP_ADD, bn, bn->in[5], one), "num_batches_tracked");
+        add_update(g, bn, nbt, bin(OP_ADD, bn, nbt, one), "num_batches_tracked");
     }
 }
 
