@@ -647,7 +647,10 @@ void dump_grad(FILE *out, const Graph *g, int first) {
             first);
     for (int i = 0; i < g->nparams; i++) {
         const Node *d = g->grad[i];
+        const char *what = d ? xprintf("%%%d", d->id) : "(frozen or not read by the loss)";
+        for (int k = 0; k < g->nupd; k++) /* a buffer: batch_norm's running statistics */
+            if (g->upd_param[k] == g->params[i]) what = xprintf("(a buffer, set to %%%d after the step)", g->upd_value[k]->id);
         fprintf(out, "  d/d %s %s = %s\n", g->params[i]->name, shape_str(&g->params[i]->shape, g->sym_names, buf, sizeof buf),
-                d ? xprintf("%%%d", d->id) : "(frozen or not read by the loss)");
+                what);
     }
 }
