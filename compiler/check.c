@@ -1705,11 +1705,14 @@ static Node *lower_batch_norm(Checker *c, const Call *call) {
     static const char *what[] = {"", "weight", "bias", "running_mean", "running_var"};
     for (int i = 1; i < 5; i++) require_vec(c, call, i, C, what[i]);
     Node *n = new_node(c->g, OP_BATCH_NORM, call->ast->loc);
-    for (int i = 0; i < 5; i++) n->in[i] = call->t[i];
-    n->nin = 5;
+    for (int i = 0; i < call->nt; i++) n->in[i] = call->t[i];
+    n->nin = call->nt;
     n->shape = x->shape;
     n->eps = attr_float(call, 0);
     if (!(n->eps >= 0)) error_at(call->attr[0]->loc, "'batch_norm' eps must be >= 0");
+    n->fattr[0] = attr_float(call, 1);
+    if (!(n->fattr[0] >= 0 && n->fattr[0] <= 1))
+        error_at(call->attr[1]->loc, "'batch_norm' momentum must be in [0, 1], got %g", n->fattr[0]);
     return n;
 }
 
@@ -3628,6 +3631,20 @@ static void count_decls(Stmt **st, int n, int *nin, int *nout) {
     }
 }
 
+/* PREFIX.num_batches_tracked beside a PREFIX.running_mean that the model reads: PyTorch's
+ * batch-norm step counter, which only a training step uses (grad.c counts it); not an unused
+ * param worth a warning. */
+static bool is_bn_counter(const Graph *g, const Node *p) {
+    static const char suffix[] = "num_batches_tracked";
+    size_t L = p->name ? strlen(p->name) : 0, ls = sizeof suffix - 1;
+    if (L < ls || strcmp(p->name + L - ls, suffix)) return false;
+    for (int i = 0; i < g->nparams; i++) {
+        const char *q = g->params[i]->name;
+        if (g->params[i]->nuses > 0 && !strncmp(q, p->name, L - ls) && !strcmp(q + L - ls, "running_mean")) return true;
+    }
+    return false;
+}
+
 Graph *build_graph(const Program *p, const DimBounds *bounds) {
     fn_specs_init();
     Graph *g = xalloc(sizeof(Graph));
@@ -3718,6 +3735,7 @@ Graph *build_graph(const Program *p, const DimBounds *bounds) {
     /* Model-level names in source order, then params declared inside blocks. */
     for (int i = 0; i < c->nsyms; i++) {
         Sym *s = &c->syms[i];
+        if (s->kind == SYM_PARAM && s->node->nuses == 0 && is_bn_counter(g, s->node)) continue;
         if ((s->kind == SYM_INPUT || s->kind == SYM_PARAM) && s->node->nuses == 0)
             warning_at(s->loc, "%s '%s' is never used by %s", s->kind == SYM_PARAM ? "param" : s->node->stop_grad ? "target"
                        : "input", s->name, g->with_loss ? "the loss" : "any output");
@@ -3726,7 +3744,7 @@ Graph *build_graph(const Program *p, const DimBounds *bounds) {
     }
     for (int i = 0; i < g->nparams; i++) {
         Sym *s = lookup(c, g->params[i]->name);
-        if (g->params[i]->nuses == 0 && !(s && s->node == g->params[i]))
+        if (g->params[i]->nuses == 0 && !(s && s->node == g->params[i]) && !is_bn_counter(g, g->params[i]))
             warning_at(c->param_locs[i], "param '%s' is never used by any output", g->params[i]->name);
     }
     CK = NULL;

@@ -311,6 +311,36 @@ static void emit_conv_transpose2d(Emit *e, const Kernel *k, char **ptr) {
                          r->dilation[0], r->dilation[1], r->groups, e->scratch ? e->scratch : "NULL"));
 }
 
+/* Training: conv2d's weight gradient (the conv's parameter struct; its im2col scratch). */
+static void emit_conv2d_wgrad(Emit *e, const Kernel *k, char **ptr) {
+    const Node *r = k->lib, *g = r->in[0], *x = r->in[1];
+    fprintf(e->o, "    /* %s%d: %s %%%d = d conv / d weight (%%%d, %%%d) */\n", e->kpfx, k->id, op_name(r->op), r->id, g->id,
+            x->id);
+    library_call(e, k, op_info[r->op].kernel,
+                 xprintf("&%s, %s, %s, %s, %s, %s", params_name(e, k), dim_c(x->shape.d[0]), ptr[r->id], ptr[view_base(g)->id],
+                         ptr[view_base(x)->id], e->scratch ? e->scratch : "NULL"));
+}
+
+/* Training: max_pool2d's and avg_pool2d's input gradient (the pooling's parameter struct). */
+static void emit_pool_grad(Emit *e, const Kernel *k, char **ptr) {
+    const Node *r = k->lib, *g = r->in[0];
+    fprintf(e->o, "    /* %s%d: %s %%%d */\n", e->kpfx, k->id, op_name(r->op), r->id);
+    char *args = xprintf("&%s, %s, %s, %s", params_name(e, k), dim_c(r->shape.d[0]), ptr[r->id], ptr[view_base(g)->id]);
+    if (r->op == OP_MAXPOOL2D_GRAD) args = xprintf("%s, %s", args, ptr[view_base(r->in[1])->id]);
+    library_call(e, k, op_info[r->op].kernel, args);
+}
+
+/* Training: adaptive_avg_pool2d's input gradient on [N*C] planes. */
+static void emit_adaptive_pool_grad(Emit *e, const Kernel *k, char **ptr) {
+    const Node *r = k->lib, *g = r->in[0];
+    const Shape *xs = &r->shape;
+    fprintf(e->o, "    /* %s%d: %s %%%d */\n", e->kpfx, k->id, op_name(r->op), r->id);
+    library_call(e, k, op_info[r->op].kernel,
+                 xprintf("%s, %s, %s, %" PRId64 ", %" PRId64 ", %" PRId64 ", %" PRId64, ptr[r->id], ptr[view_base(g)->id],
+                         dim_c(dim_mul(xs->d[0], xs->d[1], NULL)), xs->d[2].c, xs->d[3].c, g->shape.d[2].c,
+                         g->shape.d[3].c));
+}
+
 /* interpolate on [N*C] planes; the scale factors are written exactly (hex doubles): the kernel
  * derives PyTorch's float scale 1/scale_factor from them. */
 static void emit_interpolate(Emit *e, const Kernel *k, char **ptr) {
@@ -463,9 +493,14 @@ static void emit_params(Emit *e, const KernelList *kl, const char *kpfx) {
     for (int i = 0; i < kl->n; i++) {
         const Kernel *k = kl->k[i];
         const Node *n = k->kind == K_GEMM ? k->gemm : k->lib;
-        if (!n || (n->op != OP_CONV2D && n->op != OP_MAXPOOL2D && n->op != OP_AVGPOOL2D)) continue;
+        if (!n || (n->op != OP_CONV2D && n->op != OP_MAXPOOL2D && n->op != OP_AVGPOOL2D && n->op != OP_CONV2D_WGRAD &&
+                   n->op != OP_MAXPOOL2D_GRAD && n->op != OP_AVGPOOL2D_GRAD))
+            continue;
         const Shape *xs = &n->in[0]->shape, *ys = &n->shape;
-        if (n->op == OP_CONV2D)
+        /* the gradients describe their forward op: its input x and its result y */
+        if (n->op == OP_CONV2D_WGRAD) xs = &n->in[1]->shape, ys = &n->in[0]->shape;
+        if (n->op == OP_MAXPOOL2D_GRAD || n->op == OP_AVGPOOL2D_GRAD) xs = &n->shape, ys = &n->in[0]->shape;
+        if (n->op == OP_CONV2D || n->op == OP_CONV2D_WGRAD)
             fprintf(o, "static const mrt_conv2d_params %s = {.C = %" PRId64 ", .H = %" PRId64 ", .W = %" PRId64 ", .O = %" PRId64
                        ", .OH = %" PRId64 ", .OW = %" PRId64 ",\n    .kh = %d, .kw = %d, .sh = %d, .sw = %d, .pt = %d, .pl = %d, "
                        ".dh = %d, .dw = %d, .groups = %d};\n",
@@ -857,6 +892,7 @@ static void emit_opt_step(Emit *e, FILE *o) {
         for (int k = 0; k < 2; k++)
             if (g->opt_state[i][k]) want[g->opt_state[i][k]->id] = true;
     }
+    for (int i = 0; i < g->nupd; i++) want[view_base(g->upd_value[i])->id] = want[g->upd_param[i]->id] = true;
     fprintf(o, "/* The optimizer step: %s(lr=%.9g, ...) over every trained param, at once on each device. */\n",
             op->kind == OPT_SGD ? "sgd" : op->kind == OPT_ADAM ? "adam" : "adamw", op->lr);
     fprintf(o, "static mrt_status %s_opt_step(mrt_model *m, float sumsq) {\n    MRT_UNUSED mrt_status st = MRT_OK;\n", e->pfx);
@@ -885,6 +921,13 @@ static void emit_opt_step(Emit *e, FILE *o) {
         dispatch(e, s, xprintf("mrt_opt_step_multi_f32(&a, t%d, %d)", s, n),
                  xprintf("mrt_cuda_opt_step_multi_f32(stream%d, &a, t%d, %d)", s, s, n));
         fprintf(o, "    }\n");
+    }
+    /* the buffers a training step updates (batch_norm's running statistics), copied on their device */
+    for (int i = 0; i < g->nupd; i++) {
+        const Node *p = g->upd_param[i], *v = view_base(g->upd_value[i]);
+        int s = p->slot > 0 ? p->slot : 0;
+        fprintf(o, "    /* %s = %%%d */\n    if ((st = mrt_memcpy(dev%d, (void *)%s, dev%d, %s, %" PRId64 ", stream%d)) != MRT_OK) return st;\n",
+                p->name, v->id, s, ptr[p->id], s, ptr[v->id], shape_numel(&p->shape).c * (int64_t)dtype_size(p->dtype), s);
     }
     fprintf(o, "    m->step = step;\n    m->last_lr = lr;\n    m->grad_norm = sqrt((double)sumsq);\n    return MRT_OK;\n}\n\n");
 }

@@ -201,6 +201,16 @@ static size_t conv_transpose_scratch(const Node *n) {
     return (size_t)w->shape.d[1].c * n->kernel[0] * n->kernel[1] * x->shape.d[2].c * x->shape.d[3].c * sizeof(float);
 }
 
+/* conv2d_weight_grad's im2col of the conv's input: [C/groups * KH * KW, OH * OW] floats (OH, OW
+ * the adjoint's), none where the conv reads its input directly (as conv_scratch). */
+static size_t conv_wgrad_scratch(const Node *n) {
+    const Node *g = n->in[0];
+    bool direct = n->kernel[0] == 1 && n->kernel[1] == 1 && n->stride[0] == 1 && n->stride[1] == 1 && !n->pad[0] &&
+                  !n->pad[1] && !n->pad[2] && !n->pad[3];
+    if (direct) return 0;
+    return (size_t)n->shape.d[1].c * n->kernel[0] * n->kernel[1] * g->shape.d[2].c * g->shape.d[3].c * sizeof(float);
+}
+
 static Kernel *new_kernel(KernelList *kl, KernelKind kind, Node *root) {
     Kernel *k = xalloc(sizeof(Kernel));
     k->kind = kind;
@@ -315,6 +325,7 @@ static KernelList build_kernels(Fuser *f, bool init) {
             Kernel *k = new_kernel(&kl, K_LIBRARY, n);
             k->lib = n;
             if (n->op == OP_CONV_TRANSPOSE2D) k->scratch_bytes = conv_transpose_scratch(n);
+            if (n->op == OP_CONV2D_WGRAD) k->scratch_bytes = conv_wgrad_scratch(n);
             add_member(k, n);
             tree_of[n->id] = k;
         } else if (op_info[n->op].cat != CAT_LEAF && op_info[n->op].cat != CAT_VIEW) {

@@ -18,6 +18,7 @@
  */
 #include "modelc.h"
 
+#include <inttypes.h>
 #include <math.h>
 #include <string.h>
 
@@ -332,6 +333,214 @@ static Node *vjp_matmul(Node *n, int j, Node *g) {
     return matmul(n, transpose2(n, a), g, false);
 }
 
+/* ================================================================ convolution, pooling and batch norm
+ * (issue 14, the convolutional half). Kept in one section to ease merging with the other
+ * training ops' rules.
+ *
+ * conv2d: the input's adjoint is a conv_transpose2d of g with the same weight (its layout,
+ * [O, C/groups, KH, KW], is conv_transpose2d's [in, out/groups, KH, KW] for in = O), the same
+ * stride, dilation and groups, padding top/left, and the input's size as output (bottom and right
+ * padding only drop outputs). The weight's adjoint is its own op, conv2d_weight_grad (im2col
+ * and one GEMM per image and group, summed over the batch). A bias is an add, whose rule sums.
+ * Pooling: max_pool2d_grad sends each output's adjoint to the first maximum of its window in
+ * PyTorch's scan order (a NaN takes it), avg_pool2d_grad and adaptive_avg_pool2d_grad spread it
+ * over the window with the forward's divisor. batch_norm of a training build normalizes with the
+ * batch's statistics (train_batch_norms below), so its gradient is that of mean, sub, mul and
+ * rsqrt. */
+
+/* r's window attributes (kernel, stride, padding, dilation, groups, ceil_mode,
+ * count_include_pad) taken from the forward node n. */
+static void copy_window(Node *r, const Node *n) {
+    memcpy(r->kernel, n->kernel, sizeof r->kernel);
+    memcpy(r->stride, n->stride, sizeof r->stride);
+    memcpy(r->dilation, n->dilation, sizeof r->dilation);
+    memcpy(r->pad, n->pad, sizeof r->pad);
+    r->groups = n->groups;
+    r->ceil_mode = n->ceil_mode;
+    r->count_include_pad = n->count_include_pad;
+}
+
+static Node *vjp_conv2d(Node *n, int j, Node *g) {
+    Node *x = n->in[0], *w = n->in[1];
+    if (j == 0) { /* dx = conv_transpose2d(g, w): output (OH-1)*s - pt + d*(k-1) + 1 + out_pad = H */
+        Node *r = mk(OP_CONV_TRANSPOSE2D, n, DT_F32, &x->shape);
+        r->in[0] = g;
+        r->in[1] = w;
+        r->nin = 2;
+        copy_window(r, n);
+        r->pad[2] = r->pad[0];
+        r->pad[3] = r->pad[1];
+        for (int i = 0; i < 2; i++)
+            r->out_pad[i] = (int)(x->shape.d[2 + i].c - ((n->shape.d[2 + i].c - 1) * n->stride[i] - 2 * (int64_t)n->pad[i] +
+                                                        (int64_t)n->dilation[i] * (n->kernel[i] - 1) + 1));
+        return r;
+    }
+    Node *r = mk(OP_CONV2D_WGRAD, n, DT_F32, &w->shape);
+    r->in[0] = g;
+    r->in[1] = x;
+    r->nin = 2;
+    copy_window(r, n);
+    return r;
+}
+
+static Node *vjp_max_pool2d(Node *n, int j, Node *g) {
+    (void)j;
+    Node *r = mk(OP_MAXPOOL2D_GRAD, n, DT_F32, &n->in[0]->shape);
+    r->in[0] = g;
+    r->in[1] = n->in[0];
+    r->nin = 2;
+    copy_window(r, n);
+    return r;
+}
+
+static Node *vjp_avg_pool2d(Node *n, int j, Node *g) {
+    (void)j;
+    Node *r = mk(OP_AVGPOOL2D_GRAD, n, DT_F32, &n->in[0]->shape);
+    r->in[0] = g;
+    r->nin = 1;
+    copy_window(r, n);
+    return r;
+}
+
+static Node *vjp_adaptive_avg_pool2d(Node *n, int j, Node *g) {
+    (void)j;
+    Node *r = mk(OP_ADAPTIVE_AVGPOOL2D_GRAD, n, DT_F32, &n->in[0]->shape);
+    r->in[0] = g;
+    r->nin = 1;
+    return r;
+}
+
+/* mean of x along axis, keepdim. */
+static Node *mean_axis(const Node *at, Node *x, int axis) {
+    Node *n = sum_axis(at, x, axis);
+    n->op = OP_MEAN;
+    return n;
+}
+
+/* x [C] viewed as [C, 1, ...] of rank `rank` (broadcasting against [N, C, ...] of rank + 1). */
+static Node *as_channels(const Node *at, Node *x, int rank) {
+    Shape s = {rank, {{0}}};
+    s.d[0] = x->shape.d[0];
+    for (int i = 1; i < rank; i++) s.d[i] = dim_const(1);
+    return reshape(at, x, &s);
+}
+
+/* param p takes the value v after each training step. */
+static void add_update(Graph *g, const Node *bn, Node *p, Node *v, const char *what) {
+    if (p->op != OP_PARAM)
+        error_at(p->loc, "a training step updates batch_norm's %s, so it must be a param (a buffer of the state_dict), "
+                 "not a computed value", what);
+    for (int i = 0; i < g->nupd; i++)
+        if (g->upd_param[i] == p)
+            error_at(bn->loc, "'%s' is the %s of two batch_norm calls: a training step would update it twice", p->name, what);
+    if (g->nupd == g->capupd) {
+        int cap = g->capupd ? 2 * g->capupd : 8;
+        g->upd_param = xrealloc_array(g->upd_param, g->capupd, cap, sizeof(Node *));
+        g->upd_value = xrealloc_array(g->upd_value, g->capupd, cap, sizeof(Node *));
+        g->capupd = cap;
+    }
+    g->upd_param[g->nupd] = p;
+    g->upd_value[g->nupd++] = v;
+}
+
+/* The param PREFIX.num_batches_tracked of the batch norm whose running_mean is the param
+ * PREFIX.running_mean (nn.BatchNorm2d's buffers in a state_dict), when the model declares it;
+ * it must be an i64[] then. NULL when there is none. */
+static Node *num_batches_tracked(Graph *g, const Node *rm) {
+    static const char suffix[] = "running_mean";
+    size_t L = rm->name ? strlen(rm->name) : 0, ls = sizeof suffix - 1;
+    if (rm->op != OP_PARAM || L < ls || strcmp(rm->name + L - ls, suffix)) return NULL;
+    char *want = xprintf("%.*snum_batches_tracked", (int)(L - ls), rm->name);
+    for (int i = 0; i < g->nparams; i++) {
+        Node *p = g->params[i];
+        if (strcmp(p->name, want)) continue;
+        char buf[128];
+        if (p->dtype != DT_I64 || p->shape.rank != 0)
+            error_at(p->loc, "'%s' must be an i64[] (a batch norm's count of training steps, as in PyTorch's state_dict), "
+                     "got %s%s", want, dtype_name(p->dtype), shape_str(&p->shape, g->sym_names, buf, sizeof buf));
+        return p;
+    }
+    return NULL;
+}
+
+/* batch_norm in training mode (PyTorch's F.batch_norm(training=True)): x [N, C, ...] normalized
+ * per channel with the batch's mean and biased variance over every axis but 1, as
+ * y = x * alpha + (beta - mean * alpha), alpha = gamma / sqrt(var + eps) (PyTorch's CPU
+ * kernel's form); running_mean and running_var become (1 - momentum) * running + momentum *
+ * batch, with the unbiased variance (var * n / (n - 1), n = N * H * W ...), and
+ * PREFIX.num_batches_tracked, when the model declares it next to PREFIX.running_mean, counts
+ * the step. The rewrite is made before differentiation,
+ * so the gradient follows the ops it is written with. */
+static void train_batch_norm(Graph *g, Node *bn) {
+    Node *x = bn->in[0], *gamma = bn->in[1], *beta = bn->in[2], *rm = bn->in[3], *rv = bn->in[4];
+    int r = x->shape.rank;
+    double m = bn->fattr[0];
+    Node *mu = x;
+    for (int ax = r - 1; ax >= 0; ax--)
+        if (ax != 1) mu = mean_axis(bn, mu, ax);
+    Node *d = bin(OP_SUB, bn, x, mu), *var = bin(OP_MUL, bn, d, d);
+    for (int ax = r - 1; ax >= 0; ax--)
+        if (ax != 1) var = mean_axis(bn, var, ax);
+    Shape cs = {1, {x->shape.d[1]}};
+    Node *mean_c = reshape(bn, mu, &cs), *var_c = reshape(bn, var, &cs);
+    Node *alpha = bin(OP_MUL, bn, un(OP_RSQRT, bn, bin(OP_ADD, bn, var_c, cnst(bn, bn->eps))), gamma);
+    Node *shift = bin(OP_SUB, bn, beta, bin(OP_MUL, bn, mean_c, alpha));
+    Node *y = bin(OP_ADD, bn, bin(OP_MUL, bn, x, as_channels(bn, alpha, r - 1)), as_channels(bn, shift, r - 1));
+    y->name = bn->name;
+    replace_uses(g, bn, y);
+    if (g->loss == bn) g->loss = y;
+    /* the running statistics: n / (n - 1) corrects the variance; n holds the batch when it is symbolic */
+    Node *cnt = cnst(bn, 1.0);
+    int64_t known = 1;
+    for (int ax = 0; ax < r; ax++) {
+        if (ax == 1) continue;
+        if (dim_is_sym(x->shape.d[ax])) cnt = bin(OP_MUL, bn, cnt, axis_count(bn, x, ax));
+        else known *= x->shape.d[ax].c;
+    }
+    /* PyTorch refuses one value per channel (its variance would be 0 / 0): at compile time, or
+     * when the batch is the run's, at the start of the run */
+    Dim per = dim_const(1);
+    for (int ax = 0; ax < r; ax++)
+        if (ax != 1) per = dim_mul(per, x->shape.d[ax], NULL);
+    if (!dim_is_sym(per) && per.c < 2)
+        error_at(bn->loc, "'batch_norm' of a training build needs more than 1 value per channel (batch statistics, as "
+                 "in PyTorch), got an input of %" PRId64 " per channel", per.c);
+    if (dim_is_sym(per) && known < 2) {
+        g->checks = xgrow_array(g->checks, g->nchecks, &g->capchecks, sizeof *g->checks);
+        g->checks[g->nchecks++] = (struct ShapeCheck){per, 2, bn->loc, "batch_norm"};
+    }
+    Node *corr;
+    if (cnt->op == OP_CONST) {
+        corr = cnst(bn, (double)known / (double)(known - 1));
+    } else {
+        cnt = bin(OP_MUL, bn, cnt, cnst(bn, (double)known));
+        corr = bin(OP_DIV, bn, cnt, bin(OP_SUB, bn, cnt, cnst(bn, 1.0)));
+    }
+    Node *unbiased = bin(OP_MUL, bn, var_c, corr);
+    Node *new_rm = bin(OP_ADD, bn, bin(OP_MUL, bn, mean_c, cnst(bn, m)), bin(OP_MUL, bn, rm, cnst(bn, 1.0 - m)));
+    Node *new_rv = bin(OP_ADD, bn, bin(OP_MUL, bn, unbiased, cnst(bn, m)), bin(OP_MUL, bn, rv, cnst(bn, 1.0 - m)));
+    add_update(g, bn, rm, new_rm, "running_mean");
+    add_update(g, bn, rv, new_rv, "running_var");
+    Node *nbt = num_batches_tracked(g, rm);
+    if (nbt) {
+        Node *one = cnst(bn, 1.0);
+        one->dtype = DT_I64;
+        one->literal_int = true;
+        add_update(g, bn, nbt, bin(OP_ADD, bn, nbt, one), "num_batches_tracked");
+    }
+}
+
+/* Every batch_norm of the graph in training mode, then the graph in topological order again. */
+static void train_batch_norms(Graph *g) {
+    int n0 = g->nnodes, nbn = 0;
+    for (int i = 0; i < n0; i++)
+        if (g->nodes[i]->op == OP_BATCH_NORM) {
+            train_batch_norm(g, g->nodes[i]);
+            nbn++;
+        }
+    if (nbn) toposort_graph(g);
+}
+
 static VjpFn vjp_table[OP__COUNT] = {
 #define VJP(id, fn) [OP_##id] = fn,
 #include "ops.def"
@@ -381,6 +590,7 @@ static void add_optimizer_state(Graph *g) {
 
 void grad_graph(Graph *g, char **frozen, int nfrozen) {
     G = g;
+    train_batch_norms(g);
     int n0 = g->nnodes;
     bool *need = xalloc(sizeof(bool) * (size_t)(n0 + 1)); /* depends on a trainable param */
     for (int i = 0; i < n0; i++) {
@@ -458,7 +668,10 @@ void dump_grad(FILE *out, const Graph *g, int first) {
             first);
     for (int i = 0; i < g->nparams; i++) {
         const Node *d = g->grad[i];
+        const char *what = d ? xprintf("%%%d", d->id) : "(frozen or not read by the loss)";
+        for (int k = 0; k < g->nupd; k++) /* a buffer: batch_norm's running statistics */
+            if (g->upd_param[k] == g->params[i]) what = xprintf("(a buffer, set to %%%d after the step)", g->upd_value[k]->id);
         fprintf(out, "  d/d %s %s = %s\n", g->params[i]->name, shape_str(&g->params[i]->shape, g->sym_names, buf, sizeof buf),
-                d ? xprintf("%%%d", d->id) : "(frozen or not read by the loss)");
+                what);
     }
 }

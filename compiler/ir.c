@@ -233,6 +233,14 @@ void analyze_uses(Graph *g) {
         g->grad_sumsq->nuses++;
         g->grad_sumsq->dead = false;
     }
+    /* ... and writes each updated buffer (batch_norm's running statistics) from its new value. */
+    for (int i = 0; g->train && i < g->nupd; i++) {
+        Node *v = g->upd_value[i];
+        v->is_output++;
+        v->nuses++;
+        v->dead = false;
+        g->upd_param[i]->dead = false;
+    }
     /* Reverse topological order: a node is live if a live node reads it. */
     for (int i = g->nnodes - 1; i >= 0; i--) {
         Node *n = g->nodes[i];
@@ -267,12 +275,17 @@ static void dump_attrs(FILE *out, const Node *n) {
                 n->stride[1], n->pad[0], n->pad[1], n->out_pad[0], n->out_pad[1], n->dilation[0], n->dilation[1],
                 n->groups);
         break;
-    case OP_MAXPOOL2D: case OP_AVGPOOL2D:
+    case OP_CONV2D_WGRAD:
+        fprintf(out, " {kernel=[%d,%d], stride=[%d,%d], pad=[%d,%d,%d,%d], dilation=[%d,%d], groups=%d}", n->kernel[0],
+                n->kernel[1], n->stride[0], n->stride[1], n->pad[0], n->pad[1], n->pad[2], n->pad[3], n->dilation[0],
+                n->dilation[1], n->groups);
+        break;
+    case OP_MAXPOOL2D: case OP_AVGPOOL2D: case OP_MAXPOOL2D_GRAD: case OP_AVGPOOL2D_GRAD:
         fprintf(out, " {kernel=[%d,%d], stride=[%d,%d], pad=[%d,%d,%d,%d]", n->kernel[0], n->kernel[1], n->stride[0],
                 n->stride[1], n->pad[0], n->pad[1], n->pad[2], n->pad[3]);
-        if (n->op == OP_MAXPOOL2D) fprintf(out, ", dilation=[%d,%d]", n->dilation[0], n->dilation[1]);
+        if (n->op == OP_MAXPOOL2D || n->op == OP_MAXPOOL2D_GRAD) fprintf(out, ", dilation=[%d,%d]", n->dilation[0], n->dilation[1]);
         if (n->ceil_mode) fprintf(out, ", ceil_mode");
-        if (n->op == OP_AVGPOOL2D && !n->count_include_pad) fprintf(out, ", exclude_pad");
+        if ((n->op == OP_AVGPOOL2D || n->op == OP_AVGPOOL2D_GRAD) && !n->count_include_pad) fprintf(out, ", exclude_pad");
         fprintf(out, "}");
         break;
     case OP_INTERPOLATE:

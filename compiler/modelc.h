@@ -400,6 +400,11 @@ typedef struct Graph {
                             * norm that clipping and the log read), kept like the loss */
     char **frozen; /* the 'freeze' names (exact, or a prefix ending in '*') */
     int nfrozen;
+    /* Buffers a training step writes back after the optimizer step (batch_norm's running_mean,
+     * running_var and num_batches_tracked): param upd_param[i] takes the value of node
+     * upd_value[i], of its dtype and shape (grad.c). */
+    Node **upd_param, **upd_value;
+    int nupd, capupd;
 } Graph;
 
 const char *op_name(OpKind op);

@@ -277,6 +277,10 @@ static MemPlan *plan_order(Graph *g, KernelList *kl, KernelList *init, PlanOptio
             if (g->opt_state[i][k]) mp->last_step[g->opt_state[i][k]->id] = kl->n - 1;
     }
     if (g->train && g->grad_sumsq) mp->last_step[view_base(g->grad_sumsq)->id] = kl->n - 1;
+    for (int i = 0; g->train && i < g->nupd; i++) { /* and writes back the buffers (batch_norm's stats) */
+        mp->last_step[view_base(g->upd_value[i])->id] = kl->n - 1;
+        mp->last_step[g->upd_param[i]->id] = kl->n - 1;
+    }
 
     /* Inputs, then the weights: each slot has a resident region (the params and load-time
      * values that run() reads) and a load-only one (those only load-time kernels read, such as

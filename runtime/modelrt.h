@@ -293,6 +293,25 @@ mrt_status mrt_cuda_adaptive_avgpool2d_f32(void *stream, float *y, const float *
 mrt_status mrt_cuda_conv_transpose2d_f32(void *stream, float *y, const float *x, const float *w, int64_t N, int64_t C,
                                          int64_t H, int64_t W, int64_t O, int KH, int KW, int64_t OH, int64_t OW, int sh,
                                          int sw, int ph, int pw, int dh, int dw, int groups, float *col);
+/** Training (the backward of conv2d and pooling), as their CPU twins in mrt_kernels.h:
+ *  conv2d's weight gradient gw [O, C/groups, KH, KW] from the adjoint g [N, O, OH, OW] and the
+ *  input x [N, C, H, W] (im2col into `col`, C/groups*KH*KW*OH*OW floats, NULL for a 1x1, stride-1,
+ *  unpadded conv, then one GEMM per image and group accumulating over the batch); the pooling
+ *  gradients dx [NC, H, W] from g [NC, OH, OW] (max pooling also reads its input x), one thread
+ *  per input element gathering the outputs whose window holds it (no atomics: the sums are the
+ *  CPU's, in its order). Errors: MRT_ERR_INVALID_ARG for bad dimensions, MRT_ERR_CUDA from a
+ *  launch or cuBLAS. */
+mrt_status mrt_cuda_conv2d_wgrad_f32(void *stream, float *gw, const float *g, const float *x, int64_t N, int64_t C,
+                                     int64_t H, int64_t W, int64_t O, int KH, int KW, int64_t OH, int64_t OW, int sh,
+                                     int sw, int pt, int pl, int dh, int dw, int groups, float *col);
+mrt_status mrt_cuda_maxpool2d_grad_f32(void *stream, float *dx, const float *g, const float *x, int64_t NC, int64_t H,
+                                       int64_t W, int64_t OH, int64_t OW, int kh, int kw, int sh, int sw, int pt, int pl,
+                                       int dh, int dw);
+mrt_status mrt_cuda_avgpool2d_grad_f32(void *stream, float *dx, const float *g, int64_t NC, int64_t H, int64_t W,
+                                       int64_t OH, int64_t OW, int kh, int kw, int sh, int sw, int pt, int pl, int pb,
+                                       int pr, int count_include_pad);
+mrt_status mrt_cuda_adaptive_avgpool2d_grad_f32(void *stream, float *dx, const float *g, int64_t NC, int64_t H,
+                                                int64_t W, int64_t OH, int64_t OW);
 /** interpolate (nearest or bilinear, PyTorch's coordinates) of [NC, H, W] planes to [NC, OH, OW],
  *  as mrt_interp2d_f32; sfh, sfw: the scale_factor given, 0 when the size was. */
 mrt_status mrt_cuda_interp2d_f32(void *stream, float *y, const float *x, int64_t NC, int64_t H, int64_t W, int64_t OH,

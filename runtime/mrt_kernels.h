@@ -260,6 +260,46 @@ MRT_HD void mrt_opt_elem(const mrt_opt_args *a, float *p, float g, float *s0, fl
     *p = *p + a->neg_step_size * m / denom; /* param.addcdiv_(exp_avg, denom, value=-step_size) */
 }
 
+/* Pooling gradients (training): shared by the CPU kernels below and the CUDA kernels. */
+/* The index ih*W + iw of the element max pooling output (oh, ow) takes in plane xp[H, W],
+ * PyTorch's rule: the window's taps in row-major order, the first strictly greater value (or
+ * any NaN, the last of them) wins, starting from the first tap inside the input; -1 when no tap
+ * is inside. */
+MRT_HD int64_t mrt_maxpool2d_argmax(const float *xp, int64_t H, int64_t W, int64_t oh, int64_t ow, int kh, int kw,
+                                    int sh, int sw, int pt, int pl, int dh, int dw) {
+    int64_t ih0 = oh * sh - pt, iw0 = ow * sw - pl;
+    int64_t ih1 = ih0 + (int64_t)(kh - 1) * dh + 1, iw1 = iw0 + (int64_t)(kw - 1) * dw + 1;
+    if (ih1 > H) ih1 = H;
+    if (iw1 > W) iw1 = W;
+    while (ih0 < 0) ih0 += dh;
+    while (iw0 < 0) iw0 += dw;
+    if (ih0 >= ih1 || iw0 >= iw1) return -1;
+    int64_t best = ih0 * W + iw0;
+    float m = -INFINITY;
+    for (int64_t ih = ih0; ih < ih1; ih += dh)
+        for (int64_t iw = iw0; iw < iw1; iw += dw) {
+            const float v = xp[ih * W + iw];
+            if (v > m || v != v) {
+                m = v;
+                best = ih * W + iw;
+            }
+        }
+    return best;
+}
+
+/* The divisor of average pooling output (oh, ow), as mrt_avgpool2d_f32 computes it. */
+MRT_HD int64_t mrt_avgpool2d_count(int64_t H, int64_t W, int64_t oh, int64_t ow, int kh, int kw, int sh, int sw, int pt,
+                                   int pl, int pb, int pr, int count_include_pad) {
+    const int64_t h0 = oh * sh - pt, w0 = ow * sw - pl, h1 = h0 + kh, w1 = w0 + kw;
+    if (count_include_pad) {
+        const int64_t ph0 = h0 < -pt ? -pt : h0, ph1 = h1 > H + pb ? H + pb : h1;
+        const int64_t pw0 = w0 < -pl ? -pl : w0, pw1 = w1 > W + pr ? W + pr : w1;
+        return (ph1 - ph0) * (pw1 - pw0);
+    }
+    const int64_t ih0 = h0 < 0 ? 0 : h0, ih1 = h1 > H ? H : h1, iw0 = w0 < 0 ? 0 : w0, iw1 = w1 > W ? W : w1;
+    return (ih1 - ih0) * (iw1 - iw0);
+}
+
 #ifndef __CUDACC__
 /* y = softmax(x) (or log_softmax when log != 0) along the middle axis of [outer, n, inner].
  * The row sum is accumulated in double. */
@@ -356,6 +396,42 @@ static inline void mrt_softmax_masked_f32(float *y, const float *x, int64_t rows
  * the im2col unfolding of the input (Chellapilla et al., "High Performance Convolutional Neural
  * Networks for Document Processing", 2006), written to `col` (C/g*KH*KW*OH*OW floats). A 1x1,
  * stride-1, unpadded convolution reads x directly (col may be NULL). */
+/* col [Cg*KH*KW, OH*OW] = the im2col unfolding of one image's group of Cg channels xg [Cg, H, W]
+ * for a convolution with stride (sh, sw), padding top/left (pt, pl), dilation (dh, dw): row
+ * (c, kh, kw), column (oh, ow) holds xg[c, oh*sh - pt + kh*dh, ow*sw - pl + kw*dw], 0 outside. */
+static inline void mrt_im2col_f32(float *col, const float *xg, int64_t Cg, int64_t H, int64_t W, int KH, int KW,
+                                  int64_t OH, int64_t OW, int sh, int sw, int pt, int pl, int dh, int dw) {
+    const int64_t P = OH * OW;
+    for (int64_t c = 0; c < Cg; c++)
+        for (int kh = 0; kh < KH; kh++)
+            for (int kw = 0; kw < KW; kw++) {
+                float *row = col + ((c * KH + kh) * KW + kw) * P;
+                const float *xc = xg + c * H * W;
+                /* output columns whose input column lies inside [0, W): [lo, hi) */
+                const int64_t off = (int64_t)kw * dw - pl;
+                int64_t lo = off >= 0 ? 0 : (-off + sw - 1) / sw;
+                int64_t hi = W - 1 - off < 0 ? 0 : (W - 1 - off) / sw + 1;
+                if (lo > OW) lo = OW;
+                if (hi > OW) hi = OW;
+                if (hi < lo) hi = lo;
+                for (int64_t oh = 0; oh < OH; oh++) {
+                    const int64_t ih = oh * sh - pt + (int64_t)kh * dh;
+                    float *r = row + oh * OW;
+                    if (ih < 0 || ih >= H) {
+                        memset(r, 0, (size_t)OW * sizeof(float));
+                        continue;
+                    }
+                    const float *xr = xc + ih * W + off;
+                    for (int64_t ow = 0; ow < lo; ow++) r[ow] = 0.0f;
+                    if (sw == 1)
+                        memcpy(r + lo, xr + lo, (size_t)(hi - lo) * sizeof(float));
+                    else
+                        for (int64_t ow = lo; ow < hi; ow++) r[ow] = xr[ow * sw];
+                    for (int64_t ow = hi; ow < OW; ow++) r[ow] = 0.0f;
+                }
+            }
+}
+
 static inline void mrt_conv2d_f32(float *y, const float *x, const float *w, int64_t N, int64_t C, int64_t H, int64_t W,
                                   int64_t O, int KH, int KW, int64_t OH, int64_t OW, int sh, int sw, int pt, int pl, int dh,
                                   int dw, int groups, float *col) {
@@ -366,40 +442,37 @@ static inline void mrt_conv2d_f32(float *y, const float *x, const float *w, int6
             const float *xg = x + (n * C + (int64_t)g * Cg) * H * W;
             const float *b = xg;
             if (!direct) {
-                for (int64_t c = 0; c < Cg; c++)
-                    for (int kh = 0; kh < KH; kh++)
-                        for (int kw = 0; kw < KW; kw++) {
-                            float *row = col + ((c * KH + kh) * KW + kw) * P;
-                            const float *xc = xg + c * H * W;
-                            /* output columns whose input column lies inside [0, W): [lo, hi) */
-                            const int64_t off = (int64_t)kw * dw - pl;
-                            int64_t lo = off >= 0 ? 0 : (-off + sw - 1) / sw;
-                            int64_t hi = W - 1 - off < 0 ? 0 : (W - 1 - off) / sw + 1;
-                            if (lo > OW) lo = OW;
-                            if (hi > OW) hi = OW;
-                            if (hi < lo) hi = lo;
-                            for (int64_t oh = 0; oh < OH; oh++) {
-                                const int64_t ih = oh * sh - pt + (int64_t)kh * dh;
-                                float *r = row + oh * OW;
-                                if (ih < 0 || ih >= H) {
-                                    memset(r, 0, (size_t)OW * sizeof(float));
-                                    continue;
-                                }
-                                const float *xr = xc + ih * W + off;
-                                for (int64_t ow = 0; ow < lo; ow++) r[ow] = 0.0f;
-                                if (sw == 1)
-                                    memcpy(r + lo, xr + lo, (size_t)(hi - lo) * sizeof(float));
-                                else
-                                    for (int64_t ow = lo; ow < hi; ow++) r[ow] = xr[ow * sw];
-                                for (int64_t ow = hi; ow < OW; ow++) r[ow] = 0.0f;
-                            }
-                        }
+                mrt_im2col_f32(col, xg, Cg, H, W, KH, KW, OH, OW, sh, sw, pt, pl, dh, dw);
                 b = col;
             }
             cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)Og, (int)P, (int)K, 1.0f, w + g * Og * K, (int)K, b,
                         (int)P, 0.0f, y + (n * O + g * Og) * P, (int)P);
         }
     }
+}
+
+/* conv2d's weight gradient (training): gw[O, C/groups, KH, KW] = sum over n of
+ * g_n,grp [O/groups, OH*OW] @ col_n,grp^T, where col is the im2col unfolding of x[N, C, H, W] as
+ * mrt_conv2d_f32 makes it (into `col`, C/groups*KH*KW*OH*OW floats; a 1x1, stride-1, unpadded
+ * convolution reads x directly and col may be NULL); g[N, O, OH, OW] is the adjoint of the
+ * convolution's result. One cblas_sgemm per image and group, accumulating (beta 1) after the
+ * first image. */
+static inline void mrt_conv2d_wgrad_f32(float *gw, const float *g, const float *x, int64_t N, int64_t C, int64_t H,
+                                        int64_t W, int64_t O, int KH, int KW, int64_t OH, int64_t OW, int sh, int sw, int pt,
+                                        int pl, int dh, int dw, int groups, float *col) {
+    const int64_t Cg = C / groups, Og = O / groups, K = Cg * KH * KW, P = OH * OW;
+    const int direct = KH == 1 && KW == 1 && sh == 1 && sw == 1 && pt == 0 && pl == 0 && OH == H && OW == W;
+    if (N == 0) memset(gw, 0, (size_t)(O * K) * sizeof(float));
+    for (int64_t n = 0; n < N; n++)
+        for (int grp = 0; grp < groups; grp++) {
+            const float *xg = x + (n * C + (int64_t)grp * Cg) * H * W, *b = xg;
+            if (!direct) {
+                mrt_im2col_f32(col, xg, Cg, H, W, KH, KW, OH, OW, sh, sw, pt, pl, dh, dw);
+                b = col;
+            }
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)Og, (int)K, (int)P, 1.0f, g + (n * O + grp * Og) * P,
+                        (int)P, b, (int)P, n ? 1.0f : 0.0f, gw + grp * Og * K, (int)K);
+        }
 }
 
 /* y[N, O, OH, OW] = conv_transpose2d(x[N, C, H, W], w[C, O/groups, KH, KW]) (PyTorch's layout and
@@ -523,6 +596,66 @@ static inline void mrt_adaptive_avgpool2d_f32(float *y, const float *x, int64_t 
             }
         }
     }
+}
+
+/* ---------------------------------------------------------------- pooling gradients (training)
+ *
+ * Each takes g[NC, OH, OW], the adjoint of the pooling's result, and writes dx[NC, H, W], the
+ * adjoint of its input. The CPU kernels scatter each output's share in row-major output order;
+ * the CUDA kernels gather, per input element, the outputs whose window holds it in the same
+ * order, so both add the same numbers in the same order. */
+
+/* max_pool2d's input gradient: each output's adjoint added to the element mrt_maxpool2d_argmax
+ * picks (x[NC, H, W] is the pooled input). */
+static inline void mrt_maxpool2d_grad_f32(float *dx, const float *g, const float *x, int64_t NC, int64_t H, int64_t W,
+                                          int64_t OH, int64_t OW, int kh, int kw, int sh, int sw, int pt, int pl, int dh,
+                                          int dw) {
+    memset(dx, 0, (size_t)(NC * H * W) * sizeof(float));
+    for (int64_t p = 0; p < NC; p++)
+        for (int64_t oh = 0; oh < OH; oh++)
+            for (int64_t ow = 0; ow < OW; ow++) {
+                const int64_t k = mrt_maxpool2d_argmax(x + p * H * W, H, W, oh, ow, kh, kw, sh, sw, pt, pl, dh, dw);
+                if (k >= 0) dx[p * H * W + k] += g[(p * OH + oh) * OW + ow];
+            }
+}
+
+/* avg_pool2d's input gradient: g / divisor (in f32, as PyTorch) added to each tap of the window
+ * inside the input. */
+static inline void mrt_avgpool2d_grad_f32(float *dx, const float *g, int64_t NC, int64_t H, int64_t W, int64_t OH,
+                                          int64_t OW, int kh, int kw, int sh, int sw, int pt, int pl, int pb, int pr,
+                                          int count_include_pad) {
+    memset(dx, 0, (size_t)(NC * H * W) * sizeof(float));
+    for (int64_t p = 0; p < NC; p++)
+        for (int64_t oh = 0; oh < OH; oh++)
+            for (int64_t ow = 0; ow < OW; ow++) {
+                const int64_t cnt = mrt_avgpool2d_count(H, W, oh, ow, kh, kw, sh, sw, pt, pl, pb, pr, count_include_pad);
+                if (cnt <= 0) continue;
+                const float d = g[(p * OH + oh) * OW + ow] / (float)cnt;
+                int64_t h0 = oh * sh - pt, w0 = ow * sw - pl, h1 = h0 + kh, w1 = w0 + kw;
+                if (h0 < 0) h0 = 0;
+                if (w0 < 0) w0 = 0;
+                if (h1 > H) h1 = H;
+                if (w1 > W) w1 = W;
+                for (int64_t ih = h0; ih < h1; ih++)
+                    for (int64_t iw = w0; iw < w1; iw++) dx[(p * H + ih) * W + iw] += d;
+            }
+}
+
+/* adaptive_avg_pool2d's input gradient: g / rows / columns of the cell (PyTorch's two f32
+ * divisions) added to each element of the cell's window (mrt_adaptive_avgpool2d_f32's rule). */
+static inline void mrt_adaptive_avgpool2d_grad_f32(float *dx, const float *g, int64_t NC, int64_t H, int64_t W,
+                                                   int64_t OH, int64_t OW) {
+    memset(dx, 0, (size_t)(NC * H * W) * sizeof(float));
+    for (int64_t p = 0; p < NC; p++)
+        for (int64_t i = 0; i < OH; i++) {
+            const int64_t h0 = i * H / OH, h1 = ((i + 1) * H + OH - 1) / OH;
+            for (int64_t j = 0; j < OW; j++) {
+                const int64_t w0 = j * W / OW, w1 = ((j + 1) * W + OW - 1) / OW;
+                const float d = g[(p * OH + i) * OW + j] / (float)(h1 - h0) / (float)(w1 - w0);
+                for (int64_t ih = h0; ih < h1; ih++)
+                    for (int64_t iw = w0; iw < w1; iw++) dx[(p * H + ih) * W + iw] += d;
+            }
+        }
 }
 
 /* y[NC, OH, OW] = interpolate(x[NC, H, W]), nearest or bilinear (mrt_interp2d_at); sfh, sfw are
@@ -741,6 +874,23 @@ static inline void mrt_avgpool2d(const mrt_pool2d_params *p, int64_t N, float *y
     mrt_avgpool2d_f32(y, x, N * p->C, p->H, p->W, p->OH, p->OW, p->kh, p->kw, p->sh, p->sw, p->pt, p->pl, p->pb, p->pr,
                       p->count_include_pad);
 }
+/** Pooling gradients for a batch of N with the forward's parameter struct (H, W the pooled
+ *  input's, OH, OW the result's): dx[N, C, H, W] from g[N, C, OH, OW] (and x for max pooling). */
+static inline void mrt_maxpool2d_grad(const mrt_pool2d_params *p, int64_t N, float *dx, const float *g, const float *x) {
+    mrt_maxpool2d_grad_f32(dx, g, x, N * p->C, p->H, p->W, p->OH, p->OW, p->kh, p->kw, p->sh, p->sw, p->pt, p->pl, p->dh,
+                           p->dw);
+}
+static inline void mrt_avgpool2d_grad(const mrt_pool2d_params *p, int64_t N, float *dx, const float *g) {
+    mrt_avgpool2d_grad_f32(dx, g, N * p->C, p->H, p->W, p->OH, p->OW, p->kh, p->kw, p->sh, p->sw, p->pt, p->pl, p->pb,
+                           p->pr, p->count_include_pad);
+}
+/** conv2d's weight gradient for a batch of N with the forward's parameter struct:
+ *  gw[O, C/groups, KH, KW] from g[N, O, OH, OW] and x[N, C, H, W]. */
+static inline void mrt_conv2d_wgrad(const mrt_conv2d_params *p, int64_t N, float *gw, const float *g, const float *x,
+                                    float *col) {
+    mrt_conv2d_wgrad_f32(gw, g, x, N, p->C, p->H, p->W, p->O, p->kh, p->kw, p->OH, p->OW, p->sh, p->sw, p->pt, p->pl,
+                         p->dh, p->dw, p->groups, col);
+}
 /** mrt_embedding_f32 returning a status: an id outside [0, V) is MRT_ERR_INVALID_ARG naming `what`
  *  (model and tensor), the id and its position. */
 static inline int mrt_embedding_f32_checked(const char *what, float *y, const void *ids, int ids_i64, int64_t n,
@@ -776,6 +926,21 @@ static inline mrt_status mrt_cuda_avgpool2d(void *stream, const mrt_pool2d_param
                                             const float *x) {
     return mrt_cuda_avgpool2d_f32(stream, y, x, N * p->C, p->H, p->W, p->OH, p->OW, p->kh, p->kw, p->sh, p->sw, p->pt,
                                   p->pl, p->pb, p->pr, p->count_include_pad);
+}
+static inline mrt_status mrt_cuda_maxpool2d_grad(void *stream, const mrt_pool2d_params *p, int64_t N, float *dx,
+                                                 const float *g, const float *x) {
+    return mrt_cuda_maxpool2d_grad_f32(stream, dx, g, x, N * p->C, p->H, p->W, p->OH, p->OW, p->kh, p->kw, p->sh, p->sw,
+                                       p->pt, p->pl, p->dh, p->dw);
+}
+static inline mrt_status mrt_cuda_avgpool2d_grad(void *stream, const mrt_pool2d_params *p, int64_t N, float *dx,
+                                                 const float *g) {
+    return mrt_cuda_avgpool2d_grad_f32(stream, dx, g, N * p->C, p->H, p->W, p->OH, p->OW, p->kh, p->kw, p->sh, p->sw,
+                                       p->pt, p->pl, p->pb, p->pr, p->count_include_pad);
+}
+static inline mrt_status mrt_cuda_conv2d_wgrad(void *stream, const mrt_conv2d_params *p, int64_t N, float *gw,
+                                               const float *g, const float *x, float *col) {
+    return mrt_cuda_conv2d_wgrad_f32(stream, gw, g, x, N, p->C, p->H, p->W, p->O, p->kh, p->kw, p->OH, p->OW, p->sh,
+                                     p->sw, p->pt, p->pl, p->dh, p->dw, p->groups, col);
 }
 /** One dispatch point per kernel call in generated code: the CUDA call (an mrt_status
  *  expression) when the slot's device is a GPU, else the CPU statement; a failing status

@@ -692,6 +692,100 @@ __global__ void adaptive_avgpool2d_kernel(float *__restrict__ y, const float *__
     }
 }
 
+/* ---------------------------------------------------------------- pooling gradients (training)
+ *
+ * One thread per input element (p, ih, iw) gathers the outputs whose window holds it, in
+ * row-major output order, which is the order in which the CPU kernels scatter into it: the
+ * same additions in the same order, and no atomics. */
+
+__global__ void maxpool2d_grad_kernel(float *__restrict__ dx, const float *__restrict__ g, const float *__restrict__ x,
+                                      int64_t NC, int64_t H, int64_t W, int64_t OH, int64_t OW, int kh, int kw, int sh,
+                                      int sw, int pt, int pl, int dh, int dw)
+{
+    const int64_t total = NC * H * W;
+    for (int64_t t = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; t < total;
+         t += (int64_t)gridDim.x * blockDim.x) {
+        const int64_t iw = t % W, r = t / W, ih = r % H, p = r / H;
+        const float *xp = x + p * H * W;
+        float s = 0.0f;
+        for (int i = kh - 1; i >= 0; i--) { // oh ascending
+            const int64_t a = ih + pt - (int64_t)i * dh;
+            if (a < 0 || a % sh)
+                continue;
+            const int64_t oh = a / sh;
+            if (oh >= OH)
+                continue;
+            for (int j = kw - 1; j >= 0; j--) {
+                const int64_t b = iw + pl - (int64_t)j * dw;
+                if (b < 0 || b % sw)
+                    continue;
+                const int64_t ow = b / sw;
+                if (ow >= OW)
+                    continue;
+                if (mrt_maxpool2d_argmax(xp, H, W, oh, ow, kh, kw, sh, sw, pt, pl, dh, dw) == ih * W + iw)
+                    s += g[(p * OH + oh) * OW + ow];
+            }
+        }
+        dx[t] = s;
+    }
+}
+
+__global__ void avgpool2d_grad_kernel(float *__restrict__ dx, const float *__restrict__ g, int64_t NC, int64_t H,
+                                      int64_t W, int64_t OH, int64_t OW, int kh, int kw, int sh, int sw, int pt, int pl,
+                                      int pb, int pr, int count_include_pad)
+{
+    const int64_t total = NC * H * W;
+    for (int64_t t = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; t < total;
+         t += (int64_t)gridDim.x * blockDim.x) {
+        const int64_t iw = t % W, r = t / W, ih = r % H, p = r / H;
+        // windows [oh*sh - pt, + kh) holding ih: oh in [ceil((ih + pt - kh + 1) / sh), (ih + pt) / sh]
+        const int64_t ah = ih + pt - kh + 1, aw = iw + pl - kw + 1;
+        const int64_t oh0 = ah <= 0 ? 0 : (ah + sh - 1) / sh, ow0 = aw <= 0 ? 0 : (aw + sw - 1) / sw;
+        int64_t oh1 = (ih + pt) / sh, ow1 = (iw + pl) / sw;
+        if (oh1 > OH - 1)
+            oh1 = OH - 1;
+        if (ow1 > OW - 1)
+            ow1 = OW - 1;
+        float s = 0.0f;
+        for (int64_t oh = oh0; oh <= oh1; oh++)
+            for (int64_t ow = ow0; ow <= ow1; ow++) {
+                const int64_t cnt = mrt_avgpool2d_count(H, W, oh, ow, kh, kw, sh, sw, pt, pl, pb, pr, count_include_pad);
+                if (cnt > 0)
+                    s += g[(p * OH + oh) * OW + ow] / (float)cnt;
+            }
+        dx[t] = s;
+    }
+}
+
+__global__ void adaptive_avgpool2d_grad_kernel(float *__restrict__ dx, const float *__restrict__ g, int64_t NC,
+                                               int64_t H, int64_t W, int64_t OH, int64_t OW)
+{
+    const int64_t total = NC * H * W;
+    for (int64_t t = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; t < total;
+         t += (int64_t)gridDim.x * blockDim.x) {
+        const int64_t iw = t % W, r = t / W, ih = r % H, p = r / H;
+        // cells i with floor(i*H/OH) <= ih < ceil((i+1)*H/OH): i in [ih*OH/H, ceil((ih+1)*OH/H))
+        int64_t i1 = ((ih + 1) * OH + H - 1) / H, j1 = ((iw + 1) * OW + W - 1) / W;
+        if (i1 > OH)
+            i1 = OH;
+        if (j1 > OW)
+            j1 = OW;
+        float s = 0.0f;
+        for (int64_t i = ih * OH / H; i < i1; i++) {
+            const int64_t h0 = i * H / OH, h1 = ((i + 1) * H + OH - 1) / OH;
+            if (ih < h0 || ih >= h1)
+                continue;
+            for (int64_t j = iw * OW / W; j < j1; j++) {
+                const int64_t w0 = j * W / OW, w1 = ((j + 1) * W + OW - 1) / OW;
+                if (iw < w0 || iw >= w1)
+                    continue;
+                s += g[(p * OH + i) * OW + j] / (float)(h1 - h0) / (float)(w1 - w0);
+            }
+        }
+        dx[t] = s;
+    }
+}
+
 /* ---------------------------------------------------------------- conv_transpose2d */
 
 // y [N, O, OH, OW] = conv_transpose2d(x [N, C, H, W], w [C, O/g, KH, KW]): one thread per output
@@ -1207,6 +1301,95 @@ mrt_status mrt_cuda_adaptive_avgpool2d_f32(void *stream, float *y, const float *
     MRT_LAUNCH(adaptive_avgpool2d_kernel, grid_for(total, kBlock), kBlock, 0, (cudaStream_t)stream, y, x, NC, H, W,
                OH, OW);
     LAUNCH_CHECK(fn, "adaptive_avgpool2d_kernel");
+    return MRT_OK;
+}
+
+mrt_status mrt_cuda_conv2d_wgrad_f32(void *stream, float *gw, const float *g, const float *x, int64_t N, int64_t C,
+                                     int64_t H, int64_t W, int64_t O, int KH, int KW, int64_t OH, int64_t OW, int sh,
+                                     int sw, int pt, int pl, int dh, int dw, int groups, float *col)
+{
+    static const char fn[] = "mrt_cuda_conv2d_wgrad_f32";
+    if (N < 0 || C < 1 || H < 0 || W < 0 || O < 1 || OH < 0 || OW < 0 || KH < 1 || KW < 1 || sh < 1 || sw < 1 ||
+        dh < 1 || dw < 1 || groups < 1 || C % groups != 0 || O % groups != 0)
+        return bad_arg(fn, "bad shape or attributes");
+    int cur = 0;
+    cudaError_t e = cudaGetDevice(&cur);
+    if (e != cudaSuccess)
+        return mrt_set_error(MRT_ERR_CUDA, "%s: cudaGetDevice failed: %s", fn, cudaGetErrorString(e));
+    const mrt_device dev = {MRT_DEVICE_CUDA, cur};
+    cudaStream_t s = (cudaStream_t)stream;
+    const int64_t Cg = C / groups, Og = O / groups, K = Cg * KH * KW, P = OH * OW;
+    const bool direct = KH == 1 && KW == 1 && sh == 1 && sw == 1 && pt == 0 && pl == 0 && OH == H && OW == W;
+    if (N == 0 || P == 0) {
+        e = cudaMemsetAsync(gw, 0, (size_t)(O * K) * sizeof(float), s);
+        if (e != cudaSuccess)
+            return mrt_set_error(MRT_ERR_CUDA, "%s: cudaMemsetAsync failed: %s", fn, cudaGetErrorString(e));
+        return MRT_OK;
+    }
+    if (!direct && !col)
+        return bad_arg(fn, "col is NULL but the gradient needs im2col");
+    mrt_status st;
+    for (int64_t n = 0; n < N; n++)
+        for (int grp = 0; grp < groups; grp++) {
+            const float *xg = x + (n * C + (int64_t)grp * Cg) * H * W, *b = xg;
+            if (!direct) {
+                MRT_LAUNCH(im2col_kernel, grid_for(K * P, kBlock), kBlock, 0, s, col, xg, Cg, H, W, KH, KW, OH, OW, sh,
+                           sw, pt, pl, dh, dw);
+                LAUNCH_CHECK(fn, "im2col_kernel");
+                b = col;
+            }
+            // gw_grp [Og, K] (+)= g_n,grp [Og, P] @ col^T; stream order keeps col until the GEMM read it
+            if ((st = mrt_gemm_f32(dev, stream, 0, 1, Og, K, P, 1.0f, g + (n * O + grp * Og) * P, P, 0, b, P, 0,
+                                   n ? 1.0f : 0.0f, gw + grp * Og * K, K, 0, 1)) != MRT_OK)
+                return st;
+        }
+    return MRT_OK;
+}
+
+mrt_status mrt_cuda_maxpool2d_grad_f32(void *stream, float *dx, const float *g, const float *x, int64_t NC, int64_t H,
+                                       int64_t W, int64_t OH, int64_t OW, int kh, int kw, int sh, int sw, int pt, int pl,
+                                       int dh, int dw)
+{
+    static const char fn[] = "mrt_cuda_maxpool2d_grad_f32";
+    if (NC < 0 || H < 0 || W < 0 || OH < 0 || OW < 0 || kh < 1 || kw < 1 || sh < 1 || sw < 1 || dh < 1 || dw < 1)
+        return bad_arg(fn, "bad dimension");
+    const int64_t total = NC * H * W;
+    if (total == 0)
+        return MRT_OK;
+    MRT_LAUNCH(maxpool2d_grad_kernel, grid_for(total, kBlock), kBlock, 0, (cudaStream_t)stream, dx, g, x, NC, H, W, OH,
+               OW, kh, kw, sh, sw, pt, pl, dh, dw);
+    LAUNCH_CHECK(fn, "maxpool2d_grad_kernel");
+    return MRT_OK;
+}
+
+mrt_status mrt_cuda_avgpool2d_grad_f32(void *stream, float *dx, const float *g, int64_t NC, int64_t H, int64_t W,
+                                       int64_t OH, int64_t OW, int kh, int kw, int sh, int sw, int pt, int pl, int pb,
+                                       int pr, int count_include_pad)
+{
+    static const char fn[] = "mrt_cuda_avgpool2d_grad_f32";
+    if (NC < 0 || H < 0 || W < 0 || OH < 0 || OW < 0 || kh < 1 || kw < 1 || sh < 1 || sw < 1)
+        return bad_arg(fn, "bad dimension");
+    const int64_t total = NC * H * W;
+    if (total == 0)
+        return MRT_OK;
+    MRT_LAUNCH(avgpool2d_grad_kernel, grid_for(total, kBlock), kBlock, 0, (cudaStream_t)stream, dx, g, NC, H, W, OH, OW,
+               kh, kw, sh, sw, pt, pl, pb, pr, count_include_pad);
+    LAUNCH_CHECK(fn, "avgpool2d_grad_kernel");
+    return MRT_OK;
+}
+
+mrt_status mrt_cuda_adaptive_avgpool2d_grad_f32(void *stream, float *dx, const float *g, int64_t NC, int64_t H,
+                                                int64_t W, int64_t OH, int64_t OW)
+{
+    static const char fn[] = "mrt_cuda_adaptive_avgpool2d_grad_f32";
+    if (NC < 0 || H < 1 || W < 1 || OH < 1 || OW < 1)
+        return bad_arg(fn, "bad dimension");
+    const int64_t total = NC * H * W;
+    if (total == 0)
+        return MRT_OK;
+    MRT_LAUNCH(adaptive_avgpool2d_grad_kernel, grid_for(total, kBlock), kBlock, 0, (cudaStream_t)stream, dx, g, NC, H,
+               W, OH, OW);
+    LAUNCH_CHECK(fn, "adaptive_avgpool2d_grad_kernel");
     return MRT_OK;
 }
 

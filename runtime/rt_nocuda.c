@@ -256,6 +256,33 @@ mrt_status mrt_cuda_adaptive_avgpool2d_f32(void *stream, float *y, const float *
     return rt_no_cuda_err("mrt_cuda_adaptive_avgpool2d_f32");
 }
 
+mrt_status mrt_cuda_conv2d_wgrad_f32(void *stream, float *gw, const float *g, const float *x, int64_t N, int64_t C,
+                                     int64_t H, int64_t W, int64_t O, int KH, int KW, int64_t OH, int64_t OW, int sh,
+                                     int sw, int pt, int pl, int dh, int dw, int groups, float *col)
+{
+    return rt_no_cuda_err("mrt_cuda_conv2d_wgrad_f32");
+}
+
+mrt_status mrt_cuda_maxpool2d_grad_f32(void *stream, float *dx, const float *g, const float *x, int64_t NC, int64_t H,
+                                       int64_t W, int64_t OH, int64_t OW, int kh, int kw, int sh, int sw, int pt, int pl,
+                                       int dh, int dw)
+{
+    return rt_no_cuda_err("mrt_cuda_maxpool2d_grad_f32");
+}
+
+mrt_status mrt_cuda_avgpool2d_grad_f32(void *stream, float *dx, const float *g, int64_t NC, int64_t H, int64_t W,
+                                       int64_t OH, int64_t OW, int kh, int kw, int sh, int sw, int pt, int pl, int pb,
+                                       int pr, int count_include_pad)
+{
+    return rt_no_cuda_err("mrt_cuda_avgpool2d_grad_f32");
+}
+
+mrt_status mrt_cuda_adaptive_avgpool2d_grad_f32(void *stream, float *dx, const float *g, int64_t NC, int64_t H,
+                                                int64_t W, int64_t OH, int64_t OW)
+{
+    return rt_no_cuda_err("mrt_cuda_adaptive_avgpool2d_grad_f32");
+}
+
 mrt_status mrt_cuda_conv_transpose2d_f32(void *stream, float *y, const float *x, const float *w, int64_t N, int64_t C,
                                          int64_t H, int64_t W, int64_t O, int KH, int KW, int64_t OH, int64_t OW, int sh,
                                          int sw, int ph, int pw, int dh, int dw, int groups, float *col)

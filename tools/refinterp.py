@@ -1213,7 +1213,9 @@ def op_adaptive_avg_pool2d(x, output_size=1):
     return out
 
 
-def op_batch_norm(x, w, b, mean, var, eps=1e-5):
+def op_batch_norm(x, w, b, mean, var, eps=1e-5, momentum=0.1):
+    """The inference form (running statistics); momentum matters only to a training step
+    (modelc --train), which this interpreter does not run."""
     if x.ndim < 2:
         raise ModelError("error: 'batch_norm' input must have rank >= 2 [N, C, ...], got %s" % list(x.shape))
     C = x.shape[1]
@@ -1673,7 +1675,7 @@ OPS = {
     "avg_pool2d": ((1, 1), ["x"], [("kernel", None), ("stride", None), ("padding", 0), ("ceil_mode", False),
                                    ("count_include_pad", True)], op_avg_pool2d),
     "adaptive_avg_pool2d": ((1, 1), ["x"], [("output_size", 1)], op_adaptive_avg_pool2d),
-    "batch_norm": ((5, 5), ["x", "weight", "bias", "running_mean", "running_var"], [("eps", 1e-5)],
+    "batch_norm": ((5, 5), ["x", "weight", "bias", "running_mean", "running_var"], [("eps", 1e-5), ("momentum", 0.1)],
                    op_batch_norm),
     "layer_norm": ((1, 3), ["x", "weight", "bias"], [("eps", 1e-5), ("normalized_shape", None)], op_layer_norm),
     "group_norm": ((1, 3), ["x", "weight", "bias"], [("num_groups", None), ("eps", 1e-5)], op_group_norm),

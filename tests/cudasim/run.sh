@@ -17,7 +17,9 @@
 #      tests/cudasim/transfer_race.model (a peer copy whose source block is reused at once);
 #   6. the examples ResNet-18 and GPT-2 (batch 1) and MiniLM with MODELRT_DEVICE=cuda, each
 #      against PyTorch by its own check.py as make gpu-check runs them (about 10, 3 and 10 s),
-#      then ResNet-18 replayed as a CUDA graph (its counts, and the eager run's logits).
+#      then ResNet-18 replayed as a CUDA graph (its counts, and the eager run's logits);
+#   7. data-parallel inference on two GPUs (tests/dp), and tests/train (the models against PyTorch,
+#      resume, eval, gradcheck) on a simulated GPU (TRAIN_DEVICE=cuda).
 # Prints one line per test, "PASS: cudasim/NAME" or "FAIL: cudasim/NAME: why", and exits 1 if any
 # failed. Needs no GPU and no nvcc: only the host C and C++ compilers.
 #
@@ -339,6 +341,7 @@ for ex in "resnet18 check-b1 2" "gpt2 check-b1 2" "minilm test 3"; do
             "$log"
     fi
 done
+# ---------------------------------------------------------------- 7. training and several GPUs
 # Data-parallel inference on two simulated GPUs (--devices cuda:0,cuda:1): each replica's shard
 # bit for bit as the shard alone, and the device-list errors.
 out="$(CUDASIM_DEVICES=2:16384:9.0 MODELC="$sim/bin/modelc" timeout 600 "$PY" tests/dp/run.py --device-kind cuda \
@@ -382,4 +385,5 @@ else
     echo "FAIL: cudasim/example/resnet18/graph_replay: $prog was not built"
     failed=1
 fi
+
 exit $failed

@@ -279,6 +279,91 @@ static void check_pools(void)
     mrt_free(g_dev, dx), free(x);
 }
 
+/* Training: conv2d's weight gradient, im2col + GEMM per image and group on both sides. Each
+ * element sums N*OH*OW products of |x|, |g| <= 4 that cancel; cuBLAS and OpenBLAS add them in
+ * other orders, so the tolerance is f32's rounding bound over the sum, 2^-24 * 16 * N*OH*OW. */
+static void check_conv_wgrad(int64_t N, int64_t C, int64_t H, int64_t W, int64_t O, int KH, int KW, int sh, int sw,
+                             int pt, int pl, int pb, int pr, int dh, int dw, int groups)
+{
+    int64_t OH = (H + pt + pb - (int64_t)dh * (KH - 1) - 1) / sh + 1;
+    int64_t OW = (W + pl + pr - (int64_t)dw * (KW - 1) - 1) / sw + 1;
+    size_t nx = (size_t)(N * C * H * W), nw = (size_t)(O * (C / groups) * KH * KW),
+           ng = (size_t)(N * O * OH * OW), ncol = (size_t)((C / groups) * KH * KW * OH * OW);
+    float *x = rand_host(nx), *g = rand_host(ng), *ref = malloc(nw * 4), *got = malloc(nw * 4);
+    float *col = malloc(ncol * 4 + 4);
+    mrt_conv2d_wgrad_f32(ref, g, x, N, C, H, W, O, KH, KW, OH, OW, sh, sw, pt, pl, dh, dw, groups, col);
+    float *dx = up(x, nx * 4), *dg = up(g, ng * 4), *dgw = poisoned(nw), *dcol = poisoned(ncol + 1);
+    mrt_status st = mrt_cuda_conv2d_wgrad_f32(g_stream, dgw, dg, dx, N, C, H, W, O, KH, KW, OH, OW, sh, sw, pt, pl, dh,
+                                              dw, groups, dcol);
+    down(got, dgw, nw * 4);
+    char name[128];
+    snprintf(name, sizeof name, "conv2d_wgrad_%lldx%lldx%lldx%lld_o%lld_k%dx%d_s%d%d_p%d%d%d%d_d%d%d_g%d", (long long)N,
+             (long long)C, (long long)H, (long long)W, (long long)O, KH, KW, sh, sw, pt, pl, pb, pr, dh, dw, groups);
+    report(name, st, got, ref, nw, ldexp(16.0 * (double)(N * OH * OW), -24));
+    mrt_free(g_dev, dx), mrt_free(g_dev, dg), mrt_free(g_dev, dgw), mrt_free(g_dev, dcol);
+    free(x), free(g), free(ref), free(got), free(col);
+}
+
+/* Training: the pooling gradients, the GPU's gather vs the CPU's scatter: the same additions in
+ * the same order, so exactly equal; max pooling on an input with ties (small integers) and a NaN */
+static void check_pool_grads(void)
+{
+    int64_t NC = 5, H = 9, W = 8;
+    size_t nx = (size_t)(NC * H * W);
+    float *x = rand_host(nx), *got = malloc(nx * 4), *ref = malloc(nx * 4);
+    for (size_t i = 0; i < nx; i++)
+        x[i] = (float)(int)(x[i] * 0.75f); /* -3 .. 3: ties in most windows */
+    x[17] = NAN;
+    float *dx = up(x, nx * 4), *ddx = poisoned(nx);
+    /* max pooling k3x2 s2x1 pads top 1 left 0 dilation 1x2; k3 s1 p1 (overlapping) */
+    static const int mp[2][8] = {{3, 2, 2, 1, 1, 0, 1, 2}, {3, 3, 1, 1, 1, 1, 1, 1}};
+    for (int c = 0; c < 2; c++) {
+        const int *a = mp[c];
+        int64_t OH = (H + 2 * a[4] - (int64_t)a[6] * (a[0] - 1) - 1) / a[2] + 1;
+        int64_t OW = (W + 2 * a[5] - (int64_t)a[7] * (a[1] - 1) - 1) / a[3] + 1;
+        size_t ny = (size_t)(NC * OH * OW);
+        float *gy = rand_host(ny), *dgy = up(gy, ny * 4);
+        mrt_maxpool2d_grad_f32(ref, gy, x, NC, H, W, OH, OW, a[0], a[1], a[2], a[3], a[4], a[5], a[6], a[7]);
+        mrt_status st = mrt_cuda_maxpool2d_grad_f32(g_stream, ddx, dgy, dx, NC, H, W, OH, OW, a[0], a[1], a[2], a[3],
+                                                    a[4], a[5], a[6], a[7]);
+        down(got, ddx, nx * 4);
+        report(c ? "maxpool2d_grad_overlapping_ties" : "maxpool2d_grad_ties", st, got, ref, nx, 0.0);
+        mrt_free(g_dev, dgy), free(gy);
+    }
+    /* avg pooling k2x3 s1x2, pads top 0 left 1 bottom 1 right 2, both divisor rules; k3 s2 p1 */
+    static const int ap[2][8] = {{2, 3, 1, 2, 0, 1, 1, 2}, {3, 3, 2, 2, 1, 1, 1, 1}};
+    for (int c = 0; c < 2; c++)
+        for (int cip = 0; cip < 2; cip++) {
+            const int *a = ap[c];
+            int64_t OH = (H + a[4] + a[6] - a[0]) / a[2] + 1, OW = (W + a[5] + a[7] - a[1]) / a[3] + 1;
+            size_t ny = (size_t)(NC * OH * OW);
+            float *gy = rand_host(ny), *dgy = up(gy, ny * 4);
+            mrt_avgpool2d_grad_f32(ref, gy, NC, H, W, OH, OW, a[0], a[1], a[2], a[3], a[4], a[5], a[6], a[7], cip);
+            mrt_status st = mrt_cuda_avgpool2d_grad_f32(g_stream, ddx, dgy, NC, H, W, OH, OW, a[0], a[1], a[2], a[3],
+                                                        a[4], a[5], a[6], a[7], cip);
+            down(got, ddx, nx * 4);
+            char name[64];
+            snprintf(name, sizeof name, "avgpool2d_grad_k%dx%d%s", a[0], a[1], cip ? "_count_include_pad" : "");
+            report(name, st, got, ref, nx, 0.0);
+            mrt_free(g_dev, dgy), free(gy);
+        }
+    /* adaptive: 9x8 to 4x3 (overlapping cells) and to 9x8, 1x1 */
+    static const int64_t ad[3][2] = {{4, 3}, {9, 8}, {1, 1}};
+    for (int c = 0; c < 3; c++) {
+        int64_t OH = ad[c][0], OW = ad[c][1];
+        size_t ny = (size_t)(NC * OH * OW);
+        float *gy = rand_host(ny), *dgy = up(gy, ny * 4);
+        mrt_adaptive_avgpool2d_grad_f32(ref, gy, NC, H, W, OH, OW);
+        mrt_status st = mrt_cuda_adaptive_avgpool2d_grad_f32(g_stream, ddx, dgy, NC, H, W, OH, OW);
+        down(got, ddx, nx * 4);
+        char name[64];
+        snprintf(name, sizeof name, "adaptive_avgpool2d_grad_%lldx%lld", (long long)OH, (long long)OW);
+        report(name, st, got, ref, nx, 0.0);
+        mrt_free(g_dev, dgy), free(gy);
+    }
+    mrt_free(g_dev, dx), mrt_free(g_dev, ddx), free(x), free(got), free(ref);
+}
+
 /* conv_transpose2d: the GPU's gather vs the CPU's GEMM + col2im (or its direct path) */
 static void check_conv_transpose(int64_t N, int64_t C, int64_t H, int64_t W, int64_t O, int KH, int KW, int sh,
                                  int sw, int ph, int pw, int oph, int opw, int dh, int dw, int groups)
@@ -681,6 +766,12 @@ int main(void)
     check_conv(2, 8, 6, 6, 8, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 2);
     check_conv(1, 34, 6, 6, 4, 4, 4, 1, 1, 0, 0, 0, 0, 1, 1, 2);
     check_pools();
+    check_conv_wgrad(2, 4, 9, 8, 6, 3, 2, 1, 2, 1, 0, 1, 0, 2, 1, 2);
+    check_conv_wgrad(3, 3, 8, 8, 8, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 1);
+    check_conv_wgrad(2, 4, 7, 7, 6, 3, 3, 2, 2, 1, 1, 1, 1, 1, 1, 1);
+    check_conv_wgrad(3, 4, 5, 6, 8, 1, 1, 1, 1, 0, 0, 0, 0, 1, 1, 1); /* 1x1: x read directly */
+    check_conv_wgrad(2, 8, 6, 6, 16, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 8); /* depthwise x2 */
+    check_pool_grads();
     check_layernorm(5, 300, 3);
     check_layernorm(3, 7, 3);
     for (int affine = 0; affine < 3; affine++)

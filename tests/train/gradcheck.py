@@ -9,8 +9,11 @@ input, so that every element of f's result matters). modelc's gradient is read o
 `optimizer sgd(lr=1)`: g = w_before - w_after (exact up to the f32 rounding of the subtraction).
 The reference's is (L(w + h e_i) - L(w - h e_i)) / 2h for every element i, with h = 2^-10 (a step that is exact on the f32 params), on the
 same model with the loss as an output, computed in float64. Inputs avoid the kinks (relu at 0,
-abs at 0, clamp's bounds), where a derivative is a convention: tests/train's PyTorch runs cover
-those. Pass: max |g - g_fd| <= 1e-4 * max |g_fd| + 1e-6 for each param; the error is printed.
+abs at 0, clamp's bounds, max pooling's ties), where a derivative is a convention: the EXACT
+cases hit them on purpose and compare with PyTorch's rule, computed in NumPy (pass: within
+1e-6 * max |g| + 1e-6). A batch_norm case (training mode) is compared with the batch statistics
+written out in the reference model, since the interpreter's batch_norm is the inference form.
+Pass: max |g - g_fd| <= 1e-4 * max |g_fd| + 1e-6 for each param; the error is printed.
 """
 import argparse
 import os
@@ -56,13 +59,117 @@ CASES = {
                "reduction=none), [-1, 4])", [4], {"w": [4]}),
     "softmax": ("input x: f32[batch, 5]\n  param w: f32[5]",
                 "softmax(x * w, axis=1) + log_softmax(x + w, axis=-1)", [5], {"w": [5]}),
+    "moments": ("input x: f32[batch, 5]\n  param w: f32[5]",
+                "var(x * w, axis=1, keepdim=true) + std(x + w, axis=1, keepdim=true) + x * w", [5], {"w": [5]}),
+    # convolution and pooling (issue 14): v scales the input, so that its gradient checks the
+    # data gradient (conv_transpose2d) and the pooling gradients element by element
+    "conv2d": ("input x: f32[batch, 4, 6, 5]\n  param v: f32[4, 6, 5]\n  param w: f32[6, 2, 3, 3]\n  param b: f32[6]",
+               "conv2d(x * v, w, b, stride=2, padding=[1, 0, 2, 1], groups=2)", [6, 4, 2], {"v": [4, 6, 5], "w": [6, 2, 3, 3],
+                                                                                          "b": [6]}),
+    "conv2d_dilated": ("input x: f32[batch, 2, 7, 6]\n  param v: f32[2, 7, 6]\n  param w: f32[3, 2, 3, 2]",
+                       "conv2d(x * v, w, stride=[1, 2], padding=2, dilation=[2, 1])", [3, 7, 5], {"v": [2, 7, 6],
+                                                                                              "w": [3, 2, 3, 2]}),
+    "depthwise": ("input x: f32[batch, 3, 5, 5]\n  param v: f32[3, 5, 5]\n  param w: f32[6, 1, 3, 3]\n  param b: f32[6]",
+                  "conv2d(x * v, w, b, padding=1, groups=3)", [6, 5, 5], {"v": [3, 5, 5], "w": [6, 1, 3, 3], "b": [6]}),
+    "conv1x1": ("input x: f32[batch, 3, 4, 4]\n  param v: f32[3, 4, 4]\n  param w: f32[5, 3, 1, 1]",
+                "conv2d(x * v, w) + reshape(conv1d(reshape(x * v, [-1, 3, 16]), reshape(w, [5, 3, 1])), [-1, 5, 4, 4])",
+                [5, 4, 4], {"v": [3, 4, 4], "w": [5, 3, 1, 1]}),
+    "max_pool2d": ("input x: f32[batch, 2, 6, 7]\n  param v: f32[2, 6, 7]",
+                   "max_pool2d(x * v, 3, stride=2, padding=1)", [2, 3, 4], {"v": [2, 6, 7]}),
+    "max_pool2d_dilated": ("input x: f32[batch, 2, 6, 7]\n  param v: f32[2, 6, 7]",
+                           "max_pool2d(x * v, 2, stride=2, dilation=2, ceil_mode=true)", [2, 3, 3], {"v": [2, 6, 7]}),
+    "avg_pool2d": ("input x: f32[batch, 2, 6, 6]\n  param v: f32[2, 6, 6]",
+                   "avg_pool2d(x * v, 3, stride=2, padding=1, ceil_mode=true) "
+                   "+ avg_pool2d(x * v, 3, stride=2, padding=1, ceil_mode=true, count_include_pad=false)",
+                   [2, 4, 4], {"v": [2, 6, 6]}),
+    "avg_pool2d_asym": ("input x: f32[batch, 2, 6, 6]\n  param v: f32[2, 6, 6]",
+                        "avg_pool2d(x * v, [3, 2], stride=[2, 1], padding=[1, 0, 1, 1], count_include_pad=false) "
+                        "+ avg_pool2d(x * v, [3, 2], stride=[2, 1], padding=[1, 0, 1, 1])", [2, 3, 6], {"v": [2, 6, 6]}),
+    "adaptive_avg_pool2d": ("input x: f32[batch, 2, 5, 7]\n  param v: f32[2, 5, 7]",
+                            "adaptive_avg_pool2d(x * v, [3, 4])", [2, 3, 4], {"v": [2, 5, 7]}),
+    # batch_norm of a training build: batch statistics; the reference spells them out
+    "batch_norm": ("input x: f32[batch, 3, 4, 4]\n  param v: f32[3, 4, 4]\n  param g: f32[3]\n  param b: f32[3]\n"
+                   "  param rm: f32[3]\n  param rv: f32[3]",
+                   "batch_norm(x * v, g, b, rm, rv, eps=0.001) * (x + 1.0)", [3, 4, 4], {"v": [3, 4, 4], "g": [3], "b": [3]},
+                   "z = x * v\n  mu = mean(z, axis=[0, 2, 3], keepdim=true)\n"
+                   "  var = mean((z - mu) * (z - mu), axis=[0, 2, 3], keepdim=true)\n"
+                   "  y = ((z - mu) / sqrt(var + 0.001) * reshape(g, [3, 1, 1]) + reshape(b, [3, 1, 1])) * (x + 1.0)",
+                   {"rm": [3], "rv": [3]}),
+    "batch_norm_2d": ("input x: f32[batch, 4]\n  param g: f32[4]\n  param b: f32[4]\n  param rm: f32[4]\n  param rv: f32[4]",
+                      "batch_norm(x * g + b, g, b, rm, rv)", [4], {"g": [4], "b": [4]},
+                      "z = x * g + b\n  mu = mean(z, axis=0, keepdim=true)\n  var = mean((z - mu) * (z - mu), axis=0, keepdim=true)\n"
+                      "  y = (z - mu) / sqrt(var + 0.00001) * g + b", {"rm": [4], "rv": [4]}),
 }
 
 
+# The kinks, where a derivative is a convention: inputs that hit it exactly, and modelc's gradient
+# against PyTorch's rule computed here in NumPy (float64). name: (declarations, f, r's shape after
+# batch, the params' values, the inputs' values (batch B) but r, d l / d params (w, x, r)).
+def _maxpool_first_max(z, r, k, pad):
+    """d sum(max_pool2d(z, k, stride=1, padding=pad) * r) / d z for z [B, C, H, W]: each window's
+    r to the first maximum in row-major order (a strictly greater value replaces it), padding
+    never a candidate (PyTorch's CPU kernel)."""
+    g = np.zeros_like(z)
+    Bn, C, H, W = z.shape
+    for b, c, oh, ow in np.ndindex(Bn, C, r.shape[2], r.shape[3]):
+        best, m = None, -np.inf
+        for i in range(k):
+            for j in range(k):
+                ih, iw = oh - pad + i, ow - pad + j
+                if 0 <= ih < H and 0 <= iw < W and (best is None or z[b, c, ih, iw] > m):
+                    best, m = (ih, iw), z[b, c, ih, iw]
+        g[b, c, best[0], best[1]] += r[b, c, oh, ow]
+    return g
+
+
+_TIES = np.array([[0, 1, 1, 0], [2, 2, 1, 2], [0, 2, 2, 0], [1, 1, 0, 1]], dtype=np.float32)
+EXACT = {
+    # ties in every window (0, 1, 2 only), overlapping windows and padding
+    "max_pool2d_ties": ("input x: f32[batch, 2, 4, 4]\n  param v: f32[2, 4, 4]", "max_pool2d(x * v, 3, stride=1, padding=1)",
+                        [2, 4, 4], {"v": np.ones((2, 4, 4), np.float32)},
+                        {"x": np.stack([np.stack([_TIES, _TIES.T]), np.stack([_TIES[::-1], _TIES * 0 + 1])]
+                                       + [np.stack([_TIES, _TIES[:, ::-1]])] * (B - 2))},
+                        lambda w, d: {"v": np.sum(d["x"] * _maxpool_first_max(d["x"] * w["v"], d["r"], 3, 1), axis=0)}),
+    # relu at 0 (x * 0 and w - 0.5 at w = 0.5): gradient 0 there, as PyTorch's threshold_backward
+    "relu_at_zero": ("input x: f32[batch, 4]\n  param w: f32[4]", "relu(x * w) + relu(w - 0.5) * x", [4],
+                     {"w": np.array([0.0, 0.5, -0.5, 0.75], np.float32)},
+                     {"x": np.array([[1.0, -2.0, 0.5, 1.5], [-1.0, 1.0, -0.5, 0.0], [2.0, 0.5, -1.5, -1.0]], np.float32)},
+                     lambda w, d: {"w": np.sum(d["r"] * d["x"] * ((d["x"] * w["w"] > 0).astype(float) + (w["w"] - 0.5 > 0)), axis=0)}),
+}
+
+
+def check_exact(name, modelc):
+    decl, f, rshape, w0, data, want = EXACT[name]
+    rng = np.random.default_rng(sum(map(ord, name)))
+    data = dict(data, r=rng.uniform(0.2, 1.5, [B] + rshape).astype(np.float32))
+    lines = [decl, "  input r: f32[batch%s]" % "".join(", %d" % d for d in rshape), "  y = %s" % f,
+             "  loss l = sum(y * r, axis=[%s])" % ", ".join(str(i) for i in range(len(rshape) + 1)),
+             "  optimizer sgd(lr=1.0)"]
+    w1, why = modelc_step(name, "model gc_%s {\n  %s\n}\n" % (name, "\n".join(lines)), w0, data, modelc)
+    if why:
+        return why
+    exp = want({k: v.astype(np.float64) for k, v in w0.items()}, {k: v.astype(np.float64) for k, v in data.items()})
+    bad = []
+    for k in w0:
+        g = w0[k].astype(np.float64) - w1[k].astype(np.float64)
+        err = float(np.max(np.abs(g - exp[k])))
+        tol = 1e-6 * float(np.max(np.abs(exp[k]))) + 1e-6
+        print("  %s: d l / d %s %s: max |modelc - PyTorch's rule| %.2e (max |grad| %.3g, tolerance %.2e)"
+              % (name, k, list(w0[k].shape), err, float(np.max(np.abs(exp[k]))), tol))
+        if not err <= tol:
+            bad.append("d/d %s differs by %.2e (tolerance %.2e)" % (k, err, tol))
+    return "; ".join(bad) or None
+
+
 def model_text(name, train):
-    decl, f, rshape, params = CASES[name]
+    """The case's model: the loss as the training step's (train) or as an output (the reference's
+    model, whose f is the case's reference form when it has one: batch_norm's batch statistics
+    written out, which the interpreter's batch_norm, the inference form, does not compute)."""
+    decl, f, rshape, params = CASES[name][:4]
+    if not train and len(CASES[name]) > 4:
+        f = CASES[name][4]
     lines = [decl, "  input r: f32[batch%s]" % "".join(", %d" % d for d in rshape)]
-    lines.append("  y = %s" % f)
+    lines.append(("  %s" if "\n" in f else "  y = %s") % f)
     n = len(rshape) + 1
     loss = "sum(y * r, axis=[%s])" % ", ".join(str(i) for i in range(n))
     if train:
@@ -78,34 +185,25 @@ def main():
     a = ap.parse_args()
     modelc = os.environ.get("MODELC", os.path.join(ROOT, "build", "bin", "modelc"))
     fails = 0
-    for name in CASES:
+    for name in list(CASES) + list(EXACT):
         if a.k and not any(k in name for k in a.k):
             continue
-        why = check(name, modelc)
+        why = check(name, modelc) if name in CASES else check_exact(name, modelc)
         print("PASS: gradcheck/%s" % name if why is None else "FAIL: gradcheck/%s: %s" % (name, why))
         fails += why is not None
     return 1 if fails else 0
 
 
-def check(name, modelc):
-    decl, f, rshape, params = CASES[name]
-    rng = np.random.default_rng(sum(map(ord, name)))
-    w0 = {k: rng.uniform(0.3, 1.0, s).astype(np.float32) * rng.choice([-1, 1], s).astype(np.float32)
-          for k, s in params.items()}
-    m = refinterp.parse_source(model_text(name, False))
-    data = {}
-    for dcl in m.inputs:
-        shape = [B if isinstance(d, str) else d for d in dcl.dims]
-        v = rng.uniform(0.2, 1.5, shape) * rng.choice([-1, 1], shape)
-        data[dcl.name] = v.astype(np.float32)
+def modelc_step(name, text, w0, data, modelc):
+    """(weights after one training step of `text` from w0 on data, None), or (None, why)."""
     with tempfile.TemporaryDirectory(prefix="gradcheck_%s_" % name) as d:
         src = os.path.join(d, "m.model")
         with open(src, "w") as fh:
-            fh.write(model_text(name, True))
+            fh.write(text)
         prog = os.path.join(d, "m")
         p = subprocess.run([modelc, src, "--train", "--max-batch", str(B), "-o", prog], capture_output=True, text=True)
         if p.returncode:
-            return "modelc --train failed: " + (p.stderr or p.stdout).strip()[-500:]
+            return None, "modelc --train failed: " + (p.stderr or p.stdout).strip()[-500:]
         safetensors_np.write(os.path.join(d, "w0.safetensors"), w0)
         cmd = [prog, "train", "--weights", os.path.join(d, "w0.safetensors"), "--batch", str(B), "--steps", "1",
                "--save", os.path.join(d, "w1.safetensors"), "--quiet"]
@@ -115,8 +213,25 @@ def check(name, modelc):
         p = subprocess.run(cmd, capture_output=True, text=True, env=dict(os.environ, MODELRT_DEVICE=os.environ.get(
             "TRAIN_DEVICE", "cpu")))
         if p.returncode:
-            return "train failed: " + (p.stderr or p.stdout).strip()[-500:]
-        w1 = safetensors_np.read(os.path.join(d, "w1.safetensors"))
+            return None, "train failed: " + (p.stderr or p.stdout).strip()[-500:]
+        return safetensors_np.read(os.path.join(d, "w1.safetensors")), None
+
+
+def check(name, modelc):
+    decl, f, rshape, params = CASES[name][:4]
+    buffers = CASES[name][5] if len(CASES[name]) > 5 else {}  # loaded, updated by the step, not checked
+    rng = np.random.default_rng(sum(map(ord, name)))
+    w0 = {k: rng.uniform(0.3, 1.0, s).astype(np.float32) * rng.choice([-1, 1], s).astype(np.float32)
+          for k, s in list(params.items()) + list(buffers.items())}
+    m = refinterp.parse_source(model_text(name, False))
+    data = {}
+    for dcl in m.inputs:
+        shape = [B if isinstance(d, str) else d for d in dcl.dims]
+        v = rng.uniform(0.2, 1.5, shape) * rng.choice([-1, 1], shape)
+        data[dcl.name] = v.astype(np.float32)
+    w1, why = modelc_step(name, model_text(name, True), w0, data, modelc)
+    if why:
+        return why
     bad = []
     h = 2.0 ** -10  # exact on f32 params in [0.3, 1] (the reference rounds params to f32 first)
     for k in params:

@@ -23,9 +23,37 @@ def _w(rng, out, inp):
     return rng.uniform(-bound, bound, (out, inp)).astype(np.float32)
 
 
+def _conv(rng, o, c, k):
+    bound = 1.0 / np.sqrt(c * k * k)  # nn.Conv2d's default init range
+    return rng.uniform(-bound, bound, (o, c, k, k)).astype(np.float32)
+
+
+def _cnn(rng):
+    """cnn_adamw: NCHW images [N, 3, 8, 8] in 4 classes; batch norms with perturbed affine
+    params and running statistics (so that their update is visible), num_batches_tracked 3."""
+    def bn(c):
+        return {"weight": rng.uniform(0.5, 1.5, c).astype(np.float32),
+                "bias": rng.uniform(-0.2, 0.2, c).astype(np.float32),
+                "running_mean": rng.uniform(-0.1, 0.1, c).astype(np.float32),
+                "running_var": rng.uniform(0.8, 1.2, c).astype(np.float32)}
+    w = {"conv1.weight": _conv(rng, 8, 3, 3)}
+    w.update({"bn1." + k: v for k, v in bn(8).items()})
+    w["bn1.num_batches_tracked"] = np.array(3, dtype=np.int64)
+    w["conv2.weight"] = _conv(rng, 8, 1, 3)
+    w["conv2.bias"] = rng.uniform(-0.3, 0.3, 8).astype(np.float32)
+    w["conv3.weight"] = _conv(rng, 12, 8, 3)
+    w.update({"bn2." + k: v for k, v in bn(12).items()})
+    w["fc.weight"] = _w(rng, 4, 12)
+    w["fc.bias"] = _w(rng, 1, 4)[0] * 0.5
+    d = {"x": rng.standard_normal((N, 3, 8, 8)).astype(np.float32), "labels": rng.integers(0, 4, N).astype(np.int64)}
+    return w, d
+
+
 def make(name):
     """(weights, data): dicts of float32 / int64 arrays under the model's names."""
-    rng = np.random.default_rng({"mlp_adamw": 1, "mlp_sgd": 2, "mlp_adam": 3, "mlp_sched": 4}[name])
+    rng = np.random.default_rng({"mlp_adamw": 1, "mlp_sgd": 2, "mlp_adam": 3, "mlp_sched": 4, "cnn_adamw": 4}[name])
+    if name == "cnn_adamw":
+        return _cnn(rng)
     x = rng.standard_normal((N, 8)).astype(np.float32)
     if name in ("mlp_adamw", "mlp_sched"):
         w = {"fc1.weight": _w(rng, 16, 8), "fc1.bias": _w(rng, 1, 16)[0] * 0.5,

@@ -4,7 +4,9 @@
 
     /path/venv-torch/bin/python reference.py      (torch, NumPy; run once, the outputs are committed)
 
-Each model is the .model file's computation written with torch.nn.functional, from make_data's
+Each model is the .model file's computation written with torch.nn.functional (batch_norm in
+training mode, its running statistics updated in place and num_batches_tracked counted as
+nn.BatchNorm2d does), from make_data's
 weights, trained on make_data's samples in file order at batch 8 for two epochs (10 steps) with
 the optimizer of the .model file (torch.optim, its default single-tensor implementation), in
 float32 on the CPU.
@@ -34,6 +36,19 @@ def forward(name, p, d):
     if name == "mlp_sgd":
         h = torch.tanh(F.linear(x, p["fc1.weight"], p["fc1.bias"]))
         return F.mse_loss(F.linear(h, p["fc2.weight"], p["fc2.bias"]), d["y"])
+    if name == "cnn_adamw":
+        h = F.conv2d(x, p["conv1.weight"], padding=1)
+        h = F.relu(F.batch_norm(h, p["bn1.running_mean"], p["bn1.running_var"], p["bn1.weight"], p["bn1.bias"],
+                                training=True, momentum=0.1, eps=1e-5))
+        p["bn1.num_batches_tracked"] += 1  # as nn.BatchNorm2d does in training mode
+        h = F.max_pool2d(h, 2)
+        h = F.relu(F.conv2d(h, p["conv2.weight"], p["conv2.bias"], padding=1, groups=8))
+        h = F.avg_pool2d(h, 3, stride=1, padding=1, count_include_pad=False)
+        h = F.conv2d(h, p["conv3.weight"], stride=2, padding=1)
+        h = F.relu(F.batch_norm(h, p["bn2.running_mean"], p["bn2.running_var"], p["bn2.weight"], p["bn2.bias"],
+                                training=True, momentum=0.2, eps=1e-5))
+        h = torch.flatten(F.adaptive_avg_pool2d(h, 1), 1)
+        return F.cross_entropy(F.linear(h, p["fc.weight"], p["fc.bias"]), d["labels"])
     e = F.linear(x, p["emb.weight"])
     h = F.gelu(F.linear(e, p["fc1.weight"], p["fc1.bias"])) * torch.sigmoid(e.mean(1, keepdim=True))
     out = F.linear(h, p["fc2.weight"])
@@ -61,12 +76,16 @@ def optimizer(name, params):
         return torch.optim.AdamW(params, lr=0.01, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.01)
     if name == "mlp_sgd":
         return torch.optim.SGD(params, lr=0.05, momentum=0.9, nesterov=True, weight_decay=0.001)
+    if name == "cnn_adamw":
+        return torch.optim.AdamW(params, lr=0.01, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.01)
     return torch.optim.Adam(params, lr=0.005, weight_decay=0.01)
 
 
 def train(name):
     w, data = make_data.make(name)
-    p = {k: torch.tensor(v, requires_grad=(k != "emb.weight")) for k, v in w.items()}
+    # buffers (batch norm's running statistics, num_batches_tracked) take no gradient
+    buffers = ("emb.weight", "running_mean", "running_var", "num_batches_tracked")
+    p = {k: torch.tensor(v, requires_grad=not any(k.endswith(b) for b in buffers)) for k, v in w.items()}
     trained = [t for k, t in p.items() if t.requires_grad]
     opt = optimizer(name, trained)
     sched = None
@@ -98,5 +117,5 @@ def train(name):
 
 if __name__ == "__main__":
     torch.manual_seed(0)
-    for name in sys.argv[1:] or ["mlp_adamw", "mlp_sgd", "mlp_adam", "mlp_sched"]:
+    for name in sys.argv[1:] or ["mlp_adamw", "mlp_sgd", "mlp_adam", "mlp_sched", "cnn_adamw"]:
         train(name)

@@ -24,7 +24,7 @@ sys.path.insert(0, os.path.join(ROOT, "tools"))
 import make_data  # noqa: E402
 import safetensors_np  # noqa: E402
 
-MODELS = ["mlp_adamw", "mlp_sgd", "mlp_adam", "mlp_sched"]
+MODELS = ["mlp_adamw", "mlp_sgd", "mlp_adam", "mlp_sched", "cnn_adamw"]
 RTOL = 1e-5
 
 
