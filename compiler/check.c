@@ -2875,7 +2875,13 @@ static Node *lower_dropout(Checker *c, const Call *call) {
     double p = attr_float(call, 0);
     if (!(p >= 0 && p <= 1))
         error_at(call->attr[0]->loc, "'dropout' p must be in [0, 1], got %g", p);
-    return call->t[0];
+    if (!c->g->train || p == 0) return call->t[0]; /* inference, or nothing dropped: the identity */
+    /* a training build: the mask of (seed, step, site, element), site = the dropouts before it */
+    require_f32(call, call->t[0], 0);
+    Node *n = mk_unary(c, OP_DROPOUT, call->ast->loc, call->t[0]);
+    n->fattr[0] = p;
+    n->start = c->g->ndropout++;
+    return n;
 }
 
 static Node *lower_gelu(Checker *c, const Call *call) {

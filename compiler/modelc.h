@@ -299,7 +299,8 @@ struct Node {
     int kernel[2], stride[2], dilation[2], pad[4], groups;
     int out_pad[2];       /* conv_transpose2d: output_padding [h, w] (pad holds [ph, pw, ph, pw]) */
     bool ceil_mode, count_include_pad;
-    /* slice: out index i along axis reads start + i*step */
+    /* slice: out index i along axis reads start + i*step; dropout (training): start is its site,
+     * which keeps the masks of two dropouts apart (the Philox counter's last word) */
     int64_t start, step;
     /* softmax from attention: keys j > i masked (causal), and all-masked rows give zeros */
     bool causal, zero_masked_rows;
@@ -378,6 +379,7 @@ typedef struct Graph {
      * with respect to each trainable param (grad[i] for params[i]; NULL: frozen or unused), and
      * the optimizer that updates the params after the backward pass. */
     bool train;
+    int ndropout;      /* training: the dropout nodes lowered so far (each one's site) */
     Node *loss;
     Node **grad;
     struct Optimizer {

@@ -320,6 +320,15 @@ mrt_status mrt_cuda_opt_step_f32(void *stream, const struct mrt_opt_args *a, flo
 
 /** y[i] = start + step * i for i < n, f32 or (i64 != 0) int64 (mrt_iota). */
 mrt_status mrt_cuda_iota(void *stream, void *y, int64_t n, double start, double step, int i64);
+/** scatter_add, the adjoint of mrt_cuda_gather_f32's modes 0 and 1 (mrt_scatter_add_f32):
+ *  y [outer, n, inner] = 0 plus each g [outer, k, inner] entry at its index; deterministic, the
+ *  CPU kernel's sums exactly. An index outside [0, n) adds nothing. */
+mrt_status mrt_cuda_scatter_add_f32(void *stream, float *y, const float *g, const void *idx, int idx_i64, int mode,
+                                    int64_t outer, int64_t n, int64_t k, int64_t inner);
+/** Training-mode dropout of n floats (mrt_dropout_f32): y[i] = x[i] * scale where Philox4x32-10's
+ *  uniform number of (seed, step, site, i) is >= p, else 0; y may be x. */
+mrt_status mrt_cuda_dropout_f32(void *stream, float *y, const float *x, int64_t n, float p, float scale, uint64_t seed,
+                                uint64_t step, uint32_t site);
 /** mrt_gather_f32 (gather, index_select, one_hot by `mode`); an index outside [0, n) is reported
  *  like an embedding's bad id: by the stream's next mrt_stream_sync, naming `what`. */
 mrt_status mrt_cuda_gather_f32(void *stream, float *y, const float *x, const void *idx, int idx_i64, int mode,
@@ -403,7 +412,7 @@ mrt_status mrt_npy_write(const char *path, const mrt_tensor *t);
  * time (like model.to(device)); every other slot is pinned by an 'on DEVICE { }' region, and a
  * device map (PyTorch's map_location) may move a pinned slot to another device at run time. */
 
-#define MRT_MODEL_ABI 1      /* bumped when mrt_model_desc or mrt_model changes */
+#define MRT_MODEL_ABI 2      /* bumped when mrt_model_desc or mrt_model changes */
 #define MRT_MAX_SLOTS 16     /* device slots of one model */
 
 /** One device slot of a compiled model. Sizes in bytes, from the memory plan. */
@@ -450,6 +459,9 @@ struct mrt_model {
     int64_t step;
     double lr;
     void *graphs;                        /* the runtime's CUDA graphs of run() (rt_model.c) */
+    /* training builds: the seed of dropout's masks (PROG train --seed; 0 at create). A step's
+     * mask is a function of (seed, step, the dropout's site, the element index) */
+    uint64_t seed;
 };
 
 /** Create a model from its descriptor on `device` ("auto", "cpu", "cuda", "cuda:N"; NULL means

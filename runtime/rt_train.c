@@ -136,6 +136,7 @@ static void train_help(const mrt_model_info *info, const char *prog)
            "  --epochs E         passes over the data (default 1); --steps S stops after S steps\n"
            "  --lr LR            the learning rate (default: the model's optimizer statement)\n"
            "  --shuffle          a new order of the samples each epoch, from --seed (default 0)\n"
+           "  --seed S           the seed of --shuffle and of dropout's masks (default 0)\n"
            "  --save FILE        write the trained weights there (atomically) at the end\n"
            "  --save-state FILE  write the optimizer state (and its step) there too\n"
            "  --log FILE         append one line per step: epoch, step, loss, samples/s\n"
@@ -385,6 +386,7 @@ int rt_train_main(const mrt_model_info *info, int argc, char **argv, const char 
     mrt_model *m = model;
     if (o.lr > 0)
         m->lr = o.lr;
+    m->seed = o.seed;
     if (o.log && !(log = fopen(o.log, "a"))) {
         mrt_set_error(MRT_ERR_IO, "--log %s: cannot open: %s", o.log, strerror(errno));
         goto fail;

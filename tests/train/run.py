@@ -11,6 +11,7 @@ with the error. Prints PASS/FAIL lines.
 """
 import argparse
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -24,8 +25,15 @@ sys.path.insert(0, os.path.join(ROOT, "tools"))
 import make_data  # noqa: E402
 import safetensors_np  # noqa: E402
 
-MODELS = ["mlp_adamw", "mlp_sgd", "mlp_adam"]
+MODELS = ["mlp_adamw", "mlp_sgd", "mlp_adam", "gpt2_adamw"]
 RTOL = 1e-5
+# Parts of params whose true gradient is exactly 0: GPT-2's key bias (the middle third of each
+# c_attn.bias) adds q . b_k to every score of a row, which softmax ignores. Both PyTorch and
+# modelc compute a rounding-noise gradient there (~1e-9), which Adam divides by its own
+# root-mean-square and turns into steps of up to lr: the two runs' values are noise, not
+# comparable. These parts are printed, not compared; each must stay within STEPS * lr of its
+# initial value (Adam's step bound), and the rest of the tensor is compared at RTOL.
+NULL_GRAD = {"gpt2_adamw": [(re.compile(r"h\.\d+\.attn\.c_attn\.bias$"), slice(32, 64), 10 * 0.01)]}
 
 
 def check(name, modelc, d):
@@ -63,9 +71,25 @@ def check(name, modelc, d):
         if k not in got:
             bad.append("the saved weights lack '%s'" % k)
             continue
-        e = float(np.max(np.abs(got[k].astype(np.float64) - v)) / max(float(np.max(np.abs(v))), 1e-30))
+        gk = got[k].astype(np.float64)
+        v = v.astype(np.float64)
+        scale = max(float(np.max(np.abs(v))), 1e-30)
+        keep = np.ones(v.shape, dtype=bool)
+        for pat, part, bound in NULL_GRAD.get(name, []):
+            if not pat.match(k):
+                continue
+            keep[part] = False
+            moved = float(np.max(np.abs(gk[part] - w[k][part])))
+            print("  %s: final %s[%d:%d] (true gradient 0: not compared) |modelc - torch| / max|torch| = %.2e; "
+                  "moved %.2e from its init (bound %.2e)" % (name, k, part.start, part.stop,
+                                                             float(np.max(np.abs(gk[part] - v[part]))) / scale,
+                                                             moved, bound))
+            if not moved <= bound:
+                bad.append("final %s[%d:%d] moved %.2e, more than Adam's bound %.2e" % (k, part.start, part.stop,
+                                                                                      moved, bound))
+        e = float(np.max(np.abs(gk - v)[keep])) / scale
         print("  %s: final %-12s max |modelc - torch| / max|torch| = %.2e" % (name, k, e))
-        if e > RTOL:
+        if not e <= RTOL:
             bad.append("final %s differs by %.2e relative" % (k, e))
     extra = set(got) - set(want)
     if extra:
