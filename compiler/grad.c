@@ -480,7 +480,9 @@ static Node *vjp_cumsum(Node *n, int j, Node *g) { /* the running sums from the 
     (void)j;
     int ax = n->axis;
     if (dim_is_sym(n->shape.d[ax])) error_at(n->loc, "no gradient for a cumsum along a symbolic axis yet");
-    return tf_flip(n, un(OP_CUMSUM, n, tf_flip(n, g, ax)), ax);
+    Node *c = un(OP_CUMSUM, n, tf_flip(n, g, ax));
+    c->axis = ax;
+    return tf_flip(n, c, ax);
 }
 static Node *vjp_concat(Node *n, int j, Node *g) { /* operand j's part of g */
     int ax = n->axis;
