@@ -17,7 +17,9 @@
 #      tests/cudasim/transfer_race.model (a peer copy whose source block is reused at once);
 #   6. the examples ResNet-18 and GPT-2 (batch 1) and MiniLM with MODELRT_DEVICE=cuda, each
 #      against PyTorch by its own check.py as make gpu-check runs them (about 10, 3 and 10 s),
-#      then ResNet-18 replayed as a CUDA graph (its counts, and the eager run's logits).
+#      then ResNet-18 replayed as a CUDA graph (its counts, and the eager run's logits);
+#   7. training with --device cuda: tests/train's GPT-2 (10 AdamW steps against PyTorch), the
+#      gradient checks of the transformer ops, and dropout's masks (the CPU's, from Philox).
 # Prints one line per test, "PASS: cudasim/NAME" or "FAIL: cudasim/NAME: why", and exits 1 if any
 # failed. Needs no GPU and no nvcc: only the host C and C++ compilers.
 #
@@ -358,4 +360,20 @@ else
     echo "FAIL: cudasim/example/resnet18/graph_replay: $prog was not built"
     failed=1
 fi
+
+# ---------------------------------------------------------------- 7. training on the simulated GPU
+# The GPT-2 training test of tests/train (10 AdamW steps against PyTorch), the gradient checks
+# of the transformer ops, and dropout's masks against NumPy's Philox4x32-10, each built by the
+# simulator's modelc and run with PROG train --device cuda (TRAIN_DEVICE): the same tolerances
+# as on the CPU, and the same dropout masks.
+for t in "run.py -k gpt2" "gradcheck.py -k layer_norm -k embedding -k gather -k attention -k ties" "dropout.py"; do
+    log="$work/train_${t%%.py*}.log"
+    CUDASIM_DEVICES=1 TRAIN_DEVICE=cuda MODELC="$sim/bin/modelc" timeout 600 "$PY" tests/train/$t >"$log" 2>&1
+    rc=$?
+    if [ $rc -eq 0 ] && grep -q '^PASS: ' "$log" && ! grep -q '^FAIL' "$log"; then
+        sed -n 's#^PASS: #PASS: cudasim/train/#p' "$log"
+    else
+        fail_log "train/${t%%.py*}" "tests/train/$t with TRAIN_DEVICE=cuda: exit status $rc" "$log"
+    fi
+done
 exit $failed
