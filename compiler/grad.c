@@ -265,6 +265,8 @@ static Node *vjp_log_softmax(Node *n, int j, Node *g) { /* g - exp(y) sum(g) */
     (void)j;
     return bin(OP_SUB, n, g, bin(OP_MUL, n, un(OP_EXP, n, n), sum_axis(n, g, n->axis)));
 }
+static Node *vjp_slice_strided(Node *n, Node *g); /* transformer section */
+
 /* slice: the adjoint in the sliced range, zeros elsewhere (a concat of zeros, g, zeros along the
  * axis; step 1) */
 static Node *vjp_slice(Node *n, int j, Node *g) {
@@ -282,8 +284,10 @@ static Node *vjp_slice(Node *n, int j, Node *g) {
         f->step = -1;
         return f;
     }
-    if (n->step != 1 || dim_is_sym(L) || dim_is_sym(len))
-        error_at(n->loc, "no gradient for a slice with a step or of a symbolic axis yet");
+    if (n->step != 1 && !dim_is_sym(L) && !dim_is_sym(len)) /* another step: g scattered to start + i*step */
+        return vjp_slice_strided(n, g);
+    if (dim_is_sym(L) || dim_is_sym(len))
+        error_at(n->loc, "no gradient for a slice of a symbolic axis yet (other than the whole axis)");
     Node *parts[3];
     int np = 0;
     int64_t before = n->start, after = L.c - n->start - len.c;
@@ -409,6 +413,17 @@ static Node *tf_scatter_add(const Node *at, Node *g, Node *idx, int mode, int ax
     n->gather_mode = mode;
     n->axis = axis;
     return n;
+}
+
+/* A slice with a step other than 1 (a flip of part of an axis: pad's reflect mode): g added at
+ * the positions start + i*step it read, by scatter_add over an iota of them (no two repeat). */
+static Node *vjp_slice_strided(Node *n, Node *g) {
+    Shape s1 = {1, {n->shape.d[n->axis]}};
+    Node *pos = mk(OP_IOTA, n, DT_I64, &s1);
+    pos->nin = 0;
+    pos->fattr[0] = (double)n->start;
+    pos->fattr[1] = (double)n->step;
+    return tf_scatter_add(n, g, pos, GATHER_INDEX_SELECT, n->axis, &n->in[0]->shape);
 }
 
 static Node *mulc(const Node *at, Node *x, double c) { return bin(OP_MUL, at, x, cnst(at, c)); }

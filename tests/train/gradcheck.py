@@ -86,6 +86,10 @@ CASES = {
     "concat_cumsum": ("input x: f32[batch, 4]\n  param w: f32[4]\n  param v: f32[4]",
                       "cumsum(concat(x * w, x * x * v, axis=1), dim=1) + concat(flip(x * v, dims=[1]), x * w, axis=1) "
                       "+ reshape(stack(w, v * v, axis=0), [8])", [8], {"w": [4], "v": [4]}),
+    "movement": ("input x: f32[batch, 6]\n  param w: f32[6]",
+                 "pad(x * w, [2, 1], mode=reflect) + pad(x * w * w, [1, 2], mode=replicate) + pad(x * w, [3, 0]) "
+                 "+ repeat(slice(x * w, 1, 0, 3), [1, 3]) + repeat_interleave(slice(flip(x * w * w, dims=[1]), 1, 1, 6, 2), 3, dim=1)",
+                 [9], {"w": [6]}),
     "attention": ("input x: f32[batch, 4, 6]\n  param wq: f32[6, 6]\n  param wk: f32[6, 6]\n  param wv: f32[6, 6]\n"
                   "  param g: f32[6]",
                   "scaled_dot_product_attention(x @ wq, x @ wk, x @ wv, causal=true) + rms_norm(x * g, g)", [4, 6],
