@@ -69,7 +69,8 @@ CASES = {
     "pow": ("input x: f32[batch, 4]\n  param w: f32[4]\n  param v: f32[1, 4]",
             "pow(w * w + 0.5, x) + (x * x + 0.5) ** v + (x * w) ** 2.0", [4], {"w": [4], "v": [1, 4]}),
     "minmax": ("input x: f32[batch, 4]\n  param w: f32[4]\n  param v: f32[4]",
-               "minimum(x, w) + maximum(x * w, v) + unsqueeze(max(x * w, axis=1), 1) + unsqueeze(min(x + v, axis=1), 1)",
+               "minimum(x, w) + maximum(x * w, v) + unsqueeze(max(x * w, axis=1), 1) + unsqueeze(min(x + v, axis=1), 1) "
+               "+ x * max(x * w, axis=0) + x * min(x * v, axis=[0, 1])",
                [4], {"w": [4], "v": [4]}),
     "layer_norm": ("input x: f32[batch, 2, 3]\n  param u: f32[2, 3]\n  param w: f32[3]\n  param b: f32[3]\n"
                    "  param w2: f32[2, 3]\n  param b2: f32[2, 3]",
