@@ -949,6 +949,7 @@ static Node *lower_logsumexp(Checker *c, const Call *call) {
     Node *m = mk_unary(c, OP_CLAMP, loc, reduce_axes(c, OP_MAX, loc, x, axes, n, true));
     m->fattr[0] = -FLT_MAX;
     m->fattr[1] = FLT_MAX;
+    m->stop_grad = true; /* training: d/dm of the result is 1 - sum(softmax) = 0; the gradient is softmax's */
     Node *s = reduce_axes(c, OP_SUM, loc, mk_unary(c, OP_EXP, loc, mk_binary(c, OP_SUB, loc, x, m)), axes, n, true);
     Node *r = mk_binary(c, OP_ADD, loc, m, mk_unary(c, OP_LOG, loc, s));
     if (keepdim) return r;

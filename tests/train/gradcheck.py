@@ -87,6 +87,9 @@ CASES = {
     "concat_cumsum": ("input x: f32[batch, 4]\n  param w: f32[4]\n  param v: f32[4]",
                       "cumsum(concat(x * w, x * x * v, axis=1), dim=1) + concat(flip(x * v, dims=[1]), x * w, axis=1) "
                       "+ reshape(stack(w, v * v, axis=0), [8])", [8], {"w": [4], "v": [4]}),
+    "logsumexp": ("input x: f32[batch, 5]\n  param w: f32[5]",
+                  "x * unsqueeze(logsumexp(x * w, axis=1), 1) + std(x * w, axis=1, keepdim=true) + var(x + w, axis=1, unbiased=false, keepdim=true)",
+                  [5], {"w": [5]}),
     "movement": ("input x: f32[batch, 6]\n  param w: f32[6]",
                  "pad(x * w, [2, 1], mode=reflect) + pad(x * w * w, [1, 2], mode=replicate) + pad(x * w, [3, 0]) "
                  "+ repeat(slice(x * w, 1, 0, 3), [1, 3]) + repeat_interleave(slice(flip(x * w * w, dims=[1]), 1, 1, 6, 2), 3, dim=1)",
