@@ -680,7 +680,7 @@ static inline int64_t mrt_gather_f32(float *y, const float *x, const void *idx, 
 /* The adjoint of mrt_gather_f32 (modes 0 and 1): y [outer, n, inner] = 0, then for each
  * position (o, j, i) of g [outer, k, inner] in C order, y[o, index, i] += g[o, j, i] (the index
  * read as gather reads it). Every y element sums its entries in increasing j, in float, which
- * the CUDA kernel (one thread per y element) repeats exactly: the result is deterministic and
+ * the CUDA kernel (one thread per (o, i) line, walking j in order) repeats exactly: the result is deterministic and
  * the same on both. An index outside [0, n) adds nothing (the forward gather has reported it). */
 static inline void mrt_scatter_add_f32(float *y, const float *g, const void *idx, int idx_i64, int mode, int64_t outer,
                                        int64_t n, int64_t k, int64_t inner) {

@@ -1020,25 +1020,23 @@ mrt_status mrt_cuda_iota(void *stream, void *y, int64_t n, double start, double 
     return MRT_OK;
 }
 
-// scatter_add (mrt_scatter_add_f32): one thread per element (o, t, i) of y [outer, n, inner],
-// summing, in increasing j and in float as the CPU kernel does, the entries g[o, j, i] whose
-// index is t: deterministic (no atomics) and bit-identical to the CPU. It reads the whole index
-// per element (outer * n * inner * k work), which is what a deterministic order costs here.
+// scatter_add (mrt_scatter_add_f32): y is zeroed, then one thread per line (o, i) walks the
+// positions j = 0 .. k-1 in order and adds g[o, j, i] to y[o, index, i]. No two threads touch
+// one element (each owns its (o, i) line of y), so there are no atomics, the work is that of
+// reading g once, and every element sums its entries in increasing j, in float, as the CPU
+// kernel does: deterministic, and bit-identical to the CPU.
 __global__ void scatter_add_kernel(float *__restrict__ y, const float *__restrict__ g, const void *__restrict__ idx,
                                    int idx_i64, int mode, int64_t outer, int64_t n, int64_t k, int64_t inner)
 {
-    const int64_t total = outer * n * inner;
-    for (int64_t t = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; t < total;
+    for (int64_t t = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; t < outer * inner;
          t += (int64_t)gridDim.x * blockDim.x) {
-        const int64_t o = t / (n * inner), r = t - o * n * inner, row = r / inner, i = r - row * inner;
-        float s = 0.0f;
+        const int64_t o = t / inner, i = t - o * inner;
         for (int64_t j = 0; j < k; j++) {
             const int64_t at = (o * k + j) * inner + i, pos = mode == 0 ? at : j;
             const int64_t id = idx_i64 ? ((const int64_t *)idx)[pos] : (int64_t)((const int32_t *)idx)[pos];
-            if (id == row)
-                s += g[at];
+            if (id >= 0 && id < n)
+                y[(o * n + id) * inner + i] += g[at];
         }
-        y[t] = s;
     }
 }
 
@@ -1050,8 +1048,17 @@ mrt_status mrt_cuda_scatter_add_f32(void *stream, float *y, const float *g, cons
         return bad_arg(fn, "negative dimension or bad mode");
     if (outer == 0 || n == 0 || inner == 0)
         return MRT_OK;
-    MRT_LAUNCH(scatter_add_kernel, grid_for(outer * n * inner, kBlock), kBlock, 0, (cudaStream_t)stream, y, g, idx,
-               idx_i64, mode, outer, n, k, inner);
+    cudaStream_t s = (cudaStream_t)stream;
+    cudaError_t e = cudaMemsetAsync(y, 0, sizeof(float) * (size_t)(outer * n * inner), s);
+    if (e != cudaSuccess) {
+        (void)cudaGetLastError();
+        return mrt_set_error(MRT_ERR_CUDA, "%s: zeroing %lld floats failed: %s (%s)", fn, (long long)(outer * n * inner),
+                             cudaGetErrorName(e), cudaGetErrorString(e));
+    }
+    if (k == 0)
+        return MRT_OK;
+    MRT_LAUNCH(scatter_add_kernel, grid_for(outer * inner, kBlock), kBlock, 0, s, y, g, idx, idx_i64, mode, outer, n, k,
+               inner);
     LAUNCH_CHECK(fn, "scatter_add_kernel");
     return MRT_OK;
 }
