@@ -365,13 +365,17 @@ fi
 # The GPT-2 training test of tests/train (10 AdamW steps against PyTorch), the gradient checks
 # of the transformer ops, and dropout's masks against NumPy's Philox4x32-10, each built by the
 # simulator's modelc and run with PROG train --device cuda (TRAIN_DEVICE): the same tolerances
-# as on the CPU, and the same dropout masks.
+# as on the CPU, and the same dropout masks (dropout.py's devices check trains a GPT-2 with
+# dropout on both, the CPU with $B/bin/modelc when it is built).
+cpu_modelc=""
+[ -x "$B/bin/modelc" ] && cpu_modelc="$(cd "$B/bin" && pwd)/modelc"
 for t in "run.py -k gpt2" "gradcheck.py -k layer_norm -k embedding -k gather -k attention -k ties" "dropout.py"; do
     log="$work/train_${t%%.py*}.log"
-    CUDASIM_DEVICES=1 TRAIN_DEVICE=cuda MODELC="$sim/bin/modelc" timeout 600 "$PY" tests/train/$t >"$log" 2>&1
+    CUDASIM_DEVICES=1 TRAIN_DEVICE=cuda MODELC="$sim/bin/modelc" MODELC_CPU="$cpu_modelc" timeout 600 \
+        "$PY" tests/train/$t >"$log" 2>&1
     rc=$?
     if [ $rc -eq 0 ] && grep -q '^PASS: ' "$log" && ! grep -q '^FAIL' "$log"; then
-        sed -n 's#^PASS: #PASS: cudasim/train/#p' "$log"
+        sed -n 's#^\(PASS\|SKIP\): #\1: cudasim/train/#p' "$log"
     else
         fail_log "train/${t%%.py*}" "tests/train/$t with TRAIN_DEVICE=cuda: exit status $rc" "$log"
     fi

@@ -19,7 +19,10 @@ and predicts modelc's training exactly:
                sigma of 1 - p, the kept values exactly 1 / (1 - p) (float), two seeds agreeing on
                about p^2 + (1 - p)^2 of the elements (independent masks), and the generator's
                uniform numbers spread evenly over 16 buckets (chi-square, 15 dof, below 40);
-  inference    an inference build of dropout(x, p=0.5) returns x unchanged.
+  inference    an inference build of dropout(x, p=0.5) returns x unchanged;
+  devices      (TRAIN_DEVICE=cuda with MODELC_CPU, a CPU build's modelc; else skipped) GPT-2 with
+               dropout at its three places trained 10 steps (SGD) on the CPU and on CUDA: the
+               same losses and weights at 1e-5, and losses unlike those without dropout.
 PyTorch's own dropout draws its masks from other generators (mt19937 on the CPU, Philox with
 its own counter layout on CUDA), so the PyTorch comparisons of tests/train use p = 0 or
 compare only mask-agnostic statistics; this test is the exact one. Prints PASS/FAIL lines.
@@ -229,17 +232,89 @@ def check_inference(modelc, d):
     return None if np.array_equal(x, y) else "an inference build's dropout changed its input"
 
 
+def gpt2_dropout_text():
+    """tests/train/gpt2_adamw.model with GPT-2's three dropouts at p = 0.1 (embeddings, attention
+    output, MLP output): 5 sites over the 2 layers."""
+    with open(os.path.join(HERE, "gpt2_adamw.model")) as f:
+        s = f.read()
+    for old, new in (("x0  = tok + pos", "x0  = dropout(tok + pos, p=0.1)"),
+                     ("x1  = x + (y @ attn.c_proj.weight + attn.c_proj.bias)",
+                      "x1  = x + dropout(y @ attn.c_proj.weight + attn.c_proj.bias, p=0.1)"),
+                     ("return x1 + (m @ mlp.c_proj.weight + mlp.c_proj.bias)",
+                      "return x1 + dropout(m @ mlp.c_proj.weight + mlp.c_proj.bias, p=0.1)")):
+        if old not in s:
+            raise RuntimeError("gpt2_adamw.model has no '%s'" % old)
+        s = s.replace(old, new)
+    # SGD: AdamW would turn the last-bit differences of the two devices' GEMMs in a gradient
+    # near its eps (1e-8) into visible steps; SGD keeps the comparison one of the gradients
+    return s.replace("optimizer adamw(lr=0.01, betas=[0.9, 0.95], eps=1e-8, weight_decay=0.1)",
+                     "optimizer sgd(lr=0.1, momentum=0.9)")
+
+
+def check_devices(modelc, d):
+    """GPT-2 with dropout trained 10 steps (SGD with momentum) on the CPU (MODELC_CPU's build) and
+    on CUDA (this run's): the same masks make the same losses and weights (1e-5 relative; the
+    key thirds of c_attn.bias, whose true gradient is 0, excepted as in run.py)."""
+    import make_data  # noqa: E402  (tests/train)
+    cpu = os.environ.get("MODELC_CPU")
+    if os.environ.get("TRAIN_DEVICE", "cpu") != "cuda" or not cpu:
+        return "skip: needs TRAIN_DEVICE=cuda and MODELC_CPU (a CPU build's modelc), as tests/cudasim/run.sh gives"
+    text = gpt2_dropout_text()
+    w, data = make_data.make("gpt2_adamw")
+    runs = {}
+    for dev, mc in (("cpu", cpu), ("cuda", modelc)):
+        sub = os.path.join(d, dev)
+        os.makedirs(sub)
+        prog = build(mc, sub, "gpt2_dropout", text)
+        os.environ["TRAIN_DEVICE"], saved = dev, os.environ["TRAIN_DEVICE"]
+        try:
+            runs[dev] = train(prog, sub, w, data, 8, 2, 5)
+        finally:
+            os.environ["TRAIN_DEVICE"] = saved
+    plain = os.path.join(d, "plain")
+    os.makedirs(plain)
+    no_dropout = text.replace("p=0.1", "p=0")
+    _, plain_losses = train(build(modelc, plain, "gpt2_plain", no_dropout), plain, w, data, 8, 2, 5)
+    (wc, lc), (wg, lg) = runs["cpu"], runs["cuda"]
+    el = float(np.max(np.abs(lg - lc) / np.abs(lc)))
+    moved = float(np.max(np.abs(lc - plain_losses)))
+    print("  devices: GPT-2 with 5 dropouts, losses CPU vs CUDA: max relative difference %.2e (tolerance %.0e); "
+          "they differ from the run without dropout by up to %.3f" % (el, RTOL, moved))
+    print("    cpu  " + " ".join("%.6f" % v for v in lc))
+    print("    cuda " + " ".join("%.6f" % v for v in lg))
+    bad = [] if el <= RTOL else ["losses differ by %.2e relative" % el]
+    if not moved > 1e-3:
+        bad.append("the dropouts changed no loss (by %.1e)" % moved)
+    worst = (0.0, "")
+    for k in wc:
+        a, b = wc[k].astype(np.float64), wg[k].astype(np.float64)
+        keep = np.ones(a.shape, dtype=bool)
+        if k.endswith("attn.c_attn.bias"):
+            keep[32:64] = False
+        e = float(np.max(np.abs(a - b)[keep]) / np.max(np.abs(a)))
+        worst = max(worst, (e, k))
+    print("  devices: final weights CPU vs CUDA: max relative difference %.2e in %s (tolerance %.0e)" % (worst + (RTOL,)))
+    if not worst[0] <= RTOL:
+        bad.append("final %s differs by %.2e relative" % (worst[1], worst[0]))
+    return "; ".join(bad) or None
+
+
 def main():
     modelc = os.environ.get("MODELC", os.path.join(ROOT, "build", "bin", "modelc"))
+    sys.path.insert(0, HERE)
     fails = 0
     for name, fn in (("philox_kat", lambda d: check_kat()), ("masks", lambda d: check_masks(modelc, d)),
                      ("statistics", lambda d: check_statistics(modelc, d)),
-                     ("inference", lambda d: check_inference(modelc, d))):
+                     ("inference", lambda d: check_inference(modelc, d)),
+                     ("devices", lambda d: check_devices(modelc, d))):
         with tempfile.TemporaryDirectory(prefix="dropout_%s_" % name) as d:
             try:
                 why = fn(d)
             except RuntimeError as e:
                 why = str(e)
+        if why and why.startswith("skip: "):
+            print("SKIP: dropout/%s: %s" % (name, why[6:]))
+            continue
         print("PASS: dropout/%s" % name if why is None else "FAIL: dropout/%s: %s" % (name, why))
         fails += why is not None
     return 1 if fails else 0
