@@ -7,7 +7,11 @@ For each model: make_data.py's initial weights and samples, `modelc NAME.model -
 `PROG train --batch 8 --epochs 2 --log LOG --save OUT` (file order, 10 steps); the loss of every
 step (from the log) and the final weights are compared with PyTorch's (expected_NAME.safetensors,
 made by reference.py) at RTOL relative to the largest magnitude of each tensor, and printed
-with the error. Prints PASS/FAIL lines.
+with the error. The models: three MLPs (AdamW, SGD with Nesterov momentum, Adam with a frozen
+param) and gpt2_adamw, a 2-layer GPT-2 with tied embeddings (examples/gpt2's text) trained on
+next-token cross_entropy with AdamW, whose reference is PyTorch in float64 (reference.py's
+FLOAT64) and whose key biases are left out of the comparison (NULL_GRAD says why). Prints
+PASS/FAIL lines.
 """
 import argparse
 import os
