@@ -949,6 +949,7 @@ static Node *lower_logsumexp(Checker *c, const Call *call) {
     Node *m = mk_unary(c, OP_CLAMP, loc, reduce_axes(c, OP_MAX, loc, x, axes, n, true));
     m->fattr[0] = -FLT_MAX;
     m->fattr[1] = FLT_MAX;
+    m->stop_grad = true; /* training: d/dm of the result is 1 - sum(softmax) = 0; the gradient is softmax's */
     Node *s = reduce_axes(c, OP_SUM, loc, mk_unary(c, OP_EXP, loc, mk_binary(c, OP_SUB, loc, x, m)), axes, n, true);
     Node *r = mk_binary(c, OP_ADD, loc, m, mk_unary(c, OP_LOG, loc, s));
     if (keepdim) return r;
@@ -2878,7 +2879,13 @@ static Node *lower_dropout(Checker *c, const Call *call) {
     double p = attr_float(call, 0);
     if (!(p >= 0 && p <= 1))
         error_at(call->attr[0]->loc, "'dropout' p must be in [0, 1], got %g", p);
-    return call->t[0];
+    if (!c->g->train || p == 0) return call->t[0]; /* inference, or nothing dropped: the identity */
+    /* a training build: the mask of (seed, step, site, element), site = the dropouts before it */
+    require_f32(call, call->t[0], 0);
+    Node *n = mk_unary(c, OP_DROPOUT, call->ast->loc, call->t[0]);
+    n->fattr[0] = p;
+    n->start = c->g->ndropout++;
+    return n;
 }
 
 static Node *lower_gelu(Checker *c, const Call *call) {

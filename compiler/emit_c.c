@@ -430,6 +430,35 @@ static void emit_gather(Emit *e, const Kernel *k, char **ptr) {
              xprintf("mrt_cuda_%s(stream%d, %s, %s)", fn, s, a, what));
 }
 
+/* scatter_add (training: the adjoint of gather, index_select, embedding): y shaped like the
+ * gathered tensor, viewed [outer, n, inner] around r->axis, from g [outer, k, inner] through the
+ * index (mode 0: the index has g's shape; mode 1: k entries, k the index's element count). */
+static void emit_scatter_add(Emit *e, const Kernel *k, char **ptr) {
+    const Node *r = k->lib, *g = r->in[0], *idx = r->in[1];
+    int d = r->axis, mode = r->gather_mode;
+    Dim outer = {1, {0}}, inner = {1, {0}}, n = r->shape.d[d];
+    Dim kk = mode == GATHER_ELEMENTS ? g->shape.d[d] : shape_numel(&idx->shape);
+    for (int i = 0; i < d; i++) outer = dim_mul(outer, r->shape.d[i], NULL);
+    for (int i = d + 1; i < r->shape.rank; i++) inner = dim_mul(inner, r->shape.d[i], NULL);
+    fprintf(e->o, "    /* %s%d: %s %%%d (%s along axis %d) */\n", e->kpfx, k->id, op_name(r->op), r->id,
+            mode == GATHER_ELEMENTS ? "gather" : "index_select", d);
+    library_call(e, k, op_info[r->op].kernel,
+                 xprintf("%s, %s, %s, %d, %d, %s, %s, %s, %s", ptr[r->id], ptr[view_base(g)->id], ptr[view_base(idx)->id],
+                         idx->dtype == DT_I64, mode, dim_c(outer), dim_c(n), dim_c(kk), dim_c(inner)));
+}
+
+/* dropout in a training build: the mask of (m->seed, the step being taken, the site r->start,
+ * the element index); m->step counts the steps already taken. */
+static void emit_dropout(Emit *e, const Kernel *k, char **ptr) {
+    const Node *r = k->lib, *x = r->in[0];
+    double p = r->fattr[0];
+    fprintf(e->o, "    /* %s%d: %s %%%d {p=%g, site=%" PRId64 "} */\n", e->kpfx, k->id, op_name(r->op), r->id, p, r->start);
+    library_call(e, k, op_info[r->op].kernel,
+                 xprintf("%s, %s, %s, %s, %s, m->seed, (uint64_t)m->step, %" PRId64 "u", ptr[r->id],
+                         ptr[view_base(x)->id], dim_c(shape_numel(&x->shape)), float_lit(p),
+                         p < 1 ? float_lit(1.0 / (double)(float)(1.0 - p)) : "0.0f", r->start));
+}
+
 /* An iota: y[i] = start + step * i for i < n (f32 or i64), computed in double. */
 static void emit_iota(Emit *e, const Kernel *k, char **ptr) {
     const Node *r = k->lib;

@@ -426,7 +426,8 @@ static void dump_kernels(FILE *out, const Graph *g, const KernelList *kl, const 
             if (op_is_reduction(r->op) || r->op == OP_CONCAT)
                 fprintf(out, " {axis=%d%s%s}", r->axis, r->keepdim ? ", keepdim" : "", r->causal ? ", causal" : "");
             if (r->op == OP_IOTA) fprintf(out, " {start=%.17g, step=%.17g}", r->fattr[0], r->fattr[1]);
-            if (r->op == OP_GATHER)
+            if (r->op == OP_DROPOUT) fprintf(out, " {p=%g, site=%lld}", r->fattr[0], (long long)r->start);
+            if (r->op == OP_GATHER || r->op == OP_SCATTER_ADD)
                 fprintf(out, " {axis=%d, %s}", r->axis, r->gather_mode == GATHER_ONE_HOT ? "one_hot" : r->gather_mode == GATHER_INDEX_SELECT ? "index_select" : "gather");
             break;
         }

@@ -268,6 +268,8 @@ static Node *vjp_log_softmax(Node *n, int j, Node *g) { /* g - exp(y) sum(g) */
     (void)j;
     return bin(OP_SUB, n, g, bin(OP_MUL, n, un(OP_EXP, n, n), sum_axis(n, g, n->axis)));
 }
+static Node *vjp_slice_strided(Node *n, Node *g); /* transformer section */
+
 /* slice: the adjoint in the sliced range, zeros elsewhere (a concat of zeros, g, zeros along the
  * axis; step 1) */
 static Node *vjp_slice(Node *n, int j, Node *g) {
@@ -275,8 +277,20 @@ static Node *vjp_slice(Node *n, int j, Node *g) {
     Node *x = n->in[0];
     int ax = n->axis;
     Dim L = x->shape.d[ax], len = n->shape.d[ax];
-    if (n->step != 1 || dim_is_sym(L) || dim_is_sym(len))
-        error_at(n->loc, "no gradient for a slice with a step or of a symbolic axis yet");
+    if (n->step == 1 && n->start == 0 && dim_eq(L, len)) return g; /* the whole axis */
+    if (n->step == -1 && !dim_is_sym(L) && dim_eq(L, len) && n->start == L.c - 1) { /* flip: its own inverse */
+        Node *f = mk(OP_SLICE, n, g->dtype, &g->shape);
+        f->in[0] = g;
+        f->nin = 1;
+        f->axis = ax;
+        f->start = n->start;
+        f->step = -1;
+        return f;
+    }
+    if (n->step != 1 && !dim_is_sym(L) && !dim_is_sym(len)) /* another step: g scattered to start + i*step */
+        return vjp_slice_strided(n, g);
+    if (dim_is_sym(L) || dim_is_sym(len))
+        error_at(n->loc, "no gradient for a slice of a symbolic axis yet (other than the whole axis)");
     Node *parts[3];
     int np = 0;
     int64_t before = n->start, after = L.c - n->start - len.c;
@@ -539,6 +553,222 @@ static void train_batch_norms(Graph *g) {
             nbn++;
         }
     if (nbn) toposort_graph(g);
+}
+
+/* ---------------------------------------------------------------- transformer gradients and dropout (issue 14)
+ *
+ * The rules of the transformer's ops (layer_norm, embedding, gelu_tanh, attention's pieces) and
+ * of the remaining elementwise ops, reductions and data movement, as PyTorch's derivatives.yaml
+ * writes them, ties and kinks included: max sends its adjoint to the first maximum along the
+ * axis (torch.max(x, dim)'s index); minimum/maximum split it in half between equal operands;
+ * pow's exponent takes none where the base is 0 and the exponent >= 0; relu-like kinks follow
+ * PyTorch's comparisons (leaky_relu x > 0, elu x <= 0, hardswish [-3, 3], hardsigmoid (-3, 3)).
+ * layer_norm recomputes its statistics in the backward graph from the saved input (ordinary
+ * nodes, fused); embedding and gather scatter their adjoint back with scatter_add, whose kernels
+ * sum duplicates in index order (deterministic, and the same on the CPU and CUDA). */
+
+static Node *tf_reduce(OpKind op, const Node *at, Node *x, int axis) { /* sum/mean/max/argmax, keepdim */
+    Shape s = x->shape;
+    s.d[axis] = dim_const(1);
+    Node *n = mk(op, at, op == OP_ARGMAX ? DT_I64 : x->dtype, &s);
+    n->in[0] = x;
+    n->nin = 1;
+    n->axis = axis;
+    n->keepdim = true;
+    return n;
+}
+
+/* x[..., start : start + len, ...] along axis, step 1 (len == the axis: x itself). */
+static Node *tf_slice(const Node *at, Node *x, int axis, int64_t start, int64_t len) {
+    if (start == 0 && dim_eq(x->shape.d[axis], dim_const(len))) return x;
+    Shape s = x->shape;
+    s.d[axis] = dim_const(len);
+    Node *n = mk(OP_SLICE, at, x->dtype, &s);
+    n->in[0] = x;
+    n->nin = 1;
+    n->axis = axis;
+    n->start = start;
+    n->step = 1;
+    return n;
+}
+
+/* x reversed along a fixed axis (flip: a slice with step -1). */
+static Node *tf_flip(const Node *at, Node *x, int axis) {
+    Node *n = mk(OP_SLICE, at, x->dtype, &x->shape);
+    n->in[0] = x;
+    n->nin = 1;
+    n->axis = axis;
+    n->start = x->shape.d[axis].c - 1;
+    n->step = -1;
+    return n;
+}
+
+/* The positions 0 .. n-1 along axis of a tensor of shape xs, as i64 shaped [1, .., n, .., 1]. */
+static Node *tf_positions(const Node *at, const Shape *xs, int axis) {
+    Shape s1 = {1, {xs->d[axis]}};
+    Node *io = mk(OP_IOTA, at, DT_I64, &s1);
+    io->nin = 0;
+    io->fattr[0] = 0;
+    io->fattr[1] = 1;
+    Shape s = {xs->rank, {{0}}};
+    for (int i = 0; i < xs->rank; i++) s.d[i] = i == axis ? xs->d[axis] : dim_const(1);
+    return reshape(at, io, &s);
+}
+
+/* y shaped `s`, zeros plus g's entries added where idx points along axis (gather's modes). */
+static Node *tf_scatter_add(const Node *at, Node *g, Node *idx, int mode, int axis, const Shape *s) {
+    Node *n = mk(OP_SCATTER_ADD, at, DT_F32, s);
+    n->in[0] = g;
+    n->in[1] = idx;
+    n->nin = 2;
+    n->gather_mode = mode;
+    n->axis = axis;
+    return n;
+}
+
+/* A slice with a step other than 1 (a flip of part of an axis: pad's reflect mode): g added at
+ * the positions start + i*step it read, by scatter_add over an iota of them (no two repeat). */
+static Node *vjp_slice_strided(Node *n, Node *g) {
+    Shape s1 = {1, {n->shape.d[n->axis]}};
+    Node *pos = mk(OP_IOTA, n, DT_I64, &s1);
+    pos->nin = 0;
+    pos->fattr[0] = (double)n->start;
+    pos->fattr[1] = (double)n->step;
+    return tf_scatter_add(n, g, pos, GATHER_INDEX_SELECT, n->axis, &n->in[0]->shape);
+}
+
+static Node *mulc(const Node *at, Node *x, double c) { return bin(OP_MUL, at, x, cnst(at, c)); }
+
+static Node *vjp_gelu_tanh(Node *n, int j, Node *g) { /* PyTorch's GeluBackward, approximate='tanh' */
+    (void)j;
+    const double beta = M_SQRT2 * M_2_SQRTPI * 0.5, kappa = 0.044715;
+    Node *x = n->in[0], *x2 = bin(OP_MUL, n, x, x);
+    Node *inner = mulc(n, bin(OP_ADD, n, x, mulc(n, bin(OP_MUL, n, x2, x), kappa)), beta);
+    Node *t = un(OP_TANH, n, inner);
+    Node *left_d = mulc(n, bin(OP_ADD, n, t, cnst(n, 1.0)), 0.5);
+    Node *right_d = bin(OP_MUL, n, bin(OP_MUL, n, mulc(n, x, 0.5), bin(OP_SUB, n, cnst(n, 1.0), bin(OP_MUL, n, t, t))),
+                        mulc(n, bin(OP_ADD, n, cnst(n, 1.0), mulc(n, x2, 3.0 * kappa)), beta));
+    return bin(OP_MUL, n, g, bin(OP_ADD, n, left_d, right_d));
+}
+static Node *vjp_erf(Node *n, int j, Node *g) { /* 2/sqrt(pi) e^(-x^2) */
+    (void)j;
+    Node *x = n->in[0];
+    return bin(OP_MUL, n, g, mulc(n, un(OP_EXP, n, un(OP_NEG, n, bin(OP_MUL, n, x, x))), M_2_SQRTPI));
+}
+static Node *vjp_sin(Node *n, int j, Node *g) { (void)j; return bin(OP_MUL, n, g, un(OP_COS, n, n->in[0])); }
+static Node *vjp_cos(Node *n, int j, Node *g) { (void)j; return bin(OP_MUL, n, g, un(OP_NEG, n, un(OP_SIN, n, n->in[0]))); }
+static Node *vjp_leaky_relu(Node *n, int j, Node *g) { /* x > 0 ? g : g * slope */
+    (void)j;
+    return where(n, bin(OP_GT, n, n->in[0], cnst(n, 0.0)), g, mulc(n, g, n->fattr[0]));
+}
+static Node *vjp_elu(Node *n, int j, Node *g) { /* x <= 0 ? g * alpha * e^x : g */
+    (void)j;
+    Node *x = n->in[0];
+    return where(n, bin(OP_LE, n, x, cnst(n, 0.0)), bin(OP_MUL, n, g, mulc(n, un(OP_EXP, n, x), n->fattr[0])), g);
+}
+static Node *vjp_hardswish(Node *n, int j, Node *g) { /* 0 below -3, x/3 + 1/2 on [-3, 3], 1 above */
+    (void)j;
+    Node *x = n->in[0];
+    Node *mid = bin(OP_MUL, n, g, bin(OP_ADD, n, bin(OP_DIV, n, x, cnst(n, 3.0)), cnst(n, 0.5)));
+    return where(n, bin(OP_LT, n, x, cnst(n, -3.0)), cnst(n, 0.0), where(n, bin(OP_LE, n, x, cnst(n, 3.0)), mid, g));
+}
+static Node *vjp_hardsigmoid(Node *n, int j, Node *g) { /* 1/6 on (-3, 3), else 0 */
+    (void)j;
+    Node *x = n->in[0];
+    Node *in = bin(OP_LOGICAL_AND, n, bin(OP_GT, n, x, cnst(n, -3.0)), bin(OP_LT, n, x, cnst(n, 3.0)));
+    return where(n, in, bin(OP_DIV, n, g, cnst(n, 6.0)), cnst(n, 0.0));
+}
+static Node *vjp_pow(Node *n, int j, Node *g) {
+    Node *a = n->in[0], *b = n->in[1], *z = cnst(n, 0.0);
+    if (j == 0) { /* b a^(b-1), 0 where b == 0 */
+        Node *d = bin(OP_MUL, n, b, bin(OP_POW, n, a, bin(OP_SUB, n, b, cnst(n, 1.0))));
+        return unbroadcast(n, where(n, bin(OP_EQ, n, b, z), z, bin(OP_MUL, n, g, d)), &a->shape);
+    }
+    /* a^b log(a), 0 where a == 0 and b >= 0 */
+    Node *mask = bin(OP_LOGICAL_AND, n, bin(OP_EQ, n, a, z), bin(OP_GE, n, b, z));
+    return unbroadcast(n, where(n, mask, z, bin(OP_MUL, n, g, bin(OP_MUL, n, n, un(OP_LOG, n, a)))), &b->shape);
+}
+/* minimum / maximum: the adjoint to the operand chosen, half to each where they are equal (PyTorch) */
+static Node *minmax_vjp(Node *n, int j, Node *g, OpKind loses) {
+    Node *a = n->in[j], *b = n->in[1 - j];
+    Node *r = where(n, bin(OP_EQ, n, a, b), mulc(n, g, 0.5), where(n, bin(loses, n, a, b), cnst(n, 0.0), g));
+    return unbroadcast(n, r, &a->shape);
+}
+static Node *vjp_minimum(Node *n, int j, Node *g) { return minmax_vjp(n, j, g, OP_GT); }
+static Node *vjp_maximum(Node *n, int j, Node *g) { return minmax_vjp(n, j, g, OP_LT); }
+static Node *vjp_max(Node *n, int j, Node *g) { /* all of it to the first maximum (argmax: a NaN counts as one) */
+    (void)j;
+    Node *x = n->in[0];
+    Node *first = bin(OP_EQ, n, tf_positions(n, &x->shape, n->axis), tf_reduce(OP_ARGMAX, n, x, n->axis));
+    return where(n, first, vjp_sum(n, 0, g), cnst(n, 0.0));
+}
+static Node *vjp_cumsum(Node *n, int j, Node *g) { /* the running sums from the end */
+    (void)j;
+    int ax = n->axis;
+    if (dim_is_sym(n->shape.d[ax])) error_at(n->loc, "no gradient for a cumsum along a symbolic axis yet");
+    Node *c = un(OP_CUMSUM, n, tf_flip(n, g, ax));
+    c->axis = ax;
+    return tf_flip(n, c, ax);
+}
+static Node *vjp_concat(Node *n, int j, Node *g) { /* operand j's part of g */
+    int ax = n->axis;
+    int64_t off = 0;
+    for (int i = 0; i <= j; i++)
+        if (dim_is_sym(n->in[i]->shape.d[ax]))
+            error_at(n->loc, "no gradient for a concat along a symbolic axis yet");
+    for (int i = 0; i < j; i++) off += n->in[i]->shape.d[ax].c;
+    return tf_slice(n, g, ax, off, n->in[j]->shape.d[ax].c);
+}
+static Node *vjp_gather(Node *n, int j, Node *g) {
+    if (j != 0 || n->gather_mode == GATHER_ONE_HOT) return NULL; /* the index; one_hot reads only ids */
+    return tf_scatter_add(n, g, n->in[1], n->gather_mode, n->axis, &n->in[0]->shape);
+}
+static Node *vjp_embedding(Node *n, int j, Node *g) { /* the rows of weight [V, D]: index_select along 0 */
+    if (j != 1) return NULL;
+    return tf_scatter_add(n, g, n->in[0], GATHER_INDEX_SELECT, 0, &n->in[1]->shape);
+}
+
+/* layer_norm over the axes from n->axis on (D elements per row), weight and bias optional:
+ * xhat = (x - mean) * rstd, rstd = 1 / sqrt(var + eps) recomputed from x;
+ * dx = rstd (gw - mean(gw) - xhat mean(gw xhat)) with gw = g * weight; dweight = sum of g xhat and
+ * dbias = sum of g over the rows. The statistics are built once per node (the three operands'
+ * rules share them). */
+static Node *vjp_layer_norm(Node *n, int j, Node *g) {
+    static const Node *cached_n, *cached_g;
+    static Node *xhat, *rstd, *g2;
+    Node *x = n->in[0];
+    int r = x->shape.rank, ax = n->axis;
+    Dim D = dim_const(1);
+    for (int i = ax; i < r; i++) D = dim_mul(D, x->shape.d[i], NULL);
+    Shape s2 = {ax + 1, {{0}}}, sd = {1, {D}};
+    for (int i = 0; i < ax; i++) s2.d[i] = x->shape.d[i];
+    s2.d[ax] = D;
+    if (cached_n != n || cached_g != g) {
+        Node *x2 = reshape(n, x, &s2);
+        Node *xc = bin(OP_SUB, n, x2, tf_reduce(OP_MEAN, n, x2, ax));
+        rstd = un(OP_RSQRT, n, bin(OP_ADD, n, tf_reduce(OP_MEAN, n, bin(OP_MUL, n, xc, xc), ax), cnst(n, n->eps)));
+        xhat = bin(OP_MUL, n, xc, rstd);
+        g2 = reshape(n, g, &s2);
+        cached_n = n;
+        cached_g = g;
+    }
+    if (j == 0) {
+        Node *gw = n->nin > 1 ? bin(OP_MUL, n, g2, reshape(n, n->in[1], &sd)) : g2;
+        Node *d = bin(OP_SUB, n, bin(OP_SUB, n, gw, tf_reduce(OP_MEAN, n, gw, ax)),
+                      bin(OP_MUL, n, xhat, tf_reduce(OP_MEAN, n, bin(OP_MUL, n, gw, xhat), ax)));
+        return reshape(n, bin(OP_MUL, n, rstd, d), &x->shape);
+    }
+    Node *c = unbroadcast(n, j == 1 ? bin(OP_MUL, n, g2, xhat) : g2, &sd);
+    return reshape(n, c, &n->in[j]->shape);
+}
+
+/* dropout: the adjoint through the same mask (the same seed, step, site and element indices) */
+static Node *vjp_dropout(Node *n, int j, Node *g) {
+    (void)j;
+    Node *d = un(OP_DROPOUT, n, g);
+    d->fattr[0] = n->fattr[0];
+    d->start = n->start;
+    return d;
 }
 
 static VjpFn vjp_table[OP__COUNT] = {

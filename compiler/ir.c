@@ -315,7 +315,10 @@ static void dump_attrs(FILE *out, const Node *n) {
     case OP_IOTA:
         fprintf(out, " {start=%.17g, step=%.17g}", n->fattr[0], n->fattr[1]);
         break;
-    case OP_GATHER:
+    case OP_DROPOUT:
+        fprintf(out, " {p=%g, site=%" PRId64 "}", n->fattr[0], n->start);
+        break;
+    case OP_GATHER: case OP_SCATTER_ADD:
         fprintf(out, " {axis=%d, %s}", n->axis,
                 n->gather_mode == GATHER_ONE_HOT ? "one_hot" : n->gather_mode == GATHER_INDEX_SELECT ? "index_select" : "gather");
         break;

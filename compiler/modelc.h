@@ -300,7 +300,8 @@ struct Node {
     int kernel[2], stride[2], dilation[2], pad[4], groups;
     int out_pad[2];       /* conv_transpose2d: output_padding [h, w] (pad holds [ph, pw, ph, pw]) */
     bool ceil_mode, count_include_pad;
-    /* slice: out index i along axis reads start + i*step */
+    /* slice: out index i along axis reads start + i*step; dropout (training): start is its site,
+     * which keeps the masks of two dropouts apart (the Philox counter's last word) */
     int64_t start, step;
     /* softmax from attention: keys j > i masked (causal), and all-masked rows give zeros */
     bool causal, zero_masked_rows;
@@ -381,6 +382,7 @@ typedef struct Graph {
     bool train;
     bool eval;      /* DimBounds.eval: the loss in inference mode is the one output */
     bool with_loss; /* train || eval: targets are inputs and the loss is built */
+    int ndropout;      /* training: the dropout nodes lowered so far (each one's site) */
     Node *loss;
     Node **grad;
     struct Optimizer {

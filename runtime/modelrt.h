@@ -342,6 +342,15 @@ mrt_status mrt_cuda_opt_step_multi_f32(void *stream, const struct mrt_opt_args *
 
 /** y[i] = start + step * i for i < n, f32 or (i64 != 0) int64 (mrt_iota). */
 mrt_status mrt_cuda_iota(void *stream, void *y, int64_t n, double start, double step, int i64);
+/** scatter_add, the adjoint of mrt_cuda_gather_f32's modes 0 and 1 (mrt_scatter_add_f32):
+ *  y [outer, n, inner] = 0 plus each g [outer, k, inner] entry at its index; deterministic, the
+ *  CPU kernel's sums exactly. An index outside [0, n) adds nothing. */
+mrt_status mrt_cuda_scatter_add_f32(void *stream, float *y, const float *g, const void *idx, int idx_i64, int mode,
+                                    int64_t outer, int64_t n, int64_t k, int64_t inner);
+/** Training-mode dropout of n floats (mrt_dropout_f32): y[i] = x[i] * scale where Philox4x32-10's
+ *  uniform number of (seed, step, site, i) is >= p, else 0; y may be x. */
+mrt_status mrt_cuda_dropout_f32(void *stream, float *y, const float *x, int64_t n, float p, float scale, uint64_t seed,
+                                uint64_t step, uint32_t site);
 /** mrt_gather_f32 (gather, index_select, one_hot by `mode`); an index outside [0, n) is reported
  *  like an embedding's bad id: by the stream's next mrt_stream_sync, naming `what`. */
 mrt_status mrt_cuda_gather_f32(void *stream, float *y, const float *x, const void *idx, int idx_i64, int mode,
@@ -509,6 +518,9 @@ struct mrt_model {
     double last_lr, grad_norm;
     int defer_update; /* 1: run() stops after the backward pass (desc->apply takes the step) */
     void *graphs;                        /* the runtime's CUDA graphs of run() (rt_model.c) */
+    /* training builds: the seed of dropout's masks (PROG train --seed; 0 at create). A step's
+     * mask is a function of (seed, step, the dropout's site, the element index) */
+    uint64_t seed;
 };
 
 /** Create a model from its descriptor on `device` ("auto", "cpu", "cuda", "cuda:N"; NULL means

@@ -300,6 +300,44 @@ MRT_HD int64_t mrt_avgpool2d_count(int64_t H, int64_t W, int64_t oh, int64_t ow,
     return (ih1 - ih0) * (iw1 - iw0);
 }
 
+/* ---------------------------------------------------------------- dropout's generator (training) */
+
+/* Philox4x32-10 (Salmon, Moraes, Dror and Shaw, "Parallel random numbers: as easy as 1, 2, 3",
+ * SC 2011; Random123's philox4x32 with 10 rounds, as cuRAND and PyTorch's CUDA generator use):
+ * the 4 words of counter c under the key (k0, k1) into out. */
+MRT_HD void mrt_philox4x32_10(uint32_t out[4], const uint32_t c[4], uint32_t k0, uint32_t k1) {
+    uint32_t x0 = c[0], x1 = c[1], x2 = c[2], x3 = c[3];
+    for (int r = 0; r < 10; r++) {
+        if (r) {
+            k0 += 0x9E3779B9u;
+            k1 += 0xBB67AE85u;
+        }
+        const uint64_t p0 = (uint64_t)0xD2511F53u * x0, p1 = (uint64_t)0xCD9E8D57u * x2;
+        const uint32_t h0 = (uint32_t)(p0 >> 32), l0 = (uint32_t)p0, h1 = (uint32_t)(p1 >> 32), l1 = (uint32_t)p1;
+        x0 = h1 ^ x1 ^ k0;
+        x1 = l1;
+        x2 = h0 ^ x3 ^ k1;
+        x3 = l0;
+    }
+    out[0] = x0, out[1] = x1, out[2] = x2, out[3] = x3;
+}
+
+/* Dropout's uniform number of element i in [0, 1) (24 bits): word i % 4 of Philox4x32-10 with
+ * the key (seed low, seed high) and the counter (i / 4 low, i / 4 high, step, site), so a mask is
+ * a pure function of (seed, step, site, i) on every device. */
+MRT_HD float mrt_dropout_uniform(uint64_t seed, uint64_t step, uint32_t site, int64_t i) {
+    const uint64_t q = (uint64_t)i >> 2;
+    const uint32_t c[4] = {(uint32_t)q, (uint32_t)(q >> 32), (uint32_t)step, site};
+    uint32_t r[4];
+    mrt_philox4x32_10(r, c, (uint32_t)seed, (uint32_t)(seed >> 32));
+    return (float)(r[i & 3] >> 8) * 0x1p-24f;
+}
+
+/* Element i of dropout: x kept (times scale = 1 / (1 - p)) where its uniform number is >= p, else 0. */
+MRT_HD float mrt_dropout_elem(float x, float p, float scale, uint64_t seed, uint64_t step, uint32_t site, int64_t i) {
+    return mrt_dropout_uniform(seed, step, site, i) >= p ? x * scale : 0.0f;
+}
+
 #ifndef __CUDACC__
 /* y = softmax(x) (or log_softmax when log != 0) along the middle axis of [outer, n, inner].
  * The row sum is accumulated in double. */
@@ -782,6 +820,31 @@ static inline int64_t mrt_gather_f32(float *y, const float *x, const void *idx, 
                 y[at] = mode == 2 ? (id == j ? 1.0f : 0.0f) : x[(o * n + id) * inner + i];
             }
     return -1;
+}
+
+/* ---------------------------------------------------------------- training: scatter_add and dropout */
+
+/* The adjoint of mrt_gather_f32 (modes 0 and 1): y [outer, n, inner] = 0, then for each
+ * position (o, j, i) of g [outer, k, inner] in C order, y[o, index, i] += g[o, j, i] (the index
+ * read as gather reads it). Every y element sums its entries in increasing j, in float, which
+ * the CUDA kernel (one thread per (o, i) line, walking j in order) repeats exactly: the result is deterministic and
+ * the same on both. An index outside [0, n) adds nothing (the forward gather has reported it). */
+static inline void mrt_scatter_add_f32(float *y, const float *g, const void *idx, int idx_i64, int mode, int64_t outer,
+                                       int64_t n, int64_t k, int64_t inner) {
+    memset(y, 0, sizeof(float) * (size_t)(outer * n * inner));
+    for (int64_t o = 0; o < outer; o++)
+        for (int64_t j = 0; j < k; j++)
+            for (int64_t i = 0; i < inner; i++) {
+                const int64_t at = (o * k + j) * inner + i, pos = mode == 0 ? at : j;
+                const int64_t id = idx_i64 ? ((const int64_t *)idx)[pos] : (int64_t)((const int32_t *)idx)[pos];
+                if (id >= 0 && id < n) y[(o * n + id) * inner + i] += g[at];
+            }
+}
+
+/* y[i] = mrt_dropout_elem(x[i], ...) for n elements (y may be x). */
+static inline void mrt_dropout_f32(float *y, const float *x, int64_t n, float p, float scale, uint64_t seed,
+                                   uint64_t step, uint32_t site) {
+    for (int64_t i = 0; i < n; i++) y[i] = mrt_dropout_elem(x[i], p, scale, seed, step, site, i);
 }
 
 /* y[i] = start + step * i for i < n, in double, then rounded to float (or converted to int64

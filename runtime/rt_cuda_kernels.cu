@@ -1114,6 +1114,70 @@ mrt_status mrt_cuda_iota(void *stream, void *y, int64_t n, double start, double 
     return MRT_OK;
 }
 
+// scatter_add (mrt_scatter_add_f32): y is zeroed, then one thread per line (o, i) walks the
+// positions j = 0 .. k-1 in order and adds g[o, j, i] to y[o, index, i]. No two threads touch
+// one element (each owns its (o, i) line of y), so there are no atomics, the work is that of
+// reading g once, and every element sums its entries in increasing j, in float, as the CPU
+// kernel does: deterministic, and bit-identical to the CPU.
+__global__ void scatter_add_kernel(float *__restrict__ y, const float *__restrict__ g, const void *__restrict__ idx,
+                                   int idx_i64, int mode, int64_t outer, int64_t n, int64_t k, int64_t inner)
+{
+    for (int64_t t = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; t < outer * inner;
+         t += (int64_t)gridDim.x * blockDim.x) {
+        const int64_t o = t / inner, i = t - o * inner;
+        for (int64_t j = 0; j < k; j++) {
+            const int64_t at = (o * k + j) * inner + i, pos = mode == 0 ? at : j;
+            const int64_t id = idx_i64 ? ((const int64_t *)idx)[pos] : (int64_t)((const int32_t *)idx)[pos];
+            if (id >= 0 && id < n)
+                y[(o * n + id) * inner + i] += g[at];
+        }
+    }
+}
+
+mrt_status mrt_cuda_scatter_add_f32(void *stream, float *y, const float *g, const void *idx, int idx_i64, int mode,
+                                    int64_t outer, int64_t n, int64_t k, int64_t inner)
+{
+    static const char fn[] = "mrt_cuda_scatter_add_f32";
+    if (outer < 0 || n < 0 || k < 0 || inner < 0 || mode < 0 || mode > 1)
+        return bad_arg(fn, "negative dimension or bad mode");
+    if (outer == 0 || n == 0 || inner == 0)
+        return MRT_OK;
+    cudaStream_t s = (cudaStream_t)stream;
+    cudaError_t e = cudaMemsetAsync(y, 0, sizeof(float) * (size_t)(outer * n * inner), s);
+    if (e != cudaSuccess) {
+        (void)cudaGetLastError();
+        return mrt_set_error(MRT_ERR_CUDA, "%s: zeroing %lld floats failed: %s (%s)", fn, (long long)(outer * n * inner),
+                             cudaGetErrorName(e), cudaGetErrorString(e));
+    }
+    if (k == 0)
+        return MRT_OK;
+    MRT_LAUNCH(scatter_add_kernel, grid_for(outer * inner, kBlock), kBlock, 0, s, y, g, idx, idx_i64, mode, outer, n, k,
+               inner);
+    LAUNCH_CHECK(fn, "scatter_add_kernel");
+    return MRT_OK;
+}
+
+// dropout (mrt_dropout_f32): the mask from the same Philox4x32-10 words as the CPU's.
+__global__ void dropout_kernel(float *y, const float *x, int64_t n, float p, float scale, uint64_t seed, uint64_t step,
+                               uint32_t site)
+{
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
+        y[i] = mrt_dropout_elem(x[i], p, scale, seed, step, site, i);
+}
+
+mrt_status mrt_cuda_dropout_f32(void *stream, float *y, const float *x, int64_t n, float p, float scale, uint64_t seed,
+                                uint64_t step, uint32_t site)
+{
+    static const char fn[] = "mrt_cuda_dropout_f32";
+    if (n < 0)
+        return bad_arg(fn, "negative length");
+    if (n == 0)
+        return MRT_OK;
+    MRT_LAUNCH(dropout_kernel, grid_for(n, kBlock), kBlock, 0, (cudaStream_t)stream, y, x, n, p, scale, seed, step, site);
+    LAUNCH_CHECK(fn, "dropout_kernel");
+    return MRT_OK;
+}
+
 namespace {
 // One launch of the multi-tensor optimizer step, passed by value as the kernel's parameters:
 // tensor k owns blocks [first_block[k], first_block[k + 1]).

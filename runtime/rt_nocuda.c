@@ -210,6 +210,18 @@ mrt_status mrt_cuda_gather_f32(void *stream, float *y, const float *x, const voi
     return rt_no_cuda_err(what ? what : "mrt_cuda_gather_f32");
 }
 
+mrt_status mrt_cuda_scatter_add_f32(void *stream, float *y, const float *g, const void *idx, int idx_i64, int mode,
+                                    int64_t outer, int64_t n, int64_t k, int64_t inner)
+{
+    return rt_no_cuda_err("mrt_cuda_scatter_add_f32");
+}
+
+mrt_status mrt_cuda_dropout_f32(void *stream, float *y, const float *x, int64_t n, float p, float scale, uint64_t seed,
+                                uint64_t step, uint32_t site)
+{
+    return rt_no_cuda_err("mrt_cuda_dropout_f32");
+}
+
 mrt_status mrt_cuda_iota(void *stream, void *y, int64_t n, double start, double step, int i64)
 {
     return rt_no_cuda_err("mrt_cuda_iota");

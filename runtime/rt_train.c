@@ -235,6 +235,7 @@ static void train_help(const mrt_model_info *info, const char *prog)
            "  --clip-grad-norm X scale the gradients to a global L2 norm of at most X, as\n"
            "                     torch.nn.utils.clip_grad_norm_; 0: never (default %g)\n"
            "  --shuffle          a new order of the samples each epoch, from --seed (default 0)\n"
+           "  --seed S           the seed of --shuffle and of dropout's masks (default 0)\n"
            "  --save FILE        write the trained weights there (atomically) at the end\n"
            "  --save-state FILE  write the optimizer state (and its step) there too\n"
            "  --save-every N     also write them after every N steps (checkpoints); a step whose loss is\n"
@@ -707,6 +708,7 @@ static mrt_status dp_train_setup(dp_train *t, const mrt_model_info *info, mrt_mo
             mrt_model *r = t->rep[i];
             r->step = m->step;
             r->train = m->train;
+            r->seed = m->seed;
         }
     }
     if (st == MRT_OK)
@@ -976,6 +978,7 @@ int rt_train_main(const mrt_model_info *info, int argc, char **argv, const char 
                       m->train.lr);
         goto fail;
     }
+    m->seed = o.seed;
     if (o.ndev > 1) {
         dp = &dpt;
         if (dp_train_setup(dp, info, m, o.dev, o.ndev) != MRT_OK)

@@ -89,7 +89,7 @@ suite lit lit_suite
 suite runtime bash tests/runtime/run.sh
 suite cudasim bash tests/cudasim/run.sh
 suite numeric "$PYTHON" tests/numeric/run.py
-suite train bash -c '"$PYTHON" tests/train/run.py && "$PYTHON" tests/train/gradcheck.py && \
+suite train bash -c '"$PYTHON" tests/train/run.py && "$PYTHON" tests/train/gradcheck.py && "$PYTHON" tests/train/dropout.py && \
     make -s -C examples/digits train MODELC="$MODELC" B="$PWD/$B" PYTHON="$PYTHON"'
 suite plan "$PYTHON" tests/plan/run.py
 suite dp "$PYTHON" tests/dp/run.py

@@ -19,7 +19,7 @@
 #      against PyTorch by its own check.py as make gpu-check runs them (about 10, 3 and 10 s),
 #      then ResNet-18 replayed as a CUDA graph (its counts, and the eager run's logits);
 #   7. data-parallel inference on two GPUs (tests/dp), and tests/train (the models against PyTorch,
-#      resume, eval, gradcheck) on a simulated GPU (TRAIN_DEVICE=cuda).
+#      resume, eval, gradcheck) and dropout's masks (dropout.py) on a simulated GPU (TRAIN_DEVICE=cuda).
 # Prints one line per test, "PASS: cudasim/NAME" or "FAIL: cudasim/NAME: why", and exits 1 if any
 # failed. Needs no GPU and no nvcc: only the host C and C++ compilers.
 #
@@ -386,4 +386,21 @@ else
     failed=1
 fi
 
+# Dropout's masks against NumPy's Philox4x32-10, each built by the
+# simulator's modelc and run with PROG train --device cuda (TRAIN_DEVICE): the same tolerances
+# as on the CPU, and the same dropout masks (dropout.py's devices check trains a GPT-2 with
+# dropout on both, the CPU with $B/bin/modelc when it is built).
+cpu_modelc=""
+[ -x "$B/bin/modelc" ] && cpu_modelc="$(cd "$B/bin" && pwd)/modelc"
+for t in "dropout.py"; do
+    log="$work/train_${t%%.py*}.log"
+    CUDASIM_DEVICES=1 TRAIN_DEVICE=cuda MODELC="$sim/bin/modelc" MODELC_CPU="$cpu_modelc" timeout 600 \
+        "$PY" tests/train/$t >"$log" 2>&1
+    rc=$?
+    if [ $rc -eq 0 ] && grep -q '^PASS: ' "$log" && ! grep -q '^FAIL' "$log"; then
+        sed -n 's#^\(PASS\|SKIP\): #\1: cudasim/train/#p' "$log"
+    else
+        fail_log "train/${t%%.py*}" "tests/train/$t with TRAIN_DEVICE=cuda: exit status $rc" "$log"
+    fi
+done
 exit $failed

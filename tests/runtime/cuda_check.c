@@ -574,6 +574,51 @@ static void check_gather(int mode, int i64)
     mrt_free(g_dev, didx), mrt_free(g_dev, dx), mrt_free(g_dev, dy), free(x), free(ref), free(got), free(i64s), free(i32s);
 }
 
+/* scatter_add (training: gather's adjoint) in modes 0 and 1 against the CPU kernel, with indices
+ * that repeat (their sums must match bit for bit: both add in increasing position) and one out
+ * of range (adds nothing on either) */
+static void check_scatter_add(int mode, int i64)
+{
+    int64_t outer = 3, n = 5, k = 9, inner = mode == 0 ? 4 : 3;
+    int64_t ni = mode == 0 ? outer * k * inner : k, N = outer * n * inner, G = outer * k * inner;
+    float *g = rand_host((size_t)G), *ref = malloc((size_t)N * 4), *got = malloc((size_t)N * 4);
+    int64_t *i64s = malloc((size_t)ni * 8);
+    int32_t *i32s = malloc((size_t)ni * 4);
+    for (int64_t i = 0; i < ni; i++)
+        i64s[i] = i == ni / 3 ? n : (i * 3 + 1) % n, i32s[i] = (int32_t)i64s[i];
+    const void *idx = i64 ? (const void *)i64s : (const void *)i32s;
+    size_t isz = i64 ? 8 : 4;
+    mrt_scatter_add_f32(ref, g, idx, i64, mode, outer, n, k, inner);
+    float *dg = up(g, (size_t)G * 4), *dy = poisoned((size_t)N);
+    void *didx = up(idx, (size_t)ni * isz);
+    mrt_status st = mrt_cuda_scatter_add_f32(g_stream, dy, dg, didx, i64, mode, outer, n, k, inner);
+    down(got, dy, (size_t)N * 4);
+    char name[64];
+    snprintf(name, sizeof name, "scatter_add_mode%d_%s", mode, i64 ? "i64" : "i32");
+    report(name, st, got, ref, (size_t)N, 0.0);
+    mrt_free(g_dev, didx), mrt_free(g_dev, dg), mrt_free(g_dev, dy), free(g), free(ref), free(got), free(i64s), free(i32s);
+}
+
+/* dropout: the GPU's mask is the CPU's (Philox4x32-10 of seed, step, site, index), bit for bit,
+ * for a seed above 2^32 and a length that is not a multiple of 4; in place too */
+static void check_dropout(int64_t n, float p, uint64_t seed, uint64_t step, uint32_t site)
+{
+    float *x = rand_host((size_t)n), *ref = malloc((size_t)n * 4), *got = malloc((size_t)n * 4);
+    const float scale = 1.0f / (1.0f - p);
+    mrt_dropout_f32(ref, x, n, p, scale, seed, step, site);
+    float *dx = up(x, (size_t)n * 4), *dy = poisoned((size_t)n);
+    mrt_status st = mrt_cuda_dropout_f32(g_stream, dy, dx, n, p, scale, seed, step, site);
+    down(got, dy, (size_t)n * 4);
+    char name[64];
+    snprintf(name, sizeof name, "dropout_%lld_p%g", (long long)n, (double)p);
+    report(name, st, got, ref, (size_t)n, 0.0);
+    st = mrt_cuda_dropout_f32(g_stream, dx, dx, n, p, scale, seed, step, site);
+    down(got, dx, (size_t)n * 4);
+    snprintf(name, sizeof name, "dropout_%lld_p%g_inplace", (long long)n, (double)p);
+    report(name, st, got, ref, (size_t)n, 0.0);
+    mrt_free(g_dev, dx), mrt_free(g_dev, dy), free(x), free(ref), free(got);
+}
+
 static void check_concat(int64_t outer, int64_t x_row, int64_t y_row, int64_t y_offset)
 {
     size_t ny = (size_t)(outer * y_row), nx = (size_t)(outer * x_row);
@@ -793,6 +838,11 @@ int main(void)
     for (int mode = 0; mode < 3; mode++)
         for (int i64 = 0; i64 < 2; i64++)
             check_gather(mode, i64);
+    for (int mode = 0; mode < 2; mode++)
+        for (int i64 = 0; i64 < 2; i64++)
+            check_scatter_add(mode, i64);
+    check_dropout(1001, 0.3f, 0x123456789abcULL, 7, 2);
+    check_dropout(4096, 0.5f, 0, 0, 0);
     check_cumsum(9, 700, 1);
     check_cumsum(3, 100003, 1); /* long rows: cumsum_rows_kernel (chunks of 391) */
     check_cumsum(2, 1024, 1);

@@ -14,6 +14,11 @@ cases hit them on purpose and compare with PyTorch's rule, computed in NumPy (pa
 1e-6 * max |g| + 1e-6). A batch_norm case (training mode) is compared with the batch statistics
 written out in the reference model, since the interpreter's batch_norm is the inference form.
 Pass: max |g - g_fd| <= 1e-4 * max |g_fd| + 1e-6 for each param; the error is printed.
+Integer inputs (embedding ids, gather indices) are drawn from a small range so that ids repeat
+and their adjoints must be summed. TIES sets the params to tie exactly (maximum/minimum of equal
+operands, max along an axis with two equal maxima), where finite differences do not apply, and
+compares with PyTorch's rules computed in NumPy (half to each equal operand; all to the first
+maximum), at 1e-5 relative.
 """
 import argparse
 import os
@@ -91,15 +96,84 @@ CASES = {
     "batch_norm": ("input x: f32[batch, 3, 4, 4]\n  param v: f32[3, 4, 4]\n  param g: f32[3]\n  param b: f32[3]\n"
                    "  param rm: f32[3]\n  param rv: f32[3]",
                    "batch_norm(x * v, g, b, rm, rv, eps=0.001) * (x + 1.0)", [3, 4, 4], {"v": [3, 4, 4], "g": [3], "b": [3]},
-                   "z = x * v\n  mu = mean(z, axis=[0, 2, 3], keepdim=true)\n"
+                   {"ref": "z = x * v\n  mu = mean(z, axis=[0, 2, 3], keepdim=true)\n"
                    "  var = mean((z - mu) * (z - mu), axis=[0, 2, 3], keepdim=true)\n"
                    "  y = ((z - mu) / sqrt(var + 0.001) * reshape(g, [3, 1, 1]) + reshape(b, [3, 1, 1])) * (x + 1.0)",
-                   {"rm": [3], "rv": [3]}),
+                   "buffers": {"rm": [3], "rv": [3]}}),
     "batch_norm_2d": ("input x: f32[batch, 4]\n  param g: f32[4]\n  param b: f32[4]\n  param rm: f32[4]\n  param rv: f32[4]",
                       "batch_norm(x * g + b, g, b, rm, rv)", [4], {"g": [4], "b": [4]},
-                      "z = x * g + b\n  mu = mean(z, axis=0, keepdim=true)\n  var = mean((z - mu) * (z - mu), axis=0, keepdim=true)\n"
-                      "  y = (z - mu) / sqrt(var + 0.00001) * g + b", {"rm": [4], "rv": [4]}),
+                      {"ref": "z = x * g + b\n  mu = mean(z, axis=0, keepdim=true)\n  var = mean((z - mu) * (z - mu), axis=0, keepdim=true)\n"
+                      "  y = (z - mu) / sqrt(var + 0.00001) * g + b", "buffers": {"rm": [4], "rv": [4]}}),
+    # issue 14, the transformer half
+    "transformer_unary": ("input x: f32[batch, 8]\n  param w: f32[8]",
+                          "gelu(x * w, approximate=tanh) + erf(x * w) + sin(x * w) + cos(x + w) "
+                          "+ leaky_relu(x * w, negative_slope=0.1) + elu(x * w, alpha=0.7) + hardswish(x * w * 2.5) "
+                          "+ hardsigmoid(x * w * 2.5)", [8], {"w": [8]}),
+    "pow": ("input x: f32[batch, 4]\n  param w: f32[4]\n  param v: f32[1, 4]",
+            "pow(w * w + 0.5, x) + (x * x + 0.5) ** v + (x * w) ** 2.0", [4], {"w": [4], "v": [1, 4]}),
+    "minmax": ("input x: f32[batch, 4]\n  param w: f32[4]\n  param v: f32[4]",
+               "minimum(x, w) + maximum(x * w, v) + unsqueeze(max(x * w, axis=1), 1) + unsqueeze(min(x + v, axis=1), 1) "
+               "+ x * max(x * w, axis=0) + x * min(x * v, axis=[0, 1])",
+               [4], {"w": [4], "v": [4]}),
+    "layer_norm": ("input x: f32[batch, 2, 3]\n  param u: f32[2, 3]\n  param w: f32[3]\n  param b: f32[3]\n"
+                   "  param w2: f32[2, 3]\n  param b2: f32[2, 3]",
+                   "layer_norm(x * u, w, b, eps=1e-5) + layer_norm(x * u, w2, b2, eps=1e-5, normalized_shape=[2, 3]) "
+                   "+ layer_norm(x + u)", [2, 3], {"u": [2, 3], "w": [3], "b": [3], "w2": [2, 3], "b2": [2, 3]}),
+    "group_norm": ("input x: f32[batch, 4, 3]\n  param u: f32[4, 3]\n  param w: f32[4]\n  param b: f32[4]",
+                   "group_norm(x * u, w, b, num_groups=2) + instance_norm(x + u)", [4, 3],
+                   {"u": [4, 3], "w": [4], "b": [4]}),
+    "embedding": ("input ids: i64[batch, 5]\n  param w: f32[4, 3]",   # 15 ids in [0, 4): duplicates summed
+                  "embedding(ids, w) * embedding(ids, w)", [5, 3], {"w": [4, 3]}, {"ints": {"ids": 4}}),
+    "gather": ("input x: f32[batch, 4]\n  input idx: i64[batch, 3]\n  param w: f32[4]\n  param v: f32[5]",
+               "gather(x * w, 1, idx) + index_select(v, 0, tensor([4, 0, 4], dtype=i64)) * gather(x, 1, idx)", [3],
+               {"w": [4], "v": [5]}, {"ints": {"idx": 4}}),
+    "concat_cumsum": ("input x: f32[batch, 4]\n  param w: f32[4]\n  param v: f32[4]",
+                      "cumsum(concat(x * w, x * x * v, axis=1), dim=1) + concat(flip(x * v, dims=[1]), x * w, axis=1) "
+                      "+ reshape(stack(w, v * v, axis=0), [8])", [8], {"w": [4], "v": [4]}),
+    "logsumexp": ("input x: f32[batch, 5]\n  param w: f32[5]",
+                  "x * unsqueeze(logsumexp(x * w, axis=1), 1) + std(x * w, axis=1, keepdim=true) + var(x + w, axis=1, unbiased=false, keepdim=true)",
+                  [5], {"w": [5]}),
+    "movement": ("input x: f32[batch, 6]\n  param w: f32[6]",
+                 "pad(x * w, [2, 1], mode=reflect) + pad(x * w * w, [1, 2], mode=replicate) + pad(x * w, [3, 0]) "
+                 "+ repeat(slice(x * w, 1, 0, 3), [1, 3]) + repeat_interleave(slice(flip(x * w * w, dims=[1]), 1, 1, 6, 2), 3, dim=1)",
+                 [9], {"w": [6]}),
+    "attention": ("input x: f32[batch, 4, 6]\n  param wq: f32[6, 6]\n  param wk: f32[6, 6]\n  param wv: f32[6, 6]\n"
+                  "  param g: f32[6]",
+                  "scaled_dot_product_attention(x @ wq, x @ wk, x @ wv, causal=true) + rms_norm(x * g, g)", [4, 6],
+                  {"wq": [6, 6], "wk": [6, 6], "wv": [6, 6], "g": [6]}),
 }
+
+# Ties, where a derivative is PyTorch's convention and finite differences do not apply: the
+# params are set to tie exactly, and the expected gradient is PyTorch's rule computed here.
+# maximum/minimum send half the adjoint to each of two equal operands; max along an axis sends
+# all of it to the first maximum (torch.max(x, dim)'s index). loss = sum(y * r) as above.
+TIES = {
+    "ties": ("input x: f32[batch, 4]\n  param w: f32[4]\n  param v: f32[4]",
+             "maximum(w, v) * x + minimum(w, v) * x * x + max(w, axis=0) * x + unsqueeze(max(x * 0.0 + w, axis=1), 1)",
+             [4], {"w": np.array([0.5, 0.75, 0.75, -0.25], np.float32), "v": np.array([0.5, 0.25, 1.0, -0.25], np.float32)}),
+}
+
+
+def ties_expected(w, v, x, r):
+    """PyTorch's gradient of the TIES loss, from its rules (derivatives.yaml)."""
+    R1 = (x * r).sum(0)          # d/d maximum(w, v) per column
+    R2 = (x * x * r).sum(0)      # d/d minimum(w, v)
+    Rm = float((x * r).sum())    # d/d max(w)
+    Rrow = float(r.sum())        # d/d max(w) per row (the second max), summed over rows
+    gw, gv = np.zeros(4), np.zeros(4)
+    for i in range(4):
+        if w[i] == v[i]:
+            gw[i] += 0.5 * R1[i] + 0.5 * R2[i]
+            gv[i] += 0.5 * R1[i] + 0.5 * R2[i]
+        elif w[i] > v[i]:
+            gw[i] += R1[i]
+            gv[i] += R2[i]
+        else:
+            gv[i] += R1[i]
+            gw[i] += R2[i]
+    first = int(np.argmax(w))    # the first maximum
+    gw[first] += Rm + Rrow
+    return {"w": gw, "v": gv}
 
 
 # The kinks, where a derivative is a convention: inputs that hit it exactly, and modelc's gradient
@@ -145,14 +219,13 @@ def check_exact(name, modelc):
     lines = [decl, "  input r: f32[batch%s]" % "".join(", %d" % d for d in rshape), "  y = %s" % f,
              "  loss l = sum(y * r, axis=[%s])" % ", ".join(str(i) for i in range(len(rshape) + 1)),
              "  optimizer sgd(lr=1.0)"]
-    w1, why = modelc_step(name, "model gc_%s {\n  %s\n}\n" % (name, "\n".join(lines)), w0, data, modelc)
-    if why:
-        return why
+    got = sgd_gradient(name, modelc, w0, data, "model gc_%s {\n  %s\n}\n" % (name, "\n".join(lines)))
+    if isinstance(got, str):
+        return got
     exp = want({k: v.astype(np.float64) for k, v in w0.items()}, {k: v.astype(np.float64) for k, v in data.items()})
     bad = []
     for k in w0:
-        g = w0[k].astype(np.float64) - w1[k].astype(np.float64)
-        err = float(np.max(np.abs(g - exp[k])))
+        err = float(np.max(np.abs(got[k] - exp[k])))
         tol = 1e-6 * float(np.max(np.abs(exp[k]))) + 1e-6
         print("  %s: d l / d %s %s: max |modelc - PyTorch's rule| %.2e (max |grad| %.3g, tolerance %.2e)"
               % (name, k, list(w0[k].shape), err, float(np.max(np.abs(exp[k]))), tol))
@@ -161,13 +234,20 @@ def check_exact(name, modelc):
     return "; ".join(bad) or None
 
 
+def options(spec):
+    """A case's options, its fifth entry: "ints" (an integer input's range [0, n)), "ref" (the
+    reference model's form of f), "buffers" (params the step updates and the check skips)."""
+    return spec[4] if len(spec) > 4 else {}
+
+
 def model_text(name, train):
     """The case's model: the loss as the training step's (train) or as an output (the reference's
     model, whose f is the case's reference form when it has one: batch_norm's batch statistics
     written out, which the interpreter's batch_norm, the inference form, does not compute)."""
-    decl, f, rshape, params = CASES[name][:4]
-    if not train and len(CASES[name]) > 4:
-        f = CASES[name][4]
+    spec = CASES.get(name) or TIES[name]
+    decl, f, rshape, params = spec[:4]
+    if not train and "ref" in options(spec):
+        f = options(spec)["ref"]
     lines = [decl, "  input r: f32[batch%s]" % "".join(", %d" % d for d in rshape)]
     lines.append(("  %s" if "\n" in f else "  y = %s") % f)
     n = len(rshape) + 1
@@ -185,25 +265,42 @@ def main():
     a = ap.parse_args()
     modelc = os.environ.get("MODELC", os.path.join(ROOT, "build", "bin", "modelc"))
     fails = 0
-    for name in list(CASES) + list(EXACT):
+    for name in list(CASES) + list(TIES) + list(EXACT):
         if a.k and not any(k in name for k in a.k):
             continue
-        why = check(name, modelc) if name in CASES else check_exact(name, modelc)
+        why = check(name, modelc) if name in CASES else check_ties(name, modelc) if name in TIES else \
+            check_exact(name, modelc)
         print("PASS: gradcheck/%s" % name if why is None else "FAIL: gradcheck/%s: %s" % (name, why))
         fails += why is not None
     return 1 if fails else 0
 
 
-def modelc_step(name, text, w0, data, modelc):
-    """(weights after one training step of `text` from w0 on data, None), or (None, why)."""
+def make_inputs(name, m, rng):
+    """Random inputs: f32 in +-[0.2, 1.5]; an integer input (a case's fifth entry gives its range
+    [0, n)) as i64 ids."""
+    ints = options(CASES.get(name) or TIES[name]).get("ints", {})
+    data = {}
+    for dcl in m.inputs:
+        shape = [B if isinstance(d, str) else d for d in dcl.dims]
+        if dcl.name in ints:
+            data[dcl.name] = rng.integers(0, ints[dcl.name], shape).astype(np.int64)
+            continue
+        v = rng.uniform(0.2, 1.5, shape) * rng.choice([-1, 1], shape)
+        data[dcl.name] = v.astype(np.float32)
+    return data
+
+
+def sgd_gradient(name, modelc, w0, data, text=None):
+    """modelc's gradient of each param (one step of sgd(lr=1) of the case's model, or of `text`),
+    or a string saying why not."""
     with tempfile.TemporaryDirectory(prefix="gradcheck_%s_" % name) as d:
         src = os.path.join(d, "m.model")
         with open(src, "w") as fh:
-            fh.write(text)
+            fh.write(text or model_text(name, True))
         prog = os.path.join(d, "m")
         p = subprocess.run([modelc, src, "--train", "--max-batch", str(B), "-o", prog], capture_output=True, text=True)
         if p.returncode:
-            return None, "modelc --train failed: " + (p.stderr or p.stdout).strip()[-500:]
+            return "modelc --train failed: " + (p.stderr or p.stdout).strip()[-500:]
         safetensors_np.write(os.path.join(d, "w0.safetensors"), w0)
         cmd = [prog, "train", "--weights", os.path.join(d, "w0.safetensors"), "--batch", str(B), "--steps", "1",
                "--save", os.path.join(d, "w1.safetensors"), "--quiet"]
@@ -213,29 +310,47 @@ def modelc_step(name, text, w0, data, modelc):
         p = subprocess.run(cmd, capture_output=True, text=True, env=dict(os.environ, MODELRT_DEVICE=os.environ.get(
             "TRAIN_DEVICE", "cpu")))
         if p.returncode:
-            return None, "train failed: " + (p.stderr or p.stdout).strip()[-500:]
-        return safetensors_np.read(os.path.join(d, "w1.safetensors")), None
+            return "train failed: " + (p.stderr or p.stdout).strip()[-500:]
+        w1 = safetensors_np.read(os.path.join(d, "w1.safetensors"))
+    return {k: w0[k].astype(np.float64) - w1[k].astype(np.float64) for k in w0}
+
+
+def check_ties(name, modelc):
+    decl, f, rshape, params = TIES[name][:4]
+    rng = np.random.default_rng(sum(map(ord, name)))
+    m = refinterp.parse_source(model_text(name, False))
+    data = make_inputs(name, m, rng)
+    got = sgd_gradient(name, modelc, params, data)
+    if isinstance(got, str):
+        return got
+    want = ties_expected(params["w"].astype(np.float64), params["v"].astype(np.float64),
+                         data["x"].astype(np.float64), data["r"].astype(np.float64))
+    bad = []
+    for k in params:
+        err = float(np.max(np.abs(got[k] - want[k])))
+        tol = 1e-5 * float(np.max(np.abs(want[k]))) + 1e-6
+        print("  %s: d l / d %s at ties %s: modelc %s, PyTorch's rule %s: max error %.2e (tolerance %.2e)"
+              % (name, k, params[k].tolist(), np.round(got[k], 5).tolist(), np.round(want[k], 5).tolist(), err, tol))
+        if not err <= tol:
+            bad.append("d/d %s differs by %.2e (tolerance %.2e)" % (k, err, tol))
+    return "; ".join(bad) or None
 
 
 def check(name, modelc):
     decl, f, rshape, params = CASES[name][:4]
-    buffers = CASES[name][5] if len(CASES[name]) > 5 else {}  # loaded, updated by the step, not checked
+    buffers = options(CASES[name]).get("buffers", {})  # loaded, updated by the step, not checked
     rng = np.random.default_rng(sum(map(ord, name)))
     w0 = {k: rng.uniform(0.3, 1.0, s).astype(np.float32) * rng.choice([-1, 1], s).astype(np.float32)
           for k, s in list(params.items()) + list(buffers.items())}
     m = refinterp.parse_source(model_text(name, False))
-    data = {}
-    for dcl in m.inputs:
-        shape = [B if isinstance(d, str) else d for d in dcl.dims]
-        v = rng.uniform(0.2, 1.5, shape) * rng.choice([-1, 1], shape)
-        data[dcl.name] = v.astype(np.float32)
-    w1, why = modelc_step(name, model_text(name, True), w0, data, modelc)
-    if why:
-        return why
+    data = make_inputs(name, m, rng)
+    g_all = sgd_gradient(name, modelc, w0, data)
+    if isinstance(g_all, str):
+        return g_all
     bad = []
     h = 2.0 ** -10  # exact on f32 params in [0.3, 1] (the reference rounds params to f32 first)
     for k in params:
-        g = w0[k].astype(np.float64) - w1[k].astype(np.float64)
+        g = g_all[k]
         fd = np.zeros(w0[k].shape)
         base = {q: v.astype(np.float64) for q, v in w0.items()}
         for i in np.ndindex(w0[k].shape):

@@ -49,11 +49,41 @@ def _cnn(rng):
     return w, d
 
 
+GPT2 = {"n_layer": 2, "n_head": 2, "n_embd": 32, "vocab": 64, "n_ctx": 16, "seq": 16}  # gpt2_adamw.model
+
+
+def make_gpt2(rng):
+    """GPT-2 weights (Hugging Face names, Conv1D [in, out]) in the spirit of GPT-2's init, made
+    larger and uneven (every LayerNorm weight and bias off 1 and 0) so that every gradient
+    matters, and 40 windows of 16 tokens of a random stream with the next token as target."""
+    L, C, V, T = GPT2["n_layer"], GPT2["n_embd"], GPT2["vocab"], GPT2["seq"]
+    f = np.float32
+
+    def nrm(*s, std=0.08):
+        return (rng.standard_normal(s) * std).astype(f)
+
+    w = {"wte.weight": nrm(V, C, std=0.1), "wpe.weight": nrm(GPT2["n_ctx"], C, std=0.05),
+         "ln_f.weight": 1 + nrm(C, std=0.1), "ln_f.bias": nrm(C, std=0.05)}
+    for i in range(L):
+        p = "h.%d." % i
+        w.update({p + "ln_1.weight": 1 + nrm(C, std=0.1), p + "ln_1.bias": nrm(C, std=0.05),
+                  p + "attn.c_attn.weight": nrm(C, 3 * C), p + "attn.c_attn.bias": nrm(3 * C, std=0.02),
+                  p + "attn.c_proj.weight": nrm(C, C), p + "attn.c_proj.bias": nrm(C, std=0.02),
+                  p + "ln_2.weight": 1 + nrm(C, std=0.1), p + "ln_2.bias": nrm(C, std=0.05),
+                  p + "mlp.c_fc.weight": nrm(C, 4 * C), p + "mlp.c_fc.bias": nrm(4 * C, std=0.02),
+                  p + "mlp.c_proj.weight": nrm(4 * C, C), p + "mlp.c_proj.bias": nrm(C, std=0.02)})
+    stream = rng.integers(0, V, N * (T + 1)).astype(np.int64).reshape(N, T + 1)
+    return w, {"ids": stream[:, :T].copy(), "next": stream[:, 1:].copy()}
+
+
 def make(name):
     """(weights, data): dicts of float32 / int64 arrays under the model's names."""
-    rng = np.random.default_rng({"mlp_adamw": 1, "mlp_sgd": 2, "mlp_adam": 3, "mlp_sched": 4, "cnn_adamw": 4}[name])
+    rng = np.random.default_rng({"mlp_adamw": 1, "mlp_sgd": 2, "mlp_adam": 3, "mlp_sched": 4, "cnn_adamw": 4,
+                                 "gpt2_adamw": 4}[name])
     if name == "cnn_adamw":
         return _cnn(rng)
+    if name == "gpt2_adamw":
+        return make_gpt2(rng)
     x = rng.standard_normal((N, 8)).astype(np.float32)
     if name in ("mlp_adamw", "mlp_sched"):
         w = {"fc1.weight": _w(rng, 16, 8), "fc1.bias": _w(rng, 1, 16)[0] * 0.5,

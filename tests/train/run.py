@@ -7,10 +7,15 @@ For each model: make_data.py's initial weights and samples, `modelc NAME.model -
 `PROG train --batch 8 --epochs 2 --log LOG --save OUT` (file order, 10 steps); the loss of every
 step (from the log) and the final weights are compared with PyTorch's (expected_NAME.safetensors,
 made by reference.py) at RTOL relative to the largest magnitude of each tensor, and printed
-with the error. Prints PASS/FAIL lines.
+with the error. The models: three MLPs (AdamW, SGD with Nesterov momentum, Adam with a frozen
+param) and gpt2_adamw, a 2-layer GPT-2 with tied embeddings (examples/gpt2's text) trained on
+next-token cross_entropy with AdamW, whose reference is PyTorch in float64 (reference.py's
+FLOAT64) and whose key biases are left out of the comparison (NULL_GRAD says why). Prints
+PASS/FAIL lines.
 """
 import argparse
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -24,8 +29,15 @@ sys.path.insert(0, os.path.join(ROOT, "tools"))
 import make_data  # noqa: E402
 import safetensors_np  # noqa: E402
 
-MODELS = ["mlp_adamw", "mlp_sgd", "mlp_adam", "mlp_sched", "cnn_adamw"]
+MODELS = ["mlp_adamw", "mlp_sgd", "mlp_adam", "mlp_sched", "cnn_adamw", "gpt2_adamw"]
 RTOL = 1e-5
+# Parts of params whose true gradient is exactly 0: GPT-2's key bias (the middle third of each
+# c_attn.bias) adds q . b_k to every score of a row, which softmax ignores. Both PyTorch and
+# modelc compute a rounding-noise gradient there (~1e-9), which Adam divides by its own
+# root-mean-square and turns into steps of up to lr: the two runs' values are noise, not
+# comparable. These parts are printed, not compared; each must stay within STEPS * lr of its
+# initial value (Adam's step bound), and the rest of the tensor is compared at RTOL.
+NULL_GRAD = {"gpt2_adamw": [(re.compile(r"h\.\d+\.attn\.c_attn\.bias$"), slice(32, 64), 10 * 0.01)]}
 
 
 def check(name, modelc, d):
@@ -72,9 +84,25 @@ def check(name, modelc, d):
         if k not in got:
             bad.append("the saved weights lack '%s'" % k)
             continue
-        e = float(np.max(np.abs(got[k].astype(np.float64) - v)) / max(float(np.max(np.abs(v))), 1e-30))
+        gk = got[k].astype(np.float64)
+        v = v.astype(np.float64)
+        scale = max(float(np.max(np.abs(v))), 1e-30)
+        keep = np.ones(v.shape, dtype=bool)
+        for pat, part, bound in NULL_GRAD.get(name, []):
+            if not pat.match(k):
+                continue
+            keep[part] = False
+            moved = float(np.max(np.abs(gk[part] - w[k][part])))
+            print("  %s: final %s[%d:%d] (true gradient 0: not compared) |modelc - torch| / max|torch| = %.2e; "
+                  "moved %.2e from its init (bound %.2e)" % (name, k, part.start, part.stop,
+                                                             float(np.max(np.abs(gk[part] - v[part]))) / scale,
+                                                             moved, bound))
+            if not moved <= bound:
+                bad.append("final %s[%d:%d] moved %.2e, more than Adam's bound %.2e" % (k, part.start, part.stop,
+                                                                                      moved, bound))
+        e = float(np.max(np.abs(gk - v)[keep])) / scale
         print("  %s: final %-12s max |modelc - torch| / max|torch| = %.2e" % (name, k, e))
-        if e > RTOL:
+        if not e <= RTOL:
             bad.append("final %s differs by %.2e relative" % (k, e))
     extra = set(got) - set(want)
     if extra:
