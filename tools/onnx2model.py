@@ -154,6 +154,10 @@ class T:
         return "T(%s %s%s)" % (self.name, self.dtype, self.shape)
 
 
+class Seq(list):
+    """An ONNX sequence whose length is known at import time: a list of values."""
+
+
 def is_const(v):
     return isinstance(v, np.ndarray)
 
@@ -253,6 +257,9 @@ class Converter:
         self.symbols = []       # symbolic dims in order of appearance
         self.node = None
         self.ntmp = 0
+        self.const_names = {}   # id(array) -> the ONNX name of a constant value
+        self.const_params = {}  # id(array) -> its T, once emitted
+        self.folded_outputs = 0  # graph outputs known at import time
 
     # ---- names
     def fresh(self, base, keep_dots=False):
@@ -289,7 +296,12 @@ class Converter:
         return [T(n, d, s) for n, (d, s) in zip(names, results)]
 
     def const_tensor(self, a, base="const"):
-        """A constant as a modelc tensor: a param holding it."""
+        """A constant as a modelc tensor: a param holding it, named after the ONNX value it
+        came from (once per constant)."""
+        key = id(a)
+        if key in self.const_params:
+            return self.const_params[key]
+        base = self.const_names.get(key, base)
         if is_symbolic(a):
             self.unsupported("a shape with symbolic sizes %s is used as a tensor" % list(a))
         dt = np_to_dtype(a)
@@ -300,7 +312,9 @@ class Converter:
         name = self.fresh(base)
         self.params[name] = np.array(a, order="C")
         self.decls.append("  param %s: %s%s" % (name, dt, shape_str(a.shape)))
-        return T(name, dt, list(a.shape), param=True)
+        t = T(name, dt, list(a.shape), param=True)
+        self.const_params[key] = t
+        return t
 
     def tensor(self, v, base="const"):
         return v if isinstance(v, T) else self.const_tensor(v, base)
@@ -358,7 +372,7 @@ class Converter:
                 self.decls.append("  param %s: %s%s" % (pname, dt, shape_str(a.shape)))
                 self.vals[name] = T(pname, dt, list(a.shape), param=True)
             else:
-                self.vals[name] = a
+                self.set_val(name, a)
         for vi in g.input:
             if vi.name in inits:
                 continue
@@ -381,7 +395,10 @@ class Converter:
             oname = out_names.pop(vi.name, None) or self.fresh(vi.name, keep_dots=True)
             if oname != vi.name:
                 self.renames.append(("output", vi.name, oname))
+            if isinstance(v, Seq):
+                raise Unsupported("graph output '%s' is a sequence (modelc outputs are tensors)" % vi.name)
             if is_const(v):
+                self.folded_outputs += 1
                 self.node = type("N", (), {"op_type": "output", "name": vi.name})()
                 v = self.const_tensor(v, base="const_" + oname)
             self.lines.append("  output %s = %s" % (oname, v.name))
@@ -515,12 +532,13 @@ class Converter:
                 res = self.fold(node, ins)
             elif node.op_type in SYMBOLIC_FOLD:
                 res = self.fold_symbolic(node, ins, attrs)
+                res = [None if r is None else sym_array(r) for r in res]
             else:
                 res = None
             if res is not None:
                 for o, r in zip(outs_wanted, res):
                     if o:
-                        self.vals[o] = r
+                        self.set_val(o, r)
                 return
         if handler is None:
             self.unsupported("op type %s is not supported by the importer" % node.op_type)
@@ -537,10 +555,23 @@ class Converter:
             self.lines.insert(start, comment)
         for o, r in zip(outs_wanted, res):
             if o:
-                self.vals[o] = r
+                self.set_val(o, r)
         del used_outs
 
+    def set_val(self, name, v):
+        self.vals[name] = v
+        if is_const(v):
+            self.const_names.setdefault(id(v), name)
+
     def fold(self, node, ins):
+        if node.op_type == "GatherElements":
+            # onnx.reference's GatherElements mishandles indices smaller than the data
+            a = self.attrs(node)
+            x, idx = ins
+            ax = a.get("axis", 0) % x.ndim
+            idx = np.where(idx < 0, idx + x.shape[ax], idx).astype(np.int64)
+            sl = tuple(slice(0, d) if k != ax else slice(None) for k, d in enumerate(idx.shape))
+            return [np.take_along_axis(x[sl], idx, axis=ax)]
         onnx = _onnx()
         from onnx.reference import ReferenceEvaluator
         h = onnx.helper
@@ -669,7 +700,12 @@ class Converter:
         if v is None:
             return None
         if not is_const(v):
-            self.unsupported("%s is computed at run time; modelc needs it known when compiling" % what)
+            src = [o for o, m, _, _ in self.inputs if isinstance(v, T) and m == v.name]
+            try:
+                self.unsupported("%s is computed at run time; modelc needs it known when compiling" % what)
+            except Unsupported as e:
+                e.needs_input = src[0] if src else None
+                raise
         if is_symbolic(v):
             return v
         return v
@@ -732,11 +768,13 @@ class Converter:
             if dt in FLOATS:
                 self.unsupported("Mod of floats needs fmod=1")
             return self.binary("%", i[0], i[1], INTS)
+        # C's fmod takes the sign of the dividend; modelc's % (Python's) that of the divisor
         r = self.binary("%", i[0], i[1], self.ARITH)
+        sa = self.tensor(i[0]).name
         sb = self.tensor(i[1]).name
         z = "0" if dt in INTS else "0.0"
         return self.emit("where((%s != %s) and ((%s < %s) != (%s < %s)), %s - %s, %s)"
-                         % (r.name, z, r.name, z, sb, z, r.name, sb, r.name), r.dtype, r.shape)
+                         % (r.name, z, r.name, z, sa, z, r.name, sb, r.name), r.dtype, r.shape)
 
     def op_Pow(self, i, a, n):
         x, y = i
@@ -1587,13 +1625,23 @@ class Converter:
 
     def op_Trilu(self, i, a, n):
         x = i[0]
-        self.want_dtype(x, ("f32",))
+        dt = self.want_dtype(x, self.ARITH + ("bool",))
         k = 0
         if len(i) > 1 and i[1] is not None:
             k = int(self.const_input(i[1], "k").reshape(-1)[0])
         if len(x.shape) < 2:
             self.unsupported("rank below 2")
         fn = "triu" if a.get("upper", 1) else "tril"
+        if dt != "f32":
+            R, C = x.shape[-2:]
+            if not all_static([R, C]):
+                self.unsupported("symbolic matrix axes")
+            one = np.ones((R, C), bool)
+            mask = np.triu(one, k) if fn == "triu" else np.tril(one, k)
+            x = self.tensor(x)
+            mt = self.const_tensor(mask, base="trilu_mask")
+            z = {"bool": "0", "i32": "0", "i64": "0"}.get(dt, "0.0")
+            return self.emit("where(%s, %s, %s)" % (mt.name, x.name, z), dt, x.shape)
         return self.unary(fn, x, ("f32",), diagonal=str(k))
 
     def op_CumSum(self, i, a, n):
@@ -1643,8 +1691,13 @@ class Converter:
             self.unsupported("input of shape %s" % x.shape)
         b = a["blocksize"]
         N, C, H, W = x.shape
+        mode = a.get("mode", b"DCR")
+        mode = mode.decode() if isinstance(mode, bytes) else mode
+        if mode not in ("DCR", "CRD"):
+            self.unsupported("mode %s" % mode)
         t = self.emit("reshape(%s, [%d, %d, %d, %d, %d, %d])" % (x.name, N, C, H // b, b, W // b, b), x.dtype, [])
-        t = self.emit("permute(%s, dims=[0, 3, 5, 1, 2, 4])" % t.name, x.dtype, [])
+        perm = "0, 3, 5, 1, 2, 4" if mode == "DCR" else "0, 1, 3, 5, 2, 4"
+        t = self.emit("permute(%s, dims=[%s])" % (t.name, perm), x.dtype, [])
         out = [N, C * b * b, H // b, W // b]
         return self.emit("reshape(%s, %s)" % (t.name, self.reshape_list(out)), x.dtype, out)
 
@@ -1832,8 +1885,11 @@ class Converter:
                 if self.opset < 19:
                     self.unsupported("ceil_mode output size %d where modelc (PyTorch) gives %d" % (onnx_o, o))
             outsp.append(o)
-        if any(p >= k for p, k in zip(pads[:2] + pads[2:], ks + ks)) and fn == "max_pool2d":
-            pass
+        for d in range(2):
+            eff = dil[d] * (ks[d] - 1) + 1
+            if max(pads[d], pads[d + 2]) > eff // 2:
+                self.unsupported("padding %d above half the kernel %d (modelc, as PyTorch, refuses windows "
+                                 "that may lie entirely in the padding)" % (max(pads[d], pads[d + 2]), eff))
         kw = ["kernel=%s" % self.pair(ks)]
         kw.append("stride=%s" % self.pair(st))
         if any(pads):
@@ -1912,8 +1968,22 @@ class Converter:
                                                                fmt_num(a.get("epsilon", 1e-5), "f32")), "f32", x.shape)
 
     def op_LayerNormalization(self, i, a, n):
-        if any(o for o in n.output[1:]):
-            self.unsupported("the Mean and InvStdDev outputs")
+        y = self.layer_norm(i, a, n)
+        if not any(o for o in n.output[1:]):
+            return y
+        # Mean and InvStdDev: over the normalized axes, kept as size 1
+        x = self.tensor(i[0])
+        r = len(x.shape)
+        ax = a.get("axis", -1) % r
+        axes = list(range(ax, r))
+        al = "[%s]" % ", ".join(map(str, axes)) if len(axes) > 1 else str(axes[0])
+        sh = x.shape[:ax] + [1] * (r - ax)
+        m = self.emit("mean(%s, axis=%s, keepdim=true)" % (x.name, al), "f32", sh)
+        d = self.emit("%s - %s" % (x.name, m.name), "f32", x.shape)
+        v = self.emit("rsqrt(mean(%s * %s, axis=%s, keepdim=true) + %s)" % (d.name, d.name, al, fmt_num(a.get("epsilon", 1e-5), "f32")), "f32", sh)
+        return [y, m, v]
+
+    def layer_norm(self, i, a, n):
         x = self.tensor(i[0])
         self.want_dtype(x, ("f32",))
         r = len(x.shape)
@@ -1952,11 +2022,16 @@ class Converter:
         x = self.tensor(i[0])
         self.want_dtype(x, ("f32",))
         r = len(x.shape)
-        if a.get("axis", -1) % r != r - 1:
-            self.unsupported("axis other than the last")
         s = i[1]
-        if list(s.shape) != [x.shape[-1]]:
-            self.unsupported("scale of shape %s" % list(s.shape))
+        ax = a.get("axis", -1) % r
+        if ax != r - 1 or list(s.shape) != [x.shape[-1]]:
+            ns = x.shape[ax:]
+            if broadcast(ns, s.shape, "RMSNormalization") != ns:
+                self.unsupported("scale of shape %s for normalized shape %s" % (list(s.shape), ns))
+            axes = list(range(ax, r))
+            al = "[%s]" % ", ".join(map(str, axes)) if len(axes) > 1 else str(axes[0])
+            return self.emit("%s * rsqrt(mean(%s * %s, axis=%s, keepdim=true) + %s) * %s" % (
+                x.name, x.name, x.name, al, fmt_num(a.get("epsilon", 1e-5), "f32"), self.operand(s, "f32")), "f32", x.shape)
         return self.emit("rms_norm(%s, %s, eps=%s)" % (x.name, self.tensor(s).name, fmt_num(a.get("epsilon", 1e-5), "f32")), "f32", x.shape)
 
     def op_EyeLike(self, i, a, n):
@@ -1991,6 +2066,291 @@ class Converter:
             perm.insert(ax, r - 1)
             oh = self.emit("permute(%s, dims=[%s])" % (oh.name, ", ".join(map(str, perm))), "f32", [oh.shape[p] for p in perm])
         return oh
+
+    def op_Hardmax(self, i, a, n):
+        x = self.tensor(i[0])
+        self.want_dtype(x, ("f32",))
+        r = len(x.shape)
+        if self.opset < 13:
+            self.unsupported("opset < 13 (2-D coercion)")
+        ax = a.get("axis", -1) % r
+        C = x.shape[ax]
+        if not isinstance(C, int):
+            self.unsupported("a symbolic axis")
+        am = self.emit("argmax(%s, axis=%d)" % (x.name, ax), "i64", x.shape[:ax] + x.shape[ax + 1:])
+        oh = self.emit("one_hot(%s, num_classes=%d)" % (am.name, C), "f32", am.shape + [C])
+        if ax != r - 1:
+            perm = list(range(r - 1))
+            perm.insert(ax, r - 1)
+            oh = self.emit("permute(%s, dims=[%s])" % (oh.name, ", ".join(map(str, perm))), "f32", x.shape)
+        return oh
+
+    def op_LpNormalization(self, i, a, n):
+        x = self.tensor(i[0])
+        self.want_dtype(x, ("f32",))
+        ax = a.get("axis", -1) % len(x.shape)
+        p = a.get("p", 2)
+        # a zero vector stays zero (onnx's reference divides only where the norm is nonzero)
+        if p == 2:
+            nm = self.emit("sqrt(sum(%s * %s, axis=%d, keepdim=true))" % (x.name, x.name, ax), "f32", [])
+        elif p == 1:
+            nm = self.emit("sum(abs(%s), axis=%d, keepdim=true)" % (x.name, ax), "f32", [])
+        else:
+            self.unsupported("p=%d" % p)
+        return self.emit("where(%s == 0, %s, %s / %s)" % (nm.name, x.name, x.name, nm.name), "f32", x.shape)
+        self.unsupported("p=%d" % p)
+
+    def loss_flat(self, x, t):
+        """[N, C, d...] scores and [N, d...] targets as [N*D, C] and [N*D]."""
+        r = len(x.shape)
+        if r == 2:
+            return x, t, None
+        if not all_static(x.shape):
+            self.unsupported("symbolic axes")
+        perm = [0] + list(range(2, r)) + [1]
+        xp = self.emit("permute(%s, dims=[%s])" % (x.name, ", ".join(map(str, perm))), "f32", [x.shape[p] for p in perm])
+        nd = numel(x.shape) // x.shape[1]
+        xf = self.do_reshape(xp, [nd, x.shape[1]])
+        tf = self.do_reshape(t, [nd])
+        return xf, tf, list(t.shape)
+
+    def loss(self, fn, i, a, n):
+        x, t = self.tensor(i[0]), self.tensor(i[1])
+        self.want_dtype(x, ("f32",))
+        self.want_dtype(t, INTS, "target")
+        red = a.get("reduction", b"mean")
+        red = red.decode() if isinstance(red, bytes) else red
+        if red not in ("mean", "sum", "none"):
+            self.unsupported("reduction %s" % red)
+        if t.dtype != "i64":
+            t = self.emit("cast(%s, dtype=i64)" % t.name, "i64", t.shape)
+        xf, tf, back = self.loss_flat(x, t)
+        if len(i) > 2 and i[2] is not None:
+            # class weights: w[target] times the unreduced loss; the mean divides by the sum of
+            # the weights of the samples counted (ONNX's and PyTorch's definition)
+            w = self.tensor(i[2])
+            self.want_dtype(w, ("f32",), "weights")
+            ts = tf
+            if "ignore_index" in a:
+                ts = self.emit("where(%s == %s, 0, %s)" % (tf.name, fmt_num(a["ignore_index"], "i64"), tf.name), "i64", tf.shape)
+            wt = self.emit("index_select(%s, 0, %s)" % (w.name, ts.name), "f32", tf.shape)
+            if "ignore_index" in a:
+                wt = self.emit("where(%s == %s, 0.0, %s)" % (tf.name, fmt_num(a["ignore_index"], "i64"), wt.name), "f32", tf.shape)
+            l = self.emit("%s(%s, %s, reduction=none) * %s" % (fn, xf.name, ts.name, wt.name), "f32", tf.shape)
+            if red == "none":
+                return self.do_reshape(l, back) if back is not None else l
+            if red == "sum":
+                return self.emit("sum(%s, axis=0)" % l.name, "f32", [])
+            return self.emit("sum(%s, axis=0) / sum(%s, axis=0)" % (l.name, wt.name), "f32", [])
+        kw = ", reduction=%s" % red
+        if "ignore_index" in a:
+            kw += ", ignore_index=%d" % a["ignore_index"]
+        out = [xf.shape[0]] if red == "none" else []
+        y = self.emit("%s(%s, %s%s)" % (fn, xf.name, tf.name, kw), "f32", out)
+        if red == "none" and back is not None:
+            y = self.do_reshape(y, back)
+        return y
+
+    def op_NegativeLogLikelihoodLoss(self, i, a, n):
+        return self.loss("nll_loss", i, a, n)
+
+    def op_SoftmaxCrossEntropyLoss(self, i, a, n):
+        y = self.loss("cross_entropy", i, a, n)
+        if len(n.output) > 1 and n.output[1]:
+            x = self.tensor(i[0])
+            return [y, self.emit("log_softmax(%s, axis=1)" % x.name, "f32", x.shape)]
+        return y
+
+    def op_Attention(self, i, a, n):
+        q, k, v = [self.tensor(t) for t in i[:3]]
+        mask = i[3] if len(i) > 3 else None
+        known = {"is_causal", "kv_num_heads", "q_num_heads", "qk_matmul_output_mode", "scale", "softcap",
+                 "softmax_precision"}
+        for k in a:
+            if k not in known:
+                self.unsupported("attribute %s" % k)
+        past = [i[j] if len(i) > j else None for j in (4, 5)]
+        if len(i) > 6 and i[6] is not None:
+            self.unsupported("nonpad_kv_seqlen")
+        if len(n.output) > 3 and n.output[3]:
+            self.unsupported("the qk_matmul output")
+        if (past[0] is None) != (past[1] is None):
+            self.unsupported("only one of past_key and past_value")
+        if past[0] is not None and a.get("is_causal", 0):
+            self.unsupported("is_causal with a past key/value")
+        if a.get("softcap", 0.0):
+            self.unsupported("softcap")
+        if a.get("qk_matmul_output_mode", 0):
+            self.unsupported("qk_matmul_output_mode")
+        for t in (q, k, v):
+            self.want_dtype(t, ("f32",))
+        three = len(q.shape) == 3
+        if three:
+            hq, hk = a.get("q_num_heads"), a.get("kv_num_heads")
+            if not hq or not hk:
+                self.unsupported("3-D inputs without q_num_heads/kv_num_heads")
+            def heads(t, h):
+                B, L, HE = t.shape
+                r = self.do_reshape(t, [B, L, h, HE // h])
+                return self.emit("permute(%s, dims=[0, 2, 1, 3])" % r.name, "f32", [B, h, L, HE // h])
+            q, k, v = heads(q, hq), heads(k, hk), heads(v, hk)
+        if len(q.shape) != 4:
+            self.unsupported("rank %d inputs" % len(q.shape))
+        if past[0] is not None:
+            pk, pv = self.tensor(past[0]), self.tensor(past[1])
+            k = self.emit("concat(%s, %s, axis=2)" % (pk.name, k.name), "f32", k.shape[:2] + [pk.shape[2] + k.shape[2]] + k.shape[3:])
+            v = self.emit("concat(%s, %s, axis=2)" % (pv.name, v.name), "f32", v.shape[:2] + [pv.shape[2] + v.shape[2]] + v.shape[3:])
+        present = [k, v]
+        Hq, Hk = q.shape[1], k.shape[1]
+        if Hq != Hk:
+            if Hq % Hk:
+                self.unsupported("%d query heads over %d key heads" % (Hq, Hk))
+            k = self.emit("repeat_interleave(%s, %d, dim=1)" % (k.name, Hq // Hk), "f32", [k.shape[0], Hq] + k.shape[2:])
+            v = self.emit("repeat_interleave(%s, %d, dim=1)" % (v.name, Hq // Hk), "f32", [v.shape[0], Hq] + v.shape[2:])
+        args = [q.name, k.name, v.name]
+        L, S = q.shape[2], k.shape[2]
+        if mask is not None:
+            mdt = self.dtype_of(mask)
+            mt = self.tensor(mask)
+            if mdt == "bool":
+                mt = self.emit("where(%s, 0.0, -inf)" % mt.name, "f32", mt.shape)
+            elif mdt != "f32":
+                self.unsupported("mask dtype %s" % mdt)
+            if list(mt.shape)[-1:] != [S]:
+                self.unsupported("mask of shape %s for %d keys" % (mt.shape, S))
+            args.append(mt.name)
+        kw = []
+        if a.get("is_causal", 0):
+            if mask is not None:
+                self.unsupported("is_causal with a mask")
+            kw.append("causal=true")
+        if "scale" in a:
+            kw.append("scale=%s" % fmt_num(a["scale"], "f32"))
+        out = q.shape[:3] + [v.shape[3]]
+        y = self.emit("scaled_dot_product_attention(%s)" % ", ".join(args + kw), "f32", out)
+        if three:
+            B, H, L2, Ev = out
+            y = self.emit("permute(%s, dims=[0, 2, 1, 3])" % y.name, "f32", [B, L2, H, Ev])
+            y = self.do_reshape(y, [B, L2, H * Ev])
+        if any(o for o in n.output[1:3]):
+            return [y] + present
+        return y
+
+    def op_Resize(self, i, a, n):
+        x = self.tensor(i[0])
+        self.want_dtype(x, ("f32",))
+        if len(x.shape) != 4 or not all_static(x.shape):
+            self.unsupported("input of shape %s (modelc resizes NCHW)" % x.shape)
+        g = lambda k, d: (a.get(k, d).decode() if isinstance(a.get(k, d), bytes) else a.get(k, d))  # noqa: E731
+        mode, ctm, nm = g("mode", "nearest"), g("coordinate_transformation_mode", "half_pixel"), g("nearest_mode", "round_prefer_floor")
+        if self.opset < 11:
+            ctm, nm = "asymmetric", "floor"
+        if a.get("antialias", 0) or g("keep_aspect_ratio_policy", "stretch") != "stretch" or "axes" in a:
+            self.unsupported("antialias, keep_aspect_ratio_policy or axes")
+        scales = sizes = None
+        if self.opset >= 11:
+            if len(i) > 2 and i[2] is not None and i[2].shape != [0] and not (is_const(i[2]) and i[2].size == 0):
+                scales = [float(v) for v in self.const_input(i[2], "scales").reshape(-1)]
+            if len(i) > 3 and i[3] is not None:
+                sizes = [int(v) for v in self.const_input(i[3], "sizes").reshape(-1)]
+        else:
+            scales = [float(v) for v in self.const_input(i[1], "scales").reshape(-1)]
+        if scales is not None and (len(scales) != 4 or scales[:2] != [1.0, 1.0]):
+            self.unsupported("scales %s (only H and W)" % scales)
+        if sizes is not None and (len(sizes) != 4 or sizes[:2] != x.shape[:2]):
+            self.unsupported("sizes %s (only H and W)" % sizes)
+        if mode == "nearest":
+            if ctm != "asymmetric" or nm != "floor":
+                self.unsupported("nearest with %s coordinates and nearest_mode %s (modelc: asymmetric, floor)" % (ctm, nm))
+            kw = "mode=nearest"
+        elif mode == "linear":
+            if ctm in ("half_pixel", "pytorch_half_pixel"):
+                kw = "mode=bilinear"
+            elif ctm == "align_corners":
+                kw = "mode=bilinear, align_corners=true"
+            else:
+                self.unsupported("linear with %s coordinates" % ctm)
+        else:
+            self.unsupported("mode %s" % mode)
+        if sizes is not None:
+            out = sizes[2:]
+            kw += ", size=[%d, %d]" % tuple(out)
+        else:
+            out = [int(np.floor(x.shape[2] * scales[2])), int(np.floor(x.shape[3] * scales[3]))]
+            if ctm == "pytorch_half_pixel" and 1 in out:
+                self.unsupported("pytorch_half_pixel to size 1")
+            kw += ", scale_factor=[%s, %s]" % (fmt_num(scales[2], "f32"), fmt_num(scales[3], "f32"))
+        if min(out) < 1:
+            self.unsupported("output size %s" % out)
+        if ctm == "pytorch_half_pixel" and 1 in out:
+            self.unsupported("pytorch_half_pixel to size 1")
+        return self.emit("interpolate(%s, %s)" % (x.name, kw), "f32", x.shape[:2] + out)
+
+    def op_Upsample(self, i, a, n):
+        return self.op_Resize(i, a, n)
+
+    # ---- sequences (a Python list of values, known at import time)
+    def op_SplitToSequence(self, i, a, n):
+        x = i[0]
+        r = len(x.shape)
+        ax = a.get("axis", 0) % r
+        L = x.shape[ax]
+        if not isinstance(L, int):
+            self.unsupported("split of a symbolic axis")
+        keep = a.get("keepdims", 1)
+        if len(i) > 1 and i[1] is not None:
+            sp = self.const_input(i[1], "split")
+            if sp.ndim == 0:
+                c = int(sp)
+                sizes = [c] * (L // c) + ([L % c] if L % c else [])
+            else:
+                sizes = [int(v) for v in sp.reshape(-1)]
+            keep = 1
+        else:
+            sizes = [1] * L
+        if sum(sizes) != L or any(v <= 0 for v in sizes):
+            self.unsupported("split sizes %s of an axis of %d" % (sizes, L))
+        x = self.tensor(x)
+        if len(sizes) == 1:
+            parts = [x]
+        else:
+            res = []
+            for v in sizes:
+                sh = list(x.shape)
+                sh[ax] = v
+                res.append((x.dtype, sh))
+            parts = self.emit_multi("split(%s, [%s], dim=%d)" % (x.name, ", ".join(map(str, sizes)), ax), res)
+        if not keep:
+            parts = [self.do_reshape(p, p.shape[:ax] + p.shape[ax + 1:]) for p in parts]
+        return [Seq(parts)]
+
+    def op_SequenceConstruct(self, i, a, n):
+        return [Seq(i)]
+
+    def op_SequenceAt(self, i, a, n):
+        seq = i[0]
+        if not isinstance(seq, Seq):
+            self.unsupported("input 0 is not a sequence")
+        k = int(self.const_input(i[1], "position").reshape(-1)[0])
+        if not -len(seq) <= k < len(seq):
+            self.unsupported("position %d of a sequence of %d" % (k, len(seq)))
+        return seq[k]
+
+    def op_SequenceLength(self, i, a, n):
+        if not isinstance(i[0], Seq):
+            self.unsupported("input 0 is not a sequence")
+        return np.array(len(i[0]), np.int64)
+
+    def op_ConcatFromSequence(self, i, a, n):
+        seq = i[0]
+        if not isinstance(seq, Seq):
+            self.unsupported("input 0 is not a sequence")
+        if a.get("new_axis", 0):
+            ax = a["axis"]
+            r = len(seq[0].shape) + 1
+            parts = [self.do_reshape(v, v.shape[:ax % r] + [1] + v.shape[ax % r:]) for v in seq]
+            return self.op_Concat(parts, {"axis": ax % r}, n)
+        return self.op_Concat(list(seq), a, n)
 
     def op_Constant(self, i, a, n):
         onnx = _onnx()
@@ -2030,6 +2390,16 @@ class Converter:
         if others:
             args += ["--max-dim", ",".join(others)]
         return args
+
+
+def sym_array(r):
+    """A folded shape value as an array: int64 when every entry is known, else object."""
+    r = np.array(r, dtype=object)
+    if all(isinstance(v, (int, np.integer, bool, np.bool_)) for v in r.reshape(-1)):
+        if r.size and all(isinstance(v, (bool, np.bool_)) for v in r.reshape(-1)):
+            return r.astype(bool)
+        return r.astype(np.int64)
+    return r
 
 
 NO_FOLD = set()
