@@ -532,7 +532,8 @@ class Converter:
                 res = self.fold(node, ins)
             elif node.op_type in SYMBOLIC_FOLD:
                 res = self.fold_symbolic(node, ins, attrs)
-                res = [None if r is None else sym_array(r) for r in res]
+                if res is not None:
+                    res = [None if r is None else sym_array(r) for r in res]
             else:
                 res = None
             if res is not None:
@@ -643,6 +644,8 @@ class Converter:
             return [x.reshape(shp)]
         if op == "Slice":
             starts, ends = ins[1], ins[2]
+            if not is_symbolic(x):
+                return None   # a slice of a constant up to a symbolic size: done at run time
             axes = ins[3] if len(ins) > 3 and ins[3] is not None else range(len(starts))
             steps = ins[4] if len(ins) > 4 and ins[4] is not None else [1] * len(starts)
             sl = [slice(None)] * x.ndim
@@ -717,8 +720,12 @@ class Converter:
         args = "".join(", %s=%s" % (k, v) for k, v in kw.items())
         return self.emit("%s(%s%s)" % (fn, x.name, args), dt, x.shape)
 
-    def expr1(self, template, x, allowed=FLOATS, dtype=None):
+    def expr1(self, template, x, allowed=FLOATS, dtype=None, single=False):
+        """A lowering of one or more modelc operations; with several, f16/bf16 would round
+        between them where ONNX rounds once, so those are refused for half types."""
         dt = self.want_dtype(x, allowed)
+        if dt in ("f16", "bf16") and not single:
+            self.unsupported("a %s lowering of several operations (rounding to %s between them)" % (dt, dt))
         x = self.tensor(x)
         return self.emit(template.format(x=x.name), dtype or dt, x.shape)
 
@@ -769,6 +776,8 @@ class Converter:
                 self.unsupported("Mod of floats needs fmod=1")
             return self.binary("%", i[0], i[1], INTS)
         # C's fmod takes the sign of the dividend; modelc's % (Python's) that of the divisor
+        if dt in ("f16", "bf16"):
+            self.unsupported("fmod of %s (lowered to several operations, rounding between them)" % dt)
         r = self.binary("%", i[0], i[1], self.ARITH)
         sa = self.tensor(i[0]).name
         sb = self.tensor(i[1]).name
@@ -811,6 +820,8 @@ class Converter:
 
     def op_Mean(self, i, a, n):
         ins = [v for v in i if v is not None]
+        if len(ins) > 1 and self.dtype_of(ins[0]) in ("f16", "bf16"):
+            self.unsupported("Mean of %s (several operations, rounding between them)" % self.dtype_of(ins[0]))
         r = self.variadic("+", ins, FLOATS)
         return self.emit("%s / %s" % (r.name, fmt_num(len(ins), r.dtype)), r.dtype, r.shape)
 
@@ -893,10 +904,10 @@ class Converter:
         return self.unary("abs", i[0], self.ARITH)
 
     def op_Neg(self, i, a, n):
-        return self.expr1("-{x}", i[0], self.ARITH)
+        return self.expr1("-{x}", i[0], self.ARITH, single=True)
 
     def op_Reciprocal(self, i, a, n):
-        return self.expr1("1 / {x}", i[0])
+        return self.expr1("1 / {x}", i[0], single=True)
 
     def op_Softplus(self, i, a, n):
         return self.unary("softplus", i[0])
@@ -958,7 +969,7 @@ class Converter:
         return self.expr1("where(abs({x}) == inf, {x}, {x} + (-{x}) % 1)", i[0], ("f32",))
 
     def op_IsNaN(self, i, a, n):
-        return self.expr1("{x} != {x}", i[0], FLOATS, dtype="bool")
+        return self.expr1("{x} != {x}", i[0], FLOATS, dtype="bool", single=True)
 
     def op_IsInf(self, i, a, n):
         pos, neg = a.get("detect_positive", 1), a.get("detect_negative", 1)
@@ -1423,7 +1434,7 @@ class Converter:
             steps = [1] * len(starts)
         else:
             starts = [int(v) for v in self.const_input(i[1], "starts").reshape(-1)]
-            ends = [int(v) for v in self.const_input(i[2], "ends").reshape(-1)]
+            ends = [v if isinstance(v, str) else int(v) for v in self.const_input(i[2], "ends").reshape(-1)]
             axes = [int(v) for v in self.const_input(i[3], "axes").reshape(-1)] if len(i) > 3 and i[3] is not None else list(range(len(starts)))
             steps = [int(v) for v in self.const_input(i[4], "steps").reshape(-1)] if len(i) > 4 and i[4] is not None else [1] * len(starts)
         x = self.tensor(x)
@@ -1435,6 +1446,14 @@ class Converter:
             L = shape[ax]
             if st == 0:
                 self.unsupported("step 0")
+            if isinstance(e, str):
+                if e == L and s == 0 and st == 1:
+                    continue
+                if s != 0 or st != 1 or not isinstance(L, int):
+                    self.unsupported("slice to symbolic end %s from %d step %d" % (e, s, st))
+                cur = self.emit("slice(%s, %d, 0, %s)" % (cur.name, ax, e), cur.dtype, shape[:ax] + [e] + shape[ax + 1:])
+                shape = list(cur.shape)
+                continue
             if not isinstance(L, int):
                 if st == 1 and s >= 0 and e >= 2**31 - 1:
                     if s == 0:
@@ -1517,6 +1536,11 @@ class Converter:
 
     def op_GatherElements(self, i, a, n):
         x, idx = i
+        if is_const(x) and not is_symbolic(x) and self.dtype_of(x) in INTS and x.size and np.abs(x).max() < 2 ** 24:
+            # integers exact in f32: gathered as floats, cast back
+            dt = self.dtype_of(x)
+            r = self.op_GatherElements([x.astype(np.float32), idx], a, n)
+            return self.emit("cast(%s, dtype=%s)" % (r.name, dt), dt, r.shape)
         self.want_dtype(x, ("f32",))
         r = len(x.shape)
         ax = a.get("axis", 0) % r
@@ -2067,6 +2091,20 @@ class Converter:
             oh = self.emit("permute(%s, dims=[%s])" % (oh.name, ", ".join(map(str, perm))), "f32", [oh.shape[p] for p in perm])
         return oh
 
+    def op_Range(self, i, a, n):
+        """Range(0, n, 1) of a symbolic size n: arange(n) (constant ranges are folded)."""
+        st, lim, de = i
+        vals = []
+        for v, what in ((st, "start"), (lim, "limit"), (de, "delta")):
+            v = self.const_input(v, what)
+            vals.append(v.reshape(-1)[0] if v.size == 1 else None)
+        st, lim, de = vals
+        if isinstance(st, str) or isinstance(de, str) or st is None or de is None or int(st) != 0 or int(de) != 1:
+            self.unsupported("a range over symbolic sizes other than range(0, n, 1)")
+        if not isinstance(lim, str):
+            self.unsupported("limit %r" % (lim,))
+        return self.emit("arange(%s)" % lim, "i64", [lim])
+
     def op_Hardmax(self, i, a, n):
         x = self.tensor(i[0])
         self.want_dtype(x, ("f32",))
@@ -2166,9 +2204,9 @@ class Converter:
         mask = i[3] if len(i) > 3 else None
         known = {"is_causal", "kv_num_heads", "q_num_heads", "qk_matmul_output_mode", "scale", "softcap",
                  "softmax_precision"}
-        for k in a:
-            if k not in known:
-                self.unsupported("attribute %s" % k)
+        for key in a:
+            if key not in known:
+                self.unsupported("attribute %s" % key)
         past = [i[j] if len(i) > j else None for j in (4, 5)]
         if len(i) > 6 and i[6] is not None:
             self.unsupported("nonpad_kv_seqlen")
