@@ -260,6 +260,7 @@ class Converter:
         self.const_names = {}   # id(array) -> the ONNX name of a constant value
         self.const_params = {}  # id(array) -> its T, once emitted
         self.folded_outputs = 0  # graph outputs known at import time
+        self.init_arrays = {}    # param name -> its initializer's values
 
     # ---- names
     def fresh(self, base, keep_dots=False):
@@ -369,6 +370,7 @@ class Converter:
                 if pname != name:
                     self.renames.append(("param", name, pname))
                 self.params[pname] = np.array(a, order="C")
+                self.init_arrays[pname] = a
                 self.decls.append("  param %s: %s%s" % (pname, dt, shape_str(a.shape)))
                 self.vals[name] = T(pname, dt, list(a.shape), param=True)
             else:
@@ -404,7 +406,21 @@ class Converter:
             self.lines.append("  output %s = %s" % (oname, v.name))
             self.outputs.append((vi.name, oname, v.dtype, v.shape))
         self.check_unused_inputs(order)
+        self.drop_unused_params()
         return self
+
+    def drop_unused_params(self):
+        """Params no statement reads (initializers only used as shapes, scales ...)."""
+        body = "\n".join(self.lines)
+        used = set(re.findall(r"[A-Za-z0-9_.]+", body))
+        keep = []
+        for d in self.decls:
+            m = re.match(r"  param (\S+):", d)
+            if m and m.group(1) not in used:
+                self.params.pop(m.group(1), None)
+                continue
+            keep.append(d)
+        self.decls = keep
 
     def declare_input(self, vi):
         tt = vi.type.tensor_type if vi.type.HasField("tensor_type") else None
@@ -702,6 +718,8 @@ class Converter:
     def const_input(self, v, what):
         if v is None:
             return None
+        if isinstance(v, T) and v.param and v.name in self.init_arrays:
+            return self.init_arrays[v.name]   # a float initializer used as scales, pads ...
         if not is_const(v):
             src = [o for o, m, _, _ in self.inputs if isinstance(v, T) and m == v.name]
             try:
@@ -2082,7 +2100,11 @@ class Converter:
         if idx.dtype != "i64":
             ids = self.emit("cast(%s, dtype=i64)" % ids.name, "i64", idx.shape)
         off, on = float(values[0]), float(values[1])
-        oh = self.emit("one_hot(%s, num_classes=%d)" % (ids.name, depth), "f32", list(idx.shape) + [depth])
+        # an index outside [-depth, depth) gives a row of off values (ONNX), not a run error
+        valid = self.emit("(%s >= %d) and (%s < %d)" % (idx.name, -depth, idx.name, depth), "bool", idx.shape)
+        ids = self.emit("where(%s, %s, 0)" % (valid.name, ids.name), "i64", idx.shape)
+        oh = self.emit("one_hot(%s, num_classes=%d) * unsqueeze(cast(%s, dtype=f32), %d)" % (
+            ids.name, depth, valid.name, len(idx.shape)), "f32", list(idx.shape) + [depth])
         if (off, on) != (0.0, 1.0):
             oh = self.emit("%s * %s + %s" % (oh.name, fmt_num(on - off, "f32"), fmt_num(off, "f32")), "f32", oh.shape)
         if ax != r - 1:
@@ -2298,6 +2320,14 @@ class Converter:
         if sizes is not None and (len(sizes) != 4 or sizes[:2] != x.shape[:2]):
             self.unsupported("sizes %s (only H and W)" % sizes)
         if mode == "nearest":
+            if sizes is not None:
+                fac = [sizes[2] / x.shape[2], sizes[3] / x.shape[3]]
+            else:
+                fac = scales[2:]
+            if ctm in ("half_pixel", "pytorch_half_pixel") and nm in ("round_prefer_floor", "round_prefer_ceil") \
+                    and all(f == int(f) and f >= 1 for f in fac):
+                # an integer upscale: (x + 0.5) / s - 0.5 rounds to floor(x / s), never a tie
+                ctm, nm = "asymmetric", "floor"
             if ctm != "asymmetric" or nm != "floor":
                 self.unsupported("nearest with %s coordinates and nearest_mode %s (modelc: asymmetric, floor)" % (ctm, nm))
             kw = "mode=nearest"
@@ -2320,8 +2350,8 @@ class Converter:
             kw += ", scale_factor=[%s, %s]" % (fmt_num(scales[2], "f32"), fmt_num(scales[3], "f32"))
         if min(out) < 1:
             self.unsupported("output size %s" % out)
-        if ctm == "pytorch_half_pixel" and 1 in out:
-            self.unsupported("pytorch_half_pixel to size 1")
+        if ctm in ("pytorch_half_pixel", "align_corners") and 1 in out:
+            self.unsupported("%s to size 1" % ctm)
         return self.emit("interpolate(%s, %s)" % (x.name, kw), "f32", x.shape[:2] + out)
 
     def op_Upsample(self, i, a, n):

@@ -79,9 +79,23 @@ def case_key(src, params_blob):
     h = hashlib.sha256()
     h.update(src.encode())
     h.update(params_blob)
-    st = os.stat(MODELC)
-    h.update(("%d %d" % (st.st_mtime_ns, st.st_size)).encode())
+    h.update(TOOLS_KEY.encode())
     return h.hexdigest()[:16]
+
+
+TOOLS_KEY = ""
+
+
+def tools_key(modelc):
+    """The contents of modelc and the runtime library it links: a rebuild that changes
+    neither keeps the cache."""
+    h = hashlib.sha256()
+    lib = os.path.join(os.path.dirname(os.path.dirname(modelc)), "lib", "libmodelrt.a")
+    for p in (modelc, lib):
+        if os.path.exists(p):
+            with open(p, "rb") as f:
+                h.update(f.read())
+    return h.hexdigest()
 
 
 def compare(name, got, want, rtol, atol):
@@ -283,7 +297,7 @@ def main(argv=None):
         cases = [c for c in cases if any(k in c.name for k in args.k)]
     os.makedirs(CACHE, exist_ok=True)
     ctx = mp.get_context("fork")
-    with ctx.Pool(max(1, args.j), initializer=_init_worker, initargs=(MODELC, CACHE)) as pool:
+    with ctx.Pool(max(1, args.j), initializer=_init_worker, initargs=(MODELC, CACHE, tools_key(MODELC))) as pool:
         results = []
         for k, r in enumerate(pool.imap_unordered(run_case, cases, chunksize=2)):
             results.append(r)
@@ -351,9 +365,9 @@ def short_reason(why):
     return why[:80]
 
 
-def _init_worker(modelc, cache):
-    global MODELC, CACHE
-    MODELC, CACHE = modelc, cache
+def _init_worker(modelc, cache, key):
+    global MODELC, CACHE, TOOLS_KEY
+    MODELC, CACHE, TOOLS_KEY = modelc, cache, key
 
 
 if __name__ == "__main__":
