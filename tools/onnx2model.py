@@ -118,10 +118,11 @@ triu tril gather index_select one_hot cross_entropy nll_loss mse_loss
 binary_cross_entropy_with_logits""".split())
 
 
-def sanitize(name, keep_dots=True):
-    """A valid modelc name for an ONNX name (maybe the same)."""
+def sanitize(name, keep_dots=True, allow_funcs=False):
+    """A valid modelc name for an ONNX name (maybe the same). A function's name (relu, linear)
+    is renamed unless allow_funcs (outputs: bound last, after every call)."""
     if keep_dots and (NAME_RE.match(name) or DIGNAME_RE.match(name)) and name not in KEYWORDS \
-            and name not in FUNCS:
+            and (allow_funcs or name not in FUNCS):
         return name
     s = name.strip("/")
     if s.endswith("_output_0"):
@@ -263,8 +264,8 @@ class Converter:
         self.init_arrays = {}    # param name -> its initializer's values
 
     # ---- names
-    def fresh(self, base, keep_dots=False):
-        s = sanitize(base, keep_dots=keep_dots)
+    def fresh(self, base, keep_dots=False, allow_funcs=False):
+        s = sanitize(base, keep_dots=keep_dots, allow_funcs=allow_funcs)
         if s in self.used:
             i = 2
             while "%s_%d" % (s, i) in self.used:
@@ -384,7 +385,7 @@ class Converter:
         out_names = {}
         for vi in g.output:
             if vi.name not in out_names:
-                out_names[vi.name] = self.fresh(vi.name, keep_dots=True)
+                out_names[vi.name] = self.fresh(vi.name, keep_dots=True, allow_funcs=True)
         order = self.toposort()
         for node in order:
             self.node = node

@@ -110,7 +110,8 @@ def compare(name, got, want, rtol, atol):
             return "output %s: NaN where expected %s" % (name, "none" if nan_g.any() else "some")
         ok = ~nan_w
         eq_inf = (g == w) & ok
-        diff = np.abs(g - w)
+        with np.errstate(invalid="ignore"):
+            diff = np.abs(g - w)
         diff[eq_inf | ~ok] = 0
         bad = diff > atol + rtol * np.abs(w)
         bad &= ok & ~eq_inf
