@@ -233,7 +233,7 @@ def fmt_num(v, dtype):
 # ---------------------------------------------------------------- the converter
 
 class Converter:
-    def __init__(self, model, name="net", max_dims=None, max_batch=None, keep_unused=False):
+    def __init__(self, model, name="net", max_dims=None, max_batch=None, keep_unused=False, widen=False):
         _init_dtypes()
         self.model = model
         self.graph = model.graph
@@ -241,6 +241,7 @@ class Converter:
         self.max_dims = dict(max_dims or {})
         self.max_batch = max_batch
         self.keep_unused = keep_unused
+        self.widen = widen
         self.opset = 0
         for imp in model.opset_import:
             if imp.domain in ("", "ai.onnx"):
@@ -262,6 +263,7 @@ class Converter:
         self.const_params = {}  # id(array) -> its T, once emitted
         self.folded_outputs = 0  # graph outputs known at import time
         self.init_arrays = {}    # param name -> its initializer's values
+        self.output_narrow = {}  # output -> the ONNX integer dtype it was widened from
 
     # ---- names
     def fresh(self, base, keep_dots=False, allow_funcs=False):
@@ -307,6 +309,11 @@ class Converter:
         if is_symbolic(a):
             self.unsupported("a shape with symbolic sizes %s is used as a tensor" % list(a))
         dt = np_to_dtype(a)
+        narrow = None
+        if dt is None and self.widen and a.dtype.type in WIDEN_NP:
+            narrow = a.dtype.type
+            dt = wide_of(narrow)
+            a = a.astype(np.int32 if dt == "i32" else np.int64)
         if dt is None:
             self.unsupported("constant of dtype %s (modelc has f32, f16, bf16, i32, i64, bool)" % a.dtype)
         if a.size == 0:
@@ -315,6 +322,7 @@ class Converter:
         self.params[name] = np.array(a, order="C")
         self.decls.append("  param %s: %s%s" % (name, dt, shape_str(a.shape)))
         t = T(name, dt, list(a.shape), param=True)
+        t.narrow = narrow
         self.const_params[key] = t
         return t
 
@@ -406,6 +414,8 @@ class Converter:
                 v = self.const_tensor(v, base="const_" + oname)
             self.lines.append("  output %s = %s" % (oname, v.name))
             self.outputs.append((vi.name, oname, v.dtype, v.shape))
+            if getattr(v, "narrow", None) is not None:
+                self.output_narrow[oname] = np.dtype(v.narrow)
         self.check_unused_inputs(order)
         self.drop_unused_params()
         return self
@@ -428,9 +438,14 @@ class Converter:
         if tt is None:
             raise Unsupported("input '%s': only tensor inputs are supported (not %s)"
                               % (vi.name, vi.type.WhichOneof("value")))
+        narrow = None
         if tt.elem_type not in ONNX_DTYPE:
-            raise Unsupported("input '%s': dtype %s (modelc has f32, f16, bf16, i32, i64, bool)"
-                              % (vi.name, onnx_dtype_name(tt.elem_type)))
+            if self.widen and tt.elem_type in widen_table():
+                narrow = widen_table()[tt.elem_type]
+            else:
+                raise Unsupported("input '%s': dtype %s (modelc has f32, f16, bf16, i32, i64, bool%s)"
+                                  % (vi.name, onnx_dtype_name(tt.elem_type),
+                                     "" if self.widen else "; --widen-ints takes int8, uint8, int16, uint16, uint32"))
         if not tt.HasField("shape"):
             raise Unsupported("input '%s' has no shape" % vi.name)
         shape = []
@@ -449,12 +464,14 @@ class Converter:
             else:
                 raise Unsupported("input '%s': axis %d has no size and no name; give it one "
                                   "(dynamic_axes in torch.onnx.export)" % (vi.name, i))
-        dt = ONNX_DTYPE[tt.elem_type]
+        dt = ONNX_DTYPE[tt.elem_type] if narrow is None else wide_of(narrow)
         name = self.fresh(vi.name, keep_dots=True)
         if name != vi.name:
             self.renames.append(("input", vi.name, name))
-        self.decls.append("  input %s: %s%s" % (name, dt, shape_str(shape)))
+        self.decls.append("  input %s: %s%s%s" % (name, dt, shape_str(shape),
+                                                 "   # %s in ONNX, widened" % np.dtype(narrow).name if narrow else ""))
         self.vals[vi.name] = T(name, dt, shape)
+        self.vals[vi.name].narrow = narrow
         self.inputs.append((vi.name, name, dt, shape))
 
     def check_bounds(self):
@@ -571,10 +588,34 @@ class Converter:
         comment = "  # %s%s" % (node.op_type, (" " + node.name) if node.name else "")
         if len(self.lines) > start:
             self.lines.insert(start, comment)
+        narrow = [v.narrow for v in ins if isinstance(v, T) and getattr(v, "narrow", None) is not None]
+        narrow += [v.dtype.type for v in ins if is_const(v) and not is_symbolic(v) and v.dtype.type in WIDEN_NP]
+        if narrow:
+            res = [self.wrap(r, narrow[0], node.op_type) if isinstance(r, T) else r for r in res]
         for o, r in zip(outs_wanted, res):
             if o:
                 self.set_val(o, r)
         del used_outs
+
+    def wrap(self, r, narrow, op):
+        """A result of widened integers: reduced back to the range of the ONNX dtype (modular,
+        as the narrow type's arithmetic wraps)."""
+        if r.dtype in ("bool",) or r.dtype in FLOATS:
+            return r
+        if getattr(r, "narrow", None) is not None or op in ("Cast", "CastLike"):
+            return r
+        if op in NO_WRAP:
+            r = T(r.name, r.dtype, r.shape, r.param)
+            r.narrow = narrow
+            return r
+        bits = np.dtype(narrow).itemsize * 8
+        if np.issubdtype(narrow, np.unsignedinteger):
+            w = self.emit("%s %% %d" % (r.name, 1 << bits), r.dtype, r.shape)
+        else:
+            h = 1 << (bits - 1)
+            w = self.emit("(%s + %d) %% %d - %d" % (r.name, h, 1 << bits, h), r.dtype, r.shape)
+        w.narrow = narrow
+        return w
 
     def set_val(self, name, v):
         self.vals[name] = v
@@ -2471,6 +2512,26 @@ def sym_array(r):
     return r
 
 
+# --widen-ints: ONNX integer dtypes modelc lacks, carried in a wider one (values kept in range
+# by wrapping every arithmetic result, as the narrow type's own arithmetic does)
+WIDEN_NP = (np.uint8, np.int8, np.int16, np.uint16, np.uint32)
+
+
+def widen_table():
+    P = _onnx().TensorProto
+    return {P.UINT8: np.uint8, P.INT8: np.int8, P.INT16: np.int16, P.UINT16: np.uint16, P.UINT32: np.uint32}
+
+
+def wide_of(narrow):
+    return "i64" if narrow == np.uint32 else "i32"
+
+
+# ops whose integer results stay in their inputs' range (no wrap needed)
+NO_WRAP = {"Identity", "Reshape", "Flatten", "Squeeze", "Unsqueeze", "Transpose", "Concat", "Split", "Slice",
+           "Gather", "GatherElements", "Expand", "Tile", "Max", "Min", "Where", "Clip", "Pad", "SpaceToDepth",
+           "DepthToSpace", "ReduceMax", "ReduceMin", "SequenceAt", "Dropout", "Trilu"}
+
+
 NO_FOLD = set()
 SYMBOLIC_FOLD = {"Identity", "Cast", "CastLike", "Gather", "Concat", "Unsqueeze", "Squeeze", "Reshape",
                  "Slice", "Mul", "Add", "Sub", "Div", "Equal", "Shape"}
@@ -2509,9 +2570,9 @@ def load(path):
     return m
 
 
-def convert(model, name="net", max_dims=None, max_batch=None, keep_unused=False):
+def convert(model, name="net", max_dims=None, max_batch=None, keep_unused=False, widen=False):
     """Convert a ModelProto. Returns the Converter (source(), params, inputs, outputs, renames)."""
-    return Converter(model, name, max_dims, max_batch, keep_unused).run()
+    return Converter(model, name, max_dims, max_batch, keep_unused, widen).run()
 
 
 def write_outputs(conv, out_base, onnx_path=None):
@@ -2564,6 +2625,9 @@ def main(argv=None):
     ap.add_argument("--max-batch", type=int, help="bound of the first symbolic dimension, for the printed modelc command")
     ap.add_argument("--keep-unused-inputs", action="store_true",
                     help="keep graph inputs no output uses (a warning) instead of refusing the model")
+    ap.add_argument("--widen-ints", action="store_true",
+                    help="take int8, uint8, int16, uint16 (as i32) and uint32 (as i64) inputs and constants, "
+                         "wrapping arithmetic to their range (the program's inputs and outputs are then i32/i64)")
     ap.add_argument("-q", "--quiet", action="store_true", help="print nothing but errors")
     args = ap.parse_args(argv)
     try:
@@ -2574,7 +2638,7 @@ def main(argv=None):
         dims = parse_dims(args.max_dim)
         m = load(args.onnx)
         name = args.name or os.path.basename(args.output)
-        conv = convert(m, name, dims, args.max_batch, args.keep_unused_inputs)
+        conv = convert(m, name, dims, args.max_batch, args.keep_unused_inputs, args.widen_ints)
         write_outputs(conv, args.output, args.onnx)
     except OnnxImportError as e:
         sys.stderr.write("onnx2model: error: %s\n" % e)

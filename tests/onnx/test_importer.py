@@ -167,6 +167,28 @@ def main():
         report(rc == 0 and "reshape(x, [batch, 12])" in src and len(body) == 2, "shape_subgraph_folded",
                "rc %d %s; body: %s" % (rc, se.strip(), body))
 
+        # --widen-ints: uint8 carried in i32, wrapping as uint8 does (200 + 100 = 44)
+        u8 = model([h.make_node("Add", ["a", "b"], ["c"], name="add8")], [vi("a", P.UINT8, [3]), vi("b", P.UINT8, [3])],
+                   [vi("c", P.UINT8, [3])])
+        expect_error(tmp, "uint8_refused", u8, ["UINT8", "--widen-ints"])
+        path = os.path.join(tmp, "u8.onnx")
+        onnx.save(u8, path)
+        out = os.path.join(tmp, "u8")
+        rc, so, se = run_tool([path, "-o", out, "--widen-ints"])
+        if rc != 0 or not os.path.exists(MODELC):
+            report(False, "widen_ints", "rc %d: %s" % (rc, se.strip()))
+        else:
+            exe = os.path.join(tmp, "u8_exe")
+            p = subprocess.run([MODELC, out + ".model", "-o", exe, "--no-cuda", "-O0"], capture_output=True, text=True)
+            np.save(os.path.join(tmp, "a.npy"), np.array([200, 1, 255], np.int32))
+            np.save(os.path.join(tmp, "b.npy"), np.array([100, 2, 255], np.int32))
+            if p.returncode == 0:
+                p = subprocess.run([exe, "--weights", out + ".safetensors", "--input", "a=" + os.path.join(tmp, "a.npy"),
+                                    "--input", "b=" + os.path.join(tmp, "b.npy"), "--output", "c=" + os.path.join(tmp, "c.npy"),
+                                    "--device", "cpu"], capture_output=True, text=True)
+            got = np.load(os.path.join(tmp, "c.npy")).tolist() if p.returncode == 0 else None
+            report(got == [44, 3, 254], "widen_ints", "got %s, expected [44, 3, 254] (%s)" % (got, p.stderr.strip()))
+
         rc, so, se = run_tool(["--help"])
         report(rc == 0 and "--max-dim" in so and "OUT.model" in so, "help", so[:200])
     finally:
