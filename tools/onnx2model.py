@@ -2267,23 +2267,22 @@ class Converter:
         q, k, v = [self.tensor(t) for t in i[:3]]
         mask = i[3] if len(i) > 3 else None
         known = {"is_causal", "kv_num_heads", "q_num_heads", "qk_matmul_output_mode", "scale", "softcap",
-                 "softmax_precision"}
+                 "softmax_precision", "left_window_size", "right_window_size"}
         for key in a:
             if key not in known:
                 self.unsupported("attribute %s" % key)
         past = [i[j] if len(i) > j else None for j in (4, 5)]
         if len(i) > 6 and i[6] is not None:
             self.unsupported("nonpad_kv_seqlen")
-        if len(n.output) > 3 and n.output[3]:
-            self.unsupported("the qk_matmul output")
         if (past[0] is None) != (past[1] is None):
             self.unsupported("only one of past_key and past_value")
-        if past[0] is not None and a.get("is_causal", 0):
-            self.unsupported("is_causal with a past key/value")
-        if a.get("softcap", 0.0):
-            self.unsupported("softcap")
-        if a.get("qk_matmul_output_mode", 0):
-            self.unsupported("qk_matmul_output_mode")
+        qk_out = len(n.output) > 3 and bool(n.output[3])
+        mode = a.get("qk_matmul_output_mode", 0)
+        lw, rw = a.get("left_window_size", -1), a.get("right_window_size", -1)
+        softcap = a.get("softcap", 0.0)
+        manual = qk_out or softcap or lw >= 0 or rw >= 0 or (a.get("is_causal", 0) and (past[0] is not None or mask is not None))
+        if qk_out and (mode == 2 or mode > 3 or (mode == 1 and softcap)):
+            self.unsupported("qk_matmul_output_mode %d%s" % (mode, " with softcap" if softcap else ""))
         for t in (q, k, v):
             self.want_dtype(t, ("f32",))
         three = len(q.shape) == 3
@@ -2309,6 +2308,13 @@ class Converter:
                 self.unsupported("%d query heads over %d key heads" % (Hq, Hk))
             k = self.emit("repeat_interleave(%s, %d, dim=1)" % (k.name, Hq // Hk), "f32", [k.shape[0], Hq] + k.shape[2:])
             v = self.emit("repeat_interleave(%s, %d, dim=1)" % (v.name, Hq // Hk), "f32", [v.shape[0], Hq] + v.shape[2:])
+        if manual:
+            y, qk = self.attention_lowered(q, k, v, mask, a, past[0], softcap, lw, rw, mode)
+            if three:
+                B, H, L2, Ev = y.shape
+                y = self.emit("permute(%s, dims=[0, 2, 1, 3])" % y.name, "f32", [B, L2, H, Ev])
+                y = self.do_reshape(y, [B, L2, H * Ev])
+            return [y] + present + ([qk] if qk_out else [])
         args = [q.name, k.name, v.name]
         L, S = q.shape[2], k.shape[2]
         if mask is not None:
@@ -2337,6 +2343,51 @@ class Converter:
         if any(o for o in n.output[1:3]):
             return [y] + present
         return y
+
+    def attention_lowered(self, q, k, v, mask, a, past_key, softcap, lw, rw, mode):
+        """Attention as matmul, bias, softcap and softmax, following onnx's definition: the
+        causal and sliding-window biases are aligned at the end of the past (offset), and a
+        row whose bias is -inf everywhere gives zeros."""
+        L, S, E = q.shape[2], k.shape[2], q.shape[3]
+        if not all_static([L, S, E]):
+            self.unsupported("symbolic sequence axes")
+        scale = a.get("scale", 1.0 / np.sqrt(E))
+        scores = self.emit("(%s @ transpose(%s)) * %s" % (q.name, k.name, fmt_num(scale, "f32")), "f32",
+                           q.shape[:3] + [S])
+        if softcap:
+            scores = self.emit("tanh(%s / %s) * %s" % (scores.name, fmt_num(softcap, "f32"), fmt_num(softcap, "f32")),
+                               "f32", scores.shape)
+        qk0 = scores
+        offset = past_key.shape[2] if past_key is not None else 0
+        allowed = np.ones((L, S), bool)
+        diff = (np.arange(L)[:, None] + offset) - np.arange(S)[None, :]
+        if a.get("is_causal", 0):
+            allowed &= diff >= 0
+        if lw >= 0:
+            allowed &= diff <= lw
+        if rw >= 0:
+            allowed &= -diff <= rw
+        bias = None
+        if not allowed.all():
+            bias = self.const_tensor(np.where(allowed, 0.0, -np.inf).astype(np.float32), base="attention_bias")
+        if mask is not None:
+            mt = self.tensor(mask)
+            if list(mt.shape)[-1:] != [S]:
+                self.unsupported("mask of shape %s for %d keys" % (mt.shape, S))
+            if mt.dtype == "bool":
+                mt = self.emit("where(%s, 0.0, -inf)" % mt.name, "f32", mt.shape)
+            elif mt.dtype != "f32":
+                self.unsupported("mask dtype %s" % mt.dtype)
+            bias = mt if bias is None else self.emit("%s + %s" % (mt.name, bias.name), "f32",
+                                                     broadcast(mt.shape, bias.shape, "Attention"))
+        if bias is not None:
+            scores = self.emit("%s + %s" % (scores.name, bias.name), "f32", broadcast(scores.shape, bias.shape, "Attention"))
+        p = self.emit("softmax(%s, axis=-1)" % scores.name, "f32", scores.shape)
+        if bias is not None:
+            p = self.emit("where(max(%s, axis=-1, keepdim=true) == -inf, 0.0, %s)" % (bias.name, p.name), "f32", p.shape)
+        y = self.emit("%s @ %s" % (p.name, v.name), "f32", p.shape[:3] + [v.shape[3]])
+        qk = {0: qk0, 1: scores, 3: p}.get(mode, qk0)
+        return y, qk
 
     def op_Resize(self, i, a, n):
         x = self.tensor(i[0])
