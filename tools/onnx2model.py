@@ -1573,6 +1573,8 @@ class Converter:
                 t = self.emit("slice(%s, %d, %d, %d)" % (x.name, ax, s, s + flat.size), x.dtype,
                               x.shape[:ax] + [flat.size] + x.shape[ax + 1:])
             else:
+                if x.dtype != "f32":
+                    self.unsupported("gathering %s values at scattered indices (modelc's index_select reads f32)" % x.dtype)
                 it = self.const_tensor(flat, base="index")
                 t = self.emit("index_select(%s, %d, %s)" % (x.name, ax, it.name), x.dtype,
                               x.shape[:ax] + [flat.size] + x.shape[ax + 1:])
@@ -1585,6 +1587,8 @@ class Converter:
             # an embedding table; ids out of range fail the run. Negative ids wrap first.
             ids = self.emit("where(%s < 0, %s + %d, %s)" % (idx.name, idx.name, L, idx.name), idx.dtype, idx.shape)
             return self.emit("embedding(%s, %s)" % (ids.name, x.name), x.dtype, list(idx.shape) + x.shape[1:])
+        if x.dtype != "f32":
+            self.unsupported("gathering %s values at run-time indices (modelc's index_select reads f32)" % x.dtype)
         ids = self.emit("where(%s < 0, %s + %d, %s)" % (idx.name, idx.name, L, idx.name), idx.dtype, idx.shape)
         nidx = numel(idx.shape)
         if not isinstance(nidx, int):
@@ -2168,6 +2172,34 @@ class Converter:
         if not isinstance(lim, str):
             self.unsupported("limit %r" % (lim,))
         return self.emit("arange(%s)" % lim, "i64", [lim])
+
+    def op_BitShift(self, i, a, n):
+        """Shifts of unsigned integers (carried wider by --widen-ints) as a multiplication or
+        a floor division by 2**y, read from a table of powers."""
+        x, y = i
+        nx = getattr(x, "narrow", None) if isinstance(x, T) else (x.dtype.type if is_const(x) else None)
+        if nx not in (np.uint8, np.uint16, np.uint32):
+            self.unsupported("BitShift of %s (modelc has no unsigned types; uint8/16/32 with --widen-ints)"
+                             % (np.dtype(nx).name if nx else self.dtype_of(x)))
+        bits = np.dtype(nx).itemsize * 8
+        x, y = self.tensor(x), self.tensor(y)
+        wide = x.dtype
+        # index_select reads f32 tables; powers of two up to 2**31 are exact there
+        table = self.const_tensor(np.array([float(1 << b) for b in range(bits)], np.float32), base="pow2")
+        ny = numel(y.shape)
+        if not isinstance(ny, int):
+            self.unsupported("symbolic shift counts")
+        flat = self.do_reshape(y, [ny])
+        pw = self.emit("cast(index_select(%s, 0, %s), dtype=%s)" % (table.name, flat.name, wide), wide, [ny])
+        pw = self.do_reshape(pw, y.shape)
+        shape = broadcast(x.shape, y.shape, "BitShift")
+        d = a.get("direction", b"LEFT")
+        d = d.decode() if isinstance(d, bytes) else d
+        if d == "LEFT":
+            return self.emit("%s * %s" % (x.name, pw.name), wide, shape)
+        if d == "RIGHT":
+            return self.emit("%s // %s" % (x.name, pw.name), wide, shape)
+        self.unsupported("direction %s" % d)
 
     def op_Hardmax(self, i, a, n):
         x = self.tensor(i[0])
