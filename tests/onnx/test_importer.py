@@ -1,0 +1,200 @@
+#!/usr/bin/env python3
+"""tests/onnx/test_importer.py — tools/onnx2model.py on bad and odd input, and one model end to end.
+
+Each check builds a small ONNX file with onnx.helper, runs the importer's command line on it and
+checks the exit status, the message and that nothing was written (for errors). Prints one
+PASS/FAIL line per check. MODELC (default build/bin/modelc) compiles the end-to-end cases.
+"""
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+
+import numpy as np
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+TOOL = os.path.join(ROOT, "tools", "onnx2model.py")
+MODELC = os.environ.get("MODELC", os.path.join(ROOT, "build", "bin", "modelc"))
+sys.path.insert(0, os.path.join(ROOT, "tools"))
+
+import onnx  # noqa: E402
+from onnx import TensorProto as P, helper as h, numpy_helper  # noqa: E402
+
+import safetensors_np  # noqa: E402
+
+FAILED = 0
+
+
+def report(ok, name, why=""):
+    global FAILED
+    if ok:
+        print("PASS: onnx2model/%s" % name)
+    else:
+        FAILED += 1
+        print("FAIL: onnx2model/%s: %s" % (name, why))
+
+
+def run_tool(args):
+    p = subprocess.run([sys.executable, TOOL] + args, capture_output=True, text=True)
+    return p.returncode, p.stdout, p.stderr
+
+
+def model(nodes, inputs, outputs, inits=(), opset=17, name="g"):
+    g = h.make_graph(nodes, name, inputs, outputs, initializer=list(inits))
+    m = h.make_model(g, opset_imports=[h.make_opsetid("", opset)])
+    m.ir_version = 8
+    return m
+
+
+def vi(name, dt, shape):
+    return h.make_tensor_value_info(name, dt, shape)
+
+
+def expect_error(tmp, name, m_or_bytes, needles, extra=()):
+    path = os.path.join(tmp, name + ".onnx")
+    with open(path, "wb") as f:
+        f.write(m_or_bytes if isinstance(m_or_bytes, bytes) else m_or_bytes.SerializeToString())
+    out = os.path.join(tmp, "out_" + name)
+    rc, so, se = run_tool([path, "-o", out] + list(extra))
+    written = [f for f in os.listdir(tmp) if f.startswith("out_" + name) or f.startswith(".onnx2model")]
+    missing = [n for n in needles if n not in se]
+    if rc != 1:
+        report(False, name, "exit status %d, expected 1 (stderr: %s)" % (rc, se.strip()))
+    elif missing:
+        report(False, name, "message lacks %s: %s" % (missing, se.strip()))
+    elif not se.startswith("onnx2model: error: "):
+        report(False, name, "message is not one 'onnx2model: error:' line: %s" % se.strip())
+    elif written:
+        report(False, name, "files written despite the error: %s" % written)
+    else:
+        report(True, name)
+
+
+def main():
+    tmp = tempfile.mkdtemp(prefix="onnx2model-test.")
+    try:
+        relu = model([h.make_node("Relu", ["x"], ["y"], name="r0")], [vi("x", P.FLOAT, [2, 3])], [vi("y", P.FLOAT, [2, 3])])
+        blob = relu.SerializeToString()
+
+        expect_error(tmp, "truncated", blob[:len(blob) // 2], ["not a valid ONNX file", "truncated"])
+        expect_error(tmp, "corrupt", b"\xff\xfe garbage \x00\x01" * 5, ["not a valid ONNX file"])
+        expect_error(tmp, "empty", b"", ["holds no graph"])
+        old = model([h.make_node("Relu", ["x"], ["y"])], [vi("x", P.FLOAT, [2])], [vi("y", P.FLOAT, [2])], opset=6)
+        expect_error(tmp, "old_opset", old, ["opset 6 is older", "(7)"])
+
+        # external data that is missing
+        w = numpy_helper.from_array(np.ones((4, 4), np.float32), "fc.weight")
+        ext = model([h.make_node("MatMul", ["x", "fc.weight"], ["y"])], [vi("x", P.FLOAT, [2, 4])],
+                    [vi("y", P.FLOAT, [2, 4])], inits=[w])
+        onnx.external_data_helper.convert_model_to_external_data(ext, location="weights.bin", size_threshold=0)
+        expect_error(tmp, "missing_external_data", ext, ["fc.weight", "weights.bin", "missing"])
+
+        cyc = model([h.make_node("Relu", ["x2"], ["x1"], name="a"), h.make_node("Add", ["x1", "x"], ["x2"], name="b")],
+                    [vi("x", P.FLOAT, [2])], [vi("x2", P.FLOAT, [2])])
+        expect_error(tmp, "cycle", cyc, ["cycle", "Relu 'a'", "Add 'b'"])
+
+        unused = model([h.make_node("Relu", ["x"], ["y"])], [vi("x", P.FLOAT, [2]), vi("z", P.FLOAT, [2])],
+                       [vi("y", P.FLOAT, [2])])
+        expect_error(tmp, "unused_input", unused, ["input 'z' is not used", "--keep-unused-inputs"])
+
+        uns = model([h.make_node("Det", ["x"], ["y"], name="hm")], [vi("x", P.FLOAT, [2, 3])], [vi("y", P.FLOAT, [2, 3])])
+        expect_error(tmp, "unsupported_op", uns, ["Det", "'hm'", "not supported"])
+        f64 = model([h.make_node("Relu", ["x"], ["y"], name="r64")], [vi("x", P.DOUBLE, [2])], [vi("y", P.DOUBLE, [2])])
+        expect_error(tmp, "unsupported_dtype", f64, ["'x'", "DOUBLE"])
+        attr = model([h.make_node("Conv", ["x", "w"], ["y"], name="c3", auto_pad="FOO")],
+                     [vi("x", P.FLOAT, [1, 1, 4, 4]), vi("w", P.FLOAT, [1, 1, 3, 3])], [vi("y", P.FLOAT, None)])
+        expect_error(tmp, "unsupported_attribute", attr, ["Conv", "'c3'", "auto_pad FOO"])
+        dyn = model([h.make_node("Relu", ["x"], ["y"])], [vi("x", P.FLOAT, ["batch", "seq"])], [vi("y", P.FLOAT, None)])
+        expect_error(tmp, "missing_bound", dyn, ["'seq' needs a bound", "--max-dim seq=N"])
+        runtime_shape = model([h.make_node("Reshape", ["x", "s"], ["y"], name="rs")],
+                              [vi("x", P.FLOAT, [2, 3]), vi("s", P.INT64, [2])], [vi("y", P.FLOAT, None)])
+        expect_error(tmp, "runtime_shape", runtime_shape, ["Reshape", "'rs'", "computed at run time"])
+
+        # unused input kept with --keep-unused-inputs (a warning)
+        path = os.path.join(tmp, "unused_kept.onnx")
+        onnx.save(unused, path)
+        rc, so, se = run_tool([path, "-o", os.path.join(tmp, "kept")] + ["--keep-unused-inputs"])
+        src = open(os.path.join(tmp, "kept.model")).read() if rc == 0 else ""
+        report(rc == 0 and "warning: input 'z'" in se and "input z: f32[2]" in src, "unused_input_kept",
+               "rc %d, stderr %s" % (rc, se.strip()))
+
+        # sanitized names: printed mapping, a model that compiles and runs, weights under the new names
+        wt = numpy_helper.from_array(np.arange(6, dtype=np.float32).reshape(2, 3), "onnx::MatMul_7")
+        bias = numpy_helper.from_array(np.array([0.5, -1.0], np.float32), "layer.0/bias")
+        names = model([h.make_node("Gemm", ["in put", "onnx::MatMul_7", "layer.0/bias"], ["out:0"], name="g0", transB=1),
+                       h.make_node("Relu", ["out:0"], ["relu"], name="r")],
+                      [vi("in put", P.FLOAT, ["N", 3])], [vi("relu", P.FLOAT, ["N", 2])], inits=[wt, bias])
+        path = os.path.join(tmp, "names.onnx")
+        onnx.save(names, path)
+        out = os.path.join(tmp, "names")
+        rc, so, se = run_tool([path, "-o", out])
+        ok = rc == 0 and "input in put -> in_put" in so and "param onnx::MatMul_7 -> onnx__MatMul_7" in so \
+            and "output relu" not in so
+        report(ok, "sanitized_names", "rc %d: %s %s" % (rc, so, se))
+        if ok and os.path.exists(MODELC):
+            exe = os.path.join(tmp, "names_exe")
+            p = subprocess.run([MODELC, out + ".model", "-o", exe, "--no-cuda", "-O0"], capture_output=True, text=True)
+            x = np.array([[1, 2, 3], [-1, 0, 4]], np.float32)
+            np.save(os.path.join(tmp, "x.npy"), x)
+            if p.returncode == 0:
+                p = subprocess.run([exe, "--weights", out + ".safetensors", "--input", "in_put=" + os.path.join(tmp, "x.npy"),
+                                    "--output", "relu=" + os.path.join(tmp, "y.npy"), "--device", "cpu"],
+                                   capture_output=True, text=True)
+            if p.returncode != 0:
+                report(False, "sanitized_names_run", p.stderr.strip())
+            else:
+                y = np.load(os.path.join(tmp, "y.npy"))
+                ref = np.maximum(x @ np.arange(6, dtype=np.float32).reshape(2, 3).T + [0.5, -1.0], 0)
+                d = float(np.abs(y - ref).max())
+                report(d < 1e-5, "sanitized_names_run", "maxdiff %g > 1e-5" % d)
+                wts = safetensors_np.read(out + ".safetensors")
+                report(sorted(wts) == ["layer.0_bias", "onnx__MatMul_7"],
+                       "weights_names", "weights %s" % sorted(wts))
+
+        # a shape subgraph folded at import time: Shape -> Gather -> Unsqueeze -> Concat -> Reshape
+        c = lambda n, v: h.make_node("Constant", [], [n], value=numpy_helper.from_array(np.array(v, np.int64)))  # noqa: E731
+        fold = model([h.make_node("Shape", ["x"], ["s"]), c("i0", 0), h.make_node("Gather", ["s", "i0"], ["b"]),
+                      c("ax", [0]), h.make_node("Unsqueeze", ["b", "ax"], ["b1"]), c("m1", [-1]),
+                      h.make_node("Concat", ["b1", "m1"], ["shp"], axis=0), h.make_node("Reshape", ["x", "shp"], ["y"])],
+                     [vi("x", P.FLOAT, ["batch", 3, 4])], [vi("y", P.FLOAT, ["batch", 12])])
+        path = os.path.join(tmp, "fold.onnx")
+        onnx.save(fold, path)
+        rc, so, se = run_tool([path, "-o", os.path.join(tmp, "fold")])
+        src = open(os.path.join(tmp, "fold.model")).read() if rc == 0 else ""
+        body = [l for l in src.splitlines() if "=" in l and not l.strip().startswith("#")]
+        report(rc == 0 and "reshape(x, [batch, 12])" in src and len(body) == 2, "shape_subgraph_folded",
+               "rc %d %s; body: %s" % (rc, se.strip(), body))
+
+        # --widen-ints: uint8 carried in i32, wrapping as uint8 does (200 + 100 = 44)
+        u8 = model([h.make_node("Add", ["a", "b"], ["c"], name="add8")], [vi("a", P.UINT8, [3]), vi("b", P.UINT8, [3])],
+                   [vi("c", P.UINT8, [3])])
+        expect_error(tmp, "uint8_refused", u8, ["UINT8", "--widen-ints"])
+        path = os.path.join(tmp, "u8.onnx")
+        onnx.save(u8, path)
+        out = os.path.join(tmp, "u8")
+        rc, so, se = run_tool([path, "-o", out, "--widen-ints"])
+        if rc != 0 or not os.path.exists(MODELC):
+            report(False, "widen_ints", "rc %d: %s" % (rc, se.strip()))
+        else:
+            exe = os.path.join(tmp, "u8_exe")
+            p = subprocess.run([MODELC, out + ".model", "-o", exe, "--no-cuda", "-O0"], capture_output=True, text=True)
+            np.save(os.path.join(tmp, "a.npy"), np.array([200, 1, 255], np.int32))
+            np.save(os.path.join(tmp, "b.npy"), np.array([100, 2, 255], np.int32))
+            if p.returncode == 0:
+                p = subprocess.run([exe, "--weights", out + ".safetensors", "--input", "a=" + os.path.join(tmp, "a.npy"),
+                                    "--input", "b=" + os.path.join(tmp, "b.npy"), "--output", "c=" + os.path.join(tmp, "c.npy"),
+                                    "--device", "cpu"], capture_output=True, text=True)
+            got = np.load(os.path.join(tmp, "c.npy")).tolist() if p.returncode == 0 else None
+            report(got == [44, 3, 254], "widen_ints", "got %s, expected [44, 3, 254] (%s)" % (got, p.stderr.strip()))
+
+        rc, so, se = run_tool(["--help"])
+        report(rc == 0 and "--max-dim" in so and "OUT.model" in so, "help", so[:200])
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return 1 if FAILED else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
