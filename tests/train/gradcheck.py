@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """tests/train/gradcheck.py: every VJP rule of compiler/grad.c against central finite differences
-of the NumPy reference interpreter in float64.
+of the NumPy reference interpreter in float64, and against PyTorch autograd's gradient of the same
+case (expected_autograd.safetensors, which autograd_ref.py made with torch; committed).
 
     python3 tests/train/gradcheck.py [-k NAME]      (MODELC: the compiler)
 
@@ -234,6 +235,11 @@ def check_exact(name, modelc):
     return "; ".join(bad) or None
 
 
+# PyTorch autograd's gradients of the CASES (autograd_ref.py made them; committed)
+_AG = os.path.join(HERE, "expected_autograd.safetensors")
+AUTOGRAD = safetensors_np.read(_AG) if os.path.exists(_AG) else {}
+
+
 def options(spec):
     """A case's options, its fifth entry: "ints" (an integer input's range [0, n)), "ref" (the
     reference model's form of f), "buffers" (params the step updates and the check skips)."""
@@ -369,6 +375,17 @@ def check(name, modelc):
               % (name, k, list(w0[k].shape), err, float(np.max(np.abs(fd))), tol))
         if not err <= tol:
             bad.append("d/d %s differs by %.2e (tolerance %.2e)" % (k, err, tol))
+        # and PyTorch autograd's gradient of the same case (autograd_ref.py), at the same tolerance
+        ag = AUTOGRAD.get("%s/%s" % (name, k))
+        if ag is None:
+            bad.append("no PyTorch reference for d/d %s: run autograd_ref.py (torch) and commit its output" % k)
+            continue
+        err = float(np.max(np.abs(g - ag)))
+        tol = 1e-4 * float(np.max(np.abs(ag))) + 1e-6
+        print("  %s: d l / d %s %s: max |modelc - PyTorch autograd| %.2e (tolerance %.2e)" % (name, k, list(w0[k].shape),
+                                                                                           err, tol))
+        if not err <= tol:
+            bad.append("d/d %s differs from PyTorch autograd by %.2e (tolerance %.2e)" % (k, err, tol))
     return "; ".join(bad) or None
 
 
