@@ -1861,13 +1861,13 @@ static const mrt_io_desc fake_in[] = {{"x", MRT_F32, 2, {1, 3}, {{1}}}};
 static const mrt_io_desc fake_out[] = {{"y", MRT_F32, 2, {1, 3}, {{1}}}};
 static const mrt_model_info fake_info = {
     "double", 1, 1, fake_in, fake_out, 1, 4, 12, 4096,
-    fake_create, fake_load, fake_run, fake_destroy, fake_device, 1, 4096, NULL, 1, fake_syms, fake_max, 0,
+    fake_create, fake_load, fake_run, fake_destroy, fake_device, 1, 4096, NULL, 1, fake_syms, fake_max, 0, NULL,
 };
 
 /* The same, but the compiler found an op that mixes batch items: never chunked. */
 static const mrt_model_info fake_info_mixing = {
     "double_mixing", 1, 1, fake_in, fake_out, 1, 4, 12, 4096,
-    fake_create, fake_load, fake_run, fake_destroy, fake_device, 0, 4096, NULL, 1, fake_syms, fake_max, 0,
+    fake_create, fake_load, fake_run, fake_destroy, fake_device, 0, 4096, NULL, 1, fake_syms, fake_max, 0, NULL,
 };
 
 /* The same with the batch on axis 1 (x [3, batch]): cannot be chunked. */
@@ -1875,7 +1875,7 @@ static const mrt_io_desc fake_in_t[] = {{"x", MRT_F32, 2, {3, 1}, {{0}, {1}}}};
 static const mrt_io_desc fake_out_t[] = {{"y", MRT_F32, 2, {3, 1}, {{0}, {1}}}};
 static const mrt_model_info fake_info_t = {
     "double_t", 1, 1, fake_in_t, fake_out_t, 1, 4, 12, 0,
-    fake_create, fake_load, fake_run, fake_destroy, fake_device, 1, 4096, NULL, 1, fake_syms, fake_max, 0,
+    fake_create, fake_load, fake_run, fake_destroy, fake_device, 1, 4096, NULL, 1, fake_syms, fake_max, 0, NULL,
 };
 
 /* Two inputs a, b [batch*2] and output s [batch*2] = a + b; no weights, max batch 8. */
