@@ -1903,7 +1903,7 @@ static void add_destroy(void *model) { free(model); }
 static const mrt_io_desc add_in[] = {{"a", MRT_F32, 1, {2}, {{1}}}, {"b", MRT_F32, 1, {2}, {{1}}}};
 static const mrt_io_desc add_out[] = {{"s", MRT_F32, 1, {2}, {{1}}}, {"t", MRT_I32, 0, {0}, {{0}}}};
 static const mrt_model_info add_info = {
-    "add", 2, 2, add_in, add_out, 1, 8, 0, 0, add_create, NULL, add_run, add_destroy, NULL, 1, 0, NULL, 1, fake_syms, add_max, 0,
+    "add", 2, 2, add_in, add_out, 1, 8, 0, 0, add_create, NULL, add_run, add_destroy, NULL, 1, 0, NULL, 1, fake_syms, add_max, 0, NULL,
 };
 
 /* Write x.npy ([n,3] f32, x[i] = i) and b.safetensors (b = [10, 20, 30]). */
