@@ -559,6 +559,8 @@ class Converter:
         attrs = self.attrs(node)
         outs_wanted = list(node.output)
         handler = getattr(self, "op_" + node.op_type, None)
+        if handler is None and node.op_type in UNARY_OPS:  # ONNX op type -> the modelc function of one float input
+            handler = lambda i, a, n, fn=UNARY_OPS[node.op_type]: self.unary(fn, i[0])  # noqa: E731
         # constant folding: every input known at import time
         known = [v for v in ins if v is not None]
         if all(is_const(v) for v in known) and node.op_type not in NO_FOLD:
@@ -936,30 +938,6 @@ class Converter:
     def op_Relu(self, i, a, n):
         return self.unary("relu", i[0], FLOATS)
 
-    def op_Sigmoid(self, i, a, n):
-        return self.unary("sigmoid", i[0])
-
-    def op_Tanh(self, i, a, n):
-        return self.unary("tanh", i[0])
-
-    def op_Exp(self, i, a, n):
-        return self.unary("exp", i[0])
-
-    def op_Log(self, i, a, n):
-        return self.unary("log", i[0])
-
-    def op_Sqrt(self, i, a, n):
-        return self.unary("sqrt", i[0])
-
-    def op_Erf(self, i, a, n):
-        return self.unary("erf", i[0])
-
-    def op_Sin(self, i, a, n):
-        return self.unary("sin", i[0])
-
-    def op_Cos(self, i, a, n):
-        return self.unary("cos", i[0])
-
     def op_Abs(self, i, a, n):
         return self.unary("abs", i[0], self.ARITH)
 
@@ -969,14 +947,8 @@ class Converter:
     def op_Reciprocal(self, i, a, n):
         return self.expr1("1 / {x}", i[0], single=True)
 
-    def op_Softplus(self, i, a, n):
-        return self.unary("softplus", i[0])
-
     def op_Softsign(self, i, a, n):
         return self.expr1("{x} / (1 + abs({x}))", i[0])
-
-    def op_HardSwish(self, i, a, n):
-        return self.unary("hardswish", i[0])
 
     def op_HardSigmoid(self, i, a, n):
         al, be = a.get("alpha", 0.2), a.get("beta", 0.5)
@@ -2615,6 +2587,9 @@ NO_WRAP = {"Identity", "Reshape", "Flatten", "Squeeze", "Unsqueeze", "Transpose"
            "DepthToSpace", "ReduceMax", "ReduceMin", "SequenceAt", "Dropout", "Trilu"}
 
 
+# The ONNX op types that are one modelc function of a float tensor, elementwise (Importer.unary).
+UNARY_OPS = {"Sigmoid": "sigmoid", "Tanh": "tanh", "Exp": "exp", "Log": "log", "Sqrt": "sqrt", "Erf": "erf", "Sin": "sin",
+             "Cos": "cos", "Softplus": "softplus", "HardSwish": "hardswish"}
 NO_FOLD = set()
 SYMBOLIC_FOLD = {"Identity", "Cast", "CastLike", "Gather", "Concat", "Unsqueeze", "Squeeze", "Reshape",
                  "Slice", "Mul", "Add", "Sub", "Div", "Equal", "Shape"}
