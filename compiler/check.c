@@ -3578,6 +3578,11 @@ static void parse_optimizer(Checker *c, const Ast *e) {
     for (int i = 0; i < e->nargs; i++) {
         const AstArg *a = &e->args[i];
         if (!a->key) error_at(a->val->loc, "optimizer arguments are named: %s(lr=1e-3, ...)", e->name);
+        for (int j = 0; j < i; j++)
+            if (e->args[j].key && !strcmp(e->args[j].key, a->key))
+                error_at(a->loc, "optimizer argument '%s' is given twice", a->key);
+        if (!strcmp(a->key, "nesterov") && a->val->kind != AST_BOOL)
+            error_at(a->val->loc, "'nesterov' is true or false, got '%s'", ast_text(a->val));
         const Ast *v = a->val;
         double x = 0;
         bool is_bool = v->kind == AST_BOOL;

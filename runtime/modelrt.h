@@ -517,6 +517,8 @@ struct mrt_model {
     mrt_train_cfg train;
     double last_lr, grad_norm;
     int defer_update; /* 1: run() stops after the backward pass (desc->apply takes the step) */
+    char run[96];     /* PROG train's batches ("batch=64 shuffle=1 seed=0"), recorded in the state files
+                         it saves so that --resume can check it cuts the same batches; "" otherwise */
     void *graphs;                        /* the runtime's CUDA graphs of run() (rt_model.c) */
     /* training builds: the seed of dropout's masks (PROG train --seed; 0 at create). A step's
      * mask is a function of (seed, step, the dropout's site, the element index) */

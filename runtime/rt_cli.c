@@ -1012,9 +1012,13 @@ static int cli_execute(const mrt_model_info *info, const cli_opts *o, const char
                 (t1 - t0) / (double)repeat, repeat, repeat == 1 ? "" : "s", r.batch, dev, info->weight_bytes, arena);
     }
 
-    if (o->memory && d && r.dp)
-        for (int k = 0; k < ndev && k < MRT_MAX_SLOTS; k++)
-            cli_memory_measured(d, ((mrt_model *)mrt_dp_replica(r.dp, k))->dev, &cuda_free0[k]);
+    if (o->memory && d && r.dp) /* each GPU replica's device; the host's resident memory once */
+        for (int k = 0, host = 0; k < ndev && k < MRT_MAX_SLOTS; k++) {
+            mrt_model *rm = mrt_dp_replica(r.dp, k);
+            if (rm->dev[0].kind == MRT_DEVICE_CPU && host++)
+                continue;
+            cli_memory_measured(d, rm->dev, &cuda_free0[k]);
+        }
     else if (o->memory && d)
         cli_memory_measured(d, ((mrt_model *)r.model)->dev, cuda_free0);
 

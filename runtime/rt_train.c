@@ -56,11 +56,11 @@ mrt_status mrt_model_save_weights(mrt_model *m, const char *path, int state)
         free(buf);
         return mrt_set_error(MRT_ERR_OOM, "%s: cannot allocate %zu bytes to save the weights", path, data + cap);
     }
-    cap += d->optimizer_args ? strlen(d->optimizer_args) : 0;
+    cap += (d->optimizer_args ? strlen(d->optimizer_args) : 0) + sizeof m->run;
     size_t h = (size_t)snprintf(hdr, cap, "{\"__metadata__\":{\"format\":\"pt\",\"model\":\"%s\",\"content\":\"%s\","
-                                "\"optimizer\":\"%s\",\"optimizer_args\":\"%s\",\"step\":\"%lld\"}", d->name,
-                                state ? "optimizer state" : "weights", d->optimizer ? d->optimizer : "",
-                                d->optimizer_args ? d->optimizer_args : "", (long long)m->step);
+                                "\"optimizer\":\"%s\",\"optimizer_args\":\"%s\",\"run\":\"%s\",\"step\":\"%lld\"}",
+                                d->name, state ? "optimizer state" : "weights", d->optimizer ? d->optimizer : "",
+                                d->optimizer_args ? d->optimizer_args : "", m->run, (long long)m->step);
     size_t off = 0;
     mrt_status st = MRT_OK;
     for (int i = 0; i < d->n_params && st == MRT_OK; i++) {
@@ -197,7 +197,7 @@ typedef struct train_opts {
     mrt_device dev[MRT_DP_MAX];
     int ndev;
     const char **eval_files; /* [n_inputs] --eval NAME=FILE, or NULL without --eval */
-    int batch, epochs, shuffle, quiet, time, threads;
+    int batch, epochs, epochs_given, shuffle, quiet, time, threads;
     long long steps, save_every;
     long long warmup_steps, decay_steps; /* -1: the model's */
     double lr, clip_grad_norm, min_lr;   /* lr 0, the others -1: the model's */
@@ -227,7 +227,8 @@ static void train_help(const mrt_model_info *info, const char *prog)
            "  --data NAME=FILE   the samples of input or target NAME (every one is required)\n"
            "  --batch N          samples per step (default and most: the compiled --max-batch, %d);\n"
            "                     the last batch of an epoch may be smaller\n"
-           "  --epochs E         passes over the data (default 1); --steps S stops after S steps\n"
+           "  --epochs E         passes over the data (default 1, or with --steps alone as many as S\n"
+           "                     steps take); --steps S stops after S steps\n"
            "  --lr LR            the learning rate (default: the model's optimizer statement, %g)\n"
            "  --warmup-steps N   linear warmup: step t <= N takes lr * t / N (default %lld)\n"
            "  --decay-steps N    then cosine decay to --min-lr over N steps; 0: constant (default %lld)\n"
@@ -334,6 +335,7 @@ static int train_parse(const mrt_model_info *info, const char *prog, int argc, c
                 o->batch = x > (long long)info->max_batch * MRT_DP_MAX ? info->max_batch * MRT_DP_MAX + 1 : (int)x;
             } else if (!strcmp(a, "--epochs")) {
                 o->epochs = x > 1000000 ? 1000000 : (int)x;
+                o->epochs_given = 1;
             } else if (!strcmp(a, "--steps")) {
                 o->steps = x;
             } else {
@@ -494,10 +496,16 @@ static mrt_status read_samples(const mrt_model_info *info, const char *flag, con
         int ok = t->dtype == d->dtype && t->rank == d->rank && t->rank > 0 && d->sym[0][0] == 1;
         for (int k = 1; ok && k < d->rank; k++)
             ok = t->shape[k] == d->shape[k];
-        if (!ok)
-            return mrt_set_error(MRT_ERR_MISMATCH, "%s %s=%s: %s of rank %d; the model takes %s samples of the declared "
-                                 "shape along the leading (batch) axis", flag, d->name, files[i], mrt_dtype_name(t->dtype),
-                                 t->rank, mrt_dtype_name(d->dtype));
+        if (!ok) {
+            char got[RT_SHAPE_STR_MAX], want[RT_SHAPE_STR_MAX] = "[N";
+            rt_shape_str(got, sizeof got, t->shape, t->rank);
+            for (int k = 1; k < d->rank; k++)
+                snprintf(want + strlen(want), sizeof want - strlen(want), ",%lld", (long long)d->shape[k]);
+            snprintf(want + strlen(want), sizeof want - strlen(want), "]");
+            return mrt_set_error(MRT_ERR_MISMATCH, "%s %s=%s: %s%s; the model takes %s%s (N samples along the leading axis)",
+                                 flag, d->name, files[i], mrt_dtype_name(t->dtype), got, mrt_dtype_name(d->dtype),
+                                 d->rank > 0 && d->sym[0][0] == 1 ? want : "[...] with the batch leading");
+        }
         if (*N >= 0 && t->shape[0] != *N)
             return mrt_set_error(MRT_ERR_MISMATCH, "%s %s=%s has %lld samples, but %s %s=%s has %lld: every file holds "
                                  "the same samples", flag, d->name, files[i], (long long)t->shape[0], flag,
@@ -961,8 +969,19 @@ int rt_train_main(const mrt_model_info *info, int argc, char **argv, const char 
     if (info->load_weights(model, o.weights) != MRT_OK)
         goto fail;
     mrt_model *m = model;
+    snprintf(m->run, sizeof m->run, "batch=%d shuffle=%d seed=%llu", o.batch, o.shuffle, o.seed);
     if (o.resume && mrt_model_load_state(m, o.resume) != MRT_OK)
         goto fail;
+    if (o.resume) { /* the same batches as the run that saved it, or the resumed run is another run */
+        char was[sizeof m->run];
+        if (rt_safetensors_meta(o.resume, "run", was, sizeof was) != MRT_OK)
+            goto fail;
+        if (*was && strcmp(was, m->run)) {
+            mrt_set_error(MRT_ERR_MISMATCH, "--resume %s was saved by a run with %s, this one has %s: give the same "
+                          "--batch, --shuffle and --seed to continue it", o.resume, was, m->run);
+            goto fail;
+        }
+    }
     if (o.lr > 0)
         m->train.lr = o.lr;
     if (o.warmup_steps >= 0)
@@ -1033,6 +1052,8 @@ int rt_train_main(const mrt_model_info *info, int argc, char **argv, const char 
     }
     int tty = !o.quiet && isatty(STDERR_FILENO);
     int64_t steps_per_epoch = (N + o.batch - 1) / o.batch, step = 0;
+    if (o.steps && !o.epochs_given) /* --steps alone: as many epochs as those steps take */
+        o.epochs = (int)((o.steps + steps_per_epoch - 1) / steps_per_epoch);
     const int64_t skip = m->step; /* a resumed run replays the order up to its step without running */
     int64_t total = (int64_t)o.epochs * steps_per_epoch;
     if (o.steps && o.steps < total)
@@ -1090,8 +1111,9 @@ int rt_train_main(const mrt_model_info *info, int argc, char **argv, const char 
                     snprintf(kept, sizeof kept, " (the last checkpoint, %s%s%s, holds step %lld; it is kept as it is)", o.save,
                              o.save_state ? " and " : "", o.save_state ? o.save_state : "", saved_at);
                 else if (o.save)
-                    snprintf(kept, sizeof kept, " (nothing is saved: %s keeps its old contents; --save-every N keeps "
-                             "checkpoints)", o.save);
+                    snprintf(kept, sizeof kept, " (nothing is saved%s%s%s; --save-every N keeps checkpoints)",
+                             access(o.save, F_OK) == 0 ? ": " : "", access(o.save, F_OK) == 0 ? o.save : "",
+                             access(o.save, F_OK) == 0 ? " keeps its old contents" : "");
                 mrt_set_error(st, "epoch %d, step %lld: %s%s", ep, (long long)step + 1, msg, kept);
                 goto fail;
             }
@@ -1099,8 +1121,11 @@ int rt_train_main(const mrt_model_info *info, int argc, char **argv, const char 
             seen += nb;
             double el = now_s() - t0;
             if (log)
+            {
                 fprintf(log, "epoch %d step %lld loss %.9g samples/s %.1f grad_norm %.9g lr %.9g\n", ep, (long long)step,
                         loss, el > 0 ? (double)seen / el : 0.0, m->grad_norm, m->last_lr);
+                fflush(log); /* the log keeps up with the checkpoints, should the run be killed */
+            }
             if (tty)
                 fprintf(stderr, "\repoch %d/%d  step %lld/%lld  loss %.6f  lr %.3g  %.0f samples/s   ", ep, o.epochs,
                         (long long)((step - 1) % steps_per_epoch + 1), (long long)steps_per_epoch, loss, m->last_lr,
@@ -1121,9 +1146,14 @@ int rt_train_main(const mrt_model_info *info, int argc, char **argv, const char 
         if (o.eval_files && rank == 0) {
             double el;
             if (evaluate(info, &emodel, m, edata, erow, ebufs, NE, o.batch, &el) != MRT_OK) {
-                char msg[1024];
+                /* the training so far is good: it is saved before the run stops */
+                char msg[1024], kept[600] = "";
                 snprintf(msg, sizeof msg, "%s", mrt_last_error());
-                mrt_set_error(MRT_ERR_INVALID_ARG, "epoch %d: evaluating: %s", ep, msg);
+                if (o.save && mrt_model_save_weights(m, o.save, 0) == MRT_OK &&
+                    (!o.save_state || mrt_model_save_weights(m, o.save_state, 1) == MRT_OK))
+                    snprintf(kept, sizeof kept, " (the weights after step %lld are saved: %s%s%s)", (long long)step, o.save,
+                             o.save_state ? " and " : "", o.save_state ? o.save_state : "");
+                mrt_set_error(MRT_ERR_INVALID_ARG, "epoch %d: evaluating --eval: %s%s", ep, msg, kept);
                 goto fail;
             }
             if (!o.quiet)
@@ -1136,8 +1166,8 @@ int rt_train_main(const mrt_model_info *info, int argc, char **argv, const char 
         qsort(times + 1, (size_t)(nt - 1), sizeof *times, cmp_double);
         int64_t k = nt - 1;
         double med = k % 2 ? times[1 + k / 2] : (times[k / 2] + times[1 + k / 2]) / 2;
-        printf("time: %.3f ms per step (median of %lld steps, batch %d, on %s)\n", med * 1e3, (long long)k, o.batch,
-               mrt_device_str(m->dev[0], (char[32]){0}, 32));
+        printf("time: %.3f ms per step (median of %lld steps, batch %d, on %s%s)\n", med * 1e3, (long long)k, o.batch,
+               o.devices ? o.devices : mrt_device_str(m->dev[0], (char[32]){0}, 32), o.ndev > 1 ? ", data-parallel" : "");
     }
     if (dp && dp_same(dp) != MRT_OK)
         goto fail;

@@ -168,7 +168,9 @@ def check_resume(modelc, d):
              ("another model's state", prog, ["--resume", f("os.st")], "the state of model 'mlp_adamw', not of 'mlp_sched'"),
              ("another optimizer's state", f("other"), ["--resume", f("s.st")],
               "the state of optimizer 'adamw', but model 'mlp_sched' trains with 'adam'"),
-             ("a state past the end of the run", prog, ["--resume", f("s.st"), "--epochs", "2"], "nothing to train"),
+             ("a state past the end of the run", prog, ["--resume", f("s.st")] + common, "nothing to train"),
+             ("other batches than the saving run's", prog, ["--resume", f("s.st"), "--shuffle", "--seed", "8"],
+              "saved by a run with batch=8 shuffle=1 seed=7, this one has batch=8 shuffle=1 seed=8"),
              ("not a safetensors file", prog, ["--resume", f("mlp_sched.x.npy")], "not a safetensors file")]
     for what, pr, args, want in cases:
         p = _train(pr, d, name, "--weights", f("w.st"), *args)
