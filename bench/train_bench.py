@@ -75,8 +75,9 @@ def test_cases():
         if reference and name in getattr(reference, "CLIP", {}):
             continue  # its PyTorch loop adds clipping and a schedule: reference.py's own
         w, d = make_data.make(name)
-        frozen = getattr(reference, "FROZEN", {}).get(name, {"emb.weight"} if name == "mlp_adam" else set()) \
-            if reference else set()
+        # what reference.py trains: every float param but the frozen embedding and batch norm's buffers
+        buffers = ("emb.weight", "running_mean", "running_var", "num_batches_tracked")
+        frozen = {k for k in w if any(k.endswith(b) for b in buffers)}
         out.append(dict(name=name, model=os.path.join(TRAIN, name + ".model"), batch=getattr(train_run, "BATCH", 8),
                         weights=w, data=d, frozen=frozen,
                         loss=(lambda F, p, dd, n=name: reference.forward(n, p, dd)) if reference else None,

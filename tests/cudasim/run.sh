@@ -369,7 +369,7 @@ sim_train() { # NAME ARGS...: tests/train/NAME.py on the simulated GPU
             echo "FAIL: cudasim/train/$t: exit status $rc: $(tail -n3 "$work/train_$t.err" | tr '\n' ' ')"
     fi
 }
-sim_train run
+sim_train run -k mlp -k cnn -k gpt2   # the models step for step (resume, eval and the C API: the CPU suite)
 sim_train gradcheck -k conv2d -k depthwise -k max_pool2d -k avg_pool2d -k adaptive -k batch_norm -k layer_norm \
     -k embedding -k gather -k attention -k ties -k softmax -k concat_cumsum
 # ResNet-18 at batch 1 replayed as a CUDA graph (the binary section 6 built, --repeat 3 after its
