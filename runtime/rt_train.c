@@ -696,6 +696,17 @@ static void dp_train_free(dp_train *t)
 
 /* Replicas 1.. of the loaded and configured replica 0 (m) on the devices of `list`, with its
  * weights, optimizer state and settings; the gradients' places after one run. */
+/* numel[k]: the elements of gradient k (of param d->grad_params[k]). */
+static void grad_numels(const mrt_model_desc *d, int64_t *numel)
+{
+    for (int k = 0; k < d->n_grads; k++) {
+        uint64_t n = 1;
+        const mrt_param_desc *p = &d->params[d->grad_params[k]];
+        rt_shape_numel(p->shape, p->rank, &n);
+        numel[k] = (int64_t)n;
+    }
+}
+
 static mrt_status dp_train_setup(dp_train *t, const mrt_model_info *info, mrt_model *m, const mrt_device *dev, int n)
 {
     memset(t, 0, sizeof *t);
@@ -727,12 +738,8 @@ static mrt_status dp_train_setup(dp_train *t, const mrt_model_info *info, mrt_mo
             st = mrt_set_error(MRT_ERR_OOM, "out of memory");
     for (int i = 0; i < n && st == MRT_OK; i++)
         st = d->grad_ptrs(t->rep[i], t->grad[i]);
-    for (int k = 0; st == MRT_OK && k < d->n_grads; k++) {
-        uint64_t numel = 1;
-        const mrt_param_desc *p = &d->params[d->grad_params[k]];
-        rt_shape_numel(p->shape, p->rank, &numel);
-        t->numel[k] = (int64_t)numel;
-    }
+    if (st == MRT_OK)
+        grad_numels(d, t->numel);
     return st;
 }
 
@@ -1016,12 +1023,7 @@ int rt_train_main(const mrt_model_info *info, int argc, char **argv, const char 
             goto oom;
         if (d->grad_ptrs(m, mt.grad) != MRT_OK)
             goto fail;
-        for (int k = 0; k < d->n_grads; k++) {
-            uint64_t ne = 1;
-            const mrt_param_desc *pp = &d->params[d->grad_params[k]];
-            rt_shape_numel(pp->shape, pp->rank, &ne);
-            mt.numel[k] = (int64_t)ne;
-        }
+        grad_numels(d, mt.numel);
         /* every rank the same model, data and batches: checked before the first step */
         enum { NF = 7 };
         static const char *const what[NF] = {"model", "number of samples", "--batch", "--epochs", "--steps", "--seed",
