@@ -30,7 +30,7 @@ Output: `PASS: plan/seed-N` or `FAIL: plan/seed-N: why (repro: ...)`, `PASS: pla
 exit status 1 if any failed.
 
 Usage: python3 tests/plan/run.py [--count N] [--seed N] [--case NAME] [--start N] [--size small|medium|mixed]
-                                 [--cases-only] [--no-cases] [-j N] [--keep] [--no-cuda] [-v]
+                                 [--cases-only] [--no-cases] [-j N] [--keep] [--no-cuda] [--cuda-every K] [-v]
 Environment: MODELC (default build/bin/modelc), PLAN_TIMEOUT (seconds per process, default 60).
 """
 
@@ -534,8 +534,12 @@ def job(args):
                 name = "plan/case-%s" % key
                 repro = "python3 tests/plan/run.py --case %s" % key
                 seed = 7
-            for flags in variants:
-                check_program(path, flags, d, spec, seed, opts.modelc, opts.build_flags)
+            for i, flags in enumerate(variants):
+                # --cuda-every K: nvcc compiles the default variant of each case and of every
+                # K-th seed; the other builds are CPU-only (the CPU path is what runs either way)
+                cpu_only = opts.cuda_every > 1 and (i > 0 or (kind == "seed" and key % opts.cuda_every))
+                check_program(path, flags, d, spec, seed, opts.modelc,
+                              opts.build_flags or (["--no-cuda"] if cpu_only else []))
         except Fail as e:
             return False, "FAIL: %s: %s (repro: %s)" % (name, e, repro)
         except Exception as e:  # noqa: BLE001
@@ -561,6 +565,9 @@ def main():
     ap.add_argument("--no-cuda", action="store_true",
                     help="build the executables with --no-cuda (the CPU path is what runs either way; "
                          "skips nvcc, about 10x faster: make fuzz-graphs uses it)")
+    ap.add_argument("--cuda-every", type=int, default=1, metavar="K",
+                    help="build with CUDA only the default-flags executable of each case and of every K-th "
+                         "seed, the rest with --no-cuda (make test: 4; default 1: every build)")
     ap.add_argument("-v", "--verbose", action="store_true")
     opts = ap.parse_args()
     opts.build_flags = ["--no-cuda"] if opts.no_cuda else []
