@@ -24,11 +24,22 @@ ifeq ($(SANITIZE),1)
   export UBSAN_OPTIONS := print_stacktrace=1:halt_on_error=1
 endif
 CFLAGS_ALL := $(CFLAGS_BASE) $(SAN) $(CFLAGS)
-BLAS_CFLAGS := $(shell pkg-config --cflags openblas 2>/dev/null)
-BLAS_LIBS   := $(shell pkg-config --libs openblas 2>/dev/null || echo -lopenblas)
+# The CPU GEMM: oneDNN's dnnl_sgemm (Debian libdnnl-dev), chosen by measurement over OpenBLAS
+# 0.3.21 (bench/gemm/RESULTS.md: about 2x on every shape here); `make DNNL=0` builds on OpenBLAS's
+# cblas_sgemm instead. Either way every loop and every GEMM runs on one OpenMP pool (libgomp's,
+# the one Debian's oneDNN uses): OMP_FLAGS compiles the runtime and the generated code with it.
+DNNL        ?= 1
+OMP_FLAGS   := -fopenmp
+ifeq ($(DNNL),1)
+  BLAS_CFLAGS := -DMRT_WITH_DNNL
+  BLAS_LIBS   := -ldnnl
+else
+  BLAS_CFLAGS := $(shell pkg-config --cflags openblas 2>/dev/null)
+  BLAS_LIBS   := $(shell pkg-config --libs openblas 2>/dev/null || echo -lopenblas)
+endif
 CJSON_CFLAGS := $(shell pkg-config --cflags libcjson 2>/dev/null || echo -I/usr/include/cjson)
 CJSON_LIBS   := $(shell pkg-config --libs libcjson 2>/dev/null || echo -lcjson)
-RT_LIBS     := $(CJSON_LIBS) $(BLAS_LIBS) -lm -lpthread
+RT_LIBS     := $(CJSON_LIBS) $(BLAS_LIBS) $(OMP_FLAGS) -lm -lpthread
 
 # ---------------------------------------------------------------- runtime
 # With nvcc: runtime/*.cu are built for sm_80 and sm_90 (plus compute_90 PTX for newer chips), the
@@ -63,10 +74,10 @@ RT_CFG  := $(B)/obj/runtime.cfg
 FORCE:
 $(RT_CFG): FORCE | $(B)/setup.stamp
 	@mkdir -p $(dir $@)
-	@echo 'nvcc=$(NVCC) libs=$(RT_LIBS)' | cmp -s - $@ || echo 'nvcc=$(NVCC) libs=$(RT_LIBS)' > $@
+	@echo 'nvcc=$(NVCC) libs=$(RT_LIBS) blas=$(BLAS_CFLAGS)' | cmp -s - $@ || echo 'nvcc=$(NVCC) libs=$(RT_LIBS) blas=$(BLAS_CFLAGS)' > $@
 $(B)/obj/runtime/%.o: runtime/%.c $(RT_HDR) $(RT_CFG) | $(B)/setup.stamp
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS_ALL) $(CJSON_CFLAGS) $(BLAS_CFLAGS) $(RT_CUDA_CFLAGS) -Iruntime -c $< -o $@
+	$(CC) $(CFLAGS_ALL) $(OMP_FLAGS) $(CJSON_CFLAGS) $(BLAS_CFLAGS) $(RT_CUDA_CFLAGS) -Iruntime -c $< -o $@
 $(B)/obj/runtime/%.cu.o: runtime/%.cu $(RT_HDR) $(RT_CFG) | $(B)/setup.stamp
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVCC_FLAGS) -Iruntime -c $< -o $@
@@ -97,7 +108,7 @@ $(B)/obj/grammar/%.o: $(B)/gen/%.c $(B)/gen/model.tab.h $(B)/gen/lex.yy.h compil
 	$(CC) $(CFLAGS_ALL) -Wno-unused-function -Icompiler -I$(B)/gen -c $< -o $@
 $(B)/obj/compiler/%.o: compiler/%.c compiler/modelc.h compiler/ops.def runtime/rt_path.h $(B)/gen/model.tab.h $(B)/gen/lex.yy.h $(RT_CFG)
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS_ALL) -Icompiler -Iruntime -I$(B)/gen -DMODELC_LINK_LIBS='"$(RT_LIBS)"' -DMODELC_EXTRA_CFLAGS='"$(BLAS_CFLAGS)"' $(MODELC_CUDA_DEFS) -c $< -o $@
+	$(CC) $(CFLAGS_ALL) -Icompiler -Iruntime -I$(B)/gen -DMODELC_LINK_LIBS='"$(RT_LIBS)"' -DMODELC_EXTRA_CFLAGS='"$(OMP_FLAGS)"' $(MODELC_CUDA_DEFS) -c $< -o $@
 $(MODELC): $(C_OBJ) $(RT_LIB) $(RT_INC)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_ALL) $(C_OBJ) -o $@ -lm
@@ -139,9 +150,10 @@ clean:
 #   vs PyTorch eager and torch.compile; bench/results/train-cpu[-quick].json). make bench-venv:
 #   only the install.
 #   make bench-gemm: bench/gemm/run.sh (GEMM GFLOP/s of several BLAS libraries, issue 12).
+#   make bench-conv: bench/conv/run.sh (ResNet-18's convolutions three ways, bench/conv/RESULTS.md).
 # make gpu-check: every GPU check in one script (build with nvcc, runtime and numeric tests on
 #   cuda vs cpu, examples, field cases B09/B12, bench); exits 2 at once without a GPU.
-.PHONY: bench bench-venv bench-gemm gpu-check fuzz fuzz-build fuzz-graphs onnx-conformance
+.PHONY: bench bench-venv bench-gemm bench-conv gpu-check fuzz fuzz-build fuzz-graphs onnx-conformance
 # make onnx-conformance: every ONNX backend node test (onnx.backend.test.case.node) imported by
 #   tools/onnx2model.py, compiled, run on the CPU and compared (tools/onnx_conformance.py); one
 #   table per op type and "N of M ONNX node tests pass, K unsupported, F failed". Compiled cases

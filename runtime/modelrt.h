@@ -145,7 +145,8 @@ mrt_status mrt_device_select(const char *s, mrt_device *out);
 /** "cpu:0", "cuda:1", ... Returns `buf`. `n` is the buffer size in bytes (>= 16 suffices). */
 char *mrt_device_str(mrt_device d, char *buf, size_t n);
 
-/** The number of CPU threads the runtime's kernels use (OpenBLAS's GEMMs today): n >= 1, or 0
+/** The number of CPU threads the generated loops, the runtime's kernels and the GEMMs use (one
+ *  OpenMP pool; omp_set_num_threads for the calling thread): n >= 1, or 0
  *  for the default: $MODELRT_THREADS, else $OMP_NUM_THREADS, else the cores this process may run
  *  on (sched_getaffinity). A malformed or out-of-range variable is MRT_ERR_INVALID_ARG naming it.
  *  Process-wide; *used (may be NULL) gets the number in effect. */
@@ -245,11 +246,21 @@ mrt_status mrt_pointer_device(const void *p, mrt_device *out);
  *  failed (cudaGetLastError), else MRT_OK. */
 mrt_status mrt_cuda_check_launch(const char *what);
 
+/** One row-major single-precision GEMM on the CPU: C[M, N] = alpha * op(A) @ op(B) + beta * C,
+ *  op(X) = X or its transpose (trans_* != 0), with cblas_sgemm's meaning in CblasRowMajor (lda,
+ *  ldb, ldc: the stored row lengths, in elements). K == 0 scales C by beta. It calls oneDNN's
+ *  dnnl_sgemm in a build with oneDNN (MRT_WITH_DNNL; chosen by measurement, bench/gemm/RESULTS.md:
+ *  about twice OpenBLAS 0.3.21's rate here), else cblas_sgemm. It runs on the OpenMP pool
+ *  (mrt_set_threads); called inside a parallel region, on the calling thread alone. The arguments
+ *  are not checked (mrt_gemm_f32 checks them); a library failure aborts with a message. */
+void mrt_cpu_sgemm(int trans_a, int trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float *A,
+                   int64_t lda, const float *B, int64_t ldb, float beta, float *C, int64_t ldc);
+
 /** Row-major, batched single-precision GEMM on device d, with cblas_sgemm's meaning in
  *  CblasRowMajor: for i < batch, C_i = alpha * op(A_i) @ op(B_i) + beta * C_i, where op(X) is X
  *  or its transpose (trans_* != 0), op(A_i) is [M, K], op(B_i) is [K, N], C_i is [M, N], and
  *  X_i = X + i * strideX elements (a stride of 0 repeats the same matrix). On the CPU it calls
- *  cblas_sgemm (OpenBLAS); on CUDA, cuBLAS (cublasSgemmStridedBatched on `stream`; the library
+ *  mrt_cpu_sgemm (small disjoint items concurrently, one per thread); on CUDA, cuBLAS (cublasSgemmStridedBatched on `stream`; the library
  *  is loaded with dlopen on first use, so a binary starts without it). Dimensions must fit in
  *  int32 (MRT_ERR_INVALID_ARG otherwise). */
 mrt_status mrt_gemm_f32(mrt_device d, void *stream, int trans_a, int trans_b, int64_t M, int64_t N, int64_t K,
@@ -260,7 +271,7 @@ mrt_status mrt_gemm_f32(mrt_device d, void *stream, int trans_a, int trans_b, in
  *  is B [K, N], or B stored [N, K] transposed when trans_b; bias [N] (NULL: none) is added to
  *  every row; act is 0 (none), 1 (relu) or 2 (gelu, tanh form). On CUDA this is one cuBLASLt
  *  matmul with CUBLASLT_EPILOGUE_BIAS / RELU_BIAS / GELU_BIAS (the library is loaded with dlopen
- *  on first use); on the CPU, cblas_sgemm and one pass over C. */
+ *  on first use); on the CPU, mrt_cpu_sgemm and one pass over C. */
 mrt_status mrt_gemm_bias_act_f32(mrt_device d, void *stream, int trans_b, int64_t M, int64_t N, int64_t K,
                                  const float *A, int64_t lda, const float *B, int64_t ldb, float *C, int64_t ldc,
                                  const float *bias, int act);

@@ -18,9 +18,22 @@
 #include <stdlib.h>
 #include <string.h>
 #ifndef __CUDACC__
-#include <cblas.h>
 #include "modelrt.h"
 #endif
+
+/* MRT_PRAGMA(omp ...): an OpenMP directive where the code is compiled with OpenMP (-fopenmp,
+ * which modelc and the runtime use: one pool, the OpenMP runtime's, runs every loop and every
+ * GEMM, as in PyTorch's ATen), and nothing elsewhere (nvcc's host pass, a build without it), so
+ * no unknown-pragma warning. Every split loop writes disjoint outputs and keeps each output's
+ * arithmetic in one thread, in the serial order: results do not depend on the thread count. */
+#ifdef _OPENMP
+#define MRT_PRAGMA(x) _Pragma(#x)
+#else
+#define MRT_PRAGMA(x)
+#endif
+/* The fewest scalar operations a loop needs before it is split over the threads: a parallel
+ * region costs about a microsecond, 32K simple operations take several. */
+#define MRT_PAR_MIN 32768
 
 #ifdef __CUDACC__
 #define MRT_HD static __host__ __device__ __forceinline__
@@ -342,6 +355,7 @@ MRT_HD float mrt_dropout_elem(float x, float p, float scale, uint64_t seed, uint
 /* y = softmax(x) (or log_softmax when log != 0) along the middle axis of [outer, n, inner].
  * The row sum is accumulated in double. */
 static inline void mrt_softmax_f32(float *y, const float *x, int64_t outer, int64_t n, int64_t inner, int log) {
+    MRT_PRAGMA(omp parallel for collapse(2) schedule(static) if(outer * n * inner >= MRT_PAR_MIN))
     for (int64_t o = 0; o < outer; o++) {
         for (int64_t i = 0; i < inner; i++) {
             const float *xr = x + o * n * inner + i;
@@ -365,6 +379,7 @@ static inline void mrt_softmax_f32(float *y, const float *x, int64_t outer, int6
 
 /* y[o, i] = sum (or mean when mean != 0) over j of x[o, j, i]; accumulates in double. */
 static inline void mrt_sum_f32(float *y, const float *x, int64_t outer, int64_t n, int64_t inner, int mean) {
+    MRT_PRAGMA(omp parallel for collapse(2) schedule(static) if(outer * n * inner >= MRT_PAR_MIN))
     for (int64_t o = 0; o < outer; o++)
         for (int64_t i = 0; i < inner; i++) {
             double s = 0.0;
@@ -376,6 +391,7 @@ static inline void mrt_sum_f32(float *y, const float *x, int64_t outer, int64_t 
 
 /* y[o, i] = max over j of x[o, j, i], NaN-propagating. */
 static inline void mrt_max_f32(float *y, const float *x, int64_t outer, int64_t n, int64_t inner) {
+    MRT_PRAGMA(omp parallel for collapse(2) schedule(static) if(outer * n * inner >= MRT_PAR_MIN))
     for (int64_t o = 0; o < outer; o++)
         for (int64_t i = 0; i < inner; i++) {
             const float *xr = x + o * n * inner + i;
@@ -409,6 +425,7 @@ static inline void mrt_argmax_f32(int64_t *y, const float *x, int64_t outer, int
  * whose visible scores are all -inf gives zeros (PyTorch's scaled_dot_product_attention). */
 static inline void mrt_softmax_masked_f32(float *y, const float *x, int64_t rows, int64_t n, int64_t L, int causal,
                                           int zero_masked_rows) {
+    MRT_PRAGMA(omp parallel for schedule(static) if(rows * n >= MRT_PAR_MIN))
     for (int64_t r = 0; r < rows; r++) {
         const float *xr = x + r * n;
         float *yr = y + r * n;
@@ -430,7 +447,7 @@ static inline void mrt_softmax_masked_f32(float *y, const float *x, int64_t rows
 
 /* y[N, O, OH, OW] = conv2d(x[N, C, H, W], w[O, C/groups, KH, KW]) with stride (sh, sw), padding
  * top/left (pt, pl) (bottom/right padding is implied by OH, OW), dilation (dh, dw). Each image
- * and group is one GEMM, w_g [O/g, C/g*KH*KW] @ col [C/g*KH*KW, OH*OW] (cblas_sgemm), where col is
+ * and group is one GEMM, w_g [O/g, C/g*KH*KW] @ col [C/g*KH*KW, OH*OW] (mrt_cpu_sgemm), where col is
  * the im2col unfolding of the input (Chellapilla et al., "High Performance Convolutional Neural
  * Networks for Document Processing", 2006), written to `col` (C/g*KH*KW*OH*OW floats). A 1x1,
  * stride-1, unpadded convolution reads x directly (col may be NULL). */
@@ -440,6 +457,7 @@ static inline void mrt_softmax_masked_f32(float *y, const float *x, int64_t rows
 static inline void mrt_im2col_f32(float *col, const float *xg, int64_t Cg, int64_t H, int64_t W, int KH, int KW,
                                   int64_t OH, int64_t OW, int sh, int sw, int pt, int pl, int dh, int dw) {
     const int64_t P = OH * OW;
+    MRT_PRAGMA(omp parallel for collapse(3) schedule(static) if(Cg * KH * KW * P >= MRT_PAR_MIN))
     for (int64_t c = 0; c < Cg; c++)
         for (int kh = 0; kh < KH; kh++)
             for (int kw = 0; kw < KW; kw++) {
@@ -483,8 +501,7 @@ static inline void mrt_conv2d_f32(float *y, const float *x, const float *w, int6
                 mrt_im2col_f32(col, xg, Cg, H, W, KH, KW, OH, OW, sh, sw, pt, pl, dh, dw);
                 b = col;
             }
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)Og, (int)P, (int)K, 1.0f, w + g * Og * K, (int)K, b,
-                        (int)P, 0.0f, y + (n * O + g * Og) * P, (int)P);
+            mrt_cpu_sgemm(0, 0, Og, P, K, 1.0f, w + g * Og * K, K, b, P, 0.0f, y + (n * O + g * Og) * P, P);
         }
     }
 }
@@ -493,7 +510,7 @@ static inline void mrt_conv2d_f32(float *y, const float *x, const float *w, int6
  * g_n,grp [O/groups, OH*OW] @ col_n,grp^T, where col is the im2col unfolding of x[N, C, H, W] as
  * mrt_conv2d_f32 makes it (into `col`, C/groups*KH*KW*OH*OW floats; a 1x1, stride-1, unpadded
  * convolution reads x directly and col may be NULL); g[N, O, OH, OW] is the adjoint of the
- * convolution's result. One cblas_sgemm per image and group, accumulating (beta 1) after the
+ * convolution's result. One mrt_cpu_sgemm per image and group, accumulating (beta 1) after the
  * first image. */
 static inline void mrt_conv2d_wgrad_f32(float *gw, const float *g, const float *x, int64_t N, int64_t C, int64_t H,
                                         int64_t W, int64_t O, int KH, int KW, int64_t OH, int64_t OW, int sh, int sw, int pt,
@@ -508,15 +525,14 @@ static inline void mrt_conv2d_wgrad_f32(float *gw, const float *g, const float *
                 mrt_im2col_f32(col, xg, Cg, H, W, KH, KW, OH, OW, sh, sw, pt, pl, dh, dw);
                 b = col;
             }
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)Og, (int)K, (int)P, 1.0f, g + (n * O + grp * Og) * P,
-                        (int)P, b, (int)P, n ? 1.0f : 0.0f, gw + grp * Og * K, (int)K);
+            mrt_cpu_sgemm(0, 1, Og, K, P, 1.0f, g + (n * O + grp * Og) * P, P, b, P, n ? 1.0f : 0.0f, gw + grp * Og * K, K);
         }
 }
 
 /* y[N, O, OH, OW] = conv_transpose2d(x[N, C, H, W], w[C, O/groups, KH, KW]) (PyTorch's layout and
  * output size (H-1)*sh - 2*ph + dh*(KH-1) + output_padding + 1, which comes in OH, OW), stride
  * (sh, sw), padding (ph, pw), dilation (dh, dw). Each image and group is one GEMM,
- * col [O/g*KH*KW, H*W] = w_g^T [O/g*KH*KW, C/g] @ x_g [C/g, H*W] (cblas_sgemm), then col2im
+ * col [O/g*KH*KW, H*W] = w_g^T [O/g*KH*KW, C/g] @ x_g [C/g, H*W] (mrt_cpu_sgemm), then col2im
  * scatters col into y: input pixel (ih, iw) with tap (kh, kw) adds to output pixel
  * (ih*sh - ph + kh*dh, iw*sw - pw + kw*dw) when that lies inside. col has O/g*KH*KW*H*W floats.
  * With at most MRT_CONVT_DIRECT_CG input channels per group (depthwise) the GEMM is an outer
@@ -536,8 +552,7 @@ static inline void mrt_conv_transpose2d_f32(float *y, const float *x, const floa
             /* direct: the taps of input channel c, weighted (wc != NULL) as they are scattered */
             const float *xc = x + (n * C + g * Cg + c) * P, *wc = direct ? w + (g * Cg + c) * M : NULL;
             if (!direct)
-                cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)M, (int)P, (int)Cg, 1.0f, w + g * Cg * M,
-                            (int)M, x + (n * C + g * Cg) * P, (int)P, 0.0f, col, (int)P);
+                mrt_cpu_sgemm(1, 0, M, P, Cg, 1.0f, w + g * Cg * M, M, x + (n * C + g * Cg) * P, P, 0.0f, col, P);
             float *yg = y + (n * O + g * Og) * OH * OW;
             for (int64_t o = 0; o < Og; o++)
                 for (int kh = 0; kh < KH; kh++)
@@ -572,6 +587,7 @@ static inline void mrt_conv_transpose2d_f32(float *y, const float *x, const floa
  * compiler limits padding to half the kernel). NaN-propagating. */
 static inline void mrt_maxpool2d_f32(float *y, const float *x, int64_t NC, int64_t H, int64_t W, int64_t OH, int64_t OW,
                                      int kh, int kw, int sh, int sw, int pt, int pl, int dh, int dw) {
+    MRT_PRAGMA(omp parallel for schedule(static) if(NC * OH * OW * kh * kw >= MRT_PAR_MIN))
     for (int64_t p = 0; p < NC; p++) {
         const float *xp = x + p * H * W;
         for (int64_t oh = 0; oh < OH; oh++)
@@ -597,6 +613,7 @@ static inline void mrt_maxpool2d_f32(float *y, const float *x, int64_t NC, int64
 static inline void mrt_avgpool2d_f32(float *y, const float *x, int64_t NC, int64_t H, int64_t W, int64_t OH, int64_t OW,
                                      int kh, int kw, int sh, int sw, int pt, int pl, int pb, int pr,
                                      int count_include_pad) {
+    MRT_PRAGMA(omp parallel for schedule(static) if(NC * OH * OW * kh * kw >= MRT_PAR_MIN))
     for (int64_t p = 0; p < NC; p++) {
         const float *xp = x + p * H * W;
         for (int64_t oh = 0; oh < OH; oh++)
@@ -621,6 +638,7 @@ static inline void mrt_avgpool2d_f32(float *y, const float *x, int64_t NC, int64
  * and the same for columns (PyTorch's rule). */
 static inline void mrt_adaptive_avgpool2d_f32(float *y, const float *x, int64_t NC, int64_t H, int64_t W, int64_t OH,
                                               int64_t OW) {
+    MRT_PRAGMA(omp parallel for schedule(static) if(NC * H * W >= MRT_PAR_MIN))
     for (int64_t p = 0; p < NC; p++) {
         const float *xp = x + p * H * W;
         for (int64_t i = 0; i < OH; i++) {
@@ -744,6 +762,7 @@ static inline void mrt_interp2d_f32(float *y, const float *x, int64_t NC, int64_
  * (no weight: 1, no bias: 0); group_norm and instance_norm use it without either. */
 static inline void mrt_layernorm_f32(float *y, const float *x, const float *w, const float *b, int64_t rows, int64_t D,
                                      float eps) {
+    MRT_PRAGMA(omp parallel for schedule(static) if(rows * D >= MRT_PAR_MIN))
     for (int64_t r = 0; r < rows; r++) {
         const float *xr = x + r * D;
         float *yr = y + r * D;

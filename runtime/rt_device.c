@@ -14,7 +14,14 @@
 #include "rt_internal.h"
 #include "mrt_kernels.h"
 
+#ifdef MRT_WITH_DNNL
+#include <dnnl.h>
+#else
 #include <cblas.h>
+#endif
+#ifdef _OPENMP
+#include <omp.h>
+#endif
 #include <sched.h>
 #include <unistd.h>
 #include <limits.h>
@@ -551,24 +558,98 @@ mrt_status mrt_pointer_device(const void *p, mrt_device *out)
 
 /* ---------------------------------------------------------------- GEMM */
 
-/* C_i = alpha * op(A_i) @ op(B_i) + beta * C_i on the CPU, one cblas_sgemm per batch item (in
- * order, so a C stride of 0 accumulates as a loop would). K == 0 scales C by beta (OpenBLAS
- * rejects lda < 1 there). */
+/* c[N] = alpha * a @ op(B) + beta * c for one row a[K] (element k at a[k * inc]): the GEMM's
+ * M == 1 case. oneDNN takes a GEMV path there whose sums depend on the thread count (measured:
+ * 1x64x4608 gives 63 of 64 different results on 1 and 2 threads; M >= 2 agree), so it is done
+ * here: each output's sum runs over k in order, in one thread, whatever the thread count. B
+ * [K, N] (tb == 0) is read row by row, so the inner loop is over n and vectorizes; B stored
+ * [N, K] (tb) gives one dot product per output, in 16 partial sums. Memory-bound either way, as
+ * any GEMV is. */
+static void rt_cpu_gemv(int tb, int64_t N, int64_t K, float alpha, const float *a, int64_t inc, const float *B,
+                        int64_t ldb, float beta, float *c)
+{
+    MRT_PRAGMA(omp parallel for schedule(static) if(N * K >= MRT_PAR_MIN))
+    for (int64_t n0 = 0; n0 < N; n0 += 256) {
+        const int64_t n1 = n0 + 256 < N ? n0 + 256 : N;
+        float acc[256];
+        for (int64_t n = n0; n < n1; n++)
+            acc[n - n0] = 0.0f;
+        if (!tb) {
+            for (int64_t k = 0; k < K; k++) {
+                const float ak = a[k * inc];
+                const float *b = B + k * ldb;
+                for (int64_t n = n0; n < n1; n++)
+                    acc[n - n0] += ak * b[n];
+            }
+        } else {
+            for (int64_t n = n0; n < n1; n++) { /* 16 partial sums, added in a fixed order: it vectorizes */
+                const float *b = B + n * ldb;
+                float part[16] = {0}, s = 0.0f;
+                int64_t k = 0;
+                if (inc == 1)
+                    for (; k + 16 <= K; k += 16)
+                        for (int j = 0; j < 16; j++)
+                            part[j] += a[k + j] * b[k + j];
+                for (int j = 0; j < 16; j++)
+                    s += part[j];
+                for (; k < K; k++)
+                    s += a[k * inc] * b[k];
+                acc[n - n0] = s;
+            }
+        }
+        for (int64_t n = n0; n < n1; n++)
+            c[n] = beta == 0.0f ? alpha * acc[n - n0] : alpha * acc[n - n0] + beta * c[n];
+    }
+}
+
+void mrt_cpu_sgemm(int ta, int tb, int64_t M, int64_t N, int64_t K, float alpha, const float *A, int64_t lda,
+                   const float *B, int64_t ldb, float beta, float *C, int64_t ldc)
+{
+    if (M <= 0 || N <= 0)
+        return;
+    if (K <= 0) { /* C = beta * C (the libraries reject lda < 1 here) */
+        for (int64_t r = 0; r < M; r++)
+            for (int64_t c = 0; c < N; c++)
+                C[r * ldc + c] = beta == 0.0f ? 0.0f : beta * C[r * ldc + c];
+        return;
+    }
+#ifdef MRT_WITH_DNNL
+    if (M == 1) {
+        rt_cpu_gemv(tb, N, K, alpha, A, ta ? lda : 1, B, ldb, beta, C);
+        return;
+    }
+    /* The arguments are valid by construction (mrt_gemm_f32 checks a caller's; the compiler
+     * derives the rest from checked shapes), so dnnl_sgemm fails only on a library fault. */
+    if (dnnl_sgemm(ta ? 'T' : 'N', tb ? 'T' : 'N', M, N, K, alpha, A, lda, B, ldb, beta, C, ldc) != dnnl_success) {
+        fprintf(stderr, "modelrt: internal error: dnnl_sgemm(%c, %c, M=%lld, N=%lld, K=%lld, lda=%lld, ldb=%lld, "
+                "ldc=%lld) failed\n", ta ? 'T' : 'N', tb ? 'T' : 'N', (long long)M, (long long)N, (long long)K,
+                (long long)lda, (long long)ldb, (long long)ldc);
+        abort();
+    }
+#else
+    cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, (int)M, (int)N, (int)K,
+                alpha, A, (int)lda, B, (int)ldb, beta, C, (int)ldc);
+#endif
+}
+
+/* C_i = alpha * op(A_i) @ op(B_i) + beta * C_i on the CPU for i < batch. Items whose C blocks
+ * cannot overlap run concurrently, one GEMM per thread, when each is too small to use every
+ * thread by itself (attention's per-head products); otherwise in order, so a C stride of 0
+ * accumulates as a loop would, and each GEMM uses the whole pool. */
 static void rt_cpu_gemm(int ta, int tb, int M, int N, int K, float alpha, const float *A, int lda,
                         int64_t sA, const float *B, int ldb, int64_t sB, float beta, float *C,
                         int ldc, int64_t sC, int64_t batch)
 {
-    for (int64_t i = 0; i < batch; i++) {
-        float *Ci = C + i * sC;
-        if (K == 0) {
-            for (int64_t r = 0; r < M; r++)
-                for (int64_t c = 0; c < N; c++)
-                    Ci[r * ldc + c] = beta == 0.0f ? 0.0f : beta * Ci[r * ldc + c];
-            continue;
-        }
-        cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans,
-                    M, N, K, alpha, A + i * sA, lda, B + i * sB, ldb, beta, Ci, ldc);
+    int disjoint = batch > 1 && sC >= (int64_t)(M - 1) * ldc + N;
+    int small = (int64_t)M * N * (K > 0 ? K : 1) < (int64_t)1 << 22;
+    if (disjoint && small) {
+        MRT_PRAGMA(omp parallel for schedule(static))
+        for (int64_t i = 0; i < batch; i++)
+            mrt_cpu_sgemm(ta, tb, M, N, K, alpha, A + i * sA, lda, B + i * sB, ldb, beta, C + i * sC, ldc);
+        return;
     }
+    for (int64_t i = 0; i < batch; i++)
+        mrt_cpu_sgemm(ta, tb, M, N, K, alpha, A + i * sA, lda, B + i * sB, ldb, beta, C + i * sC, ldc);
 }
 
 mrt_status mrt_gemm_f32(mrt_device d, void *stream, int trans_a, int trans_b, int64_t M, int64_t N, int64_t K,
@@ -632,6 +713,7 @@ mrt_status mrt_gemm_bias_act_f32(mrt_device d, void *stream, int trans_b, int64_
     mrt_status st = mrt_gemm_f32(d, stream, 0, trans_b, M, N, K, 1.0f, A, lda, 0, B, ldb, 0, 0.0f, C, ldc, 0, 1);
     if (st != MRT_OK || d.kind != MRT_DEVICE_CPU)
         return st;
+    MRT_PRAGMA(omp parallel for schedule(static) if(M * N >= MRT_PAR_MIN))
     for (int64_t r = 0; r < M; r++) {
         float *row = C + r * ldc;
         for (int64_t c = 0; c < N; c++) {
@@ -644,8 +726,10 @@ mrt_status mrt_gemm_bias_act_f32(mrt_device d, void *stream, int trans_b, int64_
 
 /* ---------------------------------------------------------------- CPU threads */
 
+#ifndef MRT_WITH_DNNL
 /* OpenBLAS's own knob (declared in its cblas.h in most builds; declared here for the others). */
 void openblas_set_num_threads(int n);
+#endif
 
 static int rt_env_threads(const char *var, int *out)
 {
@@ -658,6 +742,13 @@ static int rt_env_threads(const char *var, int *out)
         return -1;
     *out = (int)n;
     return 1;
+}
+
+static int rt_threads_set; /* the last mrt_set_threads's count; 0 before the first */
+
+int rt_cpu_threads(void)
+{
+    return __atomic_load_n(&rt_threads_set, __ATOMIC_RELAXED);
 }
 
 mrt_status mrt_set_threads(int n, int *used)
@@ -679,7 +770,13 @@ mrt_status mrt_set_threads(int n, int *used)
         if (n < 1)
             n = 1;
     }
+    __atomic_store_n(&rt_threads_set, n, __ATOMIC_RELAXED);
+#ifdef _OPENMP
+    omp_set_num_threads(n); /* the one pool: the generated loops, the kernels and oneDNN's GEMMs */
+#endif
+#ifndef MRT_WITH_DNNL
     openblas_set_num_threads(n);
+#endif
     if (used)
         *used = n;
     return MRT_OK;

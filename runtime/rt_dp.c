@@ -21,6 +21,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
 
 /* ---------------------------------------------------------------- a team of threads */
 
@@ -55,6 +58,10 @@ static void *team_thread(void *arg)
             break;
         seen = t->gen;
         pthread_mutex_unlock(&t->lock);
+#ifdef _OPENMP
+        if (rt_cpu_threads() > 0) /* a new thread starts from OMP_NUM_THREADS, not from the caller's count */
+            omp_set_num_threads(rt_cpu_threads());
+#endif
         t->fn(t->ctx, me->i);
         pthread_mutex_lock(&t->lock);
         if (--t->pending == 0)

@@ -152,6 +152,10 @@ const char *rt_safetensors_dtype(mrt_dtype dt);
  *  when it cannot be read or is not safetensors. */
 mrt_status rt_safetensors_meta(const char *path, const char *key, char *out, size_t cap);
 
+/* rt_device.c: the thread count of the last mrt_set_threads (0 before the first). The OpenMP
+ * count is a per-thread setting: a thread the runtime starts applies it before it runs kernels. */
+int rt_cpu_threads(void);
+
 /* rt_dp.c: a team of n persistent threads (n <= MRT_DP_MAX); rt_team_run calls fn(ctx, i) on
  * thread i for every i at once and returns when all have returned. */
 typedef struct rt_team rt_team;

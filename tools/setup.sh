@@ -2,7 +2,7 @@
 # tools/setup.sh — install what modelc needs to build and test, and only what is missing.
 #
 # Run by `make` once (through build/setup.stamp); safe to run again by hand at any time.
-# Debian packages: flex bison libopenblas-dev libcjson-dev llvm-14-tools (FileCheck) pkg-config
+# Debian packages: flex bison libopenblas-dev libdnnl-dev libcjson-dev llvm-14-tools (FileCheck) pkg-config
 #   openmpi-bin (mpirun and libmpi.so.40, which PROG train loads at run time under mpirun; the
 #   build never links it, so modelc builds without it and only the MPI tests need it)
 # Python packages: numpy lit onnx (with $PYTHON, default python3; onnx for tools/onnx2model.py
@@ -40,6 +40,7 @@ need flex            command -v flex
 need bison           command -v bison
 need pkg-config      command -v pkg-config
 need libopenblas-dev false
+need libdnnl-dev     false
 need libcjson-dev    false
 # FileCheck and not: on PATH or in any /usr/lib/llvm-N/bin (the tests take the newest); Debian 12
 # packages them as llvm-14-tools.

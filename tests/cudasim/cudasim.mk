@@ -20,11 +20,11 @@ SIM_RT_LIB  := $(SIM)/libmodelrt-sim.a
 # DT_RPATH (not RUNPATH), so that dlopen("libcublas.so.13") finds the stand-in before any toolkit
 # directory in LD_LIBRARY_PATH or the ld.so cache.
 SIM_LINK    := -L$(abspath $(SIM_LIBDIR)) -lcudasim -Wl,--disable-new-dtags,-rpath,$(abspath $(SIM_LIBDIR)) \
-               $(CJSON_LIBS) $(BLAS_LIBS) -lm -lpthread -ldl -lstdc++
+               $(CJSON_LIBS) $(BLAS_LIBS) $(OMP_FLAGS) -lm -lpthread -ldl -lstdc++
 
 $(SIM)/obj/%.o: runtime/%.c $(RT_HDR) $(SIM_HDR) | $(B)/setup.stamp
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS_BASE) $(CJSON_CFLAGS) $(BLAS_CFLAGS) -DMRT_WITH_CUDA -I$(SIM_INC) -Iruntime -c $< -o $@
+	$(CC) $(CFLAGS_BASE) $(OMP_FLAGS) $(CJSON_CFLAGS) $(BLAS_CFLAGS) -DMRT_WITH_CUDA -I$(SIM_INC) -Iruntime -c $< -o $@
 $(SIM)/obj/%.cu.o: runtime/%.cu $(RT_HDR) $(SIM_HDR) | $(B)/setup.stamp
 	@mkdir -p $(dir $@)
 	$(CXX) -x c++ $(SIM_CXXFLAGS) $(BLAS_CFLAGS) -I$(SIM_INC) -Iruntime -c $< -o $@
@@ -46,7 +46,7 @@ $(SIM)/libmodelrt-sim.libs: tests/cudasim/cudasim.mk
 SIM_ABS_INC := $(abspath $(SIM_INC))
 $(SIM)/obj/compiler/main.o: compiler/main.c compiler/modelc.h runtime/rt_path.h $(B)/gen/model.tab.h $(B)/gen/lex.yy.h tests/cudasim/cudasim.mk
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS_ALL) -Icompiler -Iruntime -I$(B)/gen -DMODELC_LINK_LIBS='"$(SIM_LINK)"' -DMODELC_EXTRA_CFLAGS='"$(BLAS_CFLAGS)"' \
+	$(CC) $(CFLAGS_ALL) -Icompiler -Iruntime -I$(B)/gen -DMODELC_LINK_LIBS='"$(SIM_LINK)"' -DMODELC_EXTRA_CFLAGS='"$(OMP_FLAGS)"' \
 	    -DMODELC_NVCC='"$(abspath tests/cudasim/nvcc.sh)"' \
 	    -DMODELC_CUDA_CFLAGS='"-DMRT_WITH_CUDA -I$(SIM_ABS_INC)"' -c $< -o $@
 $(SIM)/bin/modelc: $(SIM)/obj/compiler/main.o $(filter-out $(B)/obj/compiler/main.o,$(C_OBJ))

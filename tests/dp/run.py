@@ -40,6 +40,15 @@ model cnn {
 }
 """
 
+# a one-row product at batch 1 (a GEMV), large enough to be split over threads (tests/dp threads)
+GEMV = """# x @ w at batch 1 (tests/dp)
+model gemv {
+  input x: f32[batch, 4608]
+  param w: f32[4608, 64]
+  output y = x @ w
+}
+"""
+
 MIXED = """# batch items interact: a mean over the batch (tests/dp)
 model mixed {
   input x: f32[batch, 4]
@@ -100,6 +109,25 @@ def check(prog, weights, x, name, out, devs, d, tag):
     if len(x) < len(devs) and not notice:
         return "more devices than batch items, and no notice"
     return None
+
+
+def check_threads(prog, weights, x, name, out, d, tag):
+    """The same run on 1, 2 and 3 CPU threads: bit for bit (every split loop and GEMM keeps each
+    output's arithmetic in one thread, in one order)."""
+    xin = os.path.join(d, "xt_%s.npy" % tag)
+    np.save(xin, x)
+    outs = []
+    for t in (1, 2, 3):
+        o = os.path.join(d, "t%d_%s.npy" % (t, tag))
+        p = sh([prog, "--weights", weights, "--input", "%s=%s" % (name, xin), "--output", "%s=%s" % (out, o),
+                "--device", "cpu", "--threads", str(t)])
+        if p.returncode:
+            return "--threads %d failed: %s" % (t, p.stderr.strip()[-300:])
+        outs.append(np.load(o))
+    same = [outs[0].tobytes() == g.tobytes() for g in outs[1:]]
+    print("  threads %s: batch %d: 2 threads %s, 3 threads %s 1 thread" % (tag, len(x), *(
+        "bit-identical to" if s else "DIFFERENT from" for s in same)))
+    return None if all(same) else "the result depends on the thread count"
 
 
 def check_embed(modelc, d, w, x, want):
@@ -268,6 +296,8 @@ def main():
         if a.device_kind == "cpu":
             report("embed", check_embed(modelc, d, w, x, os.path.join(d, "dp_digits_b360.npy")))
         if a.device_kind == "cpu":
+            for tag, xs in (("digits_b1", x[:1]), ("digits_b360", x)):
+                report("threads_" + tag, check_threads(prog, w, xs, "x", "logits", d, tag))
             report("digits_b10_3dev", check(prog, w, x[:10], "x", "logits", devs + ["cpu:2"], d, "digits_b10_3dev"))
         # a CNN (conv, pooling, softmax) with random weights
         src = os.path.join(d, "cnn.model")
@@ -284,6 +314,20 @@ def main():
                                       "fc.weight": rng.standard_normal((3, 36)).astype(np.float32) * 0.2})
             report("cnn_b11", check(prog, cw, rng.standard_normal((11, 2, 6, 6)).astype(np.float32), "x", "y", devs, d,
                                     "cnn_b11"))
+            if a.device_kind == "cpu":
+                src = os.path.join(d, "gemv.model")
+                with open(src, "w") as f:
+                    f.write(GEMV)
+                gp = os.path.join(d, "gemv")
+                sh([modelc, src, "--max-batch", "4", "--no-cuda", "-o", gp], check=True)
+                gw = os.path.join(d, "gemv.safetensors")
+                safetensors_np.write(gw, {"w": rng.standard_normal((4608, 64)).astype(np.float32)})
+                for b in (1, 3):
+                    report("threads_gemv_b%d" % b, check_threads(gp, gw, rng.standard_normal((b, 4608)).astype(
+                        np.float32), "x", "y", d, "gemv_b%d" % b))
+                for b in (1, 8):
+                    report("threads_cnn_b%d" % b, check_threads(prog, cw, rng.standard_normal((b, 2, 6, 6)).astype(
+                        np.float32), "x", "y", d, "cnn_b%d" % b))
         # data-parallel training on CPU devices (one process, threads): the full batch's steps
         if a.device_kind == "cpu":
             for name, batch, dv in (("mlp_adamw", 8, devs), ("mlp_adamw", 7, devs), ("mlp_sched", 8, devs),
