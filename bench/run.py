@@ -103,7 +103,22 @@ def loadavg():
 
 # ------------------------------------------------------------------------- the machine
 
-def machine(threads):
+def modelc_gemm(modelc):
+    """The CPU GEMM library modelc's executables link: 'oneDNN VERSION' or 'OpenBLAS VERSION'
+    (Debian's package versions), from `modelc --print-libs`."""
+    try:
+        libs = subprocess.run([modelc, "--print-libs"], capture_output=True, text=True).stdout
+    except OSError:
+        return None
+    pkg, name = ("libdnnl2", "oneDNN") if "-ldnnl" in libs.split() else ("libopenblas0-pthread", "OpenBLAS")
+    try:
+        ver = subprocess.run(["dpkg-query", "-W", "-f=${Version}", pkg], capture_output=True, text=True).stdout.strip()
+    except OSError:
+        ver = ""
+    return ("%s %s" % (name, ver.split("-")[0])).strip()
+
+
+def machine(threads, modelc=None):
     """What the JSON says about where the numbers come from."""
     d = {"cpu": platform.processor() or platform.machine(), "usable_cores": ncores(),
          "online_cpus": os.cpu_count(), "threads": threads, "flags": [],
@@ -151,15 +166,11 @@ def machine(threads):
                 v[mod] = metadata.version(mod)
         except Exception:  # noqa: BLE001
             pass
-    try:
-        v["openblas (modelc, Debian)"] = subprocess.run(
-            ["dpkg-query", "-W", "-f=${Version}", "libopenblas0-pthread"],
-            capture_output=True, text=True).stdout.strip() or None
-    except OSError:
-        pass
-    core = openblas_core()
-    if core:
-        v["openblas core"] = core
+    v["modelc gemm"] = modelc_gemm(modelc) if modelc else None
+    if v["modelc gemm"] and v["modelc gemm"].startswith("OpenBLAS"):
+        core = openblas_core()
+        if core:
+            v["openblas core"] = core
     try:
         rev = subprocess.run(["git", "-C", ROOT, "describe", "--always", "--dirty"],
                              capture_output=True, text=True).stdout.strip()
@@ -1135,8 +1146,9 @@ def draw(path, doc):
     v = m["versions"]
     sub = ["%s, %d threads (%d usable cores), load average %s to %s, %s" % (
         m["cpu"], doc["threads"], m["usable_cores"], m["loadavg_start"], m["loadavg_end"],
-        doc["date"][:10]), "modelc %s (OpenBLAS %s, %s kernels); " % (
-            v.get("modelc (git)"), v.get("openblas (modelc, Debian)"), v.get("openblas core")) + ", ".join("%s %s" % (k, v[k].split("+")[0].split("-")[0])
+        doc["date"][:10]), "modelc %s (%s%s); " % (
+            v.get("modelc (git)"), v.get("modelc gemm") or v.get("openblas (modelc, Debian)"),
+            ", %s kernels" % v["openblas core"] if v.get("openblas core") else "") + ", ".join("%s %s" % (k, v[k].split("+")[0].split("-")[0])
                                     for k in ("torch", "onnxruntime", "openvino") if v.get(k))]
     write_svg(path, doc["rows"], "modelc vs PyTorch, torch.compile, ONNX Runtime, OpenVINO (%s, %s)" % (
         doc["device"], doc["mode"]), sub)
@@ -1252,7 +1264,7 @@ def main():
     if isinstance(have, str):
         print(have, file=sys.stderr)
         return 2
-    mach = machine(threads)
+    mach = machine(threads, a.modelc)
     log("bench: %s, %d threads, %s; %s; python %s; load average %s on %d cores" % (
         dev, threads, "quick" if a.quick else "full", ", ".join(
             "%s %s" % (k, v) for k, v in mach["versions"].items()
