@@ -170,6 +170,8 @@ bench: all
 	MODELC=$(abspath $(MODELC)) $(PYTHON) bench/train_bench.py $(if $(filter quick,$(BENCH)),--quick)
 bench-gemm:
 	bash bench/gemm/run.sh $(GEMM_ARGS)
+bench-conv: setup
+	B=$(abspath $(B)) bash bench/conv/run.sh $(CONV_THREADS)
 
 gpu-check:
 	$(PYTHON) tools/gpu_check.py $(GPU_CHECK_ARGS)
