@@ -59,7 +59,10 @@
  *    cudaErrorMisalignedAddress. The kernel then does not run.
  *
  * cuBLAS and cuBLASLt: a checking stand-in, cublas_sim.cc, built as libcublas.so.13 (and
- * libcublasLt.so.13, a link to it), which runtime/rt_cuda.c dlopens unchanged.
+ * libcublasLt.so.13, a link to it), which runtime/rt_cuda.c dlopens unchanged. Its cuBLASLt
+ * heuristic offers a split-K algorithm that needs a workspace whenever the preference allows
+ * one, so a cublasLtMatmul without it fails; CUDASIM_LT_NOALGO=1 makes the heuristic find no
+ * algorithm (read at each call); cudasim_lt_counts (dlsym in the loaded library) counts both.
  *
  * Build and use: `make cudasim` builds $B/cudasim (libcudasim.so, the stand-in, the runtime as
  * libmodelrt-sim.a, and bin/modelc, a modelc whose executables are built for the simulator with
@@ -145,6 +148,12 @@ int cudasim_stream_capturing(cudaStream_t stream);
 unsigned long long cudasim_pinned_allocs(void);
 /* Bytes of device memory live on `device` (for leak checks in tests). */
 size_t cudasim_live_bytes(int device);
+/* In the cuBLAS stand-in (libcublas.so.13, not libcudasim): out[0] cublasLtMatmul calls
+ * accepted, out[1] those with a split-K algorithm (given a workspace), out[2] heuristic calls
+ * that found no algorithm (CUDASIM_LT_NOALGO=1, or alignments no kernel can take). A program
+ * that reaches the stand-in only through the runtime's dlopen finds it with dlopen(RTLD_NOLOAD)
+ * and dlsym (tests/runtime/cuda_check.c). */
+void cudasim_lt_counts(unsigned long long out[3]);
 
 #ifdef __cplusplus
 }
