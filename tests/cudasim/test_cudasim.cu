@@ -266,6 +266,38 @@ static void test_devices()
     CHECK(fr == total && total == (size_t)1 << 30);
 }
 
+/* One size per device ("N:MiB,MiB,...:MAJOR.MINOR"), by physical ordinal under
+ * CUDA_VISIBLE_DEVICES; a size list of another length than N is malformed. */
+static void test_device_sizes()
+{
+    setenv("CUDASIM_DEVICES", "3:1024,512,256:8.6", 1);
+    setenv("CUDA_VISIBLE_DEVICES", "2,0", 1);
+    int n = -1;
+    CHECK_OK(cudaGetDeviceCount(&n));
+    CHECK(n == 2);
+    cudaDeviceProp p;
+    CHECK_OK(cudaGetDeviceProperties(&p, 0));
+    CHECK(strstr(p.name, "cudasim device 2") && p.totalGlobalMem == (size_t)256 << 20 && p.major == 8);
+    CHECK_OK(cudaGetDeviceProperties(&p, 1));
+    CHECK(strstr(p.name, "cudasim device 0") && p.totalGlobalMem == (size_t)1024 << 20);
+    size_t fr = 0, total = 0;
+    CHECK_OK(cudaSetDevice(1));
+    CHECK_OK(cudaMemGetInfo(&fr, &total));
+    CHECK(fr == total && total == (size_t)1024 << 20);
+    void *a = NULL;
+    CHECK_OK(cudaSetDevice(0));
+    CHECK_ERR(cudaMalloc(&a, (size_t)300 << 20), cudaErrorMemoryAllocation); // 256 MiB here
+    (void)cudaGetLastError();
+}
+
+static void test_bad_sizes()
+{
+    setenv("CUDASIM_DEVICES", "2:1024,512,256", 1);
+    int n = -1;
+    CHECK_ERR(cudaGetDeviceCount(&n), cudaErrorInitializationError);
+    REPORTED("CUDASIM_DEVICES='2:1024,512,256' is malformed");
+}
+
 static void test_visible_devices()
 {
     setenv("CUDASIM_DEVICES", "4", 1);
@@ -1050,6 +1082,40 @@ static void test_graphs()
     cudaFree(d), cudaFree(d2), cudaFree(fa), cudaFree(fc), cudaFree(ws), cudaFreeHost(pinned);
 }
 
+/* An executable graph holds device memory until it is destroyed (2 MiB for a few operations):
+ * cudaMemGetInfo shows it, cudaMalloc cannot have it, and an instantiation that does not fit
+ * fails with cudaErrorMemoryAllocation. */
+static void test_graph_memory()
+{
+    setenv("CUDASIM_DEVICES", "1:5", 1); // 5 MiB
+    int *d = dev_alloc<int>((3 << 20) / sizeof(int)); // 3 MiB
+    cudaStream_t s;
+    CHECK_OK(cudaStreamCreate(&s));
+    CHECK_OK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+    MRT_LAUNCH(fill_kernel, 2, 64, 0, s, d, 256, 10);
+    cudaGraph_t g;
+    CHECK_OK(cudaStreamEndCapture(s, &g));
+    size_t fr0, fr1, total;
+    CHECK_OK(cudaMemGetInfo(&fr0, &total));
+    cudaGraphExec_t x, y;
+    CHECK_OK(cudaGraphInstantiate(&x, g, 0));
+    CHECK_OK(cudaMemGetInfo(&fr1, &total));
+    CHECK(fr0 - fr1 == (size_t)2 << 20 && cudasim_live_bytes(0) == (size_t)3 << 20);
+    CHECK_ERR(cudaGraphInstantiate(&y, g, 0), cudaErrorMemoryAllocation); // 0 MiB left
+    REPORTED("cudaGraphInstantiate: the graph's 1 operations need 2097152 bytes of cuda:0, 0 free");
+    (void)cudaGetLastError();
+    void *p = NULL;
+    CHECK_ERR(cudaMalloc(&p, 1 << 20), cudaErrorMemoryAllocation);
+    (void)cudaGetLastError();
+    CHECK_OK(cudaGraphExecDestroy(x));
+    CHECK_OK(cudaMemGetInfo(&fr1, &total));
+    CHECK(fr1 == fr0);
+    CHECK_OK(cudaMalloc(&p, 1 << 20));
+    CHECK_OK(cudaGraphDestroy(g));
+    CHECK_OK(cudaStreamDestroy(s));
+    cudaFree(p), cudaFree(d);
+}
+
 /* CUDASIM_FAULT: the chosen run of a kernel faults when it runs (lazily, at the host's wait), and
  * the error is sticky: cudaGetLastError does not clear it, every later call returns it. */
 static void test_sticky_fault()
@@ -1079,6 +1145,8 @@ static const struct {
     void (*fn)();
 } k_tests[] = {
     {"devices", test_devices},
+    {"device_sizes", test_device_sizes},
+    {"bad_sizes", test_bad_sizes},
     {"visible_devices", test_visible_devices},
     {"no_devices", test_no_devices},
     {"no_driver", test_no_driver},
@@ -1101,6 +1169,7 @@ static const struct {
     {"events", test_events},
     {"null_stream", test_null_stream},
     {"graphs", test_graphs},
+    {"graph_memory", test_graph_memory},
     {"sticky_fault", test_sticky_fault},
     {"free_async", test_free_async},
     {"wrong_device_stream", test_wrong_device_stream},
