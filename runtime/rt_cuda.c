@@ -17,9 +17,10 @@
  * descriptors and the heuristic's algorithm of the last few shapes, chosen for the pointers'
  * real alignments (a caller's buffer used in place may be only 4-byte aligned) and the stream's
  * workspace (the one cuBLAS uses); a shape the heuristic has no algorithm for runs as a cuBLAS
- * GEMM and a bias/activation kernel instead. Copies between two GPUs: a peer copy on the destination's stream, which the
- * source's stream then waits for (mrt_stream_wait, from the generated code), or, without peer
- * access, a synchronous copy through one pinned buffer kept for the process.
+ * GEMM and a bias/activation kernel instead. Copies between two GPUs: a peer copy on the
+ * destination's stream, which the source's stream then waits for (mrt_stream_wait, from the
+ * generated code), or, without peer access, a synchronous copy through one pinned buffer kept
+ * for the process.
  */
 #include "rt_internal.h"
 
