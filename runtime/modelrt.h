@@ -271,7 +271,9 @@ mrt_status mrt_gemm_f32(mrt_device d, void *stream, int trans_a, int trans_b, in
  *  is B [K, N], or B stored [N, K] transposed when trans_b; bias [N] (NULL: none) is added to
  *  every row; act is 0 (none), 1 (relu) or 2 (gelu, tanh form). On CUDA this is one cuBLASLt
  *  matmul with CUBLASLT_EPILOGUE_BIAS / RELU_BIAS / GELU_BIAS (the library is loaded with dlopen
- *  on first use); on the CPU, mrt_cpu_sgemm and one pass over C. */
+ *  on first use), using the stream's cuBLAS workspace; for a shape cuBLASLt's heuristic has no
+ *  algorithm for, a cuBLAS GEMM and a bias/activation kernel on `stream` (logged once); on the
+ *  CPU, mrt_cpu_sgemm and one pass over C. */
 mrt_status mrt_gemm_bias_act_f32(mrt_device d, void *stream, int trans_b, int64_t M, int64_t N, int64_t K,
                                  const float *A, int64_t lda, const float *B, int64_t ldb, float *C, int64_t ldc,
                                  const float *bias, int act);

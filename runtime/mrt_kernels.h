@@ -160,6 +160,15 @@ MRT_HD float mrt_gelu(float x) { return 0.5f * x * (1.0f + erff(x * 0.7071067811
 MRT_HD float mrt_gelu_tanh(float x) {
     return 0.5f * x * (1.0f + tanhf(0.79788456080286535588f * (x + 0.044715f * x * x * x)));
 }
+/* The epilogue of mrt_gemm_bias_act_f32 on one element v of column c: v + bias[c] (bias NULL:
+ * none, v kept as is, -0.0 included), then act 0 (none), 1 (relu) or 2 (gelu, tanh form), in
+ * float as cuBLASLt's epilogues. The CPU path and the CUDA fallback kernel (when cuBLASLt has no
+ * algorithm) both call it. */
+MRT_HD float mrt_bias_act(float v, const float *bias, int64_t c, int act) {
+    if (bias)
+        v += bias[c];
+    return act == 1 ? mrt_relu(v) : act == 2 ? mrt_gelu_tanh(v) : v;
+}
 /* NaN-propagating maximum: once NaN, stays NaN. */
 MRT_HD float mrt_maxf(float m, float v) { return (v > m || v != v) ? v : m; }
 

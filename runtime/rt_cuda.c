@@ -15,10 +15,12 @@
  * first GEMM on a CUDA device, with one handle per device kept for the life of the process,
  * used under that device's lock. cuBLASLt (the GEMMs with an epilogue) keeps, per device, the
  * descriptors and the heuristic's algorithm of the last few shapes, chosen for the pointers'
- * real alignments (a caller's buffer used in place may be only 4-byte aligned) and no
- * workspace. Copies between two GPUs: a peer copy on the destination's stream, which the
- * source's stream then waits for (mrt_stream_wait, from the generated code), or, without peer
- * access, a synchronous copy through one pinned buffer kept for the process.
+ * real alignments (a caller's buffer used in place may be only 4-byte aligned) and the stream's
+ * workspace (the one cuBLAS uses); a shape the heuristic has no algorithm for runs as a cuBLAS
+ * GEMM and a bias/activation kernel instead. Copies between two GPUs: a peer copy on the
+ * destination's stream, which the source's stream then waits for (mrt_stream_wait, from the
+ * generated code), or, without peer access, a synchronous copy through one pinned buffer kept
+ * for the process.
  */
 #include "rt_internal.h"
 
@@ -492,8 +494,10 @@ int rt_cuda_pointer_index(const void *p)
 
 /* cuBLAS's workspace per stream (cuBLAS guide: 4 MiB, 32 MiB on Hopper and later): the caller's,
  * so that a captured GEMM holds memory the runtime owns and two streams never share one. The
- * memory pre-flight counts it for every CUDA slot (rt_cuda_workspace_bytes). cuBLASLt runs with
- * no workspace (rt_lt_plan_make asks the heuristic for none). */
+ * memory pre-flight counts it for every CUDA slot (rt_cuda_workspace_bytes). cuBLASLt uses the
+ * same buffer (rt_lt_plan_make offers the heuristic its size, cublasLtMatmul gets it): calls on
+ * one stream run in its order, so a cuBLAS and a cuBLASLt GEMM never use it at once, and a CUDA
+ * graph that captures either holds memory that lives as long as the stream. */
 #define RT_WORKSPACES 64
 
 static struct {
@@ -824,10 +828,12 @@ typedef cublasStatus_t (*rt_lt_heuristic_fn)(cublasLtHandle_t, cublasLtMatmulDes
 
 /* One GEMM shape's descriptors and algorithm, kept for the next call of that shape: a model calls
  * the same few shapes every run. The key holds the pointers' alignments (the algorithm was
- * chosen for them), not the pointers; the bias pointer is set on the descriptor at each call. */
+ * chosen for them), not the pointers; the bias pointer is set on the descriptor at each call.
+ * A shape the heuristic found no algorithm for keeps only its key and `fallback`. */
 typedef struct {
     int used, trans_b, M, N, K, lda, ldb, ldc, epi;
     uint32_t align[3]; /* B (cuBLASLt's A), A (its B), C (its C and D), in bytes */
+    int fallback;      /* no algorithm: cuBLAS and rt_cuda_bias_act instead */
     cublasLtMatmulDesc_t desc;
     cublasLtMatrixLayout_t la, lb, lc;
     cublasLtMatmulAlgo_t algo;
@@ -840,6 +846,7 @@ typedef struct {
     cublasLtHandle_t handle;
     rt_lt_plan plan[RT_LT_PLANS];
     int next;
+    int said_fallback; /* the fallback was logged (once per device and process) */
 } rt_lt_device;
 
 static struct {
@@ -917,26 +924,36 @@ static uint32_t rt_lt_align(const void *p)
     return (a & 255) == 0 ? 256u : (uint32_t)(a & (~a + 1));
 }
 
-static void rt_lt_plan_free(rt_lt_plan *p)
+/* Destroy plan p's descriptors and layouts (its key stays). */
+static void rt_lt_plan_drop(rt_lt_plan *p)
 {
     if (p->lc) rt_lt.layout_destroy(p->lc);
     if (p->lb) rt_lt.layout_destroy(p->lb);
     if (p->la) rt_lt.layout_destroy(p->la);
     if (p->desc) rt_lt.desc_destroy(p->desc);
+    p->lc = p->lb = p->la = NULL;
+    p->desc = NULL;
+}
+
+static void rt_lt_plan_free(rt_lt_plan *p)
+{
+    rt_lt_plan_drop(p);
     memset(p, 0, sizeof *p);
 }
 
 /* Build plan p for its key: descriptor, layouts, and the heuristic's first algorithm for the
- * real alignments and no workspace. Returns the failing call's status, its name in *call. */
-static cublasStatus_t rt_lt_plan_make(cublasLtHandle_t h, rt_lt_plan *p, const char **call)
+ * real alignments and at most `ws_bytes` of workspace. No algorithm (none returned, or
+ * CUBLAS_STATUS_NOT_SUPPORTED: no heuristic for this configuration) is not an error: p->fallback
+ * is set and its descriptors dropped. Returns the failing call's status, its name in *call. */
+static cublasStatus_t rt_lt_plan_make(cublasLtHandle_t h, rt_lt_plan *p, uint64_t ws_bytes, const char **call)
 {
     int trans_b = p->trans_b, M = p->M, N = p->N, K = p->K;
     cublasOperation_t opa = trans_b ? CUBLAS_OP_T : CUBLAS_OP_N, opb = CUBLAS_OP_N;
     cublasLtEpilogue_t epi = (cublasLtEpilogue_t)p->epi;
     cublasLtMatmulPreference_t pref = NULL;
     cublasStatus_t s;
-    uint64_t ws = 0;
-    int n = 0;
+    uint64_t ws = ws_bytes;
+    int n = 0, asked = 0;
     cublasLtMatmulHeuristicResult_t res;
     memset(&res, 0, sizeof res);
     if ((*call = "cublasLtMatmulDescCreate", s = rt_lt.desc_create(&p->desc, CUBLAS_COMPUTE_32F, CUDA_R_32F)) == 0 &&
@@ -955,15 +972,36 @@ static cublasStatus_t rt_lt_plan_make(cublasLtHandle_t h, rt_lt_plan *p, const c
         (s = rt_lt.pref_set(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &p->align[1], sizeof p->align[1])) == 0 &&
         (s = rt_lt.pref_set(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &p->align[2], sizeof p->align[2])) == 0 &&
         (s = rt_lt.pref_set(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &p->align[2], sizeof p->align[2])) == 0 &&
-        (*call = "cublasLtMatmulAlgoGetHeuristic",
-         s = rt_lt.heuristic(h, p->desc, p->la, p->lb, p->lc, p->lc, pref, 1, &res, &n)) == 0) {
-        if (n < 1 || res.state != CUBLAS_STATUS_SUCCESS)
-            s = CUBLAS_STATUS_NOT_SUPPORTED; /* no algorithm for these alignments */
-        else
-            p->algo = res.algo;
+        (*call = "cublasLtMatmulAlgoGetHeuristic", asked = 1,
+         s = rt_lt.heuristic(h, p->desc, p->la, p->lb, p->lc, p->lc, pref, 1, &res, &n)) == 0 &&
+        n >= 1 && res.state == CUBLAS_STATUS_SUCCESS && res.workspaceSize <= ws_bytes)
+        p->algo = res.algo;
+    else if (asked && (s == CUBLAS_STATUS_SUCCESS || s == CUBLAS_STATUS_NOT_SUPPORTED)) {
+        p->fallback = 1; /* no algorithm for this shape, epilogue, alignments and workspace */
+        rt_lt_plan_drop(p);
+        s = CUBLAS_STATUS_SUCCESS;
     }
     if (pref) rt_lt.pref_destroy(pref);
     return s;
+}
+
+/* A GEMM with epilogue that cuBLASLt has no algorithm for: the plain cuBLAS GEMM (rt_cuda_gemm,
+ * which takes its own locks) and, when there is a bias or an activation, rt_cuda_bias_act on the
+ * same stream, in order after it. */
+static mrt_status rt_lt_fallback(int index, void *stream, int trans_b, int M, int N, int K, const float *A, int lda,
+                                 const float *B, int ldb, float *C, int ldc, const float *bias, int act)
+{
+    mrt_status st = rt_cuda_gemm(index, stream, 0, trans_b, M, N, K, 1.0f, A, lda, 0, B, ldb, 0, 0.0f, C, ldc, 0, 1);
+    if (st != MRT_OK || (!bias && act == 0))
+        return st;
+    int prev = -1;
+    cudaError_t e = rt_guard_enter(index, &prev);
+    if (e != cudaSuccess)
+        st = rt_cuda_fail(MRT_ERR_CUDA, e, "gemm epilogue on cuda:%d", index);
+    else
+        st = rt_cuda_bias_act(stream, C, ldc, M, N, bias, act);
+    rt_guard_leave(index, prev);
+    return st;
 }
 
 mrt_status rt_cuda_gemm_bias_act(int index, void *stream, int trans_b, int M, int N, int K, const float *A, int lda,
@@ -973,6 +1011,11 @@ mrt_status rt_cuda_gemm_bias_act(int index, void *stream, int trans_b, int M, in
         return mrt_set_error(MRT_ERR_DEVICE, "gemm on cuda:%d: no such device", index);
     mrt_status st = rt_lt_load();
     if (st != MRT_OK)
+        return st;
+    /* the stream's workspace (the model allocated it with its streams, so a capture finds it) */
+    void *ws = NULL;
+    size_t ws_bytes = rt_cuda_workspace_bytes(index);
+    if ((st = rt_cuda_workspace(index, stream, &ws)) != MRT_OK)
         return st;
     rt_lt_device *dv = &rt_lt.dev[index];
     pthread_mutex_lock(&dv->lock);
@@ -1001,34 +1044,45 @@ mrt_status rt_cuda_gemm_bias_act(int index, void *stream, int trans_b, int M, in
             q->ldb == ldb && q->ldc == ldc && q->epi == epi && !memcmp(q->align, key.align, sizeof key.align))
             p = q;
     }
+    int say = 0; /* the first fallback on this device: logged once, after the lock */
     if (s == CUBLAS_STATUS_SUCCESS && !p) {
         p = &dv->plan[dv->next];
         dv->next = (dv->next + 1) % RT_LT_PLANS;
         if (p->used) rt_lt_plan_free(p);
         *p = key;
-        if ((s = rt_lt_plan_make(dv->handle, p, &call)) != CUBLAS_STATUS_SUCCESS)
+        if ((s = rt_lt_plan_make(dv->handle, p, ws_bytes, &call)) != CUBLAS_STATUS_SUCCESS)
             rt_lt_plan_free(p);
+        else if (p->fallback && !dv->said_fallback)
+            say = dv->said_fallback = 1;
     }
-    if (s == CUBLAS_STATUS_SUCCESS && bias) {
+    int fallback = s == CUBLAS_STATUS_SUCCESS && p->fallback;
+    if (s == CUBLAS_STATUS_SUCCESS && !fallback && bias) {
         call = "cublasLtMatmulDescSetAttribute";
         s = rt_lt.desc_set(p->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias);
     }
-    if (s == CUBLAS_STATUS_SUCCESS) {
+    if (s == CUBLAS_STATUS_SUCCESS && !fallback) {
         const float one = 1.0f, zero = 0.0f;
         call = "cublasLtMatmul";
-        s = rt_lt.matmul(dv->handle, p->desc, &one, B, p->la, A, p->lb, &zero, C, p->lc, C, p->lc, &p->algo, NULL, 0,
-                         (cudaStream_t)stream);
+        s = rt_lt.matmul(dv->handle, p->desc, &one, B, p->la, A, p->lb, &zero, C, p->lc, C, p->lc, &p->algo, ws,
+                         ws_bytes, (cudaStream_t)stream);
     }
     if (s != CUBLAS_STATUS_SUCCESS)
         st = mrt_set_error(MRT_ERR_CUDA, "gemm with epilogue on cuda:%d (%dx%dx%d; A, B, C %u-, %u-, %u-byte aligned): "
                            "%s failed (cuBLAS status %d)", index, M, N, K, key.align[1], key.align[0], key.align[2],
                            call, (int)s);
-    if (st == MRT_OK) {
+    if (st == MRT_OK && !fallback) {
         char what[96];
         snprintf(what, sizeof what, "gemm with epilogue on cuda:%d (cuBLASLt, %dx%dx%d)", index, M, N, K);
         st = rt_cuda_after_launch(what);
     }
     rt_guard_leave(index, prev);
     pthread_mutex_unlock(&dv->lock);
+    if (say)
+        mrt_log(MRT_LOG_INFO, "cuda:%d: cuBLASLt has no algorithm for a %dx%dx%d GEMM with epilogue %d (A, B, C "
+                "%u-, %u-, %u-byte aligned, %zu bytes of workspace); such GEMMs run as a cuBLAS GEMM and a "
+                "bias/activation kernel (said once)", index, M, N, K, epi, key.align[1], key.align[0], key.align[2],
+                ws_bytes);
+    if (st == MRT_OK && fallback)
+        st = rt_lt_fallback(index, stream, trans_b, M, N, K, A, lda, B, ldb, C, ldc, bias, act);
     return st;
 }

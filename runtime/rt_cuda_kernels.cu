@@ -978,6 +978,18 @@ mrt_status concat_launch(cudaStream_t s, void *y, const void *x, int64_t outer, 
     return launched("mrt_cuda_concat_part", "concat_kernel");
 }
 
+/* ---------------------------------------------------------------- GEMM epilogue */
+
+// The epilogue of a GEMM cuBLASLt had no algorithm for (rt_cuda_bias_act): C [M, N] with row
+// stride ldc, in place, one thread per element, adjacent threads on adjacent columns.
+__global__ void bias_act_kernel(float *C, int64_t ldc, int64_t M, int64_t N, const float *__restrict__ bias, int act)
+{
+    for (int64_t t = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; t < M * N; t += (int64_t)gridDim.x * blockDim.x) {
+        const int64_t r = t / N, c = t - r * N;
+        C[r * ldc + c] = mrt_bias_act(C[r * ldc + c], bias, c, act);
+    }
+}
+
 } // namespace
 
 /* ---------------------------------------------------------------- entry points */
@@ -1502,6 +1514,18 @@ mrt_status mrt_cuda_layernorm_f32(void *stream, float *y, const float *x, const 
         return MRT_OK;
     MRT_LAUNCH(layernorm_kernel, grid_for(rows, 1), row_block(D), 0, (cudaStream_t)stream, y, x, w, b, rows, D, eps);
     LAUNCH_CHECK(fn, "layernorm_kernel");
+    return MRT_OK;
+}
+
+mrt_status rt_cuda_bias_act(void *stream, float *C, int64_t ldc, int64_t M, int64_t N, const float *bias, int act)
+{
+    static const char fn[] = "rt_cuda_bias_act";
+    if (M < 0 || N < 0 || ldc < N || act < 0 || act > 2)
+        return bad_arg(fn, "negative dimension, row stride below the row, or unknown activation");
+    if (M == 0 || N == 0 || (!bias && act == 0))
+        return MRT_OK;
+    MRT_LAUNCH(bias_act_kernel, grid_for(M * N, kBlock), kBlock, 0, (cudaStream_t)stream, C, ldc, M, N, bias, act);
+    LAUNCH_CHECK(fn, "bias_act_kernel");
     return MRT_OK;
 }
 

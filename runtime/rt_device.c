@@ -716,10 +716,8 @@ mrt_status mrt_gemm_bias_act_f32(mrt_device d, void *stream, int trans_b, int64_
     MRT_PRAGMA(omp parallel for schedule(static) if(M * N >= MRT_PAR_MIN))
     for (int64_t r = 0; r < M; r++) {
         float *row = C + r * ldc;
-        for (int64_t c = 0; c < N; c++) {
-            float v = row[c] + (bias ? bias[c] : 0.0f);
-            row[c] = act == 1 ? mrt_relu(v) : act == 2 ? mrt_gelu_tanh(v) : v;
-        }
+        for (int64_t c = 0; c < N; c++)
+            row[c] = mrt_bias_act(row[c], bias, c, act);
     }
     return MRT_OK;
 }

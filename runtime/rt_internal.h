@@ -122,6 +122,11 @@ int rt_cuda_pointer_index(const void *p);
 /** cuBLASLt part of mrt_gemm_bias_act_f32 (arguments checked to fit int32). */
 mrt_status rt_cuda_gemm_bias_act(int index, void *stream, int trans_b, int M, int N, int K, const float *A, int lda,
                                  const float *B, int ldb, float *C, int ldc, const float *bias, int act);
+/** The epilogue of mrt_gemm_bias_act_f32 as a kernel (rt_cuda_kernels.cu), for a GEMM cuBLASLt
+ *  has no algorithm for: C [M, N] (row stride ldc >= N, device memory) = act(C + bias) in place,
+ *  bias [N] or NULL, act 0/1/2 (mrt_bias_act), queued on `stream` of the current device. Launches
+ *  nothing when there is nothing to do; MRT_ERR_CUDA naming the kernel if the launch fails. */
+mrt_status rt_cuda_bias_act(void *stream, float *C, int64_t ldc, int64_t M, int64_t N, const float *bias, int act);
 /** cuBLAS part of mrt_gemm_f32 (arguments already checked to fit int32, batch >= 1). */
 mrt_status rt_cuda_gemm(int index, void *stream, int trans_a, int trans_b, int M, int N, int K,
                         float alpha, const float *A, int lda, int64_t strideA, const float *B,

@@ -101,6 +101,7 @@ static mrt_status map_load(const char *device_map, map_entry *e, int *n)
 /* ---------------------------------------------------------------- create and destroy */
 
 static void graphs_free(mrt_model *m);
+static size_t graphs_reserve(const mrt_model_desc *d, const mrt_device *devs, char *note, size_t note_size);
 
 void mrt_model_destroy(mrt_model *m)
 {
@@ -248,7 +249,8 @@ mrt_status mrt_model_select_devices(const mrt_model_desc *d, const char *device,
                     d->name, mrt_device_str(map[i].from, f, sizeof f));
         }
     /* The memory pre-flight: each GPU must have room for everything the plan puts there, summed
-     * over the slots that share it. `auto` falls back to the CPU with a warning; an explicit or
+     * over the slots that share it, the library workspaces, and the executable CUDA graphs the
+     * run will keep (graphs_reserve). `auto` falls back to the CPU with a warning; an explicit or
      * pinned device is an error. */
     const char *name = device ? device : getenv("MODELRT_DEVICE");
     int is_auto = !name || !*name || !strcmp(name, "auto");
@@ -267,6 +269,8 @@ mrt_status mrt_model_select_devices(const mrt_model_desc *d, const char *device,
             }
         if (!first)
             continue; /* checked with the first slot on this device */
+        char gn[128] = ""; /* only a one-slot model has graphs */
+        need += s == 0 ? graphs_reserve(d, devs, gn, sizeof gn) : 0;
         size_t free_b = 0, total_b = 0;
         char dn[32];
         mrt_device_str(devs[s], dn, sizeof dn);
@@ -283,10 +287,10 @@ mrt_status mrt_model_select_devices(const mrt_model_desc *d, const char *device,
         }
         const mrt_slot_desc *sd = &d->slots[s];
         mrt_set_error(MRT_ERR_OOM, "%s: %s has %zu bytes free (of %zu), the model needs %zu there "
-                      "(%s%zu weights, %zu load-time, %zu activations, %zu staging, %zu cuBLAS workspace)",
+                      "(%s%zu weights, %zu load-time, %zu activations, %zu staging, %zu cuBLAS workspace%s)",
                       d->name, dn, free_b, total_b, need, last != s ? "over its slots; this slot: " : "",
                       sd->weight_bytes, sd->load_bytes, sd->arena_bytes[1], sd->io_bytes,
-                      rt_cuda_workspace_bytes(devs[s].index));
+                      rt_cuda_workspace_bytes(devs[s].index), gn);
         return s ? slot_error(d, s, NULL) : MRT_ERR_OOM;
     }
     return MRT_OK;
@@ -548,6 +552,11 @@ mrt_status mrt_model_stage_out(mrt_model *m, int slot, void *p, size_t off, void
 /* The graphs of a model's run (mrt_model_graph_begin in modelrt.h): the last RT_GRAPHS keys,
  * each with its executable graph and what the host keeps of the checks the run queues. */
 #define RT_GRAPHS 4
+/* The device memory the pre-flight reserves per executable graph. An estimate: what the driver
+ * allocates at instantiation (its nodes' launch parameters and descriptors) is undocumented
+ * and grows with the nodes; 8 MiB holds about a thousand kernel nodes at 8 KiB each, the
+ * simulator's charge (tests/cudasim: graph_charge, 64 KiB and 8 KiB a node in 2 MiB pages). */
+#define RT_GRAPH_BYTES ((size_t)8 << 20)
 
 typedef struct {
     int64_t *key;
@@ -576,6 +585,25 @@ static int graphs_wanted(const mrt_model *m)
     }
     return env && m->desc->n_slots == 1 && m->dev[0].kind == MRT_DEVICE_CUDA && rt_fake_cuda_count(NULL) < 0 &&
            !rt_cuda_sync_each(); /* MODELRT_CUDA_SYNC=1 waits after every launch: nothing to capture */
+}
+
+/* What the memory pre-flight counts for the run's CUDA graphs on devs: RT_GRAPHS graphs of
+ * RT_GRAPH_BYTES when graphs_wanted would capture this model there (asked of a model that
+ * has only the descriptor and the devices), else 0; `note` gets the term of the pre-flight's
+ * message (", N CUDA graphs (...)", or ""). */
+static size_t graphs_reserve(const mrt_model_desc *d, const mrt_device *devs, char *note, size_t note_size)
+{
+    mrt_model probe;
+    memset(&probe, 0, sizeof probe);
+    probe.desc = d;
+    probe.dev[0] = devs[0];
+    size_t bytes = graphs_wanted(&probe) ? (size_t)RT_GRAPHS * RT_GRAPH_BYTES : 0;
+    if (bytes)
+        snprintf(note, note_size, ", %zu CUDA graphs (up to %d of %zu; MODELRT_CUDA_GRAPHS=0 runs without)", bytes,
+                 RT_GRAPHS, RT_GRAPH_BYTES);
+    else
+        note[0] = '\0';
+    return bytes;
 }
 
 static void graphs_free(mrt_model *m)

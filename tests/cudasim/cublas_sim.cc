@@ -11,13 +11,25 @@
  * stderr ("cudasim: cublasSgemm: ...") and return CUBLAS_STATUS_EXECUTION_FAILED or
  * INVALID_VALUE. The product itself is queued on the handle's stream as plain loops with double
  * accumulation rounded once to float (then alpha, beta C and the epilogue in float), column-major
- * as cuBLAS: beta == 0 does not read C, alpha == 0 does not read A or B. The cuBLASLt GELU epilogue is the tanh approximation, as cuBLASLt's.
+ * as cuBLAS: beta == 0 does not read C, alpha == 0 does not read A or B. The cuBLASLt GELU
+ * epilogue is the tanh approximation, as cuBLASLt's.
+ *
+ * cuBLASLt's heuristic offers two algorithms: a split-K one that needs a workspace (two partial
+ * products per element of D, in double: 16 * m * n bytes, 256-rounded), first when k >= 2 and
+ * the preference's CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES allows it, and one that needs none.
+ * cublasLtMatmul checks the workspace as cuBLASLt documents it (at least the algorithm's size,
+ * 256-byte aligned) and, as a GPU would, that it is device memory of the handle's device
+ * overlapping no matrix; the split-K product writes its partials there and reads them back, so
+ * a workspace too small or freed faults. CUDASIM_LT_NOALGO=1 (read at every call) makes the
+ * heuristic return no algorithm, as cuBLASLt does for a configuration it has none for.
+ * cudasim_lt_counts tells a test which path its GEMMs took.
  */
 #include "cublasLt.h"
 #include "cudasim.h"
 
 #include <math.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include <mutex>
@@ -73,6 +85,10 @@ bool untrack(const void *p)
 }
 
 const uint64_t kAlgoMagic = 0x6375646173696dULL; // marks an algorithm the stand-in's heuristic made
+
+// cudasim_lt_counts: cublasLtMatmul calls accepted, those of them with a split-K (workspace)
+// algorithm, and heuristic calls that returned no algorithm
+unsigned long long g_lt_matmuls, g_lt_workspace_matmuls, g_lt_no_algo;
 
 /* The largest power of two (up to 256) that divides p's address. */
 uint32_t alignment(const void *p)
@@ -144,7 +160,20 @@ struct Gemm {
     float *D;
     int64_t lda, ldb, ldc, ldd, sA, sB, sC, sD;
     int batch;
-    int act; // 0 none, 1 relu, 2 gelu (tanh)
+    int act;                // 0 none, 1 relu, 2 gelu (tanh)
+    double *ws = nullptr;   // split-K (cuBLASLt, batch 1): the partials [n][m][2] in the workspace
+
+    // op(A) row i times op(B) column j over p in [p0, p1), in double
+    double dot(const float *A, const float *B, int64_t i, int64_t j, int64_t p0, int64_t p1) const
+    {
+        double acc = 0.0;
+        for (int64_t p2 = p0; p2 < p1; p2++) {
+            const float a = ta ? A[p2 + i * lda] : A[i + p2 * lda];
+            const float bv = tb ? B[j + p2 * ldb] : B[p2 + j * ldb];
+            acc += (double)a * bv;
+        }
+        return acc;
+    }
 
     static void run(void *p)
     {
@@ -152,16 +181,17 @@ struct Gemm {
         for (int b = 0; b < g.batch; b++) {
             const float *A = g.A + b * g.sA, *B = g.B + b * g.sB, *C = g.C ? g.C + b * g.sC : nullptr;
             float *D = g.D + b * g.sD;
+            if (g.ws && g.alpha != 0.0f) // the two halves of k, each into its own slot of the workspace
+                for (int64_t j = 0; j < g.n; j++)
+                    for (int64_t i = 0; i < g.m; i++)
+                        for (int h = 0; h < 2; h++)
+                            g.ws[2 * (i + j * g.m) + h] = g.dot(A, B, i, j, h ? g.k / 2 : 0, h ? g.k : g.k / 2);
             std::vector<float> col((size_t)g.m); // C may be D: read a column before writing it
             for (int64_t j = 0; j < g.n; j++) {
                 for (int64_t i = 0; i < g.m; i++) {
                     double acc = 0.0;
                     if (g.alpha != 0.0f)
-                        for (int64_t p2 = 0; p2 < g.k; p2++) {
-                            const float a = g.ta ? A[p2 + i * g.lda] : A[i + p2 * g.lda];
-                            const float bv = g.tb ? B[j + p2 * g.ldb] : B[p2 + j * g.ldb];
-                            acc += (double)a * bv;
-                        }
+                        acc = g.ws ? g.ws[2 * (i + j * g.m)] + g.ws[2 * (i + j * g.m) + 1] : g.dot(A, B, i, j, 0, g.k);
                     // the product rounded once; scaling and the epilogue in float, as cuBLAS's
                     // FP32 compute type does
                     float f = g.alpha * (float)acc;
@@ -451,10 +481,12 @@ CUBLAS_EXPORT cublasStatus_t cublasLtMatmulPreferenceSetAttribute(cublasLtMatmul
     return CUBLAS_STATUS_SUCCESS;
 }
 
-/* One algorithm when the preference's alignments are powers of two of at least a float (what an
- * fp32 kernel can load), none otherwise (CUBLAS_STATUS_NOT_SUPPORTED, as cuBLASLt). The algorithm
- * remembers those alignments, which cublasLtMatmul then holds the pointers to; it needs no
- * workspace. */
+/* Algorithms when the preference's alignments are powers of two of at least a float (what an
+ * fp32 kernel can load), none otherwise (CUBLAS_STATUS_NOT_SUPPORTED, as cuBLASLt): the split-K
+ * one first when k >= 2 and its workspace fits the preference's maximum, then the one that needs
+ * none (the first only when requested is 1). An algorithm remembers those alignments, which
+ * cublasLtMatmul then holds the pointers to, and the workspace it needs. Under
+ * CUDASIM_LT_NOALGO=1, none: *returned = 0 and CUBLAS_STATUS_SUCCESS. */
 CUBLAS_EXPORT cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t h, cublasLtMatmulDesc_t desc,
                                                             cublasLtMatrixLayout_t la, cublasLtMatrixLayout_t lb,
                                                             cublasLtMatrixLayout_t lc, cublasLtMatrixLayout_t ld,
@@ -470,21 +502,49 @@ CUBLAS_EXPORT cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t h, 
         return CUBLAS_STATUS_INVALID_VALUE;
     }
     *returned = 0;
+    const char *noalgo = getenv("CUDASIM_LT_NOALGO");
+    if (noalgo && strcmp(noalgo, "1") == 0) {
+        std::lock_guard<std::mutex> l(g_mu);
+        g_lt_no_algo++;
+        return CUBLAS_STATUS_SUCCESS;
+    }
     for (int i = 0; i < 4; i++)
         if (pref->align[i] < 4 || (pref->align[i] & (pref->align[i] - 1))) {
             cudasim_report("%s: no algorithm for %c aligned to %u bytes", api, "ABCD"[i], pref->align[i]);
+            std::lock_guard<std::mutex> l(g_mu);
+            g_lt_no_algo++;
             return CUBLAS_STATUS_NOT_SUPPORTED;
         }
-    memset(&results[0], 0, sizeof results[0]);
-    for (int i = 0; i < 4; i++)
-        results[0].algo.data[i] = pref->align[i];
-    results[0].algo.data[4] = 0; // workspace bytes it needs
-    results[0].algo.data[7] = kAlgoMagic;
-    results[0].workspaceSize = 0;
-    results[0].state = CUBLAS_STATUS_SUCCESS;
-    results[0].wavesCount = 1.0f;
-    *returned = 1;
+    const bool ta = desc->transa != CUBLAS_OP_N;
+    const uint64_t m = ta ? la->cols : la->rows, k = ta ? la->rows : la->cols;
+    const uint64_t n = desc->transb != CUBLAS_OP_N ? lb->rows : lb->cols;
+    const uint64_t split_ws = (2 * m * n * sizeof(double) + 255) / 256 * 256;
+    uint64_t need[2];
+    int avail = 0;
+    if (k >= 2 && split_ws <= pref->max_workspace)
+        need[avail++] = split_ws;
+    need[avail++] = 0;
+    for (int r = 0; r < avail && r < requested; r++) {
+        memset(&results[r], 0, sizeof results[r]);
+        for (int i = 0; i < 4; i++)
+            results[r].algo.data[i] = pref->align[i];
+        results[r].algo.data[4] = need[r]; // workspace bytes it needs (0: not split)
+        results[r].algo.data[7] = kAlgoMagic;
+        results[r].workspaceSize = need[r];
+        results[r].state = CUBLAS_STATUS_SUCCESS;
+        results[r].wavesCount = 1.0f;
+        ++*returned;
+    }
     return CUBLAS_STATUS_SUCCESS;
+}
+
+/* For tests (found with dlsym in the loaded stand-in): out[0] cublasLtMatmul calls accepted,
+ * out[1] those with a split-K algorithm (a workspace), out[2] heuristic calls that found no
+ * algorithm, since the process started. */
+CUBLAS_EXPORT void cudasim_lt_counts(unsigned long long out[3])
+{
+    std::lock_guard<std::mutex> l(g_mu);
+    out[0] = g_lt_matmuls, out[1] = g_lt_workspace_matmuls, out[2] = g_lt_no_algo;
 }
 
 CUBLAS_EXPORT cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_t desc, const void *alpha,
@@ -506,9 +566,13 @@ CUBLAS_EXPORT cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDe
         cudasim_report("%s: the algorithm is not one cublasLtMatmulAlgoGetHeuristic returned", api);
         return CUBLAS_STATUS_INVALID_VALUE;
     }
-    if ((algo ? algo->data[4] : 0) > ws || (ws && !workspace)) {
-        cudasim_report("%s: the algorithm needs %llu bytes of workspace, given %zu at %p", api,
-                       (unsigned long long)(algo ? algo->data[4] : 0), ws, workspace);
+    // the workspace, as cuBLASLt documents it: at least what the algorithm needs, and device memory
+    // 256-byte aligned (checked when any is given, as the kernels would use it)
+    const uint64_t ws_need = algo ? algo->data[4] : 0;
+    if (ws_need > ws || (ws && (!workspace || (uintptr_t)workspace % 256))) {
+        cudasim_report("%s: the algorithm needs %llu bytes of workspace, given %zu at %p%s", api,
+                       (unsigned long long)ws_need, ws, workspace,
+                       ws && workspace && (uintptr_t)workspace % 256 ? " (not 256-byte aligned)" : "");
         return CUBLAS_STATUS_INVALID_VALUE;
     }
     const void *ptrs[4] = {A, B, C, D};
@@ -574,10 +638,24 @@ CUBLAS_EXPORT cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDe
     cublasStatus_t st = check_run(api, h->device, stream, in, nin, out, 1);
     if (st != CUBLAS_STATUS_SUCCESS)
         return st;
+    if (ws) { // the kernels write it: the handle's device's memory, apart from every matrix
+        if (cudasim_check_access(workspace, ws, h->device, "cublasLtMatmul: the workspace") != 0)
+            return CUBLAS_STATUS_EXECUTION_FAILED;
+        const Mat w = {(const float *)workspace, (int64_t)(ws / sizeof(float)), 1, (int64_t)(ws / sizeof(float)), 0};
+        for (int i = 0; i <= nin; i++)
+            if (overlap(w, 0, i < nin ? in[i] : out, 0)) {
+                cudasim_report("%s: the workspace overlaps %s", api, i < nin ? "an input" : "the output D");
+                return CUBLAS_STATUS_INVALID_VALUE;
+            }
+    }
     Gemm *g = new Gemm{ta, tb, m, n, reads_ab ? k : 0, a, b, (const float *)A, (const float *)B,
                        (const float *)C, has_bias ? (const float *)desc->bias : nullptr, (float *)D,
                        la->ld, lb->ld, lc->ld, ld->ld, 0, 0, 0, 0, 1, act};
+    g->ws = ws_need ? (double *)workspace : nullptr;
     if (cudasim_enqueue(stream, api, &Gemm::run, g, &Gemm::drop) != cudaSuccess)
         return CUBLAS_STATUS_EXECUTION_FAILED;
+    std::lock_guard<std::mutex> l(g_mu);
+    g_lt_matmuls++;
+    g_lt_workspace_matmuls += ws_need != 0;
     return CUBLAS_STATUS_SUCCESS;
 }

@@ -56,6 +56,7 @@ struct Device {
     int physical;   // index before CUDA_VISIBLE_DEVICES
     size_t total;   // bytes
     size_t used;    // bytes live (allocations rounded to 256)
+    size_t graph_bytes = 0; // what the executable graphs instantiated on it hold (graph_charge)
     int major, minor;
     uintptr_t lo = 0, hi = 0, bump = 0; // the reserved address range (lazily mapped)
     bool peer[kMaxDevices] = {};        // peer[p]: this device may access p's memory
@@ -162,20 +163,33 @@ void init_once()
         g_init_err = cudaErrorInsufficientDriver;
         return;
     }
-    // N[:MiB[:MAJOR.MINOR]]
+    // N[:MiB[,MiB...][:MAJOR.MINOR]]: one size for every device, or one per (physical) device
     const char *c1 = strchr(cfg, ':'), *end = cfg + strlen(cfg);
     const char *c2 = c1 ? strchr(c1 + 1, ':') : NULL;
-    long n = parse_num(cfg, c1 ? c1 : end, 0, kMaxDevices), mib = 16384, major = 9, minor = 0;
+    long n = parse_num(cfg, c1 ? c1 : end, 0, kMaxDevices), major = 9, minor = 0;
+    std::vector<long> mib;
+    bool sizes_ok = true;
     if (n >= 0 && c1)
-        mib = parse_num(c1 + 1, c2 ? c2 : end, 1, 1L << 24);
-    if (n >= 0 && mib > 0 && c2) {
+        for (const char *p = c1 + 1, *stop = c2 ? c2 : end; sizes_ok;) {
+            const char *comma = (const char *)memchr(p, ',', (size_t)(stop - p));
+            long v = parse_num(p, comma ? comma : stop, 1, 1L << 24);
+            sizes_ok = v > 0;
+            mib.push_back(v);
+            if (!comma)
+                break;
+            p = comma + 1;
+        }
+    if (mib.empty())
+        mib.push_back(16384);
+    sizes_ok = sizes_ok && (mib.size() == 1 || (long)mib.size() == n);
+    if (n >= 0 && sizes_ok && c2) {
         const char *dot = strchr(c2 + 1, '.');
         major = dot ? parse_num(c2 + 1, dot, 1, 12) : -1;
         minor = dot ? parse_num(dot + 1, end, 0, 9) : -1;
     }
-    if (n < 0 || mib <= 0 || major < 0 || minor < 0) {
-        report("CUDASIM_DEVICES='%s' is malformed: expected N[:MiB[:MAJOR.MINOR]], e.g. 2:16384:9.0 "
-               "(N <= %d), 0, or nodriver",
+    if (n < 0 || !sizes_ok || major < 0 || minor < 0) {
+        report("CUDASIM_DEVICES='%s' is malformed: expected N[:MiB[,MiB...][:MAJOR.MINOR]], e.g. 2:16384:9.0 or "
+               "2:16384,8192:9.0 (N <= %d, one size or N sizes), 0, or nodriver",
                cfg, kMaxDevices);
         g_init_err = cudaErrorInitializationError;
         return;
@@ -201,7 +215,7 @@ void init_once()
     for (int phys : visible) {
         Device d;
         d.physical = phys;
-        d.total = (size_t)mib << 20;
+        d.total = (size_t)mib[mib.size() == 1 ? 0 : (size_t)phys] << 20;
         d.used = 0;
         d.major = (int)major;
         d.minor = (int)minor;
@@ -475,7 +489,7 @@ cudaError_t device_alloc(int dv, size_t size, void **out)
 {
     Device &d = g_dev[dv];
     size_t need = round_up(size ? size : 1, 256), data = round_up(need, kPage), span = data + kPage;
-    if (need > d.total - d.used)
+    if (need > d.total - d.used - d.graph_bytes)
         return cudaErrorMemoryAllocation;
     cudaError_t e = reserve_range(d);
     if (e != cudaSuccess)
@@ -580,7 +594,18 @@ struct Stream {
 struct Graph {
     int device;
     std::vector<Op> ops;
+    size_t charge = 0; // an executable graph's device memory (graph_charge), held until destroyed
 };
+
+/* The device memory an executable graph holds, as a driver's instantiation allocates it for its
+ * nodes' launch parameters and descriptors: 64 KiB and 8 KiB per operation, in 2 MiB pages. An
+ * estimate (the driver's own figure is undocumented and varies); the runtime's pre-flight
+ * reserves more per graph (RT_GRAPH_BYTES in runtime/rt_model.c). */
+size_t graph_charge(size_t ops)
+{
+    const size_t page = (size_t)2 << 20;
+    return ((64 << 10) + ops * (8 << 10) + page - 1) / page * page;
+}
 std::set<Graph *> g_graphs;
 std::set<Graph *> g_execs;
 int g_captures_global = 0;        // captures in cudaStreamCaptureModeGlobal, by any thread
@@ -1404,7 +1429,7 @@ CUDASIM_EXPORT cudaError_t cudaMemGetInfo(size_t *free_bytes, size_t *total_byte
     if (!free_bytes || !total_bytes)
         return fail(cudaErrorInvalidValue);
     *total_bytes = g_dev[t_dev].total;
-    *free_bytes = g_dev[t_dev].total - g_dev[t_dev].used;
+    *free_bytes = g_dev[t_dev].total - g_dev[t_dev].used - g_dev[t_dev].graph_bytes;
     return cudaSuccess;
 }
 
@@ -1929,7 +1954,15 @@ CUDASIM_EXPORT cudaError_t cudaGraphInstantiate(cudaGraphExec_t *out, cudaGraph_
     Graph *g = (Graph *)graph;
     if (!out || !g_graphs.count(g) || flags != 0)
         return fail(cudaErrorInvalidValue);
-    Graph *x = new Graph{g->device, g->ops};
+    Device &d = g_dev[g->device];
+    const size_t charge = graph_charge(g->ops.size());
+    if (charge > d.total - d.used - d.graph_bytes) {
+        report("cudaGraphInstantiate: the graph's %zu operations need %zu bytes of cuda:%d, %zu free", g->ops.size(),
+               charge, g->device, d.total - d.used - d.graph_bytes);
+        return fail(cudaErrorMemoryAllocation);
+    }
+    Graph *x = new Graph{g->device, g->ops, charge};
+    d.graph_bytes += charge;
     g_execs.insert(x);
     *out = (cudaGraphExec_t)x;
     return cudaSuccess;
@@ -2000,6 +2033,7 @@ CUDASIM_EXPORT cudaError_t cudaGraphExecDestroy(cudaGraphExec_t exec)
     Graph *x = (Graph *)exec;
     if (!g_execs.erase(x))
         return fail(cudaErrorInvalidValue);
+    g_dev[x->device].graph_bytes -= x->charge;
     delete x; // operations queued by a launch hold their own copies
     return cudaSuccess;
 }

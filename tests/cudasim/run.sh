@@ -219,8 +219,8 @@ for graphs in 1 0; do
         want="0 kernel launches, 2 library calls, 0 graph launches, 2 copies, 2 host synchronizations"
     fi
     got="$(CUDASIM_DEVICES=1 MODELRT_CUDA_GRAPHS=$graphs "$work/model_digits/prog" --weights "$ex/digits.safetensors" \
-           --input x="$work/digits_x4.npy" --device cuda --time --repeat 3 2>&1 >/dev/null |
-           sed -n 's/^time: simulated CUDA per run: //p')"
+           --input x="$work/digits_x4.npy" --output logits="$work/digits_graphs$graphs.npy" --device cuda --time \
+           --repeat 3 2>&1 >/dev/null | sed -n 's/^time: simulated CUDA per run: //p')"
     if [ "$got" = "$want" ]; then
         echo "PASS: cudasim/model/digits_counts_graphs$graphs (per run: $got)"
     else
@@ -228,15 +228,37 @@ for graphs in 1 0; do
         failed=1
     fi
 done
+# the replayed graph's cuBLASLt GEMMs (their split-K workspace captured) give the eager run's logits
+if cmp -s "$work/digits_graphs1.npy" "$work/digits_graphs0.npy"; then
+    echo "PASS: cudasim/model/digits_graph_replay (logits bit-identical to the run without CUDA graphs)"
+else
+    echo "FAIL: cudasim/model/digits_graph_replay: the replayed graph's logits differ from the eager run's"
+    failed=1
+fi
 
 # The memory pre-flight counts cuBLAS's workspace (32 MiB on sm_90): digits' 42 KB fit a 30 MiB
 # GPU, its workspace does not, and an explicit device says so before allocating anything.
 log="$work/preflight.log"
-if ! CUDASIM_DEVICES=1:30:9.0 "$work/model_digits/prog" --weights "$ex/digits.safetensors" --input x="$work/digits_x4.npy" \
-        --device cuda >"$log" 2>&1 && grep -q "the model needs 33596416 there (.*, 33554432 cuBLAS workspace)" "$log"; then
+if ! CUDASIM_DEVICES=1:30:9.0 MODELRT_CUDA_GRAPHS=0 "$work/model_digits/prog" --weights "$ex/digits.safetensors" \
+        --input x="$work/digits_x4.npy" --device cuda >"$log" 2>&1 &&
+   grep -q "the model needs 33596416 there (.*, 33554432 cuBLAS workspace)$" "$log"; then
     echo "PASS: cudasim/model/preflight_workspace ($(grep -o 'needs [0-9]* there' "$log"))"
 else
     fail_log model/preflight_workspace "expected the pre-flight to refuse a 30 MiB GPU, counting the cuBLAS workspace" "$log"
+fi
+# ... and the memory of the CUDA graphs the run keeps (4 of 8 MiB) when it will use them: on a
+# second GPU of 48 MiB (CUDASIM_DEVICES with a size per device), digits runs without graphs and
+# is refused with them, the graphs named; cuda:0 (16 GiB) runs it with graphs.
+log="$work/preflight_graphs.log"
+x4=(--weights "$ex/digits.safetensors" --input x="$work/digits_x4.npy")
+if CUDASIM_DEVICES=2:16384,48:9.0 MODELRT_CUDA_GRAPHS=0 "$work/model_digits/prog" "${x4[@]}" --device cuda:1 \
+        --repeat 3 >"$log" 2>&1 &&
+   CUDASIM_DEVICES=2:16384,48:9.0 "$work/model_digits/prog" "${x4[@]}" --device cuda:0 --repeat 3 >>"$log" 2>&1 &&
+   ! CUDASIM_DEVICES=2:16384,48:9.0 "$work/model_digits/prog" "${x4[@]}" --device cuda:1 >>"$log" 2>&1 &&
+   grep -q "cuda:1 has 50331648 bytes free (of 50331648), the model needs 67150848 there (.*, 33554432 cuBLAS workspace, 33554432 CUDA graphs (up to 4 of 8388608; MODELRT_CUDA_GRAPHS=0 runs without))" "$log"; then
+    echo "PASS: cudasim/model/preflight_graphs (48 MiB: runs with MODELRT_CUDA_GRAPHS=0; with graphs $(grep -o 'needs [0-9]* there' "$log"))"
+else
+    fail_log model/preflight_graphs "expected a 48 MiB cuda:1 to run digits without CUDA graphs and to be refused with them" "$log"
 fi
 
 # CUDA graphs of a generated run() (tests/cudasim/graphs_check.c)

@@ -11,6 +11,7 @@
  * Tests of what ends a program (a fault, a hang) run the offending code in a child process and
  * check that it aborts with the simulator's diagnosis.
  */
+#include <cublasLt.h>
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 #include <math.h>
@@ -263,6 +264,38 @@ static void test_devices()
     size_t fr = 0, total = 0;
     CHECK_OK(cudaMemGetInfo(&fr, &total));
     CHECK(fr == total && total == (size_t)1 << 30);
+}
+
+/* One size per device ("N:MiB,MiB,...:MAJOR.MINOR"), by physical ordinal under
+ * CUDA_VISIBLE_DEVICES; a size list of another length than N is malformed. */
+static void test_device_sizes()
+{
+    setenv("CUDASIM_DEVICES", "3:1024,512,256:8.6", 1);
+    setenv("CUDA_VISIBLE_DEVICES", "2,0", 1);
+    int n = -1;
+    CHECK_OK(cudaGetDeviceCount(&n));
+    CHECK(n == 2);
+    cudaDeviceProp p;
+    CHECK_OK(cudaGetDeviceProperties(&p, 0));
+    CHECK(strstr(p.name, "cudasim device 2") && p.totalGlobalMem == (size_t)256 << 20 && p.major == 8);
+    CHECK_OK(cudaGetDeviceProperties(&p, 1));
+    CHECK(strstr(p.name, "cudasim device 0") && p.totalGlobalMem == (size_t)1024 << 20);
+    size_t fr = 0, total = 0;
+    CHECK_OK(cudaSetDevice(1));
+    CHECK_OK(cudaMemGetInfo(&fr, &total));
+    CHECK(fr == total && total == (size_t)1024 << 20);
+    void *a = NULL;
+    CHECK_OK(cudaSetDevice(0));
+    CHECK_ERR(cudaMalloc(&a, (size_t)300 << 20), cudaErrorMemoryAllocation); // 256 MiB here
+    (void)cudaGetLastError();
+}
+
+static void test_bad_sizes()
+{
+    setenv("CUDASIM_DEVICES", "2:1024,512,256", 1);
+    int n = -1;
+    CHECK_ERR(cudaGetDeviceCount(&n), cudaErrorInitializationError);
+    REPORTED("CUDASIM_DEVICES='2:1024,512,256' is malformed");
 }
 
 static void test_visible_devices()
@@ -852,6 +885,98 @@ static void test_cublas()
     CHECK(cublasDestroy(h) == CUBLAS_STATUS_SUCCESS);
 }
 
+/* The cuBLASLt stand-in: its heuristic offers the split-K algorithm (a workspace of 16 m n
+ * bytes) first when the preference allows it, else the one without; cublasLtMatmul checks the
+ * workspace as cuBLASLt documents (at least the algorithm's, 256-byte aligned) and as a GPU
+ * would (device memory, apart from the matrices); CUDASIM_LT_NOALGO=1 finds no algorithm. */
+static void test_cublaslt()
+{
+    const int M = 3, N = 2, K = 4; // column-major D [M, N] = A [M, K] B [K, N] + bias [M]
+    float a[M * K], b[K * N], bias[M] = {1, -2, 3}, d[M * N], want[M * N];
+    for (int i = 0; i < M * K; i++)
+        a[i] = (float)(i + 1);
+    for (int i = 0; i < K * N; i++)
+        b[i] = (float)(i % 3 - 1);
+    for (int j = 0; j < N; j++)
+        for (int i = 0; i < M; i++) {
+            float v = bias[i];
+            for (int p = 0; p < K; p++)
+                v += a[i + p * M] * b[p + j * K];
+            want[i + j * M] = v;
+        }
+    float *da = dev_alloc<float>(M * K), *db = dev_alloc<float>(K * N), *dd = dev_alloc<float>(M * N);
+    float *dbias = dev_alloc<float>(M), *ws = dev_alloc<float>(1024);
+    cudaMemcpy(da, a, sizeof a, cudaMemcpyHostToDevice);
+    cudaMemcpy(db, b, sizeof b, cudaMemcpyHostToDevice);
+    cudaMemcpy(dbias, bias, sizeof bias, cudaMemcpyHostToDevice);
+    cublasLtHandle_t h;
+    cublasLtMatmulDesc_t desc;
+    cublasLtMatrixLayout_t la, lb, ld;
+    cublasLtMatmulPreference_t pref;
+    CHECK(cublasLtCreate(&h) == CUBLAS_STATUS_SUCCESS);
+    CHECK(cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F) == CUBLAS_STATUS_SUCCESS);
+    cublasLtEpilogue_t epi = CUBLASLT_EPILOGUE_BIAS;
+    CHECK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi) == CUBLAS_STATUS_SUCCESS);
+    CHECK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &dbias, sizeof dbias) ==
+          CUBLAS_STATUS_SUCCESS);
+    CHECK(cublasLtMatrixLayoutCreate(&la, CUDA_R_32F, M, K, M) == CUBLAS_STATUS_SUCCESS);
+    CHECK(cublasLtMatrixLayoutCreate(&lb, CUDA_R_32F, K, N, K) == CUBLAS_STATUS_SUCCESS);
+    CHECK(cublasLtMatrixLayoutCreate(&ld, CUDA_R_32F, M, N, M) == CUBLAS_STATUS_SUCCESS);
+    CHECK(cublasLtMatmulPreferenceCreate(&pref) == CUBLAS_STATUS_SUCCESS);
+    cublasLtMatmulHeuristicResult_t r[2];
+    int n = -1;
+    // no workspace allowed (the default preference): one algorithm, needing none
+    CHECK(cublasLtMatmulAlgoGetHeuristic(h, desc, la, lb, ld, ld, pref, 2, r, &n) == CUBLAS_STATUS_SUCCESS);
+    CHECK(n == 1 && r[0].workspaceSize == 0);
+    const float one = 1, zero = 0;
+    CHECK(cublasLtMatmul(h, desc, &one, da, la, db, lb, &zero, dd, ld, dd, ld, &r[0].algo, NULL, 0, NULL) ==
+          CUBLAS_STATUS_SUCCESS);
+    CHECK_OK(cudaMemcpy(d, dd, sizeof d, cudaMemcpyDeviceToHost));
+    CHECK(memcmp(d, want, sizeof d) == 0);
+    // 4 KiB allowed: split-K first (16 * 3 * 2 = 96 bytes, 256 rounded), then the other
+    uint64_t max_ws = 4096;
+    CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &max_ws,
+                                               sizeof max_ws) == CUBLAS_STATUS_SUCCESS);
+    CHECK(cublasLtMatmulAlgoGetHeuristic(h, desc, la, lb, ld, ld, pref, 2, r, &n) == CUBLAS_STATUS_SUCCESS);
+    CHECK(n == 2 && r[0].workspaceSize == 256 && r[1].workspaceSize == 0);
+    const cublasLtMatmulAlgo_t *split = &r[0].algo;
+    CHECK(cublasLtMatmul(h, desc, &one, da, la, db, lb, &zero, dd, ld, dd, ld, split, NULL, 0, NULL) ==
+          CUBLAS_STATUS_INVALID_VALUE); // no workspace
+    REPORTED("the algorithm needs 256 bytes of workspace, given 0");
+    CHECK(cublasLtMatmul(h, desc, &one, da, la, db, lb, &zero, dd, ld, dd, ld, split, ws, 128, NULL) ==
+          CUBLAS_STATUS_INVALID_VALUE); // too small
+    CHECK(cublasLtMatmul(h, desc, &one, da, la, db, lb, &zero, dd, ld, dd, ld, split, ws + 1, 1024, NULL) ==
+          CUBLAS_STATUS_INVALID_VALUE); // not 256-byte aligned
+    REPORTED("not 256-byte aligned");
+    static float host_ws[1024] __attribute__((aligned(256)));
+    CHECK(cublasLtMatmul(h, desc, &one, da, la, db, lb, &zero, dd, ld, dd, ld, split, host_ws, 1024, NULL) ==
+          CUBLAS_STATUS_EXECUTION_FAILED); // host memory
+    REPORTED("cublasLtMatmul: the workspace");
+    CHECK(cublasLtMatmul(h, desc, &one, da, la, db, lb, &zero, dd, ld, dd, ld, split, ws, 8192, NULL) ==
+          CUBLAS_STATUS_EXECUTION_FAILED); // past the allocation
+    CHECK(cublasLtMatmul(h, desc, &one, da, la, db, lb, &zero, dd, ld, dd, ld, &r[1].algo, ws + 1, 4, NULL) ==
+          CUBLAS_STATUS_INVALID_VALUE); // any workspace given must be aligned
+    cudaMemset(dd, 0xff, sizeof d);
+    CHECK(cublasLtMatmul(h, desc, &one, da, la, db, lb, &zero, dd, ld, dd, ld, split, ws, 4096, NULL) ==
+          CUBLAS_STATUS_SUCCESS);
+    CHECK_OK(cudaMemcpy(d, dd, sizeof d, cudaMemcpyDeviceToHost));
+    CHECK(memcmp(d, want, sizeof d) == 0);
+    unsigned long long c[3];
+    cudasim_lt_counts(c);
+    CHECK(c[0] == 2 && c[1] == 1 && c[2] == 0);
+    setenv("CUDASIM_LT_NOALGO", "1", 1);
+    CHECK(cublasLtMatmulAlgoGetHeuristic(h, desc, la, lb, ld, ld, pref, 2, r, &n) == CUBLAS_STATUS_SUCCESS);
+    CHECK(n == 0);
+    unsetenv("CUDASIM_LT_NOALGO");
+    cudasim_lt_counts(c);
+    CHECK(c[2] == 1);
+    cublasLtMatmulPreferenceDestroy(pref);
+    cublasLtMatrixLayoutDestroy(la), cublasLtMatrixLayoutDestroy(lb), cublasLtMatrixLayoutDestroy(ld);
+    cublasLtMatmulDescDestroy(desc);
+    CHECK(cublasLtDestroy(h) == CUBLAS_STATUS_SUCCESS);
+    cudaFree(da), cudaFree(db), cudaFree(dd), cudaFree(dbias), cudaFree(ws);
+}
+
 /* Capture and replay: a captured stream records instead of running; a launched graph runs the
  * operations again, in order, with the arguments of the capture; what CUDA forbids during a
  * capture fails and invalidates it; an update takes the same sequence with other arguments. */
@@ -957,6 +1082,40 @@ static void test_graphs()
     cudaFree(d), cudaFree(d2), cudaFree(fa), cudaFree(fc), cudaFree(ws), cudaFreeHost(pinned);
 }
 
+/* An executable graph holds device memory until it is destroyed (2 MiB for a few operations):
+ * cudaMemGetInfo shows it, cudaMalloc cannot have it, and an instantiation that does not fit
+ * fails with cudaErrorMemoryAllocation. */
+static void test_graph_memory()
+{
+    setenv("CUDASIM_DEVICES", "1:5", 1); // 5 MiB
+    int *d = dev_alloc<int>((3 << 20) / sizeof(int)); // 3 MiB
+    cudaStream_t s;
+    CHECK_OK(cudaStreamCreate(&s));
+    CHECK_OK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+    MRT_LAUNCH(fill_kernel, 2, 64, 0, s, d, 256, 10);
+    cudaGraph_t g;
+    CHECK_OK(cudaStreamEndCapture(s, &g));
+    size_t fr0, fr1, total;
+    CHECK_OK(cudaMemGetInfo(&fr0, &total));
+    cudaGraphExec_t x, y;
+    CHECK_OK(cudaGraphInstantiate(&x, g, 0));
+    CHECK_OK(cudaMemGetInfo(&fr1, &total));
+    CHECK(fr0 - fr1 == (size_t)2 << 20 && cudasim_live_bytes(0) == (size_t)3 << 20);
+    CHECK_ERR(cudaGraphInstantiate(&y, g, 0), cudaErrorMemoryAllocation); // 0 MiB left
+    REPORTED("cudaGraphInstantiate: the graph's 1 operations need 2097152 bytes of cuda:0, 0 free");
+    (void)cudaGetLastError();
+    void *p = NULL;
+    CHECK_ERR(cudaMalloc(&p, 1 << 20), cudaErrorMemoryAllocation);
+    (void)cudaGetLastError();
+    CHECK_OK(cudaGraphExecDestroy(x));
+    CHECK_OK(cudaMemGetInfo(&fr1, &total));
+    CHECK(fr1 == fr0);
+    CHECK_OK(cudaMalloc(&p, 1 << 20));
+    CHECK_OK(cudaGraphDestroy(g));
+    CHECK_OK(cudaStreamDestroy(s));
+    cudaFree(p), cudaFree(d);
+}
+
 /* CUDASIM_FAULT: the chosen run of a kernel faults when it runs (lazily, at the host's wait), and
  * the error is sticky: cudaGetLastError does not clear it, every later call returns it. */
 static void test_sticky_fault()
@@ -986,6 +1145,8 @@ static const struct {
     void (*fn)();
 } k_tests[] = {
     {"devices", test_devices},
+    {"device_sizes", test_device_sizes},
+    {"bad_sizes", test_bad_sizes},
     {"visible_devices", test_visible_devices},
     {"no_devices", test_no_devices},
     {"no_driver", test_no_driver},
@@ -1008,12 +1169,14 @@ static const struct {
     {"events", test_events},
     {"null_stream", test_null_stream},
     {"graphs", test_graphs},
+    {"graph_memory", test_graph_memory},
     {"sticky_fault", test_sticky_fault},
     {"free_async", test_free_async},
     {"wrong_device_stream", test_wrong_device_stream},
     {"peer", test_peer},
     {"no_peer", test_no_peer},
     {"cublas", test_cublas},
+    {"cublaslt", test_cublaslt},
 };
 
 int main(int argc, char **argv)

@@ -658,28 +658,111 @@ static void check_gemm(int ta, int tb, int M, int N, int K, int batch, int zero_
     mrt_free(g_dev, da), mrt_free(g_dev, db), mrt_free(g_dev, dc), free(a), free(b), free(c), free(got);
 }
 
+/* The simulator's cuBLASLt stand-in's counts (tests/cudasim/cublas_sim.cc), from the library
+ * the runtime loaded: {cublasLtMatmul calls, those with a split-K algorithm (a workspace),
+ * heuristic calls that found no algorithm}; 0 where the library is not the stand-in. */
+static int lt_counts(unsigned long long c[3])
+{
+    static const char *names[] = {"libcublasLt.so.13", "libcublasLt.so.12", "libcublasLt.so.11", "libcublasLt.so"};
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+        void *h = dlopen(names[i], RTLD_NOW | RTLD_NOLOAD);
+        void *f = h ? dlsym(h, "cudasim_lt_counts") : NULL;
+        if (h)
+            dlclose(h);
+        if (f) {
+            void (*get)(unsigned long long *);
+            memcpy(&get, &f, sizeof f);
+            get(c);
+            return 1;
+        }
+    }
+    return 0;
+}
+
+enum { LT_PATH, LT_FALLBACK };
+static int g_lt_notices; /* log lines about cuBLASLt's fallback */
+
+static void lt_hook(mrt_log_level level, const char *msg, void *user)
+{
+    (void)level, (void)user;
+    if (strstr(msg, "cuBLASLt has no algorithm"))
+        g_lt_notices++;
+}
+
 /* The cuBLASLt GEMM with a bias/activation epilogue against the CPU path; with `off` > 0, A, B
  * and C start `off` floats into their allocations (a caller's buffer used in place, less than
  * 256-byte aligned: cuBLASLt's default preference, and so an algorithm chosen without the real
- * alignments, would reject or fault on it). */
-static void check_gemm_bias_act(int tb, int M, int N, int K, int act, int with_bias, int off)
+ * alignments, would reject or fault on it). `path` is what the GEMM must have taken on the
+ * simulator: LT_PATH one cublasLtMatmul, with the stream's workspace when K >= 2 (the stand-in's
+ * heuristic then offers only a split-K algorithm within the workspace the runtime offers, and
+ * its cublasLtMatmul refuses a missing or short workspace); LT_FALLBACK (under
+ * CUDASIM_LT_NOALGO=1: no algorithm) no cublasLtMatmul but a cuBLAS GEMM and, with a bias or an
+ * activation, one kernel launch. */
+static void check_gemm_bias_act(int tb, int M, int N, int K, int act, int with_bias, int off, int path)
 {
     int lda = K, ldb = tb ? K : N, ldc = N;
     size_t na = (size_t)M * lda + off, nb = (size_t)(tb ? N : K) * ldb + off, nc = (size_t)M * ldc + off;
     float *a = rand_host(na), *b = rand_host(nb), *bias = rand_host((size_t)N), *c = malloc(nc * 4), *got = malloc(nc * 4);
-    float *da = up(a, na * 4), *db = up(b, nb * 4), *dbias = up(bias, (size_t)N * 4), *dc = up(c, nc * 4);
+    float *da = up(a, na * 4), *db = up(b, nb * 4), *dbias = up(bias, (size_t)N * 4), *dc = poisoned(nc);
     mrt_device cpu = {MRT_DEVICE_CPU, 0};
     mrt_gemm_bias_act_f32(cpu, NULL, tb, M, N, K, a + off, lda, b + off, ldb, c + off, ldc, with_bias ? bias : NULL, act);
+    unsigned long long s0[5], s1[5], l0[3] = {0}, l1[3] = {0};
+    int sim = sim_counters(s0) && lt_counts(l0);
     mrt_status st = mrt_gemm_bias_act_f32(g_dev, g_stream, tb, M, N, K, da + off, lda, db + off, ldb, dc + off, ldc,
                                           with_bias ? dbias : NULL, act);
+    if (sim) sim_counters(s1), lt_counts(l1);
     if (st == MRT_OK) st = mrt_stream_sync(g_dev, g_stream, "gemm_bias_act");
     down(got, dc, nc * 4);
-    char name[96];
-    snprintf(name, sizeof name, "gemm_bias_act_t%d_%dx%dx%d_act%d%s%s", tb, M, N, K, act, with_bias ? "_bias" : "",
-             off ? "_unaligned" : "");
-    report(name, st, got + off, c + off, nc - off, 1e-5 * (1 + K));
+    char name[128];
+    snprintf(name, sizeof name, "gemm_bias_act_t%d_%dx%dx%d_act%d%s%s%s", tb, M, N, K, act, with_bias ? "_bias" : "",
+             off ? "_unaligned" : "", path == LT_FALLBACK ? "_fallback" : "");
+    unsigned long long lt = l1[0] - l0[0], lt_ws = l1[1] - l0[1], launches = s1[0] - s0[0], calls = s1[1] - s0[1];
+    int want_launch = path == LT_FALLBACK && (with_bias || act);
+    if (st == MRT_OK && sim &&
+        (path == LT_PATH ? lt != 1 || lt_ws != (K >= 2) || launches != 0
+                         : lt != 0 || calls != 1 || launches != (unsigned long long)want_launch)) {
+        printf("FAIL: runtime/cuda/%s: expected %s; got %llu cublasLtMatmul (%llu with a workspace), %llu library "
+               "calls, %llu kernel launches\n", name,
+               path == LT_PATH ? (K >= 2 ? "one cublasLtMatmul with the stream's workspace and no kernel"
+                                         : "one cublasLtMatmul and no kernel")
+                               : want_launch ? "no cublasLtMatmul, one cuBLAS GEMM and the bias/activation kernel"
+                                             : "no cublasLtMatmul and one cuBLAS GEMM",
+               lt, lt_ws, calls, launches);
+        g_fail = 1;
+    } else {
+        report(name, st, got + off, c + off, nc - off, 1e-5 * (1 + K));
+    }
     mrt_free(g_dev, da), mrt_free(g_dev, db), mrt_free(g_dev, dbias), mrt_free(g_dev, dc);
     free(a), free(b), free(bias), free(c), free(got);
+}
+
+/* Every epilogue through cuBLASLt (with the workspace), then through the fallback the heuristic's
+ * "no algorithm" takes (CUDASIM_LT_NOALGO=1, other shapes than cuBLASLt's, which the runtime
+ * keeps plans for): said once in the log, however many shapes and calls fall back. */
+static void check_gemm_bias_acts(void)
+{
+    for (int act = 0; act < 3; act++)
+        for (int tb = 0; tb < 2; tb++) check_gemm_bias_act(tb, 33, 20, 17, act, act != 1, 0, LT_PATH);
+    check_gemm_bias_act(1, 33, 20, 17, 2, 1, 1, LT_PATH); /* 4-byte aligned A, B, C */
+    check_gemm_bias_act(0, 8, 12, 5, 1, 1, 3, LT_PATH);
+    check_gemm_bias_act(0, 7, 9, 1, 1, 1, 0, LT_PATH); /* K = 1: not split, no workspace */
+    unsigned long long l[3];
+    if (!lt_counts(l)) /* a real cuBLASLt: CUDASIM_LT_NOALGO means nothing to it */
+        return;
+    g_lt_notices = 0;
+    mrt_set_log_hook(lt_hook, NULL);
+    setenv("CUDASIM_LT_NOALGO", "1", 1);
+    for (int act = 0; act < 3; act++)
+        for (int tb = 0; tb < 2; tb++) check_gemm_bias_act(tb, 29, 21, 19, act, act != 1, 0, LT_FALLBACK);
+    check_gemm_bias_act(0, 29, 21, 19, 0, 1, 0, LT_FALLBACK); /* a shape that fell back already */
+    check_gemm_bias_act(0, 16, 8, 4, 0, 0, 0, LT_FALLBACK);   /* no bias, no activation: no kernel */
+    check_gemm_bias_act(1, 29, 21, 19, 2, 1, 1, LT_FALLBACK); /* 4-byte aligned A, B, C */
+    unsetenv("CUDASIM_LT_NOALGO");
+    mrt_set_log_hook(NULL, NULL);
+    int ok = g_lt_notices == 1;
+    printf("%s: runtime/cuda/gemm_bias_act_fallback_logged_once (%d notices for 9 GEMMs that fell back)\n",
+           ok ? "PASS" : "FAIL", g_lt_notices);
+    g_fail |= !ok;
 }
 
 /* GPU to GPU copies (peer, or staged through pinned memory under CUDASIM_PEER=0), three of
@@ -857,10 +940,7 @@ int main(void)
             check_gemm(ta, tb, 17, 9, 13, 3, 0);
     check_gemm(0, 1, 5, 7, 3, 4, 1);
     check_gemm(0, 0, 64, 48, 32, 1, 0);
-    for (int act = 0; act < 3; act++)
-        for (int tb = 0; tb < 2; tb++) check_gemm_bias_act(tb, 33, 20, 17, act, act != 1, 0);
-    check_gemm_bias_act(1, 33, 20, 17, 2, 1, 1); /* 4-byte aligned A, B, C */
-    check_gemm_bias_act(0, 8, 12, 5, 1, 1, 3);
+    check_gemm_bias_acts();
     check_gpu_copies();
     const char *big = getenv("MRT_CHECK_B12");
     if (big && strcmp(big, "1") == 0)

@@ -4,9 +4,9 @@
  * stand-in (cublas_sim.cc) computes D = epilogue(alpha op(A) op(B) + beta C) in plain loops,
  * column-major, after checking layouts, leading dimensions and that every matrix is device
  * memory of the handle's device. Valid C and C++. An algorithm from cublasLtMatmulAlgoGetHeuristic
- * holds the alignments it was chosen for; cublasLtMatmul with no algorithm assumes the default
- * preference (256-byte aligned matrices) as cuBLASLt does, and either rejects pointers less
- * aligned than that.
+ * holds the alignments it was chosen for and the workspace it needs; cublasLtMatmul with no
+ * algorithm assumes the default preference (256-byte aligned matrices, no workspace) as cuBLASLt
+ * does, and either rejects pointers less aligned than that or a workspace short of the need.
  */
 #ifndef CUDASIM_CUBLASLT_H
 #define CUDASIM_CUBLASLT_H
@@ -73,6 +73,17 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t handle, cublasLtMatmulDesc_t desc
                               const void *beta, const void *C, cublasLtMatrixLayout_t Cdesc, void *D,
                               cublasLtMatrixLayout_t Ddesc, const cublasLtMatmulAlgo_t *algo, void *workspace,
                               size_t workspaceSizeInBytes, cudaStream_t stream);
+cublasStatus_t cublasLtMatmulPreferenceCreate(cublasLtMatmulPreference_t *pref);
+cublasStatus_t cublasLtMatmulPreferenceDestroy(cublasLtMatmulPreference_t pref);
+cublasStatus_t cublasLtMatmulPreferenceSetAttribute(cublasLtMatmulPreference_t pref,
+                                                    cublasLtMatmulPreferenceAttributes_t attr, const void *buf,
+                                                    size_t size);
+cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t handle, cublasLtMatmulDesc_t desc,
+                                              cublasLtMatrixLayout_t Adesc, cublasLtMatrixLayout_t Bdesc,
+                                              cublasLtMatrixLayout_t Cdesc, cublasLtMatrixLayout_t Ddesc,
+                                              cublasLtMatmulPreference_t pref, int requestedAlgoCount,
+                                              cublasLtMatmulHeuristicResult_t heuristicResultsArray[],
+                                              int *returnAlgoCount);
 #ifdef __cplusplus
 }
 #endif

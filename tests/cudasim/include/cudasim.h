@@ -6,7 +6,9 @@
  * NAME.cu files modelc generates are compiled by the host compiler (C, and C++ for the .cu files)
  * against tests/cudasim/include instead of the toolkit, and linked with libcudasim.so:
  *
- *  - Devices: CUDASIM_DEVICES="N[:MiB[:MAJOR.MINOR]]" (default "1:16384:9.0"); "0" gives
+ *  - Devices: CUDASIM_DEVICES="N[:MiB[,MiB...][:MAJOR.MINOR]]" (default "1:16384:9.0"): N
+ *    devices of MiB each, or with one size per device ("2:16384,8192:9.0": cuda:0 16 GiB,
+ *    cuda:1 8 GiB; the sizes go by physical ordinal, before CUDA_VISIBLE_DEVICES); "0" gives
  *    cudaErrorNoDevice, "nodriver" cudaErrorInsufficientDriver (35) as on a machine without a
  *    driver. CUDA_VISIBLE_DEVICES is honoured like the driver does (a list of ordinals, cut at the
  *    first bad entry). CUDASIM_PEER=0 makes every pair of devices unable to access each other.
@@ -28,7 +30,9 @@
  *  - Graphs from stream capture: between cudaStreamBeginCapture and cudaStreamEndCapture a
  *    stream records its operations instead of running them; cudaGraphInstantiate copies them,
  *    cudaGraphLaunch queues them again, in order, on its stream (cudaGraphExecUpdate accepts the
- *    same sequence of kernels and calls with other arguments). What CUDA forbids during a
+ *    same sequence of kernels and calls with other arguments). An executable graph holds device
+ *    memory until cudaGraphExecDestroy, as a driver's does (64 KiB and 8 KiB per operation, in
+ *    2 MiB pages: cudaMemGetInfo shows it; cudaErrorMemoryAllocation when it does not fit). What CUDA forbids during a
  *    capture fails with cudaErrorStreamCaptureUnsupported and invalidates it: a host
  *    synchronization, cudaMalloc/cudaFree/cudaMallocHost/cudaFreeHost, a synchronous copy or
  *    memset, a copy to or from pageable memory on the capturing stream. One stream per capture:
@@ -59,7 +63,10 @@
  *    cudaErrorMisalignedAddress. The kernel then does not run.
  *
  * cuBLAS and cuBLASLt: a checking stand-in, cublas_sim.cc, built as libcublas.so.13 (and
- * libcublasLt.so.13, a link to it), which runtime/rt_cuda.c dlopens unchanged.
+ * libcublasLt.so.13, a link to it), which runtime/rt_cuda.c dlopens unchanged. Its cuBLASLt
+ * heuristic offers a split-K algorithm that needs a workspace whenever the preference allows
+ * one, so a cublasLtMatmul without it fails; CUDASIM_LT_NOALGO=1 makes the heuristic find no
+ * algorithm (read at each call); cudasim_lt_counts (dlsym in the loaded library) counts both.
  *
  * Build and use: `make cudasim` builds $B/cudasim (libcudasim.so, the stand-in, the runtime as
  * libmodelrt-sim.a, and bin/modelc, a modelc whose executables are built for the simulator with
@@ -143,8 +150,15 @@ void cudasim_get_counters(cudasim_counters *out);
 int cudasim_stream_capturing(cudaStream_t stream);
 /* cudaMallocHost calls (of at least one byte) since the process started. */
 unsigned long long cudasim_pinned_allocs(void);
-/* Bytes of device memory live on `device` (for leak checks in tests). */
+/* Bytes of device memory live on `device` from cudaMalloc (for leak checks in tests); the
+ * executable graphs' memory is not counted here (cudaMemGetInfo counts it). */
 size_t cudasim_live_bytes(int device);
+/* In the cuBLAS stand-in (libcublas.so.13, not libcudasim): out[0] cublasLtMatmul calls
+ * accepted, out[1] those with a split-K algorithm (given a workspace), out[2] heuristic calls
+ * that found no algorithm (CUDASIM_LT_NOALGO=1, or alignments no kernel can take). A program
+ * that reaches the stand-in only through the runtime's dlopen finds it with dlopen(RTLD_NOLOAD)
+ * and dlsym (tests/runtime/cuda_check.c). */
+void cudasim_lt_counts(unsigned long long out[3]);
 
 #ifdef __cplusplus
 }
