@@ -6,7 +6,8 @@
 #      the threads of a block scheduled lowest first, then again highest first and at random,
 #      then on cuda:1 of two GPUs (MRT_CHECK_DEVICE); and field case B12 sampled: softmax over
 #      [131073, 16384] (more than 2^31 elements, 17 GB allocated, never touched) with only the
-#      blocks of rows 0, 1, 131071 and 131072 (at element 2^31) run (CUDASIM_SAMPLE_BLOCKS);
+#      blocks of rows 0, 1, 131071 and 131072 (at element 2^31) run (CUDASIM_SAMPLE_BLOCKS), and
+#      the kernel modelc generates for y = x + 1 over 2^31 + 64 f16 elements, sampled alike;
 #   3. the runtime's unit tests (tests/runtime/test_runtime.c) with two simulated GPUs, so that
 #      the CUDA half of the device API (rt_cuda.c) runs where the ordinary suite has no GPU;
 #   4. every tests/numeric case compiled by $B/cudasim/bin/modelc (NAME.cu by the host C++
@@ -147,6 +148,33 @@ else
         echo "FAIL: cudasim/b12_softmax_2g_sampled: exit status $rc:" \
              "$(grep -m1 '^\(FAIL\|SKIP\):' <<<"$out" || grep -m1 'cudasim:' "$work/b12.err" ||
                 tail -n2 "$work/b12.err" | tr '\n' ' ')"
+    fi
+fi
+# B12's companion, generated: tests/cudasim/b12_add.model (y = x + 1 over 2^31 + 64 f16) emitted
+# as C and driven by tests/cudasim/b12_check.c on device buffers, only the first and the last
+# block of its capped grid run: block 0's grid-stride loop ends past element 2^31 (an int32 index
+# there leaves y's tail unwritten, or never ends: the timeout).
+b="$work/b12_add"
+mkdir -p "$b"
+# shellcheck disable=SC2086
+if ! { "$sim/bin/modelc" tests/cudasim/b12_add.model --emit-c -o "$b" &&
+       tests/cudasim/nvcc.sh -O1 -g -Iruntime -c "$b/b12_add.cu" -o "$b/model_cu.o" &&
+       "$CC" -std=c11 -D_GNU_SOURCE -O1 -g -DMRT_WITH_CUDA -Itests/cudasim/include -Iruntime \
+           -c "$b/b12_add.c" -o "$b/model.o" &&
+       "$CC" -std=c11 -D_GNU_SOURCE -O1 -g -Wall -Wextra -Werror -DMRT_WITH_CUDA -I"$b" -Iruntime \
+           tests/cudasim/b12_check.c "$b/model.o" "$b/model_cu.o" "$sim/libmodelrt-sim.a" $link -o "$b/check"; } \
+        >"$b/log" 2>&1; then
+    fail_log b12_add_2g_sampled/build "building tests/cudasim/b12_check.c failed" "$b/log"
+else
+    out="$(CUDASIM_DEVICES=1:20480:9.0 CUDASIM_FILL=none CUDASIM_SAMPLE_BLOCKS=b12_add_k0_g:0,-1 timeout 60 \
+           "$b/check" 2>"$b/err")"
+    rc=$?
+    echo "$out"
+    if [ $rc -ne 0 ] || ! grep -q '^PASS: cudasim/b12_add_2g_sampled' <<<"$out"; then
+        failed=1
+        grep -q '^FAIL' <<<"$out" ||
+            echo "FAIL: cudasim/b12_add_2g_sampled: exit status $rc$([ $rc = 124 ] && echo ' (timed out)'):" \
+                 "$(tail -n2 "$b/err" | tr '\n' ' ')"
     fi
 fi
 
