@@ -76,6 +76,8 @@ unsigned long long g_seed = 1;
 std::string g_fault_kernel;  // CUDASIM_FAULT=NAME[:N]: the N-th run of a kernel whose name has NAME faults
 long g_fault_at = 1, g_fault_seen = 0;
 cudaError_t g_sticky = cudaSuccess; // a fault while a kernel ran: every later call fails with it
+std::string g_sample_kernel;        // CUDASIM_SAMPLE_BLOCKS=NAME:B,...: kernels whose name has NAME
+std::vector<long long> g_sample;    // run only these linear blocks (negative: from the grid's end)
 
 thread_local int t_dev = 0;
 thread_local cudaError_t t_err = cudaSuccess;
@@ -143,6 +145,27 @@ void init_once()
         const char *colon = strrchr(fault, ':');
         g_fault_kernel.assign(fault, colon ? (size_t)(colon - fault) : strlen(fault));
         g_fault_at = colon ? strtol(colon + 1, NULL, 10) : 1;
+    }
+    const char *sample = getenv("CUDASIM_SAMPLE_BLOCKS");
+    if (sample && *sample) { // NAME:B,B,...; B a linear block index, -1 the last block
+        const char *colon = strrchr(sample, ':');
+        bool ok = colon && colon > sample && colon[1];
+        for (const char *p = colon ? colon + 1 : sample; ok && *p;) {
+            char *e;
+            errno = 0;
+            long long b = strtoll(p, &e, 10);
+            ok = e != p && errno == 0 && (*e == ',' || !*e) && (*e != ',' || e[1]);
+            g_sample.push_back(b);
+            p = *e ? e + 1 : e;
+        }
+        if (!ok) {
+            report("CUDASIM_SAMPLE_BLOCKS='%s' is malformed: expected NAME:B[,B...], B a linear block index "
+                   "(x + y*gridDim.x + z*gridDim.x*gridDim.y; -1 the last block)",
+                   sample);
+            g_init_err = cudaErrorInitializationError;
+            return;
+        }
+        g_sample_kernel.assign(sample, (size_t)(colon - sample));
     }
     const char *sched = getenv("CUDASIM_SCHEDULE");
     if (sched && strcmp(sched, "reverse") == 0) {
@@ -1095,10 +1118,26 @@ void execute(Launch *L)
     }
     Launch *prev = g_kernel;
     g_kernel = L;
-    for (unsigned z = 0; z < L->grid.z; z++)
-        for (unsigned y = 0; y < L->grid.y; y++)
-            for (unsigned x = 0; x < L->grid.x; x++)
-                run_block(L, x, y, z);
+    if (!g_sample_kernel.empty() && L->name.find(g_sample_kernel) != std::string::npos) {
+        // CUDASIM_SAMPLE_BLOCKS: only the listed blocks, in the order listed (the others never
+        // run, so their memory is never touched: a grid over more memory than is ever written)
+        const long long gx = L->grid.x, gxy = gx * L->grid.y, total = gxy * L->grid.z;
+        for (long long b : g_sample) {
+            const long long lin = b < 0 ? total + b : b;
+            if (lin < 0 || lin >= total) {
+                report("kernel '%s' on cuda:%d: CUDASIM_SAMPLE_BLOCKS block %lld is outside its grid of %lld "
+                       "blocks: skipped",
+                       L->name.c_str(), L->device, b, total);
+                continue;
+            }
+            run_block(L, (unsigned)(lin % gx), (unsigned)(lin % gxy / gx), (unsigned)(lin / gxy));
+        }
+    } else {
+        for (unsigned z = 0; z < L->grid.z; z++)
+            for (unsigned y = 0; y < L->grid.y; y++)
+                for (unsigned x = 0; x < L->grid.x; x++)
+                    run_block(L, x, y, z);
+    }
     g_kernel = prev;
 }
 

@@ -3,11 +3,16 @@
 #   1. the simulator's own tests (test_cudasim.cu): what a GPU runs, and what it rejects;
 #   2. tests/runtime/cuda_check.c against the runtime built for the simulator (make cudasim):
 #      every runtime CUDA kernel and the cuBLAS/cuBLASLt GEMMs against the CPU references, with
-#      the threads of a block scheduled lowest first, then again highest first and at random;
+#      the threads of a block scheduled lowest first, then again highest first and at random,
+#      then on cuda:1 of two GPUs (MRT_CHECK_DEVICE); and field case B12 sampled: softmax over
+#      [131073, 16384] (more than 2^31 elements, 17 GB allocated, never touched) with only the
+#      blocks of rows 0, 1, 131071 and 131072 (at element 2^31) run (CUDASIM_SAMPLE_BLOCKS), and
+#      the kernel modelc generates for y = x + 1 over 2^31 + 64 f16 elements, sampled alike;
 #   3. the runtime's unit tests (tests/runtime/test_runtime.c) with two simulated GPUs, so that
 #      the CUDA half of the device API (rt_cuda.c) runs where the ordinary suite has no GPU;
 #   4. every tests/numeric case compiled by $B/cudasim/bin/modelc (NAME.cu by the host C++
-#      compiler) and run with --device cuda against the reference interpreter;
+#      compiler) and run with --device cuda against the reference interpreter, and a few of
+#      them with --device cuda:1 of two GPUs;
 #   5. generated models run on the simulated GPUs against their own CPU run (|gpu - cpu| <=
 #      1e-5 (1 + |cpu|)): examples/digits (and its launch, copy and host synchronization counts
 #      per run, from --time, with CUDA graphs and without), the CUDA graphs of a generated run()
@@ -20,8 +25,9 @@
 #      then ResNet-18 replayed as a CUDA graph (its counts, and the eager run's logits);
 #   7. data-parallel inference on two GPUs (tests/dp), and tests/train (the models against PyTorch,
 #      resume, eval, gradcheck) and dropout's masks (dropout.py) on a simulated GPU (TRAIN_DEVICE=cuda).
-# Prints one line per test, "PASS: cudasim/NAME" or "FAIL: cudasim/NAME: why", and exits 1 if any
-# failed. Needs no GPU and no nvcc: only the host C and C++ compilers.
+# Prints one line per test, "PASS: cudasim/NAME" or "FAIL: cudasim/NAME: why", then the suite line
+# "cudasim: N passed, N failed" (those lines counted), and exits 1 if any failed. Needs no GPU
+# and no nvcc: only the host C and C++ compilers.
 #
 #   B      build directory (default: build); the simulator builds into $B/cudasim
 #   CC     C compiler (default: cc); CXX: C++ compiler (default: g++)
@@ -34,6 +40,7 @@ CXX="${CXX:-g++}"
 work="$(mktemp -d "${TMPDIR:-/tmp}/cudasim-tests.XXXXXX")"
 trap 'rm -rf "$work"' EXIT
 failed=0
+{ # the tests; their output is kept in $work/out to count for the suite line at the end
 
 # fail_log NAME WHY LOGFILE: a FAIL line with the log's first lines, indented.
 fail_log() {
@@ -114,6 +121,61 @@ else
                  "$(grep -m1 '^\(FAIL\|SKIP\):' <<<"$out" || tail -n2 "$work/cuda_check.err" | tr '\n' ' ')"
         fi
     done
+    # Every check again on cuda:1 of two GPUs, without peer access, so that a kernel handed a
+    # cuda:0 buffer faults (the GPU-to-GPU copies go to cuda:0, staged).
+    out="$(CUDASIM_DEVICES=2:16384:9.0 CUDASIM_PEER=0 MRT_CHECK_DEVICE=cuda:1 timeout 300 "$work/cuda_check" \
+           2>"$work/cuda_check.err")"
+    rc=$?
+    sed -n 's#^\(PASS\|FAIL\|SKIP\): runtime/cuda/#\1: cudasim/cuda_check_cuda1/#p' <<<"$out"
+    if [ $rc -ne 0 ] || grep -q '^\(FAIL\|SKIP\):' <<<"$out" || ! grep -q '^# cuda:1 ' <<<"$out"; then
+        failed=1
+        grep -q '^\(FAIL\|SKIP\):' <<<"$out" ||
+            echo "FAIL: cudasim/cuda_check_cuda1: exit status $rc: $(tail -n3 "$work/cuda_check.err" | tr '\n' ' ')"
+    fi
+    # Field case B12 without the 17 GB: X and Y [131073, 16384] f32 allocated on a 20 GiB device
+    # and left unfilled (CUDASIM_FILL=none), and of softmax_rows_kernel's 131073 blocks (one per
+    # row) only rows 0, 1, 131071 and 131072 run; row 131072 starts at element 2^31, where a
+    # 32-bit row offset reads 8 GiB below X (a fault) or leaves the row unwritten (NaN).
+    out="$(CUDASIM_DEVICES=1:20480:9.0 CUDASIM_FILL=none MRT_CHECK_B12=sampled \
+           CUDASIM_SAMPLE_BLOCKS=softmax_rows_kernel:0,1,131071,131072 timeout 120 "$work/cuda_check" \
+           2>"$work/b12.err")"
+    rc=$?
+    if [ $rc -eq 0 ] && grep -q '^PASS: runtime/cuda/b12_softmax_2g_sampled' <<<"$out" &&
+       ! grep -q '^\(FAIL\|SKIP\):' <<<"$out"; then
+        sed -n 's#^PASS: runtime/cuda/b12_softmax_2g_sampled#PASS: cudasim/b12_softmax_2g_sampled#p' <<<"$out"
+    else
+        failed=1
+        echo "FAIL: cudasim/b12_softmax_2g_sampled: exit status $rc:" \
+             "$(grep -m1 '^\(FAIL\|SKIP\):' <<<"$out" || grep -m1 'cudasim:' "$work/b12.err" ||
+                tail -n2 "$work/b12.err" | tr '\n' ' ')"
+    fi
+fi
+# B12's companion, generated: tests/cudasim/b12_add.model (y = x + 1 over 2^31 + 64 f16) emitted
+# as C and driven by tests/cudasim/b12_check.c on device buffers, only the first and the last
+# block of its capped grid run: block 0's grid-stride loop ends past element 2^31 (an int32 index
+# there leaves y's tail unwritten, or never ends: the timeout).
+b="$work/b12_add"
+mkdir -p "$b"
+# shellcheck disable=SC2086
+if ! { "$sim/bin/modelc" tests/cudasim/b12_add.model --emit-c -o "$b" &&
+       tests/cudasim/nvcc.sh -O1 -g -Iruntime -c "$b/b12_add.cu" -o "$b/model_cu.o" &&
+       "$CC" -std=c11 -D_GNU_SOURCE -O1 -g -DMRT_WITH_CUDA -Itests/cudasim/include -Iruntime \
+           -c "$b/b12_add.c" -o "$b/model.o" &&
+       "$CC" -std=c11 -D_GNU_SOURCE -O1 -g -Wall -Wextra -Werror -DMRT_WITH_CUDA -I"$b" -Iruntime \
+           tests/cudasim/b12_check.c "$b/model.o" "$b/model_cu.o" "$sim/libmodelrt-sim.a" $link -o "$b/check"; } \
+        >"$b/log" 2>&1; then
+    fail_log b12_add_2g_sampled/build "building tests/cudasim/b12_check.c failed" "$b/log"
+else
+    out="$(CUDASIM_DEVICES=1:20480:9.0 CUDASIM_FILL=none CUDASIM_SAMPLE_BLOCKS=b12_add_k0_g:0,-1 timeout 60 \
+           "$b/check" 2>"$b/err")"
+    rc=$?
+    echo "$out"
+    if [ $rc -ne 0 ] || ! grep -q '^PASS: cudasim/b12_add_2g_sampled' <<<"$out"; then
+        failed=1
+        grep -q '^FAIL' <<<"$out" ||
+            echo "FAIL: cudasim/b12_add_2g_sampled: exit status $rc$([ $rc = 124 ] && echo ' (timed out)'):" \
+                 "$(tail -n2 "$b/err" | tr '\n' ' ')"
+    fi
 fi
 
 # ---------------------------------------------------------------- 3. the runtime's unit tests
@@ -150,6 +212,19 @@ if [ $rc -ne 0 ]; then
     failed=1
     grep -q '^FAIL:' <<<"$out" ||
         echo "FAIL: cudasim/numeric: exit status $rc: $(tail -n3 "$work/numeric.err" | tr '\n' ' ')"
+fi
+# a few of them on cuda:1 of two GPUs: GEMM with an epilogue, convolution, attention, softmax,
+# half-precision library calls, layer norm, and a device-side range check
+out="$(CUDASIM_DEVICES=2:16384:9.0 MODELC="$sim/bin/modelc" timeout 600 "$PY" tests/numeric/run.py \
+       --device cuda:1 -k gemm_epilogue_bcast -k nn_conv2d_basic -k nn_sdpa_causal -k softmax_axes \
+       -k half_library -k nn_layer_norm_offset -k move_gather_out_of_range 2>"$work/numeric1.err")"
+rc=$?
+sed -n 's#^\(PASS\|FAIL\|SKIP\): numeric/#\1: cudasim/numeric_cuda1/#p' <<<"$out"
+if [ $rc -ne 0 ] || [ "$(grep -c '^PASS:' <<<"$out")" -ne 7 ]; then
+    failed=1
+    grep -q '^FAIL:' <<<"$out" ||
+        echo "FAIL: cudasim/numeric_cuda1: exit status $rc, $(grep -c '^PASS:' <<<"$out") of 7 cases passed:" \
+             "$(tail -n3 "$work/numeric1.err" | tr '\n' ' ')"
 fi
 
 # ---------------------------------------------------------------- 5. models, GPU against CPU
@@ -432,3 +507,16 @@ for t in "dropout.py"; do
     fi
 done
 exit $failed
+} | tee "$work/out"
+rc=${PIPESTATUS[0]}
+
+# ---------------------------------------------------------------- the suite line
+npass="$(grep -c '^PASS: ' "$work/out")"
+nfail="$(grep -c '^FAIL: ' "$work/out")"
+nskip="$(grep -c '^SKIP: ' "$work/out")"
+if [ "$rc" -ne 0 ] && [ "$nfail" -eq 0 ]; then
+    echo "FAIL: cudasim/suite: exit status $rc without a FAIL line"
+    nfail=1
+fi
+echo "cudasim: $npass passed, $nfail failed$([ "$nskip" -gt 0 ] && echo " ($nskip skipped)")"
+[ "$rc" -eq 0 ] && [ "$nfail" -eq 0 ]

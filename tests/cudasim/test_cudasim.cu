@@ -19,6 +19,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -1138,6 +1139,81 @@ static void test_sticky_fault()
     CHECK_ERR(cudaMalloc(&p, 16), cudaErrorIllegalAddress);
 }
 
+/* ---------------------------------------------------------------- sampled launches */
+
+__global__ void sampled_ids_kernel(int *out)
+{
+    if (threadIdx.x == 0)
+        out[blockIdx.x + blockIdx.y * gridDim.x + blockIdx.z * gridDim.x * gridDim.y] = 1;
+}
+
+// y = x + 1 over n int8 elements, one element per thread, the index in 64 bits (field case B12)
+__global__ void sampled_add_kernel(signed char *y, const signed char *x, long long n)
+{
+    const long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n)
+        y[i] = (signed char)(x[i] + 1);
+}
+
+static long max_rss_kib()
+{
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    return ru.ru_maxrss;
+}
+
+/* CUDASIM_SAMPLE_BLOCKS: only the listed blocks of a matching kernel run (linear indices, -1 the
+ * last), others' kernels run whole; with CUDASIM_FILL=none a kernel over 2^31 + 64 int8 elements
+ * (B12's companion case, 4 GiB of device memory) runs its first and last blocks while the
+ * process's memory grows by a few pages. */
+static void test_sampled_blocks()
+{
+    setenv("CUDASIM_SAMPLE_BLOCKS", "sampled_:0,5,-1", 1);
+    setenv("CUDASIM_FILL", "none", 1);
+    setenv("CUDASIM_DEVICES", "1:8192", 1);
+    int *ids = dev_alloc<int>(24), *all = dev_alloc<int>(24), h[24];
+    CHECK_OK(cudaMemset(ids, 0, 24 * sizeof(int)));
+    MRT_LAUNCH(sampled_ids_kernel, dim3(4, 3, 2), 32, 0, 0, ids);
+    MRT_LAUNCH(fill_kernel, 3, 8, 0, 0, all, 24, 0); // not sampled: every block runs
+    CHECK_OK(cudaMemcpy(h, ids, sizeof h, cudaMemcpyDeviceToHost));
+    for (int b = 0; b < 24; b++)
+        CHECK(h[b] == (b == 0 || b == 5 || b == 23));
+    CHECK_OK(cudaMemcpy(h, all, sizeof h, cudaMemcpyDeviceToHost));
+    for (int i = 0; i < 24; i++)
+        CHECK(h[i] == i);
+
+    const long long n = (1LL << 31) + 64, blocks = (n + 255) / 256;
+    const long rss0 = max_rss_kib();
+    signed char *x = NULL, *y = NULL, in[256], out[256];
+    CHECK_OK(cudaMalloc((void **)&x, (size_t)n));
+    CHECK_OK(cudaMalloc((void **)&y, (size_t)n));
+    for (int i = 0; i < 256; i++)
+        in[i] = (signed char)(i % 100);
+    const long long at[] = {0, 5 * 256, n - 64}; // the sampled blocks' elements (the last holds 64)
+    for (long long a : at)
+        CHECK_OK(cudaMemcpy(x + a, in, 64, cudaMemcpyHostToDevice));
+    MRT_LAUNCH(sampled_add_kernel, (unsigned)blocks, 256, 0, 0, y, x, n);
+    CHECK_OK(cudaGetLastError());
+    for (long long a : at) {
+        CHECK_OK(cudaMemcpy(out, y + a, 64, cudaMemcpyDeviceToHost));
+        for (int i = 0; i < 64; i++)
+            CHECK(out[i] == in[i] + 1);
+    }
+    CHECK_OK(cudaMemcpy(out, y + 256, 64, cudaMemcpyDeviceToHost)); // block 1 did not run
+    for (int i = 0; i < 64; i++)
+        CHECK(out[i] == 0);
+    CHECK(max_rss_kib() - rss0 < 64 * 1024); // 4 GiB allocated, a few pages touched
+    cudaFree(x), cudaFree(y), cudaFree(ids), cudaFree(all);
+}
+
+static void test_sampled_blocks_malformed()
+{
+    setenv("CUDASIM_SAMPLE_BLOCKS", "sampled_:0,,1", 1);
+    int n = -1;
+    CHECK_ERR(cudaGetDeviceCount(&n), cudaErrorInitializationError);
+    REPORTED("CUDASIM_SAMPLE_BLOCKS='sampled_:0,,1' is malformed");
+}
+
 /* ---------------------------------------------------------------- driver */
 
 static const struct {
@@ -1177,6 +1253,8 @@ static const struct {
     {"no_peer", test_no_peer},
     {"cublas", test_cublas},
     {"cublaslt", test_cublaslt},
+    {"sampled_blocks", test_sampled_blocks},
+    {"sampled_blocks_malformed", test_sampled_blocks_malformed},
 };
 
 int main(int argc, char **argv)

@@ -5,7 +5,12 @@
  * check. Without a CUDA device (or in a build without CUDA) it checks only that the program
  * starts and says why nothing ran: "SKIP: runtime/cuda/start: no CUDA device (...)".
  * tests/runtime/run.sh builds and runs it; on a GPU machine it is the kernels' numeric check.
+ * MRT_CHECK_DEVICE=cuda:N picks the device (default cuda:0); the GPU-to-GPU copies go to another.
  * MRT_CHECK_B12=1 adds field case B12 (softmax over more than 2^31 elements; ~17 GB on the GPU).
+ * MRT_CHECK_B12=sampled runs only B12's sampled form: the same 17 GB tensors, but only rows 0, 1,
+ * 131071 and 131072 (the last, at element 2^31) written and checked; on the simulator with
+ * CUDASIM_SAMPLE_BLOCKS=softmax_rows_kernel:0,1,131071,131072 and CUDASIM_FILL=none only those
+ * rows' blocks run, on a device of more than 16 GiB that costs no memory beyond the rows.
  */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
@@ -770,7 +775,7 @@ static void check_gemm_bias_acts(void)
  * once for them all (the buffer is kept), where it once allocated 64 MB per copy. */
 static void check_gpu_copies(void)
 {
-    mrt_device d1 = {MRT_DEVICE_CUDA, 1};
+    mrt_device d1 = {MRT_DEVICE_CUDA, g_dev.index == 0 ? 1 : 0};
     if (mrt_cuda_device_count(NULL) < 2)
         return;
     const size_t n = 4099;
@@ -835,6 +840,71 @@ static void check_b12(void)
     mrt_free(g_dev, dx), mrt_free(g_dev, dy), free(x), free(first), free(last);
 }
 
+/* B12 sampled: X and Y [131073, 16384] allocated whole (8.6 GB each), but only the rows in
+ * `rows` written (X as in check_b12, Y poisoned with NaN first) and read back: each must be
+ * written whole with the formula's values. Where only those rows' blocks run (the simulator's
+ * CUDASIM_SAMPLE_BLOCKS, grid one block per row) nothing else of the 17 GB is touched; row
+ * 131072 starts at element 2^31 exactly, so 32-bit row offsets read and write 8 GiB away. */
+static void check_b12_sampled(void)
+{
+    static const char name[] = "b12_softmax_2g_sampled";
+    const int64_t R = 131073, Ncol = 16384, rows[] = {0, 1, 131071, 131072};
+    const size_t N = (size_t)(R * Ncol), row_bytes = (size_t)Ncol * 4;
+    if (dlsym(RTLD_DEFAULT, "cudasim_last_report")) { /* the simulator: all 131073 rows would fill 17 GB */
+        const char *s = getenv("CUDASIM_SAMPLE_BLOCKS"), *f = getenv("CUDASIM_FILL");
+        if (!s || !strstr(s, "softmax_rows_kernel") || !f || strcmp(f, "none") != 0) {
+            printf("FAIL: runtime/cuda/%s: on the simulator, run with CUDASIM_FILL=none and "
+                   "CUDASIM_SAMPLE_BLOCKS=softmax_rows_kernel:0,1,131071,131072 (it would touch all 17 GB)\n",
+                   name);
+            g_fail = 1;
+            return;
+        }
+    }
+    float *dx = mrt_alloc(g_dev, N * 4), *dy = dx ? mrt_alloc(g_dev, N * 4) : NULL;
+    if (!dy) {
+        printf("FAIL: runtime/cuda/%s: %s\n", name, mrt_last_error());
+        g_fail = 1;
+        mrt_free(g_dev, dx);
+        return;
+    }
+    const mrt_device cpu = {MRT_DEVICE_CPU, 0};
+    float *xr = calloc((size_t)Ncol, 4), *nan_row = malloc(row_bytes), *got = malloc(row_bytes);
+    for (int64_t j = 0; j < Ncol; j++)
+        nan_row[j] = NAN;
+    mrt_status st = MRT_OK;
+    for (size_t k = 0; k < sizeof rows / sizeof rows[0] && st == MRT_OK; k++) {
+        xr[0] = logf((float)(rows[k] + 1));
+        st = mrt_memcpy(g_dev, dx + (size_t)(rows[k] * Ncol), cpu, xr, row_bytes, g_stream);
+        if (st == MRT_OK)
+            st = mrt_memcpy(g_dev, dy + (size_t)(rows[k] * Ncol), cpu, nan_row, row_bytes, g_stream);
+        if (st == MRT_OK) /* xr is reused: the copy from pageable memory must have finished */
+            st = mrt_stream_sync(g_dev, g_stream, name);
+    }
+    if (st == MRT_OK)
+        st = mrt_cuda_softmax_f32(g_stream, dy, dx, R, Ncol, 1, 0);
+    double worst = 0.0;
+    char why[160] = "";
+    for (size_t k = 0; k < sizeof rows / sizeof rows[0] && st == MRT_OK && !why[0]; k++) {
+        const int64_t i = rows[k];
+        down(got, dy + (size_t)(i * Ncol), row_bytes);
+        for (int64_t j = 0; j < Ncol; j++) {
+            const double want = (j == 0 ? (double)(i + 1) : 1.0) / (double)(i + 16384);
+            const double d = fabs(got[j] - want) / want;
+            if (!(d <= 1e-4)) { /* NaN too: the element was never written */
+                snprintf(why, sizeof why, ": Y[%lld,%lld] = %g, expected %g", (long long)i, (long long)j,
+                         (double)got[j], want);
+                break;
+            }
+            worst = fmax(worst, d);
+        }
+    }
+    int ok = st == MRT_OK && !why[0];
+    printf("%s: runtime/cuda/%s rows 0 1 131071 131072 rel maxdiff %g tolerance 1e-4%s%s%s\n", ok ? "PASS" : "FAIL",
+           name, worst, why, st == MRT_OK ? "" : ": ", st == MRT_OK ? "" : mrt_last_error());
+    g_fail |= !ok;
+    mrt_free(g_dev, dx), mrt_free(g_dev, dy), free(xr), free(nan_row), free(got);
+}
+
 int main(void)
 {
     const char *why = NULL;
@@ -843,16 +913,44 @@ int main(void)
         printf("SKIP: runtime/cuda/start: no CUDA device (%s); the CUDA kernel checks did not run\n", why);
         return 0;
     }
-    mrt_device_info info;
-    int cnt = 0;
-    mrt_device_info list[2];
-    mrt_device_list(list, 2, &cnt);
-    info = list[cnt > 1 ? 1 : 0];
-    printf("# cuda:0 %s, compute %d.%d\n", info.name, info.cc_major, info.cc_minor);
-    if (mrt_device_select("cuda:0", &g_dev) != MRT_OK || mrt_device_activate(g_dev) != MRT_OK ||
+    const char *want = getenv("MRT_CHECK_DEVICE");
+    if (!want || !*want)
+        want = "cuda:0";
+    mrt_device parsed;
+    if (mrt_device_parse(want, &parsed, NULL) != MRT_OK) {
+        printf("FAIL: runtime/cuda/setup: MRT_CHECK_DEVICE: %s\n", mrt_last_error());
+        return 1;
+    }
+    if (parsed.kind != MRT_DEVICE_CUDA) {
+        printf("FAIL: runtime/cuda/setup: MRT_CHECK_DEVICE='%s' is not a CUDA device\n", want);
+        return 1;
+    }
+    if (mrt_device_select(want, &g_dev) != MRT_OK || mrt_device_activate(g_dev) != MRT_OK ||
         mrt_stream_create(g_dev, &g_stream) != MRT_OK) {
         printf("FAIL: runtime/cuda/setup: %s\n", mrt_last_error());
         return 1;
+    }
+    mrt_device_info list[16];
+    int cnt = 0;
+    if (mrt_device_list(list, 16, &cnt) == MRT_OK)
+        for (int i = 0; i < cnt && i < 16; i++)
+            if (list[i].device.kind == g_dev.kind && list[i].device.index == g_dev.index)
+                printf("# cuda:%d %s, compute %d.%d\n", g_dev.index, list[i].name, list[i].cc_major,
+                       list[i].cc_minor);
+    { /* the checks' buffers are on the device asked for (cudaPointerGetAttributes) */
+        void *p = mrt_alloc(g_dev, 256);
+        mrt_device at = {MRT_DEVICE_CPU, -1};
+        int ok = p && mrt_pointer_device(p, &at) == MRT_OK && at.kind == g_dev.kind && at.index == g_dev.index;
+        printf("%s: runtime/cuda/device (buffers on cuda:%d, MRT_CHECK_DEVICE)%s%s\n", ok ? "PASS" : "FAIL",
+               g_dev.index, ok ? "" : ": ", ok ? "" : mrt_last_error());
+        g_fail |= !ok;
+        mrt_free(g_dev, p);
+    }
+    const char *big = getenv("MRT_CHECK_B12");
+    if (big && strcmp(big, "sampled") == 0) { /* alone: it needs a device of its own size */
+        check_b12_sampled();
+        mrt_stream_destroy(g_dev, g_stream);
+        return g_fail;
     }
     check_softmax(7, 1000, 1, 0, 1);
     check_softmax(7, 1000, 1, 1, 1);
@@ -942,7 +1040,6 @@ int main(void)
     check_gemm(0, 0, 64, 48, 32, 1, 0);
     check_gemm_bias_acts();
     check_gpu_copies();
-    const char *big = getenv("MRT_CHECK_B12");
     if (big && strcmp(big, "1") == 0)
         check_b12();
     /* an empty tensor launches nothing and succeeds (B18) */

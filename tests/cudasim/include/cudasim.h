@@ -54,6 +54,12 @@
  *  - Faults: CUDASIM_FAULT=NAME[:N] makes the N-th run (default the first) of a kernel whose name
  *    contains NAME fault as an illegal address would on a GPU: it does not run, and the fault is
  *    sticky: every later call, cudaGetLastError included, returns cudaErrorIllegalAddress.
+ *  - Sampled launches: CUDASIM_SAMPLE_BLOCKS=NAME:B[,B...] runs only the listed blocks of every
+ *    kernel whose name contains NAME, in the order listed; B is the linear block index
+ *    (x + y*gridDim.x + z*gridDim.x*gridDim.y), negative from the grid's end (-1 the last). With
+ *    CUDASIM_FILL=none the pages no sampled block touches are never touched, so a kernel over a
+ *    tensor of more than 2^31 elements (field case B12) runs its real index arithmetic on the
+ *    blocks that matter (the first, those around element 2^31, the last) at no memory cost.
  *  - Launch checks, as the GPU's: block over 1024 threads or over (1024, 1024, 64), grid over
  *    (2^31-1, 65535, 65535) or empty: cudaErrorInvalidConfiguration; dynamic shared memory over
  *    48 KiB without cudaFuncSetAttribute(MaxDynamicSharedMemorySize), or over the opt-in limit:
