@@ -302,8 +302,9 @@ bool compile_source(const Options *o, const char *path, const char *src, Compile
     c->kl = fuse_graph(g, o->fuse, &c->init);
     if (o->dump && !strcmp(o->dump, "fused")) return dump_fused(out, g, &c->kl, &c->init), false;
     c->mp = plan_memory(g, &c->kl, &c->init, o->plan);
-    PlanOptions pc = o->plan; /* the CUDA plan: the same schedule, 256-byte alignment */
+    PlanOptions pc = o->plan; /* the CUDA plan: the same schedule, 256-byte alignment, its scratch */
     pc.align = 256;
+    pc.cuda = true;
     pc.reorder = false;
     c->mpc = plan_memory(g, &c->kl, &c->init, pc);
     if (o->dump && !strcmp(o->dump, "memplan"))
