@@ -1318,9 +1318,9 @@ mrt_status mrt_cuda_conv2d_f32(void *stream, float *y, const float *x, const flo
         return bad_arg(fn, "col is NULL but the convolution needs im2col");
     // Per image: one im2col of all C channels, col [C*KH*KW, P], which is [groups][K][P] (the
     // rows of group g are channels g*Cg.., in order), then one GEMM batched over the groups:
-    // y[n, g] (Og x P) = w[g] (Og x K) @ col[g] (K x P). col holds groups*K*P floats
-    // (mrt_cuda_conv2d_col_floats); stream order keeps the next image's im2col from
-    // overwriting col before this GEMM has read it.
+    // y[n, g] (Og x P) = w[g] (Og x K) @ col[g] (K x P). col holds groups*K*P floats (the
+    // compiler's CUDA plan sizes it so: fuse.c, conv_scratch_cuda); stream order keeps the next
+    // image's im2col from overwriting col before this GEMM has read it.
     for (int64_t n = 0; n < N; n++) {
         MRT_LAUNCH(im2col_kernel, grid_for(C * KH * KW * P, kBlock), kBlock, 0, s, col, x + n * C * H * W, C, H, W, KH,
                    KW, OH, OW, sh, sw, pt, pl, dh, dw);
