@@ -223,6 +223,13 @@ static size_t conv_wgrad_scratch(const Node *n) {
     return (size_t)n->shape.d[1].c * n->kernel[0] * n->kernel[1] * g->shape.d[2].c * g->shape.d[3].c * sizeof(float);
 }
 
+/* The CUDA plan's for conv2d_weight_grad: mrt_cuda_conv2d_wgrad_f32 unfolds all groups of an
+ * image at once (no direct path), groups times conv_wgrad_scratch; 0: as conv_wgrad_scratch. */
+static size_t conv_wgrad_scratch_cuda(const Node *n) {
+    size_t cpu = conv_wgrad_scratch(n);
+    return cpu && n->groups > 1 ? cpu * (size_t)n->groups : 0;
+}
+
 static Kernel *new_kernel(KernelList *kl, KernelKind kind, Node *root) {
     Kernel *k = xalloc(sizeof(Kernel));
     k->kind = kind;
@@ -343,7 +350,10 @@ static KernelList build_kernels(Fuser *f, bool init) {
             Kernel *k = new_kernel(&kl, K_LIBRARY, n);
             k->lib = n;
             if (n->op == OP_CONV_TRANSPOSE2D) k->scratch_bytes = conv_transpose_scratch(n);
-            if (n->op == OP_CONV2D_WGRAD) k->scratch_bytes = conv_wgrad_scratch(n);
+            if (n->op == OP_CONV2D_WGRAD) {
+                k->scratch_bytes = conv_wgrad_scratch(n);
+                k->scratch_bytes_cuda = conv_wgrad_scratch_cuda(n);
+            }
             add_member(k, n);
             tree_of[n->id] = k;
         } else if (op_info[n->op].cat != CAT_LEAF && op_info[n->op].cat != CAT_VIEW) {

@@ -304,8 +304,9 @@ mrt_status mrt_cuda_conv_transpose2d_f32(void *stream, float *y, const float *x,
 /** Training (the backward of conv2d and pooling), as their CPU twins in mrt_kernels.h:
  *  conv2d's weight gradient gw [O, C/groups, KH, KW] from the adjoint g [N, O, OH, OW] and the
  *  input x [N, C, H, W] (im2col into `col`, C/groups*KH*KW*OH*OW floats, NULL for a 1x1, stride-1,
- *  unpadded conv, then one GEMM per image and group accumulating over the batch); the pooling
- *  gradients dx [NC, H, W] from g [NC, OH, OW] (max pooling also reads its input x), one thread
+ *  unpadded conv, then one GEMM per image and group accumulating over the batch; on CUDA per
+ *  image one im2col of all groups into `col`, C*KH*KW*OH*OW floats, and one GEMM batched over the
+ *  groups); the pooling gradients dx [NC, H, W] from g [NC, OH, OW] (max pooling also reads its input x), one thread
  *  per input element gathering the outputs whose window holds it (no atomics: the sums are the
  *  CPU's, in its order). Errors: MRT_ERR_INVALID_ARG for bad dimensions, MRT_ERR_CUDA from a
  *  launch or cuBLAS. */

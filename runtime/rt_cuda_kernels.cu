@@ -1403,20 +1403,21 @@ mrt_status mrt_cuda_conv2d_wgrad_f32(void *stream, float *gw, const float *g, co
     if (!direct && !col)
         return bad_arg(fn, "col is NULL but the gradient needs im2col");
     mrt_status st;
-    for (int64_t n = 0; n < N; n++)
-        for (int grp = 0; grp < groups; grp++) {
-            const float *xg = x + (n * C + (int64_t)grp * Cg) * H * W, *b = xg;
-            if (!direct) {
-                MRT_LAUNCH(im2col_kernel, grid_for(K * P, kBlock), kBlock, 0, s, col, xg, Cg, H, W, KH, KW, OH, OW, sh,
-                           sw, pt, pl, dh, dw);
-                LAUNCH_CHECK(fn, "im2col_kernel");
-                b = col;
-            }
-            // gw_grp [Og, K] (+)= g_n,grp [Og, P] @ col^T; stream order keeps col until the GEMM read it
-            if ((st = mrt_gemm_f32(dev, stream, 0, 1, Og, K, P, 1.0f, g + (n * O + grp * Og) * P, P, 0, b, P, 0,
-                                   n ? 1.0f : 0.0f, gw + grp * Og * K, K, 0, 1)) != MRT_OK)
-                return st;
+    // Per image: one im2col of all groups, col [C*KH*KW, P] = [groups][K][P] (as the forward;
+    // groups*K*P floats), or x itself for a 1x1 conv, then one GEMM batched over the groups:
+    // gw[g] [Og, K] (+)= g_n[g] [Og, P] @ col[g]^T. Stream order keeps col until the GEMM read it.
+    for (int64_t n = 0; n < N; n++) {
+        const float *b = x + n * C * H * W;
+        if (!direct) {
+            MRT_LAUNCH(im2col_kernel, grid_for(C * KH * KW * P, kBlock), kBlock, 0, s, col, b, C, H, W, KH, KW, OH,
+                       OW, sh, sw, pt, pl, dh, dw);
+            LAUNCH_CHECK(fn, "im2col_kernel");
+            b = col;
         }
+        if ((st = mrt_gemm_f32(dev, stream, 0, 1, Og, K, P, 1.0f, g + n * O * P, P, Og * P, b, P, K * P,
+                               n ? 1.0f : 0.0f, gw, K, Og * K, groups)) != MRT_OK)
+            return st;
+    }
     return MRT_OK;
 }
 

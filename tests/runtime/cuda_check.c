@@ -295,7 +295,9 @@ static void check_pools(void)
     mrt_free(g_dev, dx), free(x);
 }
 
-/* Training: conv2d's weight gradient, im2col + GEMM per image and group on both sides. Each
+/* Training: conv2d's weight gradient, im2col + GEMM per image and group on the CPU; on the GPU
+ * per image one im2col of all groups (col sized as the compiler's CUDA plan: groups times the
+ * CPU's) and one GEMM batched over the groups, launches and GEMM calls pinned on the simulator. Each
  * element sums N*OH*OW products of |x|, |g| <= 4 that cancel; cuBLAS and OpenBLAS add them in
  * other orders, so the tolerance is f32's rounding bound over the sum, 2^-24 * 16 * N*OH*OW. */
 static void check_conv_wgrad(int64_t N, int64_t C, int64_t H, int64_t W, int64_t O, int KH, int KW, int sh, int sw,
@@ -305,18 +307,28 @@ static void check_conv_wgrad(int64_t N, int64_t C, int64_t H, int64_t W, int64_t
     int64_t OW = (W + pl + pr - (int64_t)dw * (KW - 1) - 1) / sw + 1;
     size_t nx = (size_t)(N * C * H * W), nw = (size_t)(O * (C / groups) * KH * KW),
            ng = (size_t)(N * O * OH * OW), ncol = (size_t)((C / groups) * KH * KW * OH * OW);
+    const int one = KH == 1 && KW == 1 && sh == 1 && sw == 1 && !pt && !pl && !pb && !pr;
     float *x = rand_host(nx), *g = rand_host(ng), *ref = malloc(nw * 4), *got = malloc(nw * 4);
     float *col = malloc(ncol * 4 + 4);
     mrt_conv2d_wgrad_f32(ref, g, x, N, C, H, W, O, KH, KW, OH, OW, sh, sw, pt, pl, dh, dw, groups, col);
-    float *dx = up(x, nx * 4), *dg = up(g, ng * 4), *dgw = poisoned(nw), *dcol = poisoned(ncol + 1);
+    float *dx = up(x, nx * 4), *dg = up(g, ng * 4), *dgw = poisoned(nw),
+          *dcol = one ? NULL : poisoned(ncol * (size_t)groups);
+    unsigned long long c0[5], c1[5];
+    int sim = sim_counters(c0);
     mrt_status st = mrt_cuda_conv2d_wgrad_f32(g_stream, dgw, dg, dx, N, C, H, W, O, KH, KW, OH, OW, sh, sw, pt, pl, dh,
                                               dw, groups, dcol);
+    if (st == MRT_OK && sim && sim_counters(c1) &&
+        (c1[0] - c0[0] != (unsigned long long)(one ? 0 : N) || c1[1] - c0[1] != (unsigned long long)N))
+        st = mrt_set_error(MRT_ERR_INTERNAL, "weight gradient took %llu launches and %llu library calls, want %lld and %lld",
+                           c1[0] - c0[0], c1[1] - c0[1], (long long)(one ? 0 : N), (long long)N);
     down(got, dgw, nw * 4);
     char name[128];
     snprintf(name, sizeof name, "conv2d_wgrad_%lldx%lldx%lldx%lld_o%lld_k%dx%d_s%d%d_p%d%d%d%d_d%d%d_g%d", (long long)N,
              (long long)C, (long long)H, (long long)W, (long long)O, KH, KW, sh, sw, pt, pl, pb, pr, dh, dw, groups);
     report(name, st, got, ref, nw, ldexp(16.0 * (double)(N * OH * OW), -24));
-    mrt_free(g_dev, dx), mrt_free(g_dev, dg), mrt_free(g_dev, dgw), mrt_free(g_dev, dcol);
+    mrt_free(g_dev, dx), mrt_free(g_dev, dg), mrt_free(g_dev, dgw);
+    if (dcol)
+        mrt_free(g_dev, dcol);
     free(x), free(g), free(ref), free(got), free(col);
 }
 
@@ -842,6 +854,8 @@ int main(void)
     check_conv_wgrad(2, 4, 7, 7, 6, 3, 3, 2, 2, 1, 1, 1, 1, 1, 1, 1);
     check_conv_wgrad(3, 4, 5, 6, 8, 1, 1, 1, 1, 0, 0, 0, 0, 1, 1, 1); /* 1x1: x read directly */
     check_conv_wgrad(2, 8, 6, 6, 16, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 8); /* depthwise x2 */
+    check_conv_wgrad(2, 256, 5, 5, 256, 3, 3, 2, 2, 1, 1, 1, 1, 1, 1, 32); /* ResNeXt-like, 32 groups */
+    check_conv_wgrad(3, 64, 4, 5, 32, 1, 1, 1, 1, 0, 0, 0, 0, 1, 1, 4);    /* 1x1 grouped: x read directly */
     check_pool_grads();
     check_layernorm(5, 300, 3);
     check_layernorm(3, 7, 3);
