@@ -42,18 +42,20 @@ CJSON_LIBS   := $(shell pkg-config --libs libcjson 2>/dev/null || echo -lcjson)
 RT_LIBS     := $(CJSON_LIBS) $(BLAS_LIBS) $(OMP_FLAGS) -lm -lpthread
 
 # ---------------------------------------------------------------- runtime
-# With nvcc: runtime/*.cu are built for sm_80 and sm_90 (plus compute_90 PTX for newer chips), the
-# C files get -DMRT_WITH_CUDA, and programs link cudart statically so that they start on a
-# machine without a driver (cuBLAS is dlopen'ed on first use). Without nvcc: rt_nocuda.c
-# answers every CUDA call with "no CUDA support". runtime.cfg records which, so switching between
-# `make` and `make NVCC=` rebuilds what depends on it.
+# With nvcc: runtime/*.cu are built for sm_80 and sm_90 (plus compute_90 PTX for newer chips; or
+# for NVCC_GENCODE's targets), the C files get -DMRT_WITH_CUDA, and programs link cudart
+# statically so that they start on a machine without a driver (cuBLAS is dlopen'ed on first use).
+# Without nvcc: rt_nocuda.c answers every CUDA call with "no CUDA support". runtime.cfg records
+# which (and the targets), so switching between `make` and `make NVCC=` rebuilds what depends on it.
 RT_SRC  := $(wildcard runtime/*.c)
 RT_HDR  := $(wildcard runtime/*.h)
 RT_PUB  := runtime/modelrt.h runtime/mrt_kernels.h runtime/mrt_launch.h   # installed; rt_*.h are internal
 ifneq ($(strip $(NVCC)),)
   CUDA_HOME   ?= $(patsubst %/bin/nvcc,%,$(or $(realpath $(NVCC)),$(NVCC)))
-  NVCC_FLAGS  := -O3 -std=c++17 -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=sm_90 \
-                 -gencode arch=compute_90,code=compute_90 -Xcompiler -fPIC
+  # NVCC_GENCODE: the targets of the runtime's kernels (make gpu-check builds for its GPU alone)
+  NVCC_GENCODE ?= -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=sm_90 \
+                  -gencode arch=compute_90,code=compute_90
+  NVCC_FLAGS  := -O3 -std=c++17 $(NVCC_GENCODE) -Xcompiler -fPIC
   RT_CUDA_CFLAGS := -DMRT_WITH_CUDA -I$(CUDA_HOME)/include
   RT_SRC      := $(filter-out runtime/rt_nocuda.c,$(RT_SRC))
   RT_CU_SRC   := $(wildcard runtime/*.cu)
@@ -74,7 +76,8 @@ RT_CFG  := $(B)/obj/runtime.cfg
 FORCE:
 $(RT_CFG): FORCE | $(B)/setup.stamp
 	@mkdir -p $(dir $@)
-	@echo 'nvcc=$(NVCC) libs=$(RT_LIBS) blas=$(BLAS_CFLAGS)' | cmp -s - $@ || echo 'nvcc=$(NVCC) libs=$(RT_LIBS) blas=$(BLAS_CFLAGS)' > $@
+	@echo 'nvcc=$(NVCC) libs=$(RT_LIBS) blas=$(BLAS_CFLAGS) gencode=$(NVCC_GENCODE)' | cmp -s - $@ || \
+	  echo 'nvcc=$(NVCC) libs=$(RT_LIBS) blas=$(BLAS_CFLAGS) gencode=$(NVCC_GENCODE)' > $@
 $(B)/obj/runtime/%.o: runtime/%.c $(RT_HDR) $(RT_CFG) | $(B)/setup.stamp
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_ALL) $(OMP_FLAGS) $(CJSON_CFLAGS) $(BLAS_CFLAGS) $(RT_CUDA_CFLAGS) -Iruntime -c $< -o $@

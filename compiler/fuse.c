@@ -28,6 +28,7 @@
  * caller's buffer.
  */
 #include "modelc.h"
+#include "modelrt.h" /* MRT_CUDA_CONV_DIRECT_TAPS: the CUDA conv2d's paths */
 
 #include <string.h>
 
@@ -193,6 +194,17 @@ static size_t conv_scratch(const Node *n) {
     return (size_t)w->shape.d[1].c * n->kernel[0] * n->kernel[1] * n->shape.d[2].c * n->shape.d[3].c * sizeof(float);
 }
 
+/* The CUDA plan's im2col buffer, where it differs: mrt_cuda_conv2d_f32 unfolds all groups of an
+ * image at once for one GEMM batched over the groups, [C * KH * KW, OH * OW] floats, groups times
+ * conv_scratch. A grouped conv with at most MRT_CUDA_CONV_DIRECT_TAPS taps per output (depthwise)
+ * is one direct launch that reads no col, and keeps the CPU's size. 0: as conv_scratch. */
+static size_t conv_scratch_cuda(const Node *n) {
+    size_t cpu = conv_scratch(n);
+    int64_t taps = n->in[1]->shape.d[1].c * n->kernel[0] * n->kernel[1];
+    if (!cpu || n->groups <= 1 || taps <= MRT_CUDA_CONV_DIRECT_TAPS) return 0;
+    return cpu * (size_t)n->groups;
+}
+
 /* conv_transpose2d's GEMM result col [O/g*KH*KW, H*W] (none for the direct path of
  * mrt_conv_transpose2d_f32, at most MRT_CONVT_DIRECT_CG = 2 input channels per group). */
 static size_t conv_transpose_scratch(const Node *n) {
@@ -209,6 +221,13 @@ static size_t conv_wgrad_scratch(const Node *n) {
                   !n->pad[1] && !n->pad[2] && !n->pad[3];
     if (direct) return 0;
     return (size_t)n->shape.d[1].c * n->kernel[0] * n->kernel[1] * g->shape.d[2].c * g->shape.d[3].c * sizeof(float);
+}
+
+/* The CUDA plan's for conv2d_weight_grad: mrt_cuda_conv2d_wgrad_f32 unfolds all groups of an
+ * image at once (no direct path), groups times conv_wgrad_scratch; 0: as conv_wgrad_scratch. */
+static size_t conv_wgrad_scratch_cuda(const Node *n) {
+    size_t cpu = conv_wgrad_scratch(n);
+    return cpu && n->groups > 1 ? cpu * (size_t)n->groups : 0;
 }
 
 static Kernel *new_kernel(KernelList *kl, KernelKind kind, Node *root) {
@@ -304,7 +323,10 @@ static KernelList build_kernels(Fuser *f, bool init) {
                 }
                 k = new_kernel(&kl, K_GEMM, n);
                 k->gemm = tmp.gemm;
-                if (k->gemm->op == OP_CONV2D) k->scratch_bytes = conv_scratch(k->gemm);
+                if (k->gemm->op == OP_CONV2D) {
+                    k->scratch_bytes = conv_scratch(k->gemm);
+                    k->scratch_bytes_cuda = conv_scratch_cuda(k->gemm);
+                }
                 add_member(k, tmp.gemm);
             } else {
                 k = new_kernel(&kl, K_ELEMENTWISE, n);
@@ -318,14 +340,20 @@ static KernelList build_kernels(Fuser *f, bool init) {
         } else if (op_info[n->op].cat == CAT_GEMM) {
             Kernel *k = new_kernel(&kl, K_GEMM, n);
             k->gemm = n;
-            if (n->op == OP_CONV2D) k->scratch_bytes = conv_scratch(n);
+            if (n->op == OP_CONV2D) {
+                k->scratch_bytes = conv_scratch(n);
+                k->scratch_bytes_cuda = conv_scratch_cuda(n);
+            }
             add_member(k, n);
             tree_of[n->id] = k;
         } else if (op_is_library(n->op)) {
             Kernel *k = new_kernel(&kl, K_LIBRARY, n);
             k->lib = n;
             if (n->op == OP_CONV_TRANSPOSE2D) k->scratch_bytes = conv_transpose_scratch(n);
-            if (n->op == OP_CONV2D_WGRAD) k->scratch_bytes = conv_wgrad_scratch(n);
+            if (n->op == OP_CONV2D_WGRAD) {
+                k->scratch_bytes = conv_wgrad_scratch(n);
+                k->scratch_bytes_cuda = conv_wgrad_scratch_cuda(n);
+            }
             add_member(k, n);
             tree_of[n->id] = k;
         } else if (op_info[n->op].cat != CAT_LEAF && op_info[n->op].cat != CAT_VIEW) {

@@ -568,6 +568,8 @@ typedef struct Kernel {
     Node *gemm;       /* K_GEMM: the matmul or conv2d node; its result is the root when expr == NULL */
     Node *lib;        /* K_LIBRARY: the library node (== root) */
     size_t scratch_bytes; /* temporary bytes the kernel needs (conv2d's im2col buffer) */
+    size_t scratch_bytes_cuda; /* the CUDA plan's, where it needs more (a grouped conv2d's im2col
+                                * of all groups at once); 0: scratch_bytes */
     Node **members;   /* every node computed by this kernel, topological order */
     int nmembers, capmembers;
     /* elementwise part (K_ELEMENTWISE, and K_GEMM's epilogue when expr != NULL) */
@@ -645,6 +647,7 @@ typedef struct PlanOptions {
     bool inplace;    /* allow elementwise kernels to write over a dying operand */
     size_t align;    /* arena alignment in bytes: 64 CPU */
     bool reorder;    /* try a memory-aware kernel order and keep it if the arena shrinks */
+    bool cuda;       /* the CUDA plan: kernels' scratch_bytes_cuda where set */
 } PlanOptions;
 
 /* Choose the kernel order (reordering kl when that lowers the arena), then plan it. */

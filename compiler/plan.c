@@ -353,7 +353,9 @@ static MemPlan *plan_order(Graph *g, KernelList *kl, KernelList *init, PlanOptio
     mp->scratch = xalloc(sizeof(Storage *) * (kl->n + 1));
     for (int s = 0; s < kl->n; s++)
         if (kl->k[s]->scratch_bytes) {
-            Storage *st = new_storage(mp, S_ARENA, -1, kl->k[s]->root, kl->k[s]->scratch_bytes);
+            const Kernel *k = kl->k[s];
+            size_t bytes = opt.cuda && k->scratch_bytes_cuda ? k->scratch_bytes_cuda : k->scratch_bytes;
+            Storage *st = new_storage(mp, S_ARENA, -1, k->root, bytes);
             st->first = st->last = s;
             mp->scratch[s] = st;
         }
@@ -511,9 +513,13 @@ void dump_memplan(FILE *out, const Graph *g, const KernelList *kl, const MemPlan
         fprintf(out, "\n");
     }
     for (int s = 0; s < kl->n; s++)
-        if (mp->scratch[s])
-            fprintf(out, "  scratch k%d  %zu bytes  live [%d,%d]  offset %zu\n", s, mp->scratch[s]->bytes, s, s,
+        if (mp->scratch[s]) {
+            fprintf(out, "  scratch k%d  %zu bytes  live [%d,%d]  offset %zu", s, mp->scratch[s]->bytes, s, s,
                     mp->scratch[s]->offset);
+            if (cuda_plan && cuda_plan->scratch[s]->bytes != mp->scratch[s]->bytes) /* a grouped conv's */
+                fprintf(out, "  (CUDA %zu bytes)", cuda_plan->scratch[s]->bytes);
+            fprintf(out, "\n");
+        }
     double lb = mp->lower_bound ? (double)mp->arena_bytes / mp->lower_bound : 1.0;
     double nv = mp->naive_bytes ? (double)mp->arena_bytes / mp->naive_bytes : 1.0;
     fprintf(out, "  lower bound %zu bytes (ratio %.3f), naive %zu (ratio %.3f) on slot 0\n", mp->lower_bound, lb,

@@ -289,8 +289,16 @@ mrt_status mrt_cuda_softmax_masked_f32(void *stream, float *y, const float *x, i
 mrt_status mrt_cuda_sum_f32(void *stream, float *y, const float *x, int64_t outer, int64_t n, int64_t inner, int mean);
 mrt_status mrt_cuda_max_f32(void *stream, float *y, const float *x, int64_t outer, int64_t n, int64_t inner);
 mrt_status mrt_cuda_argmax_f32(void *stream, int64_t *y, const float *x, int64_t outer, int64_t n, int64_t inner);
-/** conv2d: im2col on the GPU into `col`, then mrt_gemm_f32 per image and group (same layout as
- *  mrt_conv2d_f32). */
+/** Grouped conv2d on CUDA with at most this many taps per output (C/groups * KH * KW) is one
+ *  direct launch (no im2col, no GEMM); the compiler's CUDA plan mirrors it (fuse.c). */
+#define MRT_CUDA_CONV_DIRECT_TAPS 256
+/** conv2d, NCHW (same layout as mrt_conv2d_f32): y [N, O, OH, OW] from x [N, C, H, W] and
+ *  w [O, C/groups, KH, KW]. A grouped conv with at most MRT_CUDA_CONV_DIRECT_TAPS taps per
+ *  output: one direct launch (depthwise too). A 1x1, stride-1, unpadded conv: GEMMs on x itself,
+ *  batched over the images (groups 1) or over the larger of images and groups (min(N, groups)
+ *  calls). Otherwise per image one im2col of all groups into `col` and one GEMM batched over the
+ *  groups: `col` holds C*KH*KW*OH*OW floats (groups times the CPU's C/groups*KH*KW*OH*OW), NULL
+ *  only where no im2col is needed. */
 mrt_status mrt_cuda_conv2d_f32(void *stream, float *y, const float *x, const float *w, int64_t N, int64_t C, int64_t H,
                                int64_t W, int64_t O, int KH, int KW, int64_t OH, int64_t OW, int sh, int sw, int pt,
                                int pl, int dh, int dw, int groups, float *col);
@@ -309,8 +317,9 @@ mrt_status mrt_cuda_conv_transpose2d_f32(void *stream, float *y, const float *x,
 /** Training (the backward of conv2d and pooling), as their CPU twins in mrt_kernels.h:
  *  conv2d's weight gradient gw [O, C/groups, KH, KW] from the adjoint g [N, O, OH, OW] and the
  *  input x [N, C, H, W] (im2col into `col`, C/groups*KH*KW*OH*OW floats, NULL for a 1x1, stride-1,
- *  unpadded conv, then one GEMM per image and group accumulating over the batch); the pooling
- *  gradients dx [NC, H, W] from g [NC, OH, OW] (max pooling also reads its input x), one thread
+ *  unpadded conv, then one GEMM per image and group accumulating over the batch; on CUDA per
+ *  image one im2col of all groups into `col`, C*KH*KW*OH*OW floats, and one GEMM batched over the
+ *  groups); the pooling gradients dx [NC, H, W] from g [NC, OH, OW] (max pooling also reads its input x), one thread
  *  per input element gathering the outputs whose window holds it (no atomics: the sums are the
  *  CPU's, in its order). Errors: MRT_ERR_INVALID_ARG for bad dimensions, MRT_ERR_CUDA from a
  *  launch or cuBLAS. */

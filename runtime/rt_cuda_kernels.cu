@@ -1299,38 +1299,48 @@ mrt_status mrt_cuda_conv2d_f32(void *stream, float *y, const float *x, const flo
     const mrt_device dev = {MRT_DEVICE_CUDA, cur};
     cudaStream_t s = (cudaStream_t)stream;
     const int64_t Cg = C / groups, Og = O / groups, K = Cg * KH * KW, P = OH * OW;
-    constexpr int64_t kDirectTaps = 256; // a grouped conv with at most this many taps per output: conv_direct_kernel
     const bool direct = KH == 1 && KW == 1 && sh == 1 && sw == 1 && pt == 0 && pl == 0 && OH == H && OW == W;
     mrt_status st;
-    if (groups > 1 && K <= kDirectTaps) { // one launch for every image and group
+    if (groups > 1 && K <= MRT_CUDA_CONV_DIRECT_TAPS) { // one launch for every image and group
         MRT_LAUNCH(conv_direct_kernel, grid_for(N * O * P, kBlock), kBlock, 0, s, y, x, w, N, C, H, W, O, KH, KW, OH, OW,
                    sh, sw, pt, pl, dh, dw, Cg, Og);
         LAUNCH_CHECK(fn, "conv_direct_kernel");
         return MRT_OK;
     }
     if (direct) {
-        // x is already [C/g, H*W] per image and group: no im2col.
+        // x is already [C/g, H*W] per image and group: no im2col. Image n's group g is the
+        // GEMM y[n, g] (Og x P) = w[g] (Og x K) @ x[n, g] (K x P); a strided batch has one
+        // stride, so batch over the larger of the images and the groups: min(N, groups) calls.
         if (groups == 1)
             return mrt_gemm_f32(dev, stream, 0, 0, O, P, K, 1.0f, w, K, 0, x, P, C * P, 0.0f, y, P, O * P, N);
-        for (int64_t n = 0; n < N; n++)
-            if ((st = mrt_gemm_f32(dev, stream, 0, 0, Og, P, K, 1.0f, w, K, Og * K, x + n * C * P, P, Cg * P,
-                                   0.0f, y + n * O * P, P, Og * P, groups)) != MRT_OK)
-                return st;
+        if (N <= groups) {
+            for (int64_t n = 0; n < N; n++)
+                if ((st = mrt_gemm_f32(dev, stream, 0, 0, Og, P, K, 1.0f, w, K, Og * K, x + n * C * P, P, Cg * P,
+                                       0.0f, y + n * O * P, P, Og * P, groups)) != MRT_OK)
+                    return st;
+        } else {
+            for (int64_t g = 0; g < groups; g++)
+                if ((st = mrt_gemm_f32(dev, stream, 0, 0, Og, P, K, 1.0f, w + g * Og * K, K, 0, x + g * Cg * P, P,
+                                       C * P, 0.0f, y + g * Og * P, P, O * P, N)) != MRT_OK)
+                    return st;
+        }
         return MRT_OK;
     }
     if (!col)
         return bad_arg(fn, "col is NULL but the convolution needs im2col");
-    for (int64_t n = 0; n < N; n++)
-        for (int g = 0; g < groups; g++) {
-            const float *xg = x + (n * C + (int64_t)g * Cg) * H * W;
-            MRT_LAUNCH(im2col_kernel, grid_for(K * P, kBlock), kBlock, 0, s, col, xg, Cg, H, W, KH, KW, OH, OW, sh,
-                       sw, pt, pl, dh, dw);
-            LAUNCH_CHECK(fn, "im2col_kernel");
-            // stream order keeps the next im2col from overwriting col before this GEMM read it
-            if ((st = mrt_gemm_f32(dev, stream, 0, 0, Og, P, K, 1.0f, w + g * Og * K, K, 0, col, P, 0, 0.0f,
-                                   y + (n * O + g * Og) * P, P, 0, 1)) != MRT_OK)
-                return st;
-        }
+    // Per image: one im2col of all C channels, col [C*KH*KW, P], which is [groups][K][P] (the
+    // rows of group g are channels g*Cg.., in order), then one GEMM batched over the groups:
+    // y[n, g] (Og x P) = w[g] (Og x K) @ col[g] (K x P). col holds groups*K*P floats (the
+    // compiler's CUDA plan sizes it so: fuse.c, conv_scratch_cuda); stream order keeps the next
+    // image's im2col from overwriting col before this GEMM has read it.
+    for (int64_t n = 0; n < N; n++) {
+        MRT_LAUNCH(im2col_kernel, grid_for(C * KH * KW * P, kBlock), kBlock, 0, s, col, x + n * C * H * W, C, H, W, KH,
+                   KW, OH, OW, sh, sw, pt, pl, dh, dw);
+        LAUNCH_CHECK(fn, "im2col_kernel");
+        if ((st = mrt_gemm_f32(dev, stream, 0, 0, Og, P, K, 1.0f, w, K, Og * K, col, P, K * P, 0.0f, y + n * O * P, P,
+                               Og * P, groups)) != MRT_OK)
+            return st;
+    }
     return MRT_OK;
 }
 
@@ -1405,20 +1415,21 @@ mrt_status mrt_cuda_conv2d_wgrad_f32(void *stream, float *gw, const float *g, co
     if (!direct && !col)
         return bad_arg(fn, "col is NULL but the gradient needs im2col");
     mrt_status st;
-    for (int64_t n = 0; n < N; n++)
-        for (int grp = 0; grp < groups; grp++) {
-            const float *xg = x + (n * C + (int64_t)grp * Cg) * H * W, *b = xg;
-            if (!direct) {
-                MRT_LAUNCH(im2col_kernel, grid_for(K * P, kBlock), kBlock, 0, s, col, xg, Cg, H, W, KH, KW, OH, OW, sh,
-                           sw, pt, pl, dh, dw);
-                LAUNCH_CHECK(fn, "im2col_kernel");
-                b = col;
-            }
-            // gw_grp [Og, K] (+)= g_n,grp [Og, P] @ col^T; stream order keeps col until the GEMM read it
-            if ((st = mrt_gemm_f32(dev, stream, 0, 1, Og, K, P, 1.0f, g + (n * O + grp * Og) * P, P, 0, b, P, 0,
-                                   n ? 1.0f : 0.0f, gw + grp * Og * K, K, 0, 1)) != MRT_OK)
-                return st;
+    // Per image: one im2col of all groups, col [C*KH*KW, P] = [groups][K][P] (as the forward;
+    // groups*K*P floats), or x itself for a 1x1 conv, then one GEMM batched over the groups:
+    // gw[g] [Og, K] (+)= g_n[g] [Og, P] @ col[g]^T. Stream order keeps col until the GEMM read it.
+    for (int64_t n = 0; n < N; n++) {
+        const float *b = x + n * C * H * W;
+        if (!direct) {
+            MRT_LAUNCH(im2col_kernel, grid_for(C * KH * KW * P, kBlock), kBlock, 0, s, col, b, C, H, W, KH, KW, OH,
+                       OW, sh, sw, pt, pl, dh, dw);
+            LAUNCH_CHECK(fn, "im2col_kernel");
+            b = col;
         }
+        if ((st = mrt_gemm_f32(dev, stream, 0, 1, Og, K, P, 1.0f, g + n * O * P, P, Og * P, b, P, K * P,
+                               n ? 1.0f : 0.0f, gw, K, Og * K, groups)) != MRT_OK)
+            return st;
+    }
     return MRT_OK;
 }
 

@@ -1,17 +1,20 @@
 #!/usr/bin/env python3
 """tools/gpu_check.py — every GPU check of modelc in one script (or: make gpu-check).
 
-    python3 tools/gpu_check.py [--time-limit S] [-j N] [--cpu-dry-run]
+    python3 tools/gpu_check.py [--time-limit S] [-j N] [--gencode FLAGS] [--cpu-dry-run] [--dry-run]
 
 For a machine with a CUDA GPU, nvcc and PyTorch; it fetches nothing from the network. Steps,
 each printed with a timestamp:
-  build      make -jN all with nvcc (the runtime's CUDA kernels, CUDA-enabled modelc)
+  build      make -jN all NVCC_GENCODE=<this GPU> with nvcc (the runtime's CUDA kernels,
+             CUDA-enabled modelc), for the GPU's own architecture alone (nvidia-smi's
+             compute_cap, else -arch=native); MODELC_GENCODE is set to the same for every modelc
+             below, so each generated .cu is compiled for one architecture, not three
   runtime    bash tests/runtime/run.sh (its runtime/cuda/* checks run the kernels on the GPU)
-  numeric    tests/numeric/run.py --device cuda (every case against the reference interpreter,
-             run-twice, in-process and chunked runs), and, for every case, one executable run
-             with --device cuda and with --device cpu on the same inputs: each output compared
-             between the two (NaN and infinities in the same places; |cuda - cpu| <= atol +
-             rtol*|cpu| with the case's tolerance; bit-exact where the case asks for bits)
+  numeric    tests/numeric/run.py --device cuda --vs-cpu: every case built ONCE, checked against
+             the reference interpreter (run-twice, chunked runs), and for every batch its A inputs
+             run by the same executable with --device cpu, each output compared between the two
+             (NaN and infinities in the same places; |cuda - cpu| <= atol + rtol*|cpu| with the
+             case's tolerance; bit-exact where the case asks for bits)
   examples   the example tests (digits, resnet18, gpt2, minilm) with MODELRT_DEVICE=cuda
              against their committed PyTorch references
   B09        softmax of [2000, 2001, 1999], of [[800,1,1],[-1000,-1000,-1001]] and of
@@ -22,19 +25,52 @@ each printed with a timestamp:
              1e-4); needs 20 GB
              of free GPU memory and 20 GB of free disk (skipped with the reason otherwise)
   bench      bench/run.py --device cuda --quick --compile (timings, with torch.compile)
-then ONE summary table (check, status, max error, tolerance, time). The numeric runs go in the
-background while the examples, B09 and B12 run; the bench runs last, alone. Exit status: 0 when
-every correctness check passed (skips allowed), 1 when one failed, 2 when there is no CUDA GPU
-here (said plainly, within seconds) or on a usage error.
+then ONE summary table (check, status, max error, tolerance, time) and the phase table (phase,
+seconds, budget). The numeric run goes in the background while the examples, B09 and B12 run;
+the bench runs last, alone. Exit status: 0 when every correctness check passed (skips allowed),
+1 when one failed, 2 when there is no CUDA GPU here (said plainly, within seconds) or on a usage
+error.
 
---time-limit (default 285 s) is the whole script's budget: a step that cannot start in what is
-left is reported as SKIP (no time left), and the bench gets what remains. --cpu-dry-run runs the
-same steps with --device cpu in place of cuda, without looking for a GPU (to test this script on
-a machine without one; B12 is then skipped).
+--time-limit (default 285 s) is the whole script's budget, shared out by PLAN below: each phase
+has a share and runs until its planned end (time an earlier phase leaves flows to the later
+ones; none eats into the shares after it); a check that cannot start in what its phase has left
+is reported as SKIP. --dry-run prints that plan for --time-limit, checks that it is consistent
+(the phases fill the limit, numeric ends with the phases beside it, every phase gets its minimum
+at the default limit) and runs nothing (tests/runtime/run.sh runs it). --cpu-dry-run runs the
+same steps with --device cpu in place of cuda, without looking for a GPU (to test this script
+on a machine without one; B12 is then skipped).
+
+What the shares rest on. Measured on the 2-core development VM (no GPU; load average about 6
+from other builds, so wall times are inflated; CPU seconds = user + sys), 2026-12-01:
+  make all, fresh build/, three targets: `time make -j2 all`: 69.6 s wall, 28.4 CPU-s; its
+      longest job, `nvcc -O3 ... -c runtime/rt_cuda_kernels.cu`: 7.4 CPU-s for sm_80+sm_90+
+      compute_90, 4.6 CPU-s for sm_90 alone. On the GPU machine's 16 cores: ~15 s expected.
+  one numeric case, `modelc tests/numeric/cases/NAME.model -o P --max-batch 4`: 2.0-2.3 CPU-s
+      with three targets (--no-cuda: 0.3 CPU-s), nvcc being most of it: `nvcc -O3 -c
+      attention.cu` 1.9 CPU-s for three targets, 1.27 CPU-s for one (1.6 CPU-s per case in all).
+      172 cases. Before, gpu_check built each twice (tests/numeric/run.py and a second,
+      cuda-vs-cpu pass): 344 builds, ~790 CPU-s; now 172 builds of one target, ~275 CPU-s, or
+      ~25 s on 12 parallel jobs.
+  numeric cases on the CPU, everything (build, the reference interpreter, A1/B/A2/A3 per
+      batch, the chunked run, the in-process driver): `time tests/numeric/run.py -j 1 -v` on 30
+      cases (every 7th name): 162.6 s wall, 80.3 CPU-s, i.e. 2.7 CPU-s a case (3.1-9.7 s wall
+      each, median 5.2 s under load); one target saves ~0.6 of it: ~360 CPU-s for all 172.
+  the examples' builds, `modelc EXAMPLE.model -o P --max-batch 8`, three targets / sm_90 alone:
+      digits 2.0 / 1.6, resnet18 14.3 / 10.5, gpt2 4.5 / 3.6, minilm 10.4 / 7.8 CPU-s (nvcc on
+      resnet18.cu, 133 KB, is most of it; --no-cuda 0.7 CPU-s).
+  bash tests/runtime/run.sh (CPU only here): 9.6 s wall.
+  `tools/gpu_check.py --cpu-dry-run -k conv2d_grouped --no-bench -j 2` (build already done):
+      runtime 10.5 s, numeric (one case) 12.5 s, examples 60.3 s (digits 7.9, resnet18 29.3,
+      gpt2 7.8, minilm 15.3: each a one-target modelc build and CPU runs), B09 3.3 s; 74 s in all.
+Not measurable here: each GPU executable's start (CUDA context, and cuBLAS/cuBLASLt loaded on
+first use; 0.5 to 1 s per process assumed), the GPU runs themselves, and B12's 8.6 GB of input
+and output. A numeric case starts 9 GPU processes (A1, B, A2, A3 for each of 2 batches, and the
+chunked run) and 2 CPU ones (--vs-cpu): 172 cases on 14 jobs are ~26 s of CPU work and 55 to
+110 s of GPU starts, against the numeric share of 150 s; the examples' 26 CPU-s of builds and
+their runs, against 70 s. The phase table printed at the end of a GPU run gives the real
+seconds: resize PLAN's shares from it.
 """
 import argparse
-import concurrent.futures as cf
-import multiprocessing as mp
 import os
 import re
 import shutil
@@ -43,7 +79,6 @@ import sys
 import tempfile
 import threading
 import time
-import types
 
 import numpy as np
 
@@ -152,124 +187,50 @@ def gpu_free_bytes(dev):
         return None
 
 
-# ------------------------------------------------------------------------------ numeric: cuda vs cpu
+# ------------------------------------------------------------------------------ numeric
 
-def numeric_module():
-    d = os.path.join(ROOT, "tests", "numeric")
-    if d not in sys.path:
-        sys.path.insert(0, d)
-    import importlib
-    return importlib.import_module("run")
-
-
-def xdev_case(args):
-    """Run one numeric case's A inputs on `dev` and on the CPU with one executable; compare.
-    Returns (name, status, maxdiff, tol at it, rel, message)."""
-    name, dev, modelc = args
-    np.seterr(all="ignore")
-    try:
-        num = numeric_module()
-        opts = types.SimpleNamespace(device=dev, modelc=modelc, build_env=None, keep=False,
-                                     verbose=False, ref_only=False, no_repeat=True, no_inprocess=True)
-        r = num.Runner(name, opts)
-        worst = (0.0, 0.0, 0.0)       # maxdiff, its tol, maxdiff / max|cpu|
-        with tempfile.TemporaryDirectory(prefix="gpucheck_%s_" % name) as d:
-            prog = os.path.join(d, name)
-            cmd = [modelc, r.model_path, "-o", prog]
-            if r.max_batch is not None:
-                cmd += ["--max-batch", str(r.max_batch)]
-            p = num.run_cmd(cmd, "compile")
-            if p.returncode != 0:
-                return name, "FAIL", None, None, None, "compile failed: " + tail(p.stderr + p.stdout, 2)
-            for b in r.batches():
-                bw = "" if b is None else " (batch %d)" % b
-                inputs, params = num.make_io(r.model, r.spec, b, "A")
-                wpath, ipaths = r.write_io(d, "A%s" % b, inputs, params)
-                outs = {}
-                for tag, device in (("gpu", dev), ("cpu", "cpu")):
-                    opts.device = device
-                    o, p = r.execute(d, prog, tag, wpath, ipaths)
-                    if o is None:
-                        return (name, "FAIL", None, None, None, "run on %s%s failed (exit %d): %s"
-                                % (device, bw, p.returncode, tail(p.stderr + p.stdout, 2)))
-                    outs[tag] = o
-                for k in r.model.outputs:
-                    atol, rtol = r.tol(k)
-                    md, tol = num.compare(k, outs["gpu"][k], outs["cpu"][k], atol, rtol,
-                                          k in r.bits, "%s: %s vs cpu" % (bw, dev))
-                    c = np.asarray(outs["cpu"][k], dtype=np.float64)
-                    fin = np.isfinite(c)
-                    scale = float(np.max(np.abs(c[fin]), initial=0.0)) if c.size else 0.0
-                    if md >= worst[0]:
-                        worst = (md, tol, md / scale if scale else 0.0)
-        return name, "PASS", worst[0], worst[1], worst[2], ""
-    except Exception as e:  # noqa: BLE001  (CaseFail and anything else)
-        return name, "FAIL", None, None, None, "%s%s" % ("" if type(e).__name__ == "CaseFail"
-                                                         else type(e).__name__ + ": ", e)
-
-
-def numeric_cross(dev, jobs, timeout, res, ks):
-    t0 = time.time()
-    modelc = os.path.join(ROOT, "build", "bin", "modelc")
-    try:
-        num = numeric_module()
-        names = sorted(f[:-6] for f in os.listdir(num.CASES) if f.endswith(".model"))
-        if ks:
-            names = [n for n in names if any(k in n for k in ks)]
-    except Exception as e:  # noqa: BLE001
-        res.add("numeric %s vs cpu" % dev, "FAIL", secs=time.time() - t0,
-                detail="cannot load tests/numeric/run.py: %s: %s" % (type(e).__name__, e))
-        return
-    log("numeric %s vs cpu: %d cases, %d at a time" % (dev, len(names), jobs))
-    results, fails = [], []
-    # forkserver: this process has threads (a fork could copy a held lock)
-    with cf.ProcessPoolExecutor(max_workers=jobs, mp_context=mp.get_context("forkserver")) as pool:
-        futs = [pool.submit(xdev_case, (n, dev, modelc)) for n in names]
-        try:
-            for f in cf.as_completed(futs, timeout=timeout):
-                results.append(f.result())
-        except cf.TimeoutError:
-            for f in futs:
-                f.cancel()
-            fails.append("timed out after %ds with %d of %d cases done" % (timeout, len(results), len(names)))
-    worst = max((r for r in results if r[2] is not None), key=lambda r: (r[2] / r[3]) if r[3] else r[2],
-                default=None)
-    for n, st, md, tol, rel, msg in sorted(results):
-        if st != "PASS":
-            fails.append("%s: %s" % (n, msg))
-            res.add("numeric %s vs cpu: %s" % (dev, n), "FAIL", secs=None, detail=msg)
-    npass = sum(r[1] == "PASS" for r in results)
-    res.add("numeric %s vs cpu (%d cases)" % (dev, len(names)), "FAIL" if fails else "PASS",
-            err=fmt_e(worst[2]) if worst else "-", tol=fmt_e(worst[3]) if worst else "-",
-            secs=time.time() - t0,
-            detail="%d passed, %d failed%s" % (npass, len(names) - npass,
-                                              "; worst %s (maxdiff %.2g, %.2g of max|cpu|)"
-                                              % (worst[0], worst[2], worst[4]) if worst else ""))
-
-
-def numeric_harness(dev, jobs, timeout, res, ks):
+def numeric_run(dev, jobs, timeout, res, ks):
+    """tests/numeric/run.py --device DEV --vs-cpu: every case built once, checked against the
+    reference interpreter on DEV, and its A inputs run on the CPU by the same executable and
+    compared with DEV's outputs (two rows: vs reference, vs cpu)."""
     t0 = time.time()
     cmd = [sys.executable, "tests/numeric/run.py", "-j", str(jobs), "--device", dev]
+    if not dev.startswith("cpu"):
+        cmd.append("--vs-cpu")
     for k in ks:
         cmd += ["-k", k]
     rc, out = sh(cmd, timeout)
     lines = out.splitlines()
     fails = [l for l in lines if l.startswith("FAIL:")]
     npass = sum(l.startswith("PASS:") for l in lines)
-    worst, worst_tol = None, None
+    worst = {"ref": None, "cpu": None}   # (ratio to tol, maxdiff, tol, case)
     for l in lines:
-        m = re.search(r"maxdiff ([0-9.eE+-]+), tol ([0-9.eE+-]+)", l)
-        if l.startswith("PASS:") and m:
-            md, tl = float(m.group(1)), float(m.group(2))
-            if worst is None or (md / tl if tl else md) > (worst / worst_tol if worst_tol else worst):
-                worst, worst_tol = md, tl
+        if not l.startswith("PASS:"):
+            continue
+        case = l.split()[1]
+        for key, pat in (("ref", r"\(maxdiff ([0-9.eE+-]+), tol ([0-9.eE+-]+)"),
+                         ("cpu", r"vs cpu maxdiff ([0-9.eE+-]+), tol ([0-9.eE+-]+)")):
+            m = re.search(pat, l)
+            if m:
+                md, tl = float(m.group(1)), float(m.group(2))
+                r = md / tl if tl else md
+                if worst[key] is None or r > worst[key][0]:
+                    worst[key] = (r, md, tl, case)
     for l in fails:
         log("  " + l)
     ok = rc == 0 and not fails and npass > 0
-    res.add("numeric --device %s vs reference" % dev, "PASS" if ok else "FAIL", err=fmt_e(worst),
-            tol=fmt_e(worst_tol), secs=time.time() - t0,
-            detail="%d passed, %d failed%s" % (npass, len(fails),
-                                              "" if ok or fails else "; exit %d: %s" % (rc, tail(out, 2))))
+    why = "" if ok or fails else "; exit %d: %s" % (rc, tail(out, 2))
+    secs = time.time() - t0
+    w = worst["ref"]
+    res.add("numeric --device %s vs reference" % dev, "PASS" if ok else "FAIL",
+            err=fmt_e(w and w[1]), tol=fmt_e(w and w[2]), secs=secs,
+            detail="%d passed, %d failed%s" % (npass, len(fails), why))
+    if not dev.startswith("cpu"):
+        w = worst["cpu"]
+        res.add("numeric %s vs cpu (same executables)" % dev, "PASS" if ok else "FAIL",
+                err=fmt_e(w and w[1]), tol=fmt_e(w and w[2]), secs=None,
+                detail="worst %s (maxdiff %.2g, tol %.2g)" % (w[3], w[1], w[2]) if w else
+                "no case compared" + why)
 
 
 # ------------------------------------------------------------------------------ examples
@@ -504,24 +465,147 @@ def check_b12(dev, timeout, res, dry_run):
         shutil.rmtree(d, ignore_errors=True)
 
 
+# ------------------------------------------------------------------------------ the plan
+
+# The phases and their shares of --time-limit, sized from what was measured (the module's
+# docstring: commands and numbers). Lanes: "fg" phases run one after another; the "bg" phase
+# (numeric) runs beside the fg phases between its "with" marks (examples, B09, B12). A phase's
+# deadline is its planned end: time an earlier phase leaves unused flows to the later ones, and
+# no phase eats into the shares planned after it. min_s: the least a phase can use; a check
+# with less left is skipped (an example, B09; B12's run alone needs 60 s, the bench 40), and
+# the plan is inconsistent if the default limit gives a phase less.
+#        name       lane  share  min_s  what
+PLAN = [("build",    "fg", 0.105, 20, "make -jN all NVCC_GENCODE=<this GPU>"),
+        ("runtime",  "fg", 0.105, 15, "bash tests/runtime/run.sh"),
+        ("numeric",  "bg", 0.525, 30, "tests/numeric/run.py --device cuda --vs-cpu"),
+        ("examples", "fg", 0.245, 10, "make -C examples/{digits,resnet18,gpt2,minilm}"),
+        ("B09",      "fg", 0.035, 5, "softmax of large logits"),
+        ("B12",      "fg", 0.245, 60, "softmax over 2^31+ elements"),
+        ("bench",    "fg", 0.265, 40, "bench/run.py --device cuda --quick --compile")]
+BG_WITH = ("examples", "B09", "B12")   # the fg phases the bg phase runs beside
+
+
+def make_plan(limit):
+    """{phase: dict(lane, budget, start, end, min, what)}: planned seconds from the start.
+    fg phases follow each other; numeric spans examples..B12 and must fit in that window."""
+    plan, t = {}, 0.0
+    for name, lane, share, mn, what in PLAN:
+        budget = share * limit
+        if lane == "fg":
+            plan[name] = dict(lane=lane, budget=budget, start=t, end=t + budget, min=mn, what=what)
+            t += budget
+        else:
+            plan[name] = dict(lane=lane, budget=budget, start=None, end=None, min=mn, what=what)
+    for name, p in plan.items():
+        if p["lane"] == "bg":
+            p["start"] = plan[BG_WITH[0]]["start"]
+            p["end"] = p["start"] + p["budget"]
+    return plan
+
+
+def check_plan(plan, limit):
+    """The plan's inconsistencies (empty when it is consistent): the fg phases fill exactly the
+    limit, the bg phase ends when the last fg phase it runs beside ends, and at the default
+    limit every phase gets at least its minimum."""
+    errs = []
+    fg = [n for n, p in plan.items() if p["lane"] == "fg"]
+    end = max(plan[n]["end"] for n in fg)
+    if abs(end - limit) > 1e-6:
+        errs.append("the fg phases end at %.1fs, not at the limit %.1fs" % (end, limit))
+    for n, p in plan.items():
+        if p["lane"] == "bg" and abs(p["end"] - plan[BG_WITH[-1]]["end"]) > 1e-6:
+            errs.append("%s ends at %.1fs, %s at %.1fs" % (n, p["end"], BG_WITH[-1], plan[BG_WITH[-1]]["end"]))
+    default = make_plan(DEFAULT_LIMIT)
+    for n, p in default.items():
+        if p["budget"] < p["min"]:
+            errs.append("at the default %ds, %s gets %.0fs < its minimum %ds" % (DEFAULT_LIMIT, n, p["budget"], p["min"]))
+    return errs
+
+
+DEFAULT_LIMIT = 285
+
+
+def print_plan(plan, limit):
+    print("gpu_check plan for --time-limit %.0f s (shares measured: see tools/gpu_check.py)" % limit)
+    print("  %-9s %-4s %6s %7s %15s  %s" % ("phase", "lane", "share", "budget", "planned", "what"))
+    for name, lane, share, mn, what in PLAN:
+        p = plan[name]
+        note = "" if p["budget"] >= mn else "  (below its %ds minimum)" % mn
+        print("  %-9s %-4s %5.1f%% %6.0fs %6.0fs-%6.0fs  %s%s"
+              % (name, lane, 100 * share, p["budget"], p["start"], p["end"], what, note))
+
+
+class Phases:
+    """Each phase's deadline from the plan, and what it took (the phase table at the end)."""
+
+    def __init__(self, limit):
+        self.plan = make_plan(limit)
+        self.took = {}
+
+    def left(self, name):
+        """Seconds this phase may still use: to its planned end (not beyond the whole limit)."""
+        return int(min(T0 + self.plan[name]["end"], T0 + max(p["end"] for p in self.plan.values()))
+                   - time.time())
+
+    def start(self, name):
+        self.took[name] = [time.time(), None]
+
+    def stop(self, name):
+        if name in self.took and self.took[name][1] is None:
+            self.took[name][1] = time.time()
+
+    def table(self):
+        lines = ["gpu_check phases (seconds; budget = share of --time-limit)",
+                 "  %-9s %8s %8s" % ("phase", "seconds", "budget")]
+        for name, *_ in PLAN:
+            t = self.took.get(name)
+            secs = "-" if not t else "%.1f" % ((t[1] or time.time()) - t[0])
+            lines.append("  %-9s %8s %8.0f" % (name, secs, self.plan[name]["budget"]))
+        return "\n".join(lines)
+
+
+def gencode_for(dry):
+    """nvcc's target flags for this machine's GPU: its compute capability from nvidia-smi
+    (9.0: -gencode arch=compute_90,code=sm_90), else -arch=native; sm_90 in a dry run."""
+    if not dry:
+        smi = shutil.which("nvidia-smi")
+        if smi:
+            rc, out = sh([smi, "--query-gpu=compute_cap", "--format=csv,noheader", "-i", "0"], 20)
+            m = re.match(r"\s*(\d+)\.(\d+)", out) if rc == 0 else None
+            if m:
+                cc = m.group(1) + m.group(2)
+                return "-gencode arch=compute_%s,code=sm_%s" % (cc, cc)
+        return "-arch=native"
+    return "-gencode arch=compute_90,code=sm_90"
+
+
 # ------------------------------------------------------------------------------ main
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--time-limit", type=float, default=285, help="seconds for everything (default 285)")
-    ap.add_argument("-j", type=int, default=0, help="parallel numeric cases (default: cores / 2 each)")
+    ap.add_argument("--time-limit", type=float, default=DEFAULT_LIMIT,
+                    help="seconds for everything (default %d)" % DEFAULT_LIMIT)
+    ap.add_argument("-j", type=int, default=0, help="parallel numeric cases (default: the cores less 2)")
     ap.add_argument("--device", default="cuda", help="the GPU to check (default cuda, i.e. cuda:0)")
     ap.add_argument("-k", action="append", default=[],
                     help="only the numeric cases whose name contains this (default: all)")
     ap.add_argument("--no-bench", action="store_true", help="skip the bench step")
+    ap.add_argument("--gencode", help="nvcc targets for the runtime and every generated .cu (default: "
+                    "this GPU's alone, from nvidia-smi; MODELC_GENCODE and make's NVCC_GENCODE)")
     ap.add_argument("--cpu-dry-run", action="store_true",
                     help="use --device cpu in place of the GPU, without looking for one")
+    ap.add_argument("--dry-run", action="store_true",
+                    help="print the phase plan (budgets) for --time-limit, check it, run nothing")
     a = ap.parse_args()
-    deadline = T0 + a.time_limit
-
-    def left():
-        return int(deadline - time.time())
-
+    if a.dry_run:
+        plan = make_plan(a.time_limit)
+        print_plan(plan, a.time_limit)
+        errs = check_plan(plan, a.time_limit)
+        for e in errs:
+            print("gpu_check: plan inconsistent: " + e)
+        print("gpu_check: plan %s" % ("inconsistent" if errs else "consistent"))
+        return 1 if errs else 0
+    ph = Phases(a.time_limit)
     dry = a.cpu_dry_run
     dev = "cpu" if dry else a.device
     log("gpu_check: %s, %d cores, python %s" % (ROOT, ncores(), sys.version.split()[0]))
@@ -536,10 +620,15 @@ def main():
     else:
         log("--cpu-dry-run: every 'cuda' step runs with --device cpu")
     res = Results()
-    # two numeric runs share the cores; much of their time is nvcc, process and CUDA start-up
-    jobs = a.j or max(1, ncores() * 3 // 4)
+    # numeric takes every core but the two the foreground lane (one example, B09 or B12 at a
+    # time) needs; much of a case's time is waiting on GPU process start-up
+    jobs = a.j or max(1, ncores() - 2)
+    gencode = a.gencode or gencode_for(dry)
+    os.environ["MODELC_GENCODE"] = gencode    # every modelc below (numeric, examples, B09, B12)
+    print_plan(ph.plan, a.time_limit)
 
     # 1. build
+    ph.start("build")
     t0 = time.time()
     nvcc = shutil.which("nvcc") or next((p for p in ("/usr/local/cuda/bin/nvcc",)
                                          if os.access(p, os.X_OK)), None)
@@ -548,9 +637,10 @@ def main():
         res.add("build (make all, nvcc)", "FAIL", detail="nvcc not found (PATH, /usr/local/cuda/bin): "
                 "the CUDA build needs it")
     else:
-        log("build: make -j%d all%s" % (ncores(), " NVCC=" + nvcc if nvcc else ""))
-        rc, out = sh(["make", "-j%d" % ncores(), "all"] + (["NVCC=" + nvcc] if nvcc else []),
-                     min(left(), 240), env=env)
+        make = ["make", "-j%d" % ncores(), "all"] + (["NVCC=" + nvcc, "NVCC_GENCODE=" + gencode] if nvcc else [])
+        # without a build nothing runs: it may overrun into the runtime tests' share
+        log("build: %s (budget %ds, at most %ds)" % (" ".join(make), ph.left("build"), ph.left("runtime")))
+        rc, out = sh(make, ph.left("runtime"), env=env)
         cfg = ""
         try:
             with open(os.path.join(ROOT, "build", "obj", "runtime.cfg")) as f:
@@ -567,12 +657,14 @@ def main():
         else:
             res.add("build (make all, nvcc)", "PASS", secs=time.time() - t0,
                     detail="" if cuda_built else "without CUDA (dry run)")
+    ph.stop("build")
     built = res.rows[-1]["status"] == "PASS"
 
     if built:
         # 2. runtime unit tests (+ their CUDA kernel checks)
+        ph.start("runtime")
         t0 = time.time()
-        rc, out = sh(["bash", "tests/runtime/run.sh"], min(left(), 120), env={"B": "build"})
+        rc, out = sh(["bash", "tests/runtime/run.sh"], ph.left("runtime"), env={"B": "build"})
         lines = out.splitlines()
         fails = [l for l in lines if l.startswith("FAIL")]
         cuda_pass = [l for l in lines if l.startswith("PASS: runtime/cuda/") and "/start" not in l]
@@ -593,45 +685,54 @@ def main():
                     sum(l.startswith("PASS") for l in lines), len(cuda_pass), len(fails),
                     "; the CUDA kernel checks did not run" if no_cuda else
                     "; exit %d: %s" % (rc, tail(out, 2)) if rc and not fails else ""))
+        ph.stop("runtime")
 
-        # 3. numeric in the background: the harness on the GPU, and GPU vs CPU case by case
-        bg = []
-        ntime = max(30, left() - 75)
-        for fn, args in ((numeric_harness, (dev, jobs, ntime, res, a.k)),
-                         (numeric_cross, (dev, jobs, ntime, res, a.k))):
-            t = threading.Thread(target=fn, args=args, daemon=True, name=fn.__name__)
-            t.start()
-            bg.append(t)
-        log("numeric: harness --device %s and %s-vs-cpu comparison started (-j %d each)" % (dev, dev, jobs))
+        # 3. numeric in the background: one build per case, checked against the reference on
+        # the GPU and against the CPU run of the same executable
+        def numeric():
+            ph.start("numeric")
+            numeric_run(dev, jobs, ph.left("numeric"), res, a.k)
+            ph.stop("numeric")
+        bg = threading.Thread(target=numeric, daemon=True, name="numeric")
+        bg.start()
+        log("numeric: tests/numeric/run.py --device %s%s -j %d started (budget %ds)"
+            % (dev, "" if dry else " --vs-cpu", jobs, ph.left("numeric")))
 
         # 4. examples, B09, B12 in the foreground
+        ph.start("examples")
         for name, target in EXAMPLES:
-            if left() < 40:
-                res.add("example %s (%s)" % (name, dev), "SKIP", detail="no time left")
+            if ph.left("examples") < ph.plan["examples"]["min"]:
+                res.add("example %s (%s)" % (name, dev), "SKIP", detail="no time left in its share")
                 continue
             log("example %s: MODELRT_DEVICE=%s make -C examples/%s %s" % (name, dev, name, target))
-            run_example(name, target, dev, min(left() - 30, 150), res)
-        if left() > 30:
-            check_b09(dev, min(60, left()), res)
+            run_example(name, target, dev, ph.left("examples"), res)
+        ph.stop("examples")
+        ph.start("B09")
+        if ph.left("B09") >= ph.plan["B09"]["min"]:
+            check_b09(dev, ph.left("B09"), res)
         else:
             res.add("B09 softmax large logits (%s)" % dev, "SKIP", detail="no time left")
-        check_b12(dev, left() - 60, res, dry)
+        ph.stop("B09")
+        ph.start("B12")
+        check_b12(dev, ph.left("B12"), res, dry)
+        ph.stop("B12")
 
-        for t in bg:
-            t.join(timeout=max(1, left() - 40))
-            if t.is_alive():
-                res.add("numeric (%s)" % t.name, "FAIL", detail="still running at the time limit")
+        bg.join(timeout=max(1, ph.left("numeric")))
+        if bg.is_alive():
+            res.add("numeric (%s)" % dev, "FAIL", detail="still running at the end of its share")
+            ph.stop("numeric")
 
         # 5. bench, last and alone
+        ph.start("bench")
         t0 = time.time()
-        budget = left() - 15
+        budget = ph.left("bench") - 5
         if a.no_bench:
             res.add("bench/run.py --device %s --quick" % dev, "SKIP", detail="--no-bench")
-        elif budget < 40:
+        elif budget < ph.plan["bench"]["min"]:
             res.add("bench/run.py --device %s --quick" % dev, "SKIP", detail="no time left (%ds)" % budget)
         else:
             cmd = [sys.executable, "bench/run.py", "--device", dev, "--quick", "--compile",
-                   "--budget", str(max(10, budget - 60))]
+                   "--budget", str(max(10, budget - 30))]
             log("bench: " + " ".join(cmd[1:]))
             rc, out = sh(cmd, budget, env={"PYTHONUNBUFFERED": "1"})
             table = out[out.find("\nmodelc vs PyTorch"):] if "\nmodelc vs PyTorch" in out else tail(out, 20)
@@ -643,6 +744,7 @@ def main():
                     "INFO" if rc == 0 else "ERROR", err=("%.2g rel vs torch" % rel) if rel is not None else "-",
                     tol="(timing only)", secs=time.time() - t0,
                     detail="" if rc == 0 else "exit %d: %s" % (rc, tail(out, 3)))
+        ph.stop("bench")
 
     # summary
     rows = res.rows
@@ -658,6 +760,8 @@ def main():
     for r in rows:
         if r["status"] in ("FAIL", "SKIP", "ERROR") and r["detail"]:
             print("%s: %s: %s" % (r["status"], r["check"], r["detail"]))
+    print()
+    print(ph.table())
     failed = [r for r in rows if r["status"] == "FAIL"]
     print("gpu_check: %d checks, %d failed, %d skipped" % (
         len(rows), len(failed), sum(r["status"] == "SKIP" for r in rows)), flush=True)

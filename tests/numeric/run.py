@@ -16,12 +16,18 @@ For each case tests/numeric/cases/NAME.model (+ optional NAME.json spec, format 
      with a different garbage pattern; both A runs bit-identical, every run vs the reference;
      B has other inputs but the same params;
   5. when every input and output has the batch as its leading axis, one more run at
-     batch = 2*max_batch+1, which mrt_main runs in chunks of max_batch (spec "oversize").
-Output: one line per case, `PASS: numeric/NAME (maxdiff 3.1e-07, tol 1e-05)` or
-`FAIL: numeric/NAME: output y: maxdiff ... > tol ... at index ...`; exit status 1 if any failed.
+     batch = 2*max_batch+1, which mrt_main runs in chunks of max_batch (spec "oversize");
+  6. with --vs-cpu and a --device other than the CPU: for every batch, the same executable run
+     on the A inputs with --device cpu, each output compared with the device's A1 run (NaN and
+     infinities in the same places, |dev - cpu| <= atol + rtol*|cpu| with the case's tolerance,
+     bit-exact where the case asks for bits): one build per case serves both comparisons
+     (make gpu-check).
+Output: one line per case, `PASS: numeric/NAME (maxdiff 3.1e-07, tol 1e-05)` (with --vs-cpu
+also `; vs cpu maxdiff 0, tol 1e-05`) or `FAIL: numeric/NAME: output y: maxdiff ... > tol ...
+at index ...`; exit status 1 if any failed.
 
 Usage: python3 tests/numeric/run.py [-k SUBSTR ...] [-j N] [--device D] [--keep] [-v]
-                                    [--ref-only] [--no-repeat] [--no-inprocess]
+                                    [--ref-only] [--no-repeat] [--no-inprocess] [--vs-cpu]
 Environment: MODELC (default build/bin/modelc), MODELC_FLAGS (extra compiler flags, e.g.
 --no-fuse to switch a pass off), MODELC_HOME (include/ and lib/ of the runtime; default: next to
 modelc), CC and MODELC_CFLAGS (for run_aba.c, as modelc uses them), NUMERIC_TIMEOUT (seconds per
@@ -320,6 +326,7 @@ class Runner:
         b = self.spec.get("bits", False)
         self.bits = set(self.model.outputs) if b is True else set(b or [])
         self.maxdiff, self.maxdiff_tol = 0.0, self.atol
+        self.cpu_maxdiff, self.cpu_tol = None, None   # --vs-cpu: the device vs the CPU
         self.notes = []
 
     def tol(self, out):
@@ -468,6 +475,8 @@ class Runner:
                 for tag in ("A2", "A3"):
                     same_bits(outs["A1"], outs[tag], self.model.outputs, "A1",
                               tag + (" (--repeat 3)" if tag == "A3" else ""), bw)
+                if getattr(self.opts, "vs_cpu", False) and not on_cpu:
+                    self.vs_cpu(d, prog, files["A"], outs["A1"], bw)
                 if driver:
                     self.inprocess(d, driver, b, files, refs, bw)
                 if "same_as" in self.spec and (self.opts.device or "cpu").startswith("cpu"):
@@ -479,6 +488,18 @@ class Runner:
             self.oversize(d, prog)
         self.notes.append("%.1fs" % (time.time() - t0))
         return None
+
+    def vs_cpu(self, d, prog, files, dev_outs, bw):
+        """The same executable on the CPU, inputs A: every output against the device's run."""
+        o, p = harness.execute(d, prog, "cpu", self.model, *files, device="cpu", timeout=timeout_s())
+        if o is None:
+            raise CaseFail("run on cpu%s failed (exit %d): %s" % (bw, p.returncode, last_lines(p.stderr + p.stdout)))
+        for k in self.model.outputs:
+            atol, rtol = self.tol(k)
+            md, tol = compare(k, dev_outs[k], o[k], atol, rtol, k in self.bits,
+                              "%s: %s vs cpu" % (bw, self.opts.device))
+            if self.cpu_maxdiff is None or md >= self.cpu_maxdiff:
+                self.cpu_maxdiff, self.cpu_tol = md, tol
 
     def flags(self):
         f = self.spec.get("flags", [])
@@ -632,7 +653,9 @@ def run_case(args):
         return False, "FAIL: numeric/%s: runner error: %s: %s" % (name, type(e).__name__, e)
     # maxdiff: the largest |out - ref| over all outputs and runs; tol: the tolerance
     # (atol + rtol*|ref|, or 0 for a bit-exact output) at that element.
-    line = "PASS: numeric/%s (maxdiff %.2g, tol %.2g)" % (name, r.maxdiff, r.maxdiff_tol)
+    line = "PASS: numeric/%s (maxdiff %.2g, tol %.2g%s)" % (
+        name, r.maxdiff, r.maxdiff_tol,
+        "" if r.cpu_maxdiff is None else "; vs cpu maxdiff %.2g, tol %.2g" % (r.cpu_maxdiff, r.cpu_tol))
     if "expect_error" in r.spec and not extra:
         line = "PASS: numeric/%s (run rejected as expected)" % name
     if extra:
@@ -653,6 +676,8 @@ def main():
     ap.add_argument("--no-repeat", action="store_true", help="skip the --repeat 3 run")
     ap.add_argument("--no-inprocess", action="store_true",
                     help="skip the in-process A, B, A run (tests/numeric/run_aba.c)")
+    ap.add_argument("--vs-cpu", action="store_true",
+                    help="also run each executable on the CPU and compare with the --device run")
     ap.add_argument("-v", "--verbose", action="store_true")
     opts = ap.parse_args()
     opts.modelc = harness.modelc_path()

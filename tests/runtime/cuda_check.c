@@ -212,33 +212,49 @@ static void check_reduce(int64_t outer, int64_t n, int64_t inner, int launches)
     free(x), free(ref), free(got), free(iref), free(igot), free(fr), free(fg);
 }
 
+/* conv2d on the GPU vs mrt_conv2d_f32. The device's col is the size the compiler's CUDA plan
+ * gives it (fuse.c's conv_scratch_cuda: all groups at once where the GEMM path is grouped), with
+ * the simulator's guard regions around it. On the simulator the launches and library calls are
+ * pinned: a grouped conv with few taps is one direct launch; a 1x1 conv min(N, groups) GEMMs
+ * (one for groups 1); any other one im2col and one GEMM batched over the groups per image, so
+ * the count does not grow with the groups. */
 static void check_conv(int64_t N, int64_t C, int64_t H, int64_t W, int64_t O, int KH, int KW, int sh,
                        int sw, int pt, int pl, int pb, int pr, int dh, int dw, int groups)
 {
     int64_t OH = (H + pt + pb - (int64_t)dh * (KH - 1) - 1) / sh + 1;
     int64_t OW = (W + pl + pr - (int64_t)dw * (KW - 1) - 1) / sw + 1;
+    const int64_t taps = (C / groups) * KH * KW;
+    const int one = KH == 1 && KW == 1 && sh == 1 && sw == 1 && !pt && !pl && !pb && !pr;
+    const int fewtaps = groups > 1 && taps <= MRT_CUDA_CONV_DIRECT_TAPS;
     size_t nx = (size_t)(N * C * H * W), nw = (size_t)(O * (C / groups) * KH * KW),
-           ny = (size_t)(N * O * OH * OW), ncol = (size_t)((C / groups) * KH * KW * OH * OW);
+           ny = (size_t)(N * O * OH * OW), ncol = (size_t)(taps * OH * OW),
+           ndcol = groups > 1 && !fewtaps ? ncol * (size_t)groups : ncol;
     float *x = rand_host(nx), *w = rand_host(nw), *ref = malloc(ny * 4), *got = malloc(ny * 4);
     float *col = malloc(ncol * 4 + 4);
     mrt_conv2d_f32(ref, x, w, N, C, H, W, O, KH, KW, OH, OW, sh, sw, pt, pl, dh, dw, groups, col);
-    float *dx = up(x, nx * 4), *dw_ = up(w, nw * 4), *dy = poisoned(ny), *dcol = poisoned(ncol + 1);
+    float *dx = up(x, nx * 4), *dw_ = up(w, nw * 4), *dy = poisoned(ny), *dcol = one ? NULL : poisoned(ndcol);
     unsigned long long c0[5], c1[5];
     int sim = sim_counters(c0);
     mrt_status st = mrt_cuda_conv2d_f32(g_stream, dy, dx, dw_, N, C, H, W, O, KH, KW, OH, OW, sh, sw, pt,
                                         pl, dh, dw, groups, dcol);
-    /* a grouped conv with few taps is one direct launch, not an im2col and a GEMM per image and group */
-    if (st == MRT_OK && sim && groups > 1 && (C / groups) * KH * KW <= 256 && sim_counters(c1) &&
-        (c1[0] - c0[0] != 1 || c1[1] != c0[1]))
-        st = mrt_set_error(MRT_ERR_INTERNAL, "grouped conv took %llu launches and %llu library calls, want 1 and 0",
-                           c1[0] - c0[0], c1[1] - c0[1]);
+    const unsigned long long want_launches = fewtaps ? 1 : one ? 0 : (unsigned long long)N;
+    const unsigned long long want_calls = fewtaps ? 0
+                                          : one   ? (unsigned long long)(groups == 1 ? 1 : N < groups ? N : groups)
+                                                  : (unsigned long long)N;
+    if (st == MRT_OK && sim && sim_counters(c1) && (c1[0] - c0[0] != want_launches || c1[1] - c0[1] != want_calls))
+        st = mrt_set_error(MRT_ERR_INTERNAL, "conv took %llu launches and %llu library calls, want %llu and %llu",
+                           c1[0] - c0[0], c1[1] - c0[1], want_launches, want_calls);
     down(got, dy, ny * 4);
     char name[128];
     snprintf(name, sizeof name, "conv2d_%lldx%lldx%lldx%lld_o%lld_k%dx%d_s%d%d_p%d%d_d%d%d_g%d",
              (long long)N, (long long)C, (long long)H, (long long)W, (long long)O, KH, KW, sh, sw, pt,
              pl, dh, dw, groups);
-    report(name, st, got, ref, ny, 1e-5);
-    mrt_free(g_dev, dx), mrt_free(g_dev, dw_), mrt_free(g_dev, dy), mrt_free(g_dev, dcol);
+    /* sums of `taps` products in another order (cuBLAS's, the direct kernel's): the weight
+     * gradient's bound, 16 ulp per term, and at least 1e-5 */
+    report(name, st, got, ref, ny, fmax(1e-5, ldexp(16.0 * (double)taps, -24)));
+    mrt_free(g_dev, dx), mrt_free(g_dev, dw_), mrt_free(g_dev, dy);
+    if (dcol)
+        mrt_free(g_dev, dcol);
     free(x), free(w), free(ref), free(got), free(col);
 }
 
@@ -284,7 +300,9 @@ static void check_pools(void)
     mrt_free(g_dev, dx), free(x);
 }
 
-/* Training: conv2d's weight gradient, im2col + GEMM per image and group on both sides. Each
+/* Training: conv2d's weight gradient, im2col + GEMM per image and group on the CPU; on the GPU
+ * per image one im2col of all groups (col sized as the compiler's CUDA plan: groups times the
+ * CPU's) and one GEMM batched over the groups, launches and GEMM calls pinned on the simulator. Each
  * element sums N*OH*OW products of |x|, |g| <= 4 that cancel; cuBLAS and OpenBLAS add them in
  * other orders, so the tolerance is f32's rounding bound over the sum, 2^-24 * 16 * N*OH*OW. */
 static void check_conv_wgrad(int64_t N, int64_t C, int64_t H, int64_t W, int64_t O, int KH, int KW, int sh, int sw,
@@ -294,18 +312,28 @@ static void check_conv_wgrad(int64_t N, int64_t C, int64_t H, int64_t W, int64_t
     int64_t OW = (W + pl + pr - (int64_t)dw * (KW - 1) - 1) / sw + 1;
     size_t nx = (size_t)(N * C * H * W), nw = (size_t)(O * (C / groups) * KH * KW),
            ng = (size_t)(N * O * OH * OW), ncol = (size_t)((C / groups) * KH * KW * OH * OW);
+    const int one = KH == 1 && KW == 1 && sh == 1 && sw == 1 && !pt && !pl && !pb && !pr;
     float *x = rand_host(nx), *g = rand_host(ng), *ref = malloc(nw * 4), *got = malloc(nw * 4);
     float *col = malloc(ncol * 4 + 4);
     mrt_conv2d_wgrad_f32(ref, g, x, N, C, H, W, O, KH, KW, OH, OW, sh, sw, pt, pl, dh, dw, groups, col);
-    float *dx = up(x, nx * 4), *dg = up(g, ng * 4), *dgw = poisoned(nw), *dcol = poisoned(ncol + 1);
+    float *dx = up(x, nx * 4), *dg = up(g, ng * 4), *dgw = poisoned(nw),
+          *dcol = one ? NULL : poisoned(ncol * (size_t)groups);
+    unsigned long long c0[5], c1[5];
+    int sim = sim_counters(c0);
     mrt_status st = mrt_cuda_conv2d_wgrad_f32(g_stream, dgw, dg, dx, N, C, H, W, O, KH, KW, OH, OW, sh, sw, pt, pl, dh,
                                               dw, groups, dcol);
+    if (st == MRT_OK && sim && sim_counters(c1) &&
+        (c1[0] - c0[0] != (unsigned long long)(one ? 0 : N) || c1[1] - c0[1] != (unsigned long long)N))
+        st = mrt_set_error(MRT_ERR_INTERNAL, "weight gradient took %llu launches and %llu library calls, want %lld and %lld",
+                           c1[0] - c0[0], c1[1] - c0[1], (long long)(one ? 0 : N), (long long)N);
     down(got, dgw, nw * 4);
     char name[128];
     snprintf(name, sizeof name, "conv2d_wgrad_%lldx%lldx%lldx%lld_o%lld_k%dx%d_s%d%d_p%d%d%d%d_d%d%d_g%d", (long long)N,
              (long long)C, (long long)H, (long long)W, (long long)O, KH, KW, sh, sw, pt, pl, pb, pr, dh, dw, groups);
     report(name, st, got, ref, nw, ldexp(16.0 * (double)(N * OH * OW), -24));
-    mrt_free(g_dev, dx), mrt_free(g_dev, dg), mrt_free(g_dev, dgw), mrt_free(g_dev, dcol);
+    mrt_free(g_dev, dx), mrt_free(g_dev, dg), mrt_free(g_dev, dgw);
+    if (dcol)
+        mrt_free(g_dev, dcol);
     free(x), free(g), free(ref), free(got), free(col);
 }
 
@@ -991,12 +1019,24 @@ int main(void)
     check_conv(2, 6, 8, 7, 12, 3, 2, 1, 1, 2, 0, 1, 1, 2, 1, 6);
     check_conv(2, 8, 6, 6, 8, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 2);
     check_conv(1, 34, 6, 6, 4, 4, 4, 1, 1, 0, 0, 0, 0, 1, 1, 2);
+    /* ResNeXt-like grouped 3x3 with more than 256 taps per output (C/g = 32: 288), stride 1 and 2,
+     * batch 2: per image one im2col of all groups and one GEMM batched over them (2 launches and
+     * 2 GEMMs for 8 groups as for 2); and 1x1 grouped convs with C/g > 256, on x directly:
+     * min(N, groups) GEMMs (batched over the groups per image, or over the images per group) */
+    check_conv(2, 256, 6, 6, 256, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 8);
+    check_conv(2, 256, 7, 7, 256, 3, 3, 2, 2, 1, 1, 1, 1, 1, 1, 8);
+    check_conv(2, 1024, 4, 4, 512, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 32);
+    check_conv(2, 64, 6, 5, 64, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 2);
+    check_conv(2, 1200, 3, 3, 64, 1, 1, 1, 1, 0, 0, 0, 0, 1, 1, 4);
+    check_conv(3, 1028, 2, 3, 8, 1, 1, 1, 1, 0, 0, 0, 0, 1, 1, 2);
     check_pools();
     check_conv_wgrad(2, 4, 9, 8, 6, 3, 2, 1, 2, 1, 0, 1, 0, 2, 1, 2);
     check_conv_wgrad(3, 3, 8, 8, 8, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 1);
     check_conv_wgrad(2, 4, 7, 7, 6, 3, 3, 2, 2, 1, 1, 1, 1, 1, 1, 1);
     check_conv_wgrad(3, 4, 5, 6, 8, 1, 1, 1, 1, 0, 0, 0, 0, 1, 1, 1); /* 1x1: x read directly */
     check_conv_wgrad(2, 8, 6, 6, 16, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 8); /* depthwise x2 */
+    check_conv_wgrad(2, 256, 5, 5, 256, 3, 3, 2, 2, 1, 1, 1, 1, 1, 1, 32); /* ResNeXt-like, 32 groups */
+    check_conv_wgrad(3, 64, 4, 5, 32, 1, 1, 1, 1, 0, 0, 0, 0, 1, 1, 4);    /* 1x1 grouped: x read directly */
     check_pool_grads();
     check_layernorm(5, 300, 3);
     check_layernorm(3, 7, 3);
