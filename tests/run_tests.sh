@@ -48,10 +48,12 @@ suite() {
     shift
     [[ "$SELECTED" == *" $name "* ]] || return 0
     echo "== $name"
-    local out rc
+    local out rc t0
     out=$(mktemp)
+    t0=$(date +%s)
     "$@" >"$out" 2>&1
     rc=$?
+    echo "   $name: $(( $(date +%s) - t0 )) s"
     grep -E '^(PASS|FAIL|SKIP|XPASS|UNRESOLVED|TIMEOUT|UNSUPPORTED): ' "$out" |
         sed 's/^XPASS:/FAIL:/; s/^UNRESOLVED:/FAIL:/; s/^TIMEOUT:/FAIL:/; s/^UNSUPPORTED:/SKIP:/' >>"$LOG"
     if [ $rc -ne 0 ] || grep -qE '^(FAIL|XPASS|UNRESOLVED|TIMEOUT): ' "$out"; then
