@@ -408,7 +408,7 @@ static pthread_mutex_t rt_peer_lock = PTHREAD_MUTEX_INITIALIZER;
 static unsigned char rt_peer_state[RT_CUDA_MAX_DEVICES][RT_CUDA_MAX_DEVICES]; /* 0 ?, 1 yes, 2 no */
 
 /* 1 if dst can read src's memory directly (enabling access once per pair), else 0. */
-static int rt_peer_ok(int dst, int src)
+int rt_cuda_peer_access(int dst, int src)
 {
     pthread_mutex_lock(&rt_peer_lock);
     unsigned char *st = &rt_peer_state[dst][src];
@@ -440,7 +440,7 @@ mrt_status rt_cuda_memcpy(mrt_device dst_dev, void *dst, mrt_device src_dev, con
     int prev, work;
     if (dst_dev.kind == MRT_DEVICE_CUDA && src_dev.kind == MRT_DEVICE_CUDA &&
         dst_dev.index != src_dev.index) {
-        if (rt_peer_ok(dst_dev.index, src_dev.index)) {
+        if (rt_cuda_peer_access(dst_dev.index, src_dev.index)) {
             work = dst_dev.index;
             e = rt_guard_enter(work, &prev);
             if (e == cudaSuccess)

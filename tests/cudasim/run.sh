@@ -229,6 +229,44 @@ for graphs in 1 0; do
     fi
 done
 
+# A call that fails while the run is being captured as a CUDA graph (CUDASIM_CAPTURE_FAIL=op:N:
+# the N-th operation queued on a capturing stream, here digits' first or second GEMM; =end:
+# cudaStreamEndCapture) makes that run itself fall back: the capture is dropped and its calls run
+# again eagerly. The logits are the CPU run's, one warning says so, and the timed runs after it
+# run with graphs off (--repeat 3 after the eager and the capturing warm-ups).
+digits_cpu4="$work/digits_cpu4.npy"
+"$work/model_digits/prog" --weights "$ex/digits.safetensors" --input x="$work/digits_x4.npy" --output logits="$digits_cpu4" \
+    --device cpu >/dev/null 2>&1 || echo "FAIL: cudasim/model/digits_capture_fail: the CPU run failed"
+for inj in op:1 op:2 end; do
+    log="$work/capture_fail.log"
+    rm -f "$work/capture_fail.npy"
+    CUDASIM_DEVICES=1 CUDASIM_CAPTURE_FAIL=$inj "$work/model_digits/prog" --weights "$ex/digits.safetensors" \
+        --input x="$work/digits_x4.npy" --output logits="$work/capture_fail.npy" --device cuda --time --repeat 3 >"$log" 2>&1
+    rc=$?
+    got="$(sed -n 's/^time: simulated CUDA per run: //p' "$log")"
+    want="0 kernel launches, 2 library calls, 0 graph launches, 2 copies, 2 host synchronizations"
+    warns="$(grep -c 'cannot be a CUDA graph (.*); running without graphs' "$log")"
+    name="digits_capture_fail_${inj%%:*}${inj#*:}"
+    [ "$inj" = end ] && name=digits_capture_fail_end
+    if [ $rc -ne 0 ] || [ "$warns" != 1 ] || [ "$got" != "$want" ]; then
+        fail_log "model/$name" "CUDASIM_CAPTURE_FAIL=$inj: exit status $rc, $warns 'cannot be a CUDA graph' warnings (want 1), per run: '$got' (want '$want')" "$log"
+        continue
+    fi
+    "$PY" - "$name" "$digits_cpu4" "$work/capture_fail.npy" "$inj" <<'PYEOF' || failed=1
+import sys
+import numpy as np
+name, cpu, gpu, inj = sys.argv[1:]
+c, g = np.load(cpu).astype(np.float64), np.load(gpu).astype(np.float64)
+m = float((np.abs(g - c) / (1.0 + np.abs(c))).max()) if c.shape == g.shape else float("inf")
+if not m <= 1e-5:
+    print("FAIL: cudasim/model/%s: CUDASIM_CAPTURE_FAIL=%s: logits %s differ from the CPU run's by %g (tolerance 1e-5)"
+          % (name, inj, g.shape, m))
+    sys.exit(1)
+print("PASS: cudasim/model/%s (CUDASIM_CAPTURE_FAIL=%s: one warning, then per run: 0 graph launches; maxdiff %.3g "
+      "tolerance 1e-05)" % (name, inj, m))
+PYEOF
+done
+
 # The memory pre-flight counts cuBLAS's workspace (32 MiB on sm_90): digits' 42 KB fit a 30 MiB
 # GPU, its workspace does not, and an explicit device says so before allocating anything.
 log="$work/preflight.log"
@@ -239,8 +277,7 @@ else
     fail_log model/preflight_workspace "expected the pre-flight to refuse a 30 MiB GPU, counting the cuBLAS workspace" "$log"
 fi
 
-# CUDA graphs of a generated run() (tests/cudasim/graphs_check.c)
-: replayed bit for bit, with one
+# CUDA graphs of a generated run() (tests/cudasim/graphs_check.c): replayed bit for bit, with one
 # graph launch and no kernel launch; re-captured for other sizes and other device buffers; a bad
 # id reported from a replay. The model is emitted as C and built here against the simulator.
 g="$work/graphs"
