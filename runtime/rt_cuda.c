@@ -16,9 +16,10 @@
  * used under that device's lock. cuBLASLt (the GEMMs with an epilogue) keeps, per device, the
  * descriptors and the heuristic's algorithm of the last few shapes, chosen for the pointers'
  * real alignments (a caller's buffer used in place may be only 4-byte aligned) and no
- * workspace. Copies between two GPUs: a peer copy on the destination's stream, which the
- * source's stream then waits for (mrt_stream_wait, from the generated code), or, without peer
- * access, a synchronous copy through one pinned buffer kept for the process.
+ * workspace. Copies between two GPUs: a peer copy on the destination's stream, after that stream
+ * waited for the source's, and which the source's stream then waits for (mrt_stream_wait, from
+ * the generated code), or, without peer access, a synchronous copy through one pinned buffer
+ * kept for the process.
  */
 #include "rt_internal.h"
 
@@ -553,10 +554,11 @@ static void rt_cuda_workspace_release(int index, void *stream)
 
 /* ---------------------------------------------------------------- CUDA graphs */
 
-/* A model's run, captured on its stream (rt_model.c decides when): cudaStreamBeginCapture in
- * thread-local mode, so that only this thread's unsafe calls break it and other threads' work
- * goes on; the end instantiates the graph, or updates the executable graph given (the same
- * kernels with other sizes or pointers), and launches it. */
+/* A model's run, captured on its (first slot's) stream, rt_model.c decides when and forks the
+ * other slots' streams into it: cudaStreamBeginCapture in thread-local mode, so that only this
+ * thread's unsafe calls break it and other threads' work goes on; the end instantiates the
+ * graph, or updates the executable graph given (the same kernels with other sizes or
+ * pointers), and launches it. */
 mrt_status rt_cuda_graph_begin(int index, void *stream)
 {
     int prev;

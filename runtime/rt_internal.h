@@ -107,7 +107,8 @@ void rt_cuda_checks_restore(int device, void *stream, const void *saved);
 void rt_cuda_checks_drop(int device, void *stream);
 /** CUDA graphs (rt_cuda.c): capture the work queued on `stream` from _begin to _end, which
  *  instantiates it (or updates *exec) and launches it; _launch replays *exec; _abort ends a
- *  capture left open by a failed run and drops it. */
+ *  capture left open by a failed run and drops it. Other streams join the capture by waiting for
+ *  `stream` (rt_cuda_stream_wait) and must be joined back before _end. */
 mrt_status rt_cuda_graph_begin(int index, void *stream);
 mrt_status rt_cuda_graph_end(int index, void *stream, void **exec);
 mrt_status rt_cuda_graph_launch(int index, void *stream, void *exec);

@@ -14,7 +14,9 @@
 #      (graphs_check.c: replay, re-capture, device buffers, a check in a replay), and
 #      tests/numeric's dev_split_bits with its cpu:N
 #      regions mapped to two GPUs, with peer access and without (staged copies), and
-#      tests/cudasim/transfer_race.model (a peer copy whose source block is reused at once);
+#      tests/cudasim/transfer_race.model (a peer copy whose source block is reused at once),
+#      then each of them replayed as one CUDA graph over its GPUs (eager without peer access),
+#      and digits falling back to eager runs when its capture fails (CUDASIM_CAPTURE_FAIL);
 #   6. the examples ResNet-18 and GPT-2 (batch 1) and MiniLM with MODELRT_DEVICE=cuda, each
 #      against PyTorch by its own check.py as make gpu-check runs them (about 10, 3 and 10 s),
 #      then ResNet-18 replayed as a CUDA graph (its counts, and the eager run's logits);
@@ -333,6 +335,82 @@ model_check transfer_race tests/cudasim/transfer_race.model "$work/split/none.sa
     CUDASIM_DEVICES=2 -- --device cuda --device-map cpu:1=cuda:1
 model_check transfer_race_one_gpu tests/cudasim/transfer_race.model "$work/split/none.safetensors" "x=$work/split/race_x.npy" \
     "z y" CUDASIM_DEVICES=1 -- --device cuda --device-map cpu:1=cuda:0
+# The split models as CUDA graphs (--repeat 3 --time, after the eager and the capturing
+# warm-ups): captured on slot 0's stream, which forks into the other slots' streams and joins them
+# back, the copies between GPUs in the graph, so that each run is one graph launch with no kernel
+# launch or library call of its own; every output bit for bit the eager run's (MODELRT_CUDA_GRAPHS=0).
+# GPUs without peer access (copies through the host) run eagerly: no graph launch.
+# split_graphs NAME PROG WEIGHTS INPUT OUTPUTS GRAPH_LAUNCHES [ENV=VALUE ...] -- RUN_ARGS...
+split_graphs() {
+    local name=$1 prog=$2 weights=$3 input=$4 outputs=$5 want=$6
+    shift 6
+    local envs=() o g got d="$work/graphs_$name" bad=""
+    while [ $# -gt 0 ] && [ "$1" != -- ]; do envs+=("$1"); shift; done
+    shift
+    mkdir -p "$d"
+    if [ ! -x "$prog" ]; then
+        echo "FAIL: cudasim/model/${name}_graphs: $prog was not built"
+        failed=1
+        return
+    fi
+    for g in 0 1; do
+        local io=(--input "$input")
+        for o in $outputs; do io+=(--output "$o=$d/graphs${g}_$o.npy"); done
+        if ! env "${envs[@]}" MODELRT_CUDA_GRAPHS=$g "$prog" --weights "$weights" "${io[@]}" "$@" --time --repeat 3 \
+                >"$d/log$g" 2>&1; then
+            fail_log "model/${name}_graphs" "the run with MODELRT_CUDA_GRAPHS=$g $* --time --repeat 3 failed" "$d/log$g"
+            return
+        fi
+    done
+    got="$(sed -n 's/^time: simulated CUDA per run: //p' "$d/log1")"
+    for o in $outputs; do cmp -s "$d/graphs0_$o.npy" "$d/graphs1_$o.npy" || bad="$bad $o"; done
+    if [ "$want" = 1 ]; then
+        case "$got" in "0 kernel launches, 0 library calls, 1 graph launches, "*) ;; *) bad="$bad (counts)" ;; esac
+    else
+        case "$got" in *" 0 graph launches, "*) ;; *) bad="$bad (counts)" ;; esac
+    fi
+    if grep -q "cannot be a CUDA graph" "$d/log1"; then bad="$bad (a capture failed)"; fi
+    if [ -z "$bad" ]; then
+        echo "PASS: cudasim/model/${name}_graphs (per run: $got; outputs $outputs bit-identical to the eager run's)"
+    else
+        echo "FAIL: cudasim/model/${name}_graphs: expected $want graph launch and no kernel launch or library call per run," \
+             "and every output bit for bit the eager run's; per run: '$got', differ:$bad"
+        failed=1
+    fi
+}
+split_graphs dev_split_peer "$work/model_dev_split_peer/prog" "$work/split/w.safetensors" "x=$work/split/x.npy" "y s m" 1 \
+    CUDASIM_DEVICES=2 -- --device cuda --device-map cpu:1=cuda:1,cpu:2=cuda:0
+split_graphs dev_split_three "$work/model_dev_split_three/prog" "$work/split/w.safetensors" "x=$work/split/x.npy" "y s m" 1 \
+    CUDASIM_DEVICES=3 -- --device cuda:2 --device-map cpu:1=cuda:0,cpu:2=cuda:1
+split_graphs dev_split_staged "$work/model_dev_split_staged/prog" "$work/split/w.safetensors" "x=$work/split/x.npy" "y s m" 0 \
+    CUDASIM_DEVICES=2 CUDASIM_PEER=0 -- --device cuda --device-map cpu:1=cuda:1,cpu:2=cuda:0
+split_graphs transfer_race "$work/model_transfer_race/prog" "$work/split/none.safetensors" "x=$work/split/race_x.npy" "z y" 1 \
+    CUDASIM_DEVICES=2 -- --device cuda --device-map cpu:1=cuda:1
+split_graphs transfer_race_one_gpu "$work/model_transfer_race_one_gpu/prog" "$work/split/none.safetensors" \
+    "x=$work/split/race_x.npy" "z y" 1 CUDASIM_DEVICES=1 -- --device cuda --device-map cpu:1=cuda:0
+# A capture over two GPUs that fails in a stream it forked into (op:5: a cuBLAS GEMM on cuda:1) or
+# at its end: the run falls back as digits' does, every output bit for bit the eager run's.
+for inj in op:5 end; do
+    d="$work/graphs_dev_split_peer"
+    log="$d/capture_fail.log"
+    io=()
+    for o in y s m; do io+=(--output "$o=$d/fail_$o.npy"); done
+    CUDASIM_DEVICES=2 CUDASIM_CAPTURE_FAIL=$inj "$work/model_dev_split_peer/prog" --weights "$work/split/w.safetensors" \
+        --input x="$work/split/x.npy" "${io[@]}" --device cuda --device-map cpu:1=cuda:1,cpu:2=cuda:0 --time --repeat 3 \
+        >"$log" 2>&1
+    rc=$?
+    got="$(sed -n 's/^time: simulated CUDA per run: //p' "$log")"
+    warns="$(grep -c 'cannot be a CUDA graph (.*); running without graphs' "$log")"
+    same=1
+    for o in y s m; do cmp -s "$d/graphs0_$o.npy" "$d/fail_$o.npy" || same=0; done
+    case "$got" in *" 0 graph launches, "*) ;; *) same=0 ;; esac
+    if [ $rc -eq 0 ] && [ "$warns" = 1 ] && [ $same = 1 ]; then
+        echo "PASS: cudasim/model/dev_split_peer_capture_fail_${inj/:/} (CUDASIM_CAPTURE_FAIL=$inj: one warning, per run: $got;" \
+             "outputs bit-identical to the eager run's)"
+    else
+        fail_log "model/dev_split_peer_capture_fail_${inj/:/}" "CUDASIM_CAPTURE_FAIL=$inj: exit status $rc, $warns warnings (want 1), per run: '$got', outputs the eager run's: $same" "$log"
+    fi
+done
 # A kernel that faults while it runs (CUDASIM_FAULT: a sticky illegal address): MODELRT_CUDA_SYNC=1
 # names it; without, the end-of-run synchronization says that queued work faulted and how to
 # find which, instead of blaming the run (or, on a GPU, the next kernel's launch).
