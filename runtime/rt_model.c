@@ -726,18 +726,16 @@ mrt_status mrt_model_graph_end(mrt_model *m, mrt_status st, int *again)
         g->checks[s] = NULL;
     }
     st = graphs_streams_wait(m, 0); /* the join */
-    if (st == MRT_OK) {
-        G->capturing = 0;
-        st = rt_cuda_graph_end(dev, stream, &g->exec); /* updates g->exec when it can */
-    }
-    if (st != MRT_OK) { /* the capture, instantiation or launch failed: nothing ran; again, eagerly */
+    if (st == MRT_OK)
+        st = rt_cuda_graph_end(dev, stream, &g->exec); /* ends the capture; updates g->exec when it can */
+    if (st != MRT_OK) { /* the join, capture, instantiation or launch failed: nothing ran; again, eagerly */
         rt_cuda_graph_destroy(dev, g->exec);
         g->exec = NULL;
-        G->capturing = 1; /* graphs_give_up ends it if it is still open */
-        graphs_give_up(m, mrt_last_error());
+        graphs_give_up(m, mrt_last_error()); /* ends the capture if it is still open */
         *again = 1;
         return MRT_OK;
     }
+    G->capturing = 0;
     g->key = G->key;
     g->nkey = G->nkey;
     g->used = G->tick;

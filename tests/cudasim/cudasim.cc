@@ -581,7 +581,8 @@ struct Op {
  * that waits for an event recorded during the capture joins it); an error while capturing
  * invalidates it (cudaStreamEndCapture then fails with cudaErrorStreamCaptureInvalidated). The
  * capture ends on its origin, once the origin has waited for every other member's last
- * operation (else cudaErrorStreamCaptureUnjoined). */
+ * operation, directly (an event recorded on that member; CUDA also accepts a join through
+ * another member), else cudaErrorStreamCaptureUnjoined. */
 struct Capture {
     std::vector<Op> ops;
     bool invalid = false;
