@@ -69,7 +69,16 @@ struct Emit {
     size_t *io_bytes;    /* per slot */
     char **cpu_fn[2];    /* cpu_fn[0 run, 1 init][kernel]: the C function computing its elementwise part
                             (kernels with the same code share one) */
+    const char *fail;    /* what a failing call does: NULL "return st"; in the calls a CUDA graph may
+                            capture, "goto mrt_graph_end" (mrt_model_graph_end decides) */
+    int nfail;           /* calls written with e->fail since it was set */
 };
+
+/* The statement a failing call runs (e->fail), counted so that its label is written only when used. */
+static const char *on_fail(Emit *e) {
+    e->nfail++;
+    return e->fail ? e->fail : "return st";
+}
 
 static int kslot(const Kernel *k) { return k->root->slot > 0 ? k->root->slot : 0; }
 
@@ -82,7 +91,7 @@ static void dispatch(Emit *e, int s, const char *cpu, const char *cuda) {
         fprintf(o, "    %s\n", cpu);
         return;
     }
-    fprintf(o, "    MRT_DISPATCH(gpu%d, %s,\n                 %s);\n", s, cuda, cpu);
+    fprintf(o, "    MRT_DISPATCH(gpu%d, %s,\n                 %s, %s);\n", s, cuda, cpu, on_fail(e));
 }
 
 /* ---------------------------------------------------------------- elementwise */
@@ -93,8 +102,8 @@ static void emit_elementwise_call(Emit *e, const Kernel *k, char **ptr, const ch
         args = xprintf("%s, %s", args, j == k->gemm_leaf ? ptr[k->root->id] : ptr[view_base(k->leaves[j].node)->id]);
     if (k->kind == K_ELEMENTWISE) fprintf(e->o, "    /* %s%d: elementwise -> %%%d */\n", pfx, k->id, k->root->id);
     const char *fn = e->cpu_fn[!strcmp(pfx, "init")][k->id];
-    char *cpu = kernel_may_fault(k) ? xprintf("if ((st = %s(%s, B%s, \"%s\")) != MRT_OK) return st", fn, args,
-                                              sym_args, fault_what(e->g, k, pfx))
+    char *cpu = kernel_may_fault(k) ? xprintf("if ((st = %s(%s, B%s, \"%s\")) != MRT_OK) %s", fn, args,
+                                              sym_args, fault_what(e->g, k, pfx), on_fail(e))
                                     : xprintf("%s(%s, B%s)", fn, args, sym_args);
     dispatch(e, kslot(k), cpu, xprintf("%s_cuda_%s%d(stream%d, %s, B%s)", e->pfx, pfx, k->id, kslot(k), args, sym_args));
 }
@@ -165,11 +174,11 @@ static void emit_matmul(Emit *e, const Kernel *k, char **ptr) {
             fprintf(o, " }\n");
         }
         fprintf(o, "        if ((st = mrt_gemm_f32(dev%d, stream%d, 0, %d, %s, %s, %s, 1.0f, %s + ao, %s, 0, %s + bo, %s, 0, "
-                   "0.0f, %s + co, %s, 0, 1)) != MRT_OK)\n            return st;\n    }\n",
-                s, s, tb, dim_c(M), dim_c(N), dim_c(K), A, dim_c(K), Bm, ldb, C, dim_c(N));
+                   "0.0f, %s + co, %s, 0, 1)) != MRT_OK)\n            %s;\n    }\n",
+                s, s, tb, dim_c(M), dim_c(N), dim_c(K), A, dim_c(K), Bm, ldb, C, dim_c(N), on_fail(e));
         return;
     }
-    fprintf(o, "    if ((st = %s) != MRT_OK) return st;\n", call);
+    fprintf(o, "    if ((st = %s) != MRT_OK) %s;\n", call, on_fail(e));
 }
 
 static void emit_conv2d(Emit *e, const Kernel *k, char **ptr) {
@@ -239,8 +248,8 @@ static void emit_lt_gemm(Emit *e, const Kernel *k, char **ptr, int bias_leaf, in
     for (int j = 0; j < k->nleaves; j++)
         args = xprintf("%s, %s", args, j == k->gemm_leaf ? C : ptr[view_base(k->leaves[j].node)->id]);
     char *cpu = xprintf("if ((st = mrt_gemm_f32(dev%d, stream%d, 0, %d, %s, %s, %s, 1.0f, %s, %s, 0, %s, %s, 0, 0.0f, %s, "
-                        "%s, 0, 1)) != MRT_OK) return st;\n                 %s(%s, B%s)",
-                        s, s, m->trans_b, dim_c(rows), dim_c(N), dim_c(K), A, dim_c(K), Bm, ldb, C, dim_c(N),
+                        "%s, 0, 1)) != MRT_OK) %s;\n                 %s(%s, B%s)",
+                        s, s, m->trans_b, dim_c(rows), dim_c(N), dim_c(K), A, dim_c(K), Bm, ldb, C, dim_c(N), on_fail(e),
                         e->cpu_fn[!strcmp(e->kpfx, "init")][k->id], args, sym_args);
     dispatch(e, s, cpu, lt);
 }
@@ -378,7 +387,7 @@ static void emit_embedding(Emit *e, const Kernel *k, char **ptr) {
                       dim_c(shape_numel(&x->shape)), ptr[view_base(w)->id], w->shape.d[0].c, w->shape.d[1].c);
     fprintf(e->o, "    /* %s%d: %s %%%d */\n", e->kpfx, k->id, op_name(r->op), r->id);
     const char *fn = op_info[r->op].kernel; /* the CPU kernel's checked form returns a status */
-    dispatch(e, s, xprintf("if ((st = mrt_%s_checked(%s, %s)) != MRT_OK) return st", fn, what, a),
+    dispatch(e, s, xprintf("if ((st = mrt_%s_checked(%s, %s)) != MRT_OK) %s", fn, what, a, on_fail(e)),
              xprintf("mrt_cuda_%s(stream%d, %s, %s)", fn, s, a, what));
 }
 
@@ -426,7 +435,7 @@ static void emit_gather(Emit *e, const Kernel *k, char **ptr) {
                       ptr[view_base(idx)->id], idx->dtype == DT_I64, mode, dim_c(outer), dim_c(n), dim_c(kk), dim_c(inner));
     fprintf(e->o, "    /* %s%d: %s %%%d (%s along axis %d) */\n", e->kpfx, k->id, op_name(r->op), r->id, fns[mode], d);
     const char *fn = op_info[r->op].kernel;
-    dispatch(e, s, xprintf("if ((st = mrt_%s_checked(%s, %s)) != MRT_OK) return st", fn, what, a),
+    dispatch(e, s, xprintf("if ((st = mrt_%s_checked(%s, %s)) != MRT_OK) %s", fn, what, a, on_fail(e)),
              xprintf("mrt_cuda_%s(stream%d, %s, %s)", fn, s, a, what));
 }
 
@@ -486,25 +495,29 @@ static void emit_table(Emit *e, const Kernel *k, char **ptr) {
     size_t bytes = (size_t)r->ntable * dtype_size(r->dtype);
     fprintf(o, "\n        };\n");
     fprintf(o, "#ifdef MRT_WITH_CUDA\n        if (gpu%d) {\n            if ((st = mrt_memcpy(dev%d, %s, (mrt_device){MRT_DEVICE_CPU, 0}, table, "
-               "%zu, stream%d)) != MRT_OK) return st;\n        } else\n#endif\n", s, s, ptr[r->id], bytes, s);
+               "%zu, stream%d)) != MRT_OK) %s;\n        } else\n#endif\n", s, s, ptr[r->id], bytes, s, on_fail(e));
     fprintf(o, "        memcpy(%s, table, %zu);\n    }\n", ptr[r->id], bytes);
 }
 
-/* A copy between device slots, after the source slot's stream is idle; the source slot's stream
- * then waits for the copy. */
+/* A copy between device slots, on the destination's stream, once the source's work is done: from
+ * a GPU to the CPU the host waits for the source's stream; from a GPU to a GPU the destination's
+ * stream waits for it (no host wait: a CUDA graph captures it). The source slot's stream then
+ * waits for the copy. */
 static void emit_transfer(Emit *e, const Kernel *k, char **ptr) {
     FILE *o = e->o;
     const Node *r = k->lib, *src = view_base(r->in[0]);
     int s = kslot(k), ss = src->slot > 0 ? src->slot : 0;
     fprintf(o, "    /* %s%d: %s %%%d */\n", e->kpfx, k->id, op_name(r->op), r->id);
-    fprintf(o, "#ifdef MRT_WITH_CUDA\n    if (gpu%d && (st = mrt_stream_sync(dev%d, stream%d, \"%s transfer\")) != MRT_OK) return st;\n#endif\n",
-            ss, ss, ss, e->pfx);
-    fprintf(o, "    if ((st = mrt_memcpy(dev%d, %s, dev%d, %s, %s * %zu, stream%d)) != MRT_OK) return st;\n", s, ptr[r->id], ss,
-            ptr[src->id], dim_c(shape_numel(&r->shape)), dtype_size(r->dtype), s);
+    fprintf(o, "#ifdef MRT_WITH_CUDA\n    if (gpu%d && !gpu%d && (st = mrt_stream_sync(dev%d, stream%d, \"%s transfer\")) != MRT_OK) %s;\n",
+            ss, s, ss, ss, e->pfx, on_fail(e));
+    fprintf(o, "    if (gpu%d && gpu%d && (st = mrt_stream_wait(dev%d, stream%d, dev%d, stream%d, \"%s transfer\")) != MRT_OK) %s;\n#endif\n",
+            ss, s, s, s, ss, ss, e->pfx, on_fail(e));
+    fprintf(o, "    if ((st = mrt_memcpy(dev%d, %s, dev%d, %s, %s * %zu, stream%d)) != MRT_OK) %s;\n", s, ptr[r->id], ss,
+            ptr[src->id], dim_c(shape_numel(&r->shape)), dtype_size(r->dtype), s, on_fail(e));
     /* the copy runs on the destination's stream: later kernels of the source slot, which may
      * reuse the source block, wait for it (a write-after-read race on two GPUs otherwise) */
     fprintf(o, "#ifdef MRT_WITH_CUDA\n    if (gpu%d && gpu%d && (st = mrt_stream_wait(dev%d, stream%d, dev%d, stream%d, \"%s transfer\")) != MRT_OK)"
-               " return st;\n#endif\n", ss, s, ss, ss, s, s, e->pfx);
+               " %s;\n#endif\n", ss, s, ss, ss, s, s, e->pfx, on_fail(e));
 }
 
 /* emit_fns[op]: the emitter of a GEMM or library op's call, from ops.def (NULL: fused or none). */
@@ -812,7 +825,7 @@ static void emit_calls(Emit *e, const KernelList *kl, int from, int to, char **p
         int s = kslot(k);
         if (s != active) {
             /* launches and library calls run on the current device: make it this slot's (B14) */
-            fprintf(e->o, "    if (gpu%d && (st = mrt_device_activate(dev%d)) != MRT_OK) return st;\n", s, s);
+            fprintf(e->o, "    if (gpu%d && (st = mrt_device_activate(dev%d)) != MRT_OK) %s;\n", s, s, on_fail(e));
             active = s;
         }
         e->scratch = NULL;
@@ -1014,6 +1027,21 @@ static void emit_graph_begin(Emit *e, char **ptr) {
     fprintf(o, "};\n    int mrt_replayed = 0, mrt_again = 0;\n"
                "    if ((st = mrt_model_graph_begin(m, mrt_gkey, (int)(sizeof mrt_gkey / sizeof mrt_gkey[0]), &mrt_replayed)) != MRT_OK)\n"
                "        return st;\n    do {\n    if (!mrt_replayed) {\n#endif\n");
+    e->fail = "goto mrt_graph_end"; /* a call that fails while the run is being captured */
+    e->nfail = 0;
+}
+
+/* The end of the calls emit_graph_begin opened: every failing call comes here with its status,
+ * which mrt_model_graph_end returns, or, when the call failed during a capture, turns into a
+ * re-run without graphs (mrt_again). */
+static void emit_graph_end(Emit *e) {
+    FILE *o = e->o;
+    if (e->g->train) return;
+    fprintf(o, "#ifdef MRT_WITH_CUDA\n    }\n#endif\n");
+    if (e->nfail) fprintf(o, "mrt_graph_end: MRT_UNUSED;\n"); /* the CPU build may not jump to it */
+    fprintf(o, "#ifdef MRT_WITH_CUDA\n    if ((st = mrt_model_graph_end(m, st, &mrt_again)) != MRT_OK) return st;\n"
+               "    } while (mrt_again);\n#else\n    if (st != MRT_OK) return st;\n#endif\n");
+    e->fail = NULL;
 }
 
 void emit_c_source(Emit *e, FILE *o, const char *h_include) {
@@ -1223,11 +1251,10 @@ void emit_c_source(Emit *e, FILE *o, const char *h_include) {
         fprintf(o, "};\n");
         emit_graph_begin(e, ptr);
         for (int p = 0; p < nparts; p++)
-            fprintf(o, "    if ((st = %s_run_part%d(m, B%s, mrt_io)) != MRT_OK) return st;\n", e->pfx, p, sym_args);
+            fprintf(o, "    if ((st = %s_run_part%d(m, B%s, mrt_io)) != MRT_OK) %s;\n", e->pfx, p, sym_args, on_fail(e));
         if (g->train) emit_loss_check_and_step(e, o, ptr);
     }
-    if (!g->train)
-        fprintf(o, "#ifdef MRT_WITH_CUDA\n    if ((st = mrt_model_graph_end(m, &mrt_again)) != MRT_OK) return st;\n    }\n    } while (mrt_again);\n#endif\n");
+    emit_graph_end(e);
     /* outputs back to the host, then wait for every GPU */
     fprintf(o, "#ifdef MRT_WITH_CUDA\n");
     for (int i = 0; i < g->noutputs; i++) {

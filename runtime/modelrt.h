@@ -579,17 +579,22 @@ mrt_status mrt_model_stage_in(mrt_model *m, int slot, const void *p, size_t byte
 mrt_status mrt_model_stage_out(mrt_model *m, int slot, void *p, size_t off, void **use, int *back,
                                const char *name);
 
-/** For a generated run() built with CUDA: the run as a CUDA graph. A model on one GPU slot runs
- *  eagerly once (lazy set-up: library handles, plans, check records), then each run with new
- *  `key` values (the sizes, and the device pointers its kernels get for the inputs and
+/** For a generated run() built with CUDA: the run as a CUDA graph. A model whose slots are all
+ *  GPUs runs eagerly once (lazy set-up: library handles, plans, check records), then each run
+ *  with new `key` values (the sizes, and the device pointers its kernels get for the inputs and
  *  outputs: a caller's device buffer is used in place) is captured and launched, and a run
  *  with a key seen before (the last 4 kept) replays its graph: *replayed = 1, and run() skips
- *  its calls. Else the calls follow, then mrt_model_graph_end, which ends a capture and
- *  launches the graph; *again = 1 when the capture failed (the calls ran nowhere): run them
- *  again, eagerly (graphs stay off for the model). MODELRT_CUDA_GRAPHS=0 turns graphs off;
- *  models split over several slots, CPU slots and fake devices never use them. */
+ *  its calls. Over several GPUs the capture is on slot 0's stream, forked into the other slots'
+ *  streams and joined back; their later work waits for the graph. Else the calls follow, then
+ *  mrt_model_graph_end with the status they ended with (the first failing call's): when the
+ *  run was not being captured it returns that status; when it was, it ends the capture and
+ *  launches the graph, or, when a call or the capture failed (nothing ran), drops the capture,
+ *  logs a warning, sets *again = 1 and returns MRT_OK: run the calls again, eagerly (graphs stay
+ *  off for the model), and that run reports any genuine error. MODELRT_CUDA_GRAPHS=0 turns
+ *  graphs off; models with a CPU slot, GPUs without peer access between them, and fake devices
+ *  never use them. */
 mrt_status mrt_model_graph_begin(mrt_model *m, const int64_t *key, int nkey, int *replayed);
-mrt_status mrt_model_graph_end(mrt_model *m, int *again);
+mrt_status mrt_model_graph_end(mrt_model *m, mrt_status st, int *again);
 
 /** Resolve the device of every slot without allocating anything: slot 0 from `device`, the
  *  pinned ones through `device_map`, then the memory pre-flight, with the policy and the errors

@@ -1034,21 +1034,22 @@ static inline mrt_status mrt_cuda_conv2d_wgrad(void *stream, const mrt_conv2d_pa
                                      p->sw, p->pt, p->pl, p->dh, p->dw, p->groups, col);
 }
 /** One dispatch point per kernel call in generated code: the CUDA call (an mrt_status
- *  expression) when the slot's device is a GPU, else the CPU statement; a failing status
- *  returns from the caller, which has `mrt_status st` in scope. */
-#define MRT_DISPATCH(gpu, cuda_call, cpu_stmt)                                                                   \
+ *  expression) when the slot's device is a GPU, else the CPU statement; a failing status runs
+ *  `on_error` (`return st`, or a goto to the end of the calls a CUDA graph may capture) in the
+ *  caller, which has `mrt_status st` in scope. */
+#define MRT_DISPATCH(gpu, cuda_call, cpu_stmt, on_error)                                                         \
     do {                                                                                                       \
         if (gpu) {                                                                                             \
-            if ((st = (cuda_call)) != MRT_OK) return st;                                                       \
+            if ((st = (cuda_call)) != MRT_OK) on_error;                                                        \
         } else {                                                                                               \
             cpu_stmt;                                                                                          \
         }                                                                                                      \
     } while (0)
 #else
-#define MRT_DISPATCH(gpu, cuda_call, cpu_stmt) \
-    do {                                       \
-        (void)(gpu);                           \
-        cpu_stmt;                              \
+#define MRT_DISPATCH(gpu, cuda_call, cpu_stmt, on_error) \
+    do {                                                 \
+        (void)(gpu);                                     \
+        cpu_stmt;                                        \
     } while (0)
 #endif
 

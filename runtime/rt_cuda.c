@@ -18,9 +18,9 @@
  * real alignments (a caller's buffer used in place may be only 4-byte aligned) and the stream's
  * workspace (the one cuBLAS uses); a shape the heuristic has no algorithm for runs as a cuBLAS
  * GEMM and a bias/activation kernel instead. Copies between two GPUs: a peer copy on the
- * destination's stream, which the source's stream then waits for (mrt_stream_wait, from the
- * generated code), or, without peer access, a synchronous copy through one pinned buffer kept
- * for the process.
+ * destination's stream, after that stream waited for the source's, and which the source's stream
+ * then waits for (mrt_stream_wait, from the generated code), or, without peer access, a
+ * synchronous copy through one pinned buffer kept for the process.
  */
 #include "rt_internal.h"
 
@@ -410,7 +410,7 @@ static pthread_mutex_t rt_peer_lock = PTHREAD_MUTEX_INITIALIZER;
 static unsigned char rt_peer_state[RT_CUDA_MAX_DEVICES][RT_CUDA_MAX_DEVICES]; /* 0 ?, 1 yes, 2 no */
 
 /* 1 if dst can read src's memory directly (enabling access once per pair), else 0. */
-static int rt_peer_ok(int dst, int src)
+int rt_cuda_peer_access(int dst, int src)
 {
     pthread_mutex_lock(&rt_peer_lock);
     unsigned char *st = &rt_peer_state[dst][src];
@@ -442,7 +442,7 @@ mrt_status rt_cuda_memcpy(mrt_device dst_dev, void *dst, mrt_device src_dev, con
     int prev, work;
     if (dst_dev.kind == MRT_DEVICE_CUDA && src_dev.kind == MRT_DEVICE_CUDA &&
         dst_dev.index != src_dev.index) {
-        if (rt_peer_ok(dst_dev.index, src_dev.index)) {
+        if (rt_cuda_peer_access(dst_dev.index, src_dev.index)) {
             work = dst_dev.index;
             e = rt_guard_enter(work, &prev);
             if (e == cudaSuccess)
@@ -557,10 +557,11 @@ static void rt_cuda_workspace_release(int index, void *stream)
 
 /* ---------------------------------------------------------------- CUDA graphs */
 
-/* A model's run, captured on its stream (rt_model.c decides when): cudaStreamBeginCapture in
- * thread-local mode, so that only this thread's unsafe calls break it and other threads' work
- * goes on; the end instantiates the graph, or updates the executable graph given (the same
- * kernels with other sizes or pointers), and launches it. */
+/* A model's run, captured on its (first slot's) stream, rt_model.c decides when and forks the
+ * other slots' streams into it: cudaStreamBeginCapture in thread-local mode, so that only this
+ * thread's unsafe calls break it and other threads' work goes on; the end instantiates the
+ * graph, or updates the executable graph given (the same kernels with other sizes or
+ * pointers), and launches it. */
 mrt_status rt_cuda_graph_begin(int index, void *stream)
 {
     int prev;

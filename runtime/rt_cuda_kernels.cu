@@ -1715,6 +1715,15 @@ extern "C" void rt_cuda_checks_restore(int device, void *stream, const void *sav
     pthread_mutex_unlock(&g_checks_lock);
 }
 
+extern "C" void rt_cuda_checks_drop(int device, void *stream)
+{
+    pthread_mutex_lock(&g_checks_lock);
+    Checks *c = checks_find((cudaStream_t)stream, device);
+    if (c)
+        c->n = 0;
+    pthread_mutex_unlock(&g_checks_lock);
+}
+
 extern "C" void rt_cuda_checks_release(int device, void *stream)
 {
     pthread_mutex_lock(&g_checks_lock);

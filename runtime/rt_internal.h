@@ -102,14 +102,21 @@ int rt_cuda_checks_pending(int device, void *stream);
  *  graph that queued them is launched again (free the copy with free()). */
 void *rt_cuda_checks_save(int device, void *stream);
 void rt_cuda_checks_restore(int device, void *stream, const void *saved);
+/** Forget the records queued on the stream since its last synchronization: a capture that was
+ *  dropped queued them, and their kernels ran nowhere. */
+void rt_cuda_checks_drop(int device, void *stream);
 /** CUDA graphs (rt_cuda.c): capture the work queued on `stream` from _begin to _end, which
  *  instantiates it (or updates *exec) and launches it; _launch replays *exec; _abort ends a
- *  capture left open by a failed run and drops it. */
+ *  capture left open by a failed run and drops it. Other streams join the capture by waiting for
+ *  `stream` (rt_cuda_stream_wait) and must be joined back before _end. */
 mrt_status rt_cuda_graph_begin(int index, void *stream);
 mrt_status rt_cuda_graph_end(int index, void *stream, void **exec);
 mrt_status rt_cuda_graph_launch(int index, void *stream, void *exec);
 void rt_cuda_graph_abort(int index, void *stream);
 void rt_cuda_graph_destroy(int index, void *exec);
+/** 1 if cuda:dst can read cuda:src's memory directly (peer access, enabled once per pair), so that
+ *  a copy between them is queued on a stream; 0 if such copies go through the host. */
+int rt_cuda_peer_access(int dst, int src);
 /** cuBLAS's workspace for `stream` on cuda:index (allocated once per stream, freed with it) and
  *  its size, which the memory pre-flight counts for every CUDA slot. */
 mrt_status rt_cuda_workspace(int index, void *stream, void **out);

@@ -550,7 +550,10 @@ mrt_status mrt_model_stage_out(mrt_model *m, int slot, void *p, size_t off, void
 /* ---------------------------------------------------------------- CUDA graphs */
 
 /* The graphs of a model's run (mrt_model_graph_begin in modelrt.h): the last RT_GRAPHS keys,
- * each with its executable graph and what the host keeps of the checks the run queues. */
+ * each with its executable graph and what the host keeps of the checks the run queues on each
+ * slot's stream. A run over several GPU slots is captured on slot 0's stream, which forks into
+ * the other slots' streams and joins them back (mrt_stream_wait: an event each way), so that
+ * one graph, launched on slot 0's stream, holds every slot's work and the copies between them. */
 #define RT_GRAPHS 4
 /* The device memory the pre-flight reserves per executable graph. An estimate: what the driver
  * allocates at instantiation (its nodes' launch parameters and descriptors) is undocumented
@@ -562,7 +565,7 @@ typedef struct {
     int64_t *key;
     int nkey;
     void *exec;
-    void *checks;
+    void *checks[MRT_MAX_SLOTS];
     unsigned long long used;
 } rt_graph;
 
@@ -576,6 +579,8 @@ typedef struct {
     rt_graph g[RT_GRAPHS];
 } rt_graphs;
 
+/* Graphs for this model's runs: not turned off, every slot a (real) GPU, no wait after each
+ * launch. */
 static int graphs_wanted(const mrt_model *m)
 {
     static int env = -1; /* MODELRT_CUDA_GRAPHS, read once */
@@ -583,8 +588,53 @@ static int graphs_wanted(const mrt_model *m)
         const char *v = getenv("MODELRT_CUDA_GRAPHS");
         env = !(v && (!strcmp(v, "0") || !strcmp(v, "off") || !strcmp(v, "no")));
     }
-    return env && m->desc->n_slots == 1 && m->dev[0].kind == MRT_DEVICE_CUDA && rt_fake_cuda_count(NULL) < 0 &&
-           !rt_cuda_sync_each(); /* MODELRT_CUDA_SYNC=1 waits after every launch: nothing to capture */
+    if (!env || rt_fake_cuda_count(NULL) >= 0 || rt_cuda_sync_each()) /* MODELRT_CUDA_SYNC=1: nothing to capture */
+        return 0;
+    for (int s = 0; s < m->desc->n_slots; s++)
+        if (m->dev[s].kind != MRT_DEVICE_CUDA)
+            return 0;
+    return 1;
+}
+
+/* Every pair of the slots' GPUs can copy directly (a staged copy waits on the host). */
+static int graphs_peers(const mrt_model *m)
+{
+    for (int s = 0; s < m->desc->n_slots; s++)
+        for (int t = 0; t < m->desc->n_slots; t++)
+            if (m->dev[s].index != m->dev[t].index && !rt_cuda_peer_access(m->dev[s].index, m->dev[t].index))
+                return 0;
+    return 1;
+}
+
+/* Slot 0's stream waits for the work queued so far on every other slot's stream (before a
+ * capture or a launch: their staged inputs; before the capture ends: the join), or, with
+ * `fork`, every other slot's stream waits for slot 0's (the fork into a capture; after a
+ * launch: their copies back and synchronizations). The host does not wait. */
+static mrt_status graphs_streams_wait(mrt_model *m, int fork)
+{
+    mrt_status st = MRT_OK;
+    for (int s = 1; s < m->desc->n_slots && st == MRT_OK; s++)
+        st = fork ? mrt_stream_wait(m->dev[s], m->stream[s], m->dev[0], m->stream[0], m->desc->name)
+                  : mrt_stream_wait(m->dev[0], m->stream[0], m->dev[s], m->stream[s], m->desc->name);
+    return st;
+}
+
+/* The run cannot be a CUDA graph (`why`): the capture, if one is open, ends and is dropped with
+ * the check records it queued (their kernels ran nowhere), and graphs go off for the model. */
+static void graphs_give_up(mrt_model *m, const char *why)
+{
+    rt_graphs *G = m->graphs;
+    char reason[512];
+    snprintf(reason, sizeof reason, "%s", why);
+    if (G->capturing) {
+        (void)graphs_streams_wait(m, 0); /* joined back, so that the capture can end (fails once invalidated) */
+        rt_cuda_graph_abort(m->dev[0].index, m->stream[0]);
+        G->capturing = 0;
+    }
+    for (int s = 0; s < m->desc->n_slots; s++)
+        rt_cuda_checks_drop(m->dev[s].index, m->stream[s]);
+    G->off = 1;
+    mrt_log(MRT_LOG_WARN, "%s: the run cannot be a CUDA graph (%s); running without graphs", m->desc->name, reason);
 }
 
 /* What the memory pre-flight counts for the run's CUDA graphs on devs: RT_GRAPHS graphs of
@@ -616,7 +666,8 @@ static void graphs_free(mrt_model *m)
     for (int i = 0; i < RT_GRAPHS; i++) {
         rt_cuda_graph_destroy(m->dev[0].index, G->g[i].exec);
         free(G->g[i].key);
-        free(G->g[i].checks);
+        for (int s = 0; s < MRT_MAX_SLOTS; s++)
+            free(G->g[i].checks[s]);
     }
     free(G->key);
     free(G);
@@ -629,27 +680,35 @@ mrt_status mrt_model_graph_begin(mrt_model *m, const int64_t *key, int nkey, int
     if (!graphs_wanted(m))
         return MRT_OK;
     rt_graphs *G = m->graphs;
-    if (!G && !(G = m->graphs = calloc(1, sizeof *G)))
-        return mrt_set_error(MRT_ERR_OOM, "%s: out of memory for its CUDA graphs", m->desc->name);
-    int dev = m->dev[0].index;
+    if (!G) {
+        if (!(G = m->graphs = calloc(1, sizeof *G)))
+            return mrt_set_error(MRT_ERR_OOM, "%s: out of memory for its CUDA graphs", m->desc->name);
+        G->off = !graphs_peers(m); /* GPUs without peer access copy through the host: eager */
+    }
+    int ns = m->desc->n_slots, dev = m->dev[0].index;
     void *stream = m->stream[0];
-    if (G->capturing) { /* the last run failed during its capture: that run cannot be captured */
-        rt_cuda_graph_abort(dev, stream);
-        G->capturing = 0;
-        G->off = 1;
+    if (G->capturing) /* a run left its capture open (it returned between begin and end) */
+        graphs_give_up(m, "the last run stopped during its capture");
+    int pending = 0;
+    for (int s = 0; s < ns; s++) {
+        int p = rt_cuda_checks_pending(m->dev[s].index, m->stream[s]);
+        G->off |= p < 0; /* records overflowed: a run synchronizes the host in its middle */
+        pending |= p != 0;
     }
-    int pending = rt_cuda_checks_pending(dev, stream);
-    if (G->off || !G->warm || pending != 0) { /* records overflowed (-1), or the last run's not read */
-        G->off |= pending < 0;
+    if (G->off || !G->warm || pending) /* the last run's checks not read yet */
         return MRT_OK;
-    }
     G->tick++;
     for (int i = 0; i < RT_GRAPHS; i++) {
         rt_graph *g = &G->g[i];
         if (g->exec && g->nkey == nkey && !memcmp(g->key, key, sizeof *key * (size_t)nkey)) {
             g->used = G->tick;
-            rt_cuda_checks_restore(dev, stream, g->checks);
-            mrt_status st = rt_cuda_graph_launch(dev, stream, g->exec);
+            for (int s = 0; s < ns; s++)
+                rt_cuda_checks_restore(m->dev[s].index, m->stream[s], g->checks[s]);
+            mrt_status st = graphs_streams_wait(m, 0);
+            if (st == MRT_OK)
+                st = rt_cuda_graph_launch(dev, stream, g->exec);
+            if (st == MRT_OK)
+                st = graphs_streams_wait(m, 1);
             *replayed = st == MRT_OK;
             return st;
         }
@@ -659,48 +718,59 @@ mrt_status mrt_model_graph_begin(mrt_model *m, const int64_t *key, int nkey, int
         return mrt_set_error(MRT_ERR_OOM, "%s: out of memory for its CUDA graphs", m->desc->name);
     memcpy(G->key, key, sizeof *key * (size_t)nkey);
     G->nkey = nkey;
-    mrt_status st = rt_cuda_graph_begin(dev, stream);
+    mrt_status st = graphs_streams_wait(m, 0);
+    if (st == MRT_OK)
+        st = rt_cuda_graph_begin(dev, stream);
     G->capturing = st == MRT_OK;
+    if (G->capturing && graphs_streams_wait(m, 1) != MRT_OK) /* the fork */
+        graphs_give_up(m, mrt_last_error());
     return st;
 }
 
-mrt_status mrt_model_graph_end(mrt_model *m, int *again)
+mrt_status mrt_model_graph_end(mrt_model *m, mrt_status st, int *again)
 {
     *again = 0;
     rt_graphs *G = m->graphs;
-    if (!G || !graphs_wanted(m))
-        return MRT_OK;
-    if (!G->capturing) {
-        G->warm = 1;
+    if (!G || !G->capturing) {
+        if (G && st == MRT_OK)
+            G->warm = 1;
+        return st; /* an eager run: its error, if any */
+    }
+    if (st != MRT_OK) { /* a call failed during the capture: nothing ran; again, eagerly */
+        graphs_give_up(m, mrt_last_error());
+        *again = 1;
         return MRT_OK;
     }
-    G->capturing = 0;
     int dev = m->dev[0].index;
     void *stream = m->stream[0];
     rt_graph *g = &G->g[0];
     for (int i = 1; i < RT_GRAPHS; i++) /* an empty entry, else the least recently used */
         if (g->exec && (!G->g[i].exec || G->g[i].used < g->used))
             g = &G->g[i];
-    mrt_status st = rt_cuda_graph_end(dev, stream, &g->exec); /* updates g->exec when it can */
     free(g->key);
-    free(g->checks);
     g->key = NULL;
-    g->checks = NULL;
-    if (st != MRT_OK) { /* the capture, instantiation or launch failed: nothing ran; again, eagerly */
-        mrt_log(MRT_LOG_WARN, "%s: the run cannot be a CUDA graph (%s); running without graphs", m->desc->name,
-                mrt_last_error());
+    for (int s = 0; s < MRT_MAX_SLOTS; s++) {
+        free(g->checks[s]);
+        g->checks[s] = NULL;
+    }
+    st = graphs_streams_wait(m, 0); /* the join */
+    if (st == MRT_OK)
+        st = rt_cuda_graph_end(dev, stream, &g->exec); /* ends the capture; updates g->exec when it can */
+    if (st != MRT_OK) { /* the join, capture, instantiation or launch failed: nothing ran; again, eagerly */
         rt_cuda_graph_destroy(dev, g->exec);
         g->exec = NULL;
-        G->off = 1;
+        graphs_give_up(m, mrt_last_error()); /* ends the capture if it is still open */
         *again = 1;
         return MRT_OK;
     }
+    G->capturing = 0;
     g->key = G->key;
     g->nkey = G->nkey;
     g->used = G->tick;
-    g->checks = rt_cuda_checks_save(dev, stream);
+    for (int s = 0; s < m->desc->n_slots; s++)
+        g->checks[s] = rt_cuda_checks_save(m->dev[s].index, m->stream[s]);
     G->key = NULL;
-    return MRT_OK;
+    return graphs_streams_wait(m, 1); /* the other slots' later work waits for the graph */
 }
 
 /* ---------------------------------------------------------------- memory */

@@ -132,6 +132,15 @@ void rt_cuda_graph_abort(int index, void *stream)
 {
 }
 
+void rt_cuda_checks_drop(int device, void *stream)
+{
+}
+
+int rt_cuda_peer_access(int dst, int src)
+{
+    return 0;
+}
+
 void rt_cuda_graph_destroy(int index, void *exec)
 {
 }

@@ -78,6 +78,9 @@ long g_fault_at = 1, g_fault_seen = 0;
 cudaError_t g_sticky = cudaSuccess; // a fault while a kernel ran: every later call fails with it
 std::string g_sample_kernel;        // CUDASIM_SAMPLE_BLOCKS=NAME:B,...: kernels whose name has NAME
 std::vector<long long> g_sample;    // run only these linear blocks (negative: from the grid's end)
+// CUDASIM_CAPTURE_FAIL=op:N: the N-th operation queued on a capturing stream fails; =end[:N]: the
+// N-th cudaStreamEndCapture (default every one). 0: none.
+long g_capfail_op = 0, g_capfail_op_seen = 0, g_capfail_end = 0, g_capfail_end_seen = 0;
 
 thread_local int t_dev = 0;
 thread_local cudaError_t t_err = cudaSuccess;
@@ -166,6 +169,21 @@ void init_once()
             return;
         }
         g_sample_kernel.assign(sample, (size_t)(colon - sample));
+    }
+    const char *capfail = getenv("CUDASIM_CAPTURE_FAIL");
+    if (capfail && *capfail) {
+        const char *colon = strchr(capfail, ':');
+        long n = colon ? parse_num(colon + 1, colon + strlen(colon), 1, 1L << 30) : 0;
+        size_t kw = colon ? (size_t)(colon - capfail) : strlen(capfail);
+        if (kw == 2 && !strncmp(capfail, "op", 2) && n > 0) {
+            g_capfail_op = n;
+        } else if (kw == 3 && !strncmp(capfail, "end", 3) && (!colon || n > 0)) {
+            g_capfail_end = colon ? n : -1;
+        } else {
+            report("CUDASIM_CAPTURE_FAIL='%s' is malformed: expected op:N or end[:N]", capfail);
+            g_init_err = cudaErrorInitializationError;
+            return;
+        }
     }
     const char *sched = getenv("CUDASIM_SCHEDULE");
     if (sched && strcmp(sched, "reverse") == 0) {
@@ -319,6 +337,11 @@ const ErrorText k_errors[] = {
      "operation not permitted when stream is capturing"},
     {cudaErrorStreamCaptureInvalidated, "cudaErrorStreamCaptureInvalidated",
      "operation failed due to a previous error during capture"},
+    {cudaErrorStreamCaptureUnmatched, "cudaErrorStreamCaptureUnmatched", "the capture was not initiated in this stream"},
+    {cudaErrorStreamCaptureUnjoined, "cudaErrorStreamCaptureUnjoined",
+     "the capture sequence contains a fork that was not joined to the primary stream"},
+    {cudaErrorStreamCaptureIsolation, "cudaErrorStreamCaptureIsolation",
+     "a dependency would have been created which crosses the capture sequence boundary"},
     {cudaErrorStreamCaptureImplicit, "cudaErrorStreamCaptureImplicit",
      "operation would make the legacy stream depend on a capturing blocking stream"},
     {cudaErrorIllegalState, "cudaErrorIllegalState", "operation not permitted in this state"},
@@ -590,14 +613,23 @@ struct Op {
     bool device = false; // touches device memory (a copy, a kernel, a library call)
 };
 
-/* A stream capture (cudaStreamBeginCapture): the operations queued on the stream since, in
- * order, instead of running; an error while capturing invalidates it (cudaStreamEndCapture then
- * fails with cudaErrorStreamCaptureInvalidated). */
+/* A stream capture (cudaStreamBeginCapture): the operations queued since, in order, instead of
+ * running, on the stream that began it (the origin) and on the streams it forked into (a stream
+ * that waits for an event recorded during the capture joins it); an error while capturing
+ * invalidates it (cudaStreamEndCapture then fails with cudaErrorStreamCaptureInvalidated). The
+ * capture ends on its origin, once the origin has waited for every other member's last
+ * operation, directly (an event recorded on that member; CUDA also accepts a join through
+ * another member), else cudaErrorStreamCaptureUnjoined. */
 struct Capture {
     std::vector<Op> ops;
     bool invalid = false;
+    bool ended = false;
     int mode;          // cudaStreamCaptureMode
     pthread_t thread;  // the thread that began it
+    Stream *origin = nullptr;
+    std::vector<Stream *> members;        // the origin first, then the streams forked into it
+    std::map<Stream *, uint64_t> queued;  // operations each member added
+    std::map<Stream *, uint64_t> joined;  // each member's operations the origin has waited for
 };
 
 struct Stream {
@@ -645,6 +677,10 @@ struct Event {
     uint64_t gen = 0;
     bool stamped = false;
     double ms = 0;
+    // last recorded during a capture: the capture, the stream and its operations in it so far
+    std::shared_ptr<Capture> cap = nullptr;
+    Stream *cap_stream = nullptr;
+    uint64_t cap_count = 0;
 };
 std::map<Event *, bool> g_events;
 
@@ -740,6 +776,7 @@ void enqueue(Stream *s, Op op)
 {
     if (s->cap) {
         s->cap->ops.push_back(std::move(op));
+        s->cap->queued[s]++;
         return;
     }
     s->enq++;
@@ -791,6 +828,34 @@ bool capture_refuses(Stream *s, const char *api, const char *why)
     if (!s->cap)
         return false;
     report("%s on a capturing stream: %s (cudaErrorStreamCaptureUnsupported); the capture is invalidated", api, why);
+    s->cap->invalid = true;
+    return true;
+}
+
+/* End capture c: its members stop capturing (the origin's cudaStreamEndCapture, or the origin's
+ * destruction). */
+void capture_close(const std::shared_ptr<Capture> &c)
+{
+    for (Stream *m : c->members)
+        if (g_stream_ids.count(m) && m->cap == c)
+            m->cap = nullptr;
+    c->ended = true;
+    if (c->mode == cudaStreamCaptureModeGlobal)
+        g_captures_global--;
+    if (c->mode != cudaStreamCaptureModeRelaxed)
+        t_captures--;
+}
+
+/* The fault CUDASIM_CAPTURE_FAIL=op:N injects: the N-th operation queued on a capturing stream
+ * (a kernel, a copy, a memset, a library call, a host function) fails as an operation CUDA cannot
+ * capture does, with cudaErrorStreamCaptureUnsupported, and invalidates the capture. */
+bool capture_injected(Stream *s, const char *api)
+{
+    if (!s->cap || !g_capfail_op || ++g_capfail_op_seen != g_capfail_op)
+        return false;
+    report("%s on a capturing stream: fails as CUDASIM_CAPTURE_FAIL=op:%ld asks (cudaErrorStreamCaptureUnsupported); "
+           "the capture is invalidated",
+           api, g_capfail_op);
     s->cap->invalid = true;
     return true;
 }
@@ -1235,6 +1300,8 @@ cudaError_t memcpy_impl(const char *api, void *dst, const void *src, size_t n, e
     if (s->cap && (ws == Where::Host || wd == Where::Host) &&
         capture_refuses(s, api, "a copy to or from pageable host memory cannot be captured (use pinned memory)"))
         return cudaErrorStreamCaptureUnsupported;
+    if (capture_injected(s, api))
+        return cudaErrorStreamCaptureUnsupported;
     if (async && ws == Where::Host && dst_dev) { // pageable source: staged now, as the driver does
         auto staged = std::make_shared<std::vector<unsigned char>>((const unsigned char *)src,
                                                                    (const unsigned char *)src + n);
@@ -1265,6 +1332,8 @@ cudaError_t memset_impl(const char *api, void *p, int value, size_t n, Stream *s
     char what[128];
     snprintf(what, sizeof what, "%s of %zu bytes at %p", api, n, p);
     if (s->is_null && capture_forbids(api))
+        return cudaErrorStreamCaptureUnsupported;
+    if (capture_injected(s, api))
         return cudaErrorStreamCaptureUnsupported;
     enqueue(s, Op{what, [p, value, n] { memset(p, value, n); }, true});
     return cudaSuccess;
@@ -1707,6 +1776,8 @@ static cudaError_t peer_copy(const char *api, void *dst, int dd, const void *src
     snprintf(what, sizeof what, "%s of %zu bytes to %p (cuda:%d) from %p (cuda:%d)", api, n, dst, dd, src, sd);
     if (!s && capture_forbids(api))
         return cudaErrorStreamCaptureUnsupported;
+    if (s && capture_injected(s, api))
+        return cudaErrorStreamCaptureUnsupported;
     g_counts.copies++;
     if (!s) { // synchronous: after the work of both devices' blocking streams
         g_counts.host_syncs++;
@@ -1824,10 +1895,11 @@ CUDASIM_EXPORT cudaError_t cudaStreamDestroy(cudaStream_t h)
         return fail(cudaErrorInvalidResourceHandle);
     if ((e = resolve(h, &s)) != cudaSuccess)
         return fail(e);
-    if (s->cap) { // a capture in progress ends with its stream
-        if (s->cap->mode == cudaStreamCaptureModeGlobal)
-            g_captures_global--;
-        t_captures--;
+    if (s->cap && s->cap->origin == s) { // a capture in progress ends with its origin
+        capture_close(s->cap);
+    } else if (s->cap) { // a member leaves: what it forked is lost
+        s->cap->invalid = true;
+        s->cap->members.erase(std::remove(s->cap->members.begin(), s->cap->members.end(), s), s->cap->members.end());
         s->cap = nullptr;
     }
     flush(s); // its work completes, then it goes
@@ -1875,8 +1947,32 @@ CUDASIM_EXPORT cudaError_t cudaStreamWaitEvent(cudaStream_t h, cudaEvent_t ev, u
         return fail(e);
     if (flags != 0)
         return fail(cudaErrorInvalidValue);
-    if (capture_refuses(s, "cudaStreamWaitEvent", "the simulator captures one stream only (no fork or join)"))
-        return fail(cudaErrorStreamCaptureUnsupported);
+    if (v->cap && !v->cap->ended) { // an event of a capture: a dependency inside it
+        std::shared_ptr<Capture> c = v->cap;
+        if (s->cap && s->cap != c) {
+            report("cudaStreamWaitEvent: the stream is capturing, and the event was recorded in another capture "
+                   "(cudaErrorStreamCaptureIsolation); both captures are invalidated");
+            s->cap->invalid = c->invalid = true;
+            return fail(cudaErrorStreamCaptureIsolation);
+        }
+        if (!s->cap) { // the capture forks into s
+            if (s->is_null) {
+                report("cudaStreamWaitEvent: the legacy NULL stream cannot join a capture (cudaErrorStreamCaptureImplicit); "
+                       "the capture is invalidated");
+                c->invalid = true;
+                return fail(cudaErrorStreamCaptureImplicit);
+            }
+            s->cap = c;
+            c->members.push_back(s);
+        }
+        if (s == c->origin && v->cap_stream != s)
+            c->joined[v->cap_stream] = std::max(c->joined[v->cap_stream], v->cap_count);
+        return cudaSuccess;
+    }
+    if (capture_refuses(s, "cudaStreamWaitEvent",
+                        "the event was not recorded in this capture (a dependency across its boundary, "
+                        "cudaErrorStreamCaptureIsolation)"))
+        return fail(cudaErrorStreamCaptureIsolation);
     if (!v->stream || v->stream == s->id)
         return cudaSuccess;
     uint64_t src = v->stream, seq = v->seq;
@@ -1899,6 +1995,8 @@ CUDASIM_EXPORT cudaError_t cudaLaunchHostFunc(cudaStream_t h, cudaHostFn_t fn, v
         return fail(e);
     if (!fn)
         return fail(cudaErrorInvalidValue);
+    if (capture_injected(s, "cudaLaunchHostFunc"))
+        return fail(cudaErrorStreamCaptureUnsupported);
     enqueue(s, Op{"cudaLaunchHostFunc", [fn, data] { fn(data); }});
     return cudaSuccess;
 }
@@ -1927,6 +2025,8 @@ CUDASIM_EXPORT cudaError_t cudaStreamBeginCapture(cudaStream_t h, enum cudaStrea
     s->cap = std::make_shared<Capture>();
     s->cap->mode = mode;
     s->cap->thread = pthread_self();
+    s->cap->origin = s;
+    s->cap->members.push_back(s);
     if (mode == cudaStreamCaptureModeGlobal)
         g_captures_global++;
     if (mode != cudaStreamCaptureModeRelaxed)
@@ -1951,17 +2051,30 @@ CUDASIM_EXPORT cudaError_t cudaStreamEndCapture(cudaStream_t h, cudaGraph_t *out
         return fail(cudaErrorIllegalState);
     }
     std::shared_ptr<Capture> c = s->cap;
+    if (c->origin != s) {
+        report("cudaStreamEndCapture: the stream joined a capture another stream began, on which it must end "
+               "(cudaErrorStreamCaptureUnmatched); the capture is invalidated");
+        c->invalid = true;
+        return fail(cudaErrorStreamCaptureUnmatched);
+    }
     if (!pthread_equal(c->thread, pthread_self()) && c->mode != cudaStreamCaptureModeRelaxed) {
         report("cudaStreamEndCapture: called from another thread than cudaStreamBeginCapture");
         return fail(cudaErrorStreamCaptureWrongThread);
     }
-    s->cap = nullptr;
-    if (c->mode == cudaStreamCaptureModeGlobal)
-        g_captures_global--;
-    if (c->mode != cudaStreamCaptureModeRelaxed)
-        t_captures--;
+    capture_close(c);
     if (c->invalid)
         return fail(cudaErrorStreamCaptureInvalidated);
+    for (Stream *m : c->members)
+        if (m != s && c->queued[m] > c->joined[m]) {
+            report("cudaStreamEndCapture: the capture forked into a stream of cuda:%d whose last %llu operations were "
+                   "not joined back into the origin stream (cudaErrorStreamCaptureUnjoined)",
+                   m->device, (unsigned long long)(c->queued[m] - c->joined[m]));
+            return fail(cudaErrorStreamCaptureUnjoined);
+        }
+    if (g_capfail_end && (g_capfail_end < 0 || ++g_capfail_end_seen == g_capfail_end)) {
+        report("cudaStreamEndCapture: fails as CUDASIM_CAPTURE_FAIL=end asks (cudaErrorStreamCaptureInvalidated)");
+        return fail(cudaErrorStreamCaptureInvalidated);
+    }
     Graph *g = new Graph{s->device, std::move(c->ops)};
     g_graphs.insert(g);
     *out = (cudaGraph_t)g;
@@ -2140,9 +2253,16 @@ CUDASIM_EXPORT cudaError_t cudaEventRecord(cudaEvent_t ev, cudaStream_t h)
         report("cudaEventRecord: the event belongs to cuda:%d, the stream to cuda:%d", v->device, s->device);
         return fail(cudaErrorInvalidResourceHandle);
     }
-    if (capture_refuses(s, "cudaEventRecord", "the simulator captures one stream only (no fork or join)"))
-        return fail(cudaErrorStreamCaptureUnsupported);
     uint64_t gen = ++v->gen;
+    if (s->cap) { // a point of the capture, for cudaStreamWaitEvent: no operation of its own
+        v->cap = s->cap;
+        v->cap_stream = s;
+        v->cap_count = s->cap->queued[s];
+        v->stream = 0;
+        v->stamped = false;
+        return cudaSuccess;
+    }
+    v->cap = nullptr;
     v->stream = s->id;
     v->stamped = false;
     enqueue(s, Op{"cudaEventRecord", [v, gen] {
@@ -2247,6 +2367,8 @@ CUDASIM_EXPORT void cudasim_launch_kernel(const char *name, const void *func, di
                w == Where::Device ? ", and peer access to it is not enabled" : "");
         return refuse(cudaErrorIllegalAddress);
     }
+    if (capture_injected(s, (std::string("kernel ") + name).c_str()))
+        return refuse(cudaErrorStreamCaptureUnsupported);
     auto L = std::make_shared<Launch>();
     L->name = name;
     L->device = dev;
@@ -2394,6 +2516,11 @@ CUDASIM_EXPORT cudaError_t cudasim_enqueue(cudaStream_t stream, const char *what
         if (drop)
             drop(arg);
         return e;
+    }
+    if (capture_injected(s, what)) {
+        if (drop)
+            drop(arg);
+        return fail(cudaErrorStreamCaptureUnsupported);
     }
     std::shared_ptr<void> owner(arg, [drop](void *p) {
         if (drop)

@@ -19,7 +19,9 @@
 #      (graphs_check.c: replay, re-capture, device buffers, a check in a replay), and
 #      tests/numeric's dev_split_bits with its cpu:N
 #      regions mapped to two GPUs, with peer access and without (staged copies), and
-#      tests/cudasim/transfer_race.model (a peer copy whose source block is reused at once);
+#      tests/cudasim/transfer_race.model (a peer copy whose source block is reused at once),
+#      then each of them replayed as one CUDA graph over its GPUs (eager without peer access),
+#      and digits falling back to eager runs when its capture fails (CUDASIM_CAPTURE_FAIL);
 #   6. the examples ResNet-18 and GPT-2 (batch 1) and MiniLM with MODELRT_DEVICE=cuda, each
 #      against PyTorch by its own check.py as make gpu-check runs them (about 10, 3 and 10 s),
 #      then ResNet-18 replayed as a CUDA graph (its counts, and the eager run's logits);
@@ -311,6 +313,44 @@ else
     failed=1
 fi
 
+# A call that fails while the run is being captured as a CUDA graph (CUDASIM_CAPTURE_FAIL=op:N:
+# the N-th operation queued on a capturing stream, here digits' first or second GEMM; =end:
+# cudaStreamEndCapture) makes that run itself fall back: the capture is dropped and its calls run
+# again eagerly. The logits are the CPU run's, one warning says so, and the timed runs after it
+# run with graphs off (--repeat 3 after the eager and the capturing warm-ups).
+digits_cpu4="$work/digits_cpu4.npy"
+"$work/model_digits/prog" --weights "$ex/digits.safetensors" --input x="$work/digits_x4.npy" --output logits="$digits_cpu4" \
+    --device cpu >/dev/null 2>&1 || echo "FAIL: cudasim/model/digits_capture_fail: the CPU run failed"
+for inj in op:1 op:2 end; do
+    log="$work/capture_fail.log"
+    rm -f "$work/capture_fail.npy"
+    CUDASIM_DEVICES=1 CUDASIM_CAPTURE_FAIL=$inj "$work/model_digits/prog" --weights "$ex/digits.safetensors" \
+        --input x="$work/digits_x4.npy" --output logits="$work/capture_fail.npy" --device cuda --time --repeat 3 >"$log" 2>&1
+    rc=$?
+    got="$(sed -n 's/^time: simulated CUDA per run: //p' "$log")"
+    want="0 kernel launches, 2 library calls, 0 graph launches, 2 copies, 2 host synchronizations"
+    warns="$(grep -c 'cannot be a CUDA graph (.*); running without graphs' "$log")"
+    name="digits_capture_fail_${inj%%:*}${inj#*:}"
+    [ "$inj" = end ] && name=digits_capture_fail_end
+    if [ $rc -ne 0 ] || [ "$warns" != 1 ] || [ "$got" != "$want" ]; then
+        fail_log "model/$name" "CUDASIM_CAPTURE_FAIL=$inj: exit status $rc, $warns 'cannot be a CUDA graph' warnings (want 1), per run: '$got' (want '$want')" "$log"
+        continue
+    fi
+    "$PY" - "$name" "$digits_cpu4" "$work/capture_fail.npy" "$inj" <<'PYEOF' || failed=1
+import sys
+import numpy as np
+name, cpu, gpu, inj = sys.argv[1:]
+c, g = np.load(cpu).astype(np.float64), np.load(gpu).astype(np.float64)
+m = float((np.abs(g - c) / (1.0 + np.abs(c))).max()) if c.shape == g.shape else float("inf")
+if not m <= 1e-5:
+    print("FAIL: cudasim/model/%s: CUDASIM_CAPTURE_FAIL=%s: logits %s differ from the CPU run's by %g (tolerance 1e-5)"
+          % (name, inj, g.shape, m))
+    sys.exit(1)
+print("PASS: cudasim/model/%s (CUDASIM_CAPTURE_FAIL=%s: one warning, then per run: 0 graph launches; maxdiff %.3g "
+      "tolerance 1e-05)" % (name, inj, m))
+PYEOF
+done
+
 # The memory pre-flight counts cuBLAS's workspace (32 MiB on sm_90): digits' 42 KB fit a 30 MiB
 # GPU, its workspace does not, and an explicit device says so before allocating anything.
 log="$work/preflight.log"
@@ -336,8 +376,7 @@ else
     fail_log model/preflight_graphs "expected a 48 MiB cuda:1 to run digits without CUDA graphs and to be refused with them" "$log"
 fi
 
-# CUDA graphs of a generated run() (tests/cudasim/graphs_check.c)
-: replayed bit for bit, with one
+# CUDA graphs of a generated run() (tests/cudasim/graphs_check.c): replayed bit for bit, with one
 # graph launch and no kernel launch; re-captured for other sizes and other device buffers; a bad
 # id reported from a replay. The model is emitted as C and built here against the simulator.
 g="$work/graphs"
@@ -393,6 +432,82 @@ model_check transfer_race tests/cudasim/transfer_race.model "$work/split/none.sa
     CUDASIM_DEVICES=2 -- --device cuda --device-map cpu:1=cuda:1
 model_check transfer_race_one_gpu tests/cudasim/transfer_race.model "$work/split/none.safetensors" "x=$work/split/race_x.npy" \
     "z y" CUDASIM_DEVICES=1 -- --device cuda --device-map cpu:1=cuda:0
+# The split models as CUDA graphs (--repeat 3 --time, after the eager and the capturing
+# warm-ups): captured on slot 0's stream, which forks into the other slots' streams and joins them
+# back, the copies between GPUs in the graph, so that each run is one graph launch with no kernel
+# launch or library call of its own; every output bit for bit the eager run's (MODELRT_CUDA_GRAPHS=0).
+# GPUs without peer access (copies through the host) run eagerly: no graph launch.
+# split_graphs NAME PROG WEIGHTS INPUT OUTPUTS GRAPH_LAUNCHES [ENV=VALUE ...] -- RUN_ARGS...
+split_graphs() {
+    local name=$1 prog=$2 weights=$3 input=$4 outputs=$5 want=$6
+    shift 6
+    local envs=() o g got d="$work/graphs_$name" bad=""
+    while [ $# -gt 0 ] && [ "$1" != -- ]; do envs+=("$1"); shift; done
+    shift
+    mkdir -p "$d"
+    if [ ! -x "$prog" ]; then
+        echo "FAIL: cudasim/model/${name}_graphs: $prog was not built"
+        failed=1
+        return
+    fi
+    for g in 0 1; do
+        local io=(--input "$input")
+        for o in $outputs; do io+=(--output "$o=$d/graphs${g}_$o.npy"); done
+        if ! env "${envs[@]}" MODELRT_CUDA_GRAPHS=$g "$prog" --weights "$weights" "${io[@]}" "$@" --time --repeat 3 \
+                >"$d/log$g" 2>&1; then
+            fail_log "model/${name}_graphs" "the run with MODELRT_CUDA_GRAPHS=$g $* --time --repeat 3 failed" "$d/log$g"
+            return
+        fi
+    done
+    got="$(sed -n 's/^time: simulated CUDA per run: //p' "$d/log1")"
+    for o in $outputs; do cmp -s "$d/graphs0_$o.npy" "$d/graphs1_$o.npy" || bad="$bad $o"; done
+    if [ "$want" = 1 ]; then
+        case "$got" in "0 kernel launches, 0 library calls, 1 graph launches, "*) ;; *) bad="$bad (counts)" ;; esac
+    else
+        case "$got" in *" 0 graph launches, "*) ;; *) bad="$bad (counts)" ;; esac
+    fi
+    if grep -q "cannot be a CUDA graph" "$d/log1"; then bad="$bad (a capture failed)"; fi
+    if [ -z "$bad" ]; then
+        echo "PASS: cudasim/model/${name}_graphs (per run: $got; outputs $outputs bit-identical to the eager run's)"
+    else
+        echo "FAIL: cudasim/model/${name}_graphs: expected $want graph launch and no kernel launch or library call per run," \
+             "and every output bit for bit the eager run's; per run: '$got', differ:$bad"
+        failed=1
+    fi
+}
+split_graphs dev_split_peer "$work/model_dev_split_peer/prog" "$work/split/w.safetensors" "x=$work/split/x.npy" "y s m" 1 \
+    CUDASIM_DEVICES=2 -- --device cuda --device-map cpu:1=cuda:1,cpu:2=cuda:0
+split_graphs dev_split_three "$work/model_dev_split_three/prog" "$work/split/w.safetensors" "x=$work/split/x.npy" "y s m" 1 \
+    CUDASIM_DEVICES=3 -- --device cuda:2 --device-map cpu:1=cuda:0,cpu:2=cuda:1
+split_graphs dev_split_staged "$work/model_dev_split_staged/prog" "$work/split/w.safetensors" "x=$work/split/x.npy" "y s m" 0 \
+    CUDASIM_DEVICES=2 CUDASIM_PEER=0 -- --device cuda --device-map cpu:1=cuda:1,cpu:2=cuda:0
+split_graphs transfer_race "$work/model_transfer_race/prog" "$work/split/none.safetensors" "x=$work/split/race_x.npy" "z y" 1 \
+    CUDASIM_DEVICES=2 -- --device cuda --device-map cpu:1=cuda:1
+split_graphs transfer_race_one_gpu "$work/model_transfer_race_one_gpu/prog" "$work/split/none.safetensors" \
+    "x=$work/split/race_x.npy" "z y" 1 CUDASIM_DEVICES=1 -- --device cuda --device-map cpu:1=cuda:0
+# A capture over two GPUs that fails in a stream it forked into (op:5: a cuBLAS GEMM on cuda:1) or
+# at its end: the run falls back as digits' does, every output bit for bit the eager run's.
+for inj in op:5 end; do
+    d="$work/graphs_dev_split_peer"
+    log="$d/capture_fail.log"
+    io=()
+    for o in y s m; do io+=(--output "$o=$d/fail_$o.npy"); done
+    CUDASIM_DEVICES=2 CUDASIM_CAPTURE_FAIL=$inj "$work/model_dev_split_peer/prog" --weights "$work/split/w.safetensors" \
+        --input x="$work/split/x.npy" "${io[@]}" --device cuda --device-map cpu:1=cuda:1,cpu:2=cuda:0 --time --repeat 3 \
+        >"$log" 2>&1
+    rc=$?
+    got="$(sed -n 's/^time: simulated CUDA per run: //p' "$log")"
+    warns="$(grep -c 'cannot be a CUDA graph (.*); running without graphs' "$log")"
+    same=1
+    for o in y s m; do cmp -s "$d/graphs0_$o.npy" "$d/fail_$o.npy" || same=0; done
+    case "$got" in *" 0 graph launches, "*) ;; *) same=0 ;; esac
+    if [ $rc -eq 0 ] && [ "$warns" = 1 ] && [ $same = 1 ]; then
+        echo "PASS: cudasim/model/dev_split_peer_capture_fail_${inj/:/} (CUDASIM_CAPTURE_FAIL=$inj: one warning, per run: $got;" \
+             "outputs bit-identical to the eager run's)"
+    else
+        fail_log "model/dev_split_peer_capture_fail_${inj/:/}" "CUDASIM_CAPTURE_FAIL=$inj: exit status $rc, $warns warnings (want 1), per run: '$got', outputs the eager run's: $same" "$log"
+    fi
+done
 # A kernel that faults while it runs (CUDASIM_FAULT: a sticky illegal address): MODELRT_CUDA_SYNC=1
 # names it; without, the end-of-run synchronization says that queued work faulted and how to
 # find which, instead of blaming the run (or, on a GPU, the next kernel's launch).

@@ -1117,6 +1117,159 @@ static void test_graph_memory()
     cudaFree(p), cudaFree(d);
 }
 
+/* A capture over two streams of two devices, as a model split over two GPUs makes: the origin
+ * forks into the other stream (an event recorded during the capture, which the other stream waits
+ * for, pulls it in) and joins it back the same way before the capture ends; the replay runs the
+ * operations of both in the captured order, each on its own device. A fork not joined back, a
+ * wait across the capture's boundary, and an end on the stream that did not begin it fail as on
+ * CUDA. */
+static void test_graph_fork()
+{
+    setenv("CUDASIM_DEVICES", "2", 1);
+    const size_t bytes = 256 * sizeof(int);
+    CHECK_OK(cudaSetDevice(0));
+    int *a = dev_alloc<int>(256), *pinned;
+    CHECK_OK(cudaMallocHost((void **)&pinned, bytes));
+    memset(pinned, 0, bytes);
+    cudaStream_t s0, s1;
+    cudaEvent_t fork, join;
+    CHECK_OK(cudaStreamCreate(&s0));
+    CHECK_OK(cudaEventCreateWithFlags(&fork, cudaEventDisableTiming));
+    CHECK_OK(cudaSetDevice(1));
+    int *b = dev_alloc<int>(256);
+    CHECK_OK(cudaStreamCreate(&s1));
+    CHECK_OK(cudaEventCreateWithFlags(&join, cudaEventDisableTiming));
+    CHECK_OK(cudaSetDevice(0));
+    CHECK_OK(cudaStreamBeginCapture(s0, cudaStreamCaptureModeThreadLocal));
+    MRT_LAUNCH(fill_kernel, 2, 64, 0, s0, a, 256, 10); // a = 10 + i on cuda:0
+    CHECK_OK(cudaEventRecord(fork, s0));
+    CHECK_OK(cudaSetDevice(1));
+    enum cudaStreamCaptureStatus cs;
+    CHECK_OK(cudaStreamIsCapturing(s1, &cs));
+    CHECK(cs == cudaStreamCaptureStatusNone);
+    CHECK_OK(cudaStreamWaitEvent(s1, fork, 0)); // the fork
+    CHECK_OK(cudaStreamIsCapturing(s1, &cs));
+    CHECK(cs == cudaStreamCaptureStatusActive);
+    CHECK_OK(cudaMemcpyPeerAsync(b, 1, a, 0, bytes, s1)); // b = a, then its first half 100 + i on cuda:1
+    MRT_LAUNCH(fill_kernel, 2, 64, 0, s1, b, 128, 100);
+    CHECK_OK(cudaEventRecord(join, s1));
+    CHECK_OK(cudaSetDevice(0));
+    CHECK_OK(cudaStreamWaitEvent(s0, join, 0)); // the join
+    CHECK_OK(cudaMemcpyPeerAsync(a, 0, b, 1, bytes, s0));
+    CHECK_OK(cudaMemcpyAsync(pinned, a, bytes, cudaMemcpyDeviceToHost, s0));
+    cudaGraph_t g;
+    CHECK_OK(cudaStreamEndCapture(s0, &g));
+    CHECK_OK(cudaStreamIsCapturing(s1, &cs));
+    CHECK(cs == cudaStreamCaptureStatusNone); // the capture ended for both
+    CHECK_OK(cudaStreamSynchronize(s0));
+    CHECK_OK(cudaStreamSynchronize(s1));
+    CHECK(pinned[5] == 0); // captured, not run
+    cudaGraphExec_t x;
+    CHECK_OK(cudaGraphInstantiate(&x, g, 0));
+    cudasim_counters c0, c1;
+    cudasim_get_counters(&c0);
+    for (int k = 0; k < 2; k++) {
+        memset(pinned, 0, bytes);
+        CHECK_OK(cudaGraphLaunch(x, s0));
+        CHECK_OK(cudaStreamSynchronize(s0));
+        CHECK(pinned[5] == 105 && pinned[127] == 227 && pinned[128] == 138 && pinned[255] == 265);
+    }
+    cudasim_get_counters(&c1);
+    CHECK(c1.launches == c0.launches && c1.copies == c0.copies && c1.graph_launches == c0.graph_launches + 2);
+    // a fork that is not joined back
+    CHECK_OK(cudaStreamBeginCapture(s0, cudaStreamCaptureModeThreadLocal));
+    CHECK_OK(cudaEventRecord(fork, s0));
+    CHECK_OK(cudaSetDevice(1));
+    CHECK_OK(cudaStreamWaitEvent(s1, fork, 0));
+    MRT_LAUNCH(fill_kernel, 2, 64, 0, s1, b, 256, 1);
+    CHECK_OK(cudaSetDevice(0));
+    cudaGraph_t gu = (cudaGraph_t)1;
+    CHECK_ERR(cudaStreamEndCapture(s0, &gu), cudaErrorStreamCaptureUnjoined);
+    REPORTED("whose last 1 operations were not joined back");
+    CHECK(gu == NULL);
+    CHECK_OK(cudaStreamIsCapturing(s1, &cs));
+    CHECK(cs == cudaStreamCaptureStatusNone);
+    (void)cudaGetLastError();
+    // a wait for an event recorded outside the capture: a dependency across its boundary
+    CHECK_OK(cudaSetDevice(1));
+    CHECK_OK(cudaEventRecord(join, s1));
+    CHECK_OK(cudaSetDevice(0));
+    CHECK_OK(cudaStreamBeginCapture(s0, cudaStreamCaptureModeThreadLocal));
+    CHECK_ERR(cudaStreamWaitEvent(s0, join, 0), cudaErrorStreamCaptureIsolation);
+    CHECK_ERR(cudaStreamEndCapture(s0, &gu), cudaErrorStreamCaptureInvalidated);
+    (void)cudaGetLastError();
+    // the capture ends on its origin, not on a stream it forked into
+    CHECK_OK(cudaStreamBeginCapture(s0, cudaStreamCaptureModeThreadLocal));
+    CHECK_OK(cudaEventRecord(fork, s0));
+    CHECK_OK(cudaSetDevice(1));
+    CHECK_OK(cudaStreamWaitEvent(s1, fork, 0));
+    CHECK_ERR(cudaStreamEndCapture(s1, &gu), cudaErrorStreamCaptureUnmatched);
+    CHECK_OK(cudaSetDevice(0));
+    CHECK_ERR(cudaStreamEndCapture(s0, &gu), cudaErrorStreamCaptureInvalidated);
+    (void)cudaGetLastError();
+    CHECK_OK(cudaGraphExecDestroy(x));
+    CHECK_OK(cudaGraphDestroy(g));
+    CHECK_OK(cudaStreamDestroy(s0));
+    CHECK_OK(cudaStreamDestroy(s1));
+    CHECK_OK(cudaEventDestroy(fork));
+    CHECK_OK(cudaEventDestroy(join));
+    cudaFree(a), cudaFree(b), cudaFreeHost(pinned);
+}
+
+/* CUDASIM_CAPTURE_FAIL=op:N: the N-th operation queued on a capturing stream fails as one CUDA
+ * cannot capture (cudaErrorStreamCaptureUnsupported) and invalidates the capture; later ones are
+ * captured. (=end: test_capture_fail_end.) */
+static void test_capture_fail_op()
+{
+    setenv("CUDASIM_CAPTURE_FAIL", "op:2", 1);
+    int *d = dev_alloc<int>(64), *d2 = dev_alloc<int>(64);
+    cudaStream_t s;
+    CHECK_OK(cudaStreamCreate(&s));
+    MRT_LAUNCH(fill_kernel, 1, 64, 0, s, d, 64, 1); // not capturing: not counted
+    CHECK_OK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+    MRT_LAUNCH(fill_kernel, 1, 64, 0, s, d, 64, 1);
+    CHECK_OK(cudaGetLastError());
+    MRT_LAUNCH(copy_kernel, 1, 64, 0, s, d2, d, 64);
+    CHECK_ERR(cudaGetLastError(), cudaErrorStreamCaptureUnsupported);
+    REPORTED("kernel copy_kernel on a capturing stream: fails as CUDASIM_CAPTURE_FAIL=op:2 asks");
+    enum cudaStreamCaptureStatus cs;
+    CHECK_OK(cudaStreamIsCapturing(s, &cs));
+    CHECK(cs == cudaStreamCaptureStatusInvalidated);
+    cudaGraph_t g;
+    CHECK_ERR(cudaStreamEndCapture(s, &g), cudaErrorStreamCaptureInvalidated);
+    (void)cudaGetLastError();
+    CHECK_OK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+    CHECK_OK(cudaMemsetAsync(d, 0, 64 * sizeof(int), s));
+    MRT_LAUNCH(copy_kernel, 1, 64, 0, s, d2, d, 64);
+    CHECK_OK(cudaGetLastError());
+    CHECK_OK(cudaStreamEndCapture(s, &g));
+    CHECK_OK(cudaGraphDestroy(g));
+    CHECK_OK(cudaStreamDestroy(s));
+    cudaFree(d), cudaFree(d2);
+}
+
+/* CUDASIM_CAPTURE_FAIL=end: cudaStreamEndCapture fails (and ends the capture). */
+static void test_capture_fail_end()
+{
+    setenv("CUDASIM_CAPTURE_FAIL", "end", 1);
+    int *d = dev_alloc<int>(64);
+    cudaStream_t s;
+    CHECK_OK(cudaStreamCreate(&s));
+    CHECK_OK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+    MRT_LAUNCH(fill_kernel, 1, 64, 0, s, d, 64, 1);
+    CHECK_OK(cudaGetLastError());
+    cudaGraph_t g = (cudaGraph_t)1;
+    CHECK_ERR(cudaStreamEndCapture(s, &g), cudaErrorStreamCaptureInvalidated);
+    REPORTED("cudaStreamEndCapture: fails as CUDASIM_CAPTURE_FAIL=end asks");
+    CHECK(g == NULL);
+    enum cudaStreamCaptureStatus cs;
+    CHECK_OK(cudaStreamIsCapturing(s, &cs));
+    CHECK(cs == cudaStreamCaptureStatusNone);
+    (void)cudaGetLastError();
+    CHECK_OK(cudaStreamDestroy(s));
+    cudaFree(d);
+}
+
 /* CUDASIM_FAULT: the chosen run of a kernel faults when it runs (lazily, at the host's wait), and
  * the error is sticky: cudaGetLastError does not clear it, every later call returns it. */
 static void test_sticky_fault()
@@ -1246,6 +1399,9 @@ static const struct {
     {"null_stream", test_null_stream},
     {"graphs", test_graphs},
     {"graph_memory", test_graph_memory},
+    {"graph_fork", test_graph_fork},
+    {"capture_fail_op", test_capture_fail_op},
+    {"capture_fail_end", test_capture_fail_end},
     {"sticky_fault", test_sticky_fault},
     {"free_async", test_free_async},
     {"wrong_device_stream", test_wrong_device_stream},

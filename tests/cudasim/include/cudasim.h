@@ -35,8 +35,17 @@
  *    2 MiB pages: cudaMemGetInfo shows it; cudaErrorMemoryAllocation when it does not fit). What CUDA forbids during a
  *    capture fails with cudaErrorStreamCaptureUnsupported and invalidates it: a host
  *    synchronization, cudaMalloc/cudaFree/cudaMallocHost/cudaFreeHost, a synchronous copy or
- *    memset, a copy to or from pageable memory on the capturing stream. One stream per capture:
- *    events recorded or waited for on a capturing stream are refused too (CUDA would fork).
+ *    memset, a copy to or from pageable memory on the capturing stream. A capture forks as
+ *    CUDA's does: an event recorded on a capturing stream and waited for by another stream (of
+ *    any device) pulls that stream into the capture; the capture ends on the stream that began
+ *    it, once that stream has waited for an event recorded after the last operation of every
+ *    stream it forked into (else cudaErrorStreamCaptureUnjoined), and a replay runs the
+ *    operations of all of them in the order they were captured, each on its own device. A
+ *    capturing stream that waits for an event recorded outside its capture fails with
+ *    cudaErrorStreamCaptureIsolation. CUDASIM_CAPTURE_FAIL=op:N makes the N-th operation
+ *    queued on a capturing stream (kernel, copy, memset, library call) fail with
+ *    cudaErrorStreamCaptureUnsupported and invalidate the capture; =end[:N] makes the N-th
+ *    cudaStreamEndCapture (default: every one) fail with cudaErrorStreamCaptureInvalidated.
  *  - Kernels: blocks run one after another; the threads of a block are fibers (one 256 KiB stack
  *    each, switched by a few lines of assembly on x86-64, by ucontext elsewhere), one running at a
  *    time until it finishes or waits: __syncthreads releases when every live thread of the block
