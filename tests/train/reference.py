@@ -24,6 +24,7 @@ sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(HERE, "..", "..", "tools"))
 import make_data  # noqa: E402
 import safetensors_np  # noqa: E402
+from run import ILL_COND  # noqa: E402
 
 BATCH, EPOCHS = 8, 2
 
@@ -113,11 +114,14 @@ def optimizer(name, params):
 FLOAT64 = {"gpt2_adamw"}
 
 
-def train(name):
+def train(name, dt=None):
+    """Train `name` as tests/train/run.py does; returns {tensor: final value} and the per-step
+    losses and gradient norms. dt: the float dtype (default: float64 for FLOAT64, else float32)."""
     w, data = make_data.make(name)
     # buffers (batch norm's running statistics, num_batches_tracked) take no gradient
     buffers = ("emb.weight", "running_mean", "running_var", "num_batches_tracked")
-    dt = torch.float64 if name in FLOAT64 else torch.float32
+    if dt is None:
+        dt = torch.float64 if name in FLOAT64 else torch.float32
     p = {k: torch.tensor(v, dtype=dt if v.dtype == np.float32 else None,
                          requires_grad=not any(k.endswith(b) for b in buffers)) for k, v in w.items()}
     trained = [t for k, t in p.items() if t.requires_grad]
@@ -142,8 +146,25 @@ def train(name):
                 sched.step()
             losses.append(loss.item())
             norms.append(norm.item())
-    out = {k: t.detach().numpy().astype(np.float32) if t.dtype == torch.float64 else t.detach().numpy()
-           for k, t in p.items()}
+    return {k: t.detach().numpy() for k, t in p.items()}, losses, norms
+
+
+def write_reference(name):
+    """expected_NAME.safetensors: the final weights, "losses" and "grad_norms"; for a FLOAT64
+    model also "f32_error.TENSOR", PyTorch's own float32 run's max |f32 - f64| / max |f64| on
+    each tensor (float32's own noise there: run.py's tolerance is the larger of 1e-5 and twice it)."""
+    final, losses, norms = train(name)
+    out = {k: v.astype(np.float32) for k, v in final.items()}
+    if name in FLOAT64:
+        f32, _, _ = train(name, torch.float32)
+        for k, v in final.items():
+            if v.dtype == np.float64:
+                err = np.max(np.abs(f32[k].astype(np.float64) - v)) / max(np.max(np.abs(v)), 1e-30)
+                out["f32_error." + k] = np.array([err], dtype=np.float32)
+                if name in ILL_COND and ILL_COND[name][0].match(k):
+                    part = ILL_COND[name][1]
+                    err = np.max(np.abs(f32[k][part].astype(np.float64) - v[part])) / max(np.max(np.abs(v)), 1e-30)
+                    out["f32_error." + k + ".part"] = np.array([err], dtype=np.float32)
     out["losses"] = np.array(losses, dtype=np.float32)
     out["grad_norms"] = np.array(norms, dtype=np.float32)
     safetensors_np.write(os.path.join(HERE, "expected_%s.safetensors" % name), out)
@@ -153,4 +174,4 @@ def train(name):
 if __name__ == "__main__":
     torch.manual_seed(0)
     for name in sys.argv[1:] or ["mlp_adamw", "mlp_sgd", "mlp_adam", "mlp_sched", "cnn_adamw", "gpt2_adamw"]:
-        train(name)
+        write_reference(name)

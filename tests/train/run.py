@@ -38,6 +38,14 @@ RTOL = 1e-5
 # comparable. These parts are printed, not compared; each must stay within STEPS * lr of its
 # initial value (Adam's step bound), and the rest of the tensor is compared at RTOL.
 NULL_GRAD = {"gpt2_adamw": [(re.compile(r"h\.\d+\.attn\.c_attn\.bias$"), slice(32, 64), 10 * 0.01)]}
+# Parts whose gradient is small but not 0: the key projection's columns of each c_attn.weight.
+# The scores of a query row ignore what the keys have in common, so the component of each key
+# along the sequence's mean input gets a gradient that cancels to rounding noise, and Adam turns
+# that noise into weight differences above 1e-5 in any float32 run: PyTorch's own float32 run is
+# 1.5e-5 (relative) from its float64 run on h.0's. These parts are compared at twice the largest
+# of PyTorch's own float32 errors on them (f32_error.NAME.part in the reference, written by
+# reference.py), and at least at RTOL; the rest of each tensor at RTOL.
+ILL_COND = {"gpt2_adamw": (re.compile(r"h\.\d+\.attn\.c_attn\.weight$"), (slice(None), slice(32, 64)))}
 
 
 def check(name, modelc, d):
@@ -79,7 +87,7 @@ def check(name, modelc, d):
     if err > RTOL:
         bad.append("gradient norms differ by %.2e relative" % err)
     for k, v in want.items():
-        if k in ("losses", "grad_norms"):
+        if k in ("losses", "grad_norms") or k.startswith("f32_error."):
             continue
         if k not in got:
             bad.append("the saved weights lack '%s'" % k)
@@ -100,6 +108,17 @@ def check(name, modelc, d):
             if not moved <= bound:
                 bad.append("final %s[%d:%d] moved %.2e, more than Adam's bound %.2e" % (k, part.start, part.stop,
                                                                                       moved, bound))
+        if name in ILL_COND and ILL_COND[name][0].match(k):
+            part = ILL_COND[name][1]
+            floors = [float(x[0]) for n, x in want.items() if n.startswith("f32_error.") and n.endswith(".part")]
+            tol = max(RTOL, 2 * max(floors)) if floors else RTOL
+            ep = float(np.max(np.abs(gk[part] - v[part]))) / scale
+            print("  %s: final %s[:, %d:%d] (the keys' columns) |modelc - torch| / max|torch| = %.2e (tolerance %.2e: "
+                  "twice PyTorch float32's own %.2e)" % (name, k, part[1].start, part[1].stop, ep, tol,
+                                                        max(floors) if floors else float("nan")))
+            if not ep <= tol:
+                bad.append("final %s's key columns differ by %.2e relative" % (k, ep))
+            keep[part] = False
         e = float(np.max(np.abs(gk - v)[keep])) / scale
         print("  %s: final %-12s max |modelc - torch| / max|torch| = %.2e" % (name, k, e))
         if not e <= RTOL:
