@@ -128,7 +128,8 @@ static void cli_help(const mrt_model_info *info, const char *prog)
            "                       $OMP_NUM_THREADS, else the cores this process may use)\n"
            "  --time               print the time per run to stderr (on the tests' CUDA simulator,\n"
            "                       also the launches, copies and host synchronizations per run)\n"
-           "  --repeat N           run N times (with --time: after one warm-up run)\n"
+           "  --repeat N           run N times (with --time and N > 1: after one warm-up run, two on a GPU;\n"
+           "                       --time alone times one cold run)\n"
            "  --memory             print the bytes each device holds (weights, arena, scratch)\n"
            "                       to stderr; alone, without --input, print the plan and exit\n"
            "  --help               print this help\n",

@@ -613,6 +613,9 @@ mrt_status rt_cuda_graph_launch(int index, void *stream, void *exec)
     rt_guard_leave(index, prev);
     if (e != cudaSuccess)
         return rt_cuda_fail(MRT_ERR_CUDA, e, "cannot launch the CUDA graph of the run on cuda:%d", index);
+    /* a fault reported later names the replayed graph, not the last launch of its capture */
+    snprintf(rt_last_launch, sizeof rt_last_launch, "the CUDA graph of the run on cuda:%d (a replay; "
+             "MODELRT_CUDA_GRAPHS=0 runs its kernels one by one)", index);
     return MRT_OK;
 }
 

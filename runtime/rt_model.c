@@ -179,8 +179,9 @@ static mrt_status select_main(const mrt_model_desc *d, const char *device, mrt_d
         *out = (mrt_device){MRT_DEVICE_CPU, 0};
         if (n > 0)
             mrt_log(MRT_LOG_INFO, "auto selected cpu:0 (%s was compiled without CUDA; %d CUDA "
-                    "device%s visible, recompile without --no-cuda to use %s)", d->name, n,
-                    n == 1 ? "" : "s", n == 1 ? "it" : "them");
+                    "device%s visible; to use %s, build without modelc's --no-cuda, or compile %s.c with "
+                    "-DMRT_WITH_CUDA and link %s.cu's object)", d->name, n, n == 1 ? "" : "s",
+                    n == 1 ? "it" : "them", d->name, d->name);
         else
             mrt_log(MRT_LOG_INFO, "auto selected cpu:0 (%s was compiled without CUDA)", d->name);
         return MRT_OK;
@@ -269,7 +270,7 @@ mrt_status mrt_model_select_devices(const mrt_model_desc *d, const char *device,
             }
         if (!first)
             continue; /* checked with the first slot on this device */
-        char gn[128] = ""; /* only a one-slot model has graphs */
+        char gn[128] = ""; /* the graphs are instantiated on slot 0's device */
         need += s == 0 ? graphs_reserve(d, devs, gn, sizeof gn) : 0;
         size_t free_b = 0, total_b = 0;
         char dn[32];
@@ -646,8 +647,9 @@ static size_t graphs_reserve(const mrt_model_desc *d, const mrt_device *devs, ch
     mrt_model probe;
     memset(&probe, 0, sizeof probe);
     probe.desc = d;
-    probe.dev[0] = devs[0];
-    size_t bytes = graphs_wanted(&probe) ? (size_t)RT_GRAPHS * RT_GRAPH_BYTES : 0;
+    for (int s = 0; s < d->n_slots; s++) /* every slot: a model split over GPUs is one graph too */
+        probe.dev[s] = devs[s];
+    size_t bytes = graphs_wanted(&probe) && graphs_peers(&probe) ? (size_t)RT_GRAPHS * RT_GRAPH_BYTES : 0;
     if (bytes)
         snprintf(note, note_size, ", %zu CUDA graphs (up to %d of %zu; MODELRT_CUDA_GRAPHS=0 runs without)", bytes,
                  RT_GRAPHS, RT_GRAPH_BYTES);

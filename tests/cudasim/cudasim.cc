@@ -147,7 +147,13 @@ void init_once()
     if (fault && *fault) {
         const char *colon = strrchr(fault, ':');
         g_fault_kernel.assign(fault, colon ? (size_t)(colon - fault) : strlen(fault));
-        g_fault_at = colon ? strtol(colon + 1, NULL, 10) : 1;
+        g_fault_at = colon ? parse_num(colon + 1, colon + strlen(colon), 1, 1L << 30) : 1;
+        if (g_fault_kernel.empty() || g_fault_at < 0) {
+            report("CUDASIM_FAULT='%s' is malformed: expected NAME or NAME:N (N >= 1: the N-th run of a kernel "
+                   "whose name has NAME faults)", fault);
+            g_init_err = cudaErrorInitializationError;
+            return;
+        }
     }
     const char *sample = getenv("CUDASIM_SAMPLE_BLOCKS");
     if (sample && *sample) { // NAME:B,B,...; B a linear block index, -1 the last block

@@ -485,6 +485,18 @@ split_graphs transfer_race "$work/model_transfer_race/prog" "$work/split/none.sa
     CUDASIM_DEVICES=2 -- --device cuda --device-map cpu:1=cuda:1
 split_graphs transfer_race_one_gpu "$work/model_transfer_race_one_gpu/prog" "$work/split/none.safetensors" \
     "x=$work/split/race_x.npy" "z y" 1 CUDASIM_DEVICES=1 -- --device cuda --device-map cpu:1=cuda:0
+# The pre-flight counts the graphs of a model split over GPUs too (slot 0's device holds them): on
+# a 72 MiB cuda:0 (two slots there: two cuBLAS workspaces) dev_split_peer runs without graphs and
+# is refused with them, the graphs named.
+log="$work/preflight_split_graphs.log"
+sp=(--weights "$work/split/w.safetensors" --input x="$work/split/x.npy" --device cuda --device-map cpu:1=cuda:1,cpu:2=cuda:0)
+if CUDASIM_DEVICES=2:72,16384:9.0 MODELRT_CUDA_GRAPHS=0 "$work/model_dev_split_peer/prog" "${sp[@]}" >"$log" 2>&1 &&
+   ! CUDASIM_DEVICES=2:72,16384:9.0 "$work/model_dev_split_peer/prog" "${sp[@]}" >>"$log" 2>&1 &&
+   grep -q "cuda:0 has 75497472 bytes free (of 75497472), the model needs [0-9]* there (.*, 33554432 CUDA graphs (up to 4 of 8388608" "$log"; then
+    echo "PASS: cudasim/model/preflight_split_graphs (72 MiB cuda:0: runs with MODELRT_CUDA_GRAPHS=0; with graphs $(grep -o 'needs [0-9]* there' "$log"))"
+else
+    fail_log model/preflight_split_graphs "expected a 72 MiB cuda:0 to run dev_split_peer without CUDA graphs and to be refused with them" "$log"
+fi
 # A capture over two GPUs that fails in a stream it forked into (op:5: a cuBLAS GEMM on cuda:1) or
 # at its end: the run falls back as digits' does, every output bit for bit the eager run's.
 for inj in op:5 end; do
@@ -528,6 +540,18 @@ for mode in sync async; do
         fail_log "model/fault_$mode" "expected the run to fail with '$want'" "$log"
     fi
 done
+# ... and a fault in a replayed graph (k2's third run: the first is eager, the second captured,
+# the third a replay) names the graph, not the last launch of its capture
+log="$work/fault_replay.log"
+want="a kernel or library call queued before faulted (the last launched was the CUDA graph of the run on cuda:0 (a replay"
+if [ -x "$prog" ] && ! env CUDASIM_DEVICES=1 CUDASIM_QUIET=1 CUDASIM_FAULT=transfer_race_k2_g:3 "$prog" \
+         --weights "$work/split/none.safetensors" --input x="$work/split/race_x.npy" --output z="$work/fault_z.npy" \
+         --output y="$work/fault_y.npy" --device cuda --device-map cpu:1=cuda:0 --repeat 4 >"$log" 2>&1 &&
+   grep -qF "$want" "$log"; then
+    echo "PASS: cudasim/model/fault_replay (a fault in a replayed graph: ...$want...)"
+else
+    fail_log model/fault_replay "expected the run to fail with '$want'" "$log"
+fi
 
 # ---------------------------------------------------------------- 6. the examples, on the GPU
 # ResNet-18 and GPT-2 at batch 1, MiniLM on its 5 sentences: each example's own check (against

@@ -1367,6 +1367,16 @@ static void test_sampled_blocks_malformed()
     REPORTED("CUDASIM_SAMPLE_BLOCKS='sampled_:0,,1' is malformed");
 }
 
+/* CUDASIM_FAULT=NAME:N takes N >= 1 and nothing after it (a 0, a sign or a suffix was read as
+ * some number, or as none, and nothing was injected without a word). */
+static void test_fault_malformed()
+{
+    setenv("CUDASIM_FAULT", "split_k4:1x", 1);
+    int n = -1;
+    CHECK_ERR(cudaGetDeviceCount(&n), cudaErrorInitializationError);
+    REPORTED("CUDASIM_FAULT='split_k4:1x' is malformed");
+}
+
 /* ---------------------------------------------------------------- driver */
 
 static const struct {
@@ -1411,6 +1421,7 @@ static const struct {
     {"cublaslt", test_cublaslt},
     {"sampled_blocks", test_sampled_blocks},
     {"sampled_blocks_malformed", test_sampled_blocks_malformed},
+    {"fault_malformed", test_fault_malformed},
 };
 
 int main(int argc, char **argv)
