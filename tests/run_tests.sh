@@ -99,8 +99,12 @@ suite lit lit_suite
 suite runtime bash tests/runtime/run.sh
 suite cudasim bash tests/cudasim/run.sh
 suite numeric "$PYTHON" tests/numeric/run.py
-suite train bash -c '"$PYTHON" tests/train/run.py && "$PYTHON" tests/train/gradcheck.py && "$PYTHON" tests/train/dropout.py && \
-    make -s -C examples/digits train MODELC="$MODELC" B="$PWD/$B" PYTHON="$PYTHON"'
+# train: the gradient checks run beside the rest (each script runs one program at a time; the
+# machine has 2 cores), their lines printed after it
+suite train bash -c 'g=$(mktemp); "$PYTHON" tests/train/gradcheck.py >"$g" 2>&1 & gp=$!
+    "$PYTHON" tests/train/run.py && "$PYTHON" tests/train/dropout.py && \
+    make -s -C examples/digits train MODELC="$MODELC" B="$PWD/$B" PYTHON="$PYTHON"; rc=$?
+    wait $gp; grc=$?; cat "$g"; rm -f "$g"; [ $rc -eq 0 ] && [ $grc -eq 0 ]'
 # plan: nvcc builds the default-flags executable of each case and of every 4th random program
 # (the CPU path is what runs; tests/lit compiles every example's .cu too)
 suite plan "$PYTHON" tests/plan/run.py --cuda-every 4

@@ -605,9 +605,14 @@ sim_train() { # NAME ARGS...: tests/train/NAME.py on the simulated GPU
             echo "FAIL: cudasim/train/$t: exit status $rc: $(tail -n3 "$work/train_$t.err" | tr '\n' ' ')"
     fi
 }
-sim_train run -k mlp -k cnn -k gpt2   # the models step for step (resume, eval and the C API: the CPU suite)
+# the gradient checks beside the models (each runs one program at a time; the machine has 2 cores):
+# their lines after the models' (a FAIL line among them fails the suite, see its end)
 sim_train gradcheck -k conv2d -k depthwise -k max_pool2d -k avg_pool2d -k adaptive -k batch_norm -k layer_norm \
-    -k embedding -k gather -k attention -k ties -k softmax -k concat_cumsum
+    -k embedding -k gather -k attention -k ties -k softmax -k concat_cumsum >"$work/sim_gradcheck.out" &
+gradcheck_pid=$!
+sim_train run -k mlp -k cnn -k gpt2   # the models step for step (resume, eval and the C API: the CPU suite)
+wait $gradcheck_pid
+cat "$work/sim_gradcheck.out"
 # ResNet-18 at batch 1 replayed as a CUDA graph (the binary section 6 built, --repeat 3 after its
 # eager and capturing warm-ups): one graph launch, no kernel launch or library call of its own,
 # and still no host synchronization before the end of the run.
