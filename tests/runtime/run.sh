@@ -99,4 +99,16 @@ if ! "$CC" -std=c11 -D_GNU_SOURCE -O1 -g -Wall -Wextra $CFLAGS_EXTRA $blas_cflag
 elif ! python3 tests/runtime/half_check.py "$work/test_half"; then
     failed=1
 fi
+
+# mrt_tanhf (gelu's tanh) against libm's double tanh: every 61st float and all of [0.5, 0.8],
+# vectorized as the generated loops run it (`tests/runtime/test_tanh` with no argument: all 2^31).
+# shellcheck disable=SC2086
+if ! "$CC" -std=c11 -D_GNU_SOURCE -O2 -fopenmp-simd -g -Wall -Wextra $CFLAGS_EXTRA -Iruntime \
+        tests/runtime/test_tanh.c -lm -o "$work/test_tanh" 2>"$work/cc4.log" || [ -s "$work/cc4.log" ]; then
+    echo "FAIL: runtime/tanh/build: compiling tests/runtime/test_tanh.c failed or warned:"
+    sed 's/^/    /' "$work/cc4.log" | head -40
+    failed=1
+elif ! "$work/test_tanh" 61; then
+    failed=1
+fi
 exit $failed
