@@ -178,6 +178,34 @@ void rt_team_destroy(rt_team *t);
  * commas, each present and none twice; errors list the devices present. */
 mrt_status rt_devices_parse(const char *s, mrt_device *dev, int *n);
 
+/* rt_nccl.c: NCCL between GPUs, libnccl.so.2 (or $MODELRT_NCCL_LIB) loaded at run time on first
+ * use. An rt_nccl holds this process's communicators: rt_nccl_init_all one per device of dev[n]
+ * (ncclCommInitAll: every rank in this process), rt_nccl_init_rank one rank of `world` on
+ * cuda:dev (ncclCommInitRank with the RT_NCCL_ID_BYTES-byte id of rt_nccl_unique_id, which rank
+ * 0 makes and sends, or which every rank makes alike under NCCL_COMM_ID). Errors name the call,
+ * the device, the rank and NCCL's message; a failed load names the library and how to install it.
+ * rt_nccl_allreduce_grads: for every local rank i, g[i][k] (device, numel[k] floats, k < n_grads)
+ * becomes sum over all ranks r of w_r * g_r[k] (ncclRedOpCreatePreMulSum), in buckets of 25 MiB
+ * (one ncclGroupStart/End each) on stream[i], then waited for (an asynchronous NCCL error or
+ * $MODELRT_NCCL_TIMEOUT seconds, default 600, is an error); names[k] name the gradients in errors.
+ * rt_nccl_sumsq: *out = sum_k sum_e g[k][e]^2 on local rank i's GPU, in double, in a fixed order
+ * (mrt_cuda_sumsq_partial_f32). The host collectives (one local rank): rt_nccl_host_allreduce_f64
+ * sums x[n] in place over the ranks, rt_nccl_host_allgather_u64 gathers every rank's n values into
+ * all[world * n] in rank order, through device scratch. rt_nccl_destroy (NULL-safe) destroys the
+ * communicators, or aborts them (ncclCommAbort) when `abort` is set or an error was seen. */
+#define RT_NCCL_ID_BYTES 128
+typedef struct rt_nccl rt_nccl;
+mrt_status rt_nccl_init_all(rt_nccl **out, const int *dev, int n);
+mrt_status rt_nccl_unique_id(unsigned char *id);
+mrt_status rt_nccl_init_rank(rt_nccl **out, int dev, int world, int rank, const unsigned char *id);
+mrt_status rt_nccl_allreduce_grads(rt_nccl *c, float **const *g, const int64_t *numel, int n_grads, const double *w,
+                                   void *const *stream, const char *const *names);
+mrt_status rt_nccl_sumsq(rt_nccl *c, int i, float *const *g, const int64_t *numel, int n_grads, void *stream,
+                         double *out);
+mrt_status rt_nccl_host_allreduce_f64(rt_nccl *c, double *x, int n);
+mrt_status rt_nccl_host_allgather_u64(rt_nccl *c, const uint64_t *mine, uint64_t *all, int n);
+void rt_nccl_destroy(rt_nccl *c, int abort);
+
 /* rt_mpi.c: MPI across processes, Open MPI loaded at run time. rt_mpi_start: *size 1 when the
  * process was not started by mpirun, else MPI_Init and this process's rank and the world size
  * (MRT_ERR_DEVICE when mpirun started it but libmpi.so.40 cannot be loaded). The collectives
@@ -187,6 +215,7 @@ mrt_status rt_mpi_start(int *rank, int *size);
 mrt_status rt_mpi_allreduce_f32(float *x, int64_t n);
 mrt_status rt_mpi_allreduce_f64(double *x, int n);
 mrt_status rt_mpi_allgather_u64(const uint64_t *mine, uint64_t *all, int n);
+mrt_status rt_mpi_bcast(void *buf, int bytes, int root);
 void rt_mpi_abort(int code);
 void rt_mpi_finish(void);
 /* malloc'd printf, NULL when out of memory. */
