@@ -327,8 +327,9 @@ mrt_status rt_nccl_allreduce_grads(rt_nccl *c, float **const *g, const int64_t *
         if (r != NCCL_SUCCESS && r != NCCL_IN_PROGRESS) {
             c->broken = 1;
             int i = failed_at >= 0 ? failed_at : 0;
+            int many = k1 - 1 > k0;
             st = nccl_fail(r, c->comm[i], "the all-reduce of the gradients of '%s'%s%s%s (%zu bytes) on cuda:%d (rank %d "
-                           "of %d)", names[k0], k1 - 1 > k0 ? " .. '" : "", k1 - 1 > k0 ? names[k1 - 1] : "", k1 - 1 > k0 ? "'" : "", bytes,
+                           "of %d)", names[k0], many ? " .. '" : "", many ? names[k1 - 1] : "", many ? "'" : "", bytes,
                            c->dev[i], c->rank0 + i, c->world);
         }
         k0 = k1;
