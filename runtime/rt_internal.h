@@ -193,7 +193,52 @@ mrt_status rt_devices_parse(const char *s, mrt_device *dev, int *n);
  * sums x[n] in place over the ranks, rt_nccl_host_allgather_u64 gathers every rank's n values into
  * all[world * n] in rank order, through device scratch. rt_nccl_destroy (NULL-safe) destroys the
  * communicators, or aborts them (ncclCommAbort) when `abort` is set or an error was seen. */
-#define RT_NCCL_ID_BYTES 128
+#define RT_NCCL_ID_BYTES 128 /* NCCL_UNIQUE_ID_BYTES */
+/* The values of nccl.h that rt_nccl.c passes (NCCL is not included: it is loaded at run time);
+ * tests/runtime/nccl_abi.c checks them against an installed nccl.h. */
+enum {
+    RT_NCCL_SUCCESS = 0,            /* ncclSuccess */
+    RT_NCCL_IN_PROGRESS = 7,        /* ncclInProgress */
+    RT_NCCL_SUM = 0,                /* ncclSum */
+    RT_NCCL_UINT64 = 5,             /* ncclUint64 */
+    RT_NCCL_FLOAT = 7,              /* ncclFloat32 */
+    RT_NCCL_FLOAT64 = 8,            /* ncclFloat64 */
+    RT_NCCL_SCALAR_HOST_IMMEDIATE = 1 /* ncclScalarHostImmediate */
+};
+/* The NCCL calls rt_nccl.c makes, X(name, result type, parameters), with NCCL's types spelled
+ * through the macros below (by default the int and void * that rt_nccl.c passes; nccl_abi.c
+ * defines them as nccl.h's types to check each call against its prototype). */
+#ifndef RT_NCCL_COMM
+#define RT_NCCL_COMM void *      /* ncclComm_t */
+#define RT_NCCL_ID rt_nccl_id    /* ncclUniqueId */
+#define RT_NCCL_STREAM void *    /* cudaStream_t */
+#define RT_NCCL_RESULT int       /* ncclResult_t */
+#define RT_NCCL_DTYPE int        /* ncclDataType_t */
+#define RT_NCCL_OP int           /* ncclRedOp_t */
+#define RT_NCCL_RESIDENCE int    /* ncclScalarResidence_t */
+#endif
+typedef struct {
+    char internal[RT_NCCL_ID_BYTES];
+} rt_nccl_id;
+#define RT_NCCL_CALLS(X)                                                                                          \
+    X(ncclGetErrorString, const char *, (RT_NCCL_RESULT))                                                         \
+    X(ncclGetVersion, RT_NCCL_RESULT, (int *))                                                                    \
+    X(ncclGetUniqueId, RT_NCCL_RESULT, (RT_NCCL_ID *))                                                            \
+    X(ncclCommInitRank, RT_NCCL_RESULT, (RT_NCCL_COMM *, int, RT_NCCL_ID, int))                                   \
+    X(ncclCommInitAll, RT_NCCL_RESULT, (RT_NCCL_COMM *, int, const int *))                                        \
+    X(ncclAllReduce, RT_NCCL_RESULT, (const void *, void *, size_t, RT_NCCL_DTYPE, RT_NCCL_OP, RT_NCCL_COMM,      \
+                                      RT_NCCL_STREAM))                                                            \
+    X(ncclAllGather, RT_NCCL_RESULT, (const void *, void *, size_t, RT_NCCL_DTYPE, RT_NCCL_COMM, RT_NCCL_STREAM)) \
+    X(ncclGroupStart, RT_NCCL_RESULT, (void))                                                                     \
+    X(ncclGroupEnd, RT_NCCL_RESULT, (void))                                                                       \
+    X(ncclCommDestroy, RT_NCCL_RESULT, (RT_NCCL_COMM))                                                            \
+    X(ncclCommAbort, RT_NCCL_RESULT, (RT_NCCL_COMM))                                                              \
+    X(ncclCommGetAsyncError, RT_NCCL_RESULT, (RT_NCCL_COMM, RT_NCCL_RESULT *))                                    \
+    X(ncclRedOpCreatePreMulSum, RT_NCCL_RESULT, (RT_NCCL_OP *, void *, RT_NCCL_DTYPE, RT_NCCL_RESIDENCE,          \
+                                                 RT_NCCL_COMM))                                                   \
+    X(ncclRedOpDestroy, RT_NCCL_RESULT, (RT_NCCL_OP, RT_NCCL_COMM))
+/* optional (NCCL 2.13 and later): ncclGetLastError */
+#define RT_NCCL_OPTIONAL(X) X(ncclGetLastError, const char *, (RT_NCCL_COMM))
 typedef struct rt_nccl rt_nccl;
 mrt_status rt_nccl_init_all(rt_nccl **out, const int *dev, int n);
 mrt_status rt_nccl_unique_id(unsigned char *id);

@@ -35,16 +35,14 @@
 #ifdef MRT_WITH_CUDA
 #include <cuda_runtime_api.h>
 
-/* nccl.h's values (NCCL 2.11 and later: ncclRedOpCreatePreMulSum) */
+/* nccl.h's types as the calls see them (rt_internal.h's RT_NCCL_* spell them) */
 typedef void *ncclComm_t;
-typedef int ncclResult_t; /* ncclSuccess 0, ..., ncclInProgress 7 */
-typedef int ncclRedOp_t;  /* ncclSum 0 */
-enum { NCCL_SUCCESS = 0, NCCL_IN_PROGRESS = 7 };
-enum { NCCL_SUM = 0, NCCL_UINT64 = 5, NCCL_FLOAT = 7, NCCL_FLOAT64 = 8 };
-enum { NCCL_SCALAR_HOST_IMMEDIATE = 1 };
-typedef struct {
-    char internal[RT_NCCL_ID_BYTES];
-} ncclUniqueId;
+typedef int ncclResult_t;
+typedef int ncclRedOp_t;
+typedef rt_nccl_id ncclUniqueId;
+enum { NCCL_SUCCESS = RT_NCCL_SUCCESS, NCCL_IN_PROGRESS = RT_NCCL_IN_PROGRESS, NCCL_SUM = RT_NCCL_SUM,
+       NCCL_UINT64 = RT_NCCL_UINT64, NCCL_FLOAT = RT_NCCL_FLOAT, NCCL_FLOAT64 = RT_NCCL_FLOAT64,
+       NCCL_SCALAR_HOST_IMMEDIATE = RT_NCCL_SCALAR_HOST_IMMEDIATE };
 
 #define RT_NCCL_BUCKET_BYTES (25u << 20)
 
@@ -53,21 +51,10 @@ static struct {
     mrt_status st;
     char err[640];
     void *lib;
-    const char *(*error_string)(ncclResult_t);
-    const char *(*last_error)(ncclComm_t); /* optional (NCCL 2.13) */
-    ncclResult_t (*get_version)(int *);
-    ncclResult_t (*get_unique_id)(ncclUniqueId *);
-    ncclResult_t (*init_rank)(ncclComm_t *, int, ncclUniqueId, int);
-    ncclResult_t (*init_all)(ncclComm_t *, int, const int *);
-    ncclResult_t (*allreduce)(const void *, void *, size_t, int, ncclRedOp_t, ncclComm_t, cudaStream_t);
-    ncclResult_t (*allgather)(const void *, void *, size_t, int, ncclComm_t, cudaStream_t);
-    ncclResult_t (*group_start)(void);
-    ncclResult_t (*group_end)(void);
-    ncclResult_t (*destroy)(ncclComm_t);
-    ncclResult_t (*abort_)(ncclComm_t);
-    ncclResult_t (*async_error)(ncclComm_t, ncclResult_t *);
-    ncclResult_t (*premulsum)(ncclRedOp_t *, void *, int, int, ncclComm_t);
-    ncclResult_t (*op_destroy)(ncclRedOp_t, ncclComm_t);
+#define RT_NCCL_MEMBER(name, ret, args) ret(*name) args;
+    RT_NCCL_CALLS(RT_NCCL_MEMBER)
+    RT_NCCL_OPTIONAL(RT_NCCL_MEMBER)
+#undef RT_NCCL_MEMBER
     int version;
 } nccl;
 
@@ -105,27 +92,18 @@ static mrt_status nccl_load(void)
     struct {
         const char *sym;
         void **at;
-    } syms[] = {{"ncclGetErrorString", (void **)&nccl.error_string},
-                {"ncclGetVersion", (void **)&nccl.get_version},
-                {"ncclGetUniqueId", (void **)&nccl.get_unique_id},
-                {"ncclCommInitRank", (void **)&nccl.init_rank},
-                {"ncclCommInitAll", (void **)&nccl.init_all},
-                {"ncclAllReduce", (void **)&nccl.allreduce},
-                {"ncclAllGather", (void **)&nccl.allgather},
-                {"ncclGroupStart", (void **)&nccl.group_start},
-                {"ncclGroupEnd", (void **)&nccl.group_end},
-                {"ncclCommDestroy", (void **)&nccl.destroy},
-                {"ncclCommAbort", (void **)&nccl.abort_},
-                {"ncclCommGetAsyncError", (void **)&nccl.async_error},
-                {"ncclRedOpCreatePreMulSum", (void **)&nccl.premulsum},
-                {"ncclRedOpDestroy", (void **)&nccl.op_destroy}};
+    } syms[] = {
+#define RT_NCCL_SYM(name, ret, args) {#name, (void **)&nccl.name},
+        RT_NCCL_CALLS(RT_NCCL_SYM)
+#undef RT_NCCL_SYM
+    };
     for (size_t i = 0; i < sizeof syms / sizeof syms[0]; i++)
         if (!(*syms[i].at = dlsym(nccl.lib, syms[i].sym))) {
             snprintf(nccl.err, sizeof nccl.err, "%s has no '%s': NCCL 2.11 or later is needed", name, syms[i].sym);
             return mrt_set_error(nccl.st, "%s", nccl.err);
         }
-    nccl.last_error = (const char *(*)(ncclComm_t))dlsym(nccl.lib, "ncclGetLastError");
-    nccl.get_version(&nccl.version);
+    *(void **)&nccl.ncclGetLastError = dlsym(nccl.lib, "ncclGetLastError");
+    nccl.ncclGetVersion(&nccl.version);
     setenv("NCCL_ALGO", "Ring", 0); /* a fixed reduction order for every message size (see above) */
     nccl.st = MRT_OK;
     return MRT_OK;
@@ -140,8 +118,8 @@ static mrt_status nccl_fail(ncclResult_t r, ncclComm_t c, const char *fmt, ...)
     va_start(ap, fmt);
     vsnprintf(what, sizeof what, fmt, ap);
     va_end(ap);
-    const char *last = c && nccl.last_error ? nccl.last_error(c) : NULL;
-    return mrt_set_error(MRT_ERR_DEVICE, "%s: NCCL error %d (%s)%s%s", what, r, nccl.error_string(r),
+    const char *last = c && nccl.ncclGetLastError ? nccl.ncclGetLastError(c) : NULL;
+    return mrt_set_error(MRT_ERR_DEVICE, "%s: NCCL error %d (%s)%s%s", what, r, nccl.ncclGetErrorString(r),
                          last && *last ? ": " : "", last && *last ? last : "");
 }
 
@@ -177,7 +155,7 @@ static mrt_status nccl_wait(rt_nccl *c, int i, cudaStream_t s, const char *what)
                                  c->world, cudaGetErrorString(q));
         }
         ncclResult_t ae = NCCL_SUCCESS;
-        nccl.async_error(c->comm[i], &ae);
+        nccl.ncclCommGetAsyncError(c->comm[i], &ae);
         if (ae != NCCL_SUCCESS && ae != NCCL_IN_PROGRESS) {
             c->broken = 1;
             return nccl_fail(ae, c->comm[i], "%s on cuda:%d (rank %d of %d)", what, c->dev[i], c->rank0 + i, c->world);
@@ -214,7 +192,7 @@ mrt_status rt_nccl_init_all(rt_nccl **out, const int *dev, int n)
     memcpy(c->dev, dev, sizeof *dev * (size_t)n);
     int was = 0;
     cudaGetDevice(&was);
-    ncclResult_t r = nccl.init_all(c->comm, n, dev);
+    ncclResult_t r = nccl.ncclCommInitAll(c->comm, n, dev);
     if (r != NCCL_SUCCESS) {
         char list[160] = "";
         for (int i = 0; i < n; i++)
@@ -239,7 +217,7 @@ mrt_status rt_nccl_unique_id(unsigned char *id)
     if (st != MRT_OK)
         return st;
     ncclUniqueId u;
-    ncclResult_t r = nccl.get_unique_id(&u);
+    ncclResult_t r = nccl.ncclGetUniqueId(&u);
     if (r != NCCL_SUCCESS) {
         const char *cid = getenv("NCCL_COMM_ID");
         return nccl_fail(r, NULL, "ncclGetUniqueId%s%s%s", cid ? " (NCCL_COMM_ID=" : "", cid ? cid : "", cid ? ")" : "");
@@ -266,7 +244,7 @@ mrt_status rt_nccl_init_rank(rt_nccl **out, int dev, int world, int rank, const 
     int was = 0;
     cudaGetDevice(&was);
     cudaSetDevice(dev);
-    ncclResult_t r = nccl.init_rank(&c->comm[0], world, u, rank);
+    ncclResult_t r = nccl.ncclCommInitRank(&c->comm[0], world, u, rank);
     if (r != NCCL_SUCCESS) {
         free(c);
         cudaSetDevice(was);
@@ -295,7 +273,7 @@ mrt_status rt_nccl_allreduce_grads(rt_nccl *c, float **const *g, const int64_t *
     /* the weights: NCCL's pre-multiplied sum; an empty shard's gradients are stale, so zeroed */
     for (int i = 0; i < c->n && st == MRT_OK; i++) {
         float s = (float)w[i];
-        ncclResult_t r = nccl.premulsum(&op[i], &s, NCCL_FLOAT, NCCL_SCALAR_HOST_IMMEDIATE, c->comm[i]);
+        ncclResult_t r = nccl.ncclRedOpCreatePreMulSum(&op[i], &s, NCCL_FLOAT, NCCL_SCALAR_HOST_IMMEDIATE, c->comm[i]);
         if (r != NCCL_SUCCESS) {
             st = nccl_fail(r, c->comm[i], "ncclRedOpCreatePreMulSum on cuda:%d", c->dev[i]);
             break;
@@ -314,14 +292,14 @@ mrt_status rt_nccl_allreduce_grads(rt_nccl *c, float **const *g, const int64_t *
         size_t bytes = 0;
         while (k1 < n_grads && (k1 == k0 || bytes + sizeof(float) * (size_t)numel[k1] <= RT_NCCL_BUCKET_BYTES))
             bytes += sizeof(float) * (size_t)numel[k1++];
-        ncclResult_t r = nccl.group_start();
+        ncclResult_t r = nccl.ncclGroupStart();
         int failed_at = -1;
         for (int k = k0; k < k1 && r == NCCL_SUCCESS; k++)
             for (int i = 0; i < c->n && r == NCCL_SUCCESS; i++)
-                if ((r = nccl.allreduce(g[i][k], g[i][k], (size_t)numel[k], NCCL_FLOAT, op[i], c->comm[i],
+                if ((r = nccl.ncclAllReduce(g[i][k], g[i][k], (size_t)numel[k], NCCL_FLOAT, op[i], c->comm[i],
                                         (cudaStream_t)stream[i])) != NCCL_SUCCESS)
                     failed_at = i;
-        ncclResult_t e = nccl.group_end();
+        ncclResult_t e = nccl.ncclGroupEnd();
         if (r == NCCL_SUCCESS)
             r = e;
         if (r != NCCL_SUCCESS && r != NCCL_IN_PROGRESS) {
@@ -337,7 +315,7 @@ mrt_status rt_nccl_allreduce_grads(rt_nccl *c, float **const *g, const int64_t *
     for (int i = 0; i < c->n && st == MRT_OK; i++)
         st = nccl_wait(c, i, (cudaStream_t)stream[i], "the gradients' all-reduce");
     for (int i = 0; i < nop && !c->broken; i++)
-        nccl.op_destroy(op[i], c->comm[i]);
+        nccl.ncclRedOpDestroy(op[i], c->comm[i]);
     cudaSetDevice(was);
     return st;
 }
@@ -412,8 +390,8 @@ static mrt_status nccl_host(rt_nccl *c, const void *in, size_t bytes_in, void *o
         st = mrt_set_error(MRT_ERR_CUDA, "cuda:%d: copying %zu bytes for %s failed", c->dev[0], bytes_in, what);
     ncclResult_t r = NCCL_SUCCESS;
     if (st == MRT_OK) {
-        r = gather ? nccl.allgather(sin, sout, count, dtype, c->comm[0], c->own)
-                   : nccl.allreduce(sin, sout, count, dtype, NCCL_SUM, c->comm[0], c->own);
+        r = gather ? nccl.ncclAllGather(sin, sout, count, dtype, c->comm[0], c->own)
+                   : nccl.ncclAllReduce(sin, sout, count, dtype, NCCL_SUM, c->comm[0], c->own);
         if (r != NCCL_SUCCESS && r != NCCL_IN_PROGRESS) {
             c->broken = 1;
             st = nccl_fail(r, c->comm[0], "%s on cuda:%d (rank %d of %d)", what, c->dev[0], c->rank0, c->world);
@@ -449,7 +427,7 @@ void rt_nccl_destroy(rt_nccl *c, int abort)
     for (int i = 0; i < c->n; i++) {
         cudaSetDevice(c->dev[i]);
         if (c->comm[i])
-            (c->broken || abort ? nccl.abort_ : nccl.destroy)(c->comm[i]);
+            (c->broken || abort ? nccl.ncclCommAbort : nccl.ncclCommDestroy)(c->comm[i]);
         if (c->part[i])
             cudaFree(c->part[i]);
     }
