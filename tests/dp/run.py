@@ -388,8 +388,7 @@ def check_train_gpu(modelc, d, report):
 
     for name, batch, why in (("mlp_adamw", 8, "shards 4,4"), ("mlp_adamw", 7, "shards 4,3 and a last batch of 5"),
                              ("mlp_adamw", 3, "a last batch of 1: cuda:1's shard is empty"),
-                             ("mlp_sched", 8, "clip_grad_norm_: the norm of the reduced gradients"),
-                             ("mlp_sgd", 5, "SGD with momentum")):
+                             ("mlp_sched", 8, "clip_grad_norm_: the norm of the reduced gradients")):
         prog = train_prog(modelc, d, name)
         runs, err = {}, None
         for tag, extra in (("one", ["--device", "cuda:0"]), ("cpu", ["--device", "cpu"]),
