@@ -254,8 +254,9 @@ void rt_nccl_destroy(rt_nccl *c, int abort);
 /* rt_mpi.c: MPI across processes, Open MPI loaded at run time. rt_mpi_start: *size 1 when the
  * process was not started by mpirun, else MPI_Init and this process's rank and the world size
  * (MRT_ERR_DEVICE when mpirun started it but libmpi.so.40 cannot be loaded). The collectives
- * sum in place over every rank; rt_mpi_abort ends every rank (MPI_Abort); rt_mpi_finish is
- * MPI_Finalize. */
+ * sum in place over every rank; rt_mpi_bcast sends `bytes` bytes of buf from rank `root` to
+ * every rank (the NCCL id of GPU ranks); rt_mpi_abort ends every rank (MPI_Abort); rt_mpi_finish
+ * is MPI_Finalize. */
 mrt_status rt_mpi_start(int *rank, int *size);
 mrt_status rt_mpi_allreduce_f32(float *x, int64_t n);
 mrt_status rt_mpi_allreduce_f64(double *x, int n);

@@ -567,7 +567,12 @@ static mrt_status evaluate(const mrt_model_info *info, void **emodel, mrt_model 
  * every replica, the tensors shared out among the team's threads; the gradients' squared norm
  * and the loss (weighted alike) come from the reduced values; then every replica applies the
  * same update (desc->apply), so the weights stay identical. For a loss that is a mean over the
- * batch this is the full batch's gradient, as one device computes it up to float rounding. */
+ * batch this is the full batch's gradient, as one device computes it up to float rounding.
+ * GPU replicas (--devices cuda:0,cuda:1): the same, but the reduction is NCCL's (rt_nccl.c: one
+ * communicator per GPU from ncclCommInitAll, ncclAllReduce of every gradient in place with the
+ * weights as a pre-multiplied sum, in 25 MiB buckets on the replicas' streams), after the
+ * backward passes: the generated step has no hook between gradients to overlap it with. The
+ * squared norm comes from replica 0's reduced gradients (rt_nccl_sumsq). */
 typedef struct dp_train {
     const mrt_model_info *info;
     int n;
@@ -805,7 +810,12 @@ static mrt_status dp_train_setup(dp_train *t, const mrt_model_info *info, mrt_mo
  * alike, the gradients' norm computed from the sums, and every rank applies the same update.
  * A failure in a step is exchanged first (a flag per rank), so every rank stops at that step
  * naming the rank that failed; a failure before the ranks have agreed on the run aborts them
- * all (MPI_Abort), so none waits for a rank that is gone. */
+ * all (MPI_Abort), so none waits for a rank that is gone.
+ * GPU ranks: the gradients go through NCCL instead (a communicator whose id rank 0 makes and
+ * MPI_Bcast sends, as llm.c does); the flags and the loss still through MPI. Under torchrun
+ * (RANK and WORLD_SIZE, no mpirun: torchrun_env) every rank is a GPU rank, NCCL bootstraps
+ * itself from NCCL_COMM_ID, and the flags, the loss and the settings' check go through NCCL too
+ * (coll_allreduce_f64, coll_allgather_u64). */
 typedef struct mpi_train {
     int rank, size;
     mrt_model *m;
