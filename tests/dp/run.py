@@ -409,7 +409,6 @@ def check_train_gpu(modelc, d, report):
     # torchrun: two processes on two simulated GPUs each, LOCAL_RANK picking cuda:0 and cuda:1
     name, batch = "mlp_sched", 7
     prog = train_prog(modelc, d, name)
-    one, e = run(prog, name, "one7", batch, ["--device", "cuda:0"])
     base = [prog, "train", "--weights", f(name + ".init.safetensors"), "--batch", str(batch), "--epochs", "2",
             "--shuffle", "--seed", "5"] + train_data(d, name)
     one, e = run(prog, name, "one7s", batch, ["--device", "cuda:0", "--shuffle", "--seed", "5"])
@@ -474,8 +473,8 @@ def check_train_gpu(modelc, d, report):
         print("  a NCCL error on torchrun's rank 1: exits %s: %s" % ([rc for rc, _ in res], [
             [ln for ln in err.splitlines() if "error:" in ln][-1:] for _, err in res]))
         report("error_torchrun_nccl_midrun", None if all(rc == 1 for rc, _ in res) and "rank 1 failed" in res[0][1] and
-               "NCCL error 2" in res[1][1] and not os.path.exists(f("tf.st")) else
-               "expected both ranks to stop (rank 0 naming rank 1), no checkpoint")
+               "NCCL error 2" in res[1][1] and "on cuda:1 (rank 1 of 2)" in res[1][1] and not os.path.exists(f("tf.st"))
+               else "expected both ranks to stop (rank 0 naming rank 1; rank 1 on cuda:1, its LOCAL_RANK), no checkpoint")
     # a step that fails on rank 1 (a class id out of range in its shard): both stop at that step
     y = np.load(f(name + ".labels.npy"))
     y[5] = 99
