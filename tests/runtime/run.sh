@@ -71,6 +71,26 @@ else
     fi
 fi
 
+# The values and signatures rt_nccl.c gives NCCL (which it loads at run time, without nccl.h)
+# against an installed nccl.h: compiled, not run.
+nccl_inc="" cuda_inc=""
+for d in ${NCCL_HOME:+$NCCL_HOME/include} /usr/include /usr/local/include /usr/local/cuda/include; do
+    [ -z "$nccl_inc" ] && [ -f "$d/nccl.h" ] && nccl_inc="$d"
+done
+for d in ${CUDA_HOME:+$CUDA_HOME/include} /usr/local/cuda/include /usr/include; do
+    [ -z "$cuda_inc" ] && [ -f "$d/cuda_runtime_api.h" ] && cuda_inc="$d"
+done
+if [ -z "$nccl_inc" ] || [ -z "$cuda_inc" ]; then
+    echo "SKIP: runtime/nccl_abi: no ${nccl_inc:+cuda_runtime_api.h}${nccl_inc:-nccl.h} found (NCCL's or CUDA's headers)"
+elif "$CC" -std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror -Iruntime -I"$nccl_inc" -I"$cuda_inc" \
+        -c tests/runtime/nccl_abi.c -o "$work/nccl_abi.o" 2>"$work/nccl_abi.log"; then
+    echo "PASS: runtime/nccl_abi (rt_nccl.c's NCCL values and calls match $nccl_inc/nccl.h)"
+else
+    echo "FAIL: runtime/nccl_abi: rt_nccl.c's NCCL values or calls differ from $nccl_inc/nccl.h:"
+    sed 's/^/    /' "$work/nccl_abi.log" | head -20
+    cuda_failed=1
+fi
+
 failed=$cuda_failed
 for t in $("$bin" --list); do
     out="$("$bin" "$t" 2>"$work/$t.err")"
