@@ -440,19 +440,21 @@ static void check_interp(int64_t NC, int64_t H, int64_t W, int64_t OH, int64_t O
     free(x), free(ref), free(got);
 }
 
-/* cumsum along the middle axis, with a NaN and an infinity that must propagate down their line */
-static void check_cumsum(int64_t outer, int64_t n, int64_t inner)
+/* cumsum along the middle axis (reverse: from its end), with a NaN and an infinity that must
+ * propagate down their line */
+static void check_cumsum(int64_t outer, int64_t n, int64_t inner, int reverse)
 {
     size_t N = (size_t)(outer * n * inner);
     float *x = rand_host(N), *ref = malloc(N * 4), *got = malloc(N * 4);
     x[inner] = NAN;
     x[N - 2 * inner] = INFINITY;
     float *dx = up(x, N * 4), *dy = poisoned(N);
-    mrt_cumsum_f32(ref, x, outer, n, inner);
-    mrt_status st = mrt_cuda_cumsum_f32(g_stream, dy, dx, outer, n, inner);
+    mrt_cumsum_f32(ref, x, outer, n, inner, reverse);
+    mrt_status st = mrt_cuda_cumsum_f32(g_stream, dy, dx, outer, n, inner, reverse);
     down(got, dy, N * 4);
     char name[96];
-    snprintf(name, sizeof name, "cumsum_%lldx%lldx%lld", (long long)outer, (long long)n, (long long)inner);
+    snprintf(name, sizeof name, "cumsum%s_%lldx%lldx%lld", reverse ? "_reverse" : "", (long long)outer, (long long)n,
+             (long long)inner);
     report(name, st, got, ref, N, 1e-6);
     mrt_free(g_dev, dx), mrt_free(g_dev, dy), free(x), free(ref), free(got);
 }
@@ -1064,10 +1066,13 @@ int main(void)
             check_scatter_add(mode, i64);
     check_dropout(1001, 0.3f, 0x123456789abcULL, 7, 2);
     check_dropout(4096, 0.5f, 0, 0, 0);
-    check_cumsum(9, 700, 1);
-    check_cumsum(3, 100003, 1); /* long rows: cumsum_rows_kernel (chunks of 391) */
-    check_cumsum(2, 1024, 1);
-    check_cumsum(4, 37, 6);
+    check_cumsum(9, 700, 1, 0);
+    check_cumsum(3, 100003, 1, 0); /* long rows: cumsum_rows_kernel (chunks of 391) */
+    check_cumsum(2, 1024, 1, 0);
+    check_cumsum(4, 37, 6, 0);
+    check_cumsum(3, 100003, 1, 1); /* from the end (a cumsum's adjoint) */
+    check_cumsum(2, 1024, 1, 1);
+    check_cumsum(4, 37, 6, 1);
     check_iota(1000);
     check_concat(3, 12, 40, 8);
     check_concat(3, 5, 17, 3);
