@@ -420,6 +420,26 @@ static void check_conv_transpose(int64_t N, int64_t C, int64_t H, int64_t W, int
     free(x), free(w), free(ref), free(got), free(col);
 }
 
+/* Training: interpolate's input gradient dx [NC, H, W] from g [NC, OH, OW], the GPU's gather vs
+ * the CPU's scatter: the same products added in the same order, so exactly equal */
+static void check_interp_grad(int64_t NC, int64_t H, int64_t W, int64_t OH, int64_t OW, int bilinear,
+                              int align_corners, double sfh, double sfw)
+{
+    size_t nx = (size_t)(NC * H * W), ny = (size_t)(NC * OH * OW);
+    float *gy = rand_host(ny), *ref = malloc(nx * 4), *got = malloc(nx * 4);
+    mrt_interp2d_grad_f32(ref, gy, NC, H, W, OH, OW, bilinear, align_corners, sfh, sfw);
+    float *dgy = up(gy, ny * 4), *ddx = poisoned(nx);
+    mrt_status st = mrt_cuda_interp2d_grad_f32(g_stream, ddx, dgy, NC, H, W, OH, OW, bilinear, align_corners, sfh, sfw);
+    down(got, ddx, nx * 4);
+    char name[96];
+    snprintf(name, sizeof name, "interp2d_grad_%s%s_%lldx%lld_to_%lldx%lld%s", bilinear ? "bilinear" : "nearest",
+             align_corners ? "_align" : "", (long long)H, (long long)W, (long long)OH, (long long)OW,
+             sfh > 0 ? "_scale" : "");
+    report(name, st, got, ref, nx, 0.0);
+    mrt_free(g_dev, dgy), mrt_free(g_dev, ddx);
+    free(gy), free(ref), free(got);
+}
+
 /* interpolate [NC, H, W] -> [NC, OH, OW] (sfh, sfw: the scale_factor given, 0: none) */
 static void check_interp(int64_t NC, int64_t H, int64_t W, int64_t OH, int64_t OW, int bilinear, int align_corners,
                          double sfh, double sfw)
@@ -1056,6 +1076,17 @@ int main(void)
     check_interp(6, 5, 7, 9, 13, 1, 1, 0, 0);
     check_interp(6, 5, 7, 1, 5, 1, 1, 0, 0);
     check_interp(6, 5, 7, 7, 4, 1, 0, 1.5, 0.7);
+    /* its gradient: nearest (2x, a size, a scale below 1), bilinear (a scale, align_corners,
+     * downsampling, out == in, out 1) */
+    check_interp_grad(6, 5, 7, 10, 14, 0, 0, 2.0, 2.0);
+    check_interp_grad(6, 5, 7, 8, 3, 0, 0, 0, 0);
+    check_interp_grad(6, 5, 7, 7, 4, 0, 0, 1.5, 0.7);
+    check_interp_grad(6, 3, 4, 8, 6, 1, 0, 2.5, 1.5);
+    check_interp_grad(6, 5, 7, 9, 13, 1, 1, 0, 0);
+    check_interp_grad(6, 9, 7, 4, 3, 1, 0, 0, 0);
+    check_interp_grad(6, 9, 7, 4, 3, 1, 1, 0, 0);
+    check_interp_grad(6, 5, 7, 5, 7, 1, 0, 0, 0);
+    check_interp_grad(6, 5, 7, 1, 5, 1, 1, 0, 0);
     check_embedding(0);
     check_embedding(1);
     for (int mode = 0; mode < 3; mode++)
