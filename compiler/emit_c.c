@@ -280,9 +280,11 @@ static void emit_axis(Emit *e, const Kernel *k, char **ptr) {
         fn = "softmax_masked_f32";
         args = xprintf("%s, %s, %s, %s, %" PRId64 ", %d, %d", Y, X, ou, n, xs->rank >= 2 ? xs->d[xs->rank - 2].c : 1,
                        r->causal, r->zero_masked_rows);
-    } else if (r->op == OP_SOFTMAX || r->op == OP_LOG_SOFTMAX || r->op == OP_SUM || r->op == OP_MEAN) {
-        /* the flag: log for softmax, mean for sum */
-        args = xprintf("%s, %s, %s, %s, %s, %d", Y, X, ou, n, in, r->op == OP_LOG_SOFTMAX || r->op == OP_MEAN);
+    } else if (r->op == OP_SOFTMAX || r->op == OP_LOG_SOFTMAX || r->op == OP_SUM || r->op == OP_MEAN ||
+               r->op == OP_CUMSUM) {
+        /* the flag: log for softmax, mean for sum, from the end for cumsum */
+        args = xprintf("%s, %s, %s, %s, %s, %d", Y, X, ou, n, in,
+                       r->op == OP_LOG_SOFTMAX || r->op == OP_MEAN || (r->op == OP_CUMSUM && r->reverse));
     } else {
         args = xprintf("%s, %s, %s, %s, %s", Y, X, ou, n, in);
     }
@@ -350,16 +352,18 @@ static void emit_adaptive_pool_grad(Emit *e, const Kernel *k, char **ptr) {
                          g->shape.d[3].c));
 }
 
-/* interpolate on [N*C] planes; the scale factors are written exactly (hex doubles): the kernel
- * derives PyTorch's float scale 1/scale_factor from them. */
+/* interpolate on [N*C] planes, and its input gradient (training: the planes H, W are its result's,
+ * OH, OW its operand's, the adjoint); the scale factors are written exactly (hex doubles): the
+ * kernel derives PyTorch's float scale 1/scale_factor from them. */
 static void emit_interpolate(Emit *e, const Kernel *k, char **ptr) {
     const Node *r = k->lib, *x = r->in[0];
-    const Shape *xs = &x->shape;
+    const Shape *xs = &x->shape, *ys = &r->shape;
+    if (r->op == OP_INTERPOLATE_GRAD) xs = &r->shape, ys = &x->shape;
     fprintf(e->o, "    /* %s%d: %s %%%d */\n", e->kpfx, k->id, op_name(r->op), r->id);
     library_call(e, k, op_info[r->op].kernel,
                  xprintf("%s, %s, %s, %" PRId64 ", %" PRId64 ", %" PRId64 ", %" PRId64 ", %d, %d, %a, %a", ptr[r->id],
                          ptr[view_base(x)->id], dim_c(dim_mul(xs->d[0], xs->d[1], NULL)), xs->d[2].c, xs->d[3].c,
-                         r->shape.d[2].c, r->shape.d[3].c, r->bilinear, r->align_corners, r->scale[0], r->scale[1]));
+                         ys->d[2].c, ys->d[3].c, r->bilinear, r->align_corners, r->scale[0], r->scale[1]));
 }
 
 /* layer_norm over the axes from r->axis on: rows x D; weight and bias are optional (NULL). */

@@ -129,12 +129,16 @@ static Node *transpose2(const Node *at, Node *x) {
     return permute(at, x, perm);
 }
 
-/* a[..., M, K] @ b[..., K, N] (b stored [..., N, K] with trans_b); the batch axes of a and b are
- * equal or b has none. */
+/* a[..., M, K] @ b[..., K, N] (b stored [..., N, K] with trans_b); the batch axes broadcast
+ * (NumPy's rules, as the forward matmul's). */
 static Node *matmul(const Node *at, Node *a, Node *b, bool trans_b) {
-    Shape s = a->shape;
-    const Shape *sb = &b->shape;
-    s.d[s.rank - 1] = trans_b ? sb->d[sb->rank - 2] : sb->d[sb->rank - 1];
+    const Shape *sa = &a->shape, *sb = &b->shape;
+    Shape ba = *sa, bb = *sb;
+    ba.rank -= 2;
+    bb.rank -= 2;
+    Shape s = shape_broadcast(&ba, &bb);
+    s.d[s.rank++] = sa->d[sa->rank - 2];
+    s.d[s.rank++] = trans_b ? sb->d[sb->rank - 2] : sb->d[sb->rank - 1];
     Node *n = mk(OP_MATMUL, at, DT_F32, &s);
     n->in[0] = a;
     n->in[1] = b;
@@ -318,6 +322,10 @@ static Node *vjp_where(Node *n, int j, Node *g) {
     Node *z = cnst(n, 0.0);
     return unbroadcast(n, j == 1 ? where(n, c, g, z) : where(n, c, z, g), &n->in[j]->shape);
 }
+/* matmul: ga = g @ b^T and gb = a^T @ g, each over the result's batch axes and then summed over
+ * the axes its operand broadcast (unbroadcast): [B, H, T, D] @ [D, E], [1, H, T, D] @ [B, H, D, E]
+ * and [T, D] @ [B, D, E] alike. A weight without batch axes under an operand with them (a linear
+ * layer's) takes one GEMM over the batch folded into the rows instead. */
 static Node *vjp_matmul(Node *n, int j, Node *g) {
     Node *a = n->in[0], *b = n->in[1];
     int ra = a->shape.rank, rb = b->shape.rank;
@@ -336,15 +344,10 @@ static Node *vjp_matmul(Node *n, int j, Node *g) {
         g2.d[0] = dim_div(g2.d[0], g->shape.d[ra - 1], &ok);
         a = reshape(n, a, &a2);
         g = reshape(n, g, &g2);
-        ra = 2;
     }
-    if (ra != rb)
-        error_at(n->loc, "no gradient for this batched matmul yet (operands of rank %d and %d)", ra, rb);
-    for (int i = 0; i + 2 < ra; i++)
-        if (!dim_eq(a->shape.d[i], b->shape.d[i]))
-            error_at(n->loc, "no gradient for a matmul whose operands broadcast their batch axes yet");
-    if (n->trans_b) return matmul(n, transpose2(n, g), a, false); /* b stored [N, K]: (a^T g)^T = g^T a */
-    return matmul(n, transpose2(n, a), g, false);
+    /* b stored [N, K]: (a^T g)^T = g^T a */
+    Node *r = n->trans_b ? matmul(n, transpose2(n, g), a, false) : matmul(n, transpose2(n, a), g, false);
+    return unbroadcast(n, r, &b->shape);
 }
 
 /* ================================================================ convolution, pooling and batch norm
@@ -397,6 +400,26 @@ static Node *vjp_conv2d(Node *n, int j, Node *g) {
     return r;
 }
 
+/* conv_transpose2d is conv2d's input adjoint, so its own adjoints are conv2d's other two
+ * products: dx = conv2d(g, w) (w [C, O/groups, KH, KW] read as conv2d's [out = C, in/groups,
+ * KH, KW]) with the same stride, padding, dilation and groups, and dw = conv2d_weight_grad with
+ * the roles of its operands swapped: x [N, C, H, W] as the conv's adjoint and g [N, O, OH, OW] as
+ * its input (gw[c, o, kh, kw] = sum of x[n, c, ih, iw] g[n, o, ih*s - p + kh*d, iw*s - p + kw*d]).
+ * The conv reads g of OH = (H-1)*s - 2p + d*(KH-1) + 1 + output_padding rows for H outputs: its
+ * bottom padding is p - output_padding (negative where the last rows of g, which output_padding
+ * added and no input reaches, are not read). The bias is an add, whose rule sums. */
+static Node *vjp_conv_transpose2d(Node *n, int j, Node *g) {
+    Node *x = n->in[0], *w = n->in[1];
+    Node *r = mk(j == 0 ? OP_CONV2D : OP_CONV2D_WGRAD, n, DT_F32, j == 0 ? &x->shape : &w->shape);
+    r->in[0] = j == 0 ? g : x;
+    r->in[1] = j == 0 ? w : g;
+    r->nin = 2;
+    copy_window(r, n);
+    r->pad[2] = n->pad[0] - n->out_pad[0];
+    r->pad[3] = n->pad[1] - n->out_pad[1];
+    return r;
+}
+
 static Node *vjp_max_pool2d(Node *n, int j, Node *g) {
     (void)j;
     Node *r = mk(OP_MAXPOOL2D_GRAD, n, DT_F32, &n->in[0]->shape);
@@ -421,6 +444,20 @@ static Node *vjp_adaptive_avg_pool2d(Node *n, int j, Node *g) {
     Node *r = mk(OP_ADAPTIVE_AVGPOOL2D_GRAD, n, DT_F32, &n->in[0]->shape);
     r->in[0] = g;
     r->nin = 1;
+    return r;
+}
+
+/* interpolate: its input gradient, interpolate_grad (each output's adjoint added to the source
+ * taps it read, with their weights: PyTorch's upsample backward, without atomics on CUDA). */
+static Node *vjp_interpolate(Node *n, int j, Node *g) {
+    (void)j;
+    Node *r = mk(OP_INTERPOLATE_GRAD, n, DT_F32, &n->in[0]->shape);
+    r->in[0] = g;
+    r->nin = 1;
+    r->bilinear = n->bilinear;
+    r->align_corners = n->align_corners;
+    r->scale[0] = n->scale[0];
+    r->scale[1] = n->scale[1];
     return r;
 }
 
@@ -592,17 +629,6 @@ static Node *tf_slice(const Node *at, Node *x, int axis, int64_t start, int64_t 
     return n;
 }
 
-/* x reversed along a fixed axis (flip: a slice with step -1). */
-static Node *tf_flip(const Node *at, Node *x, int axis) {
-    Node *n = mk(OP_SLICE, at, x->dtype, &x->shape);
-    n->in[0] = x;
-    n->nin = 1;
-    n->axis = axis;
-    n->start = x->shape.d[axis].c - 1;
-    n->step = -1;
-    return n;
-}
-
 /* The positions 0 .. n-1 along axis of a tensor of shape xs, as i64 shaped [1, .., n, .., 1]. */
 static Node *tf_positions(const Node *at, const Shape *xs, int axis) {
     Shape s1 = {1, {xs->d[axis]}};
@@ -702,22 +728,39 @@ static Node *vjp_max(Node *n, int j, Node *g) { /* all of it to the first maximu
     Node *first = bin(OP_EQ, n, tf_positions(n, &x->shape, n->axis), tf_reduce(OP_ARGMAX, n, x, n->axis));
     return where(n, first, vjp_sum(n, 0, g), cnst(n, 0.0));
 }
-static Node *vjp_cumsum(Node *n, int j, Node *g) { /* the running sums from the end */
+static Node *vjp_cumsum(Node *n, int j, Node *g) { /* the running sums from the end (any axis, symbolic too) */
     (void)j;
-    int ax = n->axis;
-    if (dim_is_sym(n->shape.d[ax])) error_at(n->loc, "no gradient for a cumsum along a symbolic axis yet");
-    Node *c = un(OP_CUMSUM, n, tf_flip(n, g, ax));
-    c->axis = ax;
-    return tf_flip(n, c, ax);
+    Node *c = un(OP_CUMSUM, n, g);
+    c->axis = n->axis;
+    c->reverse = !n->reverse;
+    return c;
 }
-static Node *vjp_concat(Node *n, int j, Node *g) { /* operand j's part of g */
+/* concat: operand j's part of g, a slice along the axis. Along a symbolic axis every operand's
+ * size is k_i * S for one product of symbols S (the checker's rule), so g's axis of K * S
+ * elements, K = sum k_i, is viewed as [K, S] and operand j's part is the fixed rows
+ * [k_0 + .. + k_{j-1}, + k_j) of K, viewed back as k_j * S. */
+static Node *vjp_concat(Node *n, int j, Node *g) {
     int ax = n->axis;
     int64_t off = 0;
-    for (int i = 0; i <= j; i++)
-        if (dim_is_sym(n->in[i]->shape.d[ax]))
-            error_at(n->loc, "no gradient for a concat along a symbolic axis yet");
     for (int i = 0; i < j; i++) off += n->in[i]->shape.d[ax].c;
-    return tf_slice(n, g, ax, off, n->in[j]->shape.d[ax].c);
+    const Shape *xs = &n->in[j]->shape;
+    if (!dim_is_sym(xs->d[ax])) return tf_slice(n, g, ax, off, xs->d[ax].c);
+    if (g->shape.rank == MAX_RANK)
+        error_at(n->loc, "no gradient for a concat along a symbolic axis of a rank-%d tensor yet (its adjoint splits the "
+                 "axis in two, and %d is the most axes a tensor has)", MAX_RANK, MAX_RANK);
+    Dim S = xs->d[ax];
+    S.c = 1;
+    Shape v = {g->shape.rank + 1, {{0}}};
+    for (int i = 0, k = 0; i < g->shape.rank; i++) {
+        if (i == ax) {
+            v.d[k++] = dim_const(n->shape.d[ax].c);
+            v.d[k++] = S;
+        } else {
+            v.d[k++] = g->shape.d[i];
+        }
+    }
+    Node *part = tf_slice(n, reshape(n, g, &v), ax, off, xs->d[ax].c);
+    return reshape(n, part, xs);
 }
 static Node *vjp_gather(Node *n, int j, Node *g) {
     if (j != 0 || n->gather_mode == GATHER_ONE_HOT) return NULL; /* the index; one_hot reads only ids */

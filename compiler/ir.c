@@ -288,7 +288,7 @@ static void dump_attrs(FILE *out, const Node *n) {
         if ((n->op == OP_AVGPOOL2D || n->op == OP_AVGPOOL2D_GRAD) && !n->count_include_pad) fprintf(out, ", exclude_pad");
         fprintf(out, "}");
         break;
-    case OP_INTERPOLATE:
+    case OP_INTERPOLATE: case OP_INTERPOLATE_GRAD:
         fprintf(out, " {%s%s", n->bilinear ? "bilinear" : "nearest", n->align_corners ? ", align_corners" : "");
         if (n->scale[0] > 0) fprintf(out, ", scale=[%g,%g]", n->scale[0], n->scale[1]);
         fprintf(out, "}");
@@ -310,7 +310,7 @@ static void dump_attrs(FILE *out, const Node *n) {
         break;
 
     case OP_CUMSUM:
-        fprintf(out, " {axis=%d}", n->axis);
+        fprintf(out, n->reverse ? " {axis=%d, reverse}" : " {axis=%d}", n->axis);
         break;
     case OP_IOTA:
         fprintf(out, " {start=%.17g, step=%.17g}", n->fattr[0], n->fattr[1]);

@@ -303,6 +303,7 @@ struct Node {
     /* slice: out index i along axis reads start + i*step; dropout (training): start is its site,
      * which keeps the masks of two dropouts apart (the Philox counter's last word) */
     int64_t start, step;
+    bool reverse;         /* cumsum: the running sums from the end (a cumsum's adjoint, PyTorch's reversed_cumsum) */
     /* softmax from attention: keys j > i masked (causal), and all-masked rows give zeros */
     bool causal, zero_masked_rows;
     /* interpolate: bilinear (else nearest), align_corners, and the scale_factor per axis [h, w]

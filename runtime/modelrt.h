@@ -344,6 +344,10 @@ mrt_status mrt_cuda_adaptive_avgpool2d_grad_f32(void *stream, float *dx, const f
  *  as mrt_interp2d_f32; sfh, sfw: the scale_factor given, 0 when the size was. */
 mrt_status mrt_cuda_interp2d_f32(void *stream, float *y, const float *x, int64_t NC, int64_t H, int64_t W, int64_t OH,
                                  int64_t OW, int bilinear, int align_corners, double sfh, double sfw);
+/** Training: interpolate's input gradient, dx [NC, H, W] from g [NC, OH, OW] with the forward's
+ *  arguments, as mrt_interp2d_grad_f32 and with its bits (a gather per input element, no atomics). */
+mrt_status mrt_cuda_interp2d_grad_f32(void *stream, float *dx, const float *g, int64_t NC, int64_t H, int64_t W,
+                                      int64_t OH, int64_t OW, int bilinear, int align_corners, double sfh, double sfw);
 /** layernorm over the last axis of [rows, D], as mrt_layernorm_f32; w and b may be NULL. */
 mrt_status mrt_cuda_layernorm_f32(void *stream, float *y, const float *x, const float *w, const float *b, int64_t rows,
                                   int64_t D, float eps);
@@ -359,8 +363,10 @@ mrt_status mrt_cuda_fault_begin(void *stream, const char *what, int **fault, int
 mrt_status mrt_cuda_fault_end(void *stream, const char *what, int ticket);
 mrt_status mrt_cuda_embedding_f32(void *stream, float *y, const void *ids, int ids_i64, int64_t n, const float *w,
                                   int64_t V, int64_t D, const char *what);
-/** Running sums along the middle axis of x [outer, n, inner] (mrt_cumsum_f32), in double. */
-mrt_status mrt_cuda_cumsum_f32(void *stream, float *y, const float *x, int64_t outer, int64_t n, int64_t inner);
+/** Running sums along the middle axis of x [outer, n, inner] (mrt_cumsum_f32), in double;
+ *  reverse: from the end of the axis. */
+mrt_status mrt_cuda_cumsum_f32(void *stream, float *y, const float *x, int64_t outer, int64_t n, int64_t inner,
+                               int reverse);
 struct mrt_opt_args;
 struct mrt_opt_tensor;
 /** The optimizer update of every tensor of t[0..n) (mrt_opt_step_multi_f32), in as few kernel

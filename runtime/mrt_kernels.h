@@ -253,6 +253,38 @@ MRT_HD float mrt_interp2d_at(const float *xp, int64_t H, int64_t W, int64_t OH, 
     return (1.0f - lh) * ((1.0f - lw) * r0[w0] + lw * r0[w1]) + lh * ((1.0f - lw) * r1[w0] + lw * r1[w1]);
 }
 
+/* interpolate's backward (training) along one axis: the source taps of output row (or column) d,
+ * i[0..n), with their weights l[0..n): nearest one tap of weight 1, bilinear two, i0 with 1 - l1
+ * and i1 with l1 (the forward's coordinates). Returns n. */
+MRT_HD int mrt_interp_taps(float scale, int64_t d, int bilinear, int align_corners, int64_t in, int64_t out,
+                           int64_t *i, float *l) {
+    if (!bilinear) {
+        i[0] = mrt_nearest_src(scale, d, in, out);
+        l[0] = 1.0f;
+        return 1;
+    }
+    mrt_linear_src(scale, d, align_corners, in, out, &i[0], &i[1], &l[1]);
+    l[0] = 1.0f - l[1];
+    return 2;
+}
+/* The first output row d in [0, out) whose first tap is >= v (out if none). The first tap is
+ * non-decreasing in d (a floor of a product with a positive scale, rounded monotonically), and
+ * the second is the first or the next: the rows that read source row s are those between the
+ * first whose first tap is >= s - 1 (bilinear; s for nearest) and the first whose first tap
+ * is > s. A binary search, for the CUDA kernel's gather. */
+MRT_HD int64_t mrt_interp_first(float scale, int bilinear, int align_corners, int64_t in, int64_t out, int64_t v) {
+    int64_t lo = 0, hi = out;
+    while (lo < hi) {
+        const int64_t mid = lo + (hi - lo) / 2;
+        int64_t i[2];
+        float l[2];
+        mrt_interp_taps(scale, mid, bilinear, align_corners, in, out, i, l);
+        if (i[0] >= v) hi = mid;
+        else lo = mid + 1;
+    }
+    return lo;
+}
+
 /* ---------------------------------------------------------------- optimizers
  *
  * One element of torch.optim's single-tensor updates, in f32 with PyTorch's operation order (the
@@ -791,6 +823,35 @@ static inline void mrt_interp2d_f32(float *y, const float *x, int64_t NC, int64_
     free(cw);
 }
 
+/* interpolate's input gradient (training; PyTorch's upsample_nearest2d_backward and
+ * upsample_bilinear2d_backward): dx[NC, H, W] = zeros plus, for each output element of
+ * g[NC, OH, OW] in row-major order, g * lh * lw added to each of its source taps (h, w) in the
+ * forward's order (h0 w0, h0 w1, h1 w0, h1 w1; a tap read twice at an edge gets both shares).
+ * The products are rounded before the additions (MRT_FMUL), so the CUDA kernel, which gathers
+ * for each input element the same shares in the same order, gives the same bits; no atomics.
+ * sfh, sfw as mrt_interp2d_f32's. */
+static inline void mrt_interp2d_grad_f32(float *dx, const float *g, int64_t NC, int64_t H, int64_t W, int64_t OH,
+                                         int64_t OW, int bilinear, int align_corners, double sfh, double sfw) {
+    const float sh = mrt_interp_scale(H, OH, bilinear && align_corners, sfh);
+    const float sw = mrt_interp_scale(W, OW, bilinear && align_corners, sfw);
+    memset(dx, 0, (size_t)(NC * H * W) * sizeof(float));
+    MRT_PRAGMA(omp parallel for schedule(static) if(NC * OH * OW >= MRT_PAR_MIN))
+    for (int64_t p = 0; p < NC; p++) {
+        float *dp = dx + p * H * W;
+        for (int64_t oh = 0; oh < OH; oh++) {
+            int64_t ih[2], iw[2];
+            float lh[2], lw[2];
+            const int nh = mrt_interp_taps(sh, oh, bilinear, align_corners, H, OH, ih, lh);
+            for (int64_t ow = 0; ow < OW; ow++) {
+                const int nw = mrt_interp_taps(sw, ow, bilinear, align_corners, W, OW, iw, lw);
+                const float v = g[(p * OH + oh) * OW + ow];
+                for (int a = 0; a < nh; a++)
+                    for (int b = 0; b < nw; b++) dp[ih[a] * W + iw[b]] += MRT_FMUL(MRT_FMUL(lh[a], lw[b]), v);
+            }
+        }
+    }
+}
+
 /* y = (x - mean) / sqrt(var + eps) * w + b over the last axis of [rows, D] (biased variance,
  * two passes, accumulated in double; x - mean is taken in double too). w and b may be NULL
  * (no weight: 1, no bias: 0); group_norm and instance_norm use it without either. */
@@ -839,14 +900,17 @@ static inline int64_t mrt_embedding_f32(float *y, const void *ids, int ids_i64, 
 }
 
 /* y[o, j, i] = x[o, 0, i] + ... + x[o, j, i] for j < n: running sums along the middle axis of
- * x [outer, n, inner]; accumulates in double (the CUDA kernel sums in the same order). */
-static inline void mrt_cumsum_f32(float *y, const float *x, int64_t outer, int64_t n, int64_t inner) {
+ * x [outer, n, inner]; reverse: from the end, y[o, j, i] = x[o, j, i] + ... + x[o, n-1, i] (a
+ * cumsum's adjoint, PyTorch's reversed_cumsum, without its two flips). Accumulates in double
+ * (the CUDA kernel sums in the same order). */
+static inline void mrt_cumsum_f32(float *y, const float *x, int64_t outer, int64_t n, int64_t inner, int reverse) {
     for (int64_t o = 0; o < outer; o++)
         for (int64_t i = 0; i < inner; i++) {
             double s = 0.0;
             const float *xr = x + o * n * inner + i;
             float *yr = y + o * n * inner + i;
-            for (int64_t j = 0; j < n; j++) {
+            for (int64_t k = 0; k < n; k++) {
+                const int64_t j = reverse ? n - 1 - k : k;
                 s += xr[j * inner];
                 yr[j * inner] = (float)s;
             }

@@ -839,6 +839,42 @@ __global__ void interp2d_kernel(float *__restrict__ y, const float *__restrict__
     }
 }
 
+// dx [NC, H, W] = interpolate's input gradient of g [NC, OH, OW] (mrt_interp2d_grad_f32): one
+// thread per input element gathers the shares of the outputs that read it, rows and columns found
+// by binary search (mrt_interp_first), in the CPU's scatter order, so both give the same bits.
+__global__ void interp2d_grad_kernel(float *__restrict__ dx, const float *__restrict__ g, int64_t NC, int64_t H,
+                                     int64_t W, int64_t OH, int64_t OW, int bilinear, int align_corners, float sh,
+                                     float sw)
+{
+    const int64_t total = NC * H * W, back = bilinear ? 1 : 0;
+    for (int64_t t = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; t < total;
+         t += (int64_t)gridDim.x * blockDim.x) {
+        const int64_t iw = t % W, r = t / W, ih = r % H, p = r / H;
+        const int64_t oh0 = mrt_interp_first(sh, bilinear, align_corners, H, OH, ih - back);
+        const int64_t oh1 = mrt_interp_first(sh, bilinear, align_corners, H, OH, ih + 1);
+        const int64_t ow0 = mrt_interp_first(sw, bilinear, align_corners, W, OW, iw - back);
+        const int64_t ow1 = mrt_interp_first(sw, bilinear, align_corners, W, OW, iw + 1);
+        float s = 0.0f;
+        for (int64_t oh = oh0; oh < oh1; oh++) {
+            int64_t th[2], tw[2];
+            float lh[2], lw[2];
+            const int nh = mrt_interp_taps(sh, oh, bilinear, align_corners, H, OH, th, lh);
+            for (int64_t ow = ow0; ow < ow1; ow++) {
+                const int nw = mrt_interp_taps(sw, ow, bilinear, align_corners, W, OW, tw, lw);
+                const float v = g[(p * OH + oh) * OW + ow];
+                for (int a = 0; a < nh; a++) {
+                    if (th[a] != ih)
+                        continue;
+                    for (int b = 0; b < nw; b++)
+                        if (tw[b] == iw)
+                            s += MRT_FMUL(MRT_FMUL(lh[a], lw[b]), v);
+                }
+            }
+        }
+        dx[t] = s;
+    }
+}
+
 /* ---------------------------------------------------------------- layernorm, embedding, concat */
 
 __global__ void layernorm_kernel(float *__restrict__ y, const float *__restrict__ x, const float *__restrict__ w,
@@ -889,10 +925,10 @@ __global__ void embedding_kernel(float *__restrict__ y, const void *__restrict__
     }
 }
 
-// Running sums along n of x [outer, n, inner]: one thread per (o, i) line, in double and in the
-// CPU kernel's order (mrt_cumsum_f32), so both round alike.
+// Running sums along n of x [outer, n, inner] (reverse: from the end): one thread per (o, i)
+// line, in double and in the CPU kernel's order (mrt_cumsum_f32), so both round alike.
 __global__ void cumsum_kernel(float *__restrict__ y, const float *__restrict__ x, int64_t outer, int64_t n,
-                              int64_t inner)
+                              int64_t inner, int reverse)
 {
     for (int64_t t = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; t < outer * inner;
          t += (int64_t)gridDim.x * blockDim.x) {
@@ -900,7 +936,8 @@ __global__ void cumsum_kernel(float *__restrict__ y, const float *__restrict__ x
         const float *xr = x + o * n * inner + i;
         float *yr = y + o * n * inner + i;
         double s = 0.0;
-        for (int64_t j = 0; j < n; j++) {
+        for (int64_t k = 0; k < n; k++) {
+            const int64_t j = reverse ? n - 1 - k : k;
             s += xr[j * inner];
             yr[j * inner] = (float)s;
         }
@@ -911,8 +948,10 @@ __global__ void cumsum_kernel(float *__restrict__ y, const float *__restrict__ x
 // contiguous chunk: the chunk totals (double) are scanned in shared memory, then each chunk is
 // summed again from its offset. Sums in double as the CPU kernel does, in another order, so a
 // result may differ from it in the double's last bits (almost never after rounding to float);
-// NaN and infinities propagate down the row as there.
-__global__ void cumsum_rows_kernel(float *__restrict__ y, const float *__restrict__ x, int64_t outer, int64_t n)
+// NaN and infinities propagate down the row as there. reverse: the row read and written from its
+// end (position k of the scan is element n-1-k).
+__global__ void cumsum_rows_kernel(float *__restrict__ y, const float *__restrict__ x, int64_t outer, int64_t n,
+                                   int reverse)
 {
     __shared__ double part[kBlock];
     const int64_t chunk = (n + kBlock - 1) / kBlock;
@@ -922,7 +961,7 @@ __global__ void cumsum_rows_kernel(float *__restrict__ y, const float *__restric
         const int64_t beg = threadIdx.x * chunk, end = beg + chunk < n ? beg + chunk : n;
         double s = 0.0;
         for (int64_t j = beg; j < end; j++)
-            s += xr[j];
+            s += xr[reverse ? n - 1 - j : j];
         part[threadIdx.x] = s;
         __syncthreads();
         if (threadIdx.x == 0) { // exclusive scan of the chunk totals
@@ -936,8 +975,9 @@ __global__ void cumsum_rows_kernel(float *__restrict__ y, const float *__restric
         __syncthreads();
         double a = part[threadIdx.x];
         for (int64_t j = beg; j < end; j++) {
-            a += xr[j];
-            yr[j] = (float)a;
+            const int64_t e = reverse ? n - 1 - j : j;
+            a += xr[e];
+            yr[e] = (float)a;
         }
         __syncthreads(); // part is reused by the next row
     }
@@ -1120,7 +1160,8 @@ mrt_status mrt_cuda_sumsq_partial_f32(void *stream, double *part, const float *x
     return MRT_OK;
 }
 
-mrt_status mrt_cuda_cumsum_f32(void *stream, float *y, const float *x, int64_t outer, int64_t n, int64_t inner)
+mrt_status mrt_cuda_cumsum_f32(void *stream, float *y, const float *x, int64_t outer, int64_t n, int64_t inner,
+                               int reverse)
 {
     static const char fn[] = "mrt_cuda_cumsum_f32";
     if (outer < 0 || n < 0 || inner < 0)
@@ -1129,10 +1170,10 @@ mrt_status mrt_cuda_cumsum_f32(void *stream, float *y, const float *x, int64_t o
         return MRT_OK;
     cudaStream_t s = (cudaStream_t)stream;
     if (inner == 1 && n >= 4 * kBlock && outer < 4096) { // few long rows: a block per row
-        MRT_LAUNCH(cumsum_rows_kernel, grid_for(outer, 1), kBlock, 0, s, y, x, outer, n);
+        MRT_LAUNCH(cumsum_rows_kernel, grid_for(outer, 1), kBlock, 0, s, y, x, outer, n, reverse);
         LAUNCH_CHECK(fn, "cumsum_rows_kernel");
     } else { // a thread per line
-        MRT_LAUNCH(cumsum_kernel, grid_for(outer * inner, kBlock), kBlock, 0, s, y, x, outer, n, inner);
+        MRT_LAUNCH(cumsum_kernel, grid_for(outer * inner, kBlock), kBlock, 0, s, y, x, outer, n, inner, reverse);
         LAUNCH_CHECK(fn, "cumsum_kernel");
     }
     return MRT_OK;
@@ -1536,6 +1577,23 @@ mrt_status mrt_cuda_interp2d_f32(void *stream, float *y, const float *x, int64_t
     MRT_LAUNCH(interp2d_kernel, grid_for(total, kBlock), kBlock, 0, (cudaStream_t)stream, y, x, NC, H, W, OH, OW,
                bilinear, align_corners, sh, sw);
     LAUNCH_CHECK(fn, "interp2d_kernel");
+    return MRT_OK;
+}
+
+mrt_status mrt_cuda_interp2d_grad_f32(void *stream, float *dx, const float *g, int64_t NC, int64_t H, int64_t W,
+                                      int64_t OH, int64_t OW, int bilinear, int align_corners, double sfh, double sfw)
+{
+    static const char fn[] = "mrt_cuda_interp2d_grad_f32";
+    if (NC < 0 || H < 1 || W < 1 || OH < 1 || OW < 1)
+        return bad_arg(fn, "bad dimension");
+    const int64_t total = NC * H * W;
+    if (total == 0)
+        return MRT_OK;
+    const float sh = mrt_interp_scale(H, OH, bilinear && align_corners, sfh);
+    const float sw = mrt_interp_scale(W, OW, bilinear && align_corners, sfw);
+    MRT_LAUNCH(interp2d_grad_kernel, grid_for(total, kBlock), kBlock, 0, (cudaStream_t)stream, dx, g, NC, H, W, OH, OW,
+               bilinear, align_corners, sh, sw);
+    LAUNCH_CHECK(fn, "interp2d_grad_kernel");
     return MRT_OK;
 }
 

@@ -208,7 +208,8 @@ mrt_status mrt_cuda_sum_f32(void *stream, float *y, const float *x, int64_t oute
     return rt_no_cuda_err("mrt_cuda_sum_f32");
 }
 
-mrt_status mrt_cuda_cumsum_f32(void *stream, float *y, const float *x, int64_t outer, int64_t n, int64_t inner)
+mrt_status mrt_cuda_cumsum_f32(void *stream, float *y, const float *x, int64_t outer, int64_t n, int64_t inner,
+                               int reverse)
 {
     return rt_no_cuda_err("mrt_cuda_cumsum_f32");
 }
@@ -320,6 +321,12 @@ mrt_status mrt_cuda_interp2d_f32(void *stream, float *y, const float *x, int64_t
                                  int64_t OW, int bilinear, int align_corners, double sfh, double sfw)
 {
     return rt_no_cuda_err("mrt_cuda_interp2d_f32");
+}
+
+mrt_status mrt_cuda_interp2d_grad_f32(void *stream, float *dx, const float *g, int64_t NC, int64_t H, int64_t W,
+                                      int64_t OH, int64_t OW, int bilinear, int align_corners, double sfh, double sfw)
+{
+    return rt_no_cuda_err("mrt_cuda_interp2d_grad_f32");
 }
 
 mrt_status mrt_cuda_layernorm_f32(void *stream, float *y, const float *x, const float *w, const float *b, int64_t rows,

@@ -420,6 +420,26 @@ static void check_conv_transpose(int64_t N, int64_t C, int64_t H, int64_t W, int
     free(x), free(w), free(ref), free(got), free(col);
 }
 
+/* Training: interpolate's input gradient dx [NC, H, W] from g [NC, OH, OW], the GPU's gather vs
+ * the CPU's scatter: the same products added in the same order, so exactly equal */
+static void check_interp_grad(int64_t NC, int64_t H, int64_t W, int64_t OH, int64_t OW, int bilinear,
+                              int align_corners, double sfh, double sfw)
+{
+    size_t nx = (size_t)(NC * H * W), ny = (size_t)(NC * OH * OW);
+    float *gy = rand_host(ny), *ref = malloc(nx * 4), *got = malloc(nx * 4);
+    mrt_interp2d_grad_f32(ref, gy, NC, H, W, OH, OW, bilinear, align_corners, sfh, sfw);
+    float *dgy = up(gy, ny * 4), *ddx = poisoned(nx);
+    mrt_status st = mrt_cuda_interp2d_grad_f32(g_stream, ddx, dgy, NC, H, W, OH, OW, bilinear, align_corners, sfh, sfw);
+    down(got, ddx, nx * 4);
+    char name[96];
+    snprintf(name, sizeof name, "interp2d_grad_%s%s_%lldx%lld_to_%lldx%lld%s", bilinear ? "bilinear" : "nearest",
+             align_corners ? "_align" : "", (long long)H, (long long)W, (long long)OH, (long long)OW,
+             sfh > 0 ? "_scale" : "");
+    report(name, st, got, ref, nx, 0.0);
+    mrt_free(g_dev, dgy), mrt_free(g_dev, ddx);
+    free(gy), free(ref), free(got);
+}
+
 /* interpolate [NC, H, W] -> [NC, OH, OW] (sfh, sfw: the scale_factor given, 0: none) */
 static void check_interp(int64_t NC, int64_t H, int64_t W, int64_t OH, int64_t OW, int bilinear, int align_corners,
                          double sfh, double sfw)
@@ -440,19 +460,21 @@ static void check_interp(int64_t NC, int64_t H, int64_t W, int64_t OH, int64_t O
     free(x), free(ref), free(got);
 }
 
-/* cumsum along the middle axis, with a NaN and an infinity that must propagate down their line */
-static void check_cumsum(int64_t outer, int64_t n, int64_t inner)
+/* cumsum along the middle axis (reverse: from its end), with a NaN and an infinity that must
+ * propagate down their line */
+static void check_cumsum(int64_t outer, int64_t n, int64_t inner, int reverse)
 {
     size_t N = (size_t)(outer * n * inner);
     float *x = rand_host(N), *ref = malloc(N * 4), *got = malloc(N * 4);
     x[inner] = NAN;
     x[N - 2 * inner] = INFINITY;
     float *dx = up(x, N * 4), *dy = poisoned(N);
-    mrt_cumsum_f32(ref, x, outer, n, inner);
-    mrt_status st = mrt_cuda_cumsum_f32(g_stream, dy, dx, outer, n, inner);
+    mrt_cumsum_f32(ref, x, outer, n, inner, reverse);
+    mrt_status st = mrt_cuda_cumsum_f32(g_stream, dy, dx, outer, n, inner, reverse);
     down(got, dy, N * 4);
     char name[96];
-    snprintf(name, sizeof name, "cumsum_%lldx%lldx%lld", (long long)outer, (long long)n, (long long)inner);
+    snprintf(name, sizeof name, "cumsum%s_%lldx%lldx%lld", reverse ? "_reverse" : "", (long long)outer, (long long)n,
+             (long long)inner);
     report(name, st, got, ref, N, 1e-6);
     mrt_free(g_dev, dx), mrt_free(g_dev, dy), free(x), free(ref), free(got);
 }
@@ -1085,6 +1107,17 @@ int main(void)
     check_interp(6, 5, 7, 9, 13, 1, 1, 0, 0);
     check_interp(6, 5, 7, 1, 5, 1, 1, 0, 0);
     check_interp(6, 5, 7, 7, 4, 1, 0, 1.5, 0.7);
+    /* its gradient: nearest (2x, a size, a scale below 1), bilinear (a scale, align_corners,
+     * downsampling, out == in, out 1) */
+    check_interp_grad(6, 5, 7, 10, 14, 0, 0, 2.0, 2.0);
+    check_interp_grad(6, 5, 7, 8, 3, 0, 0, 0, 0);
+    check_interp_grad(6, 5, 7, 7, 4, 0, 0, 1.5, 0.7);
+    check_interp_grad(6, 3, 4, 8, 6, 1, 0, 2.5, 1.5);
+    check_interp_grad(6, 5, 7, 9, 13, 1, 1, 0, 0);
+    check_interp_grad(6, 9, 7, 4, 3, 1, 0, 0, 0);
+    check_interp_grad(6, 9, 7, 4, 3, 1, 1, 0, 0);
+    check_interp_grad(6, 5, 7, 5, 7, 1, 0, 0, 0);
+    check_interp_grad(6, 5, 7, 1, 5, 1, 1, 0, 0);
     check_embedding(0);
     check_embedding(1);
     for (int mode = 0; mode < 3; mode++)
@@ -1095,10 +1128,13 @@ int main(void)
             check_scatter_add(mode, i64);
     check_dropout(1001, 0.3f, 0x123456789abcULL, 7, 2);
     check_dropout(4096, 0.5f, 0, 0, 0);
-    check_cumsum(9, 700, 1);
-    check_cumsum(3, 100003, 1); /* long rows: cumsum_rows_kernel (chunks of 391) */
-    check_cumsum(2, 1024, 1);
-    check_cumsum(4, 37, 6);
+    check_cumsum(9, 700, 1, 0);
+    check_cumsum(3, 100003, 1, 0); /* long rows: cumsum_rows_kernel (chunks of 391) */
+    check_cumsum(2, 1024, 1, 0);
+    check_cumsum(4, 37, 6, 0);
+    check_cumsum(3, 100003, 1, 1); /* from the end (a cumsum's adjoint) */
+    check_cumsum(2, 1024, 1, 1);
+    check_cumsum(4, 37, 6, 1);
     check_iota(1000);
     check_sumsq(0);
     check_sumsq(1);

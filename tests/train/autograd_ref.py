@@ -129,6 +129,12 @@ NAMES = {
     "mse_loss": lambda a, b, reduction="mean": F.mse_loss(a, b, reduction=reduction),
     "binary_cross_entropy_with_logits": lambda a, b, reduction="mean":
         F.binary_cross_entropy_with_logits(a, b, reduction=reduction),
+    "conv_transpose2d": lambda x, w, b=None, stride=1, padding=0, output_padding=0, groups=1, dilation=1:
+        F.conv_transpose2d(x, w, b, _pair(stride), _pair(padding), _pair(output_padding), groups, _pair(dilation)),
+    "interpolate": lambda x, size=None, scale_factor=None, mode="nearest", align_corners=None:
+        F.interpolate(x, _pair(size) if size is not None else None,
+                      _pair(scale_factor) if scale_factor is not None else None, mode, align_corners),
+    "bilinear": "bilinear", "nearest": "nearest",
     "conv2d": conv2d, "conv1d": conv1d, "max_pool2d": max_pool2d, "avg_pool2d": avg_pool2d,
     "adaptive_avg_pool2d": lambda x, s: F.adaptive_avg_pool2d(x, s),
     "batch_norm": lambda x, g, b, rm, rv, eps=1e-5, momentum=0.1:
@@ -147,6 +153,7 @@ NAMES = {
     "true": True, "false": False, "none": "none", "reflect": "reflect", "replicate": "replicate",
     "constant": "constant", "i64": torch.int64, "pi": math.pi,
 }
+NAMES["upsample"] = NAMES["interpolate"]
 
 
 def case_gradients(name):

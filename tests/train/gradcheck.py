@@ -142,6 +142,48 @@ CASES = {
                   "  param g: f32[6]",
                   "scaled_dot_product_attention(x @ wq, x @ wk, x @ wv, causal=true) + rms_norm(x * g, g)", [4, 6],
                   {"wq": [6, 6], "wk": [6, 6], "wv": [6, 6], "g": [6]}),
+    # issue 14, the last rules: conv_transpose2d (its input's gradient a conv2d, its weight's a
+    # conv2d_weight_grad with the operands' roles swapped); v scales the input as in conv2d's
+    # cases; 2 input channels per group here take the forward's direct path, 3 below its GEMM
+    "conv_transpose2d": ("input x: f32[batch, 4, 3, 4]\n  param v: f32[4, 3, 4]\n  param w: f32[4, 3, 3, 3]\n  param b: f32[6]",
+                         "conv_transpose2d(x * v, w, b, stride=2, padding=1, output_padding=1, groups=2)", [6, 6, 8],
+                         {"v": [4, 3, 4], "w": [4, 3, 3, 3], "b": [6]}),
+    # output_padding 1 > padding 0 on the rows (dilation 2 allows it): the last row of the result
+    # is reached by no input, and the input gradient's conv has bottom padding -1
+    "conv_transpose2d_dilated": ("input x: f32[batch, 3, 4, 3]\n  param v: f32[3, 4, 3]\n  param w: f32[3, 2, 2, 3]",
+                                 "conv_transpose2d(x * v, w, stride=[1, 2], padding=[0, 1], output_padding=[1, 0], "
+                                 "dilation=[2, 1])", [2, 7, 5], {"v": [3, 4, 3], "w": [3, 2, 2, 3]}),
+    # interpolate's input gradient (v scales the input: d/d v checks it element by element)
+    "interpolate_nearest": ("input x: f32[batch, 2, 3, 4]\n  param v: f32[2, 3, 4]",
+                            "interpolate(x * v, scale_factor=2) * 0.5 + interpolate(x * v * v, size=[6, 8])", [2, 6, 8],
+                            {"v": [2, 3, 4]}),
+    "interpolate_nearest_size": ("input x: f32[batch, 2, 5, 4]\n  param v: f32[2, 5, 4]",
+                                 "interpolate(x * v, size=[7, 3])", [2, 7, 3], {"v": [2, 5, 4]}),
+    "interpolate_nearest_scale": ("input x: f32[batch, 2, 4, 5]\n  param v: f32[2, 4, 5]",
+                                  "upsample(x * v, scale_factor=[1.5, 0.7])", [2, 6, 3], {"v": [2, 4, 5]}),
+    "interpolate_bilinear": ("input x: f32[batch, 2, 3, 4]\n  param v: f32[2, 3, 4]",
+                             "interpolate(x * v, scale_factor=[2.5, 1.5], mode=bilinear)", [2, 7, 6], {"v": [2, 3, 4]}),
+    "interpolate_bilinear_align": ("input x: f32[batch, 2, 3, 4]\n  param v: f32[2, 3, 4]",
+                                   "interpolate(x * v, size=[5, 7], mode=bilinear, align_corners=true)", [2, 5, 7],
+                                   {"v": [2, 3, 4]}),
+    "interpolate_bilinear_down": ("input x: f32[batch, 2, 6, 5]\n  param v: f32[2, 6, 5]",
+                                  "interpolate(x * v, size=[4, 3], mode=bilinear) "
+                                  "+ interpolate(x * v * v, size=[4, 3], mode=bilinear, align_corners=true)", [2, 4, 3],
+                                  {"v": [2, 6, 5]}),
+    # concat and cumsum along a symbolic axis (the batch, leading or moved inside by a permute)
+    "concat_batch": ("input x: f32[batch, 4]\n  param w: f32[4]\n  param v: f32[4]",
+                     "reshape(concat(x * w, x * x * v, axis=0), [-1, 8]) "
+                     "+ reshape(permute(concat(permute(x * v, [1, 0]), permute(x * w * w, [1, 0]), axis=1), [1, 0]), [-1, 8])",
+                     [8], {"w": [4], "v": [4]}),
+    "cumsum_batch": ("input x: f32[batch, 4]\n  param w: f32[4]\n  param v: f32[4]",
+                     "cumsum(x * w, dim=0) + permute(cumsum(permute(x * x * v, [1, 0]), dim=1), [1, 0]) + cumsum(x * v, dim=1)",
+                     [4], {"w": [4], "v": [4]}),
+    # matmul with broadcast batch axes: [B, H, T, D] @ [D, E], [B, H, ..] @ [1, H, ..], rank 4 @
+    # rank 3, rank 2 @ rank 4, and [1, H, ..] @ [B, H, ..]
+    "matmul_broadcast": ("input x: f32[batch, 2, 3, 4]\n  param w: f32[4, 5]\n  param u: f32[1, 2, 5, 3]\n"
+                         "  param q: f32[2, 3, 3]\n  param p: f32[3, 3]\n  param u1: f32[1, 2, 3, 3]",
+                         "p @ (((x @ w) @ u) @ q) + u1 @ ((x @ w) @ u)", [2, 3, 3],
+                         {"w": [4, 5], "u": [1, 2, 5, 3], "q": [2, 3, 3], "p": [3, 3], "u1": [1, 2, 3, 3]}),
 }
 
 # Ties, where a derivative is PyTorch's convention and finite differences do not apply: the
