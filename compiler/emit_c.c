@@ -1307,7 +1307,7 @@ void emit_c_source(Emit *e, FILE *o, const char *h_include) {
                 b->id, c_ident(g->outputs[i].name), s->slot, b->id, bytes_c(b), s->slot);
     }
     for (int s = 0; s < ns; s++)
-        fprintf(o, "    if (gpu%d && (st = mrt_stream_sync(dev%d, stream%d, \"%s run\")) != MRT_OK) return st;\n", s, s, s, e->pfx);
+        fprintf(o, "    if (gpu%d && (st = mrt_model_sync(m, %d, \"%s run\")) != MRT_OK) return st;\n", s, s, e->pfx);
     fprintf(o, "#endif\n");
     fprintf(o, "    return MRT_OK;\n}\n\n");
 

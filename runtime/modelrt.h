@@ -222,6 +222,11 @@ void mrt_stream_destroy(mrt_device d, void *stream);
 /** Wait until the work queued on `stream` is done. A failure (an asynchronous CUDA error) is
  *  MRT_ERR_CUDA naming `what` (e.g. "digits run") and the CUDA error. No-op for the CPU. */
 mrt_status mrt_stream_sync(mrt_device d, void *stream, const char *what);
+/** For a generated run(): mrt_stream_sync of slot `slot`'s stream, at the end of the run. A
+ *  micro-batch of a pipeline (m->pipe, rt_pipe.c) only waits: its embeddings' checks were read
+ *  when it handed the slot on, and those still queued are the next micro-batch's. */
+typedef struct mrt_model mrt_model;
+mrt_status mrt_model_sync(mrt_model *m, int slot, const char *what);
 /** Make the work queued later on `waiter` (on wait_dev) wait for the work queued so far on
  *  `stream` (on d), without the host waiting: after a copy queued on the destination's stream,
  *  the source's stream waits for it before it may overwrite the copy's source. No-op unless both
@@ -471,7 +476,6 @@ typedef struct mrt_slot_desc {
     size_t io_bytes;         /* on CUDA: staging for the caller's host inputs and outputs */
 } mrt_slot_desc;
 
-typedef struct mrt_model mrt_model;
 
 /** A training build's settings that may change between steps (mrt_model.train): the model's
  *  optimizer statement gives the defaults (mrt_model_desc.train), `PROG train` options or a

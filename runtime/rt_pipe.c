@@ -16,7 +16,10 @@
  * The micro-batches run on a team of worker threads, one per stage (micro-batch i on worker
  * i mod stages), each through a view of the model: a copy of the handle that shares its weights,
  * arenas and streams (one stream per GPU stage, so a GPU stage's kernels are queued in micro-batch
- * order) but has its own CUDA staging for the caller's host buffers and no CUDA graphs. CPU stages
+ * order) but has its own CUDA staging for the caller's host buffers and no CUDA graphs. A GPU
+ * stage is handed on after its stream is synchronized, so that an error its stream reports
+ * (a fault, an embedding's bad id, checked on the device) names the right micro-batch; the other
+ * GPUs keep working meanwhile. CPU stages
  * share the cores: each runs its kernels with (threads / CPU stages) threads, at least one.
  *
  * Micro-batches are contiguous slices of the batch (the batch must lead every input and output,
@@ -76,6 +79,17 @@ mrt_status mrt_pipe_gate(mrt_model *m, unsigned acquire, unsigned release)
     if (!w)
         return MRT_OK;
     mrt_pipe *p = w->p;
+    /* A GPU stage is handed on once its work for this micro-batch is done, so that what its
+     * stream reports at the synchronization (a fault, an embedding's bad id) is this
+     * micro-batch's: the next one's kernels are not queued yet. */
+    for (int s = 0; s < p->n_slots; s++)
+        if (release >> s & 1 && m->dev[s].kind == MRT_DEVICE_CUDA) {
+            char what[96];
+            snprintf(what, sizeof what, "%s micro-batch %d", m->desc->name, w->mb + 1);
+            mrt_status st = mrt_stream_sync(m->dev[s], m->stream[s], what);
+            if (st != MRT_OK)
+                return st;
+        }
     pthread_mutex_lock(&p->lock);
     if (release) {
         for (int s = 0; s < p->n_slots; s++)

@@ -1198,8 +1198,8 @@ done:
     if (world > 1) {
         free(mt.grad);
         free(mt.numel);
-        rt_mpi_finish();
     }
+    rt_mpi_finish(); /* mpirun -np 1 started MPI too: it must be finalized, or mpirun fails the job */
     if (model)
         info->destroy(model);
     for (int i = 0; data && i < nin; i++) {
