@@ -51,6 +51,7 @@ struct mrt_pipe {
     const mrt_model_info *info;
     mrt_model *model; /* the caller's; the views copy it before each run */
     int n_slots, micro_batches, workers, cpu_threads;
+    int cuttable; /* the batch leads every buffer and no op mixes batch items */
     int said_clamp, said_max; /* a notice is logged once per pipeline */
     mrt_model view[MRT_MAX_SLOTS];
     unsigned char *io[MRT_MAX_SLOTS][MRT_MAX_SLOTS]; /* [worker][slot]: its own CUDA staging */
@@ -177,6 +178,9 @@ mrt_status mrt_pipe_create(mrt_pipe **out, const mrt_model_info *info, void *mod
         for (int k = 1; leading && k < io->rank; k++)
             leading = io->sym[k][0] == 0;
     }
+    if (info->n_inputs > 64 || info->n_outputs > 64)
+        return mrt_set_error(MRT_ERR_INVALID_ARG, "model '%s' has %d inputs and %d outputs: micro-batches take at most 64 "
+                             "of each", info->name, info->n_inputs, info->n_outputs);
     if (d->n_slots > 1 && !leading)
         return mrt_set_error(MRT_ERR_INVALID_ARG, "model '%s' cannot run in micro-batches: %s", info->name,
                              !info->has_batch ? "it has no batch dimension"
@@ -190,6 +194,7 @@ mrt_status mrt_pipe_create(mrt_pipe **out, const mrt_model_info *info, void *mod
     p->n_slots = d->n_slots;
     p->micro_batches = micro_batches;
     p->workers = d->n_slots; /* a stage per worker: at most that many micro-batches are in flight */
+    p->cuttable = leading;
     pthread_mutex_init(&p->lock, NULL);
     pthread_cond_init(&p->moved, NULL);
     mrt_status st = MRT_OK;
@@ -243,6 +248,10 @@ mrt_status mrt_pipe_run(mrt_pipe *p, const int64_t *dims, const void *const *in,
                     (long long)n, (long long)B, (long long)B);
         n = B;
     }
+    if ((B + n - 1) / n > info->max_batch && !p->cuttable)
+        return mrt_set_error(MRT_ERR_INVALID_ARG, "mrt_pipe_run: batch %lld exceeds the compiled maximum %d, and model '%s' "
+                             "cannot be cut into pieces of it (its batch items interact, or the batch does not lead every "
+                             "input and output)", (long long)B, info->max_batch, info->name);
     if ((B + n - 1) / n > info->max_batch) {
         int64_t need = (B + info->max_batch - 1) / info->max_batch;
         if (need > MRT_PIPE_MAX_MB)
