@@ -15,7 +15,10 @@ Threads: the one-device rows get one core (--threads 1); two devices share two (
 rt_dp.c gives CPU replicas one thread, rt_pipe.c gives each CPU stage threads / CPU stages, MPI
 ranks get --threads 1); a one-device row with both cores (--threads 2) is printed for comparison.
 MPI runs training only (rt_mpi.c: mpirun PROG train), so the MPI inference cells say so.
-Each time is modelc's own --time (the mean of --repeat N inference runs after a warm-up; the median
+The pipeline rows also give the share of the run during which two stages worked at once
+(PROG --time, mrt_pipe_overlap: at best (n-1)/(n+1) for two equal stages and n micro-batches): on
+a machine whose other work leaves this one less than two cores, that is the overlap the schedule
+reached even where the time does not drop. Each time is modelc's own --time (the mean of --repeat N inference runs after a warm-up; the median
 training step, its first step left out), the median of 3 measurements (1 with --quick). Output:
 a table (ms per run or step, items per second, speed-up over one device) and
 bench/results/scaling-cpu[-quick].json with the machine's load. A timing never fails anything.
@@ -67,6 +70,7 @@ model scal_train {
 """
 
 TIME_RE = re.compile(r"time: ([0-9.]+) ms per (?:run|step)")
+OVERLAP_RE = re.compile(r"time: the stages worked at once ([0-9]+)%")
 MPI_ENV = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1", OMPI_MCA_btl="self,vader",
                OMPI_MCA_rmaps_base_oversubscribe="1", OMPI_MCA_btl_vader_single_copy_mechanism="none")
 
@@ -75,15 +79,22 @@ def log(msg):
     print("scaling bench: " + msg, file=sys.stderr, flush=True)
 
 
+OVERLAP = {}  # the last timed command's overlap of the stages (--micro-batches), in percent
+
+
 def timed(cmd, reps, env=None, timeout=600):
     """The median of reps runs of cmd's 'time:' figure (ms), or an error string."""
-    out = []
+    out, ov = [], []
     for _ in range(reps):
         p = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=timeout)
         m = TIME_RE.search(p.stdout + p.stderr)
         if p.returncode or not m:
             return "exit %d: %s" % (p.returncode, (p.stderr + p.stdout).strip()[-200:])
         out.append(float(m.group(1)))
+        o = OVERLAP_RE.search(p.stderr)
+        if o:
+            ov.append(int(o.group(1)))
+    OVERLAP["last"] = statistics.median(ov) if ov else None
     return statistics.median(out)
 
 
@@ -126,6 +137,8 @@ def main():
             ms = one if isinstance(one, str) else timed(base + ["--repeat", str(n)], reps)
             rows.append({"kind": "inference", "group": group, "config": label, "batch": bi, "cmd": " ".join(
                 [prog] + extra), **({"error": ms} if isinstance(ms, str) else {"ms": ms, "items_per_s": bi / ms * 1e3})})
+            if OVERLAP.get("last") is not None and not isinstance(ms, str):
+                rows[-1]["stages_at_once_pct"] = OVERLAP["last"]
 
         def train(extra, label, group, mpi=0):
             cmd = [f("train"), "train", "--weights", f("tw.st"), "--data", "x=" + f("tx.npy"), "--data",
@@ -168,11 +181,13 @@ def main():
             r["speedup"] = base[key] / r["ms"]
     print("\nscaling on the CPU, %d cores (ms per run / step; speed-up over the group's first row; ideal 2x on two "
           "cores)" % os.cpu_count())
-    print("%-10s %-9s %-45s %5s %10s %10s %8s" % ("kind", "group", "config", "batch", "ms", "items/s", "speedup"))
+    print("%-10s %-9s %-45s %5s %10s %10s %8s  %s" % ("kind", "group", "config", "batch", "ms", "items/s", "speedup",
+                                                       "stages at once"))
     for r in rows:
         if "ms" in r:
-            print("%-10s %-9s %-45s %5d %10.3f %10.0f %7.2fx" % (r["kind"], r["group"], r["config"], r["batch"], r["ms"],
-                                                                 r["items_per_s"], r["speedup"]))
+            print("%-10s %-9s %-45s %5d %10.3f %10.0f %7.2fx  %s" % (
+                r["kind"], r["group"], r["config"], r["batch"], r["ms"], r["items_per_s"], r["speedup"],
+                "%d%% of the run" % r["stages_at_once_pct"] if "stages_at_once_pct" in r else ""))
         else:
             print("%-10s %-9s %-45s %5d  %s" % (r["kind"], r["group"], r["config"], r["batch"], r["error"]))
     load1 = os.getloadavg()

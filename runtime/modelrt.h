@@ -782,6 +782,12 @@ mrt_status mrt_pipe_run(mrt_pipe *p, const int64_t *dims, const void *const *in,
 int mrt_pipe_stages(const mrt_pipe *p);
 int mrt_pipe_cpu_threads(const mrt_pipe *p);
 
+/** The share (0..1) of the last run's wall time during which two micro-batches or more each held
+ *  a stage, i.e. two devices worked at once (from the times each micro-batch got and left each
+ *  stage). Near 0 for a pipeline that does not overlap; (n-1)/(n+1) at best for two equal CPU
+ *  stages and n micro-batches. 0 before the first run. */
+double mrt_pipe_overlap(const mrt_pipe *p);
+
 /** Stop the workers and free what the pipeline allocated (not the model). NULL is ignored. */
 void mrt_pipe_destroy(mrt_pipe *p);
 

@@ -1050,6 +1050,9 @@ static int cli_execute(const mrt_model_info *info, const cli_opts *o, const char
                 "arena %zu bytes)\n", (t1 - t0) / (double)repeat, repeat, repeat == 1 ? "" : "s", r.batch,
                 strchr(devlist, ',') ? "s" : "", devlist, r.dp ? " data-parallel" : "", piped, threads, threads == 1 ? "" : "s",
                 r.dp ? " per replica" : r.pipe ? " per CPU stage" : "", wsum, asum);
+        if (r.pipe)
+            fprintf(stderr, "time: the stages worked at once %.0f%% of the last run (micro-batches holding two stages or "
+                    "more)\n", 100 * mrt_pipe_overlap(r.pipe));
     } else if (o->time) {
         fprintf(stderr, "time: %.3f ms per run (%ld run%s, batch %d, device %s; weights %zu bytes, arena %zu bytes)\n",
                 (t1 - t0) / (double)repeat, repeat, repeat == 1 ? "" : "s", r.batch, dev, info->weight_bytes, arena);

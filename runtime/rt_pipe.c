@@ -34,6 +34,7 @@
 
 #include <pthread.h>
 #include <stdio.h>
+#include <time.h>
 #include <stdlib.h>
 #include <string.h>
 #ifdef _OPENMP
@@ -69,10 +70,21 @@ struct mrt_pipe {
     const void *const *in;
     void *const *out;
     size_t *unit; /* bytes per batch item of each input, then of each output */
+    /* when each micro-batch got and left each slot (ms since the run began), for mrt_pipe_overlap */
+    double t0, *t_in, *t_out; /* [mb * MRT_MAX_SLOTS + slot] */
+    int t_cap;
+    double overlap;
     int err_mb;   /* the first micro-batch that failed (not one stopped by it), or -1 */
     mrt_status err_st;
     char err[1024];
 };
+
+static double now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
+}
 
 mrt_status mrt_pipe_gate(mrt_model *m, unsigned acquire, unsigned release)
 {
@@ -92,15 +104,24 @@ mrt_status mrt_pipe_gate(mrt_model *m, unsigned acquire, unsigned release)
                 return st;
         }
     pthread_mutex_lock(&p->lock);
+    double t = now_ms() - p->t0;
     if (release) {
         for (int s = 0; s < p->n_slots; s++)
-            if (release >> s & 1)
+            if (release >> s & 1) {
                 p->turn[s] = w->mb + 1;
+                p->t_out[w->mb * MRT_MAX_SLOTS + s] = t;
+            }
         pthread_cond_broadcast(&p->moved);
     }
     for (int s = 0; s < p->n_slots; s++)
         while (acquire >> s & 1 && p->turn[s] != w->mb && !p->failed)
             pthread_cond_wait(&p->moved, &p->lock);
+    if (acquire) {
+        t = now_ms() - p->t0;
+        for (int s = 0; s < p->n_slots; s++)
+            if (acquire >> s & 1)
+                p->t_in[w->mb * MRT_MAX_SLOTS + s] = t;
+    }
     int failed = p->failed;
     pthread_mutex_unlock(&p->lock);
     if (failed) {
@@ -233,6 +254,52 @@ mrt_status mrt_pipe_create(mrt_pipe **out, const mrt_model_info *info, void *mod
     return MRT_OK;
 }
 
+/* One change of the slots a micro-batch holds, for the sweep in pipe_overlap. */
+typedef struct {
+    double t;
+    int mb, d;
+} pipe_event;
+
+static int event_cmp(const void *a, const void *b)
+{
+    const pipe_event *x = a, *y = b;
+    return x->t < y->t ? -1 : x->t > y->t ? 1 : x->d - y->d; /* at a tie, leave before getting */
+}
+
+/* The share of the run's wall time during which two micro-batches or more each held a slot,
+ * i.e. two stages worked at once: a sweep over every [got, left) interval. */
+static double pipe_overlap(const mrt_pipe *p, double wall)
+{
+    int n = 0, cap = p->n_mb * p->n_slots * 2;
+    pipe_event *ev = malloc(sizeof *ev * (size_t)(cap + 1));
+    int *held = calloc((size_t)p->n_mb + 1, sizeof *held);
+    double both = 0;
+    if (ev && held && wall > 0) {
+        for (int j = 0; j < p->n_mb; j++)
+            for (int s = 0; s < p->n_slots; s++) {
+                double a = p->t_in[j * MRT_MAX_SLOTS + s], b = p->t_out[j * MRT_MAX_SLOTS + s];
+                if (a >= 0 && b >= a) {
+                    ev[n++] = (pipe_event){a, j, 1};
+                    ev[n++] = (pipe_event){b, j, -1};
+                }
+            }
+        qsort(ev, (size_t)n, sizeof *ev, event_cmp);
+        int active = 0; /* micro-batches holding a slot */
+        for (int k = 0; k < n; k++) {
+            if (k > 0 && active >= 2)
+                both += ev[k].t - ev[k - 1].t;
+            int was = held[ev[k].mb];
+            held[ev[k].mb] += ev[k].d;
+            active += (held[ev[k].mb] > 0) - (was > 0);
+        }
+    }
+    free(ev);
+    free(held);
+    return wall > 0 ? both / wall : 0;
+}
+
+double mrt_pipe_overlap(const mrt_pipe *p) { return p ? p->overlap : 0; }
+
 mrt_status mrt_pipe_run(mrt_pipe *p, const int64_t *dims, const void *const *in, void *const *out)
 {
     if (!p || !dims || (!in && p->info->n_inputs) || (!out && p->info->n_outputs))
@@ -302,7 +369,22 @@ mrt_status mrt_pipe_run(mrt_pipe *p, const int64_t *dims, const void *const *in,
     memset(p->turn, 0, sizeof p->turn);
     p->failed = 0;
     p->err_mb = -1;
+    if (p->n_mb > p->t_cap) {
+        double *a = realloc(p->t_in, sizeof *a * (size_t)p->n_mb * MRT_MAX_SLOTS);
+        if (a)
+            p->t_in = a;
+        double *b = a ? realloc(p->t_out, sizeof *b * (size_t)p->n_mb * MRT_MAX_SLOTS) : NULL;
+        if (b)
+            p->t_out = b;
+        if (!a || !b)
+            return mrt_set_error(MRT_ERR_OOM, "mrt_pipe_run: out of memory for %d micro-batches' times", p->n_mb);
+        p->t_cap = p->n_mb;
+    }
+    for (int i = 0; i < p->n_mb * MRT_MAX_SLOTS; i++)
+        p->t_in[i] = p->t_out[i] = -1;
+    p->t0 = now_ms();
     rt_team_run(p->team, pipe_worker_run, p);
+    p->overlap = pipe_overlap(p, now_ms() - p->t0);
     if (p->model->dev[0].kind == MRT_DEVICE_CUDA)
         mrt_device_activate(p->model->dev[0]); /* the caller's thread as the model leaves it */
     if (p->failed) {
@@ -331,5 +413,7 @@ void mrt_pipe_destroy(mrt_pipe *p)
     pthread_cond_destroy(&p->moved);
     pthread_mutex_destroy(&p->lock);
     free(p->unit);
+    free(p->t_in);
+    free(p->t_out);
     free(p);
 }
