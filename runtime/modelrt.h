@@ -799,7 +799,9 @@ mrt_status mrt_pipe_gate(mrt_model *m, unsigned acquire, unsigned release);
 
 /** The command-line driver of generated executables:
  *    PROG --weights W.safetensors --input NAME=IN.npy ... --output NAME=OUT.npy ...
- *         [--device D] [--time] [--repeat N] [--memory] [--help] [--list-devices]
+ *         [--device D] [--device-map MAP] [--devices LIST | --micro-batches N] [--threads N]
+ *         [--time] [--repeat N] [--memory] [--help] [--list-devices]
+ *  --devices runs data-parallel (mrt_dp_*), --micro-batches pipelines a split model (mrt_pipe_*).
  *  --list-devices prints cpu:0 and each CUDA device (name, memory, compute capability), or the
  *  reason there is none, and returns 0. Otherwise it reads the inputs, infers the batch from
  *  their shapes (and every other symbolic size; checking every other dimension, each size against
