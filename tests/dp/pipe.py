@@ -180,7 +180,8 @@ def check_embed(modelc, d, w, x, want):
         return "modelc --emit-c failed: " + p.stderr[-300:]
     flags = lambda f: sh([modelc, f], check=True).stdout.split()  # noqa: E731
     exe = os.path.join(d, "embed_pipe")
-    p = sh([os.environ.get("CC", "cc"), "-O1", "-Wall", "-Werror"] + flags("--print-cflags") + ["-I" + gen,
+    p = sh([os.environ.get("CC", "cc"), "-O1", "-Wall", "-Werror"] + os.environ.get("MODELC_CFLAGS", "").split() +
+           flags("--print-cflags") + ["-I" + gen,
            os.path.join(HERE, "embed_pipe.c"), os.path.join(gen, "mlp2.c")] + flags("--print-libs") + ["-o", exe])
     if p.returncode:
         return "compiling embed_pipe.c failed: " + p.stderr[-400:]
