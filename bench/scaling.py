@@ -7,7 +7,8 @@ split run one stage after the other.
     make bench [BENCH=quick]                  (runs this after bench/train_bench.py)
     python3 bench/scaling.py [--quick] [--cores N]
 
-The models are MLPs whose GEMMs dominate (compute-bound, so the ideal speed-up on two cores is 2x):
+The models are MLPs whose GEMMs dominate (compute-bound, so the ideal speed-up on two cores is 2x;
+for the pipeline of two equal stages in n micro-batches, 2n/(n+1)):
   infer   4 layers 512-1024-512-1024-512 at batch 256 (--quick: 128); the split twin runs layers
           1-2 on cpu:0 and 3-4 'on cpu:1'
   train   3 layers 256-1024-1024-10, cross-entropy, SGD, batch 128 (--quick: 64)
