@@ -13,7 +13,11 @@ match the case, and each peer is skipped with the reason printed.
 
 Cases (the model, the batch): digits b1 and b360, resnet18 b1 and b8, mobilenet_v2 b1 (a slot:
 skipped while examples/zoo/mobilenet_v2.model does not exist), gpt2_small at 1x128 tokens and
-minilm at 8x128 tokens. GPT-2 small and MiniLM at 128 tokens are .model files this script
+minilm at 8x128 tokens; and the imported models (import_*: torchvision's ResNet-50,
+MobileNetV3-Small, EfficientNet-B0, ConvNeXt-Tiny and ViT-B/16 at 1x3x224x224, and the small
+BERT, GPT-2 and LLaMA configs of examples/import/gen.py at 1x64 tokens, seeded weights), each
+exported once with torch.onnx.export and brought in by tools/onnx2model.py from that file, which
+ONNX Runtime and OpenVINO time too. GPT-2 small and MiniLM at 128 tokens are .model files this script
 writes into build/bench/ (examples/gpt2/gen_model.py with seq 128; minilm.model with T = 32
 rewritten to 128), since a .model has static shapes. --quick: digits b1 and b360 and resnet18 b1,
 about 0.3 s of runs per measurement, one measurement (else 1.5 s, the median of 3).
@@ -572,6 +576,68 @@ def make_cases():
         m.load_state_dict(state_dict(w), strict=True)
         return m
 
+    # Models brought in through the importer (tools/onnx2model.py; examples/import/gen.py's
+    # builders and seeded weights): torchvision's at 224x224, Hugging Face's small configs at 64
+    # tokens. prepare exports KEY.onnx (torch.onnx.export, as torch2model does) and imports that
+    # file; ONNX Runtime and OpenVINO then time the very same file (it is kept newer than the
+    # weights and inputs, so the bench's own export step reuses it).
+    def import_model(name):
+        gen = load_module(ex("import", "gen.py"), "bench_import_gen")   # needs torch (SystemExit if not)
+        import torch
+        torch.manual_seed(0)
+        if name in IMPORTED_TV:
+            import torchvision
+            m = getattr(torchvision.models, name)(weights=None)
+        else:
+            m = gen.HFWrap(gen.MODELS[name][0]())
+        return gen.seeded(m.eval())
+
+    def import_input(name):
+        rng = np.random.default_rng(7)
+        if name in IMPORTED_TV:
+            return "x", rng.standard_normal((1, 3, 224, 224)).astype(np.float32)
+        return "input_ids", rng.integers(0, 512, (1, 64)).astype(np.int64)
+
+    def import_prep(name):
+        def prep(wd):
+            try:
+                import onnx2model
+                import torch
+            except ImportError as e:
+                return "needs torch and onnx (%s)" % e
+            key = "import_%s_b1" % name
+            onnx, base = os.path.join(wd, key + ".onnx"), os.path.join(wd, name)
+            iname, x = import_input(name)
+            xp = os.path.join(wd, "%s_input.npy" % name)
+            w, model = base + ".safetensors", base + ".model"
+            if not all(os.path.exists(f) for f in (onnx, xp, w, model)) or stale(onnx, ex("import", "gen.py")):
+                np.save(xp, x)
+                try:
+                    m = import_model(name)
+                except (SystemExit, ImportError) as e:
+                    return "%s (bench/requirements.txt installs torchvision and transformers)" % e
+                with torch.no_grad():
+                    torch.onnx.export(m, (torch.from_numpy(x),), onnx, input_names=[iname], output_names=["y"],
+                                      dynamo=True, optimize=False, external_data=False, verbose=False)
+                try:
+                    conv = onnx2model.convert(onnx2model.load(onnx), name)
+                except onnx2model.OnnxImportError as e:
+                    return "onnx2model: %s" % e
+                onnx2model.write_outputs(conv, base, onnx)
+                now = time.time()
+                os.utime(onnx, (now + 1, now + 1))   # newer than the weights and the input
+            return model, w, {iname: xp}
+        return prep
+
+    def import_torch(name):
+        return lambda w: import_model(name)
+
+    imported = [Case("import_" + n, 1, 1, import_prep(n), import_torch(n), [i], ["y"], tokens=t)
+                for n, i, t in (("resnet50", "x", None), ("mobilenet_v3_small", "x", None),
+                                ("efficientnet_b0", "x", None), ("convnext_tiny", "x", None),
+                                ("vit_b_16", "x", None), ("bert", "input_ids", 64), ("gpt2", "input_ids", 64),
+                                ("llama", "input_ids", 64))]
+
     return [
         Case("digits", 1, 360, digits_prep(1), digits_torch, ["x"], ["logits"], quick=True,
              committed=digits_ref(1)),
@@ -586,7 +652,11 @@ def make_cases():
         Case("minilm", 8, 8, minilm_prep, minilm_torch,
              ["input_ids", "token_type_ids", "attention_mask"],
              ["token_embeddings", "sentence_embedding"], tokens=128),
-    ]
+    ] + imported
+
+
+# The torchvision models of the imported rows (the others: examples/import/gen.py's HF configs)
+IMPORTED_TV = ("resnet50", "mobilenet_v3_small", "efficientnet_b0", "convnext_tiny", "vit_b_16")
 
 
 # torchvision's MobileNetV2 settings: expansion t, output channels c, repeats n, first stride s

@@ -8,7 +8,8 @@ torch.compile on the CPU, same initial weights, batches, optimizer and thread co
 Cases: the digits MLP at batch 64 (examples/digits, Adam), and every tests/train model whose
 PyTorch definition tests/train/reference.py holds (the MLPs, and the CNN and the GPT-2 small
 config where they exist; not those whose reference loop adds clipping or a schedule), at the
-batch their test uses. --quick: digits alone, without torch.compile. Each case:
+batch their test uses, and GPT-2 small itself (124M params, 2 x 64 tokens a step, random
+weights). --quick: digits alone, without torch.compile. Each case:
   1. modelc --train builds the step; the initial weights and data are the examples' / the tests'
      own (NumPy, seeded);
   2. agreement before timing: the losses of the first 5 steps (file order) from modelc's log and
@@ -60,6 +61,63 @@ def digits_case():
 
     return dict(name="digits_b64", model=os.path.join(DIGITS, "digits.model"), batch=64, weights=make_init.weights(),
                 data=data, loss=loss, opt=lambda torch, ps: torch.optim.Adam(ps, lr=1e-2), frozen=set())
+
+
+# GPT-2 small (124M params: 12 layers, width 768, GPT-2's vocabulary) for the training row at
+# the size people train; 2 x 64 tokens a step keeps the full bench's run short.
+GPT2_124M = {"n_layer": 12, "n_head": 12, "n_embd": 768, "vocab": 50257, "n_ctx": 1024, "seq": 64}
+
+
+def gpt2_124m_case(work):
+    """examples/gpt2/gen_model.py's text for GPT2_124M with next-token cross_entropy and AdamW
+    (lr 1e-4, betas 0.9/0.95, weight decay 0.1) added, GPT-2's init (std 0.02, LayerNorms at 1
+    and 0; NumPy, seeded) and 32 windows of random tokens; PyTorch: tests/train/reference.py's
+    gpt2_forward at this config, the same AdamW."""
+    sys.path.insert(0, os.path.join(ROOT, "examples", "gpt2"))
+    import gen_model
+    cfg, T = GPT2_124M, GPT2_124M["seq"]
+    text = gen_model.generate(cfg, "gpt2_124m")
+    text = text.replace("  input  ids: i64[batch, %d]\n" % T,
+                        "  input  ids: i64[batch, %d]\n  target next: i64[batch, %d]\n" % (T, T))
+    head = "  output logits = linear(hf, wte.weight)"
+    i = text.index(head)
+    j = text.index("\n", i)
+    text = text[:j + 1] + ("  loss l = cross_entropy(reshape(logits, [-1, %d]), reshape(next, [-1]))\n"
+                           "  optimizer adamw(lr=0.0001, betas=[0.9, 0.95], eps=1e-8, weight_decay=0.1)\n"
+                           % cfg["vocab"]) + text[j + 1:]
+    path = os.path.join(work, "gpt2_124m.model")
+    with open(path, "w") as f:
+        f.write(text)
+    rng = np.random.default_rng(124)
+    L, C, V = cfg["n_layer"], cfg["n_embd"], cfg["vocab"]
+
+    def nrm(*s):
+        return (rng.standard_normal(s, dtype=np.float32) * 0.02).astype(np.float32)
+
+    w = {"wte.weight": nrm(V, C), "wpe.weight": nrm(cfg["n_ctx"], C), "ln_f.weight": np.ones(C, np.float32),
+         "ln_f.bias": np.zeros(C, np.float32)}
+    for li in range(L):
+        q = "h.%d." % li
+        w.update({q + "ln_1.weight": np.ones(C, np.float32), q + "ln_1.bias": np.zeros(C, np.float32),
+                  q + "attn.c_attn.weight": nrm(C, 3 * C), q + "attn.c_attn.bias": np.zeros(3 * C, np.float32),
+                  q + "attn.c_proj.weight": nrm(C, C), q + "attn.c_proj.bias": np.zeros(C, np.float32),
+                  q + "ln_2.weight": np.ones(C, np.float32), q + "ln_2.bias": np.zeros(C, np.float32),
+                  q + "mlp.c_fc.weight": nrm(C, 4 * C), q + "mlp.c_fc.bias": np.zeros(4 * C, np.float32),
+                  q + "mlp.c_proj.weight": nrm(4 * C, C), q + "mlp.c_proj.bias": np.zeros(C, np.float32)})
+    stream = rng.integers(0, V, 32 * (T + 1)).astype(np.int64).reshape(32, T + 1)
+    data = {"ids": stream[:, :T].copy(), "next": stream[:, 1:].copy()}
+    try:
+        import reference
+    except ImportError:
+        reference = None
+
+    def loss(F, p, d):
+        logits = reference.gpt2_forward(p, d["ids"], cfg)
+        return F.cross_entropy(logits.reshape(-1, V), d["next"].reshape(-1))
+
+    return dict(name="gpt2_124m", model=path, batch=2, weights=w, data=data, frozen=set(), min_steps=6,
+                loss=loss if reference else None,
+                opt=lambda torch, ps: torch.optim.AdamW(ps, lr=1e-4, betas=(0.9, 0.95), eps=1e-8, weight_decay=0.1))
 
 
 def test_cases():
@@ -172,11 +230,11 @@ def main():
         torch, why = None, "no torch (%s): make bench installs it into build/bench-venv" % e
     modelc = os.environ.get("MODELC", os.path.join(ROOT, "build", "bin", "modelc"))
     target = 0.3 if a.quick else 1.5
-    cases = [digits_case()] + ([] if a.quick else test_cases())
     rows, failed = [], 0
     work = os.path.join(ROOT, "build", "bench", "train")
     os.makedirs(work, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=work) as tmp:
+        cases = [digits_case()] + ([] if a.quick else test_cases() + [gpt2_124m_case(tmp)])
         for c in cases:
             if a.k and not any(k in c["name"] for k in a.k):
                 continue
@@ -191,8 +249,9 @@ def main():
                         raise RuntimeError("losses differ from PyTorch's by %.2e relative (modelc %s, torch %s)" %
                                            (err, got, ref))
                 # steps for about target seconds, from a first measurement of 20 steps
-                ms = modelc_run(c, tmp, modelc, a.threads, 21, False)
-                steps = int(min(max(target / (ms / 1e3), 20), 20000)) + 1
+                lo = c.get("min_steps", 20)
+                ms = modelc_run(c, tmp, modelc, a.threads, lo + 1, False)
+                steps = int(min(max(target / (ms / 1e3), lo), 20000)) + 1
                 r["modelc_ms"] = modelc_run(c, tmp, modelc, a.threads, steps, False)
             except RuntimeError as e:
                 r["error"] = str(e)

@@ -275,17 +275,21 @@ char *loop_index(const LoopNest *ln, int op) {
  * nest is split over the threads when it has at least MRT_PAR_MIN elements at run time. The
  * outer loops are collapsed and the innermost one is left whole (so it vectorizes) when the outer
  * ones have at least 8 iterations for any batch; otherwise every loop is collapsed. Each element
- * is computed once by one thread, so the result does not depend on the thread count. */
-static void emit_omp_for(FILE *o, const LoopNest *ln, bool fault) {
-    if (ln->rank < 1) return;
+ * is computed once by one thread, so the result does not depend on the thread count. A kernel
+ * without a fault flag is also vectorized ("simd": the innermost loop, or the collapsed nest when
+ * it takes every loop; the elements are independent, and -O2 alone does not vectorize). Returns
+ * how many loops the directive collapses. */
+static int emit_omp_for(FILE *o, const LoopNest *ln, bool fault) {
+    if (ln->rank < 1) return 0;
     int64_t outer = 1;
     for (int d = 0; d + 1 < ln->rank; d++) outer = outer > (1 << 20) ? outer : outer * (ln->n[d].c > 0 ? ln->n[d].c : 1);
     int depth = ln->rank == 1 ? 1 : outer >= 8 ? ln->rank - 1 : ln->rank;
-    fprintf(o, "    MRT_PRAGMA(omp parallel for");
+    fprintf(o, "    MRT_PRAGMA(omp parallel for%s", !fault && depth == ln->rank ? " simd" : "");
     if (depth > 1) fprintf(o, " collapse(%d)", depth);
-    fprintf(o, " schedule(static)%s if(", fault ? " reduction(|:mrt_fault)" : "");
+    fprintf(o, " schedule(static)%s if(parallel: ", fault ? " reduction(|:mrt_fault)" : "");
     for (int d = 0; d < ln->rank; d++) fprintf(o, "%s(int64_t)(%s)", d ? " * " : "", dim_c(ln->n[d]));
     fprintf(o, " >= MRT_PAR_MIN))\n");
+    return depth;
 }
 
 void emit_c_loop(FILE *o, const Kernel *k, const char *fname) {
@@ -297,9 +301,11 @@ void emit_c_loop(FILE *o, const Kernel *k, const char *fname) {
     for (int i = 0; i < k->nleaves; i++) fprintf(o, ", const %s *l%d", c_type(k->leaves[i].node->dtype), i);
     fprintf(o, ", MRT_UNUSED int64_t B%s%s) {%s\n", sym_params, fault ? ", const char *what" : "", sym_voids);
     if (fault) fprintf(o, "    int mrt_fault = 0;\n");
-    emit_omp_for(o, &ln, fault);
-    for (int d = 0; d < ln.rank; d++)
+    int collapsed = emit_omp_for(o, &ln, fault);
+    for (int d = 0; d < ln.rank; d++) {
+        if (!fault && d == ln.rank - 1 && d >= collapsed) fprintf(o, "%*sMRT_PRAGMA(omp simd)\n", 4 * (d + 1), "");
         fprintf(o, "%*sfor (int64_t i%d = 0; i%d < %s; i%d++) {\n", 4 * (d + 1), "", d, d, dim_c(ln.n[d]), d);
+    }
     fprintf(o, "%*sout[%s] = %s_expr(", 4 * (ln.rank + 1), "", loop_index(&ln, 0), fname);
     for (int i = 0; i < k->nleaves; i++) fprintf(o, "%sl%d[%s]", i ? ", " : "", i, loop_index(&ln, 1 + i));
     if (fault) fprintf(o, "%s&mrt_fault", k->nleaves ? ", " : "");

@@ -292,6 +292,12 @@ mrt_status mrt_cuda_softmax_f32(void *stream, float *y, const float *x, int64_t 
 mrt_status mrt_cuda_softmax_masked_f32(void *stream, float *y, const float *x, int64_t rows, int64_t n, int64_t L,
                                        int causal, int zero_masked_rows);
 mrt_status mrt_cuda_sum_f32(void *stream, float *y, const float *x, int64_t outer, int64_t n, int64_t inner, int mean);
+/** Data-parallel training's gradient norm: part[b] (device, MRT_CUDA_SUMSQ_BLOCKS doubles) =
+ *  the sum in double of x[j]^2 over the elements j (of n) that block b of a fixed grid of
+ *  MRT_CUDA_SUMSQ_BLOCKS takes; the caller adds the parts in order, so the result does not
+ *  depend on the GPU. */
+#define MRT_CUDA_SUMSQ_BLOCKS 64
+mrt_status mrt_cuda_sumsq_partial_f32(void *stream, double *part, const float *x, int64_t n);
 mrt_status mrt_cuda_max_f32(void *stream, float *y, const float *x, int64_t outer, int64_t n, int64_t inner);
 mrt_status mrt_cuda_argmax_f32(void *stream, int64_t *y, const float *x, int64_t outer, int64_t n, int64_t inner);
 /** Grouped conv2d on CUDA with at most this many taps per output (C/groups * KH * KW) is one

@@ -1096,6 +1096,30 @@ mrt_status mrt_cuda_sum_f32(void *stream, float *y, const float *x, int64_t oute
     return reduce_launch<RedSum>(fn, y, x, outer, n, inner, mean, s, splits);
 }
 
+/* Partial sums of squares for the data-parallel gradient norm: block b of a grid of
+ * MRT_CUDA_SUMSQ_BLOCKS (fixed, so the grouping never depends on the device) adds x[j]^2 in
+ * double for j = b*blockDim + t, strided by the grid, and writes part[b]. */
+__global__ void sumsq_partial_kernel(double *__restrict__ part, const float *__restrict__ x, int64_t n)
+{
+    __shared__ double shm[32];
+    double s = 0.0;
+    for (int64_t j = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; j < n; j += (int64_t)gridDim.x * blockDim.x)
+        s += (double)x[j] * (double)x[j];
+    s = block_reduce(s, AddD(), shm);
+    if (threadIdx.x == 0)
+        part[blockIdx.x] = s;
+}
+
+mrt_status mrt_cuda_sumsq_partial_f32(void *stream, double *part, const float *x, int64_t n)
+{
+    static const char fn[] = "mrt_cuda_sumsq_partial_f32";
+    if (n < 0)
+        return bad_arg(fn, "negative length");
+    MRT_LAUNCH(sumsq_partial_kernel, MRT_CUDA_SUMSQ_BLOCKS, kBlock, 0, (cudaStream_t)stream, part, x, n);
+    LAUNCH_CHECK(fn, "sumsq_partial_kernel");
+    return MRT_OK;
+}
+
 mrt_status mrt_cuda_cumsum_f32(void *stream, float *y, const float *x, int64_t outer, int64_t n, int64_t inner)
 {
     static const char fn[] = "mrt_cuda_cumsum_f32";

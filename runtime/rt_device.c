@@ -724,11 +724,27 @@ mrt_status mrt_gemm_bias_act_f32(mrt_device d, void *stream, int trans_b, int64_
     mrt_status st = mrt_gemm_f32(d, stream, 0, trans_b, M, N, K, 1.0f, A, lda, 0, B, ldb, 0, 0.0f, C, ldc, 0, 1);
     if (st != MRT_OK || d.kind != MRT_DEVICE_CPU)
         return st;
+    if (!bias && !act)
+        return MRT_OK;
     MRT_PRAGMA(omp parallel for schedule(static) if(M * N >= MRT_PAR_MIN))
-    for (int64_t r = 0; r < M; r++) {
+    for (int64_t r = 0; r < M; r++) { /* one vectorized loop per (bias, act), as mrt_bias_act computes */
         float *row = C + r * ldc;
-        for (int64_t c = 0; c < N; c++)
-            row[c] = mrt_bias_act(row[c], bias, c, act);
+        if (act == 2 && bias) {
+            MRT_PRAGMA(omp simd)
+            for (int64_t c = 0; c < N; c++) row[c] = mrt_gelu_tanh(row[c] + bias[c]);
+        } else if (act == 2) {
+            MRT_PRAGMA(omp simd)
+            for (int64_t c = 0; c < N; c++) row[c] = mrt_gelu_tanh(row[c]);
+        } else if (act == 1 && bias) {
+            MRT_PRAGMA(omp simd)
+            for (int64_t c = 0; c < N; c++) row[c] = mrt_relu(row[c] + bias[c]);
+        } else if (act == 1) {
+            MRT_PRAGMA(omp simd)
+            for (int64_t c = 0; c < N; c++) row[c] = mrt_relu(row[c]);
+        } else {
+            MRT_PRAGMA(omp simd)
+            for (int64_t c = 0; c < N; c++) row[c] += bias[c];
+        }
     }
     return MRT_OK;
 }

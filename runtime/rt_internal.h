@@ -180,15 +180,90 @@ void rt_team_destroy(rt_team *t);
  * commas, each present and none twice; errors list the devices present. */
 mrt_status rt_devices_parse(const char *s, mrt_device *dev, int *n);
 
+/* rt_nccl.c: NCCL between GPUs, libnccl.so.2 (or $MODELRT_NCCL_LIB) loaded at run time on first
+ * use. An rt_nccl holds this process's communicators: rt_nccl_init_all one per device of dev[n]
+ * (ncclCommInitAll: every rank in this process), rt_nccl_init_rank one rank of `world` on
+ * cuda:dev (ncclCommInitRank with the RT_NCCL_ID_BYTES-byte id of rt_nccl_unique_id, which rank
+ * 0 makes and sends, or which every rank makes alike under NCCL_COMM_ID). Errors name the call,
+ * the device, the rank and NCCL's message; a failed load names the library and how to install it.
+ * rt_nccl_allreduce_grads: for every local rank i, g[i][k] (device, numel[k] floats, k < n_grads)
+ * becomes sum over all ranks r of w_r * g_r[k] (ncclRedOpCreatePreMulSum), in buckets of 25 MiB
+ * (one ncclGroupStart/End each) on stream[i], then waited for (an asynchronous NCCL error or
+ * $MODELRT_NCCL_TIMEOUT seconds, default 600, is an error); names[k] name the gradients in errors.
+ * rt_nccl_sumsq: *out = sum_k sum_e g[k][e]^2 on local rank i's GPU, in double, in a fixed order
+ * (mrt_cuda_sumsq_partial_f32). The host collectives (one local rank): rt_nccl_host_allreduce_f64
+ * sums x[n] in place over the ranks, rt_nccl_host_allgather_u64 gathers every rank's n values into
+ * all[world * n] in rank order, through device scratch. rt_nccl_destroy (NULL-safe) destroys the
+ * communicators, or aborts them (ncclCommAbort) when `abort` is set or an error was seen. */
+#define RT_NCCL_ID_BYTES 128 /* NCCL_UNIQUE_ID_BYTES */
+/* The values of nccl.h that rt_nccl.c passes (NCCL is not included: it is loaded at run time);
+ * tests/runtime/nccl_abi.c checks them against an installed nccl.h. */
+enum {
+    RT_NCCL_SUCCESS = 0,            /* ncclSuccess */
+    RT_NCCL_IN_PROGRESS = 7,        /* ncclInProgress */
+    RT_NCCL_SUM = 0,                /* ncclSum */
+    RT_NCCL_UINT64 = 5,             /* ncclUint64 */
+    RT_NCCL_FLOAT = 7,              /* ncclFloat32 */
+    RT_NCCL_FLOAT64 = 8,            /* ncclFloat64 */
+    RT_NCCL_SCALAR_HOST_IMMEDIATE = 1 /* ncclScalarHostImmediate */
+};
+/* The NCCL calls rt_nccl.c makes, X(name, result type, parameters), with NCCL's types spelled
+ * through the macros below (by default the int and void * that rt_nccl.c passes; nccl_abi.c
+ * defines them as nccl.h's types to check each call against its prototype). */
+#ifndef RT_NCCL_COMM
+#define RT_NCCL_COMM void *      /* ncclComm_t */
+#define RT_NCCL_ID rt_nccl_id    /* ncclUniqueId */
+#define RT_NCCL_STREAM void *    /* cudaStream_t */
+#define RT_NCCL_RESULT int       /* ncclResult_t */
+#define RT_NCCL_DTYPE int        /* ncclDataType_t */
+#define RT_NCCL_OP int           /* ncclRedOp_t */
+#define RT_NCCL_RESIDENCE int    /* ncclScalarResidence_t */
+#endif
+typedef struct {
+    char internal[RT_NCCL_ID_BYTES];
+} rt_nccl_id;
+#define RT_NCCL_CALLS(X)                                                                                          \
+    X(ncclGetErrorString, const char *, (RT_NCCL_RESULT))                                                         \
+    X(ncclGetVersion, RT_NCCL_RESULT, (int *))                                                                    \
+    X(ncclGetUniqueId, RT_NCCL_RESULT, (RT_NCCL_ID *))                                                            \
+    X(ncclCommInitRank, RT_NCCL_RESULT, (RT_NCCL_COMM *, int, RT_NCCL_ID, int))                                   \
+    X(ncclCommInitAll, RT_NCCL_RESULT, (RT_NCCL_COMM *, int, const int *))                                        \
+    X(ncclAllReduce, RT_NCCL_RESULT, (const void *, void *, size_t, RT_NCCL_DTYPE, RT_NCCL_OP, RT_NCCL_COMM,      \
+                                      RT_NCCL_STREAM))                                                            \
+    X(ncclAllGather, RT_NCCL_RESULT, (const void *, void *, size_t, RT_NCCL_DTYPE, RT_NCCL_COMM, RT_NCCL_STREAM)) \
+    X(ncclGroupStart, RT_NCCL_RESULT, (void))                                                                     \
+    X(ncclGroupEnd, RT_NCCL_RESULT, (void))                                                                       \
+    X(ncclCommDestroy, RT_NCCL_RESULT, (RT_NCCL_COMM))                                                            \
+    X(ncclCommAbort, RT_NCCL_RESULT, (RT_NCCL_COMM))                                                              \
+    X(ncclCommGetAsyncError, RT_NCCL_RESULT, (RT_NCCL_COMM, RT_NCCL_RESULT *))                                    \
+    X(ncclRedOpCreatePreMulSum, RT_NCCL_RESULT, (RT_NCCL_OP *, void *, RT_NCCL_DTYPE, RT_NCCL_RESIDENCE,          \
+                                                 RT_NCCL_COMM))                                                   \
+    X(ncclRedOpDestroy, RT_NCCL_RESULT, (RT_NCCL_OP, RT_NCCL_COMM))
+/* optional (NCCL 2.13 and later): ncclGetLastError */
+#define RT_NCCL_OPTIONAL(X) X(ncclGetLastError, const char *, (RT_NCCL_COMM))
+typedef struct rt_nccl rt_nccl;
+mrt_status rt_nccl_init_all(rt_nccl **out, const int *dev, int n);
+mrt_status rt_nccl_unique_id(unsigned char *id);
+mrt_status rt_nccl_init_rank(rt_nccl **out, int dev, int world, int rank, const unsigned char *id);
+mrt_status rt_nccl_allreduce_grads(rt_nccl *c, float **const *g, const int64_t *numel, int n_grads, const double *w,
+                                   void *const *stream, const char *const *names);
+mrt_status rt_nccl_sumsq(rt_nccl *c, int i, float *const *g, const int64_t *numel, int n_grads, void *stream,
+                         double *out);
+mrt_status rt_nccl_host_allreduce_f64(rt_nccl *c, double *x, int n);
+mrt_status rt_nccl_host_allgather_u64(rt_nccl *c, const uint64_t *mine, uint64_t *all, int n);
+void rt_nccl_destroy(rt_nccl *c, int abort);
+
 /* rt_mpi.c: MPI across processes, Open MPI loaded at run time. rt_mpi_start: *size 1 when the
  * process was not started by mpirun, else MPI_Init and this process's rank and the world size
  * (MRT_ERR_DEVICE when mpirun started it but libmpi.so.40 cannot be loaded). The collectives
- * sum in place over every rank; rt_mpi_abort ends every rank (MPI_Abort); rt_mpi_finish is
- * MPI_Finalize. */
+ * sum in place over every rank; rt_mpi_bcast sends `bytes` bytes of buf from rank `root` to
+ * every rank (the NCCL id of GPU ranks); rt_mpi_abort ends every rank (MPI_Abort); rt_mpi_finish
+ * is MPI_Finalize. */
 mrt_status rt_mpi_start(int *rank, int *size);
 mrt_status rt_mpi_allreduce_f32(float *x, int64_t n);
 mrt_status rt_mpi_allreduce_f64(double *x, int n);
 mrt_status rt_mpi_allgather_u64(const uint64_t *mine, uint64_t *all, int n);
+mrt_status rt_mpi_bcast(void *buf, int bytes, int root);
 void rt_mpi_abort(int code);
 void rt_mpi_finish(void);
 /* malloc'd printf, NULL when out of memory. */

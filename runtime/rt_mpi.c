@@ -29,7 +29,8 @@ static struct {
     int (*allreduce)(const void *, void *, int, void *, void *, void *);
     int (*allgather)(const void *, int, void *, void *, int, void *, void *);
     int (*abort_)(void *, int);
-    void *world, *t_float, *t_double, *t_u64, *op_sum;
+    int (*bcast)(void *, int, void *, int, void *);
+    void *world, *t_float, *t_double, *t_u64, *t_byte, *op_sum;
 } mpi;
 
 #define MPI_IN_PLACE_ ((void *)1) /* Open MPI's MPI_IN_PLACE */
@@ -60,6 +61,8 @@ mrt_status rt_mpi_start(int *rank, int *size)
                 {"MPI_Allreduce", (void **)&mpi.allreduce},
                 {"MPI_Allgather", (void **)&mpi.allgather},
                 {"MPI_Abort", (void **)&mpi.abort_},
+                {"MPI_Bcast", (void **)&mpi.bcast},
+                {"ompi_mpi_byte", &mpi.t_byte},
                 {"ompi_mpi_comm_world", &mpi.world},
                 {"ompi_mpi_float", &mpi.t_float},
                 {"ompi_mpi_double", &mpi.t_double},
@@ -97,6 +100,15 @@ mrt_status rt_mpi_allgather_u64(const uint64_t *mine, uint64_t *all, int n)
 {
     if (mpi.allgather(mine, n, mpi.t_u64, all, n, mpi.t_u64, mpi.world) != 0)
         return mrt_set_error(MRT_ERR_DEVICE, "MPI_Allgather failed (rank %d of %d)", mpi.rank, mpi.size);
+    return MRT_OK;
+}
+
+/* The NCCL unique id from rank 0 to every rank (as llm.c sends it). */
+mrt_status rt_mpi_bcast(void *buf, int bytes, int root)
+{
+    if (mpi.bcast(buf, bytes, mpi.t_byte, root, mpi.world) != 0)
+        return mrt_set_error(MRT_ERR_DEVICE, "MPI_Bcast of %d bytes from rank %d failed (rank %d of %d)", bytes, root,
+                             mpi.rank, mpi.size);
     return MRT_OK;
 }
 

@@ -242,6 +242,11 @@ mrt_status mrt_cuda_opt_step_multi_f32(void *stream, const struct mrt_opt_args *
     return rt_no_cuda_err("mrt_cuda_opt_step_multi_f32");
 }
 
+mrt_status mrt_cuda_sumsq_partial_f32(void *stream, double *part, const float *x, int64_t n)
+{
+    return rt_no_cuda_err("mrt_cuda_sumsq_partial_f32");
+}
+
 mrt_status mrt_cuda_max_f32(void *stream, float *y, const float *x, int64_t outer, int64_t n, int64_t inner)
 {
     return rt_no_cuda_err("mrt_cuda_max_f32");

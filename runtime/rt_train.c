@@ -250,17 +250,24 @@ static void train_help(const mrt_model_info *info, const char *prog)
            "                     target) in inference mode: batch_norm's running statistics, no dropout\n"
            "  --log FILE         append one line per step: epoch, step, loss, samples/s, grad_norm, lr\n"
            "  --device D         cpu, cuda, cuda:N or auto (default)\n"
-           "  --devices LIST     data-parallel: a replica on each CPU device of LIST (cpu:0,cpu:1), each\n"
-           "                     taking its contiguous shard of every batch; the gradients are averaged\n"
-           "                     (weighted by shard size, in a fixed order) before one update that every\n"
+           "  --devices LIST     data-parallel: a replica on each device of LIST, all CPU (cpu:0,cpu:1)\n"
+           "                     or all CUDA (cuda:0,cuda:1), each taking its contiguous shard of every\n"
+           "                     batch; the gradients are averaged (weighted by shard size, in a fixed\n"
+           "                     order; between GPUs by NCCL's ncclAllReduce) before one update that every\n"
            "                     replica applies: the full batch's step, up to float rounding\n"
            "  --threads N        CPU threads for the kernels (default: $MODELRT_THREADS, else the cores)\n"
            "  --time             print the median time of a step (the first step of the run excluded)\n"
-           "  --quiet            no progress line\n",
+           "  --quiet            no progress line\n"
+           "\nacross processes, a rank each (rank 0 writes the checkpoints and the log):\n"
+           "  mpirun -np N %s train ...   Open MPI; CPU ranks reduce with MPI_Allreduce, GPU ranks\n"
+           "                     (--device cuda:N) with NCCL, its id sent by MPI_Bcast\n"
+           "  torchrun --nproc-per-node N %s train ...   (no MPI) GPU ranks only: RANK, WORLD_SIZE,\n"
+           "                     MASTER_ADDR and MASTER_PORT bootstrap NCCL (NCCL_COMM_ID); LOCAL_RANK\n"
+           "                     picks cuda:LOCAL_RANK when --device is not given\n",
            info->max_batch, info->desc ? info->desc->train.lr : 0.0,
            info->desc ? (long long)info->desc->train.warmup_steps : 0LL,
            info->desc ? (long long)info->desc->train.decay_steps : 0LL, info->desc ? info->desc->train.min_lr : 0.0,
-           info->desc ? info->desc->train.clip_grad_norm : 0.0);
+           info->desc ? info->desc->train.clip_grad_norm : 0.0, prog, prog);
 }
 
 static int train_parse(const mrt_model_info *info, const char *prog, int argc, char **argv, train_opts *o, int *help)
@@ -421,11 +428,10 @@ static int train_parse(const mrt_model_info *info, const char *prog, int argc, c
             fprintf(stderr, "%s train: error: %s\n", prog, mrt_last_error());
             return 1;
         }
-        for (int i = 0; i < o->ndev; i++)
-            if (o->dev[i].kind != MRT_DEVICE_CPU) {
-                fprintf(stderr, "%s train: error: --devices %s: data-parallel training runs on CPU devices (cpu:0,cpu:1,"
-                                " ...) so far; across GPUs it needs NCCL, which is not built yet: train on one GPU with "
-                                "--device\n", prog, o->devices);
+        for (int i = 1; i < o->ndev; i++)
+            if (o->dev[i].kind != o->dev[0].kind) {
+                fprintf(stderr, "%s train: error: --devices %s: the replicas are all CPU devices (cpu:0,cpu:1) or all "
+                                "GPUs (cuda:0,cuda:1), not both\n", prog, o->devices);
                 return 1;
             }
         if (info->desc && info->desc->n_slots > 1) {
@@ -561,7 +567,12 @@ static mrt_status evaluate(const mrt_model_info *info, void **emodel, mrt_model 
  * every replica, the tensors shared out among the team's threads; the gradients' squared norm
  * and the loss (weighted alike) come from the reduced values; then every replica applies the
  * same update (desc->apply), so the weights stay identical. For a loss that is a mean over the
- * batch this is the full batch's gradient, as one device computes it up to float rounding. */
+ * batch this is the full batch's gradient, as one device computes it up to float rounding.
+ * GPU replicas (--devices cuda:0,cuda:1): the same, but the reduction is NCCL's (rt_nccl.c: one
+ * communicator per GPU from ncclCommInitAll, ncclAllReduce of every gradient in place with the
+ * weights as a pre-multiplied sum, in 25 MiB buckets on the replicas' streams), after the
+ * backward passes: the generated step has no hook between gradients to overlap it with. The
+ * squared norm comes from replica 0's reduced gradients (rt_nccl_sumsq). */
 typedef struct dp_train {
     const mrt_model_info *info;
     int n;
@@ -577,6 +588,8 @@ typedef struct dp_train {
     float loss_all, sumsq;
     mrt_status st[MRT_DP_MAX];
     char err[MRT_DP_MAX][1024];
+    rt_nccl *nccl;      /* GPU replicas: a NCCL communicator each (ncclCommInitAll) */
+    const char **names; /* [k]: the param of gradient k, for errors */
 } dp_train;
 
 static void dp_grads(void *ctx, int i)
@@ -623,7 +636,9 @@ static void dp_apply(void *ctx, int i)
 {
     dp_train *t = ctx;
     mrt_model *m = t->rep[i];
-    t->st[i] = m->desc->apply(m, t->loss_all, t->sumsq);
+    t->st[i] = mrt_device_activate(m->dev[0]);
+    if (t->st[i] == MRT_OK)
+        t->st[i] = m->desc->apply(m, t->loss_all, t->sumsq);
     if (t->st[i] != MRT_OK)
         snprintf(t->err[i], sizeof t->err[i], "%s", mrt_last_error());
 }
@@ -645,12 +660,27 @@ static mrt_status dp_step(dp_train *t, int nb, void *const *bufs, const size_t *
         if (t->st[i] != MRT_OK)
             return mrt_set_error(t->st[i], "replica %d (batch items %lld..%lld of the step): %s", i + 1,
                                  (long long)t->first[i], (long long)(t->first[i] + t->count[i] - 1), t->err[i]);
-    rt_team_run(t->team, dp_reduce, t);
     double ss = 0, l = 0;
-    for (int i = 0; i < t->n; i++) {
-        ss += t->sumsq_part[i];
-        l += (double)t->count[i] / (double)nb * t->loss[i];
+    if (t->nccl) { /* GPUs: NCCL's all-reduce, each replica's gradients scaled by its share */
+        const mrt_model_desc *d = ((mrt_model *)t->rep[0])->desc;
+        double w[MRT_DP_MAX];
+        void *streams[MRT_DP_MAX];
+        for (int i = 0; i < t->n; i++) {
+            w[i] = (double)t->count[i] / (double)nb;
+            streams[i] = ((mrt_model *)t->rep[i])->stream[0];
+        }
+        mrt_status st = rt_nccl_allreduce_grads(t->nccl, t->grad, t->numel, d->n_grads, w, streams, t->names);
+        if (st == MRT_OK) /* every replica holds the same sums: the norm of replica 0's */
+            st = rt_nccl_sumsq(t->nccl, 0, t->grad[0], t->numel, d->n_grads, streams[0], &ss);
+        if (st != MRT_OK)
+            return st;
+    } else {
+        rt_team_run(t->team, dp_reduce, t);
+        for (int i = 0; i < t->n; i++)
+            ss += t->sumsq_part[i];
     }
+    for (int i = 0; i < t->n; i++)
+        l += (double)t->count[i] / (double)nb * t->loss[i];
     t->sumsq = (float)ss;
     t->loss_all = (float)l;
     rt_team_run(t->team, dp_apply, t);
@@ -675,16 +705,35 @@ static mrt_status dp_same(const dp_train *t)
             for (int k = 0; k < d->n_grads && !trained; k++)
                 trained = d->grad_params[k] == i;
             const mrt_model *mr = t->rep[r];
-            if (trained && memcmp(m0->weights[p->region / 2] + p->offset, mr->weights[p->region / 2] + p->offset,
-                                  param_bytes(p)))
-                return mrt_set_error(MRT_ERR_INTERNAL, "data-parallel replicas 1 and %d hold different '%s' after the "
-                                     "run", r + 1, p->name);
+            if (!trained)
+                continue;
+            size_t bytes = param_bytes(p);
+            unsigned char *a = malloc(bytes + 1), *b = malloc(bytes + 1);
+            const mrt_device host = {MRT_DEVICE_CPU, 0};
+            mrt_status st = a && b ? MRT_OK : mrt_set_error(MRT_ERR_OOM, "out of memory");
+            const mrt_model *ms[2] = {m0, mr};
+            for (int k = 0; k < 2 && st == MRT_OK; k++) { /* through host memory from a GPU */
+                const mrt_model *mk = ms[k];
+                int slot = p->region / 2;
+                st = mrt_memcpy(host, k ? b : a, mk->dev[slot], mk->weights[slot] + p->offset, bytes, mk->stream[slot]);
+                if (st == MRT_OK && mk->dev[slot].kind == MRT_DEVICE_CUDA)
+                    st = mrt_stream_sync(mk->dev[slot], mk->stream[slot], "the replicas' check");
+            }
+            if (st == MRT_OK && memcmp(a, b, bytes))
+                st = mrt_set_error(MRT_ERR_INTERNAL, "data-parallel replicas 1 and %d hold different '%s' after the "
+                                   "run", r + 1, p->name);
+            free(a);
+            free(b);
+            if (st != MRT_OK)
+                return st;
         }
     return MRT_OK;
 }
 
-static void dp_train_free(dp_train *t)
+static void dp_train_free(dp_train *t, int failed)
 {
+    rt_nccl_destroy(t->nccl, failed);
+    free(t->names);
     rt_team_destroy(t->team);
     for (int i = 1; i < t->n; i++) /* replica 0 is the CLI's model */
         if (t->rep[i])
@@ -740,6 +789,16 @@ static mrt_status dp_train_setup(dp_train *t, const mrt_model_info *info, mrt_mo
         st = d->grad_ptrs(t->rep[i], t->grad[i]);
     if (st == MRT_OK)
         grad_numels(d, t->numel);
+    if (st == MRT_OK && !(t->names = calloc((size_t)d->n_grads + 1, sizeof *t->names)))
+        st = mrt_set_error(MRT_ERR_OOM, "out of memory");
+    for (int k = 0; st == MRT_OK && k < d->n_grads; k++)
+        t->names[k] = d->params[d->grad_params[k]].name;
+    if (st == MRT_OK && dev[0].kind == MRT_DEVICE_CUDA) {
+        int idx[MRT_DP_MAX];
+        for (int i = 0; i < n; i++)
+            idx[i] = dev[i].index;
+        st = rt_nccl_init_all(&t->nccl, idx, n);
+    }
     return st;
 }
 
@@ -751,13 +810,32 @@ static mrt_status dp_train_setup(dp_train *t, const mrt_model_info *info, mrt_mo
  * alike, the gradients' norm computed from the sums, and every rank applies the same update.
  * A failure in a step is exchanged first (a flag per rank), so every rank stops at that step
  * naming the rank that failed; a failure before the ranks have agreed on the run aborts them
- * all (MPI_Abort), so none waits for a rank that is gone. */
+ * all (MPI_Abort), so none waits for a rank that is gone.
+ * GPU ranks: the gradients go through NCCL instead (a communicator whose id rank 0 makes and
+ * MPI_Bcast sends, as llm.c does); the flags and the loss still through MPI. Under torchrun
+ * (RANK and WORLD_SIZE, no mpirun: torchrun_env) every rank is a GPU rank, NCCL bootstraps
+ * itself from NCCL_COMM_ID, and the flags, the loss and the settings' check go through NCCL too
+ * (coll_allreduce_f64, coll_allgather_u64). */
 typedef struct mpi_train {
     int rank, size;
     mrt_model *m;
     float **grad; /* [k] (desc->grad_ptrs) */
     int64_t *numel;
+    rt_nccl *nccl;      /* GPU ranks: the gradients go through NCCL */
+    int torchrun;       /* no MPI: the host's collectives go through NCCL too */
+    const char **names; /* [k]: the param of gradient k, for errors */
 } mpi_train;
+
+/* The host's collectives of the ranks: MPI under mpirun, NCCL under torchrun. */
+static mrt_status coll_allreduce_f64(mpi_train *t, double *x, int n)
+{
+    return t->torchrun ? rt_nccl_host_allreduce_f64(t->nccl, x, n) : rt_mpi_allreduce_f64(x, n);
+}
+
+static mrt_status coll_allgather_u64(mpi_train *t, const uint64_t *mine, uint64_t *all, int n)
+{
+    return t->torchrun ? rt_nccl_host_allgather_u64(t->nccl, mine, all, n) : rt_mpi_allgather_u64(mine, all, n);
+}
 
 static mrt_status mpi_step(mpi_train *t, const mrt_model_info *info, int nb, void *const *bufs, const size_t *row,
                            float *loss, int64_t stepno)
@@ -782,7 +860,7 @@ static mrt_status mpi_step(mpi_train *t, const mrt_model_info *info, int nb, voi
         flag[t->rank] = st != MRT_OK;
     char mine[1024];
     snprintf(mine, sizeof mine, "%s", mrt_last_error());
-    if (rt_mpi_allreduce_f64(flag, nf) != MRT_OK)
+    if (coll_allreduce_f64(t, flag, nf) != MRT_OK)
         return MRT_ERR_DEVICE;
     for (int r = 0; r < nf; r++)
         if (flag[r] != 0)
@@ -791,7 +869,13 @@ static mrt_status mpi_step(mpi_train *t, const mrt_model_info *info, int nb, voi
                                 : mrt_set_error(MRT_ERR_INVALID_ARG, "rank %d failed at step %lld (its error is in its "
                                                 "output); this rank stops there too", r, (long long)stepno);
     double w = (double)cnt / (double)nb, ss = 0;
-    for (int k = 0; k < d->n_grads; k++) {
+    if (t->nccl) { /* GPU ranks: NCCL's pre-multiplied sum, then the norm on this GPU */
+        void *stream = t->m->stream[0];
+        if ((st = rt_nccl_allreduce_grads(t->nccl, &t->grad, t->numel, d->n_grads, &w, &stream, t->names)) != MRT_OK ||
+            (st = rt_nccl_sumsq(t->nccl, 0, t->grad, t->numel, d->n_grads, stream, &ss)) != MRT_OK)
+            return st;
+    }
+    for (int k = 0; k < d->n_grads && !t->nccl; k++) {
         float *g = t->grad[k];
         if (!cnt)
             memset(g, 0, sizeof *g * (size_t)t->numel[k]);
@@ -804,7 +888,7 @@ static mrt_status mpi_step(mpi_train *t, const mrt_model_info *info, int nb, voi
             ss += (double)g[e] * g[e];
     }
     double lw = w * l;
-    if ((st = rt_mpi_allreduce_f64(&lw, 1)) != MRT_OK)
+    if ((st = coll_allreduce_f64(t, &lw, 1)) != MRT_OK)
         return st;
     *loss = (float)lw;
     return d->apply(t->m, (float)lw, (float)ss);
@@ -848,6 +932,85 @@ static double now_s(void)
     return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
 }
 
+/* A plain decimal (no sign, no leading zero but "0", at most 9 digits) into *v; 0 if it is not. */
+static int env_decimal(const char *s, long *v)
+{
+    size_t n = s ? strlen(s) : 0;
+    if (n == 0 || n > 9 || (s[0] == '0' && n > 1) || strspn(s, "0123456789") != n)
+        return 0;
+    *v = strtol(s, NULL, 10);
+    return 1;
+}
+
+/* torchrun's environment, for a process not started by mpirun: RANK and WORLD_SIZE (both, or
+ * neither), LOCAL_RANK (optional: -1 when unset), MASTER_ADDR and MASTER_PORT (needed when
+ * WORLD_SIZE > 1, unless NCCL_COMM_ID is set). Sets NCCL_COMM_ID=MASTER_ADDR:MASTER_PORT (an
+ * NCCL_COMM_ID already set wins), so that NCCL's own bootstrap joins the ranks: rank 0 listens
+ * there, every rank's ncclGetUniqueId gives the same id. When torchrun's agent holds its store
+ * on MASTER_PORT (TORCHELASTIC_USE_AGENT_STORE=True, what torchrun's static rendezvous sets),
+ * NCCL listens on MASTER_PORT + 1 instead. *world 1: not torchrun (or a world of one). Returns 0,
+ * or after printing the error the exit status (2: the environment is wrong). */
+static int torchrun_env(const char *prog, int *rank, int *world, int *local_rank)
+{
+    *rank = 0;
+    *world = 1;
+    *local_rank = -1;
+    const char *ompi = getenv("OMPI_COMM_WORLD_SIZE");
+    if (ompi && *ompi)
+        return 0; /* mpirun's ranks: rt_mpi_start */
+    const char *r = getenv("RANK"), *w = getenv("WORLD_SIZE"), *lr = getenv("LOCAL_RANK");
+    if (!r && !w)
+        return 0;
+    long rv = 0, wv = 0, lv = 0;
+    if (!r || !w) {
+        fprintf(stderr, "%s train: error: %s is set but %s is not: a rank of torchrun has both (RANK=0..WORLD_SIZE-1)\n",
+                prog, r ? "RANK" : "WORLD_SIZE", r ? "WORLD_SIZE" : "RANK");
+        return 2;
+    }
+    if (!env_decimal(w, &wv) || wv < 1) {
+        fprintf(stderr, "%s train: error: WORLD_SIZE='%s' is not a positive integer (torchrun sets the number of "
+                        "ranks)\n", prog, w);
+        return 2;
+    }
+    if (!env_decimal(r, &rv)) {
+        fprintf(stderr, "%s train: error: RANK='%s' is not a non-negative integer\n", prog, r);
+        return 2;
+    }
+    if (rv >= wv) {
+        fprintf(stderr, "%s train: error: RANK=%ld is not below WORLD_SIZE=%ld (ranks are 0..%ld)\n", prog, rv, wv,
+                wv - 1);
+        return 2;
+    }
+    if (lr && !env_decimal(lr, &lv)) {
+        fprintf(stderr, "%s train: error: LOCAL_RANK='%s' is not a non-negative integer\n", prog, lr);
+        return 2;
+    }
+    if (wv > 1 && !getenv("NCCL_COMM_ID")) {
+        const char *addr = getenv("MASTER_ADDR"), *port = getenv("MASTER_PORT");
+        long pv = 0;
+        if (!addr || !*addr || !port || !*port) {
+            fprintf(stderr, "%s train: error: WORLD_SIZE=%ld, but %s is not set: the ranks meet at "
+                            "MASTER_ADDR:MASTER_PORT (or set NCCL_COMM_ID=HOST:PORT)\n", prog, wv,
+                    !addr || !*addr ? "MASTER_ADDR" : "MASTER_PORT");
+            return 2;
+        }
+        if (!env_decimal(port, &pv) || pv < 1 || pv > 65535) {
+            fprintf(stderr, "%s train: error: MASTER_PORT='%s' is not a port (1..65535)\n", prog, port);
+            return 2;
+        }
+        const char *agent = getenv("TORCHELASTIC_USE_AGENT_STORE");
+        if (agent && !strcmp(agent, "True"))
+            pv = pv < 65535 ? pv + 1 : pv - 1;
+        char id[320];
+        snprintf(id, sizeof id, strchr(addr, ':') && addr[0] != '[' ? "[%s]:%ld" : "%s:%ld", addr, pv);
+        setenv("NCCL_COMM_ID", id, 1);
+    }
+    *rank = (int)rv;
+    *world = (int)wv;
+    *local_rank = lr ? (int)lv : -1;
+    return 0;
+}
+
 int rt_train_main(const mrt_model_info *info, int argc, char **argv, const char *prog)
 {
     train_opts o;
@@ -874,13 +1037,43 @@ int rt_train_main(const mrt_model_info *info, int argc, char **argv, const char 
     int nin = info->n_inputs;
     /* Under mpirun: this process's rank; rank 0 alone writes the checkpoints and the log and
      * prints progress. */
-    int rank = 0, world = 1, mpi_synced = 0;
-    if (rt_mpi_start(&rank, &world) != MRT_OK) {
+    int rank = 0, world = 1, mpi_synced = 0, torchrun = 0, local_rank = -1;
+    char local_dev[32];
+    if ((rc = torchrun_env(prog, &rank, &world, &local_rank)) != 0) {
+        free(o.data);
+        return rc;
+    }
+    rc = 1;
+    torchrun = world > 1;
+    if (torchrun) {
+        /* torchrun without MPI: GPU ranks only, NCCL bootstrapping itself */
+        if (o.devices) {
+            fprintf(stderr, "%s train: error: under torchrun each rank trains on one device: give --device (or let "
+                            "LOCAL_RANK pick cuda:LOCAL_RANK), not --devices\n", prog);
+            free(o.data);
+            return 2;
+        }
+        if (!o.device && local_rank >= 0) {
+            snprintf(local_dev, sizeof local_dev, "cuda:%d", local_rank);
+            o.device = local_dev;
+        }
+        mrt_device want;
+        int is_auto = 0;
+        if (o.device && *o.device && strcmp(o.device, "auto") && mrt_device_parse(o.device, &want, &is_auto) == MRT_OK && !is_auto &&
+            want.kind == MRT_DEVICE_CPU) {
+            fprintf(stderr, "%s train: error: rank %d of %d (torchrun's RANK and WORLD_SIZE) on %s: ranks on CPUs "
+                            "reduce their gradients with MPI, so start them with mpirun -np %d (Open MPI); under "
+                            "torchrun every rank trains on a GPU (--device cuda:N, or LOCAL_RANK)\n", prog, rank, world,
+                    o.device, world);
+            free(o.data);
+            return 2;
+        }
+    } else if (rt_mpi_start(&rank, &world) != MRT_OK) {
         fprintf(stderr, "%s train: error: %s\n", prog, mrt_last_error());
         free(o.data);
         return 1;
     }
-    if (world > 1 && o.devices) {
+    if (world > 1 && o.devices && !torchrun) {
         fprintf(stderr, "%s train: error: under mpirun each rank trains on one device: give --device, not --devices\n",
                 prog);
         rt_mpi_abort(2);
@@ -1010,7 +1203,25 @@ int rt_train_main(const mrt_model_info *info, int argc, char **argv, const char 
         if (dp_train_setup(dp, info, m, o.dev, o.ndev) != MRT_OK)
             goto fail;
     }
-    mt = (mpi_train){rank, world, m, NULL, NULL};
+    mt = (mpi_train){rank, world, m, NULL, NULL, NULL, torchrun, NULL};
+    if (world > 1 && m->dev[0].kind == MRT_DEVICE_CUDA) {
+        /* a NCCL communicator: under mpirun rank 0 makes the id and MPI_Bcast sends it (as llm.c
+         * does); under torchrun every rank's ncclGetUniqueId gives the same id (NCCL_COMM_ID) */
+        unsigned char id[RT_NCCL_ID_BYTES] = {0};
+        if ((torchrun || rank == 0) && rt_nccl_unique_id(id) != MRT_OK)
+            goto fail;
+        if (!torchrun && rt_mpi_bcast(id, RT_NCCL_ID_BYTES, 0) != MRT_OK)
+            goto fail;
+        if (rt_nccl_init_rank(&mt.nccl, m->dev[0].index, world, rank, id) != MRT_OK)
+            goto fail;
+    } else if (torchrun) {
+        char dev[32];
+        mrt_set_error(MRT_ERR_INVALID_ARG, "rank %d of %d (torchrun's RANK and WORLD_SIZE) runs on %s: ranks on CPUs "
+                      "reduce their gradients with MPI, so start them with mpirun -np %d (Open MPI); under torchrun "
+                      "every rank trains on a GPU (--device cuda:N, or LOCAL_RANK)", rank, world,
+                      mrt_device_str(m->dev[0], dev, sizeof dev), world);
+        goto fail;
+    }
     if (world > 1) {
         const mrt_model_desc *d = m->desc;
         if (!d->apply || !d->grad_ptrs) {
@@ -1024,6 +1235,10 @@ int rt_train_main(const mrt_model_info *info, int argc, char **argv, const char 
         if (d->grad_ptrs(m, mt.grad) != MRT_OK)
             goto fail;
         grad_numels(d, mt.numel);
+        if (!(mt.names = calloc((size_t)d->n_grads + 1, sizeof *mt.names)))
+            goto oom;
+        for (int k = 0; k < d->n_grads; k++)
+            mt.names[k] = d->params[d->grad_params[k]].name;
         /* every rank the same model, data and batches: checked before the first step */
         enum { NF = 7 };
         static const char *const what[NF] = {"model", "number of samples", "--batch", "--epochs", "--steps", "--seed",
@@ -1032,7 +1247,7 @@ int rt_train_main(const mrt_model_info *info, int argc, char **argv, const char 
         if (!all)
             goto oom;
         mpi_fingerprint(d, N, &o, mine);
-        if (rt_mpi_allgather_u64(mine, all, NF) != MRT_OK) {
+        if (coll_allgather_u64(&mt, mine, all, NF) != MRT_OK) {
             free(all);
             goto fail;
         }
@@ -1075,7 +1290,10 @@ int rt_train_main(const mrt_model_info *info, int argc, char **argv, const char 
             snprintf(res, sizeof res, ", resumed at step %lld", (long long)skip);
         fprintf(stderr, "%s train: %lld samples, batch %d (%lld steps per epoch), on %s%s%s\n", prog, (long long)N, o.batch,
                 (long long)steps_per_epoch, o.devices ? o.devices : mrt_device_str(m->dev[0], dev, sizeof dev),
-                o.ndev > 1 ? " (data-parallel, a thread each)" : world > 1 ? " (data-parallel over MPI ranks)" : "", res);
+                o.ndev > 1 ? (dp && dp->nccl ? " (data-parallel, a thread each, NCCL)" : " (data-parallel, a thread each)")
+                : world > 1 ? (torchrun ? " (data-parallel over torchrun's ranks, NCCL)"
+                               : mt.nccl ? " (data-parallel over MPI ranks, NCCL)" : " (data-parallel over MPI ranks)")
+                            : "", res);
     }
     uint64_t rng = o.seed;
     double t0 = now_s();
@@ -1194,12 +1412,17 @@ done:
     if (emodel)
         info->eval->destroy(emodel);
     if (dp)
-        dp_train_free(dp);
+        dp_train_free(dp, rc != 0);
     if (world > 1) {
+        rt_nccl_destroy(mt.nccl, rc != 0);
         free(mt.grad);
         free(mt.numel);
+        free(mt.names);
+        if (!torchrun)
+            rt_mpi_finish();
     }
-    rt_mpi_finish(); /* mpirun -np 1 started MPI too: it must be finalized, or mpirun fails the job */
+    if (world <= 1 && !torchrun)
+        rt_mpi_finish(); /* mpirun -np 1 started MPI too: it must be finalized, or mpirun fails the job */
     if (model)
         info->destroy(model);
     for (int i = 0; data && i < nin; i++) {

@@ -5,6 +5,7 @@
 #                                                  runtime/*.cu (as C++) against the simulator
 #                  $(B)/cudasim/lib/libcudasim.so  the simulated device and runtime API
 #                  $(B)/cudasim/lib/libcublas.so.13, libcublasLt.so.13   the cuBLAS stand-in
+#                  $(B)/cudasim/lib/libnccl.so.2   the NCCL stand-in (nccl_sim.cc)
 #                  $(B)/cudasim/libmodelrt-sim.libs   the link line a program needs besides the .a
 #                  $(B)/cudasim/bin/modelc         modelc building executables for the simulator:
 #                      NAME.cu by the host C++ compiler, linked with the simulated runtime (its
@@ -17,7 +18,7 @@ SIM_CXXFLAGS := -std=c++17 -O2 -g -Wall -Wextra -Wno-unused-parameter -Wno-sign-
 SIM_RT_OBJ  := $(patsubst runtime/%.c,$(SIM)/obj/%.o,$(filter-out runtime/rt_nocuda.c,$(wildcard runtime/*.c))) \
                $(patsubst runtime/%.cu,$(SIM)/obj/%.cu.o,$(wildcard runtime/*.cu))
 SIM_RT_LIB  := $(SIM)/libmodelrt-sim.a
-# DT_RPATH (not RUNPATH), so that dlopen("libcublas.so.13") finds the stand-in before any toolkit
+# DT_RPATH (not RUNPATH), so that dlopen("libcublas.so.13") (and "libnccl.so.2") finds the stand-in before any toolkit
 # directory in LD_LIBRARY_PATH or the ld.so cache.
 SIM_LINK    := -L$(abspath $(SIM_LIBDIR)) -lcudasim -Wl,--disable-new-dtags,-rpath,$(abspath $(SIM_LIBDIR)) \
                $(CJSON_LIBS) $(BLAS_LIBS) $(OMP_FLAGS) -lm -lpthread -ldl -lstdc++
@@ -33,6 +34,9 @@ $(SIM_LIBDIR)/libcudasim.so: tests/cudasim/cudasim.cc $(SIM_HDR)
 	$(CXX) $(SIM_CXXFLAGS) -fvisibility=hidden -shared -Wl,-soname,libcudasim.so -I$(SIM_INC) $< -o $@ -lpthread
 $(SIM_LIBDIR)/libcublas.so.13: tests/cudasim/cublas_sim.cc $(SIM_HDR) $(SIM_LIBDIR)/libcudasim.so
 	$(CXX) $(SIM_CXXFLAGS) -fvisibility=hidden -shared -Wl,-soname,libcublas.so.13 -I$(SIM_INC) $< -o $@ \
+	    -L$(SIM_LIBDIR) -lcudasim -Wl,-rpath,'$$ORIGIN'
+$(SIM_LIBDIR)/libnccl.so.2: tests/cudasim/nccl_sim.cc $(SIM_HDR) $(SIM_LIBDIR)/libcudasim.so
+	$(CXX) $(SIM_CXXFLAGS) -fvisibility=hidden -shared -Wl,-soname,libnccl.so.2 -I$(SIM_INC) $< -o $@ \
 	    -L$(SIM_LIBDIR) -lcudasim -Wl,-rpath,'$$ORIGIN'
 $(SIM_LIBDIR)/libcublasLt.so.13: $(SIM_LIBDIR)/libcublas.so.13
 	ln -sf libcublas.so.13 $@
@@ -61,5 +65,5 @@ $(SIM_LIBDIR)/libmodelrt.a: $(SIM_RT_LIB)
 
 .PHONY: cudasim
 cudasim: $(SIM_RT_LIB) $(SIM)/libmodelrt-sim.libs $(SIM_LIBDIR)/libcudasim.so $(SIM_LIBDIR)/libcublas.so.13 \
-         $(SIM_LIBDIR)/libcublasLt.so.13 $(SIM)/bin/modelc $(RT_PUB:runtime/%=$(SIM)/include/modelc/%) \
+         $(SIM_LIBDIR)/libcublasLt.so.13 $(SIM_LIBDIR)/libnccl.so.2 $(SIM)/bin/modelc $(RT_PUB:runtime/%=$(SIM)/include/modelc/%) \
          $(SIM_LIBDIR)/libmodelrt.a

@@ -579,7 +579,9 @@ for ex in "resnet18 check-b1 2" "gpt2 check-b1 2" "minilm test 3"; do
 done
 # ---------------------------------------------------------------- 7. training and several GPUs
 # Data-parallel inference on two simulated GPUs (--devices cuda:0,cuda:1): each replica's shard
-# bit for bit as the shard alone, and the device-list errors.
+# bit for bit as the shard alone, and the device-list errors; data-parallel training through the
+# NCCL stand-in (two GPUs in one process, two torchrun processes, two mpirun ranks) against one GPU
+# and the CPU, and NCCL's errors.
 out="$(CUDASIM_DEVICES=2:16384:9.0 MODELC="$sim/bin/modelc" timeout 600 "$PY" tests/dp/run.py --device-kind cuda \
        2>"$work/dp.err")"
 rc=$?

@@ -268,6 +268,238 @@ def check_mpi(modelc, d, report):
            "expected both ranks to stop at the step, the bad class id named, no checkpoint")
 
 
+def train_data(d, name):
+    """The tests/train data of model `name` in d: the --data arguments."""
+    sys.path.insert(0, os.path.join(ROOT, "tests", "train"))
+    import make_data
+    if not os.path.exists(os.path.join(d, name + ".init.safetensors")):
+        subprocess.run([sys.executable, os.path.join(ROOT, "tests", "train", "make_data.py"), d, name], check=True)
+    out = []
+    for k in make_data.make(name)[1]:
+        out += ["--data", "%s=%s" % (k, os.path.join(d, "%s.%s.npy" % (name, k)))]
+    return out
+
+
+def train_prog(modelc, d, name):
+    prog = os.path.join(d, name + "_train")
+    if not os.path.exists(prog):
+        sh([modelc, os.path.join(ROOT, "tests", "train", name + ".model"), "--train", "--max-batch", "8", "-o", prog],
+           check=True)
+    return prog
+
+
+def read_log(path):
+    """A --log file's losses and gradient norms (one per step)."""
+    with open(path) as f:
+        rows = [r.split() for r in f if r.startswith("epoch")]
+    return np.array([float(r[5]) for r in rows]), np.array([float(r[9]) for r in rows])
+
+
+def rel(a, b):
+    """The largest relative difference of b from the reference a (an inf when the lengths differ)."""
+    if a.shape != b.shape:
+        return float("inf")
+    return float(np.max(np.abs(b.astype(np.float64) - a) / np.maximum(np.abs(a.astype(np.float64)), 1e-30)))
+
+
+def wrel(a, b):
+    """The largest difference of the weights b from a, relative to each tensor's largest magnitude."""
+    return max(float(np.max(np.abs(b[k].astype(np.float64) - a[k])) / max(float(np.max(np.abs(a[k]))), 1e-30))
+               for k in a)
+
+
+TORCHRUN_BASE = 29500 + os.getpid() % 2000  # a MASTER_PORT of its own per test run (the stand-in's key)
+
+
+def torchrun(cmds, extra_env, timeout=120):
+    """Start one process per command with torchrun's variables (RANK, WORLD_SIZE, LOCAL_RANK,
+    MASTER_ADDR, MASTER_PORT), as torchrun --nproc-per-node N would; wait for all. Returns
+    [(returncode, stderr)], or None when one did not end within `timeout` seconds."""
+    global TORCHRUN_BASE
+    TORCHRUN_BASE += 1
+    procs = []
+    for r, c in enumerate(cmds):
+        env = dict(os.environ, RANK=str(r), WORLD_SIZE=str(len(cmds)), LOCAL_RANK=str(r), MASTER_ADDR="127.0.0.1",
+                   MASTER_PORT=str(TORCHRUN_BASE), **(extra_env[r] if isinstance(extra_env, list) else extra_env))
+        procs.append(subprocess.Popen(c, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env))
+    out = []
+    try:
+        for p in procs:
+            _, err = p.communicate(timeout=timeout)
+            out.append((p.returncode, err))
+    except subprocess.TimeoutExpired:
+        for p in procs:
+            p.kill()
+            p.communicate()
+        return None
+    return out
+
+
+def check_torchrun_env(modelc, d, report):
+    """torchrun's variables on the CPU side: malformed or inconsistent RANK/WORLD_SIZE, a missing
+    MASTER_ADDR/MASTER_PORT, and CPU ranks, which need mpirun: each refused before any step."""
+    name = "mlp_adamw"
+    prog = train_prog(modelc, d, name)
+    base = [prog, "train", "--weights", os.path.join(d, name + ".init.safetensors"), "--batch", "8"] + train_data(d, name)
+    m = {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29400"}
+    for tag, env, extra, rc, want in (
+            ("rank_not_below", dict(m, RANK="2", WORLD_SIZE="2"), [], 2, "RANK=2 is not below WORLD_SIZE=2"),
+            ("rank_malformed", dict(m, RANK="1x", WORLD_SIZE="2"), [], 2, "RANK='1x' is not a non-negative integer"),
+            ("rank_negative", dict(m, RANK="-1", WORLD_SIZE="2"), [], 2, "RANK='-1' is not a non-negative integer"),
+            ("world_malformed", dict(m, RANK="0", WORLD_SIZE="two"), [], 2, "WORLD_SIZE='two' is not a positive"),
+            ("world_zero", dict(m, RANK="0", WORLD_SIZE="0"), [], 2, "WORLD_SIZE='0' is not a positive"),
+            ("rank_alone", dict(m, RANK="0"), [], 2, "RANK is set but WORLD_SIZE is not"),
+            ("local_rank_malformed", dict(m, RANK="0", WORLD_SIZE="2", LOCAL_RANK="a"), [], 2,
+             "LOCAL_RANK='a' is not a non-negative integer"),
+            ("no_master_addr", {"RANK": "0", "WORLD_SIZE": "2", "MASTER_PORT": "1"}, [], 2, "MASTER_ADDR is not set"),
+            ("bad_master_port", dict(m, RANK="0", WORLD_SIZE="2", MASTER_PORT="65536"), [], 2,
+             "MASTER_PORT='65536' is not a port"),
+            ("cpu_rank", dict(m, RANK="0", WORLD_SIZE="2"), ["--device", "cpu"], 2, "start them with mpirun -np 2"),
+            ("cpu_rank_auto", dict(m, RANK="1", WORLD_SIZE="2", CUDA_VISIBLE_DEVICES=""), [], 1,
+             "rank 1 of 2 (torchrun's RANK and WORLD_SIZE) runs on cpu:0: ranks on CPUs reduce their gradients with "
+             "MPI, so start them with mpirun -np 2"),
+            ("devices", dict(m, RANK="0", WORLD_SIZE="2"), ["--devices", "cpu:0,cpu:1"], 2, "not --devices")):
+        clean = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR",
+                                                                    "MASTER_PORT", "NCCL_COMM_ID")}
+        p = sh(base + extra + ["--save", os.path.join(d, "env.st")], env=dict(clean, **env))
+        line = p.stderr.strip().splitlines()[-1] if p.stderr.strip() else ""
+        print("  torchrun %s: exit %d: %s" % (tag, p.returncode, line))
+        report("torchrun_env_" + tag, None if p.returncode == rc and want in p.stderr and not os.path.exists(
+            os.path.join(d, "env.st")) else "expected exit %d and '%s', got exit %d: %s" % (rc, want, p.returncode, line))
+
+
+def check_train_gpu(modelc, d, report):
+    """The cudasim suite (two simulated GPUs, the NCCL stand-in): PROG train --devices cuda:0,cuda:1
+    against cuda:0 alone with the full batch and against the CPU (losses, gradient norms and
+    weights within 1e-5); two torchrun processes (no MPI) and two mpirun ranks on GPUs against one
+    GPU; then the errors: NCCL missing, a NCCL error mid-run (in one process, and on one torchrun
+    rank: every rank stops, no checkpoint half-written), a step that fails on one torchrun rank,
+    and replicas of two kinds."""
+    tol = 1e-5
+    f = lambda s: os.path.join(d, s)  # noqa: E731
+
+    def run(prog, name, tag, batch, extra, env=None):
+        log = f("g_%s_%s.log" % (name, tag))
+        if os.path.exists(log):
+            os.remove(log)
+        p = sh([prog, "train", "--weights", f(name + ".init.safetensors"), "--batch", str(batch), "--epochs", "2",
+                "--quiet", "--save", f("g_%s_%s.st" % (name, tag)), "--log", log] + train_data(d, name) + extra,
+               env=dict(os.environ, **(env or {})))
+        if p.returncode:
+            return None, p.stderr.strip()[-300:]
+        return (safetensors_np.read(f("g_%s_%s.st" % (name, tag))),) + read_log(log), None
+
+    for name, batch, why in (("mlp_adamw", 8, "shards 4,4"), ("mlp_adamw", 7, "shards 4,3 and a last batch of 5"),
+                             ("mlp_adamw", 3, "a last batch of 1: cuda:1's shard is empty"),
+                             ("mlp_sched", 8, "clip_grad_norm_: the norm of the reduced gradients")):
+        prog = train_prog(modelc, d, name)
+        runs, err = {}, None
+        for tag, extra in (("one", ["--device", "cuda:0"]), ("cpu", ["--device", "cpu"]),
+                           ("dp", ["--devices", "cuda:0,cuda:1"])):
+            runs[tag], e = run(prog, name, tag, batch, extra)
+            err = err or (e and "%s run failed: %s" % (tag, e))
+        if err:
+            report("train_%s_b%d" % (name, batch), err)
+            continue
+        errs = []
+        for ref in ("one", "cpu"):
+            (w1, l1, g1), (w2, l2, g2) = runs[ref], runs["dp"]
+            errs.append((rel(l1, l2), rel(g1, g2), wrel(w1, w2)))
+        print("  train %s batch %d (%s) on cuda:0,cuda:1: vs cuda:0 alone: losses %.1e, grad norms %.1e, weights %.1e; "
+              "vs the CPU: %.1e, %.1e, %.1e (tolerance %.0e)" % ((name, batch, why) + errs[0] + errs[1] + (tol,)))
+        report("train_%s_b%d" % (name, batch), None if max(max(e) for e in errs) <= tol else
+               "two GPUs differ from one GPU or the CPU (%s)" % errs)
+    # torchrun: two processes on two simulated GPUs each, LOCAL_RANK picking cuda:0 and cuda:1
+    name, batch = "mlp_sched", 7
+    prog = train_prog(modelc, d, name)
+    base = [prog, "train", "--weights", f(name + ".init.safetensors"), "--batch", str(batch), "--epochs", "2",
+            "--shuffle", "--seed", "5"] + train_data(d, name)
+    one, e = run(prog, name, "one7s", batch, ["--device", "cuda:0", "--shuffle", "--seed", "5"])
+    for r in ("tr.st", "tr.log"):
+        if os.path.exists(f(r)):
+            os.remove(f(r))
+    res = torchrun([base + ["--save", f("tr.st"), "--log", f("tr.log")]] * 2, {"CUDASIM_DEVICES": "2:16384:9.0"})
+    if res is None or any(rc for rc, _ in res) or one is None:
+        report("torchrun_train", "a run failed or hung: %s %s" % (e, res and [err[-300:] for _, err in res]))
+    else:
+        l2, g2 = read_log(f("tr.log"))
+        errs = (rel(one[1], l2), rel(one[2], g2), wrel(one[0], safetensors_np.read(f("tr.st"))))
+        on = [ln for ln in res[0][1].splitlines() if "torchrun" in ln]
+        print("  torchrun: 2 processes (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR:MASTER_PORT, no MPI), batch %d, "
+              "shuffled, clipped: vs one GPU: losses %.1e, grad norms %.1e, weights %.1e (tolerance %.0e); rank 0 says: "
+              "%s" % ((batch,) + errs + (tol, on[0] if on else "?")))
+        report("torchrun_train", None if max(errs) <= tol and on and "on cuda:0" in on[0] and not res[1][1].strip()
+               else "torchrun's two ranks differ from one GPU (%s), or rank 1 printed: %s" % (errs, res[1][1][-200:]))
+    # mpirun: two ranks, a simulated GPU each, the NCCL id sent by MPI_Bcast
+    import shutil
+    if shutil.which("mpirun"):
+        p = subprocess.run(["mpirun", "--oversubscribe", "-np", "2"] + base + ["--device", "cuda:0", "--save",
+                           f("mp.st"), "--log", f("mp.log")], capture_output=True, text=True, timeout=120,
+                           env=dict(MPIRUN_ENV, CUDASIM_DEVICES="1"))
+        if p.returncode:
+            report("mpi_nccl_train", "mpirun failed: " + p.stderr[-300:])
+        else:
+            l2, g2 = read_log(f("mp.log"))
+            errs = (rel(one[1], l2), rel(one[2], g2), wrel(one[0], safetensors_np.read(f("mp.st"))))
+            print("  mpirun -np 2 on GPUs (NCCL, id by MPI_Bcast): vs one GPU: losses %.1e, grad norms %.1e, weights "
+                  "%.1e (tolerance %.0e)" % (errs + (tol,)))
+            report("mpi_nccl_train", None if max(errs) <= tol and "NCCL" in p.stderr else
+                   "2 MPI ranks on GPUs differ from one GPU (%s)" % (errs,))
+    else:
+        print("SKIP: cudasim/dp/mpi_nccl_train: mpirun not found (Debian: apt-get install openmpi-bin)")
+    # errors
+    two = base + ["--devices", "cuda:0,cuda:1"]
+    p = sh(two, env=dict(os.environ, MODELRT_NCCL_LIB="/nonexistent/libnccl.so.2"))
+    line = p.stderr.strip().splitlines()[-1] if p.stderr.strip() else ""
+    print("  NCCL missing: exit %d: %s" % (p.returncode, line[:200]))
+    report("error_nccl_missing", None if p.returncode == 1 and "/nonexistent/libnccl.so.2 cannot be loaded" in line and
+           "install NCCL" in line else "expected exit 1 naming the library and how to install it")
+    for fn in ("ck.st", "ck.state"):
+        if os.path.exists(f(fn)):
+            os.remove(f(fn))
+    # a NCCL error at the 9th collective (step 3: a bucket per step): checkpoints of steps 1 and 2 written whole
+    p = sh(two + ["--save", f("ck.st"), "--save-state", f("ck.state"), "--save-every", "1"],
+           env=dict(os.environ, CUDASIM_NCCL_FAIL="9"), timeout=120)
+    line = p.stderr.strip().splitlines()[-1] if p.stderr.strip() else ""
+    kept = os.path.exists(f("ck.st")) and safetensors_np.read(f("ck.st")) is not None
+    print("  a NCCL error mid-run (two GPUs, one process): exit %d: %s" % (p.returncode, line[:300]))
+    report("error_nccl_midrun", None if p.returncode == 1 and "NCCL error 2" in line and "step 3" in line and
+           "holds step 2" in line and kept else "expected exit 1 at step 3, the NCCL error, the step-2 checkpoint kept")
+    # the same on rank 1 of two torchrun processes: both stop, at once, and nothing is saved
+    if os.path.exists(f("tf.st")):
+        os.remove(f("tf.st"))
+    res = torchrun([base + ["--save", f("tf.st")]] * 2, {"CUDASIM_DEVICES": "2:16384:9.0", "CUDASIM_NCCL_FAIL": "9:1",
+                                                          "CUDASIM_NCCL_TIMEOUT": "100"}, timeout=60)
+    if res is None:
+        report("error_torchrun_nccl_midrun", "a rank hung (no exit within 60 s)")
+    else:
+        print("  a NCCL error on torchrun's rank 1: exits %s: %s" % ([rc for rc, _ in res], [
+            [ln for ln in err.splitlines() if "error:" in ln][-1:] for _, err in res]))
+        report("error_torchrun_nccl_midrun", None if all(rc == 1 for rc, _ in res) and "rank 1 failed" in res[0][1] and
+               "NCCL error 2" in res[1][1] and "on cuda:1 (rank 1 of 2)" in res[1][1] and not os.path.exists(f("tf.st"))
+               else "expected both ranks to stop (rank 0 naming rank 1; rank 1 on cuda:1, its LOCAL_RANK), no checkpoint")
+    # a step that fails on rank 1 (a class id out of range in its shard): both stop at that step
+    y = np.load(f(name + ".labels.npy"))
+    y[5] = 99
+    np.save(f("badlabels.npy"), y)
+    bad = [a if not a.startswith("labels=") else "labels=" + f("badlabels.npy") for a in base]
+    bad = [a for a in bad if a not in ("--shuffle",)]
+    bad[bad.index("--seed"):bad.index("--seed") + 2] = []
+    res = torchrun([bad + ["--save", f("tb.st")]] * 2, {"CUDASIM_DEVICES": "2:16384:9.0"}, timeout=60)
+    if res is None:
+        report("error_torchrun_step", "a rank hung (no exit within 60 s)")
+    else:
+        lines = [[ln for ln in err.splitlines() if "error:" in ln][-1:] for _, err in res]
+        print("  a step fails on torchrun's rank 1: exits %s: %s" % ([rc for rc, _ in res], lines))
+        report("error_torchrun_step", None if all(rc == 1 for rc, _ in res) and "rank 1 failed at step 1" in res[0][1] and
+               "99" in res[1][1] and not os.path.exists(f("tb.st")) else
+               "expected both ranks to stop at step 1, rank 1 naming the class id, no checkpoint")
+    p = sh(base + ["--devices", "cpu:0,cuda:0"])
+    print("  mixed kinds: exit %d: %s" % (p.returncode, p.stderr.strip()[-200:]))
+    report("error_train_mixed_kinds", None if p.returncode == 1 and "not both" in p.stderr else
+           "expected exit 1 and 'not both'")
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--device-kind", default="cpu", choices=["cpu", "cuda"])
@@ -352,6 +584,9 @@ def main():
                 report("error_" + name, None if p.returncode == rc and want in p.stderr else
                        "expected exit %d and '%s', got exit %d: %s" % (rc, want, p.returncode, p.stderr.strip()[-200:]))
             check_mpi(modelc, d, report)
+            check_torchrun_env(modelc, d, report)
+        else:
+            check_train_gpu(modelc, d, report)
         # errors: each refused before anything runs, naming what is wrong
         prog = os.path.join(d, "digits")
         xin = os.path.join(d, "x_digits_b7.npy")

@@ -457,6 +457,37 @@ static void check_cumsum(int64_t outer, int64_t n, int64_t inner)
     mrt_free(g_dev, dx), mrt_free(g_dev, dy), free(x), free(ref), free(got);
 }
 
+/* The data-parallel gradient norm's partial sums (MRT_CUDA_SUMSQ_BLOCKS per tensor, added in
+ * order on the host) against the sum of squares in double on the host; every part written. */
+static void check_sumsq(int64_t n)
+{
+    float *x = rand_host((size_t)n + 1);
+    enum { P = MRT_CUDA_SUMSQ_BLOCKS };
+    double ref = 0, got = 0, part[P];
+    for (int64_t i = 0; i < n; i++)
+        ref += (double)x[i] * x[i];
+    float *dx = up(x, (size_t)n * 4 + 4);
+    double *dp = (double *)poisoned(2 * P);
+    mrt_status st = mrt_cuda_sumsq_partial_f32(g_stream, dp, dx, n);
+    down(part, dp, sizeof part);
+    int nan = 0;
+    for (int b = 0; b < P; b++) {
+        nan |= isnan(part[b]);
+        got += part[b];
+    }
+    double d = fabs(got - ref) / (1.0 + ref);
+    char name[64];
+    snprintf(name, sizeof name, "sumsq_partial_%lld", (long long)n);
+    if (st != MRT_OK || nan || d > 1e-12) {
+        printf("FAIL: runtime/cuda/%s: %s (got %.17g, want %.17g)\n", name, st != MRT_OK ? mrt_last_error() :
+               nan ? "a part left unwritten" : "wrong sum", got, ref);
+        g_fail = 1;
+    } else {
+        printf("PASS: runtime/cuda/%s maxdiff %g tolerance 1e-12\n", name, d);
+    }
+    mrt_free(g_dev, dx), mrt_free(g_dev, dp), free(x);
+}
+
 /* iota, f32 (a fractional step) and i64 */
 static void check_iota(int64_t n)
 {
@@ -1069,6 +1100,10 @@ int main(void)
     check_cumsum(2, 1024, 1);
     check_cumsum(4, 37, 6);
     check_iota(1000);
+    check_sumsq(0);
+    check_sumsq(1);
+    check_sumsq(1000);
+    check_sumsq(100003);
     check_concat(3, 12, 40, 8);
     check_concat(3, 5, 17, 3);
     check_concat(1, 64, 64, 0);

@@ -71,6 +71,26 @@ else
     fi
 fi
 
+# The values and signatures rt_nccl.c gives NCCL (which it loads at run time, without nccl.h)
+# against an installed nccl.h: compiled, not run.
+nccl_inc="" cuda_inc=""
+for d in ${NCCL_HOME:+$NCCL_HOME/include} /usr/include /usr/local/include /usr/local/cuda/include; do
+    [ -z "$nccl_inc" ] && [ -f "$d/nccl.h" ] && nccl_inc="$d"
+done
+for d in ${CUDA_HOME:+$CUDA_HOME/include} /usr/local/cuda/include /usr/include; do
+    [ -z "$cuda_inc" ] && [ -f "$d/cuda_runtime_api.h" ] && cuda_inc="$d"
+done
+if [ -z "$nccl_inc" ] || [ -z "$cuda_inc" ]; then
+    echo "SKIP: runtime/nccl_abi: no ${nccl_inc:+cuda_runtime_api.h}${nccl_inc:-nccl.h} found (NCCL's or CUDA's headers)"
+elif "$CC" -std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror -Iruntime -I"$nccl_inc" -I"$cuda_inc" \
+        -c tests/runtime/nccl_abi.c -o "$work/nccl_abi.o" 2>"$work/nccl_abi.log"; then
+    echo "PASS: runtime/nccl_abi (rt_nccl.c's NCCL values and calls match $nccl_inc/nccl.h)"
+else
+    echo "FAIL: runtime/nccl_abi: rt_nccl.c's NCCL values or calls differ from $nccl_inc/nccl.h:"
+    sed 's/^/    /' "$work/nccl_abi.log" | head -20
+    cuda_failed=1
+fi
+
 failed=$cuda_failed
 for t in $("$bin" --list); do
     out="$("$bin" "$t" 2>"$work/$t.err")"
@@ -97,6 +117,18 @@ if ! "$CC" -std=c11 -D_GNU_SOURCE -O1 -g -Wall -Wextra $CFLAGS_EXTRA $blas_cflag
     sed 's/^/    /' "$work/cc3.log" | head -40
     failed=1
 elif ! python3 tests/runtime/half_check.py "$work/test_half"; then
+    failed=1
+fi
+
+# mrt_tanhf (gelu's tanh) against libm's double tanh: every 61st float and all of [0.5, 0.8],
+# vectorized as the generated loops run it (`tests/runtime/test_tanh` with no argument: all 2^31).
+# shellcheck disable=SC2086
+if ! "$CC" -std=c11 -D_GNU_SOURCE -O2 -fopenmp-simd -g -Wall -Wextra $CFLAGS_EXTRA -Iruntime \
+        tests/runtime/test_tanh.c -lm -o "$work/test_tanh" 2>"$work/cc4.log" || [ -s "$work/cc4.log" ]; then
+    echo "FAIL: runtime/tanh/build: compiling tests/runtime/test_tanh.c failed or warned:"
+    sed 's/^/    /' "$work/cc4.log" | head -40
+    failed=1
+elif ! "$work/test_tanh" 61; then
     failed=1
 fi
 exit $failed

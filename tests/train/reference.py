@@ -29,10 +29,11 @@ from run import ILL_COND  # noqa: E402
 BATCH, EPOCHS = 8, 2
 
 
-def gpt2_forward(p, ids):
+def gpt2_forward(p, ids, cfg=None):
     """GPT-2 as examples/gpt2 (and its reference.py) computes it: pre-norm layers, causal
-    attention, GELU (tanh), the head tied to wte; logits [B, T, V]."""
-    cfg = make_data.GPT2
+    attention, GELU (tanh), the head tied to wte; logits [B, T, V]. cfg: gen_model.py's
+    configuration keys (default: gpt2_adamw's, make_data.GPT2)."""
+    cfg = cfg or make_data.GPT2
     C, H = cfg["n_embd"], cfg["n_head"]
     B, T = ids.shape
     x = F.embedding(ids, p["wte.weight"]) + p["wpe.weight"][:T]

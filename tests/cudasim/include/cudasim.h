@@ -83,6 +83,11 @@
  * one, so a cublasLtMatmul without it fails; CUDASIM_LT_NOALGO=1 makes the heuristic find no
  * algorithm (read at each call); cudasim_lt_counts (dlsym in the loaded library) counts both.
  *
+ * NCCL: a stand-in, nccl_sim.cc, built as libnccl.so.2 (which runtime/rt_nccl.c dlopens unchanged):
+ * collectives in rank order over the simulated devices' memory, in one process or across processes
+ * (a shared-memory file keyed by the unique id); CUDASIM_NCCL_FAIL=N[:RANK] and
+ * CUDASIM_NCCL_TIMEOUT are described in that file.
+ *
  * Build and use: `make cudasim` builds $B/cudasim (libcudasim.so, the stand-in, the runtime as
  * libmodelrt-sim.a, and bin/modelc, a modelc whose executables are built for the simulator with
  * tests/cudasim/nvcc.sh in place of nvcc); tests/cudasim/run.sh runs the suite.
