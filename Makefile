@@ -150,7 +150,8 @@ clean:
 #   (bench/setup_venv.sh; offline, modelc is timed alone). BENCH=quick: three small cases, under
 #   3 minutes. BENCH_ARGS, e.g. "--device cuda", "-k gpt2", "--threads 4". Writes
 #   bench/results/DEVICE[-quick].{json,svg}. Then the training step (bench/train_bench.py: modelc
-#   vs PyTorch eager and torch.compile; bench/results/train-cpu[-quick].json). make bench-venv:
+#   vs PyTorch eager and torch.compile; bench/results/train-cpu[-quick].json), then the scaling rows
+#   (bench/scaling.py: 1 vs 2 CPU devices and MPI ranks, micro-batches; bench/results/scaling-cpu[-quick].json). make bench-venv:
 #   only the install.
 #   make bench-gemm: bench/gemm/run.sh (GEMM GFLOP/s of several BLAS libraries, issue 12).
 #   make bench-conv: bench/conv/run.sh (ResNet-18's convolutions three ways, bench/conv/RESULTS.md).
@@ -171,6 +172,7 @@ bench: all
 	@bash bench/setup_venv.sh build/bench-venv || echo "bench: the peers are skipped (see above); modelc is timed alone"
 	$(PYTHON) bench/run.py --modelc $(abspath $(MODELC)) $(if $(filter quick,$(BENCH)),--quick) $(BENCH_ARGS)
 	MODELC=$(abspath $(MODELC)) $(PYTHON) bench/train_bench.py $(if $(filter quick,$(BENCH)),--quick)
+	MODELC=$(abspath $(MODELC)) $(PYTHON) bench/scaling.py $(if $(filter quick,$(BENCH)),--quick)
 bench-gemm:
 	bash bench/gemm/run.sh $(GEMM_ARGS)
 bench-conv: setup

@@ -72,6 +72,7 @@ struct Emit {
     const char *fail;    /* what a failing call does: NULL "return st"; in the calls a CUDA graph may
                             capture, "goto mrt_graph_end" (mrt_model_graph_end decides) */
     int nfail;           /* calls written with e->fail since it was set */
+    unsigned *pipe_acq, *pipe_rel; /* split models, per run kernel: see pipe_masks */
 };
 
 /* The statement a failing call runs (e->fail), counted so that its label is written only when used. */
@@ -819,6 +820,44 @@ static void mark_kernel_values(const Kernel *k, bool *want) {
     for (int j = 0; j < k->nleaves; j++) want[view_base(k->leaves[j].node)->id] = true;
 }
 
+/* A split model's run in micro-batches (runtime/rt_pipe.c) hands each device slot's arena from one
+ * micro-batch to the next. pipe_acq[i] is the set of slots (bit s: slot s) whose arena the run
+ * starts to use at kernel i, pipe_rel[i] those it is done with after kernel i: a slot is used
+ * from the first to the last kernel that runs on it or reads a value from its arena (a
+ * transfer reads its source's), so between the two no other micro-batch touches it. */
+static void pipe_masks(Emit *e) {
+    const KernelList *kl = e->kl;
+    int first[16], last[16];
+    for (int s = 0; s < 16; s++) first[s] = last[s] = -1;
+    bool *want = xalloc(sizeof(bool) * (size_t)(e->g->nnodes + 1));
+    for (int i = 0; i < kl->n; i++) {
+        unsigned m = 1u << kslot(kl->k[i]);
+        memset(want, 0, sizeof(bool) * (size_t)e->g->nnodes);
+        mark_kernel_values(kl->k[i], want);
+        for (int v = 0; v < e->g->nnodes; v++) {
+            const Storage *st = want[v] ? e->mp->of[v] : NULL;
+            if (st && st->kind == S_ARENA) m |= 1u << st->slot;
+        }
+        for (int s = 0; s < e->g->nslots; s++)
+            if (m >> s & 1) {
+                if (first[s] < 0) first[s] = i;
+                last[s] = i;
+            }
+    }
+    e->pipe_acq = xalloc(sizeof(unsigned) * (size_t)(kl->n + 1));
+    e->pipe_rel = xalloc(sizeof(unsigned) * (size_t)(kl->n + 1));
+    for (int s = 0; s < e->g->nslots; s++)
+        if (first[s] >= 0) {
+            e->pipe_acq[first[s]] |= 1u << s;
+            e->pipe_rel[last[s]] |= 1u << s;
+        }
+}
+
+static void emit_pipe_gate(Emit *e, unsigned acq, unsigned rel) {
+    if (acq || rel)
+        fprintf(e->o, "    if (m->pipe && (st = mrt_pipe_gate(m, 0x%xu, 0x%xu)) != MRT_OK) %s;\n", acq, rel, on_fail(e));
+}
+
 /* The calls of kernels [from, to) of one kernel list, in order. */
 static void emit_calls(Emit *e, const KernelList *kl, int from, int to, char **ptr, const char *pfx) {
     bool run = !strcmp(pfx, "k");
@@ -832,6 +871,7 @@ static void emit_calls(Emit *e, const KernelList *kl, int from, int to, char **p
             fprintf(e->o, "    if (gpu%d && (st = mrt_device_activate(dev%d)) != MRT_OK) %s;\n", s, s, on_fail(e));
             active = s;
         }
+        if (run && e->pipe_acq) emit_pipe_gate(e, e->pipe_acq[i], i > 0 ? e->pipe_rel[i - 1] : 0);
         e->scratch = NULL;
         if (run && e->mp->scratch[i])
             e->scratch = xprintf("(float *)(arena%d + offsets%d[%d])", kslot(k), kslot(k), e->mp->scratch[i]->id);
@@ -847,6 +887,7 @@ static void emit_calls(Emit *e, const KernelList *kl, int from, int to, char **p
         }
         if (k->expr) emit_elementwise_call(e, k, ptr, pfx);
     }
+    if (run && e->pipe_acq && to == kl->n && to > 0) emit_pipe_gate(e, 0, e->pipe_rel[to - 1]);
 }
 
 /* Locals naming each slot's device, stream, whether it is a GPU, and its memory. */
@@ -1183,6 +1224,7 @@ void emit_c_source(Emit *e, FILE *o, const char *h_include) {
      * its own that names only the values its kernels use, since C compilers take time
      * superlinear in the size of one function (5,000 GEMMs in one run(): 37 s at gcc -O2). */
     emit_params(e, kl, "k");
+    if (g->nslots > 1 && !g->train) pipe_masks(e);
     int nparts = kl->n > RUN_PART ? (kl->n + RUN_PART - 1) / RUN_PART : 0;
     bool *want = nparts ? xalloc(sizeof(bool) * (size_t)(g->nnodes + 1)) : NULL;
     for (int p = 0; p < nparts; p++) {
@@ -1269,7 +1311,7 @@ void emit_c_source(Emit *e, FILE *o, const char *h_include) {
                 b->id, c_ident(g->outputs[i].name), s->slot, b->id, bytes_c(b), s->slot);
     }
     for (int s = 0; s < ns; s++)
-        fprintf(o, "    if (gpu%d && (st = mrt_stream_sync(dev%d, stream%d, \"%s run\")) != MRT_OK) return st;\n", s, s, s, e->pfx);
+        fprintf(o, "    if (gpu%d && (st = mrt_model_sync(m, %d, \"%s run\")) != MRT_OK) return st;\n", s, s, e->pfx);
     fprintf(o, "#endif\n");
     fprintf(o, "    return MRT_OK;\n}\n\n");
 

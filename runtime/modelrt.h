@@ -222,6 +222,11 @@ void mrt_stream_destroy(mrt_device d, void *stream);
 /** Wait until the work queued on `stream` is done. A failure (an asynchronous CUDA error) is
  *  MRT_ERR_CUDA naming `what` (e.g. "digits run") and the CUDA error. No-op for the CPU. */
 mrt_status mrt_stream_sync(mrt_device d, void *stream, const char *what);
+/** For a generated run(): mrt_stream_sync of slot `slot`'s stream, at the end of the run. A
+ *  micro-batch of a pipeline (m->pipe, rt_pipe.c) only waits: its embeddings' checks were read
+ *  when it handed the slot on, and those still queued are the next micro-batch's. */
+typedef struct mrt_model mrt_model;
+mrt_status mrt_model_sync(mrt_model *m, int slot, const char *what);
 /** Make the work queued later on `waiter` (on wait_dev) wait for the work queued so far on
  *  `stream` (on d), without the host waiting: after a copy queued on the destination's stream,
  *  the source's stream waits for it before it may overwrite the copy's source. No-op unless both
@@ -468,7 +473,7 @@ mrt_status mrt_npy_write(const char *path, const mrt_tensor *t);
  * time (like model.to(device)); every other slot is pinned by an 'on DEVICE { }' region, and a
  * device map (PyTorch's map_location) may move a pinned slot to another device at run time. */
 
-#define MRT_MODEL_ABI 2      /* bumped when mrt_model_desc or mrt_model changes */
+#define MRT_MODEL_ABI 3      /* bumped when mrt_model_desc or mrt_model changes */
 #define MRT_MAX_SLOTS 16     /* device slots of one model */
 
 /** One device slot of a compiled model. Sizes in bytes, from the memory plan. */
@@ -483,7 +488,6 @@ typedef struct mrt_slot_desc {
     size_t io_bytes;         /* on CUDA: staging for the caller's host inputs and outputs */
 } mrt_slot_desc;
 
-typedef struct mrt_model mrt_model;
 
 /** A training build's settings that may change between steps (mrt_model.train): the model's
  *  optimizer statement gives the defaults (mrt_model_desc.train), `PROG train` options or a
@@ -557,6 +561,9 @@ struct mrt_model {
     /* training builds: the seed of dropout's masks (PROG train --seed; 0 at create). A step's
      * mask is a function of (seed, step, the dropout's site, the element index) */
     uint64_t seed;
+    /* a view of the model running micro-batches (rt_pipe.c): its place in the pipeline, which
+     * run()'s mrt_pipe_gate calls hand on; NULL for a model run alone */
+    void *pipe;
 };
 
 /** Create a model from its descriptor on `device` ("auto", "cpu", "cuda", "cuda:N"; NULL means
@@ -752,9 +759,61 @@ void *mrt_dp_replica(const mrt_dp *dp, int i);
 /** Stop the workers and free every replica. NULL is ignored. */
 void mrt_dp_destroy(mrt_dp *dp);
 
+/* ---------------------------------------------------------------- pipelined model parallelism */
+
+#define MRT_PIPE_MAX_MB 4096 /* micro-batches of one run */
+
+/** A model split over devices by 'on' regions, run in micro-batches that flow through its
+ *  stages (GPipe's schedule, rt_pipe.c): stage s (a device slot) works on micro-batch i while
+ *  stage s+1 works on micro-batch i-1, each micro-batch on a worker thread of one per stage, each
+ *  GPU stage on its own stream. */
+typedef struct mrt_pipe mrt_pipe;
+
+/** Pipeline `model` (a handle info->create or NAME_create_mapped made; it stays the caller's,
+ *  and must outlive the pipeline) in `micro_batches` micro-batches per run (1..MRT_PIPE_MAX_MB).
+ *  Weights may be loaded before or after. A model without 'on' regions (one device slot) has
+ *  nothing to pipeline: an MRT_LOG_INFO notice says so and runs are plain runs. CPU stages share
+ *  the threads of mrt_set_threads: (threads / CPU stages) each, at least one. Errors
+ *  (MRT_ERR_INVALID_ARG, saying why): a count out of range, a model not compiled by modelc, a
+ *  training build, and a split model that cannot be cut into micro-batches: one whose ops mix
+ *  batch items (batch_chunkable 0) or whose batch is not the leading axis of every input and
+ *  output. An allocation that fails (each worker's CUDA staging for host buffers, io_bytes per GPU
+ *  stage) is MRT_ERR_OOM naming the device and bytes. */
+mrt_status mrt_pipe_create(mrt_pipe **out, const mrt_model_info *info, void *model, int micro_batches);
+
+/** One run over dims[0] items (buffers as info->run takes them). The batch is cut into
+ *  min(micro_batches, dims[0]) contiguous micro-batches (the first dims[0] % n of them one item
+ *  larger; more, with a notice, when one would exceed the compiled max_batch), each written in
+ *  place into its rows of the outputs. Each micro-batch's rows are what it gives run alone (bit
+ *  for bit); against one run of the whole batch they agree to the rounding of ops whose result
+ *  depends on the row count (a GEMM library's blocking). A failing micro-batch stops the others
+ *  and its error is returned naming it and its batch items. Not reentrant: one run at a time. */
+mrt_status mrt_pipe_run(mrt_pipe *p, const int64_t *dims, const void *const *in, void *const *out);
+
+/** The number of stages (the model's device slots), and the threads each CPU stage runs. */
+int mrt_pipe_stages(const mrt_pipe *p);
+int mrt_pipe_cpu_threads(const mrt_pipe *p);
+
+/** The share (0..1) of the last run's wall time during which two micro-batches or more each held
+ *  a stage, i.e. two devices worked at once (from the times each micro-batch got and left each
+ *  stage). Near 0 for a pipeline that does not overlap; (n-1)/(n+1) at best for two equal CPU
+ *  stages and n micro-batches. 0 before the first run. */
+double mrt_pipe_overlap(const mrt_pipe *p);
+
+/** Stop the workers and free what the pipeline allocated (not the model). NULL is ignored. */
+void mrt_pipe_destroy(mrt_pipe *p);
+
+/** For a generated run(), between two kernels: leave the slots of `release` (bit s: slot s;
+ *  this micro-batch is done with their arenas), then wait until the slots of `acquire` are this
+ *  micro-batch's turn. MRT_OK at once for a model run alone (m->pipe NULL); an error when another
+ *  micro-batch of the run failed. */
+mrt_status mrt_pipe_gate(mrt_model *m, unsigned acquire, unsigned release);
+
 /** The command-line driver of generated executables:
  *    PROG --weights W.safetensors --input NAME=IN.npy ... --output NAME=OUT.npy ...
- *         [--device D] [--time] [--repeat N] [--memory] [--help] [--list-devices]
+ *         [--device D] [--device-map MAP] [--devices LIST | --micro-batches N] [--threads N]
+ *         [--time] [--repeat N] [--memory] [--help] [--list-devices]
+ *  --devices runs data-parallel (mrt_dp_*), --micro-batches pipelines a split model (mrt_pipe_*).
  *  --list-devices prints cpu:0 and each CUDA device (name, memory, compute capability), or the
  *  reason there is none, and returns 0. Otherwise it reads the inputs, infers the batch from
  *  their shapes (and every other symbolic size; checking every other dimension, each size against

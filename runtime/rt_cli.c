@@ -3,7 +3,7 @@
  *
  *   PROG --weights W.safetensors --input NAME=IN.npy ... --output NAME=OUT.npy ...
  *        [--device D] [--device-map MAP] [--time] [--repeat N] [--memory] [--help]
- *        [--list-devices]
+ *        [--list-devices] [--devices LIST] [--micro-batches N] [--threads N]
  *
  * It is the only part of modelrt that prints. Steps: parse the arguments (usage errors exit 2;
  * a single-valued flag -- --weights, --device, --device-map, --repeat -- given twice is one, as
@@ -34,6 +34,8 @@ enum { CLI_OK = 0, CLI_ERROR = 1, CLI_USAGE = 2 };
 typedef struct cli_opts {
     const char *weights, *device, *device_map;
     const char *devices; /* --devices: data-parallel replicas (rt_dp.c) */
+    const char *micro_arg; /* --micro-batches's text, to name it when given twice */
+    int micro_batches;     /* --micro-batches: a split model pipelined (rt_pipe.c); 0: not */
     const char *repeat_arg; /* --repeat's text, to name it when given twice */
     const char **in_files;  /* [n_inputs], NULL where not given */
     const char **out_files; /* [n_outputs], NULL where not requested */
@@ -123,6 +125,9 @@ static void cli_help(const mrt_model_info *info, const char *prog)
            "                       (cuda:0,cuda:1 or cpu:0,cpu:1, or all: every GPU); each batch is\n"
            "                       split into contiguous shards that run at once (CPU replicas one\n"
            "                       thread each); the outputs are the single-device run's\n"
+           "  --micro-batches N    a model split over devices by 'on' regions: run each batch as N\n"
+           "                       micro-batches that flow through its devices, which then work at\n"
+           "                       the same time (GPipe); the CPU devices share the threads\n"
            "  --list-devices       print the devices this program can use, and exit\n"
            "  --threads N          CPU threads for the kernels (default: $MODELRT_THREADS, else\n"
            "                       $OMP_NUM_THREADS, else the cores this process may use)\n"
@@ -253,14 +258,15 @@ static int cli_parse(const mrt_model_info *info, const char *prog, int argc, cha
         } else if (cli_flag_value(argc, argv, &i, "--weights", &v) ||
                    cli_flag_value(argc, argv, &i, "--device-map", &v) ||
                    cli_flag_value(argc, argv, &i, "--devices", &v) ||
+                   cli_flag_value(argc, argv, &i, "--micro-batches", &v) ||
                    cli_flag_value(argc, argv, &i, "--device", &v) ||
                    cli_flag_value(argc, argv, &i, "--repeat", &v) ||
                    cli_flag_value(argc, argv, &i, "--threads", &v) ||
                    cli_flag_value(argc, argv, &i, "--input", &v) ||
                    cli_flag_value(argc, argv, &i, "--output", &v)) {
-            char flag[16];
+            char flag[24];
             size_t fl = strcspn(a, "=");
-            snprintf(flag, sizeof flag, "%.*s", (int)(fl < 15 ? fl : 15), a);
+            snprintf(flag, sizeof flag, "%.*s", (int)(fl < 23 ? fl : 23), a);
             if (strcmp(flag, "--device-map") == 0 && !info->desc)
                 return cli_usage_error(prog, "--device-map needs a model compiled by modelc");
             if (!v)
@@ -272,6 +278,7 @@ static int cli_parse(const mrt_model_info *info, const char *prog, int argc, cha
                                : strcmp(flag, "--device-map") == 0 ? o->device_map
                                : strcmp(flag, "--devices") == 0    ? o->devices
                                : strcmp(flag, "--repeat") == 0     ? o->repeat_arg
+                               : strcmp(flag, "--micro-batches") == 0 ? o->micro_arg
                                                                    : NULL;
             if (prev)
                 return cli_usage_error(prog, "%s given twice ('%s' and '%s'); give it once",
@@ -282,6 +289,14 @@ static int cli_parse(const mrt_model_info *info, const char *prog, int argc, cha
                 o->device = v;
             } else if (strcmp(flag, "--devices") == 0) {
                 o->devices = v;
+            } else if (strcmp(flag, "--micro-batches") == 0) {
+                char *end;
+                long t = strtol(v, &end, 10);
+                if (*v < '0' || *v > '9' || *end != '\0' || t < 1 || t > MRT_PIPE_MAX_MB)
+                    return cli_usage_error(prog, "--micro-batches '%s': expected a count from 1 to %d", v,
+                                           MRT_PIPE_MAX_MB);
+                o->micro_batches = (int)t;
+                o->micro_arg = v;
             } else if (strcmp(flag, "--threads") == 0) {
                 char *end;
                 long t = strtol(v, &end, 10);
@@ -316,6 +331,11 @@ static int cli_parse(const mrt_model_info *info, const char *prog, int argc, cha
     if (o->devices && (o->device || o->device_map))
         return cli_usage_error(prog, "--devices runs a replica on each device it lists: give it without %s",
                                o->device ? "--device" : "--device-map");
+    if (o->devices && o->micro_batches)
+        return cli_usage_error(prog, "--micro-batches pipelines a model split over devices; --devices replicates "
+                               "it: give one of them");
+    if (o->micro_batches && !info->desc)
+        return cli_usage_error(prog, "--micro-batches needs a model compiled by modelc");
     if (o->devices && info->desc && info->desc->n_slots > 1)
         return cli_usage_error(prog, "--devices: model '%s' pins regions to other devices ('on' regions); its "
                                "replicas would share them", info->name);
@@ -733,6 +753,7 @@ typedef struct cli_run {
     const mrt_model_info *info;
     void *model;                  /* the model, or with --devices the first replica */
     mrt_dp *dp;                   /* --devices: the replicas */
+    mrt_pipe *pipe;               /* --micro-batches: the pipeline over r.model's stages */
     int batch, chunk;             /* chunk: batch per call (== batch when not chunked) */
     int64_t dims[MRT_MAX_SYMS];   /* the symbolic sizes (dims[0] == batch) */
     mrt_tensor *in;               /* [n_inputs] */
@@ -754,8 +775,9 @@ static mrt_status cli_run_once(cli_run *r)
         int64_t dims[MRT_MAX_SYMS];
         memcpy(dims, r->dims, sizeof dims);
         dims[0] = nb;
-        mrt_status st = r->dp ? mrt_dp_run(r->dp, dims, (const void *const *)r->in_ptr, (void *const *)r->out_ptr)
-                              : info->run(r->model, dims, (const void *const *)r->in_ptr, (void *const *)r->out_ptr);
+        mrt_status st = r->dp     ? mrt_dp_run(r->dp, dims, (const void *const *)r->in_ptr, (void *const *)r->out_ptr)
+                        : r->pipe ? mrt_pipe_run(r->pipe, dims, (const void *const *)r->in_ptr, (void *const *)r->out_ptr)
+                                  : info->run(r->model, dims, (const void *const *)r->in_ptr, (void *const *)r->out_ptr);
         if (st != MRT_OK) {
             if (mrt_last_error()[0] == '\0')
                 mrt_set_error(st, "run failed with %s", mrt_status_name(st));
@@ -966,6 +988,23 @@ static int cli_execute(const mrt_model_info *info, const cli_opts *o, const char
         }
     }
 
+    /* --micro-batches: a pipeline over the model's stages, which cuts the whole batch itself */
+    if (o->micro_batches && d->n_slots == 1) {
+        fprintf(stderr, "%s: notice: --micro-batches %d: model '%s' has no 'on' regions, so there is nothing to "
+                "pipeline; it runs as usual\n", prog, o->micro_batches, info->name);
+    } else if (o->micro_batches) {
+        int nmb = o->micro_batches;
+        if (nmb > r.batch) {
+            fprintf(stderr, "%s: notice: --micro-batches %d exceeds the batch %d: runs %d micro-batches of one item\n",
+                    prog, nmb, r.batch, r.batch);
+            nmb = r.batch;
+        }
+        if (mrt_pipe_create(&r.pipe, info, r.model, nmb) != MRT_OK)
+            goto done;
+        r.chunk = r.batch;
+        threads = mrt_pipe_cpu_threads(r.pipe);
+    }
+
     /* Run: when timing several runs, one warm-up (on a GPU two: the eager run, then the one that
      * captures the CUDA graph the timed runs replay), then `repeat` runs. */
     long repeat = o->repeat > 0 ? o->repeat : 1;
@@ -1004,10 +1043,16 @@ static int cli_execute(const mrt_model_info *info, const cli_opts *o, const char
             cpus += ((mrt_model *)mrt_dp_replica(r.dp, k))->dev[0].kind == MRT_DEVICE_CPU;
         if (cpus > 1)
             threads = 1;
-        fprintf(stderr, "time: %.3f ms per run (%ld run%s, batch %d, device%s %s%s, %d thread%s%s; weights %zu bytes, "
+        char piped[64] = "";
+        if (r.pipe)
+            snprintf(piped, sizeof piped, " pipelined in %d micro-batches", o->micro_batches < r.batch ? o->micro_batches : r.batch);
+        fprintf(stderr, "time: %.3f ms per run (%ld run%s, batch %d, device%s %s%s%s, %d thread%s%s; weights %zu bytes, "
                 "arena %zu bytes)\n", (t1 - t0) / (double)repeat, repeat, repeat == 1 ? "" : "s", r.batch,
-                strchr(devlist, ',') ? "s" : "", devlist, r.dp ? " data-parallel" : "", threads, threads == 1 ? "" : "s",
-                r.dp ? " per replica" : "", wsum, asum);
+                strchr(devlist, ',') ? "s" : "", devlist, r.dp ? " data-parallel" : "", piped, threads, threads == 1 ? "" : "s",
+                r.dp ? " per replica" : r.pipe ? " per CPU stage" : "", wsum, asum);
+        if (r.pipe)
+            fprintf(stderr, "time: the stages worked at once %.0f%% of the last run (micro-batches holding two stages or "
+                    "more)\n", 100 * mrt_pipe_overlap(r.pipe));
     } else if (o->time) {
         fprintf(stderr, "time: %.3f ms per run (%ld run%s, batch %d, device %s; weights %zu bytes, arena %zu bytes)\n",
                 (t1 - t0) / (double)repeat, repeat, repeat == 1 ? "" : "s", r.batch, dev, info->weight_bytes, arena);
@@ -1044,6 +1089,7 @@ done:
     for (int i = 0; dests && i < nout; i++)
         free(dests[i].name);
     free(dests);
+    mrt_pipe_destroy(r.pipe);
     if (r.dp)
         mrt_dp_destroy(r.dp);
     else if (r.model)

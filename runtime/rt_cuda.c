@@ -302,7 +302,7 @@ void rt_cuda_stream_destroy(int index, void *stream)
     rt_guard_leave(index, prev);
 }
 
-mrt_status rt_cuda_stream_sync(int index, void *stream, const char *what)
+mrt_status rt_cuda_stream_sync(int index, void *stream, const char *what, int collect)
 {
     int prev;
     cudaError_t e = rt_guard_enter(index, &prev); /* the NULL stream is the device's own */
@@ -311,7 +311,7 @@ mrt_status rt_cuda_stream_sync(int index, void *stream, const char *what)
     rt_guard_leave(index, prev);
     if (e != cudaSuccess)
         return rt_cuda_fail(MRT_ERR_CUDA, e, "%s on cuda:%d failed", what, index);
-    return rt_cuda_checks_collect(index, stream); /* the embeddings' id checks, now complete */
+    return collect ? rt_cuda_checks_collect(index, stream) : MRT_OK; /* the embeddings' id checks, now complete */
 }
 
 mrt_status rt_cuda_stream_wait(int wait_index, void *waiter, int index, void *stream, const char *what)

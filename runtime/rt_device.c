@@ -479,7 +479,7 @@ void mrt_stream_destroy(mrt_device d, void *stream)
         rt_cuda_stream_destroy(d.index, stream);
 }
 
-mrt_status mrt_stream_sync(mrt_device d, void *stream, const char *what)
+static mrt_status stream_sync(mrt_device d, void *stream, const char *what, int collect)
 {
     if (d.kind != MRT_DEVICE_CUDA)
         return MRT_OK;
@@ -488,7 +488,16 @@ mrt_status mrt_stream_sync(mrt_device d, void *stream, const char *what)
              mrt_device_str(d, name, sizeof name));
     if (rt_device_usable(d, ctx) != MRT_OK)
         return MRT_ERR_DEVICE;
-    return rt_cuda_stream_sync(d.index, stream, what ? what : "stream");
+    return rt_cuda_stream_sync(d.index, stream, what ? what : "stream", collect);
+}
+
+mrt_status mrt_stream_sync(mrt_device d, void *stream, const char *what) { return stream_sync(d, stream, what, 1); }
+
+mrt_status mrt_model_sync(mrt_model *m, int slot, const char *what)
+{
+    /* a micro-batch's checks were read when it handed the stage on (mrt_pipe_gate); those the
+     * stream holds now are the next micro-batch's */
+    return stream_sync(m->dev[slot], m->stream[slot], what, !m->pipe);
 }
 
 mrt_status mrt_stream_wait(mrt_device wait_dev, void *waiter, mrt_device d, void *stream, const char *what)

@@ -76,7 +76,9 @@ void rt_cuda_free(int index, void *p);
 mrt_status rt_cuda_activate(int index);
 mrt_status rt_cuda_stream_create(int index, void **stream);
 void rt_cuda_stream_destroy(int index, void *stream);
-mrt_status rt_cuda_stream_sync(int index, void *stream, const char *what);
+/** Wait for the work queued on `stream`; with `collect`, then read the embeddings' id checks of
+ *  the kernels that completed (an error names the first bad id). */
+mrt_status rt_cuda_stream_sync(int index, void *stream, const char *what, int collect);
 /** Make `waiter` (on cuda:wait_index) wait for the work queued so far on `stream` (on cuda:index):
  *  an event recorded on stream, cudaStreamWaitEvent on waiter. The host does not wait. */
 mrt_status rt_cuda_stream_wait(int wait_index, void *waiter, int index, void *stream, const char *what);

@@ -679,7 +679,7 @@ static void graphs_free(mrt_model *m)
 mrt_status mrt_model_graph_begin(mrt_model *m, const int64_t *key, int nkey, int *replayed)
 {
     *replayed = 0;
-    if (!graphs_wanted(m))
+    if (m->pipe || !graphs_wanted(m)) /* a micro-batch of a pipeline runs eagerly (rt_pipe.c) */
         return MRT_OK;
     rt_graphs *G = m->graphs;
     if (!G) {

@@ -79,8 +79,9 @@ void rt_cuda_stream_destroy(int index, void *stream)
 {
 }
 
-mrt_status rt_cuda_stream_sync(int index, void *stream, const char *what)
+mrt_status rt_cuda_stream_sync(int index, void *stream, const char *what, int collect)
 {
+    (void)collect;
     return mrt_set_error(MRT_ERR_DEVICE, "%s: cannot synchronize cuda:%d: %s", what, index,
                          rt_no_cuda);
 }

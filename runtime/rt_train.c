@@ -1421,6 +1421,8 @@ done:
         if (!torchrun)
             rt_mpi_finish();
     }
+    if (world <= 1 && !torchrun)
+        rt_mpi_finish(); /* mpirun -np 1 started MPI too: it must be finalized, or mpirun fails the job */
     if (model)
         info->destroy(model);
     for (int i = 0; data && i < nin; i++) {

@@ -10,7 +10,8 @@ For each model and batch: the run on two (or three) replicas against
     row differently when it multiplies another number of rows; the error is printed).
 Then the errors: a device twice, an absent device, 'all' without a GPU, --devices with --device,
 a model whose batch items interact. With --device-kind cuda (the cudasim suite, two simulated
-GPUs) the replicas are cuda:0,cuda:1. Prints PASS/FAIL lines.
+GPUs) the replicas are cuda:0,cuda:1. Then pipelined model parallelism (--micro-batches, pipe.py;
+--pipe-only runs that part alone). Prints PASS/FAIL lines.
 """
 import argparse
 import os
@@ -25,6 +26,8 @@ ROOT = os.path.dirname(os.path.dirname(HERE))
 DIGITS = os.path.join(ROOT, "examples", "digits")
 sys.path.insert(0, os.path.join(ROOT, "tools"))
 import safetensors_np  # noqa: E402
+sys.path.insert(0, HERE)
+import pipe  # noqa: E402
 
 ATOL = 1e-5
 
@@ -500,6 +503,7 @@ def check_train_gpu(modelc, d, report):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--device-kind", default="cpu", choices=["cpu", "cuda"])
+    ap.add_argument("--pipe-only", action="store_true", help="only the micro-batch pipeline's tests (pipe.py)")
     a = ap.parse_args()
     modelc = os.environ.get("MODELC", os.path.join(ROOT, "build", "bin", "modelc"))
     devs = ["%s:0" % a.device_kind, "%s:1" % a.device_kind]
@@ -513,6 +517,9 @@ def main():
 
     rng = np.random.default_rng(0)
     with tempfile.TemporaryDirectory(prefix="dp_") as d:
+        if a.pipe_only:
+            pipe.main(modelc, d, a.device_kind, report)
+            return 1 if fails else 0
         # digits: batch 360 over max-batch 64 (chunks of 128 split in two), an odd batch, batch 1
         prog = os.path.join(d, "digits")
         p = sh([modelc, os.path.join(DIGITS, "digits.model"), "--max-batch", "64", "-o", prog])
@@ -605,6 +612,8 @@ def main():
         print("  mixed: exit %d: %s" % (p.returncode, p.stderr.strip()))
         report("error_batch_mixing", None if p.returncode == 1 and "cannot run data-parallel" in p.stderr else
                "a model that mixes batch items: expected exit 1 and 'cannot run data-parallel'")
+        # pipelined model parallelism: a model split by 'on' regions in micro-batches (pipe.py)
+        pipe.main(modelc, d, a.device_kind, report)
     return 1 if fails else 0
 
 
