@@ -264,6 +264,7 @@ class Converter:
         self.folded_outputs = 0  # graph outputs known at import time
         self.init_arrays = {}    # param name -> its initializer's values
         self.output_narrow = {}  # output -> the ONNX integer dtype it was widened from
+        self.omitted_inputs = []  # empty graph inputs only read for their dtype, not in the program
 
     # ---- names
     def fresh(self, base, keep_dots=False, allow_funcs=False):
@@ -310,10 +311,10 @@ class Converter:
             self.unsupported("a shape with symbolic sizes %s is used as a tensor" % list(a))
         dt = np_to_dtype(a)
         narrow = None
-        if dt is None and self.widen and a.dtype.type in WIDEN_NP:
+        if dt is None and self.widen and a.dtype.type in WIDEN_NP + WIDEN_FLOAT_NP:
             narrow = a.dtype.type
             dt = wide_of(narrow)
-            a = a.astype(np.int32 if dt == "i32" else np.int64)
+            a = a.astype({"f32": np.float32, "i32": np.int32, "i64": np.int64}[dt])
         if dt is None:
             self.unsupported("constant of dtype %s (modelc has f32, f16, bf16, i32, i64, bool)" % a.dtype)
         if a.size == 0:
@@ -384,8 +385,11 @@ class Converter:
                 self.vals[name] = T(pname, dt, list(a.shape), param=True)
             else:
                 self.set_val(name, a)
+        dtype_only = self.dtype_only_inputs()
         for vi in g.input:
             if vi.name in inits:
+                continue
+            if vi.name in dtype_only and self.omit_empty_input(vi):
                 continue
             self.declare_input(vi)
         self.check_bounds()
@@ -414,6 +418,9 @@ class Converter:
                 v = self.const_tensor(v, base="const_" + oname)
             self.lines.append("  output %s = %s" % (oname, v.name))
             self.outputs.append((vi.name, oname, v.dtype, v.shape))
+            if is_narrow_float(getattr(v, "narrow", None)):
+                raise Unsupported("graph output '%s': dtype %s (modelc has no %s; only a Cast from it is "
+                                  "carried, in f32)" % (vi.name, np.dtype(v.narrow).name, np.dtype(v.narrow).name))
             if getattr(v, "narrow", None) is not None:
                 self.output_narrow[oname] = np.dtype(v.narrow)
         self.check_unused_inputs(order)
@@ -445,7 +452,8 @@ class Converter:
             else:
                 raise Unsupported("input '%s': dtype %s (modelc has f32, f16, bf16, i32, i64, bool%s)"
                                   % (vi.name, onnx_dtype_name(tt.elem_type),
-                                     "" if self.widen else "; --widen-ints takes int8, uint8, int16, uint16, uint32"))
+                                     "" if self.widen else "; --widen-ints takes int8, uint8, int16, uint16, uint32, "
+                                     "int4, uint4, int2, uint2 and, for a Cast, float8 and float4"))
         if not tt.HasField("shape"):
             raise Unsupported("input '%s' has no shape" % vi.name)
         shape = []
@@ -473,6 +481,37 @@ class Converter:
         self.vals[vi.name] = T(name, dt, shape)
         self.vals[vi.name].narrow = narrow
         self.inputs.append((vi.name, name, dt, shape))
+
+    def dtype_only_inputs(self):
+        """Graph inputs whose values no node reads: used only as CastLike's `like` (its dtype)
+        or not at all, and no graph output."""
+        data = {vi.name for vi in self.graph.output}
+        for n in self.graph.node:
+            for k, x in enumerate(n.input):
+                if not (n.op_type == "CastLike" and k == 1):
+                    data.add(x)
+            if any(a.type in (a.GRAPH, a.GRAPHS) for a in n.attribute):
+                return set()  # a subgraph may read any outer value
+        return {vi.name for vi in self.graph.input} - data
+
+    def omit_empty_input(self, vi):
+        """An empty input (an axis of size 0) whose values nothing reads is left out of the
+        program (modelc has no empty tensors) and stands for its dtype alone; True if so."""
+        tt = vi.type.tensor_type if vi.type.HasField("tensor_type") else None
+        if tt is None or not tt.HasField("shape"):
+            return False
+        dims = [d.dim_value if d.HasField("dim_value") else None for d in tt.shape.dim]
+        if 0 not in dims or None in dims:
+            return False
+        try:
+            npdt = _onnx().helper.tensor_dtype_to_np_dtype(tt.elem_type)
+        except Exception:  # noqa: BLE001  (strings, undefined: keep the usual error)
+            return False
+        self.set_val(vi.name, np.zeros(dims, dtype=npdt))
+        self.omitted_inputs.append(vi.name)
+        sys.stderr.write("onnx2model: warning: input '%s' is empty (shape %s) and only its dtype is used; "
+                         "the program does not take it\n" % (vi.name, dims))
+        return True
 
     def check_bounds(self):
         if len(self.symbols) > 4:
@@ -579,6 +618,14 @@ class Converter:
                 return
         if handler is None:
             self.unsupported("op type %s is not supported by the importer" % node.op_type)
+        if node.op_type not in ("Cast", "CastLike"):
+            for x, v in zip(node.input, ins):
+                nv = getattr(v, "narrow", None) if isinstance(v, T) else (
+                    v.dtype.type if is_const(v) and not is_symbolic(v) else None)
+                if is_narrow_float(nv):
+                    self.unsupported("input '%s' is %s (carried in f32 by --widen-ints): only a Cast from it is "
+                                     "exact, other ops would round to %s after every step"
+                                     % (x, np.dtype(nv).name, np.dtype(nv).name))
         start = len(self.lines)
         res = handler(ins, attrs, node)
         if not isinstance(res, (list, tuple)):
@@ -610,8 +657,8 @@ class Converter:
             r = T(r.name, r.dtype, r.shape, r.param)
             r.narrow = narrow
             return r
-        bits = np.dtype(narrow).itemsize * 8
-        if np.issubdtype(narrow, np.unsignedinteger):
+        bits, lo, _ = narrow_range(narrow)
+        if lo == 0:
             w = self.emit("%s %% %d" % (r.name, 1 << bits), r.dtype, r.shape)
         else:
             h = 1 << (bits - 1)
@@ -1044,7 +1091,12 @@ class Converter:
     def op_Cast(self, i, a, n):
         to = a["to"]
         if to not in ONNX_DTYPE:
-            self.unsupported("cast to %s (modelc has f32, f16, bf16, i32, i64, bool)" % onnx_dtype_name(to))
+            narrow_to = widen_table().get(to) if self.widen else None
+            if narrow_to is not None and not is_narrow_float(narrow_to):
+                return self.cast_to_narrow(i[0], narrow_to, to)
+            self.unsupported("cast to %s (modelc has f32, f16, bf16, i32, i64, bool%s)"
+                             % (onnx_dtype_name(to), "; --widen-ints carries int8, uint8, int16, uint16, "
+                                "uint32, int4, uint4, int2, uint2" if not self.widen and to in widen_table() else ""))
         dt = ONNX_DTYPE[to]
         src = self.dtype_of(i[0])
         if src is None:
@@ -1054,6 +1106,10 @@ class Converter:
         if is_const(i[0]) and dt in NP_DTYPE:
             return i[0].astype(NP_DTYPE[dt]) if dt != "bool" else (i[0] != 0)
         x = self.tensor(i[0])
+        if getattr(x, "narrow", None) is not None:
+            # a widened value (int4 ... in i32, float8 ... in f32) holds its exact value: casting
+            # it is casting the wide value, and the result is no longer narrow
+            x = T(x.name, x.dtype, x.shape, x.param)
         if src == dt:
             return x
         if src in FLOATS and dt in INTS:
@@ -1061,12 +1117,47 @@ class Converter:
             pass
         return self.emit("cast(%s, dtype=%s)" % (x.name, dt), dt, x.shape)
 
+    def cast_to_narrow(self, v, narrow, to):
+        """Cast to an integer dtype --widen-ints carries wider (int8 ... uint2): from an integer,
+        the wide value wrapped to the narrow range (two's complement, as ONNX's Cast of integers
+        does); from a float or a bool only where no value can leave the range."""
+        bits, lo, hi = narrow_range(narrow)
+        name = onnx_dtype_name(to)
+        if is_const(v):
+            if is_symbolic(v) or v.dtype.kind not in "iub":
+                self.unsupported("cast of a constant of dtype %s to %s" % (v.dtype, name))
+            w = v.astype(np.int64)
+            w = (w - lo) % (1 << bits) + lo
+            return w.astype(narrow)
+        src = v.dtype
+        sn = getattr(v, "narrow", None)
+        if src == "bool":
+            x = self.emit("cast(%s, dtype=%s)" % (v.name, wide_of(narrow)), wide_of(narrow), v.shape)
+        elif src in INTS and not is_narrow_float(sn):
+            x = v
+            if src != wide_of(narrow):
+                x = self.emit("cast(%s, dtype=%s)" % (v.name, wide_of(narrow)), wide_of(narrow), v.shape)
+            if sn is None or narrow_range(sn)[1] < lo or narrow_range(sn)[2] > hi:
+                r = T(x.name, x.dtype, x.shape, x.param)
+                return self.wrap(r, narrow, "Wrap")
+        else:
+            self.unsupported("cast of %s to %s (ONNX leaves values outside %s's range undefined)"
+                             % (np.dtype(sn).name if sn is not None else src, name, name))
+        r = T(x.name, x.dtype, x.shape, x.param)
+        r.narrow = narrow
+        return r
+
     def op_CastLike(self, i, a, n):
+        nl = getattr(i[1], "narrow", None) if isinstance(i[1], T) else None
+        if nl is not None:  # the target is a dtype --widen-ints carries wider
+            return self.op_Cast([i[0]], {"to": onnx_of_narrow(nl), "saturate": a.get("saturate", 1)}, n)
+        if is_const(i[1]) and not is_symbolic(i[1]) and i[1].dtype.type in WIDEN_NP + WIDEN_FLOAT_NP:
+            return self.op_Cast([i[0]], {"to": onnx_of_narrow(i[1].dtype.type), "saturate": a.get("saturate", 1)}, n)
         dt = self.dtype_of(i[1])
         inv = {v: k for k, v in ONNX_DTYPE.items()}
         if dt not in inv:
             self.unsupported("cast to %s" % i[1].dtype)
-        return self.op_Cast([i[0]], {"to": inv[dt]}, n)
+        return self.op_Cast([i[0]], {"to": inv[dt], "saturate": a.get("saturate", 1)}, n)
 
     def op_Identity(self, i, a, n):
         return i[0]
@@ -2568,16 +2659,52 @@ def sym_array(r):
 
 
 # --widen-ints: ONNX integer dtypes modelc lacks, carried in a wider one (values kept in range
-# by wrapping every arithmetic result, as the narrow type's own arithmetic does)
+# by wrapping every arithmetic result, as the narrow type's own arithmetic does). The sub-byte
+# ones (int4, uint4, int2, uint2) are ml_dtypes' NumPy types, as onnx.numpy_helper gives them.
+def _ml_dtypes():
+    import ml_dtypes
+    return ml_dtypes
+
+
 WIDEN_NP = (np.uint8, np.int8, np.int16, np.uint16, np.uint32)
+WIDEN_NP += tuple(getattr(_ml_dtypes(), t) for t in ("int4", "uint4", "int2", "uint2"))
+# and the small float dtypes, carried in f32 (which holds each of their values exactly): only a
+# Cast from them is exact (arithmetic would have to round to the small type after every op),
+# so they are inputs and constants of Cast and CastLike only (Converter.convert_node)
+WIDEN_FLOAT_NP = tuple(getattr(_ml_dtypes(), t) for t in (
+    "float8_e4m3fn", "float8_e4m3fnuz", "float8_e5m2", "float8_e5m2fnuz", "float8_e8m0fnu", "float4_e2m1fn"))
 
 
 def widen_table():
+    """TensorProto enum -> the NumPy type of each dtype --widen-ints carries in a wider one."""
     P = _onnx().TensorProto
-    return {P.UINT8: np.uint8, P.INT8: np.int8, P.INT16: np.int16, P.UINT16: np.uint16, P.UINT32: np.uint32}
+    t = {P.UINT8: np.uint8, P.INT8: np.int8, P.INT16: np.int16, P.UINT16: np.uint16, P.UINT32: np.uint32}
+    ml = _ml_dtypes()
+    t.update({P.INT4: ml.int4, P.UINT4: ml.uint4, P.INT2: ml.int2, P.UINT2: ml.uint2,
+              P.FLOAT8E4M3FN: ml.float8_e4m3fn, P.FLOAT8E4M3FNUZ: ml.float8_e4m3fnuz,
+              P.FLOAT8E5M2: ml.float8_e5m2, P.FLOAT8E5M2FNUZ: ml.float8_e5m2fnuz,
+              P.FLOAT8E8M0: ml.float8_e8m0fnu, P.FLOAT4E2M1: ml.float4_e2m1fn})
+    return t
+
+
+def onnx_of_narrow(narrow):
+    """The TensorProto enum of a widened dtype (inverse of widen_table)."""
+    return {v: k for k, v in widen_table().items()}[narrow]
+
+
+def is_narrow_float(narrow):
+    return narrow is not None and narrow in WIDEN_FLOAT_NP
+
+
+def narrow_range(narrow):
+    """(bits, min, max) of a widened integer dtype."""
+    info = _ml_dtypes().iinfo(narrow)
+    return info.bits, int(info.min), int(info.max)
 
 
 def wide_of(narrow):
+    if is_narrow_float(narrow):
+        return "f32"
     return "i64" if narrow == np.uint32 else "i32"
 
 
