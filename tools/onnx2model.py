@@ -286,7 +286,9 @@ class Converter:
     # ---- errors
     def unsupported(self, why):
         n = self.node
-        raise Unsupported("unsupported node %s '%s' (opset %d): %s" % (n.op_type, n.name or "?", self.opset, why))
+        e = Unsupported("unsupported node %s '%s' (opset %d): %s" % (n.op_type, n.name or "?", self.opset, why))
+        e.reason = why
+        raise e
 
     # ---- emitting
     def emit(self, expr, dtype, shape, base=None):
@@ -721,6 +723,112 @@ class Converter:
             else:
                 out.append(None)
         return out
+
+    def reference_fn(self, node, ins, k):
+        """The node as a function of its input k (onnx.reference), the other inputs fixed to
+        their constant values; returns f(array) -> its first output."""
+        onnx = _onnx()
+        from onnx.reference import ReferenceEvaluator
+        h = onnx.helper
+        feeds, vis, names = {}, [], []
+        for j, (x, v) in enumerate(zip(node.input, ins)):
+            if not x:
+                names.append("")
+                continue
+            nm = "in%d" % j
+            names.append(nm)
+            if j == k:
+                dt = {"f32": onnx.TensorProto.FLOAT, "f16": onnx.TensorProto.FLOAT16,
+                      "bf16": onnx.TensorProto.BFLOAT16}[v.dtype]
+                vis.append(h.make_tensor_value_info(nm, dt, v.shape))
+            else:
+                feeds[nm] = v
+                vis.append(h.make_tensor_value_info(nm, h.np_dtype_to_tensor_dtype(v.dtype), v.shape))
+        n2 = onnx.NodeProto()
+        n2.CopyFrom(node)
+        del n2.input[:]
+        n2.input.extend(names)
+        outs = ["out%d" % j if o else "" for j, o in enumerate(node.output)]
+        del n2.output[:]
+        n2.output.extend(outs)
+        g = h.make_graph([n2], "linear", vis, [h.make_empty_tensor_value_info(o) for o in outs if o])
+        m = h.make_model(g, opset_imports=list(self.model.opset_import))
+        m.ir_version = self.model.ir_version or 8
+        try:
+            ev = ReferenceEvaluator(m)
+        except Exception as e:  # noqa: BLE001
+            self.unsupported("onnx.reference cannot evaluate it: %s" % str(e).splitlines()[0][:200])
+
+        def f(x):
+            return np.asarray(ev.run(None, dict(feeds, **{"in%d" % k: x}))[0])
+        return f
+
+    # the most elements a linear map's matrix may have (a float32 param of 16 MiB)
+    LINEAR_MAP_MAX = 1 << 22
+
+    def linear_map(self, node, ins, k, why):
+        """A node that is an affine function of its input k (the other inputs constants: a
+        Resize of any mode, a DFT, an AffineGrid of theta ...), lowered as one matmul by the
+        matrix M and offset c that ONNX's reference implementation gives on the basis vectors:
+        c = f(0), M[:, j] = f(e_j) - c. It is checked on a random input (f(r) = M r + c at
+        1e-5), so an op that is not affine is refused, never approximated. The map runs in f32:
+        f16 and bf16 inputs only where M selects (one 1 per row), which is exact. As for any
+        matmul, a NaN or an infinity in the input spreads to every output the map mixes it into
+        (0 * inf), which the op itself may not do. `why` is the reason the op's own lowering
+        gave, reported when this one fails too."""
+        x = ins[k]
+        if not isinstance(x, T) or x.dtype not in FLOATS:
+            self.unsupported(why)
+        ins = list(ins)
+        for j, v in enumerate(ins):
+            if j != k and v is not None:
+                ins[j] = v = self.const_input(v, "input %d (%s)" % (j, node.input[j]))
+                if is_symbolic(v):
+                    self.unsupported(why)
+        if not all_static(x.shape):
+            self.unsupported(why + "; symbolic axes")
+        nin = int(np.prod(x.shape)) if x.shape else 1
+        npdt = {"f32": np.float32, "f16": np.float16, "bf16": _ml_dtypes().bfloat16}[x.dtype]
+        if nin > 4096:
+            self.unsupported(why + "; %d input elements are too many for a linear map" % nin)
+        f = self.reference_fn(node, ins, k)
+        try:
+            c = f(np.zeros(x.shape, npdt))
+            if c.dtype != np.dtype(npdt) or c.size == 0 or c.size * nin > self.LINEAR_MAP_MAX:
+                self.unsupported(why)
+            cols = []
+            for j in range(nin):
+                e = np.zeros(nin, npdt)
+                e[j] = 1
+                cols.append(f(e.reshape(x.shape)).astype(np.float64).reshape(-1))
+            r = np.random.RandomState(0).standard_normal(nin).astype(npdt)
+            fr = f(r.reshape(x.shape)).astype(np.float64).reshape(-1)
+        except Unsupported:
+            raise
+        except Exception as e:  # noqa: BLE001
+            self.unsupported(why + "; onnx.reference failed: %s" % str(e).splitlines()[0][:120])
+        c64 = c.astype(np.float64).reshape(-1)
+        M = np.stack(cols, axis=1) - c64[:, None]       # [nout, nin]
+        if not (np.isfinite(M).all() and np.isfinite(c64).all()):
+            self.unsupported(why)
+        select = np.isin(M, (0.0, 1.0)).all() and (np.count_nonzero(M, axis=1) <= 1).all() and not c64.any()
+        if x.dtype != "f32" and not select:
+            self.unsupported(why + "; a %s input (the map runs in f32)" % x.dtype)
+        pred = M @ r.astype(np.float64) + c64
+        if np.abs(pred - fr).max(initial=0) > 1e-5 * max(1.0, np.abs(fr).max(initial=0)):
+            self.unsupported(why + " (and it is not an affine map of its input %d)" % k)
+        nout = c.size
+        xf = x if x.dtype == "f32" else self.emit("cast(%s, dtype=f32)" % x.name, "f32", x.shape)
+        xf = self.do_reshape(xf, [1, nin])
+        mt = self.const_tensor(np.ascontiguousarray(M.T.astype(np.float32)), base="linear_map")
+        y = self.emit("%s @ %s" % (xf.name, mt.name), "f32", [1, nout])
+        if c64.any():
+            ct = self.const_tensor(c64.astype(np.float32).reshape(1, nout), base="linear_offset")
+            y = self.emit("%s + %s" % (y.name, ct.name), "f32", [1, nout])
+        y = self.do_reshape(y, list(c.shape))
+        if x.dtype != "f32":
+            y = self.emit("cast(%s, dtype=%s)" % (y.name, x.dtype), x.dtype, y.shape)
+        return y
 
     # symbolic shape vectors (object arrays of ints and symbolic sizes)
     def fold_symbolic(self, node, ins, a):
@@ -2485,6 +2593,42 @@ class Converter:
         return y, qk
 
     def op_Resize(self, i, a, n):
+        """Resize as interpolate where modelc's modes match ONNX's; any other mode, coordinate
+        transformation, axes or antialias as the linear map it is (linear_map)."""
+        start = len(self.lines)
+        try:
+            return self.resize_interpolate(i, a, n)
+        except Unsupported as e:
+            if getattr(e, "needs_input", None) or not hasattr(e, "reason"):
+                raise
+            why = e.reason
+        del self.lines[start:]
+        return self.linear_map(n, i, 0, why)
+
+    def op_DFT(self, i, a, n):
+        if a.get("inverse", 0) and not a.get("onesided", 0):
+            # the round trip of a real signal: imaginary parts that cancel to about 1e-7, which a
+            # sum in f32 gets only to about 1e-6 (ONNX's tests compare at atol 1e-7)
+            self.unsupported("an inverse DFT with complex output (sums that cancel below what f32 "
+                             "accumulation resolves)")
+        return self.linear_map(n, i, 0, "a DFT of a tensor modelc cannot map")
+
+    def op_AffineGrid(self, i, a, n):
+        return self.linear_map(n, i, 0, "an AffineGrid modelc cannot map")
+
+    def op_Col2Im(self, i, a, n):
+        return self.linear_map(n, i, 0, "a Col2Im modelc cannot map")
+
+    def op_CenterCropPad(self, i, a, n):
+        return self.linear_map(n, i, 0, "a CenterCropPad modelc cannot map")
+
+    def op_ReverseSequence(self, i, a, n):
+        return self.linear_map(n, i, 0, "a ReverseSequence modelc cannot map")
+
+    def op_STFT(self, i, a, n):
+        return self.linear_map(n, i, 0, "an STFT modelc cannot map")
+
+    def resize_interpolate(self, i, a, n):
         x = self.tensor(i[0])
         self.want_dtype(x, ("f32",))
         if len(x.shape) != 4 or not all_static(x.shape):
