@@ -1391,10 +1391,21 @@ class Converter:
         return self.reduce("mean", i, a, n)
 
     def op_ReduceMax(self, i, a, n):
+        if self.dtype_of(i[0]) == "bool":
+            return self.reduce_bool("max", i, a, n)
         return self.reduce("max", i, a, n)
 
     def op_ReduceMin(self, i, a, n):
+        if self.dtype_of(i[0]) == "bool":
+            return self.reduce_bool("min", i, a, n)
         return self.reduce("min", i, a, n)
+
+    def reduce_bool(self, fn, i, a, n):
+        """ReduceMax (any) or ReduceMin (all) of bools: reduced as 0.0 and 1.0, exactly."""
+        x = self.tensor(i[0])
+        xf = self.emit("cast(%s, dtype=f32)" % x.name, "f32", x.shape)
+        r = self.reduce(fn, [xf] + list(i[1:]), a, n)
+        return self.emit("cast(%s, dtype=bool)" % r.name, "bool", r.shape)
 
     def op_ReduceL1(self, i, a, n):
         return self.reduce("sum", i, a, n, pre="abs({x})")
@@ -2371,6 +2382,142 @@ class Converter:
         if d == "RIGHT":
             return self.emit("%s // %s" % (x.name, pw.name), wide, shape)
         self.unsupported("direction %s" % d)
+
+    def op_Swish(self, i, a, n):
+        """x * sigmoid(alpha * x): silu where alpha is 1."""
+        x = self.tensor(i[0])
+        alpha = a.get("alpha", 1.0)
+        if alpha == 1.0:
+            self.want_dtype(x, FLOATS)
+            return self.emit("silu(%s)" % x.name, x.dtype, x.shape)
+        self.want_dtype(x, ("f32",))
+        return self.emit("%s * sigmoid(%s * %s)" % (x.name, x.name, fmt_num(alpha, "f32")), "f32", x.shape)
+
+    def op_SwiGLU(self, i, a, n):
+        """Swish(A, alpha) * B, shapes and dtypes equal (no broadcasting, as ONNX says)."""
+        x, b = self.tensor(i[0]), self.tensor(i[1])
+        if x.shape != b.shape or x.dtype != b.dtype:
+            self.unsupported("A %s %s and B %s %s differ" % (x.dtype, x.shape, b.dtype, b.shape))
+        sw = self.op_Swish([x], a, n)
+        return self.emit("%s * %s" % (sw.name, b.name), x.dtype, x.shape)
+
+    def op_Shrink(self, i, a, n):
+        x = self.tensor(i[0])
+        self.want_dtype(x, ("f32",))
+        lam, bias = fmt_num(a.get("lambd", 0.5), "f32"), fmt_num(a.get("bias", 0.0), "f32")
+        return self.emit("where(%s < -%s, %s + %s, where(%s > %s, %s - %s, 0.0))"
+                         % (x.name, lam, x.name, bias, x.name, lam, x.name, bias), "f32", x.shape)
+
+    def op_LpPool(self, i, a, n):
+        """(sum over the window of |x|^p)^(1/p): the sum a depthwise convolution by ones."""
+        x = self.tensor(i[0])
+        self.want_dtype(x, ("f32",))
+        p = a.get("p", 2)
+        if a.get("ceil_mode", 0):
+            self.unsupported("ceil_mode")
+        if len(x.shape) not in (3, 4) or not isinstance(x.shape[1], int):
+            self.unsupported("a %d-D pooling (modelc has 1-D and 2-D)" % (len(x.shape) - 2))
+        if p < 1:
+            self.unsupported("p %d" % p)
+        ks = list(a["kernel_shape"])
+        C = x.shape[1]
+        w = self.const_tensor(np.ones([C, 1] + ks, np.float32), base="lppool_ones")
+        xp = self.emit("abs(%s)" % x.name if p == 1 else
+                       ("%s * %s" % (x.name, x.name) if p == 2 else "pow(abs(%s), %s)" % (x.name, fmt_num(float(p), "f32"))),
+                       "f32", x.shape)
+        ca = {k: v for k, v in a.items() if k in ("kernel_shape", "strides", "pads", "auto_pad", "dilations")}
+        ca["group"] = C
+        s = self.op_Conv([xp, w], ca, n)
+        if p == 1:
+            return s
+        if p == 2:
+            return self.emit("sqrt(%s)" % s.name, "f32", s.shape)
+        return self.emit("pow(%s, %s)" % (s.name, fmt_num(1.0 / p, "f32")), "f32", s.shape)
+
+    def op_LRN(self, i, a, n):
+        """x / (bias + alpha / size * (sum of x^2 over the channel window))^beta; the window sum
+        a matmul by a band of ones over the channels."""
+        x = self.tensor(i[0])
+        self.want_dtype(x, ("f32",))
+        if len(x.shape) != 4 or not isinstance(x.shape[1], int):
+            self.unsupported("input of shape %s (LRN is NCHW)" % x.shape)
+        size = a["size"]
+        alpha, beta, bias = a.get("alpha", 1e-4), a.get("beta", 0.75), a.get("bias", 1.0)
+        C = x.shape[1]
+        c1, c2 = (size - 1) // 2, -(-(size - 1) // 2)
+        band = np.zeros((C, C), np.float32)
+        for c in range(C):
+            band[max(0, c - c1):min(C, c + c2 + 1), c] = 1
+        bt = self.const_tensor(band, base="lrn_band")
+        N, _, H, W = x.shape
+        sq = self.emit("permute(%s * %s, dims=[0, 2, 3, 1])" % (x.name, x.name), "f32", [N, H, W, C])
+        ss = self.emit("permute(%s @ %s, dims=[0, 3, 1, 2])" % (sq.name, bt.name), "f32", x.shape)
+        return self.emit("%s / pow(%s + %s * %s, %s)" % (x.name, fmt_num(bias, "f32"), fmt_num(alpha / size, "f32"),
+                                                        ss.name, fmt_num(beta, "f32")), "f32", x.shape)
+
+    def op_RotaryEmbedding(self, i, a, n):
+        """ONNX's RotaryEmbedding (onnx.reference's op_rotary_embedding): the first
+        rotary_embedding_dim entries of each head rotated by the cos/sin caches (indexed by
+        position_ids when given), in halves or interleaved; the rest passed through."""
+        x, cos, sin = self.tensor(i[0]), self.tensor(i[1]), self.tensor(i[2])
+        pos = i[3] if len(i) > 3 else None
+        for t in (x, cos, sin):
+            self.want_dtype(t, ("f32",))
+        if not all_static(x.shape):
+            self.unsupported("symbolic axes")
+        if len(x.shape) == 4:
+            B, Hh, S, D = x.shape
+            xs = self.emit("permute(%s, dims=[0, 2, 1, 3])" % x.name, "f32", [B, S, Hh, D])
+        elif len(x.shape) == 3:
+            nh = a.get("num_heads", 0)
+            B, S, HD = x.shape
+            if not nh or HD % nh:
+                self.unsupported("3-D input without a num_heads that divides %d" % HD)
+            Hh, D = nh, HD // nh
+            xs = self.do_reshape(x, [B, S, Hh, D])
+        else:
+            self.unsupported("rank %d input" % len(x.shape))
+        rd = a.get("rotary_embedding_dim", 0) or D
+        if rd % 2 or rd > D:
+            self.unsupported("rotary_embedding_dim %d for heads of %d" % (rd, D))
+        h = rd // 2
+        caches = []
+        for c in (cos, sin):
+            if pos is not None:
+                pt = self.tensor(pos)
+                if pt.dtype not in INTS or list(pt.shape) != [B, S] or len(c.shape) != 2:
+                    self.unsupported("position_ids %s %s for a cache %s" % (pt.dtype, pt.shape, c.shape))
+                flat = self.do_reshape(pt, [B * S])
+                c = self.emit("index_select(%s, 0, %s)" % (c.name, flat.name), "f32", [B * S, c.shape[1]])
+            elif list(c.shape[:2]) != [B, S] or len(c.shape) != 3:
+                self.unsupported("a cache of shape %s without position_ids" % c.shape)
+            if c.shape[-1] != h:
+                self.unsupported("caches of %d entries for rotary_embedding_dim %d" % (c.shape[-1], rd))
+            caches.append(self.do_reshape(c, [B, S, 1, h]))
+        cs, sn = caches
+        if a.get("interleaved", 0):
+            xr = self.emit("slice(%s, 3, 0, %d)" % (xs.name, rd), "f32", [B, S, Hh, rd]) if rd < D else xs
+            xr = self.do_reshape(xr, [B, S, Hh, h, 2])
+            x1 = self.do_reshape(self.emit("slice(%s, 4, 0, 1)" % xr.name, "f32", [B, S, Hh, h, 1]), [B, S, Hh, h])
+            x2 = self.do_reshape(self.emit("slice(%s, 4, 1, 2)" % xr.name, "f32", [B, S, Hh, h, 1]), [B, S, Hh, h])
+        else:
+            x1 = self.emit("slice(%s, 3, 0, %d)" % (xs.name, h), "f32", [B, S, Hh, h])
+            x2 = self.emit("slice(%s, 3, %d, %d)" % (xs.name, h, rd), "f32", [B, S, Hh, h])
+        re_ = self.emit("%s * %s - %s * %s" % (cs.name, x1.name, sn.name, x2.name), "f32", [B, S, Hh, h])
+        im = self.emit("%s * %s + %s * %s" % (sn.name, x1.name, cs.name, x2.name), "f32", [B, S, Hh, h])
+        if a.get("interleaved", 0):
+            r5 = self.do_reshape(re_, [B, S, Hh, h, 1])
+            i5 = self.do_reshape(im, [B, S, Hh, h, 1])
+            rot = self.emit("concat(%s, %s, axis=4)" % (r5.name, i5.name), "f32", [B, S, Hh, h, 2])
+            rot = self.do_reshape(rot, [B, S, Hh, rd])
+        else:
+            rot = self.emit("concat(%s, %s, axis=3)" % (re_.name, im.name), "f32", [B, S, Hh, rd])
+        if rd < D:
+            rest = self.emit("slice(%s, 3, %d, %d)" % (xs.name, rd, D), "f32", [B, S, Hh, D - rd])
+            rot = self.emit("concat(%s, %s, axis=3)" % (rot.name, rest.name), "f32", [B, S, Hh, D])
+        if len(x.shape) == 4:
+            return self.emit("permute(%s, dims=[0, 2, 1, 3])" % rot.name, "f32", x.shape)
+        return self.do_reshape(rot, x.shape)
 
     def op_Hardmax(self, i, a, n):
         x = self.tensor(i[0])
