@@ -1152,6 +1152,25 @@ class Converter:
     def op_Floor(self, i, a, n):
         return self.expr1("where(abs({x}) == inf, {x}, {x} - {x} % 1)", i[0], ("f32",))
 
+    def op_Round(self, i, a, n):
+        """Round half to even: x - x % 1 and one more where the fraction is above one half, or
+        is one half and the floor odd; |x| >= 2**23 (and infinities) are integers already."""
+        t = ("where(abs({x}) >= 8388608.0, {x}, where({x} % 1 > 0.5, FL + 1.0, "
+             "where({x} % 1 < 0.5, FL, FL + FL % 2)))").replace("FL", "({x} - {x} % 1)")
+        return self.expr1(t, i[0], ("f32",))
+
+    def op_MeanVarianceNormalization(self, i, a, n):
+        """(X - E[X]) / (sqrt(E[X^2] - E[X]^2) + 1e-9) over axes (ONNX's function body)."""
+        x = self.tensor(i[0])
+        self.want_dtype(x, ("f32",))
+        axes = [int(v) % len(x.shape) for v in a.get("axes", [0, 2, 3])]
+        ax = "[%s]" % ", ".join(map(str, axes)) if len(axes) > 1 else str(axes[0])
+        sh = [1 if k in axes else d for k, d in enumerate(x.shape)]
+        m = self.emit("mean(%s, axis=%s, keepdim=true)" % (x.name, ax), "f32", sh)
+        m2 = self.emit("mean(%s * %s, axis=%s, keepdim=true)" % (x.name, x.name, ax), "f32", sh)
+        sd = self.emit("sqrt(%s - %s * %s) + 1e-09" % (m2.name, m.name, m.name), "f32", sh)
+        return self.emit("(%s - %s) / %s" % (x.name, m.name, sd.name), "f32", x.shape)
+
     def op_Ceil(self, i, a, n):
         return self.expr1("where(abs({x}) == inf, {x}, {x} + (-{x}) % 1)", i[0], ("f32",))
 
@@ -3102,8 +3121,9 @@ def main(argv=None):
     ap.add_argument("--keep-unused-inputs", action="store_true",
                     help="keep graph inputs no output uses (a warning) instead of refusing the model")
     ap.add_argument("--widen-ints", action="store_true",
-                    help="take int8, uint8, int16, uint16 (as i32) and uint32 (as i64) inputs and constants, "
-                         "wrapping arithmetic to their range (the program's inputs and outputs are then i32/i64)")
+                    help="take int8, uint8, int16, uint16, int4, uint4, int2, uint2 (as i32) and uint32 (as i64) "
+                         "inputs and constants, wrapping arithmetic to their range (the program's inputs and "
+                         "outputs are then i32/i64), and float8 and float4 ones (as f32) where only a Cast reads them")
     ap.add_argument("-q", "--quiet", action="store_true", help="print nothing but errors")
     args = ap.parse_args(argv)
     try:

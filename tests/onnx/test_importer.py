@@ -189,6 +189,24 @@ def main():
             got = np.load(os.path.join(tmp, "c.npy")).tolist() if p.returncode == 0 else None
             report(got == [44, 3, 254], "widen_ints", "got %s, expected [44, 3, 254] (%s)" % (got, p.stderr.strip()))
 
+        # --widen-ints carries float8 in f32 for a Cast only: any other op on it is refused
+        f8 = model([h.make_node("Relu", ["a"], ["c"], name="relu8")], [vi("a", P.FLOAT8E4M3FN, [3])],
+                   [vi("c", P.FLOAT8E4M3FN, [3])])
+        expect_error(tmp, "float8_arith_refused", f8, ["Relu", "relu8", "float8_e4m3fn", "only a Cast"], ["--widen-ints"])
+        # a Cast of floats to int4 is refused (ONNX leaves out-of-range values undefined)
+        c4 = model([h.make_node("Cast", ["a"], ["c"], name="cast4", to=P.INT4)], [vi("a", P.FLOAT, [4])],
+                   [vi("c", P.INT4, [4])])
+        expect_error(tmp, "cast_float_to_int4_refused", c4, ["Cast", "cast4", "INT4", "undefined"], ["--widen-ints"])
+        # an empty input may only give a dtype (CastLike's like); read as data it is an error
+        el = model([h.make_node("Add", ["a", "e"], ["c"], name="adde")], [vi("a", P.FLOAT, [1]), vi("e", P.FLOAT, [0])],
+                   [vi("c", P.FLOAT, [0])])
+        expect_error(tmp, "empty_input_refused", el, ["'e'", "size 0", "no empty tensors"])
+        # a Resize modelc's interpolate lacks becomes a linear map, unless it is too large
+        rz = model([h.make_node("Resize", ["x", "", "sc"], ["y"], name="cubic", mode="cubic")],
+                   [vi("x", P.FLOAT, [1, 1, 100, 100])], [vi("y", P.FLOAT, [1, 1, 200, 200])],
+                   [numpy_helper.from_array(np.array([1, 1, 2, 2], np.float32), "sc")])
+        expect_error(tmp, "resize_linear_map_too_large", rz, ["Resize", "cubic", "mode cubic", "too many for a linear map"])
+
         rc, so, se = run_tool(["--help"])
         report(rc == 0 and "--max-dim" in so and "OUT.model" in so, "help", so[:200])
     finally:
