@@ -1159,6 +1159,30 @@ class Converter:
              "where({x} % 1 < 0.5, FL, FL + FL % 2)))").replace("FL", "({x} - {x} % 1)")
         return self.expr1(t, i[0], ("f32",))
 
+    def op_DynamicQuantizeLinear(self, i, a, n):
+        """uint8 quantization (onnx.reference's op_dynamic_quantize_linear): scale (max(x, 0) -
+        min(x, 0)) / 255 (1/255 where they are equal), zero point rint(clip(-min / scale, 0, 255)),
+        y = clip(rint(x / scale) + zero point, 0, 255); y and the zero point are uint8, carried
+        in i32 as --widen-ints does. Every value is in range, so the casts are exact."""
+        if not self.widen:
+            self.unsupported("uint8 outputs (--widen-ints carries them in i32)")
+        x = self.tensor(i[0])
+        self.want_dtype(x, ("f32",))
+        nx = numel(x.shape)
+        if not isinstance(nx, int):
+            self.unsupported("symbolic axes")
+        flat = self.do_reshape(x, [nx])
+        mx = self.emit("maximum(max(%s, axis=0, keepdim=false), 0.0)" % flat.name, "f32", [])
+        mn = self.emit("minimum(min(%s, axis=0, keepdim=false), 0.0)" % flat.name, "f32", [])
+        scale = self.emit("where(%s == %s, 1.0, %s - %s) / 255.0" % (mx.name, mn.name, mx.name, mn.name), "f32", [])
+        rnd = lambda t: self.op_Round([t], {}, n)  # noqa: E731
+        zp = rnd(self.emit("clamp(0.0 - %s / %s, min=0, max=255)" % (mn.name, scale.name), "f32", []))
+        q = rnd(self.emit("%s / %s" % (x.name, scale.name), "f32", x.shape))
+        y = self.emit("cast(clamp(%s + %s, min=0, max=255), dtype=i32)" % (q.name, zp.name), "i32", x.shape)
+        zpi = self.emit("cast(%s, dtype=i32)" % zp.name, "i32", [])
+        y.narrow = zpi.narrow = np.uint8
+        return [y, scale, zpi]
+
     def op_MeanVarianceNormalization(self, i, a, n):
         """(X - E[X]) / (sqrt(E[X^2] - E[X]^2) + 1e-9) over axes (ONNX's function body)."""
         x = self.tensor(i[0])
