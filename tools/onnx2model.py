@@ -15,7 +15,10 @@ with a modelc dtype and a shape whose entries are integers or symbolic sizes ("b
 "batch*seq"). A node whose inputs are all constants is evaluated at import time by ONNX's own
 reference implementation (onnx.reference); shape values that hold symbolic sizes are folded by
 hand (Shape, Gather, Concat, Unsqueeze, Squeeze, Slice, Cast, Mul ...). Every other node is
-lowered to one or a few modelc statements, with the ONNX node name in a comment.
+lowered to one or a few modelc statements, with the ONNX node name in a comment. A node that is
+an affine map of its one run-time input (a Resize modelc's interpolate has no mode for, DFT,
+AffineGrid, Col2Im, CenterCropPad, ReverseSequence, STFT) becomes one matmul by the matrix that
+onnx.reference gives on the basis vectors, checked on a random input (Converter.linear_map).
 
 Never a wrong result: a node the importer cannot lower exactly (an op type it does not know, an
 attribute value it does not handle, a dtype modelc lacks, a size only the run knows) is an error
@@ -260,7 +263,8 @@ class Converter:
         self.node = None
         self.ntmp = 0
         self.const_names = {}   # id(array) -> the ONNX name of a constant value
-        self.const_params = {}  # id(array) -> its T, once emitted
+        self.const_params = {}  # id(array) -> (the array, its T), once emitted; holding the array
+                                # keeps its id from being reused by a later temporary
         self.folded_outputs = 0  # graph outputs known at import time
         self.init_arrays = {}    # param name -> its initializer's values
         self.output_narrow = {}  # output -> the ONNX integer dtype it was widened from
@@ -305,9 +309,9 @@ class Converter:
     def const_tensor(self, a, base="const"):
         """A constant as a modelc tensor: a param holding it, named after the ONNX value it
         came from (once per constant)."""
-        key = id(a)
-        if key in self.const_params:
-            return self.const_params[key]
+        key, a_orig = id(a), a
+        if key in self.const_params and self.const_params[key][0] is a:
+            return self.const_params[key][1]
         base = self.const_names.get(key, base)
         if is_symbolic(a):
             self.unsupported("a shape with symbolic sizes %s is used as a tensor" % list(a))
@@ -326,7 +330,7 @@ class Converter:
         self.decls.append("  param %s: %s%s" % (name, dt, shape_str(a.shape)))
         t = T(name, dt, list(a.shape), param=True)
         t.narrow = narrow
-        self.const_params[key] = t
+        self.const_params[key] = (a_orig, t)
         return t
 
     def tensor(self, v, base="const"):
@@ -2665,15 +2669,18 @@ class Converter:
             if key not in known:
                 self.unsupported("attribute %s" % key)
         past = [i[j] if len(i) > j else None for j in (4, 5)]
-        if len(i) > 6 and i[6] is not None:
-            self.unsupported("nonpad_kv_seqlen")
+        nonpad = self.tensor(i[6]) if len(i) > 6 and i[6] is not None else None
+        if nonpad is not None and (past[0] is not None or nonpad.dtype not in INTS):
+            self.unsupported("nonpad_kv_seqlen of dtype %s%s" % (nonpad.dtype, " with a past cache"
+                                                                  if past[0] is not None else ""))
         if (past[0] is None) != (past[1] is None):
             self.unsupported("only one of past_key and past_value")
         qk_out = len(n.output) > 3 and bool(n.output[3])
         mode = a.get("qk_matmul_output_mode", 0)
         lw, rw = a.get("left_window_size", -1), a.get("right_window_size", -1)
         softcap = a.get("softcap", 0.0)
-        manual = qk_out or softcap or lw >= 0 or rw >= 0 or (a.get("is_causal", 0) and (past[0] is not None or mask is not None))
+        manual = qk_out or softcap or lw >= 0 or rw >= 0 or (a.get("is_causal", 0) and (past[0] is not None or mask is not None)) \
+            or nonpad is not None
         if qk_out and (mode == 2 or mode > 3 or (mode == 1 and softcap)):
             self.unsupported("qk_matmul_output_mode %d%s" % (mode, " with softcap" if softcap else ""))
         for t in (q, k, v):
@@ -2702,7 +2709,7 @@ class Converter:
             k = self.emit("repeat_interleave(%s, %d, dim=1)" % (k.name, Hq // Hk), "f32", [k.shape[0], Hq] + k.shape[2:])
             v = self.emit("repeat_interleave(%s, %d, dim=1)" % (v.name, Hq // Hk), "f32", [v.shape[0], Hq] + v.shape[2:])
         if manual:
-            y, qk = self.attention_lowered(q, k, v, mask, a, past[0], softcap, lw, rw, mode)
+            y, qk = self.attention_lowered(q, k, v, mask, a, past[0], softcap, lw, rw, mode, nonpad)
             if three:
                 B, H, L2, Ev = y.shape
                 y = self.emit("permute(%s, dims=[0, 2, 1, 3])" % y.name, "f32", [B, L2, H, Ev])
@@ -2737,10 +2744,12 @@ class Converter:
             return [y] + present
         return y
 
-    def attention_lowered(self, q, k, v, mask, a, past_key, softcap, lw, rw, mode):
+    def attention_lowered(self, q, k, v, mask, a, past_key, softcap, lw, rw, mode, nonpad=None):
         """Attention as matmul, bias, softcap and softmax, following onnx's definition: the
         causal and sliding-window biases are aligned at the end of the past (offset), and a
-        row whose bias is -inf everywhere gives zeros."""
+        row whose bias is -inf everywhere gives zeros. With nonpad_kv_seqlen [B] (no past), the
+        keys from nonpad[b] on are masked and the offset is nonpad[b] - L per batch item, so
+        that bias is computed at run time."""
         L, S, E = q.shape[2], k.shape[2], q.shape[3]
         if not all_static([L, S, E]):
             self.unsupported("symbolic sequence axes")
@@ -2761,16 +2770,39 @@ class Converter:
         if rw >= 0:
             allowed &= -diff <= rw
         bias = None
-        if not allowed.all():
+        if nonpad is not None:
+            B = q.shape[0]
+            if list(nonpad.shape) != [B]:
+                self.unsupported("nonpad_kv_seqlen of shape %s for a batch of %s" % (nonpad.shape, B))
+            # A[i, j] = j - i + L: causal allows A <= nonpad[b]; the window's diff is nonpad[b] - A
+            A = self.const_tensor((np.arange(S)[None, :] - np.arange(L)[:, None] + L).astype(np.int64)
+                                  .reshape(1, 1, L, S), base="attention_offsets")
+            J = self.const_tensor(np.arange(S, dtype=np.int64).reshape(1, 1, 1, S), base="attention_keys")
+            nb = nonpad if nonpad.dtype == "i64" else self.emit("cast(%s, dtype=i64)" % nonpad.name, "i64", [B])
+            nb = self.do_reshape(nb, [B, 1, 1, 1])
+            conds = ["(%s < %s)" % (J.name, nb.name)]
+            if a.get("is_causal", 0):
+                conds.append("(%s <= %s)" % (A.name, nb.name))
+            if lw >= 0:
+                conds.append("(%s - %s <= %d)" % (nb.name, A.name, lw))
+            if rw >= 0:
+                conds.append("(%s - %s <= %d)" % (A.name, nb.name, rw))
+            bias = self.emit("where(%s, 0.0, -inf)" % " and ".join(conds), "f32", [B, 1, L, S])
+        elif not allowed.all():
             bias = self.const_tensor(np.where(allowed, 0.0, -np.inf).astype(np.float32), base="attention_bias")
         if mask is not None:
             mt = self.tensor(mask)
-            if list(mt.shape)[-1:] != [S]:
+            if not mt.shape or not isinstance(mt.shape[-1], int) or mt.shape[-1] > S:
                 self.unsupported("mask of shape %s for %d keys" % (mt.shape, S))
             if mt.dtype == "bool":
                 mt = self.emit("where(%s, 0.0, -inf)" % mt.name, "f32", mt.shape)
             elif mt.dtype != "f32":
                 self.unsupported("mask dtype %s" % mt.dtype)
+            if mt.shape[-1] < S:  # a mask over the first keys: the rest masked (onnx pads with -inf)
+                rest = self.const_tensor(np.full(list(mt.shape[:-1]) + [S - mt.shape[-1]], -np.inf, np.float32),
+                                         base="attention_mask_pad")
+                mt = self.emit("concat(%s, %s, axis=%d)" % (mt.name, rest.name, len(mt.shape) - 1), "f32",
+                               list(mt.shape[:-1]) + [S])
             bias = mt if bias is None else self.emit("%s + %s" % (mt.name, bias.name), "f32",
                                                      broadcast(mt.shape, bias.shape, "Attention"))
         if bias is not None:
