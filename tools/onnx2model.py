@@ -1659,6 +1659,10 @@ class Converter:
 
     def op_Concat(self, i, a, n):
         ins = [v for v in i if v is not None]
+        # empty constants (an empty split piece) add nothing
+        full = [v for v in ins if not (is_const(v) and not is_symbolic(v) and v.size == 0)]
+        if full and len(full) < len(ins):
+            ins = full
         dt = self.dtype_of(ins[0])
         for v in ins:
             if self.dtype_of(v) != dt:
@@ -1703,8 +1707,26 @@ class Converter:
             sizes = [c] * (L // c) + ([L % c] if L % c else [])
             if len(sizes) != nout:
                 self.unsupported("num_outputs=%d of an axis of %d" % (k, L))
-        if sum(sizes) != L or any(s <= 0 for s in sizes):
+        if sum(sizes) != L or any(s < 0 for s in sizes) or not any(sizes):
             self.unsupported("split sizes %s of an axis of %d" % (sizes, L))
+        if 0 in sizes:
+            # an empty piece (RotaryEmbedding's function body splits off a pass-through part
+            # that may be empty): an empty constant, which Concat drops and every other
+            # consumer refuses (modelc has no empty tensors)
+            npdt = NP_DTYPE.get(self.dtype_of(x)) or (_ml_dtypes().bfloat16 if self.dtype_of(x) == "bf16" else None)
+            if npdt is None:
+                self.unsupported("an empty split piece of dtype %s" % self.dtype_of(x))
+            nz = [s for s in sizes if s]
+            pieces = iter(self.op_Split([x], dict(a, split=nz), n) if len(nz) > 1 else [self.tensor(x)])
+            res = []
+            for s in sizes:
+                if s:
+                    res.append(next(pieces))
+                else:
+                    sh = list(x.shape)
+                    sh[ax] = 0
+                    res.append(np.zeros(sh, npdt))
+            return res
         if len(sizes) == 1:
             return [self.tensor(x)]
         x = self.tensor(x)
