@@ -777,8 +777,9 @@ class Converter:
         c = f(0), M[:, j] = f(e_j) - c. It is checked on a random input (f(r) = M r + c at
         1e-5), so an op that is not affine is refused, never approximated. The map runs in f32:
         f16 and bf16 inputs only where M selects (one 1 per row), which is exact. As for any
-        matmul, a NaN or an infinity in the input spreads to every output the map mixes it into
-        (0 * inf), which the op itself may not do. `why` is the reason the op's own lowering
+        matmul, a NaN or an infinity in the input makes every output NaN (0 * inf), where the op
+        itself keeps it to the outputs that read it; a pure selection is a gather instead,
+        exact for every value. `why` is the reason the op's own lowering
         gave, reported when this one fails too."""
         x = ins[k]
         if not isinstance(x, T) or x.dtype not in FLOATS:
@@ -823,6 +824,19 @@ class Converter:
             self.unsupported(why + " (and it is not an affine map of its input %d)" % k)
         nout = c.size
         xf = x if x.dtype == "f32" else self.emit("cast(%s, dtype=f32)" % x.name, "f32", x.shape)
+        if select:
+            # a pure selection (nearest Resize, crops, reversals): a gather, exact for any value
+            xf = self.do_reshape(xf, [nin])
+            idx = self.const_tensor(np.argmax(M, axis=1).astype(np.int64), base="linear_map_index")
+            y = self.emit("index_select(%s, 0, %s)" % (xf.name, idx.name), "f32", [nout])
+            hit = M.any(axis=1)
+            if not hit.all():
+                ht = self.const_tensor(hit, base="linear_map_hit")
+                y = self.emit("where(%s, %s, 0.0)" % (ht.name, y.name), "f32", [nout])
+            y = self.do_reshape(y, list(c.shape))
+            if x.dtype != "f32":
+                y = self.emit("cast(%s, dtype=%s)" % (y.name, x.dtype), x.dtype, y.shape)
+            return y
         xf = self.do_reshape(xf, [1, nin])
         mt = self.const_tensor(np.ascontiguousarray(M.T.astype(np.float32)), base="linear_map")
         y = self.emit("%s @ %s" % (xf.name, mt.name), "f32", [1, nout])

@@ -207,6 +207,38 @@ def main():
                    [numpy_helper.from_array(np.array([1, 1, 2, 2], np.float32), "sc")])
         expect_error(tmp, "resize_linear_map_too_large", rz, ["Resize", "cubic", "mode cubic", "too many for a linear map"])
 
+        # a nearest Resize interpolate lacks (half_pixel, round_prefer_ceil) is a selection map,
+        # lowered as a gather: compared with onnx.reference on distinct finite values, then with
+        # one of them made infinite, which must appear exactly where that value was picked (a
+        # matmul would make every output NaN; onnx.reference itself gives NaN next to it)
+        rn = model([h.make_node("Resize", ["x", "", "sc"], ["y"], name="near", mode="nearest",
+                                coordinate_transformation_mode="half_pixel", nearest_mode="round_prefer_ceil")],
+                   [vi("x", P.FLOAT, [1, 1, 3, 3])], [vi("y", P.FLOAT, [1, 1, 5, 4])],
+                   [numpy_helper.from_array(np.array([1, 1, 5 / 3, 4 / 3], np.float32), "sc")], opset=19)
+        xs = np.arange(9, dtype=np.float32).reshape(1, 1, 3, 3) + 0.5
+        from onnx.reference import ReferenceEvaluator
+        want = ReferenceEvaluator(rn).run(None, {"x": xs})[0]
+        want = np.where(want == xs[0, 0, 1, 1], np.float32(np.inf), want)
+        xs[0, 0, 1, 1] = np.inf
+        path = os.path.join(tmp, "near.onnx")
+        onnx.save(rn, path)
+        out = os.path.join(tmp, "near")
+        rc, so, se = run_tool([path, "-o", out])
+        src = open(out + ".model").read() if rc == 0 else ""
+        if rc != 0 or "index_select" not in src or not os.path.exists(MODELC):
+            report(False, "resize_selection_gather", "rc %d: %s; %s" % (rc, se.strip(), src[-300:]))
+        else:
+            exe = os.path.join(tmp, "near_exe")
+            p = subprocess.run([MODELC, out + ".model", "-o", exe, "--no-cuda", "-O0"], capture_output=True, text=True)
+            np.save(os.path.join(tmp, "x.npy"), xs)
+            if p.returncode == 0:
+                p = subprocess.run([exe, "--weights", out + ".safetensors", "--input", "x=" + os.path.join(tmp, "x.npy"),
+                                    "--output", "y=" + os.path.join(tmp, "y.npy"), "--device", "cpu"],
+                                   capture_output=True, text=True)
+            got = np.load(os.path.join(tmp, "y.npy")) if p.returncode == 0 else None
+            report(got is not None and np.array_equal(got, want) and np.isinf(want).sum() > 0, "resize_selection_gather",
+                   "got %s, expected %s (%s)" % (None if got is None else got.tolist(), want.tolist(), p.stderr.strip()))
+
         rc, so, se = run_tool(["--help"])
         report(rc == 0 and "--max-dim" in so and "OUT.model" in so, "help", so[:200])
     finally:
