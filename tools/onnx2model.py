@@ -3068,13 +3068,18 @@ def _ml_dtypes():
     return ml_dtypes
 
 
+try:  # onnx depends on ml_dtypes; without onnx the importer stops with its own error
+    import ml_dtypes as _ML
+except ImportError:
+    _ML = None
 WIDEN_NP = (np.uint8, np.int8, np.int16, np.uint16, np.uint32)
-WIDEN_NP += tuple(getattr(_ml_dtypes(), t) for t in ("int4", "uint4", "int2", "uint2"))
+WIDEN_NP += tuple(getattr(_ML, t) for t in ("int4", "uint4", "int2", "uint2")) if _ML else ()
 # and the small float dtypes, carried in f32 (which holds each of their values exactly): only a
 # Cast from them is exact (arithmetic would have to round to the small type after every op),
 # so they are inputs and constants of Cast and CastLike only (Converter.convert_node)
-WIDEN_FLOAT_NP = tuple(getattr(_ml_dtypes(), t) for t in (
-    "float8_e4m3fn", "float8_e4m3fnuz", "float8_e5m2", "float8_e5m2fnuz", "float8_e8m0fnu", "float4_e2m1fn"))
+WIDEN_FLOAT_NP = tuple(getattr(_ML, t) for t in (
+    "float8_e4m3fn", "float8_e4m3fnuz", "float8_e5m2", "float8_e5m2fnuz", "float8_e8m0fnu",
+    "float4_e2m1fn")) if _ML else ()
 
 
 def widen_table():
