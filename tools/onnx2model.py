@@ -2443,6 +2443,8 @@ class Converter:
         a floor division by 2**y, read from a table of powers."""
         x, y = i
         nx = getattr(x, "narrow", None) if isinstance(x, T) else (x.dtype.type if is_const(x) else None)
+        if nx in (np.int8, np.int16) or (nx is None and self.dtype_of(x) in INTS):
+            return self.bitshift_signed(x, y, a, nx)
         if nx not in (np.uint8, np.uint16, np.uint32):
             self.unsupported("BitShift of %s (modelc has no unsigned types; uint8/16/32 with --widen-ints)"
                              % (np.dtype(nx).name if nx else self.dtype_of(x)))
@@ -2601,6 +2603,48 @@ class Converter:
         if len(x.shape) == 4:
             return self.emit("permute(%s, dims=[0, 2, 1, 3])" % rot.name, "f32", x.shape)
         return self.do_reshape(rot, x.shape)
+
+    def bitshift_signed(self, x, y, a, nx):
+        """BitShift of signed integers (opset 26; onnx.reference's op_bitshift): a shift count
+        outside [0, width) gives 0 (LEFT) or the sign fill, -1 or 0 (RIGHT); LEFT wraps in two's
+        complement, RIGHT is arithmetic (floor division by 2**y). Computed in i64: 2**y as the
+        product of two table entries of at most 2**32 each (exact; 2**63 wraps to -2**63, which
+        is the same factor modulo 2**64), the product wrapped back to the width."""
+        x, y = self.tensor(x), self.tensor(y)
+        if x.dtype != y.dtype or getattr(y, "narrow", None) != nx:
+            self.unsupported("shift counts of another dtype")
+        width = narrow_range(nx)[0] if nx is not None else {"i32": 32, "i64": 64}[x.dtype]
+        shape = broadcast(x.shape, y.shape, "BitShift")
+        x64 = x if x.dtype == "i64" else self.emit("cast(%s, dtype=i64)" % x.name, "i64", x.shape)
+        y64 = y if y.dtype == "i64" else self.emit("cast(%s, dtype=i64)" % y.name, "i64", y.shape)
+        ny = numel(y.shape)
+        if not isinstance(ny, int):
+            self.unsupported("symbolic shift counts")
+        ks = np.arange(width)
+        hi = self.const_tensor(np.exp2(ks // 2).astype(np.float32), base="pow2_hi")
+        lo = self.const_tensor(np.exp2(ks - ks // 2).astype(np.float32), base="pow2_lo")
+        flat = self.do_reshape(self.emit("where(%s < 0, 0, where(%s > %d, %d, %s))" % (y64.name, y64.name, width - 1, width - 1, y64.name),
+                                         "i64", y.shape), [ny])
+        ph = self.emit("cast(index_select(%s, 0, %s), dtype=i64)" % (hi.name, flat.name), "i64", [ny])
+        pl = self.emit("cast(index_select(%s, 0, %s), dtype=i64)" % (lo.name, flat.name), "i64", [ny])
+        pw = self.do_reshape(self.emit("%s * %s" % (ph.name, pl.name), "i64", [ny]), y.shape)
+        valid = "(%s >= 0) and (%s < %d)" % (y64.name, y64.name, width)
+        d = a.get("direction", b"LEFT")
+        d = d.decode() if isinstance(d, bytes) else d
+        if d == "LEFT":
+            r = self.emit("%s * %s" % (x64.name, pw.name), "i64", shape)
+            if width < 64:
+                h = 1 << (width - 1)
+                r = self.emit("(%s + %d) %% %d - %d" % (r.name, h, 1 << width, h), "i64", shape)
+            r = self.emit("where(%s, %s, 0)" % (valid, r.name), "i64", shape)
+        elif d == "RIGHT":
+            r = self.emit("where((%s >= 0) and (%s < %d), %s // %s, 0 - cast(%s < 0, dtype=i64))"
+                          % (y64.name, y64.name, width - 1, x64.name, pw.name, x64.name), "i64", shape)
+        else:
+            self.unsupported("direction %s" % d)
+        if x.dtype != "i64":
+            r = self.emit("cast(%s, dtype=i32)" % r.name, "i32", shape)
+        return r
 
     def op_Hardmax(self, i, a, n):
         x = self.tensor(i[0])
