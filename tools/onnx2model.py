@@ -2439,34 +2439,13 @@ class Converter:
         return self.emit("arange(%s)" % lim, "i64", [lim])
 
     def op_BitShift(self, i, a, n):
-        """Shifts of unsigned integers (carried wider by --widen-ints) as a multiplication or
-        a floor division by 2**y, read from a table of powers."""
+        """Shifts of i32 and i64 and of the integers --widen-ints carries wider (bitshift_int)."""
         x, y = i
         nx = getattr(x, "narrow", None) if isinstance(x, T) else (x.dtype.type if is_const(x) else None)
-        if nx in (np.int8, np.int16) or (nx is None and self.dtype_of(x) in INTS):
-            return self.bitshift_signed(x, y, a, nx)
-        if nx not in (np.uint8, np.uint16, np.uint32):
-            self.unsupported("BitShift of %s (modelc has no unsigned types; uint8/16/32 with --widen-ints)"
-                             % (np.dtype(nx).name if nx else self.dtype_of(x)))
-        bits = np.dtype(nx).itemsize * 8
-        x, y = self.tensor(x), self.tensor(y)
-        wide = x.dtype
-        # index_select reads f32 tables; powers of two up to 2**31 are exact there
-        table = self.const_tensor(np.array([float(1 << b) for b in range(bits)], np.float32), base="pow2")
-        ny = numel(y.shape)
-        if not isinstance(ny, int):
-            self.unsupported("symbolic shift counts")
-        flat = self.do_reshape(y, [ny])
-        pw = self.emit("cast(index_select(%s, 0, %s), dtype=%s)" % (table.name, flat.name, wide), wide, [ny])
-        pw = self.do_reshape(pw, y.shape)
-        shape = broadcast(x.shape, y.shape, "BitShift")
-        d = a.get("direction", b"LEFT")
-        d = d.decode() if isinstance(d, bytes) else d
-        if d == "LEFT":
-            return self.emit("%s * %s" % (x.name, pw.name), wide, shape)
-        if d == "RIGHT":
-            return self.emit("%s // %s" % (x.name, pw.name), wide, shape)
-        self.unsupported("direction %s" % d)
+        if nx in (np.int8, np.int16, np.uint8, np.uint16, np.uint32) or (nx is None and self.dtype_of(x) in INTS):
+            return self.bitshift_int(x, y, a, nx)
+        self.unsupported("BitShift of %s (uint8/16/32 with --widen-ints; modelc has no uint64)"
+                         % (np.dtype(nx).name if nx else self.dtype_of(x)))
 
     def op_Swish(self, i, a, n):
         """x * sigmoid(alpha * x): silu where alpha is 1."""
@@ -2604,12 +2583,13 @@ class Converter:
             return self.emit("permute(%s, dims=[0, 2, 1, 3])" % rot.name, "f32", x.shape)
         return self.do_reshape(rot, x.shape)
 
-    def bitshift_signed(self, x, y, a, nx):
-        """BitShift of signed integers (opset 26; onnx.reference's op_bitshift): a shift count
-        outside [0, width) gives 0 (LEFT) or the sign fill, -1 or 0 (RIGHT); LEFT wraps in two's
-        complement, RIGHT is arithmetic (floor division by 2**y). Computed in i64: 2**y as the
-        product of two table entries of at most 2**32 each (exact; 2**63 wraps to -2**63, which
-        is the same factor modulo 2**64), the product wrapped back to the width."""
+    def bitshift_int(self, x, y, a, nx):
+        """BitShift of integers (onnx.reference's op_bitshift; signed ones since opset 26): a
+        shift count outside [0, width) gives 0 (LEFT) or the sign fill, -1 or 0 (RIGHT); LEFT
+        wraps (two's complement, or modulo 2**width unsigned), RIGHT is arithmetic (floor
+        division by 2**y). Computed in i64: 2**y as the product of two table entries of at most
+        2**32 each (exact; 2**63 wraps to -2**63, the same factor modulo 2**64), the product
+        wrapped back to the width."""
         x, y = self.tensor(x), self.tensor(y)
         if x.dtype != y.dtype or getattr(y, "narrow", None) != nx:
             self.unsupported("shift counts of another dtype")
@@ -2633,7 +2613,9 @@ class Converter:
         d = d.decode() if isinstance(d, bytes) else d
         if d == "LEFT":
             r = self.emit("%s * %s" % (x64.name, pw.name), "i64", shape)
-            if width < 64:
+            if nx is not None and narrow_range(nx)[1] == 0:
+                r = self.emit("%s %% %d" % (r.name, 1 << width), "i64", shape)
+            elif width < 64:
                 h = 1 << (width - 1)
                 r = self.emit("(%s + %d) %% %d - %d" % (r.name, h, 1 << width, h), "i64", shape)
             r = self.emit("where(%s, %s, 0)" % (valid, r.name), "i64", shape)
@@ -2644,6 +2626,8 @@ class Converter:
             self.unsupported("direction %s" % d)
         if x.dtype != "i64":
             r = self.emit("cast(%s, dtype=i32)" % r.name, "i32", shape)
+        if nx is not None:
+            r.narrow = nx
         return r
 
     def op_Hardmax(self, i, a, n):

@@ -239,6 +239,29 @@ def main():
             report(got is not None and np.array_equal(got, want) and np.isinf(want).sum() > 0, "resize_selection_gather",
                    "got %s, expected %s (%s)" % (None if got is None else got.tolist(), want.tolist(), p.stderr.strip()))
 
+        # BitShift of uint8 by counts at and past the width gives 0, as onnx.reference does
+        bs = model([h.make_node("BitShift", ["a", "b"], ["c"], name="shl", direction="LEFT")],
+                   [vi("a", P.UINT8, [4]), vi("b", P.UINT8, [4])], [vi("c", P.UINT8, [4])])
+        av, bv = np.array([1, 3, 255, 7], np.uint8), np.array([1, 7, 8, 200], np.uint8)
+        want = ReferenceEvaluator(bs).run(None, {"a": av, "b": bv})[0].astype(np.int32).tolist()
+        path = os.path.join(tmp, "bs.onnx")
+        onnx.save(bs, path)
+        out = os.path.join(tmp, "bs")
+        rc, so, se = run_tool([path, "-o", out, "--widen-ints"])
+        got, err = None, se.strip()
+        if rc == 0 and os.path.exists(MODELC):
+            exe = os.path.join(tmp, "bs_exe")
+            p = subprocess.run([MODELC, out + ".model", "-o", exe, "--no-cuda", "-O0"], capture_output=True, text=True)
+            np.save(os.path.join(tmp, "a.npy"), av.astype(np.int32))
+            np.save(os.path.join(tmp, "b.npy"), bv.astype(np.int32))
+            if p.returncode == 0:
+                p = subprocess.run([exe, "--weights", out + ".safetensors", "--input", "a=" + os.path.join(tmp, "a.npy"),
+                                    "--input", "b=" + os.path.join(tmp, "b.npy"), "--output", "c=" + os.path.join(tmp, "c.npy"),
+                                    "--device", "cpu"], capture_output=True, text=True)
+            err = p.stderr.strip()
+            got = np.load(os.path.join(tmp, "c.npy")).tolist() if p.returncode == 0 else None
+        report(got == want and want == [2, 128, 0, 0], "bitshift_out_of_width", "got %s, expected %s (%s)" % (got, want, err))
+
         rc, so, se = run_tool(["--help"])
         report(rc == 0 and "--max-dim" in so and "OUT.model" in so, "help", so[:200])
     finally:
