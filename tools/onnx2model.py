@@ -16,7 +16,8 @@ with a modelc dtype and a shape whose entries are integers or symbolic sizes ("b
 reference implementation (onnx.reference); shape values that hold symbolic sizes are folded by
 hand (Shape, Gather, Concat, Unsqueeze, Squeeze, Slice, Cast, Mul ...). Every other node is
 lowered to one or a few modelc statements, with the ONNX node name in a comment. A node that is
-an affine map of its one run-time input (a Resize modelc's interpolate has no mode for, DFT,
+an affine map of its one run-time input (a Resize modelc's interpolate has no mode for, an
+AveragePool avg_pool2d cannot do, DFT,
 AffineGrid, Col2Im, CenterCropPad, ReverseSequence, STFT) becomes one matmul by the matrix that
 onnx.reference gives on the basis vectors, checked on a random input (Converter.linear_map).
 
@@ -799,8 +800,10 @@ class Converter:
         f = self.reference_fn(node, ins, k)
         try:
             c = f(np.zeros(x.shape, npdt))
-            if c.dtype != np.dtype(npdt) or c.size == 0 or c.size * nin > self.LINEAR_MAP_MAX:
+            if c.dtype != np.dtype(npdt) or c.size == 0:
                 self.unsupported(why)
+            if c.size * nin > self.LINEAR_MAP_MAX:
+                self.unsupported(why + "; a linear map of %d by %d elements is too large" % (c.size, nin))
             cols = []
             for j in range(nin):
                 e = np.zeros(nin, npdt)
@@ -2271,7 +2274,17 @@ class Converter:
         return self.pool("max_pool2d", i, a, n)
 
     def op_AveragePool(self, i, a, n):
-        return self.pool("avg_pool2d", i, a, n)
+        """avg_pool2d where modelc's pooling matches; otherwise (3-D, dilation, pads above half
+        the kernel, ceil_mode with count_include_pad) the linear map it is (linear_map)."""
+        start = len(self.lines)
+        try:
+            return self.pool("avg_pool2d", i, a, n)
+        except Unsupported as e:
+            if getattr(e, "needs_input", None) or not hasattr(e, "reason"):
+                raise
+            why = e.reason
+        del self.lines[start:]
+        return self.linear_map(n, i, 0, why)
 
     def op_GlobalAveragePool(self, i, a, n):
         x = self.tensor(i[0])
