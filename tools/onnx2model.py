@@ -15,7 +15,11 @@ with a modelc dtype and a shape whose entries are integers or symbolic sizes ("b
 "batch*seq"). A node whose inputs are all constants is evaluated at import time by ONNX's own
 reference implementation (onnx.reference); shape values that hold symbolic sizes are folded by
 hand (Shape, Gather, Concat, Unsqueeze, Squeeze, Slice, Cast, Mul ...). Every other node is
-lowered to one or a few modelc statements, with the ONNX node name in a comment.
+lowered to one or a few modelc statements, with the ONNX node name in a comment. A node that is
+an affine map of its one run-time input (a Resize modelc's interpolate has no mode for, an
+AveragePool avg_pool2d cannot do, DFT,
+AffineGrid, Col2Im, CenterCropPad, ReverseSequence, STFT) becomes one matmul by the matrix that
+onnx.reference gives on the basis vectors, checked on a random input (Converter.linear_map).
 
 Never a wrong result: a node the importer cannot lower exactly (an op type it does not know, an
 attribute value it does not handle, a dtype modelc lacks, a size only the run knows) is an error
@@ -260,10 +264,12 @@ class Converter:
         self.node = None
         self.ntmp = 0
         self.const_names = {}   # id(array) -> the ONNX name of a constant value
-        self.const_params = {}  # id(array) -> its T, once emitted
+        self.const_params = {}  # id(array) -> (the array, its T), once emitted; holding the array
+                                # keeps its id from being reused by a later temporary
         self.folded_outputs = 0  # graph outputs known at import time
         self.init_arrays = {}    # param name -> its initializer's values
         self.output_narrow = {}  # output -> the ONNX integer dtype it was widened from
+        self.omitted_inputs = []  # empty graph inputs only read for their dtype, not in the program
 
     # ---- names
     def fresh(self, base, keep_dots=False, allow_funcs=False):
@@ -285,7 +291,9 @@ class Converter:
     # ---- errors
     def unsupported(self, why):
         n = self.node
-        raise Unsupported("unsupported node %s '%s' (opset %d): %s" % (n.op_type, n.name or "?", self.opset, why))
+        e = Unsupported("unsupported node %s '%s' (opset %d): %s" % (n.op_type, n.name or "?", self.opset, why))
+        e.reason = why
+        raise e
 
     # ---- emitting
     def emit(self, expr, dtype, shape, base=None):
@@ -302,18 +310,18 @@ class Converter:
     def const_tensor(self, a, base="const"):
         """A constant as a modelc tensor: a param holding it, named after the ONNX value it
         came from (once per constant)."""
-        key = id(a)
-        if key in self.const_params:
-            return self.const_params[key]
+        key, a_orig = id(a), a
+        if key in self.const_params and self.const_params[key][0] is a:
+            return self.const_params[key][1]
         base = self.const_names.get(key, base)
         if is_symbolic(a):
             self.unsupported("a shape with symbolic sizes %s is used as a tensor" % list(a))
         dt = np_to_dtype(a)
         narrow = None
-        if dt is None and self.widen and a.dtype.type in WIDEN_NP:
+        if dt is None and self.widen and a.dtype.type in WIDEN_NP + WIDEN_FLOAT_NP:
             narrow = a.dtype.type
             dt = wide_of(narrow)
-            a = a.astype(np.int32 if dt == "i32" else np.int64)
+            a = a.astype({"f32": np.float32, "i32": np.int32, "i64": np.int64}[dt])
         if dt is None:
             self.unsupported("constant of dtype %s (modelc has f32, f16, bf16, i32, i64, bool)" % a.dtype)
         if a.size == 0:
@@ -323,7 +331,7 @@ class Converter:
         self.decls.append("  param %s: %s%s" % (name, dt, shape_str(a.shape)))
         t = T(name, dt, list(a.shape), param=True)
         t.narrow = narrow
-        self.const_params[key] = t
+        self.const_params[key] = (a_orig, t)
         return t
 
     def tensor(self, v, base="const"):
@@ -384,8 +392,11 @@ class Converter:
                 self.vals[name] = T(pname, dt, list(a.shape), param=True)
             else:
                 self.set_val(name, a)
+        dtype_only = self.dtype_only_inputs()
         for vi in g.input:
             if vi.name in inits:
+                continue
+            if vi.name in dtype_only and self.omit_empty_input(vi):
                 continue
             self.declare_input(vi)
         self.check_bounds()
@@ -414,6 +425,9 @@ class Converter:
                 v = self.const_tensor(v, base="const_" + oname)
             self.lines.append("  output %s = %s" % (oname, v.name))
             self.outputs.append((vi.name, oname, v.dtype, v.shape))
+            if is_narrow_float(getattr(v, "narrow", None)):
+                raise Unsupported("graph output '%s': dtype %s (modelc has no %s; only a Cast from it is "
+                                  "carried, in f32)" % (vi.name, np.dtype(v.narrow).name, np.dtype(v.narrow).name))
             if getattr(v, "narrow", None) is not None:
                 self.output_narrow[oname] = np.dtype(v.narrow)
         self.check_unused_inputs(order)
@@ -445,7 +459,8 @@ class Converter:
             else:
                 raise Unsupported("input '%s': dtype %s (modelc has f32, f16, bf16, i32, i64, bool%s)"
                                   % (vi.name, onnx_dtype_name(tt.elem_type),
-                                     "" if self.widen else "; --widen-ints takes int8, uint8, int16, uint16, uint32"))
+                                     "" if self.widen else "; --widen-ints takes int8, uint8, int16, uint16, uint32, "
+                                     "int4, uint4, int2, uint2 and, for a Cast, float8 and float4"))
         if not tt.HasField("shape"):
             raise Unsupported("input '%s' has no shape" % vi.name)
         shape = []
@@ -473,6 +488,37 @@ class Converter:
         self.vals[vi.name] = T(name, dt, shape)
         self.vals[vi.name].narrow = narrow
         self.inputs.append((vi.name, name, dt, shape))
+
+    def dtype_only_inputs(self):
+        """Graph inputs whose values no node reads: used only as CastLike's `like` (its dtype)
+        or not at all, and no graph output."""
+        data = {vi.name for vi in self.graph.output}
+        for n in self.graph.node:
+            for k, x in enumerate(n.input):
+                if not (n.op_type == "CastLike" and k == 1):
+                    data.add(x)
+            if any(a.type in (a.GRAPH, a.GRAPHS) for a in n.attribute):
+                return set()  # a subgraph may read any outer value
+        return {vi.name for vi in self.graph.input} - data
+
+    def omit_empty_input(self, vi):
+        """An empty input (an axis of size 0) whose values nothing reads is left out of the
+        program (modelc has no empty tensors) and stands for its dtype alone; True if so."""
+        tt = vi.type.tensor_type if vi.type.HasField("tensor_type") else None
+        if tt is None or not tt.HasField("shape"):
+            return False
+        dims = [d.dim_value if d.HasField("dim_value") else None for d in tt.shape.dim]
+        if 0 not in dims or None in dims:
+            return False
+        try:
+            npdt = _onnx().helper.tensor_dtype_to_np_dtype(tt.elem_type)
+        except Exception:  # noqa: BLE001  (strings, undefined: keep the usual error)
+            return False
+        self.set_val(vi.name, np.zeros(dims, dtype=npdt))
+        self.omitted_inputs.append(vi.name)
+        sys.stderr.write("onnx2model: warning: input '%s' is empty (shape %s) and only its dtype is used; "
+                         "the program does not take it\n" % (vi.name, dims))
+        return True
 
     def check_bounds(self):
         if len(self.symbols) > 4:
@@ -579,6 +625,14 @@ class Converter:
                 return
         if handler is None:
             self.unsupported("op type %s is not supported by the importer" % node.op_type)
+        if node.op_type not in ("Cast", "CastLike"):
+            for x, v in zip(node.input, ins):
+                nv = getattr(v, "narrow", None) if isinstance(v, T) else (
+                    v.dtype.type if is_const(v) and not is_symbolic(v) else None)
+                if is_narrow_float(nv):
+                    self.unsupported("input '%s' is %s (carried in f32 by --widen-ints): only a Cast from it is "
+                                     "exact, other ops would round to %s after every step"
+                                     % (x, np.dtype(nv).name, np.dtype(nv).name))
         start = len(self.lines)
         res = handler(ins, attrs, node)
         if not isinstance(res, (list, tuple)):
@@ -610,8 +664,8 @@ class Converter:
             r = T(r.name, r.dtype, r.shape, r.param)
             r.narrow = narrow
             return r
-        bits = np.dtype(narrow).itemsize * 8
-        if np.issubdtype(narrow, np.unsignedinteger):
+        bits, lo, _ = narrow_range(narrow)
+        if lo == 0:
             w = self.emit("%s %% %d" % (r.name, 1 << bits), r.dtype, r.shape)
         else:
             h = 1 << (bits - 1)
@@ -674,6 +728,128 @@ class Converter:
             else:
                 out.append(None)
         return out
+
+    def reference_fn(self, node, ins, k):
+        """The node as a function of its input k (onnx.reference), the other inputs fixed to
+        their constant values; returns f(array) -> its first output."""
+        onnx = _onnx()
+        from onnx.reference import ReferenceEvaluator
+        h = onnx.helper
+        feeds, vis, names = {}, [], []
+        for j, (x, v) in enumerate(zip(node.input, ins)):
+            if not x:
+                names.append("")
+                continue
+            nm = "in%d" % j
+            names.append(nm)
+            if j == k:
+                dt = {"f32": onnx.TensorProto.FLOAT, "f16": onnx.TensorProto.FLOAT16,
+                      "bf16": onnx.TensorProto.BFLOAT16}[v.dtype]
+                vis.append(h.make_tensor_value_info(nm, dt, v.shape))
+            else:
+                feeds[nm] = v
+                vis.append(h.make_tensor_value_info(nm, h.np_dtype_to_tensor_dtype(v.dtype), v.shape))
+        n2 = onnx.NodeProto()
+        n2.CopyFrom(node)
+        del n2.input[:]
+        n2.input.extend(names)
+        outs = ["out%d" % j if o else "" for j, o in enumerate(node.output)]
+        del n2.output[:]
+        n2.output.extend(outs)
+        g = h.make_graph([n2], "linear", vis, [h.make_empty_tensor_value_info(o) for o in outs if o])
+        m = h.make_model(g, opset_imports=list(self.model.opset_import))
+        m.ir_version = self.model.ir_version or 8
+        try:
+            ev = ReferenceEvaluator(m)
+        except Exception as e:  # noqa: BLE001
+            self.unsupported("onnx.reference cannot evaluate it: %s" % str(e).splitlines()[0][:200])
+
+        def f(x):
+            return np.asarray(ev.run(None, dict(feeds, **{"in%d" % k: x}))[0])
+        return f
+
+    # the most elements a linear map's matrix may have (a float32 param of 16 MiB)
+    LINEAR_MAP_MAX = 1 << 22
+
+    def linear_map(self, node, ins, k, why):
+        """A node that is an affine function of its input k (the other inputs constants: a
+        Resize of any mode, a DFT, an AffineGrid of theta ...), lowered as one matmul by the
+        matrix M and offset c that ONNX's reference implementation gives on the basis vectors:
+        c = f(0), M[:, j] = f(e_j) - c. It is checked on a random input (f(r) = M r + c at
+        1e-5), so an op that is not affine is refused, never approximated. The map runs in f32:
+        f16 and bf16 inputs only where M selects (one 1 per row), which is exact. As for any
+        matmul, a NaN or an infinity in the input makes every output NaN (0 * inf), where the op
+        itself keeps it to the outputs that read it; a pure selection is a gather instead,
+        exact for every value. `why` is the reason the op's own lowering
+        gave, reported when this one fails too."""
+        x = ins[k]
+        if not isinstance(x, T) or x.dtype not in FLOATS:
+            self.unsupported(why)
+        ins = list(ins)
+        for j, v in enumerate(ins):
+            if j != k and v is not None:
+                ins[j] = v = self.const_input(v, "input %d (%s)" % (j, node.input[j]))
+                if is_symbolic(v):
+                    self.unsupported(why)
+        if not all_static(x.shape):
+            self.unsupported(why + "; symbolic axes")
+        nin = int(np.prod(x.shape)) if x.shape else 1
+        npdt = {"f32": np.float32, "f16": np.float16, "bf16": _ml_dtypes().bfloat16}[x.dtype]
+        if nin > 4096:
+            self.unsupported(why + "; %d input elements are too many for a linear map" % nin)
+        f = self.reference_fn(node, ins, k)
+        try:
+            c = f(np.zeros(x.shape, npdt))
+            if c.dtype != np.dtype(npdt) or c.size == 0:
+                self.unsupported(why)
+            if c.size * nin > self.LINEAR_MAP_MAX:
+                self.unsupported(why + "; a linear map of %d by %d elements is too large" % (c.size, nin))
+            cols = []
+            for j in range(nin):
+                e = np.zeros(nin, npdt)
+                e[j] = 1
+                cols.append(f(e.reshape(x.shape)).astype(np.float64).reshape(-1))
+            r = np.random.RandomState(0).standard_normal(nin).astype(npdt)
+            fr = f(r.reshape(x.shape)).astype(np.float64).reshape(-1)
+        except Unsupported:
+            raise
+        except Exception as e:  # noqa: BLE001
+            self.unsupported(why + "; onnx.reference failed: %s" % str(e).splitlines()[0][:120])
+        c64 = c.astype(np.float64).reshape(-1)
+        M = np.stack(cols, axis=1) - c64[:, None]       # [nout, nin]
+        if not (np.isfinite(M).all() and np.isfinite(c64).all()):
+            self.unsupported(why)
+        select = np.isin(M, (0.0, 1.0)).all() and (np.count_nonzero(M, axis=1) <= 1).all() and not c64.any()
+        if x.dtype != "f32" and not select:
+            self.unsupported(why + "; a %s input (the map runs in f32)" % x.dtype)
+        pred = M @ r.astype(np.float64) + c64
+        if np.abs(pred - fr).max(initial=0) > 1e-5 * max(1.0, np.abs(fr).max(initial=0)):
+            self.unsupported(why + " (and it is not an affine map of its input %d)" % k)
+        nout = c.size
+        xf = x if x.dtype == "f32" else self.emit("cast(%s, dtype=f32)" % x.name, "f32", x.shape)
+        if select:
+            # a pure selection (nearest Resize, crops, reversals): a gather, exact for any value
+            xf = self.do_reshape(xf, [nin])
+            idx = self.const_tensor(np.argmax(M, axis=1).astype(np.int64), base="linear_map_index")
+            y = self.emit("index_select(%s, 0, %s)" % (xf.name, idx.name), "f32", [nout])
+            hit = M.any(axis=1)
+            if not hit.all():
+                ht = self.const_tensor(hit, base="linear_map_hit")
+                y = self.emit("where(%s, %s, 0.0)" % (ht.name, y.name), "f32", [nout])
+            y = self.do_reshape(y, list(c.shape))
+            if x.dtype != "f32":
+                y = self.emit("cast(%s, dtype=%s)" % (y.name, x.dtype), x.dtype, y.shape)
+            return y
+        xf = self.do_reshape(xf, [1, nin])
+        mt = self.const_tensor(np.ascontiguousarray(M.T.astype(np.float32)), base="linear_map")
+        y = self.emit("%s @ %s" % (xf.name, mt.name), "f32", [1, nout])
+        if c64.any():
+            ct = self.const_tensor(c64.astype(np.float32).reshape(1, nout), base="linear_offset")
+            y = self.emit("%s + %s" % (y.name, ct.name), "f32", [1, nout])
+        y = self.do_reshape(y, list(c.shape))
+        if x.dtype != "f32":
+            y = self.emit("cast(%s, dtype=%s)" % (y.name, x.dtype), x.dtype, y.shape)
+        return y
 
     # symbolic shape vectors (object arrays of ints and symbolic sizes)
     def fold_symbolic(self, node, ins, a):
@@ -997,6 +1173,49 @@ class Converter:
     def op_Floor(self, i, a, n):
         return self.expr1("where(abs({x}) == inf, {x}, {x} - {x} % 1)", i[0], ("f32",))
 
+    def op_Round(self, i, a, n):
+        """Round half to even: x - x % 1 and one more where the fraction is above one half, or
+        is one half and the floor odd; |x| >= 2**23 (and infinities) are integers already."""
+        t = ("where(abs({x}) >= 8388608.0, {x}, where({x} % 1 > 0.5, FL + 1.0, "
+             "where({x} % 1 < 0.5, FL, FL + FL % 2)))").replace("FL", "({x} - {x} % 1)")
+        return self.expr1(t, i[0], ("f32",))
+
+    def op_DynamicQuantizeLinear(self, i, a, n):
+        """uint8 quantization (onnx.reference's op_dynamic_quantize_linear): scale (max(x, 0) -
+        min(x, 0)) / 255 (1/255 where they are equal), zero point rint(clip(-min / scale, 0, 255)),
+        y = clip(rint(x / scale) + zero point, 0, 255); y and the zero point are uint8, carried
+        in i32 as --widen-ints does. Every value is in range, so the casts are exact."""
+        if not self.widen:
+            self.unsupported("uint8 outputs (--widen-ints carries them in i32)")
+        x = self.tensor(i[0])
+        self.want_dtype(x, ("f32",))
+        nx = numel(x.shape)
+        if not isinstance(nx, int):
+            self.unsupported("symbolic axes")
+        flat = self.do_reshape(x, [nx])
+        mx = self.emit("maximum(max(%s, axis=0, keepdim=false), 0.0)" % flat.name, "f32", [])
+        mn = self.emit("minimum(min(%s, axis=0, keepdim=false), 0.0)" % flat.name, "f32", [])
+        scale = self.emit("where(%s == %s, 1.0, %s - %s) / 255.0" % (mx.name, mn.name, mx.name, mn.name), "f32", [])
+        rnd = lambda t: self.op_Round([t], {}, n)  # noqa: E731
+        zp = rnd(self.emit("clamp(0.0 - %s / %s, min=0, max=255)" % (mn.name, scale.name), "f32", []))
+        q = rnd(self.emit("%s / %s" % (x.name, scale.name), "f32", x.shape))
+        y = self.emit("cast(clamp(%s + %s, min=0, max=255), dtype=i32)" % (q.name, zp.name), "i32", x.shape)
+        zpi = self.emit("cast(%s, dtype=i32)" % zp.name, "i32", [])
+        y.narrow = zpi.narrow = np.uint8
+        return [y, scale, zpi]
+
+    def op_MeanVarianceNormalization(self, i, a, n):
+        """(X - E[X]) / (sqrt(E[X^2] - E[X]^2) + 1e-9) over axes (ONNX's function body)."""
+        x = self.tensor(i[0])
+        self.want_dtype(x, ("f32",))
+        axes = [int(v) % len(x.shape) for v in a.get("axes", [0, 2, 3])]
+        ax = "[%s]" % ", ".join(map(str, axes)) if len(axes) > 1 else str(axes[0])
+        sh = [1 if k in axes else d for k, d in enumerate(x.shape)]
+        m = self.emit("mean(%s, axis=%s, keepdim=true)" % (x.name, ax), "f32", sh)
+        m2 = self.emit("mean(%s * %s, axis=%s, keepdim=true)" % (x.name, x.name, ax), "f32", sh)
+        sd = self.emit("sqrt(%s - %s * %s) + 1e-09" % (m2.name, m.name, m.name), "f32", sh)
+        return self.emit("(%s - %s) / %s" % (x.name, m.name, sd.name), "f32", x.shape)
+
     def op_Ceil(self, i, a, n):
         return self.expr1("where(abs({x}) == inf, {x}, {x} + (-{x}) % 1)", i[0], ("f32",))
 
@@ -1044,7 +1263,12 @@ class Converter:
     def op_Cast(self, i, a, n):
         to = a["to"]
         if to not in ONNX_DTYPE:
-            self.unsupported("cast to %s (modelc has f32, f16, bf16, i32, i64, bool)" % onnx_dtype_name(to))
+            narrow_to = widen_table().get(to) if self.widen else None
+            if narrow_to is not None and not is_narrow_float(narrow_to):
+                return self.cast_to_narrow(i[0], narrow_to, to)
+            self.unsupported("cast to %s (modelc has f32, f16, bf16, i32, i64, bool%s)"
+                             % (onnx_dtype_name(to), "; --widen-ints carries int8, uint8, int16, uint16, "
+                                "uint32, int4, uint4, int2, uint2" if not self.widen and to in widen_table() else ""))
         dt = ONNX_DTYPE[to]
         src = self.dtype_of(i[0])
         if src is None:
@@ -1054,6 +1278,10 @@ class Converter:
         if is_const(i[0]) and dt in NP_DTYPE:
             return i[0].astype(NP_DTYPE[dt]) if dt != "bool" else (i[0] != 0)
         x = self.tensor(i[0])
+        if getattr(x, "narrow", None) is not None:
+            # a widened value (int4 ... in i32, float8 ... in f32) holds its exact value: casting
+            # it is casting the wide value, and the result is no longer narrow
+            x = T(x.name, x.dtype, x.shape, x.param)
         if src == dt:
             return x
         if src in FLOATS and dt in INTS:
@@ -1061,12 +1289,47 @@ class Converter:
             pass
         return self.emit("cast(%s, dtype=%s)" % (x.name, dt), dt, x.shape)
 
+    def cast_to_narrow(self, v, narrow, to):
+        """Cast to an integer dtype --widen-ints carries wider (int8 ... uint2): from an integer,
+        the wide value wrapped to the narrow range (two's complement, as ONNX's Cast of integers
+        does); from a float or a bool only where no value can leave the range."""
+        bits, lo, hi = narrow_range(narrow)
+        name = onnx_dtype_name(to)
+        if is_const(v):
+            if is_symbolic(v) or v.dtype.kind not in "iub":
+                self.unsupported("cast of a constant of dtype %s to %s" % (v.dtype, name))
+            w = v.astype(np.int64)
+            w = (w - lo) % (1 << bits) + lo
+            return w.astype(narrow)
+        src = v.dtype
+        sn = getattr(v, "narrow", None)
+        if src == "bool":
+            x = self.emit("cast(%s, dtype=%s)" % (v.name, wide_of(narrow)), wide_of(narrow), v.shape)
+        elif src in INTS and not is_narrow_float(sn):
+            x = v
+            if src != wide_of(narrow):
+                x = self.emit("cast(%s, dtype=%s)" % (v.name, wide_of(narrow)), wide_of(narrow), v.shape)
+            if sn is None or narrow_range(sn)[1] < lo or narrow_range(sn)[2] > hi:
+                r = T(x.name, x.dtype, x.shape, x.param)
+                return self.wrap(r, narrow, "Wrap")
+        else:
+            self.unsupported("cast of %s to %s (ONNX leaves values outside %s's range undefined)"
+                             % (np.dtype(sn).name if sn is not None else src, name, name))
+        r = T(x.name, x.dtype, x.shape, x.param)
+        r.narrow = narrow
+        return r
+
     def op_CastLike(self, i, a, n):
+        nl = getattr(i[1], "narrow", None) if isinstance(i[1], T) else None
+        if nl is not None:  # the target is a dtype --widen-ints carries wider
+            return self.op_Cast([i[0]], {"to": onnx_of_narrow(nl), "saturate": a.get("saturate", 1)}, n)
+        if is_const(i[1]) and not is_symbolic(i[1]) and i[1].dtype.type in WIDEN_NP + WIDEN_FLOAT_NP:
+            return self.op_Cast([i[0]], {"to": onnx_of_narrow(i[1].dtype.type), "saturate": a.get("saturate", 1)}, n)
         dt = self.dtype_of(i[1])
         inv = {v: k for k, v in ONNX_DTYPE.items()}
         if dt not in inv:
             self.unsupported("cast to %s" % i[1].dtype)
-        return self.op_Cast([i[0]], {"to": inv[dt]}, n)
+        return self.op_Cast([i[0]], {"to": inv[dt], "saturate": a.get("saturate", 1)}, n)
 
     def op_Identity(self, i, a, n):
         return i[0]
@@ -1192,10 +1455,21 @@ class Converter:
         return self.reduce("mean", i, a, n)
 
     def op_ReduceMax(self, i, a, n):
+        if self.dtype_of(i[0]) == "bool":
+            return self.reduce_bool("max", i, a, n)
         return self.reduce("max", i, a, n)
 
     def op_ReduceMin(self, i, a, n):
+        if self.dtype_of(i[0]) == "bool":
+            return self.reduce_bool("min", i, a, n)
         return self.reduce("min", i, a, n)
+
+    def reduce_bool(self, fn, i, a, n):
+        """ReduceMax (any) or ReduceMin (all) of bools: reduced as 0.0 and 1.0, exactly."""
+        x = self.tensor(i[0])
+        xf = self.emit("cast(%s, dtype=f32)" % x.name, "f32", x.shape)
+        r = self.reduce(fn, [xf] + list(i[1:]), a, n)
+        return self.emit("cast(%s, dtype=bool)" % r.name, "bool", r.shape)
 
     def op_ReduceL1(self, i, a, n):
         return self.reduce("sum", i, a, n, pre="abs({x})")
@@ -1402,6 +1676,10 @@ class Converter:
 
     def op_Concat(self, i, a, n):
         ins = [v for v in i if v is not None]
+        # empty constants (an empty split piece) add nothing
+        full = [v for v in ins if not (is_const(v) and not is_symbolic(v) and v.size == 0)]
+        if full and len(full) < len(ins):
+            ins = full
         dt = self.dtype_of(ins[0])
         for v in ins:
             if self.dtype_of(v) != dt:
@@ -1446,8 +1724,26 @@ class Converter:
             sizes = [c] * (L // c) + ([L % c] if L % c else [])
             if len(sizes) != nout:
                 self.unsupported("num_outputs=%d of an axis of %d" % (k, L))
-        if sum(sizes) != L or any(s <= 0 for s in sizes):
+        if sum(sizes) != L or any(s < 0 for s in sizes) or not any(sizes):
             self.unsupported("split sizes %s of an axis of %d" % (sizes, L))
+        if 0 in sizes:
+            # an empty piece (RotaryEmbedding's function body splits off a pass-through part
+            # that may be empty): an empty constant, which Concat drops and every other
+            # consumer refuses (modelc has no empty tensors)
+            npdt = NP_DTYPE.get(self.dtype_of(x)) or (_ml_dtypes().bfloat16 if self.dtype_of(x) == "bf16" else None)
+            if npdt is None:
+                self.unsupported("an empty split piece of dtype %s" % self.dtype_of(x))
+            nz = [s for s in sizes if s]
+            pieces = iter(self.op_Split([x], dict(a, split=nz), n) if len(nz) > 1 else [self.tensor(x)])
+            res = []
+            for s in sizes:
+                if s:
+                    res.append(next(pieces))
+                else:
+                    sh = list(x.shape)
+                    sh[ax] = 0
+                    res.append(np.zeros(sh, npdt))
+            return res
         if len(sizes) == 1:
             return [self.tensor(x)]
         x = self.tensor(x)
@@ -1978,7 +2274,17 @@ class Converter:
         return self.pool("max_pool2d", i, a, n)
 
     def op_AveragePool(self, i, a, n):
-        return self.pool("avg_pool2d", i, a, n)
+        """avg_pool2d where modelc's pooling matches; otherwise (3-D, dilation, pads above half
+        the kernel, ceil_mode with count_include_pad) the linear map it is (linear_map)."""
+        start = len(self.lines)
+        try:
+            return self.pool("avg_pool2d", i, a, n)
+        except Unsupported as e:
+            if getattr(e, "needs_input", None) or not hasattr(e, "reason"):
+                raise
+            why = e.reason
+        del self.lines[start:]
+        return self.linear_map(n, i, 0, why)
 
     def op_GlobalAveragePool(self, i, a, n):
         x = self.tensor(i[0])
@@ -2146,32 +2452,196 @@ class Converter:
         return self.emit("arange(%s)" % lim, "i64", [lim])
 
     def op_BitShift(self, i, a, n):
-        """Shifts of unsigned integers (carried wider by --widen-ints) as a multiplication or
-        a floor division by 2**y, read from a table of powers."""
+        """Shifts of i32 and i64 and of the integers --widen-ints carries wider (bitshift_int)."""
         x, y = i
         nx = getattr(x, "narrow", None) if isinstance(x, T) else (x.dtype.type if is_const(x) else None)
-        if nx not in (np.uint8, np.uint16, np.uint32):
-            self.unsupported("BitShift of %s (modelc has no unsigned types; uint8/16/32 with --widen-ints)"
-                             % (np.dtype(nx).name if nx else self.dtype_of(x)))
-        bits = np.dtype(nx).itemsize * 8
+        if nx in (np.int8, np.int16, np.uint8, np.uint16, np.uint32) or (nx is None and self.dtype_of(x) in INTS):
+            return self.bitshift_int(x, y, a, nx)
+        self.unsupported("BitShift of %s (uint8/16/32 with --widen-ints; modelc has no uint64)"
+                         % (np.dtype(nx).name if nx else self.dtype_of(x)))
+
+    def op_Swish(self, i, a, n):
+        """x * sigmoid(alpha * x): silu where alpha is 1."""
+        x = self.tensor(i[0])
+        alpha = a.get("alpha", 1.0)
+        if alpha == 1.0:
+            self.want_dtype(x, FLOATS)
+            return self.emit("silu(%s)" % x.name, x.dtype, x.shape)
+        self.want_dtype(x, ("f32",))
+        return self.emit("%s * sigmoid(%s * %s)" % (x.name, x.name, fmt_num(alpha, "f32")), "f32", x.shape)
+
+    def op_SwiGLU(self, i, a, n):
+        """Swish(A, alpha) * B, shapes and dtypes equal (no broadcasting, as ONNX says)."""
+        x, b = self.tensor(i[0]), self.tensor(i[1])
+        if x.shape != b.shape or x.dtype != b.dtype:
+            self.unsupported("A %s %s and B %s %s differ" % (x.dtype, x.shape, b.dtype, b.shape))
+        sw = self.op_Swish([x], a, n)
+        return self.emit("%s * %s" % (sw.name, b.name), x.dtype, x.shape)
+
+    def op_Shrink(self, i, a, n):
+        x = self.tensor(i[0])
+        self.want_dtype(x, ("f32",))
+        lam, bias = fmt_num(a.get("lambd", 0.5), "f32"), fmt_num(a.get("bias", 0.0), "f32")
+        return self.emit("where(%s < -%s, %s + %s, where(%s > %s, %s - %s, 0.0))"
+                         % (x.name, lam, x.name, bias, x.name, lam, x.name, bias), "f32", x.shape)
+
+    def op_LpPool(self, i, a, n):
+        """(sum over the window of |x|^p)^(1/p): the sum a depthwise convolution by ones."""
+        x = self.tensor(i[0])
+        self.want_dtype(x, ("f32",))
+        p = a.get("p", 2)
+        if a.get("ceil_mode", 0):
+            self.unsupported("ceil_mode")
+        if len(x.shape) not in (3, 4) or not isinstance(x.shape[1], int):
+            self.unsupported("a %d-D pooling (modelc has 1-D and 2-D)" % (len(x.shape) - 2))
+        if p < 1:
+            self.unsupported("p %d" % p)
+        ks = list(a["kernel_shape"])
+        C = x.shape[1]
+        w = self.const_tensor(np.ones([C, 1] + ks, np.float32), base="lppool_ones")
+        xp = self.emit("abs(%s)" % x.name if p == 1 else
+                       ("%s * %s" % (x.name, x.name) if p == 2 else "pow(abs(%s), %s)" % (x.name, fmt_num(float(p), "f32"))),
+                       "f32", x.shape)
+        ca = {k: v for k, v in a.items() if k in ("kernel_shape", "strides", "pads", "auto_pad", "dilations")}
+        ca["group"] = C
+        s = self.op_Conv([xp, w], ca, n)
+        if p == 1:
+            return s
+        if p == 2:
+            return self.emit("sqrt(%s)" % s.name, "f32", s.shape)
+        return self.emit("pow(%s, %s)" % (s.name, fmt_num(1.0 / p, "f32")), "f32", s.shape)
+
+    def op_LRN(self, i, a, n):
+        """x / (bias + alpha / size * (sum of x^2 over the channel window))^beta; the window sum
+        a matmul by a band of ones over the channels."""
+        x = self.tensor(i[0])
+        self.want_dtype(x, ("f32",))
+        if len(x.shape) != 4 or not isinstance(x.shape[1], int):
+            self.unsupported("input of shape %s (LRN is NCHW)" % x.shape)
+        size = a["size"]
+        alpha, beta, bias = a.get("alpha", 1e-4), a.get("beta", 0.75), a.get("bias", 1.0)
+        C = x.shape[1]
+        c1, c2 = (size - 1) // 2, -(-(size - 1) // 2)
+        band = np.zeros((C, C), np.float32)
+        for c in range(C):
+            band[max(0, c - c1):min(C, c + c2 + 1), c] = 1
+        bt = self.const_tensor(band, base="lrn_band")
+        N, _, H, W = x.shape
+        sq = self.emit("permute(%s * %s, dims=[0, 2, 3, 1])" % (x.name, x.name), "f32", [N, H, W, C])
+        ss = self.emit("permute(%s @ %s, dims=[0, 3, 1, 2])" % (sq.name, bt.name), "f32", x.shape)
+        return self.emit("%s / pow(%s + %s * %s, %s)" % (x.name, fmt_num(bias, "f32"), fmt_num(alpha / size, "f32"),
+                                                        ss.name, fmt_num(beta, "f32")), "f32", x.shape)
+
+    def op_RotaryEmbedding(self, i, a, n):
+        """ONNX's RotaryEmbedding (onnx.reference's op_rotary_embedding): the first
+        rotary_embedding_dim entries of each head rotated by the cos/sin caches (indexed by
+        position_ids when given), in halves or interleaved; the rest passed through."""
+        x, cos, sin = self.tensor(i[0]), self.tensor(i[1]), self.tensor(i[2])
+        pos = i[3] if len(i) > 3 else None
+        for t in (x, cos, sin):
+            self.want_dtype(t, ("f32",))
+        if not all_static(x.shape):
+            self.unsupported("symbolic axes")
+        if len(x.shape) == 4:
+            B, Hh, S, D = x.shape
+            xs = self.emit("permute(%s, dims=[0, 2, 1, 3])" % x.name, "f32", [B, S, Hh, D])
+        elif len(x.shape) == 3:
+            nh = a.get("num_heads", 0)
+            B, S, HD = x.shape
+            if not nh or HD % nh:
+                self.unsupported("3-D input without a num_heads that divides %d" % HD)
+            Hh, D = nh, HD // nh
+            xs = self.do_reshape(x, [B, S, Hh, D])
+        else:
+            self.unsupported("rank %d input" % len(x.shape))
+        rd = a.get("rotary_embedding_dim", 0) or D
+        if rd % 2 or rd > D:
+            self.unsupported("rotary_embedding_dim %d for heads of %d" % (rd, D))
+        h = rd // 2
+        caches = []
+        for c in (cos, sin):
+            if pos is not None:
+                pt = self.tensor(pos)
+                if pt.dtype not in INTS or list(pt.shape) != [B, S] or len(c.shape) != 2:
+                    self.unsupported("position_ids %s %s for a cache %s" % (pt.dtype, pt.shape, c.shape))
+                flat = self.do_reshape(pt, [B * S])
+                c = self.emit("index_select(%s, 0, %s)" % (c.name, flat.name), "f32", [B * S, c.shape[1]])
+            elif list(c.shape[:2]) != [B, S] or len(c.shape) != 3:
+                self.unsupported("a cache of shape %s without position_ids" % c.shape)
+            if c.shape[-1] != h:
+                self.unsupported("caches of %d entries for rotary_embedding_dim %d" % (c.shape[-1], rd))
+            caches.append(self.do_reshape(c, [B, S, 1, h]))
+        cs, sn = caches
+        if a.get("interleaved", 0):
+            xr = self.emit("slice(%s, 3, 0, %d)" % (xs.name, rd), "f32", [B, S, Hh, rd]) if rd < D else xs
+            xr = self.do_reshape(xr, [B, S, Hh, h, 2])
+            x1 = self.do_reshape(self.emit("slice(%s, 4, 0, 1)" % xr.name, "f32", [B, S, Hh, h, 1]), [B, S, Hh, h])
+            x2 = self.do_reshape(self.emit("slice(%s, 4, 1, 2)" % xr.name, "f32", [B, S, Hh, h, 1]), [B, S, Hh, h])
+        else:
+            x1 = self.emit("slice(%s, 3, 0, %d)" % (xs.name, h), "f32", [B, S, Hh, h])
+            x2 = self.emit("slice(%s, 3, %d, %d)" % (xs.name, h, rd), "f32", [B, S, Hh, h])
+        re_ = self.emit("%s * %s - %s * %s" % (cs.name, x1.name, sn.name, x2.name), "f32", [B, S, Hh, h])
+        im = self.emit("%s * %s + %s * %s" % (sn.name, x1.name, cs.name, x2.name), "f32", [B, S, Hh, h])
+        if a.get("interleaved", 0):
+            r5 = self.do_reshape(re_, [B, S, Hh, h, 1])
+            i5 = self.do_reshape(im, [B, S, Hh, h, 1])
+            rot = self.emit("concat(%s, %s, axis=4)" % (r5.name, i5.name), "f32", [B, S, Hh, h, 2])
+            rot = self.do_reshape(rot, [B, S, Hh, rd])
+        else:
+            rot = self.emit("concat(%s, %s, axis=3)" % (re_.name, im.name), "f32", [B, S, Hh, rd])
+        if rd < D:
+            rest = self.emit("slice(%s, 3, %d, %d)" % (xs.name, rd, D), "f32", [B, S, Hh, D - rd])
+            rot = self.emit("concat(%s, %s, axis=3)" % (rot.name, rest.name), "f32", [B, S, Hh, D])
+        if len(x.shape) == 4:
+            return self.emit("permute(%s, dims=[0, 2, 1, 3])" % rot.name, "f32", x.shape)
+        return self.do_reshape(rot, x.shape)
+
+    def bitshift_int(self, x, y, a, nx):
+        """BitShift of integers (onnx.reference's op_bitshift; signed ones since opset 26): a
+        shift count outside [0, width) gives 0 (LEFT) or the sign fill, -1 or 0 (RIGHT); LEFT
+        wraps (two's complement, or modulo 2**width unsigned), RIGHT is arithmetic (floor
+        division by 2**y). Computed in i64: 2**y as the product of two table entries of at most
+        2**32 each (exact; 2**63 wraps to -2**63, the same factor modulo 2**64), the product
+        wrapped back to the width."""
         x, y = self.tensor(x), self.tensor(y)
-        wide = x.dtype
-        # index_select reads f32 tables; powers of two up to 2**31 are exact there
-        table = self.const_tensor(np.array([float(1 << b) for b in range(bits)], np.float32), base="pow2")
+        if x.dtype != y.dtype or getattr(y, "narrow", None) != nx:
+            self.unsupported("shift counts of another dtype")
+        width = narrow_range(nx)[0] if nx is not None else {"i32": 32, "i64": 64}[x.dtype]
+        shape = broadcast(x.shape, y.shape, "BitShift")
+        x64 = x if x.dtype == "i64" else self.emit("cast(%s, dtype=i64)" % x.name, "i64", x.shape)
+        y64 = y if y.dtype == "i64" else self.emit("cast(%s, dtype=i64)" % y.name, "i64", y.shape)
         ny = numel(y.shape)
         if not isinstance(ny, int):
             self.unsupported("symbolic shift counts")
-        flat = self.do_reshape(y, [ny])
-        pw = self.emit("cast(index_select(%s, 0, %s), dtype=%s)" % (table.name, flat.name, wide), wide, [ny])
-        pw = self.do_reshape(pw, y.shape)
-        shape = broadcast(x.shape, y.shape, "BitShift")
+        ks = np.arange(width)
+        hi = self.const_tensor(np.exp2(ks // 2).astype(np.float32), base="pow2_hi")
+        lo = self.const_tensor(np.exp2(ks - ks // 2).astype(np.float32), base="pow2_lo")
+        flat = self.do_reshape(self.emit("where(%s < 0, 0, where(%s > %d, %d, %s))" % (y64.name, y64.name, width - 1, width - 1, y64.name),
+                                         "i64", y.shape), [ny])
+        ph = self.emit("cast(index_select(%s, 0, %s), dtype=i64)" % (hi.name, flat.name), "i64", [ny])
+        pl = self.emit("cast(index_select(%s, 0, %s), dtype=i64)" % (lo.name, flat.name), "i64", [ny])
+        pw = self.do_reshape(self.emit("%s * %s" % (ph.name, pl.name), "i64", [ny]), y.shape)
+        valid = "(%s >= 0) and (%s < %d)" % (y64.name, y64.name, width)
         d = a.get("direction", b"LEFT")
         d = d.decode() if isinstance(d, bytes) else d
         if d == "LEFT":
-            return self.emit("%s * %s" % (x.name, pw.name), wide, shape)
-        if d == "RIGHT":
-            return self.emit("%s // %s" % (x.name, pw.name), wide, shape)
-        self.unsupported("direction %s" % d)
+            r = self.emit("%s * %s" % (x64.name, pw.name), "i64", shape)
+            if nx is not None and narrow_range(nx)[1] == 0:
+                r = self.emit("%s %% %d" % (r.name, 1 << width), "i64", shape)
+            elif width < 64:
+                h = 1 << (width - 1)
+                r = self.emit("(%s + %d) %% %d - %d" % (r.name, h, 1 << width, h), "i64", shape)
+            r = self.emit("where(%s, %s, 0)" % (valid, r.name), "i64", shape)
+        elif d == "RIGHT":
+            r = self.emit("where((%s >= 0) and (%s < %d), %s // %s, 0 - cast(%s < 0, dtype=i64))"
+                          % (y64.name, y64.name, width - 1, x64.name, pw.name, x64.name), "i64", shape)
+        else:
+            self.unsupported("direction %s" % d)
+        if x.dtype != "i64":
+            r = self.emit("cast(%s, dtype=i32)" % r.name, "i32", shape)
+        if nx is not None:
+            r.narrow = nx
+        return r
 
     def op_Hardmax(self, i, a, n):
         x = self.tensor(i[0])
@@ -2276,15 +2746,18 @@ class Converter:
             if key not in known:
                 self.unsupported("attribute %s" % key)
         past = [i[j] if len(i) > j else None for j in (4, 5)]
-        if len(i) > 6 and i[6] is not None:
-            self.unsupported("nonpad_kv_seqlen")
+        nonpad = self.tensor(i[6]) if len(i) > 6 and i[6] is not None else None
+        if nonpad is not None and (past[0] is not None or nonpad.dtype not in INTS):
+            self.unsupported("nonpad_kv_seqlen of dtype %s%s" % (nonpad.dtype, " with a past cache"
+                                                                  if past[0] is not None else ""))
         if (past[0] is None) != (past[1] is None):
             self.unsupported("only one of past_key and past_value")
         qk_out = len(n.output) > 3 and bool(n.output[3])
         mode = a.get("qk_matmul_output_mode", 0)
         lw, rw = a.get("left_window_size", -1), a.get("right_window_size", -1)
         softcap = a.get("softcap", 0.0)
-        manual = qk_out or softcap or lw >= 0 or rw >= 0 or (a.get("is_causal", 0) and (past[0] is not None or mask is not None))
+        manual = qk_out or softcap or lw >= 0 or rw >= 0 or (a.get("is_causal", 0) and (past[0] is not None or mask is not None)) \
+            or nonpad is not None
         if qk_out and (mode == 2 or mode > 3 or (mode == 1 and softcap)):
             self.unsupported("qk_matmul_output_mode %d%s" % (mode, " with softcap" if softcap else ""))
         for t in (q, k, v):
@@ -2313,7 +2786,7 @@ class Converter:
             k = self.emit("repeat_interleave(%s, %d, dim=1)" % (k.name, Hq // Hk), "f32", [k.shape[0], Hq] + k.shape[2:])
             v = self.emit("repeat_interleave(%s, %d, dim=1)" % (v.name, Hq // Hk), "f32", [v.shape[0], Hq] + v.shape[2:])
         if manual:
-            y, qk = self.attention_lowered(q, k, v, mask, a, past[0], softcap, lw, rw, mode)
+            y, qk = self.attention_lowered(q, k, v, mask, a, past[0], softcap, lw, rw, mode, nonpad)
             if three:
                 B, H, L2, Ev = y.shape
                 y = self.emit("permute(%s, dims=[0, 2, 1, 3])" % y.name, "f32", [B, L2, H, Ev])
@@ -2348,10 +2821,12 @@ class Converter:
             return [y] + present
         return y
 
-    def attention_lowered(self, q, k, v, mask, a, past_key, softcap, lw, rw, mode):
+    def attention_lowered(self, q, k, v, mask, a, past_key, softcap, lw, rw, mode, nonpad=None):
         """Attention as matmul, bias, softcap and softmax, following onnx's definition: the
         causal and sliding-window biases are aligned at the end of the past (offset), and a
-        row whose bias is -inf everywhere gives zeros."""
+        row whose bias is -inf everywhere gives zeros. With nonpad_kv_seqlen [B] (no past), the
+        keys from nonpad[b] on are masked and the offset is nonpad[b] - L per batch item, so
+        that bias is computed at run time."""
         L, S, E = q.shape[2], k.shape[2], q.shape[3]
         if not all_static([L, S, E]):
             self.unsupported("symbolic sequence axes")
@@ -2372,16 +2847,39 @@ class Converter:
         if rw >= 0:
             allowed &= -diff <= rw
         bias = None
-        if not allowed.all():
+        if nonpad is not None:
+            B = q.shape[0]
+            if list(nonpad.shape) != [B]:
+                self.unsupported("nonpad_kv_seqlen of shape %s for a batch of %s" % (nonpad.shape, B))
+            # A[i, j] = j - i + L: causal allows A <= nonpad[b]; the window's diff is nonpad[b] - A
+            A = self.const_tensor((np.arange(S)[None, :] - np.arange(L)[:, None] + L).astype(np.int64)
+                                  .reshape(1, 1, L, S), base="attention_offsets")
+            J = self.const_tensor(np.arange(S, dtype=np.int64).reshape(1, 1, 1, S), base="attention_keys")
+            nb = nonpad if nonpad.dtype == "i64" else self.emit("cast(%s, dtype=i64)" % nonpad.name, "i64", [B])
+            nb = self.do_reshape(nb, [B, 1, 1, 1])
+            conds = ["(%s < %s)" % (J.name, nb.name)]
+            if a.get("is_causal", 0):
+                conds.append("(%s <= %s)" % (A.name, nb.name))
+            if lw >= 0:
+                conds.append("(%s - %s <= %d)" % (nb.name, A.name, lw))
+            if rw >= 0:
+                conds.append("(%s - %s <= %d)" % (A.name, nb.name, rw))
+            bias = self.emit("where(%s, 0.0, -inf)" % " and ".join(conds), "f32", [B, 1, L, S])
+        elif not allowed.all():
             bias = self.const_tensor(np.where(allowed, 0.0, -np.inf).astype(np.float32), base="attention_bias")
         if mask is not None:
             mt = self.tensor(mask)
-            if list(mt.shape)[-1:] != [S]:
+            if not mt.shape or not isinstance(mt.shape[-1], int) or mt.shape[-1] > S:
                 self.unsupported("mask of shape %s for %d keys" % (mt.shape, S))
             if mt.dtype == "bool":
                 mt = self.emit("where(%s, 0.0, -inf)" % mt.name, "f32", mt.shape)
             elif mt.dtype != "f32":
                 self.unsupported("mask dtype %s" % mt.dtype)
+            if mt.shape[-1] < S:  # a mask over the first keys: the rest masked (onnx pads with -inf)
+                rest = self.const_tensor(np.full(list(mt.shape[:-1]) + [S - mt.shape[-1]], -np.inf, np.float32),
+                                         base="attention_mask_pad")
+                mt = self.emit("concat(%s, %s, axis=%d)" % (mt.name, rest.name, len(mt.shape) - 1), "f32",
+                               list(mt.shape[:-1]) + [S])
             bias = mt if bias is None else self.emit("%s + %s" % (mt.name, bias.name), "f32",
                                                      broadcast(mt.shape, bias.shape, "Attention"))
         if bias is not None:
@@ -2394,6 +2892,42 @@ class Converter:
         return y, qk
 
     def op_Resize(self, i, a, n):
+        """Resize as interpolate where modelc's modes match ONNX's; any other mode, coordinate
+        transformation, axes or antialias as the linear map it is (linear_map)."""
+        start = len(self.lines)
+        try:
+            return self.resize_interpolate(i, a, n)
+        except Unsupported as e:
+            if getattr(e, "needs_input", None) or not hasattr(e, "reason"):
+                raise
+            why = e.reason
+        del self.lines[start:]
+        return self.linear_map(n, i, 0, why)
+
+    def op_DFT(self, i, a, n):
+        if a.get("inverse", 0) and not a.get("onesided", 0):
+            # the round trip of a real signal: imaginary parts that cancel to about 1e-7, which a
+            # sum in f32 gets only to about 1e-6 (ONNX's tests compare at atol 1e-7)
+            self.unsupported("an inverse DFT with complex output (sums that cancel below what f32 "
+                             "accumulation resolves)")
+        return self.linear_map(n, i, 0, "a DFT of a tensor modelc cannot map")
+
+    def op_AffineGrid(self, i, a, n):
+        return self.linear_map(n, i, 0, "an AffineGrid modelc cannot map")
+
+    def op_Col2Im(self, i, a, n):
+        return self.linear_map(n, i, 0, "a Col2Im modelc cannot map")
+
+    def op_CenterCropPad(self, i, a, n):
+        return self.linear_map(n, i, 0, "a CenterCropPad modelc cannot map")
+
+    def op_ReverseSequence(self, i, a, n):
+        return self.linear_map(n, i, 0, "a ReverseSequence modelc cannot map")
+
+    def op_STFT(self, i, a, n):
+        return self.linear_map(n, i, 0, "an STFT modelc cannot map")
+
+    def resize_interpolate(self, i, a, n):
         x = self.tensor(i[0])
         self.want_dtype(x, ("f32",))
         if len(x.shape) != 4 or not all_static(x.shape):
@@ -2568,16 +3102,57 @@ def sym_array(r):
 
 
 # --widen-ints: ONNX integer dtypes modelc lacks, carried in a wider one (values kept in range
-# by wrapping every arithmetic result, as the narrow type's own arithmetic does)
+# by wrapping every arithmetic result, as the narrow type's own arithmetic does). The sub-byte
+# ones (int4, uint4, int2, uint2) are ml_dtypes' NumPy types, as onnx.numpy_helper gives them.
+def _ml_dtypes():
+    import ml_dtypes
+    return ml_dtypes
+
+
+try:  # onnx depends on ml_dtypes; without onnx the importer stops with its own error
+    import ml_dtypes as _ML
+except ImportError:
+    _ML = None
 WIDEN_NP = (np.uint8, np.int8, np.int16, np.uint16, np.uint32)
+WIDEN_NP += tuple(getattr(_ML, t) for t in ("int4", "uint4", "int2", "uint2")) if _ML else ()
+# and the small float dtypes, carried in f32 (which holds each of their values exactly): only a
+# Cast from them is exact (arithmetic would have to round to the small type after every op),
+# so they are inputs and constants of Cast and CastLike only (Converter.convert_node)
+WIDEN_FLOAT_NP = tuple(getattr(_ML, t) for t in (
+    "float8_e4m3fn", "float8_e4m3fnuz", "float8_e5m2", "float8_e5m2fnuz", "float8_e8m0fnu",
+    "float4_e2m1fn")) if _ML else ()
 
 
 def widen_table():
+    """TensorProto enum -> the NumPy type of each dtype --widen-ints carries in a wider one."""
     P = _onnx().TensorProto
-    return {P.UINT8: np.uint8, P.INT8: np.int8, P.INT16: np.int16, P.UINT16: np.uint16, P.UINT32: np.uint32}
+    t = {P.UINT8: np.uint8, P.INT8: np.int8, P.INT16: np.int16, P.UINT16: np.uint16, P.UINT32: np.uint32}
+    ml = _ml_dtypes()
+    t.update({P.INT4: ml.int4, P.UINT4: ml.uint4, P.INT2: ml.int2, P.UINT2: ml.uint2,
+              P.FLOAT8E4M3FN: ml.float8_e4m3fn, P.FLOAT8E4M3FNUZ: ml.float8_e4m3fnuz,
+              P.FLOAT8E5M2: ml.float8_e5m2, P.FLOAT8E5M2FNUZ: ml.float8_e5m2fnuz,
+              P.FLOAT8E8M0: ml.float8_e8m0fnu, P.FLOAT4E2M1: ml.float4_e2m1fn})
+    return t
+
+
+def onnx_of_narrow(narrow):
+    """The TensorProto enum of a widened dtype (inverse of widen_table)."""
+    return {v: k for k, v in widen_table().items()}[narrow]
+
+
+def is_narrow_float(narrow):
+    return narrow is not None and narrow in WIDEN_FLOAT_NP
+
+
+def narrow_range(narrow):
+    """(bits, min, max) of a widened integer dtype."""
+    info = _ml_dtypes().iinfo(narrow)
+    return info.bits, int(info.min), int(info.max)
 
 
 def wide_of(narrow):
+    if is_narrow_float(narrow):
+        return "f32"
     return "i64" if narrow == np.uint32 else "i32"
 
 
@@ -2684,8 +3259,9 @@ def main(argv=None):
     ap.add_argument("--keep-unused-inputs", action="store_true",
                     help="keep graph inputs no output uses (a warning) instead of refusing the model")
     ap.add_argument("--widen-ints", action="store_true",
-                    help="take int8, uint8, int16, uint16 (as i32) and uint32 (as i64) inputs and constants, "
-                         "wrapping arithmetic to their range (the program's inputs and outputs are then i32/i64)")
+                    help="take int8, uint8, int16, uint16, int4, uint4, int2, uint2 (as i32) and uint32 (as i64) "
+                         "inputs and constants, wrapping arithmetic to their range (the program's inputs and "
+                         "outputs are then i32/i64), and float8 and float4 ones (as f32) where only a Cast reads them")
     ap.add_argument("-q", "--quiet", action="store_true", help="print nothing but errors")
     args = ap.parse_args(argv)
     try:

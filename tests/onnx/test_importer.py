@@ -189,6 +189,79 @@ def main():
             got = np.load(os.path.join(tmp, "c.npy")).tolist() if p.returncode == 0 else None
             report(got == [44, 3, 254], "widen_ints", "got %s, expected [44, 3, 254] (%s)" % (got, p.stderr.strip()))
 
+        # --widen-ints carries float8 in f32 for a Cast only: any other op on it is refused
+        f8 = model([h.make_node("Relu", ["a"], ["c"], name="relu8")], [vi("a", P.FLOAT8E4M3FN, [3])],
+                   [vi("c", P.FLOAT8E4M3FN, [3])])
+        expect_error(tmp, "float8_arith_refused", f8, ["Relu", "relu8", "float8_e4m3fn", "only a Cast"], ["--widen-ints"])
+        # a Cast of floats to int4 is refused (ONNX leaves out-of-range values undefined)
+        c4 = model([h.make_node("Cast", ["a"], ["c"], name="cast4", to=P.INT4)], [vi("a", P.FLOAT, [4])],
+                   [vi("c", P.INT4, [4])])
+        expect_error(tmp, "cast_float_to_int4_refused", c4, ["Cast", "cast4", "INT4", "undefined"], ["--widen-ints"])
+        # an empty input may only give a dtype (CastLike's like); read as data it is an error
+        el = model([h.make_node("Add", ["a", "e"], ["c"], name="adde")], [vi("a", P.FLOAT, [1]), vi("e", P.FLOAT, [0])],
+                   [vi("c", P.FLOAT, [0])])
+        expect_error(tmp, "empty_input_refused", el, ["'e'", "size 0", "no empty tensors"])
+        # a Resize modelc's interpolate lacks becomes a linear map, unless it is too large
+        rz = model([h.make_node("Resize", ["x", "", "sc"], ["y"], name="cubic", mode="cubic")],
+                   [vi("x", P.FLOAT, [1, 1, 100, 100])], [vi("y", P.FLOAT, [1, 1, 200, 200])],
+                   [numpy_helper.from_array(np.array([1, 1, 2, 2], np.float32), "sc")])
+        expect_error(tmp, "resize_linear_map_too_large", rz, ["Resize", "cubic", "mode cubic", "too many for a linear map"])
+
+        # a nearest Resize interpolate lacks (half_pixel, round_prefer_ceil) is a selection map,
+        # lowered as a gather: compared with onnx.reference on distinct finite values, then with
+        # one of them made infinite, which must appear exactly where that value was picked (a
+        # matmul would make every output NaN; onnx.reference itself gives NaN next to it)
+        rn = model([h.make_node("Resize", ["x", "", "sc"], ["y"], name="near", mode="nearest",
+                                coordinate_transformation_mode="half_pixel", nearest_mode="round_prefer_ceil")],
+                   [vi("x", P.FLOAT, [1, 1, 3, 3])], [vi("y", P.FLOAT, [1, 1, 5, 4])],
+                   [numpy_helper.from_array(np.array([1, 1, 5 / 3, 4 / 3], np.float32), "sc")], opset=19)
+        xs = np.arange(9, dtype=np.float32).reshape(1, 1, 3, 3) + 0.5
+        from onnx.reference import ReferenceEvaluator
+        want = ReferenceEvaluator(rn).run(None, {"x": xs})[0]
+        want = np.where(want == xs[0, 0, 1, 1], np.float32(np.inf), want)
+        xs[0, 0, 1, 1] = np.inf
+        path = os.path.join(tmp, "near.onnx")
+        onnx.save(rn, path)
+        out = os.path.join(tmp, "near")
+        rc, so, se = run_tool([path, "-o", out])
+        src = open(out + ".model").read() if rc == 0 else ""
+        if rc != 0 or "index_select" not in src or not os.path.exists(MODELC):
+            report(False, "resize_selection_gather", "rc %d: %s; %s" % (rc, se.strip(), src[-300:]))
+        else:
+            exe = os.path.join(tmp, "near_exe")
+            p = subprocess.run([MODELC, out + ".model", "-o", exe, "--no-cuda", "-O0"], capture_output=True, text=True)
+            np.save(os.path.join(tmp, "x.npy"), xs)
+            if p.returncode == 0:
+                p = subprocess.run([exe, "--weights", out + ".safetensors", "--input", "x=" + os.path.join(tmp, "x.npy"),
+                                    "--output", "y=" + os.path.join(tmp, "y.npy"), "--device", "cpu"],
+                                   capture_output=True, text=True)
+            got = np.load(os.path.join(tmp, "y.npy")) if p.returncode == 0 else None
+            report(got is not None and np.array_equal(got, want) and np.isinf(want).sum() > 0, "resize_selection_gather",
+                   "got %s, expected %s (%s)" % (None if got is None else got.tolist(), want.tolist(), p.stderr.strip()))
+
+        # BitShift of uint8 by counts at and past the width gives 0, as onnx.reference does
+        bs = model([h.make_node("BitShift", ["a", "b"], ["c"], name="shl", direction="LEFT")],
+                   [vi("a", P.UINT8, [4]), vi("b", P.UINT8, [4])], [vi("c", P.UINT8, [4])])
+        av, bv = np.array([1, 3, 255, 7], np.uint8), np.array([1, 7, 8, 200], np.uint8)
+        want = ReferenceEvaluator(bs).run(None, {"a": av, "b": bv})[0].astype(np.int32).tolist()
+        path = os.path.join(tmp, "bs.onnx")
+        onnx.save(bs, path)
+        out = os.path.join(tmp, "bs")
+        rc, so, se = run_tool([path, "-o", out, "--widen-ints"])
+        got, err = None, se.strip()
+        if rc == 0 and os.path.exists(MODELC):
+            exe = os.path.join(tmp, "bs_exe")
+            p = subprocess.run([MODELC, out + ".model", "-o", exe, "--no-cuda", "-O0"], capture_output=True, text=True)
+            np.save(os.path.join(tmp, "a.npy"), av.astype(np.int32))
+            np.save(os.path.join(tmp, "b.npy"), bv.astype(np.int32))
+            if p.returncode == 0:
+                p = subprocess.run([exe, "--weights", out + ".safetensors", "--input", "a=" + os.path.join(tmp, "a.npy"),
+                                    "--input", "b=" + os.path.join(tmp, "b.npy"), "--output", "c=" + os.path.join(tmp, "c.npy"),
+                                    "--device", "cpu"], capture_output=True, text=True)
+            err = p.stderr.strip()
+            got = np.load(os.path.join(tmp, "c.npy")).tolist() if p.returncode == 0 else None
+        report(got == want and want == [2, 128, 0, 0], "bitshift_out_of_width", "got %s, expected %s (%s)" % (got, want, err))
+
         rc, so, se = run_tool(["--help"])
         report(rc == 0 and "--max-dim" in so and "OUT.model" in so, "help", so[:200])
     finally:
