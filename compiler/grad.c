@@ -275,7 +275,8 @@ static Node *vjp_log_softmax(Node *n, int j, Node *g) { /* g - exp(y) sum(g) */
 static Node *vjp_slice_strided(Node *n, Node *g); /* transformer section */
 
 /* slice: the adjoint in the sliced range, zeros elsewhere (a concat of zeros, g, zeros along the
- * axis; step 1) */
+ * axis; step 1). Another step, or a symbolic axis (a fixed part of one, as BERT's [CLS] row, or a
+ * symbolic length of a fixed one, as slice(wpe, 0, 0, seq)): g scattered to start + i*step. */
 static Node *vjp_slice(Node *n, int j, Node *g) {
     (void)j;
     Node *x = n->in[0];
@@ -291,10 +292,7 @@ static Node *vjp_slice(Node *n, int j, Node *g) {
         f->step = -1;
         return f;
     }
-    if (n->step != 1 && !dim_is_sym(L) && !dim_is_sym(len)) /* another step: g scattered to start + i*step */
-        return vjp_slice_strided(n, g);
-    if (dim_is_sym(L) || dim_is_sym(len))
-        error_at(n->loc, "no gradient for a slice of a symbolic axis yet (other than the whole axis)");
+    if (n->step != 1 || dim_is_sym(L) || dim_is_sym(len)) return vjp_slice_strided(n, g);
     Node *parts[3];
     int np = 0;
     int64_t before = n->start, after = L.c - n->start - len.c;

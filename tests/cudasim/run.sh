@@ -611,7 +611,7 @@ sim_train() { # NAME ARGS...: tests/train/NAME.py on the simulated GPU
 # their lines after the models' (a FAIL line among them fails the suite, see its end)
 sim_train gradcheck -k conv2d -k depthwise -k max_pool2d -k avg_pool2d -k adaptive -k batch_norm -k layer_norm \
     -k embedding -k gather -k attention -k ties -k softmax -k concat_cumsum -k conv_transpose2d_dilated \
-    -k interpolate_nearest_scale -k interpolate_bilinear_align -k concat_batch -k cumsum_batch -k matmul_broadcast \
+    -k interpolate_nearest_scale -k interpolate_bilinear_align -k concat_batch -k cumsum_batch -k matmul_broadcast -k slice_batch \
     >"$work/sim_gradcheck.out" &
 gradcheck_pid=$!
 sim_train run -k mlp -k cnn -k gpt2   # the models step for step (resume, eval and the C API: the CPU suite)

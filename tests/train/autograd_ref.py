@@ -166,7 +166,7 @@ def case_gradients(name):
           for k, s in list(params.items()) + list(buffers.items())}
     m = refinterp.parse_source(gradcheck.model_text(name, False))
     data = gradcheck.make_inputs(name, m, rng)
-    env = dict(NAMES)
+    env = dict(NAMES, batch=gradcheck.B)   # the batch's size, for a size written `batch`
     tp = {k: torch.tensor(v.astype(np.float64), requires_grad=k in params) for k, v in w0.items()}
     for k, v in data.items():
         env[k] = torch.tensor(v.astype(np.float64) if v.dtype == np.float32 else v)

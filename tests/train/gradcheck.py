@@ -178,6 +178,12 @@ CASES = {
     "cumsum_batch": ("input x: f32[batch, 4]\n  param w: f32[4]\n  param v: f32[4]",
                      "cumsum(x * w, dim=0) + permute(cumsum(permute(x * x * v, [1, 0]), dim=1), [1, 0]) + cumsum(x * v, dim=1)",
                      [4], {"w": [4], "v": [4]}),
+    # slices of a symbolic axis: fixed parts of the batch axis (steps 1 and 2, as BERT's [CLS]
+    # row of the seq axis) and a param sliced to the batch's length (as slice(wpe, 0, 0, seq))
+    "slice_batch": ("input x: f32[batch, 4]\n  param w: f32[4]\n  param v: f32[4]\n  param p: f32[5, 4]",
+                    "x * sum(slice(x * w, 0, 1, 3), axis=[0]) + x * sum(slice(x * v * v, 0, 0, 3, 2), axis=[0]) "
+                    "+ x * slice(p, 0, 0, batch)",
+                    [4], {"w": [4], "v": [4], "p": [5, 4]}),
     # matmul with broadcast batch axes: [B, H, T, D] @ [D, E], [B, H, ..] @ [1, H, ..], rank 4 @
     # rank 3, rank 2 @ rank 4, and [1, H, ..] @ [B, H, ..]
     "matmul_broadcast": ("input x: f32[batch, 2, 3, 4]\n  param w: f32[4, 5]\n  param u: f32[1, 2, 5, 3]\n"
