@@ -843,6 +843,10 @@ static void add_optimizer_state(Graph *g) {
         for (int k = 0; k < per; k++) {
             Node *s = new_node_for(g, OP_PARAM, p);
             s->name = xprintf("%s.%s", p->name, names[g->opt.kind != OPT_SGD][k]);
+            for (int q = 0; q < n; q++) /* a param of the model under that name: the state file could not hold both */
+                if (!strcmp(g->params[q]->name, s->name))
+                    error_at(g->params[q]->loc, "param '%s' has the name of the optimizer's state of param '%s' "
+                             "(torch.optim's name, which the state file uses); rename it", s->name, p->name);
             s->dtype = p->dtype;
             s->shape = p->shape;
             s->state = true;
@@ -855,6 +859,37 @@ static void add_optimizer_state(Graph *g) {
             s->index = g->nparams;
             g->params[g->nparams++] = s;
             g->opt_state[i][k] = s;
+        }
+    }
+}
+
+/* A trainable param that the loss reads, but only through a float-to-integer or float-to-bool
+ * step (argmax, a comparison, a cast to an integer), would never change: a compile error naming
+ * the param and that op, as an op without a gradient rule is (PyTorch leaves such a param's .grad
+ * None without a word). A path cut on purpose (a target, logsumexp's max) is not one. n0: the
+ * forward graph's nodes; need: grad_graph's "depends on a trainable param". */
+static void check_cut_params(const Graph *g, int n0, const bool *need) {
+    bool *reach = xalloc(sizeof(bool) * (size_t)(n0 + 1)), *desc = xalloc(sizeof(bool) * (size_t)(n0 + 1));
+    reach[g->loss->id] = true;
+    for (int i = n0 - 1; i >= 0; i--)
+        if (reach[i])
+            for (int j = 0; j < g->nodes[i]->nin; j++) reach[g->nodes[i]->in[j]->id] = true;
+    for (int pi = 0; pi < g->nparams; pi++) {
+        const Node *p = g->params[pi];
+        if (g->grad[pi] || p->id >= n0 || !need[p->id] || !reach[p->id]) continue;
+        memset(desc, 0, sizeof(bool) * (size_t)(n0 + 1));
+        desc[p->id] = true;
+        for (int i = p->id + 1; i < n0; i++) {
+            const Node *n = g->nodes[i];
+            if (n->stop_grad) continue;
+            for (int j = 0; j < n->nin && !desc[i]; j++) desc[i] = desc[n->in[j]->id];
+            if (!desc[i] || !reach[i] || dtype_is_float(n->dtype)) continue;
+            for (int j = 0; j < n->nin; j++)
+                if (desc[n->in[j]->id] && dtype_is_float(n->in[j]->dtype))
+                    error_at(n->loc, "the loss '%s' reads param '%s' only through '%s' (its %s result has no gradient): "
+                             "'%s' would never train; freeze it, or reach it through ops with gradients",
+                             g->loss->name ? g->loss->name : "loss", p->name, op_name(n->op), dtype_name(n->dtype),
+                             p->name);
         }
     }
 }
@@ -911,6 +946,7 @@ void grad_graph(Graph *g, char **frozen, int nfrozen) {
         error_at(g->loss->loc, "the loss '%s' depends on no trainable param through ops with gradients (each path ends "
                  "at a frozen param, or at an op without one, such as argmax or a comparison): nothing would train",
                  g->loss->name ? g->loss->name : "loss");
+    check_cut_params(g, n0, need);
     add_optimizer_state(g);
     add_grad_sumsq(g);
 }
