@@ -205,6 +205,7 @@ def find_blocks(decls, lines, reserved=()):
         for pre, r in regions.items():
             for i in r:
                 owner_of[i] = pre
+        down = {pre: closure(r, succs) for pre, r in regions.items()}
         # tails: statements reading no instance's params whose values from regions all come
         # from one region
         for s in stmts:
@@ -212,10 +213,12 @@ def find_blocks(decls, lines, reserved=()):
                 continue
             if any(r in params for r in s.reads):
                 continue
-            own = {owner_of.get(p) for p in preds[s.idx]}
-            own_real = own - {None}
-            if len(own_real) == 1:
-                pre = own_real.pop()
+            own = {owner_of[p] for p in preds[s.idx] if p in owner_of}
+            # several: the latest, the one downstream of all others (a residual add of this
+            # layer's output and the previous layer's)
+            late = [q for q in own if all(q == o or min(regions[q]) in down[o] for o in own)]
+            if len(late) == 1:
+                pre = late[0]
                 regions[pre].add(s.idx)
                 owner_of[s.idx] = pre
         cands = []
