@@ -41,6 +41,7 @@ import re
 # never a known name
 TOKEN = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.]*")
 DECL = re.compile(r"^  param ([^:]+): (.*)$")
+MAX_TRIM = 16          # the most statements cut from the end of a region's tail to match others
 STMT = re.compile(r"^  (output )?([A-Za-z0-9_., ]+?) = (.*)$")
 
 
@@ -206,6 +207,7 @@ def find_blocks(decls, lines, reserved=()):
             for i in r:
                 owner_of[i] = pre
         down = {pre: closure(r, succs) for pre, r in regions.items()}
+        tails = {}
         # tails: statements reading no instance's params whose values from regions all come
         # from one region
         for s in stmts:
@@ -216,20 +218,35 @@ def find_blocks(decls, lines, reserved=()):
             own = {owner_of[p] for p in preds[s.idx] if p in owner_of}
             # several: the latest, the one downstream of all others (a residual add of this
             # layer's output and the previous layer's)
-            late = [q for q in own if all(q == o or min(regions[q]) in down[o] for o in own)]
+            late = [q for q in own if all(q == o or regions[q] & down[o] for o in own)]
             if len(late) == 1:
                 pre = late[0]
                 regions[pre].add(s.idx)
+                tails.setdefault(pre, []).append(s.idx)
                 owner_of[s.idx] = pre
-        cands = []
+        # each instance with its tail cut shorter too (the last layer's tail may run on into
+        # the head: a pooling, a flatten); each takes the longest form another instance shares
+        variants = {}
         for pre in sorted(regions, key=lambda q: min(regions[q])):
-            info = _canonical(pre, sorted(regions[pre]), stmts, preds, succs, params, insts[pre],
-                              readers, claimed_stmt, closure, n)
-            if info is not None:
-                cands.append((pre, sorted(regions[pre]), info))
+            tail = tails.get(pre, [])
+            hull = regions[pre] - set(tail)
+            ks = sorted(set(range(len(tail), max(-1, len(tail) - MAX_TRIM - 1), -1)) | {0}, reverse=True)
+            for k in ks:
+                reg = sorted(hull | set(tail[:k]))
+                info = _canonical(pre, reg, stmts, preds, succs, params, insts[pre], readers, claimed_stmt,
+                                  closure, n)
+                if info is not None:
+                    variants.setdefault(pre, []).append((reg, info))
+        count = {}
+        for pre, vs in variants.items():
+            for key in {info["key"] for _, info in vs}:
+                count[key] = count.get(key, 0) + 1
         bykey = {}
-        for c in cands:
-            bykey.setdefault(c[2]["key"], []).append(c)
+        for pre, vs in variants.items():
+            for reg, info in vs:
+                if count[info["key"]] >= 2:
+                    bykey.setdefault(info["key"], []).append((pre, reg, info))
+                    break
         for key in sorted(bykey, key=lambda k: min(bykey[k][0][1])):
             members = bykey[key]
             if len(members) < 2:
