@@ -34,6 +34,8 @@ text or the param declaration):
 The order of the top-level statements changes only as far as needed to make each region
 contiguous (a stable topological order); the dataflow graph is the same one.
 """
+import hashlib
+import heapq
 import re
 
 # a name as the importer writes it: value names, dotted param names (which may start with a
@@ -278,6 +280,7 @@ def _canonical(pre, reg, stmts, preds, succs, params, inst_params, readers, clai
     for p in mine:
         if readers.get(p, set()) - regset:
             return None
+    reg = _canonical_order(pre, reg, stmts, preds, mine)
     local, args, used_params = {}, [], []
     for i in reg:
         for d in stmts[i].defs:
@@ -313,7 +316,49 @@ def _canonical(pre, reg, stmts, preds, succs, params, inst_params, readers, clai
     used_params.sort(key=lambda p: list(params).index(p))
     pdecl = tuple((rel[p], params[p]) for p in used_params)
     key = ("\n".join(text), tuple(mapping[o] for o in outs), pdecl)
-    return {"key": key, "args": args, "outs": outs, "params": used_params, "rel": rel, "local": local}
+    return {"key": key, "args": args, "outs": outs, "params": used_params, "rel": rel, "local": local,
+            "order": reg}
+
+
+def _canonical_order(pre, reg, stmts, preds, mine):
+    """The region's statements in an order that does not depend on the order the exporter
+    wrote the nodes in: a topological order taking, among the statements ready, the one with
+    the smallest structural signature (a hash of its expression over the signatures of its
+    inputs, in the manner of a Merkle tree; values from outside all sign alike), then the
+    original position."""
+    regset = set(reg)
+    sig, where = {}, {}
+    for i in reg:                                # reg is in original, topological, order
+        s = stmts[i]
+        m = {}
+        for r in s.reads:
+            if r in where:
+                m[r] = where[r]
+            elif r in mine:
+                m[r] = "@" + r[len(pre) + 1:]
+            else:
+                m[r] = "ext"
+        h = hashlib.sha1(("%d|%s" % (len(s.defs), _subst(s.rhs, m))).encode()).hexdigest()[:16]
+        sig[i] = h
+        for k, d in enumerate(s.defs):
+            where[d] = "%s:%d" % (h, k)
+    indeg = {i: len([p for p in preds[i] if p in regset]) for i in reg}
+    succ = {i: [] for i in reg}
+    for i in reg:
+        for p in preds[i]:
+            if p in regset:
+                succ[p].append(i)
+    ready = [(sig[i], i) for i in reg if indeg[i] == 0]
+    heapq.heapify(ready)
+    out = []
+    while ready:
+        _, i = heapq.heappop(ready)
+        out.append(i)
+        for j in succ[i]:
+            indeg[j] -= 1
+            if indeg[j] == 0:
+                heapq.heappush(ready, (sig[j], j))
+    return out
 
 
 def _emit(decls, lines, stmts, preds, params, decl_of, groups, claimed, known, reserved):
@@ -360,7 +405,7 @@ def _emit(decls, lines, stmts, preds, params, decl_of, groups, claimed, known, r
         body = ["block %s(%s) {" % (names[gid], ", ".join(arg_names))]
         for p in info0["params"]:
             body.append("  param %s: %s" % (info0["rel"][p][1:], params[p]))
-        for i in reg0:
+        for i in info0["order"]:
             s = stmts[i]
             if s.comment:
                 body.append("  # " + s.comment.strip()[2:].split(" ")[0])
@@ -378,11 +423,11 @@ def _emit(decls, lines, stmts, preds, params, decl_of, groups, claimed, known, r
             for p, r in info["rel"].items():
                 back[r[1:]] = p
             got = []
-            for i in reg0:
+            for i in info0["order"]:
                 s = stmts[i]
                 got.append("%s = %s" % (", ".join(back[to_block.get(d, d)] for d in s.defs),
                                         _subst(_subst(s.rhs, to_block), back)))
-            want = ["%s = %s" % (", ".join(stmts[i].defs), stmts[i].rhs) for i in reg]
+            want = ["%s = %s" % (", ".join(stmts[i].defs), stmts[i].rhs) for i in info["order"]]
             if got != want:
                 return decls, lines, [], []
             outs = ", ".join(info["outs"])
@@ -402,7 +447,6 @@ def _emit(decls, lines, stmts, preds, params, decl_of, groups, claimed, known, r
         for p in preds[i]:
             if unit[p] != u:
                 upreds[u].add(unit[p])
-    import heapq
     indeg = {u: len(ps) for u, ps in upreds.items()}
     usuccs = {}
     for u, ps in upreds.items():
