@@ -18,9 +18,12 @@ text or the param declaration):
    numbers) are the candidate instances. Outer levels are tried first (`layer1.0` before
    `layer1.0.downsample.0`).
 2. An instance's region is every statement between its params: the statements reading its
-   params (and no other instance's or top-level weights), plus those that are both
-   descendants and ancestors of such statements, plus the statements after them that only
-   combine its values with values from before (a residual add, the last ReLU).
+   params (and no other instance's), plus those that are both descendants and ancestors of
+   such statements, plus the statements after them that read no params and take values of no
+   later instance (a residual add, the last ReLU), cut back as far as needed to match the
+   other instances (the last layer's tail must not take the pooling), plus, where every
+   instance then still matches, the statements before it that read no params and feed only
+   it (an RMSNorm's statistics).
 3. A region must be convex (no path leaves it and comes back), must not read its params from
    outside, and is written in canonical form: its own values numbered in statement order,
    values from outside numbered in order of first use (they become block arguments: the
@@ -227,7 +230,8 @@ def find_blocks(decls, lines, reserved=()):
                 tails.setdefault(pre, []).append(s.idx)
                 owner_of[s.idx] = pre
         # each instance with its tail cut shorter too (the last layer's tail may run on into
-        # the head: a pooling, a flatten); each takes the longest form another instance shares
+        # the head: a pooling, a flatten); each takes the form another instance shares with
+        # the fewest results, then the longest
         variants = {}
         for pre in sorted(regions, key=lambda q: min(regions[q])):
             tail = tails.get(pre, [])
@@ -245,7 +249,9 @@ def find_blocks(decls, lines, reserved=()):
                 count[key] = count.get(key, 0) + 1
         bykey = {}
         for pre, vs in variants.items():
-            for reg, info in vs:
+            # the fewest results first (one tensor out, where the tail can end there), then
+            # the longest
+            for reg, info in sorted(vs, key=lambda v: (len(v[1]["outs"]), -len(v[0]))):
                 if count[info["key"]] >= 2:
                     bykey.setdefault(info["key"], []).append((pre, reg, info))
                     break
@@ -253,6 +259,8 @@ def find_blocks(decls, lines, reserved=()):
             members = bykey[key]
             if len(members) < 2:
                 continue
+            members = _with_heads(members, stmts, preds, succs, params, insts, readers, claimed_stmt,
+                                  closure, n)
             gid = len(groups)
             groups.append((pat, members))
             for pre, reg, info in members:
@@ -262,6 +270,33 @@ def find_blocks(decls, lines, reserved=()):
     if not groups:
         return decls, lines, [], []
     return _emit(decls, lines, stmts, preds, params, decl_of, groups, claimed_stmt, known, reserved)
+
+
+def _with_heads(members, stmts, preds, succs, params, insts, readers, claimed, closure, n):
+    """The members of a group with their heads: the statements before each region that read no
+    params and feed only it (a norm's statistics before the layer's first weight: an RMSNorm's
+    mean and rsqrt), where every member then still has one canonical form; else as they were."""
+    taken = set(claimed)
+    for _, reg, _ in members:
+        taken |= set(reg)
+    out = []
+    for pre, reg, info in members:
+        inside = set(reg)
+        heads = set()
+        for t in range(max(reg), -1, -1):
+            s = stmts[t]
+            if t in inside or t in taken or s.out_kw or any(r in params for r in s.reads):
+                continue
+            if succs[t] and all(j in inside or j in heads for j in succs[t]):
+                heads.add(t)
+        if not heads:
+            return members
+        ext = sorted(inside | heads)
+        new = _canonical(pre, ext, stmts, preds, succs, params, insts[pre], readers, claimed, closure, n)
+        if new is None or (out and new["key"] != out[0][2]["key"]):
+            return members
+        out.append((pre, ext, new))
+    return out
 
 
 def _canonical(pre, reg, stmts, preds, succs, params, inst_params, readers, claimed, closure, n):
@@ -385,13 +420,21 @@ def _emit(decls, lines, stmts, preds, params, decl_of, groups, claimed, known, r
     calls = {}                                   # (gid, prefix) -> call statement text
     moved = set()
     for gid, (pat, members) in enumerate(groups):
+        # the layer's input first: the argument where each later instance takes the result of
+        # the one before (the residual stream), else the first
+        nargs = len(members[0][2]["args"])
+        chained = [j for j in range(nargs)
+                   if all(members[k][2]["args"][j] in members[k - 1][2]["outs"] for k in range(1, len(members)))]
+        perm = chained[:1] + [j for j in range(nargs) if j not in chained[:1]]
+        for _, _, info in members:
+            info["args"] = [info["args"][j] for j in perm]
         pre0, reg0, info0 = members[0]
-        # names inside the block: the first instance's, params by their relative names; an
-        # argument is x for the first (the layer's input), the first instance's name otherwise
+        # names inside the block: the first instance's, params by their relative names; the
+        # layer's input is x
         arg_names = []
         inner_taken = set(info0["local"]) | {r[1:] for r in info0["rel"].values()}
         for k, a in enumerate(info0["args"]):
-            nm = "x" if k == 0 and "x" not in inner_taken else a
+            nm = "x" if k == 0 and chained and "x" not in inner_taken else a
             if nm in inner_taken or nm in arg_names or "." in nm:
                 nm = "arg%d" % k
                 while nm in inner_taken or nm in arg_names:
@@ -402,13 +445,15 @@ def _emit(decls, lines, stmts, preds, params, decl_of, groups, claimed, known, r
             return decls, lines, [], []
         to_block = dict(zip(info0["args"], arg_names))
         to_block.update({p: r[1:] for p, r in info0["rel"].items()})
-        body = ["block %s(%s) {" % (names[gid], ", ".join(arg_names))]
+        pres = [m[0] for m in members]
+        body = ["# %s: %s" % ("the layer at " + ", ".join(pres) if len(pres) <= 4 else
+                              "the %d layers at %s ... %s" % (len(pres), pres[0], pres[-1]),
+                              "%d statements" % len(info0["order"])),
+                "block %s(%s) {" % (names[gid], ", ".join(arg_names))]
         for p in info0["params"]:
             body.append("  param %s: %s" % (info0["rel"][p][1:], params[p]))
-        for i in info0["order"]:
+        for i in sorted(info0["order"]):         # the exporter's order, as the straight-line code has it
             s = stmts[i]
-            if s.comment:
-                body.append("  # " + s.comment.strip()[2:].split(" ")[0])
             body.append("  %s = %s" % (", ".join(to_block.get(d, d) for d in s.defs), _subst(s.rhs, to_block)))
         body.append("  return " + ", ".join(to_block.get(o, o) for o in info0["outs"]))
         body.append("}")
