@@ -50,6 +50,7 @@ import tempfile
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import model_blocks  # noqa: E402
 import safetensors_np  # noqa: E402
 
 MIN_OPSET = 7
@@ -237,8 +238,11 @@ def fmt_num(v, dtype):
 # ---------------------------------------------------------------- the converter
 
 class Converter:
-    def __init__(self, model, name="net", max_dims=None, max_batch=None, keep_unused=False, widen=False):
+    def __init__(self, model, name="net", max_dims=None, max_batch=None, keep_unused=False, widen=False,
+                 blocks=True):
         _init_dtypes()
+        self.blocks = blocks    # write repeated layers as blocks (tools/model_blocks.py)
+        self.block_stats = []   # (block name, [instance prefixes]) once source() ran
         self.model = model
         self.graph = model.graph
         self.mname = sanitize(name, keep_dots=False)
@@ -3074,10 +3078,18 @@ class Converter:
         if gi:
             out.append("# producer: %s %s, opset %d" % (gi, self.model.producer_version, self.opset))
         out.append("# compile: %s" % " ".join(self.compile_args()))
+        decls, lines = self.decls, self.lines
+        self.block_stats = []
+        if self.blocks:
+            decls, lines, blocks, self.block_stats = model_blocks.find_blocks(
+                decls, lines, reserved=function_names() | KEYWORDS | {self.mname})
+            for b in blocks:
+                out.extend(b)
+                out.append("")
         out.append("model %s {" % self.mname)
-        out.extend(self.decls)
+        out.extend(decls)
         out.append("")
-        out.extend(self.lines)
+        out.extend(lines)
         out.append("}")
         return "\n".join(out) + "\n"
 
@@ -3203,9 +3215,11 @@ def load(path):
     return m
 
 
-def convert(model, name="net", max_dims=None, max_batch=None, keep_unused=False, widen=False):
-    """Convert a ModelProto. Returns the Converter (source(), params, inputs, outputs, renames)."""
-    return Converter(model, name, max_dims, max_batch, keep_unused, widen).run()
+def convert(model, name="net", max_dims=None, max_batch=None, keep_unused=False, widen=False, blocks=True):
+    """Convert a ModelProto. Returns the Converter (source(), params, inputs, outputs, renames).
+    blocks: write repeated layers as blocks instantiated `as` their state_dict prefix (False:
+    straight-line code only; the program computes the same either way)."""
+    return Converter(model, name, max_dims, max_batch, keep_unused, widen, blocks).run()
 
 
 def write_outputs(conv, out_base, onnx_path=None):
@@ -3262,6 +3276,9 @@ def main(argv=None):
                     help="take int8, uint8, int16, uint16, int4, uint4, int2, uint2 (as i32) and uint32 (as i64) "
                          "inputs and constants, wrapping arithmetic to their range (the program's inputs and "
                          "outputs are then i32/i64), and float8 and float4 ones (as f32) where only a Cast reads them")
+    ap.add_argument("--no-blocks", action="store_true",
+                    help="write straight-line code only (default: repeated layers, such as a transformer layer or "
+                         "a ResNet block, become a block instantiated once per layer)")
     ap.add_argument("-q", "--quiet", action="store_true", help="print nothing but errors")
     args = ap.parse_args(argv)
     try:
@@ -3272,7 +3289,8 @@ def main(argv=None):
         dims = parse_dims(args.max_dim)
         m = load(args.onnx)
         name = args.name or os.path.basename(args.output)
-        conv = convert(m, name, dims, args.max_batch, args.keep_unused_inputs, args.widen_ints)
+        conv = convert(m, name, dims, args.max_batch, args.keep_unused_inputs, args.widen_ints,
+                       not args.no_blocks)
         write_outputs(conv, args.output, args.onnx)
     except OnnxImportError as e:
         sys.stderr.write("onnx2model: error: %s\n" % e)
@@ -3282,6 +3300,8 @@ def main(argv=None):
             print("%s %s -> %s" % (kind, a, b))
         print("wrote %s.model and %s.safetensors (%d params, %d statements)" % (
             args.output, args.output, len(conv.params), sum(1 for l in conv.lines if not l.lstrip().startswith("#"))))
+        for bname, insts in conv.block_stats:
+            print("block %s: %d instances (%s)" % (bname, len(insts), ", ".join(insts)))
         print("compile: " + " ".join(conv.compile_args()).replace(conv.mname + ".model", args.output + ".model", 1)
               .replace("-o " + conv.mname, "-o " + args.output, 1))
     return 0

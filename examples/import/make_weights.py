@@ -6,7 +6,9 @@
 Every `param NAME: DTYPE[SHAPE]` of the .model file that is a state_dict tensor gets values from
 weight(name, shape, seed) below, a function of its name, shape and the seed alone, so gen.py
 (which loads the same values into the PyTorch module before exporting it) and this script agree
-without torch. Params the importer made from folded constants are read from --consts.
+without torch. Params the importer made from folded constants are read from --consts. A param
+declared inside a `block` (as tools/onnx2model.py writes a repeated layer) is one per call
+`... = BLOCK(...) as PREFIX`, named PREFIX.NAME, its state_dict name.
 """
 import argparse
 import os
@@ -40,6 +42,8 @@ def weight(name, shape, seed=0):
 
 
 PARAM = re.compile(r"^\s*param\s+(\S+)\s*:\s*(\w+)\[([^\]]*)\]")
+BLOCK = re.compile(r"^block\s+(\w+)\s*\(")
+CALL = re.compile(r"^\s*[^#]*=\s*(\w+)\(.*\)\s+as\s+(\S+)\s*$")
 
 
 def main():
@@ -51,12 +55,25 @@ def main():
     a = ap.parse_args()
     consts = safetensors_np.read(a.consts) if a.consts and os.path.exists(a.consts) else {}
     tensors = {}
+    block_params, block, decls = {}, None, []   # block -> [(name, dtype, shape)]
     for line in open(a.model):
-        m = PARAM.match(line)
-        if not m:
+        b = BLOCK.match(line)
+        if b:
+            block = b.group(1)
+            block_params[block] = []
             continue
-        name, dt = m.group(1), m.group(2)
-        shape = [int(d) for d in m.group(3).split(",")] if m.group(3).strip() else []
+        if block is not None and line.startswith("}"):
+            block = None
+            continue
+        m = PARAM.match(line)
+        if m:
+            shape = [int(d) for d in m.group(3).split(",")] if m.group(3).strip() else []
+            (block_params[block] if block is not None else decls).append((m.group(1), m.group(2), shape))
+            continue
+        c = CALL.match(line)
+        if c and block is None and c.group(1) in block_params:
+            decls += [(c.group(2) + "." + n, dt, shape) for n, dt, shape in block_params[c.group(1)]]
+    for name, dt, shape in decls:
         if name in consts:
             tensors[name] = consts[name]
         elif dt == "f32":

@@ -72,6 +72,109 @@ def expect_error(tmp, name, m_or_bytes, needles, extra=()):
         report(True, name)
 
 
+def mlp_layers(widths):
+    """An ONNX model of MLP layers layers.N (MatMul by layers.N.fc.weight, Add layers.N.fc.bias,
+    Relu, Add the layer's input: a residual MLP), an attention-mask-like extra input m added in
+    every layer, and a head; widths[i] is layer i's hidden width. Returns (model, weights)."""
+    rng = np.random.default_rng(3)
+    nodes, inits, ws = [], [], {}
+    x = "x"
+    for i, w in enumerate(widths):
+        p = "layers.%d." % i
+        ws[p + "fc.weight"] = rng.standard_normal((8, w)).astype(np.float32)
+        ws[p + "fc.bias"] = rng.standard_normal(w).astype(np.float32)
+        ws[p + "out.weight"] = rng.standard_normal((w, 8)).astype(np.float32)
+        nodes += [h.make_node("MatMul", [x, p + "fc.weight"], ["mm%d" % i], name="mm%d" % i),
+                  h.make_node("Add", ["mm%d" % i, p + "fc.bias"], ["b%d" % i], name="bias%d" % i),
+                  h.make_node("Relu", ["b%d" % i], ["r%d" % i], name="relu%d" % i),
+                  h.make_node("MatMul", ["r%d" % i, p + "out.weight"], ["o%d" % i], name="out%d" % i),
+                  h.make_node("Add", ["o%d" % i, "m"], ["om%d" % i], name="mask%d" % i),
+                  h.make_node("Add", ["om%d" % i, x], ["h%d" % i], name="res%d" % i)]
+        x = "h%d" % i
+    ws["head.weight"] = rng.standard_normal((8, 3)).astype(np.float32)
+    nodes.append(h.make_node("MatMul", [x, "head.weight"], ["y"], name="head"))
+    inits = [numpy_helper.from_array(a, k) for k, a in ws.items()]
+    m = model(nodes, [vi("x", P.FLOAT, [4, 8]), vi("m", P.FLOAT, [4, 8])], [vi("y", P.FLOAT, [4, 3])], inits)
+    return m, ws
+
+
+def mlp_reference(ws, x, mask, n):
+    """NumPy: the model of mlp_layers, in float64."""
+    hh = x.astype(np.float64)
+    for i in range(n):
+        p = "layers.%d." % i
+        r = np.maximum(hh @ ws[p + "fc.weight"] + ws[p + "fc.bias"], 0)
+        hh = r @ ws[p + "out.weight"] + mask + hh
+    return hh @ ws["head.weight"]
+
+
+def check_blocks(tmp):
+    """Repeated layers become a block instantiated `as` each prefix; --no-blocks writes
+    straight-line code; both compile to programs giving bit-identical outputs from the same
+    .safetensors (the NumPy reference checks they are right at all)."""
+    m, ws = mlp_layers([16, 16])
+    path = os.path.join(tmp, "mlp2.onnx")
+    onnx.save(m, path)
+    rc, so, se = run_tool([path, "-o", os.path.join(tmp, "mlp_b")])
+    rc2, so2, se2 = run_tool([path, "-o", os.path.join(tmp, "mlp_nb"), "--no-blocks"])
+    src = open(os.path.join(tmp, "mlp_b.model")).read() if rc == 0 else ""
+    src_nb = open(os.path.join(tmp, "mlp_nb.model")).read() if rc2 == 0 else ""
+    blocks = [l for l in src.splitlines() if l.startswith("block ")]
+    calls = [l.strip() for l in src.splitlines() if " as layers." in l]
+    inner = [l.strip() for l in src.splitlines() if l.startswith("  param fc.") or l.startswith("  param out.")]
+    report(rc == 0 and len(blocks) == 1 and blocks[0].startswith("block layers(x, m)") and
+           calls == ["h0 = layers(x, m) as layers.0", "h1 = layers(h0, m) as layers.1"] and
+           sorted(inner) == ["param fc.bias: f32[16]", "param fc.weight: f32[8, 16]", "param out.weight: f32[16, 8]"]
+           and "block 2 instances" not in so and "block layers: 2 instances (layers.0, layers.1)" in so,
+           "blocks_emitted", "rc %d %s; blocks %s, calls %s, params %s; stdout %s" % (rc, se.strip(), blocks, calls, inner, so))
+    report(rc2 == 0 and "block" not in src_nb and "# MatMul mm0" in src_nb and "as " not in src_nb,
+           "no_blocks_straight_line", "rc %d %s:\n%s" % (rc2, se2.strip(), src_nb))
+    if rc == 0 and rc2 == 0:
+        same = open(os.path.join(tmp, "mlp_b.safetensors"), "rb").read() == \
+            open(os.path.join(tmp, "mlp_nb.safetensors"), "rb").read()
+        report(same, "blocks_same_weights", "the .safetensors differ with and without blocks")
+    if rc == 0 and rc2 == 0 and os.path.exists(MODELC):
+        rng = np.random.default_rng(4)
+        x = rng.standard_normal((4, 8)).astype(np.float32)
+        mask = rng.standard_normal((4, 8)).astype(np.float32)
+        np.save(os.path.join(tmp, "mx.npy"), x)
+        np.save(os.path.join(tmp, "mm.npy"), mask)
+        ys, err = {}, ""
+        for v in ("mlp_b", "mlp_nb"):
+            exe = os.path.join(tmp, v + "_exe")
+            p = subprocess.run([MODELC, os.path.join(tmp, v + ".model"), "-o", exe, "--no-cuda"],
+                               capture_output=True, text=True)
+            if p.returncode == 0:
+                # both load the same file: the block's params keep their state_dict names
+                p = subprocess.run([exe, "--weights", os.path.join(tmp, "mlp_b.safetensors"),
+                                    "--input", "x=" + os.path.join(tmp, "mx.npy"), "--input", "m=" + os.path.join(tmp, "mm.npy"),
+                                    "--output", "y=" + os.path.join(tmp, v + "_y.npy"), "--device", "cpu"],
+                                   capture_output=True, text=True)
+            if p.returncode != 0:
+                err += "%s: %s " % (v, p.stderr.strip())
+            else:
+                ys[v] = np.load(os.path.join(tmp, v + "_y.npy"))
+        if len(ys) < 2:
+            report(False, "blocks_bit_identical", err)
+        else:
+            ref = mlp_reference(ws, x, mask, 2)
+            d = float(np.abs(ys["mlp_b"] - ref).max() / np.abs(ref).max())
+            ident = ys["mlp_b"].tobytes() == ys["mlp_nb"].tobytes()
+            report(ident and d <= 1e-5, "blocks_bit_identical",
+                   "bit-identical %s (max |diff| %g); relative error vs NumPy %g (tolerance 1e-5)" % (
+                       ident, float(np.abs(ys["mlp_b"] - ys["mlp_nb"]).max()), d))
+            print("      blocks vs --no-blocks: bit-identical; vs NumPy: relative error %.1e (tolerance 1e-5)" % d)
+    # layers of different widths are not one block (no integer block arguments are inferred):
+    # straight-line code, and the program still computes the same
+    m, ws = mlp_layers([16, 24])
+    path = os.path.join(tmp, "mlp_mixed.onnx")
+    onnx.save(m, path)
+    rc, so, se = run_tool([path, "-o", os.path.join(tmp, "mlp_mixed")])
+    src = open(os.path.join(tmp, "mlp_mixed.model")).read() if rc == 0 else ""
+    report(rc == 0 and "block" not in src and "param layers.1.fc.weight: f32[8, 24]" in src,
+           "blocks_differing_shapes_inline", "rc %d %s:\n%s" % (rc, se.strip(), src))
+
+
 def main():
     tmp = tempfile.mkdtemp(prefix="onnx2model-test.")
     try:
@@ -261,6 +364,8 @@ def main():
             err = p.stderr.strip()
             got = np.load(os.path.join(tmp, "c.npy")).tolist() if p.returncode == 0 else None
         report(got == want and want == [2, 128, 0, 0], "bitshift_out_of_width", "got %s, expected %s (%s)" % (got, want, err))
+
+        check_blocks(tmp)
 
         rc, so, se = run_tool(["--help"])
         report(rc == 0 and "--max-dim" in so and "OUT.model" in so, "help", so[:200])
