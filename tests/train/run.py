@@ -290,6 +290,84 @@ def check_eval(modelc, d):
     return "eval loss differs by %.1e relative" % err if bad else None
 
 
+def seq_reference(w, ids, t, batch, steps, lr):
+    """NumPy's SGD on seq_sgd.model: embedding, linear, mean cross_entropy over batch*seq, in float64."""
+    w = {k: v.astype(np.float64) for k, v in w.items()}
+    losses = []
+    for s in range(steps):
+        b = slice(s * batch, (s + 1) * batch)
+        i, y = ids[b].reshape(-1), t[b].reshape(-1)
+        e = w["emb.weight"][i]
+        z = e @ w["fc.weight"].T + w["fc.bias"]
+        z = z - z.max(1, keepdims=True)
+        p = np.exp(z) / np.exp(z).sum(1, keepdims=True)
+        losses.append(float(np.mean(-np.log(p[np.arange(len(y)), y]))))
+        dz = p.copy()
+        dz[np.arange(len(y)), y] -= 1
+        dz /= len(y)
+        g = {"fc.weight": dz.T @ e, "fc.bias": dz.sum(0), "emb.weight": np.zeros_like(w["emb.weight"])}
+        np.add.at(g["emb.weight"], i, dz @ w["fc.weight"])
+        for k in w:
+            w[k] -= lr * g[k]
+    return losses, w
+
+
+def check_seq(modelc, d):
+    """A symbolic axis other than the batch (ids: i64[batch, seq], --max-dim seq=8): PROG train
+    takes seq from the files (5 here; seq was once held to 1) and trains 3 steps as NumPy's SGD
+    does; files that disagree on seq, and a seq above the compiled bound, are refused naming the
+    file and the axis."""
+    name = "seq_sgd"
+    prog = os.path.join(d, name)
+    p = subprocess.run([modelc, os.path.join(HERE, name + ".model"), "--train", "--max-batch", "4", "--max-dim", "seq=8",
+                        "-o", prog], capture_output=True, text=True)
+    if p.returncode:
+        return "modelc --train failed: " + (p.stderr or p.stdout).strip()[-400:]
+    f = lambda s: os.path.join(d, s)  # noqa: E731
+    r = np.random.default_rng(3)
+    w = {"emb.weight": r.standard_normal((11, 6)).astype(np.float32),
+         "fc.weight": (0.4 * r.standard_normal((5, 6))).astype(np.float32),
+         "fc.bias": (0.1 * r.standard_normal(5)).astype(np.float32)}
+    safetensors_np.write(f("init.st"), w)
+    ids, t = r.integers(0, 11, (12, 5)), r.integers(0, 5, (12, 5))
+    np.save(f("ids.npy"), ids)
+    np.save(f("t.npy"), t)
+    np.save(f("ids3.npy"), ids[:, :3])
+    np.save(f("ids9.npy"), r.integers(0, 11, (12, 9)))
+    np.save(f("t9.npy"), r.integers(0, 5, (12, 9)))
+    env = dict(os.environ, MODELRT_DEVICE=os.environ.get("TRAIN_DEVICE", "cpu"))
+    run = lambda *a: subprocess.run([prog, "train", "--weights", f("init.st"), "--batch", "4", "--quiet"] + list(a),  # noqa: E731
+                                    capture_output=True, text=True, env=env)
+    p = run("--data", "ids=" + f("ids.npy"), "--data", "t=" + f("t.npy"), "--log", f("l.log"), "--save", f("o.st"))
+    if p.returncode:
+        return "train with seq = 5 failed: " + p.stderr.strip()[-300:]
+    with open(f("l.log")) as fh:
+        losses = np.array([float(row.split()[5]) for row in fh])
+    ref, rw = seq_reference(w, ids, t, 4, 3, 0.5)
+    got = safetensors_np.read(f("o.st"))
+    bad = []
+    err = float(np.max(np.abs(losses - ref) / np.abs(ref))) if losses.shape == (3,) else float("inf")
+    print("  seq: seq = 5, 3 steps: losses %s, NumPy's %s: max relative error %.2e (tolerance %.0e)"
+          % (" ".join("%.6f" % v for v in losses), " ".join("%.6f" % v for v in ref), err, RTOL))
+    if not err <= RTOL:
+        bad.append("losses differ by %.2e relative" % err)
+    for k in rw:
+        e = float(np.max(np.abs(got[k] - rw[k]))) / float(np.max(np.abs(rw[k])))
+        print("  seq: final %-10s max |modelc - NumPy| / max|NumPy| = %.2e" % (k, e))
+        if not e <= RTOL:
+            bad.append("final %s differs by %.2e relative" % (k, e))
+    cases = [("files that disagree on seq", ["ids=" + f("ids3.npy"), "t=" + f("t.npy")],
+              "gives seq = 5 (axis 1), but --data ids=%s has seq = 3 (axis 1)" % f("ids3.npy")),
+             ("seq above --max-dim", ["ids=" + f("ids9.npy"), "t=" + f("t9.npy")],
+              "--data ids=%s: i64[12,9] gives seq = 9 (axis 1), more than the compiled maximum 8" % f("ids9.npy"))]
+    for what, data, want in cases:
+        p = run(*sum([["--data", x] for x in data], []))
+        print("  seq: %s: exit %d: %s" % (what, p.returncode, p.stderr.strip()))
+        if p.returncode != 1 or want not in p.stderr:
+            bad.append("%s: expected exit 1 and '%s'" % (what, want))
+    return "; ".join(bad) or None
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("-k", action="append", default=[])
@@ -307,6 +385,11 @@ def main():
         with tempfile.TemporaryDirectory(prefix="train_eval_") as d:
             why = check_eval(modelc, d)
         print("PASS: train/eval" if why is None else "FAIL: train/eval: %s" % why)
+        fails += why is not None
+    if not a.k or any(k in "seq" for k in a.k):
+        with tempfile.TemporaryDirectory(prefix="train_seq_") as d:
+            why = check_seq(modelc, d)
+        print("PASS: train/seq" if why is None else "FAIL: train/seq: %s" % why)
         fails += why is not None
     if not a.k or any(k in "embed" for k in a.k):
         with tempfile.TemporaryDirectory(prefix="train_embed_") as d:
