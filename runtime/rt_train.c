@@ -29,6 +29,17 @@ static size_t param_bytes(const mrt_param_desc *p)
     return (size_t)numel * mrt_dtype_size(p->dtype);
 }
 
+/* x in the fewest significant digits (up to 17) that read back as x: "0.3", not "0.29999999999999999". */
+static const char *num_str(char *buf, size_t n, double x)
+{
+    for (int p = 6; p <= 17; p++) {
+        snprintf(buf, n, "%.*g", p, x);
+        if (strtod(buf, NULL) == x)
+            break;
+    }
+    return buf;
+}
+
 mrt_status mrt_model_save_weights(mrt_model *m, const char *path, int state)
 {
     if (!m || !m->desc || !path || !*path)
@@ -56,11 +67,21 @@ mrt_status mrt_model_save_weights(mrt_model *m, const char *path, int state)
         free(buf);
         return mrt_set_error(MRT_ERR_OOM, "%s: cannot allocate %zu bytes to save the weights", path, data + cap);
     }
-    cap += (d->optimizer_args ? strlen(d->optimizer_args) : 0) + sizeof m->run;
+    /* optimizer_args: the hyperparameters this model trains with now (m->train: --lr and the
+     * schedule as PROG train set them), then the optimizer statement's others (betas, ...) */
+    const char *rest = d->optimizer_args ? d->optimizer_args : "";
+    if (!strncmp(rest, "lr=", 3))
+        rest = strchr(rest, ' ') ? strchr(rest, ' ') + 1 : "";
+    char args[512], n1[32], n2[32], n3[32];
+    snprintf(args, sizeof args, "lr=%s clip_grad_norm=%s warmup_steps=%lld decay_steps=%lld min_lr=%s%s%s",
+             num_str(n1, sizeof n1, m->train.lr), num_str(n2, sizeof n2, m->train.clip_grad_norm),
+             (long long)m->train.warmup_steps, (long long)m->train.decay_steps, num_str(n3, sizeof n3, m->train.min_lr),
+             *rest ? " " : "", rest);
+    cap += strlen(args) + sizeof m->run;
     size_t h = (size_t)snprintf(hdr, cap, "{\"__metadata__\":{\"format\":\"pt\",\"model\":\"%s\",\"content\":\"%s\","
                                 "\"optimizer\":\"%s\",\"optimizer_args\":\"%s\",\"run\":\"%s\",\"step\":\"%lld\"}",
-                                d->name, state ? "optimizer state" : "weights", d->optimizer ? d->optimizer : "",
-                                d->optimizer_args ? d->optimizer_args : "", m->run, (long long)m->step);
+                                d->name, state ? "optimizer state" : "weights", d->optimizer ? d->optimizer : "", args,
+                                m->run, (long long)m->step);
     size_t off = 0;
     mrt_status st = MRT_OK;
     for (int i = 0; i < d->n_params && st == MRT_OK; i++) {
@@ -245,7 +266,8 @@ static void train_help(const mrt_model_info *info, const char *prog)
            "                     the same step): its step count picks the batch, the learning rate and\n"
            "                     the bias correction, so with the same --batch, --shuffle and --seed\n"
            "                     the run ends bit for bit as one that was never stopped; --epochs and\n"
-           "                     --steps count from the first step of the training\n"
+           "                     --steps count from the first step of the training; --lr and the\n"
+           "                     schedule's options left out are the saving run's (given: the same)\n"
            "  --eval NAME=FILE,...  after each epoch, the mean loss over these samples (every input and\n"
            "                     target) in inference mode: batch_norm's running statistics, no dropout\n"
            "  --log FILE         append one line per step: epoch, step, loss, samples/s, grad_norm, lr\n"
@@ -1285,6 +1307,66 @@ int rt_train_main(const mrt_model_info *info, int argc, char **argv, const char 
             mrt_set_error(MRT_ERR_MISMATCH, "--resume %s was saved by a run with %s, this one has %s: give the same "
                           "--batch, --shuffle and --seed to continue it", o.resume, was, m->run);
             goto fail;
+        }
+        /* the weights of the same checkpoint: a run stopped between writing the two files (or
+         * two checkpoints mixed up) leaves weights and state of different steps */
+        char wstep[32], sstep[32], wrun[sizeof m->run];
+        if (rt_safetensors_meta(o.weights, "step", wstep, sizeof wstep) != MRT_OK ||
+            rt_safetensors_meta(o.resume, "step", sstep, sizeof sstep) != MRT_OK ||
+            rt_safetensors_meta(o.weights, "run", wrun, sizeof wrun) != MRT_OK)
+            goto fail;
+        if (strcmp(wstep, sstep) || strcmp(wrun, was)) {
+            mrt_set_error(MRT_ERR_MISMATCH, "--weights %s holds %s%s%s%s, but --resume %s holds step %s%s%s: a "
+                          "checkpoint's weights and state are of one step of one run (a run stopped between writing "
+                          "the two leaves them apart; give the --save file written with this --save-state file)",
+                          o.weights, *wstep ? "step " : "no step (not a checkpoint of PROG train)", wstep,
+                          *wrun && strcmp(wrun, was) ? " of a run with " : "", *wrun && strcmp(wrun, was) ? wrun : "",
+                          o.resume, sstep, *was && strcmp(wrun, was) ? " of a run with " : "",
+                          *was && strcmp(wrun, was) ? was : "");
+            goto fail;
+        }
+    }
+    /* the hyperparameters: an option given is the one the saving run used, an option left out
+     * is taken from the state file (optimizer_args), else the model's */
+    double *cfg_d[3] = {&o.lr, &o.clip_grad_norm, &o.min_lr};
+    long long *cfg_i[2] = {&o.warmup_steps, &o.decay_steps};
+    static const char *const cfg_key[5] = {"lr", "clip_grad_norm", "min_lr", "warmup_steps", "decay_steps"};
+    if (o.resume) {
+        char args[512];
+        if (rt_safetensors_meta(o.resume, "optimizer_args", args, sizeof args) != MRT_OK)
+            goto fail;
+        for (int k = 0; k < 5; k++) {
+            char pat[32];
+            snprintf(pat, sizeof pat, "%s=", cfg_key[k]);
+            const char *at = NULL;
+            for (const char *c = args; (c = strstr(c, pat)); c++)
+                if (c == args || c[-1] == ' ') {
+                    at = c + strlen(pat);
+                    break;
+                }
+            if (!at)
+                continue; /* a state file of an older modelc: the model's, or the option's */
+            char *end;
+            double v = strtod(at, &end);
+            if (end == at || (*end && *end != ' ')) {
+                mrt_set_error(MRT_ERR_FORMAT, "--resume %s: its %s in optimizer_args is not a number", o.resume, pat);
+                goto fail;
+            }
+            int given = k == 0 ? o.lr > 0 : k < 3 ? *cfg_d[k] >= 0 : *cfg_i[k - 3] >= 0;
+            double mine = k < 3 ? *cfg_d[k] : (double)*cfg_i[k - 3];
+            if (given && mine != v) {
+                char a1[32], a2[32];
+                mrt_set_error(MRT_ERR_MISMATCH, "--%s %s, but --resume %s was saved by a run with %s=%s: give the "
+                              "same value to continue it (or leave the option out to take the saved one)",
+                              k == 1 ? "clip-grad-norm" : k == 2 ? "min-lr" : k == 3 ? "warmup-steps"
+                              : k == 4 ? "decay-steps" : "lr", num_str(a1, sizeof a1, mine), o.resume, cfg_key[k],
+                              num_str(a2, sizeof a2, v));
+                goto fail;
+            }
+            if (k < 3)
+                *cfg_d[k] = v;
+            else
+                *cfg_i[k - 3] = (long long)v;
         }
     }
     if (o.lr > 0)

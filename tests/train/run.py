@@ -155,8 +155,12 @@ def check_resume(modelc, d):
     f = lambda s: os.path.join(d, s)  # noqa: E731
     init = f(name + ".init.safetensors")
     common = ["--shuffle", "--seed", "7", "--epochs", "2"]
-    runs = [("straight", ["--weights", init, "--save", f("a.st"), "--log", f("a.log")] + common),
-            ("first 6 steps", ["--weights", init, "--steps", "6", "--save", f("w.st"), "--save-state", f("s.st")] + common),
+    # hyperparameters other than the model's: the resumed run leaves them out and takes them
+    # from the state file (a run that took the model's would not end as the straight one)
+    hyper = ["--lr", "0.015", "--clip-grad-norm", "0.7", "--warmup-steps", "2", "--decay-steps", "6", "--min-lr", "0.001"]
+    runs = [("straight", ["--weights", init, "--save", f("a.st"), "--log", f("a.log")] + common + hyper),
+            ("first 6 steps", ["--weights", init, "--steps", "6", "--save", f("w.st"), "--save-state", f("s.st")] + common + hyper),
+            ("first 3 steps", ["--weights", init, "--steps", "3", "--save", f("w3.st"), "--save-state", f("s3.st")] + common + hyper),
             ("resumed", ["--weights", f("w.st"), "--resume", f("s.st"), "--save", f("w.st"), "--save-state", f("s.st"),
                          "--log", f("b.log")] + common)]
     for what, args in runs:
@@ -169,6 +173,12 @@ def check_resume(modelc, d):
         la, lb = [r.split()[5] for r in fa][6:], [r.split()[5] for r in fb]
     print("  resume: steps 7-10 resumed: losses %s, the straight run's %s; weights differ in %s" % (lb, la, diff or "none"))
     bad = []
+    with open(f("w.st"), "rb") as fh:
+        meta = fh.read(8 + int.from_bytes(fh.read(8), "little"))
+    want_args = b'"optimizer_args":"lr=0.015 clip_grad_norm=0.7 warmup_steps=2 decay_steps=6 min_lr=0.001 '
+    print("  resume: the resumed run's metadata records the hyperparameters used: %s" % (want_args in meta))
+    if want_args not in meta:
+        bad.append("the saved metadata lacks %s" % want_args.decode())
     if diff:
         bad.append("resumed weights differ from the straight run's in %s" % diff)
     if la != lb:
@@ -194,8 +204,16 @@ def check_resume(modelc, d):
              ("other batches than the saving run's", prog, ["--resume", f("s.st"), "--shuffle", "--seed", "8"],
               "saved by a run with batch=8 shuffle=1 seed=7, this one has batch=8 shuffle=1 seed=8"),
              ("not a safetensors file", prog, ["--resume", f("mlp_sched.x.npy")], "not a safetensors file")]
-    for what, pr, args, want in cases:
-        p = _train(pr, d, name, "--weights", f("w.st"), *args)
+    cases = [c + (f("w.st"),) for c in cases] + [
+             ("another --lr than the saving run's", prog, ["--resume", f("s3.st"), "--lr", "0.02"] + common,
+              "--lr 0.02, but --resume %s was saved by a run with lr=0.015" % f("s3.st"), f("w3.st")),
+             ("another --warmup-steps than the saving run's", prog, ["--resume", f("s3.st"), "--warmup-steps", "3"] + common,
+              "--warmup-steps 3, but --resume %s was saved by a run with warmup_steps=2" % f("s3.st"), f("w3.st")),
+             ("weights of another step", prog, ["--resume", f("s3.st")] + common,
+              "--weights %s holds step 10, but --resume %s holds step 3" % (f("w.st"), f("s3.st")), f("w.st")),
+             ("weights of no step", prog, ["--resume", f("s3.st")] + common, "--weights %s holds no step" % init, init)]
+    for what, pr, args, want, wts in cases:
+        p = _train(pr, d, name, "--weights", wts, *args)
         ok = p.returncode == 1 and want in p.stderr
         print("  resume: %s: exit %d: %s" % (what, p.returncode, p.stderr.strip()))
         if not ok:
