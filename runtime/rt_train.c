@@ -45,6 +45,9 @@ mrt_status mrt_model_save_weights(mrt_model *m, const char *path, int state)
     if (!m || !m->desc || !path || !*path)
         return mrt_set_error(MRT_ERR_INVALID_ARG, "mrt_model_save_weights: model or path is NULL or empty");
     const mrt_model_desc *d = m->desc;
+    if (!m->weights_loaded) /* the regions hold whatever the allocator left */
+        return mrt_set_error(MRT_ERR_INVALID_ARG, "%s_%s: weights are not loaded (call %s_load_weights first)", d->name,
+                             state ? "save_state" : "save_weights", d->name);
     size_t data = 0;
     for (int i = 0; i < d->n_params; i++) {
         const mrt_param_desc *p = &d->params[i];
@@ -145,6 +148,9 @@ mrt_status mrt_model_load_state(mrt_model *m, const char *path)
     if (!d->optimizer)
         return mrt_set_error(MRT_ERR_INVALID_ARG, "%s: model '%s' is not a training build: it has no optimizer state",
                              path, d->name);
+    if (!m->weights_loaded) /* load_weights zeroes the state: it would undo this load */
+        return mrt_set_error(MRT_ERR_INVALID_ARG, "%s_load_state: weights are not loaded (call %s_load_weights first, "
+                             "then %s_load_state)", d->name, d->name, d->name);
     /* What the file says it is, before any tensor is read. */
     char model[256], content[64], opt[64], step[32];
     mrt_status st;

@@ -259,6 +259,9 @@ def check_embed(modelc, d):
                         f("e.st"), f("es.st")], capture_output=True, text=True, env=dict(os.environ, MODELRT_DEVICE="cpu"))
     if p.returncode:
         return "embed_train failed: " + (p.stderr or p.stdout).strip()[-300:]
+    for line in p.stdout.strip().splitlines():
+        if "before load_weights" in line:
+            print("  embed: " + line)
     print("  embed: " + p.stdout.strip().splitlines()[-1])
     subprocess.run([modelc, os.path.join(HERE, name + ".model"), "--train", "--max-batch", "8", "-o", f("prog")],
                    check=True, capture_output=True)
@@ -269,7 +272,24 @@ def check_embed(modelc, d):
     a, b = safetensors_np.read(f("e.st")), safetensors_np.read(f("c.st"))
     diff = [k for k in b if not np.array_equal(a.get(k), b[k])]
     print("  embed: %s_train_step x 10 vs PROG train: weights differ in %s" % (name, diff or "none"))
-    return ("the weights differ in %s" % diff) if diff else None
+    bad = ["the weights differ in %s" % diff] if diff else []
+    # a weights file that holds the optimizer state too is refused, pointing to --resume (it was
+    # once loaded as the moments of step 0)
+    merged = dict(a, **safetensors_np.read(f("es.st")))
+    safetensors_np.write(f("merged.st"), merged)
+    q = _train(f("prog"), d, name, "--weights", f("merged.st"), "--steps", "1")
+    print("  embed: --weights holding the optimizer state: exit %d: %s" % (q.returncode, q.stderr.strip()))
+    if q.returncode != 1 or "is optimizer state, not a weight" not in q.stderr or "--resume" not in q.stderr:
+        bad.append("a weights file with optimizer state: expected exit 1 naming the tensor and --resume")
+    with open(f(name + ".h")) as fh:
+        hdr = fh.read()
+    doc = hdr[hdr.index("Load the weights"):hdr.index("_load_weights(", hdr.index("Load the weights"))]
+    params, state = doc.split("is refused:") if "is refused:" in doc else (doc, "")
+    print("  embed: the header's load_weights comment: %d params, %d state tensors listed apart"
+          % (params.count("f32["), state.count("f32[")))
+    if "exp_avg" in params or state.count("exp_avg") != 8:
+        bad.append("the header's load_weights comment lists the optimizer state among the params")
+    return "; ".join(bad) or None
 
 
 def check_eval(modelc, d):
