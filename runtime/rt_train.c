@@ -304,9 +304,26 @@ static int train_parse(const mrt_model_info *info, const char *prog, int argc, c
     o->batch = info->max_batch;
     o->warmup_steps = o->decay_steps = -1;
     o->clip_grad_norm = o->min_lr = -1;
+    /* a single-valued flag given twice is a mistake (which one was meant?), as the inference
+     * CLI says, not a silent "last one wins" */
+    static const char *const single[] = {"--weights", "--save", "--save-state", "--devices", "--resume", "--device",
+                                         "--log", "--batch", "--epochs", "--steps", "--seed", "--threads",
+                                         "--save-every", "--warmup-steps", "--decay-steps", "--lr", "--min-lr",
+                                         "--clip-grad-norm"};
+    enum { NSINGLE = sizeof single / sizeof *single };
+    const char *given[NSINGLE] = {0};
     for (int i = 2; i < argc; i++) {
         const char *a = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
+        for (int q = 0; q < NSINGLE && v; q++)
+            if (!strcmp(a, single[q])) {
+                if (given[q]) {
+                    fprintf(stderr, "%s train: error: %s given twice ('%s' and '%s'); give it once\n", prog, a, given[q],
+                            v);
+                    return 2;
+                }
+                given[q] = v;
+            }
 #define NEED()                                                                              \
     do {                                                                                    \
         if (!v) {                                                                           \

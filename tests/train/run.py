@@ -406,6 +406,48 @@ def check_seq(modelc, d):
     return "; ".join(bad) or None
 
 
+def check_cli(modelc, d):
+    """PROG train's command line, refused before the first step (exit 2 for the usage, 1 for a
+    file): each single-valued flag given twice (as the inference CLI refuses it); --save and
+    --save-state that are empty, or under a parent that is a file, or a directory (which once
+    passed, so the run trained and lost its result at the end)."""
+    name = "mlp_adamw"
+    prog = os.path.join(d, name)
+    subprocess.run([modelc, os.path.join(HERE, name + ".model"), "--train", "--max-batch", "8", "-o", prog],
+                   check=True, capture_output=True)
+    subprocess.run([sys.executable, os.path.join(HERE, "make_data.py"), d, name], check=True)
+    f = lambda s: os.path.join(d, s)  # noqa: E731
+    init = f(name + ".init.safetensors")
+    open(f("afile"), "w").close()
+    bad = []
+    twice = [("--batch", "8", "4"), ("--lr", "0.1", "0.2"), ("--weights", init, init), ("--save", f("a.st"), f("b.st")),
+             ("--seed", "1", "2"), ("--log", f("a.log"), f("b.log")), ("--device", "cpu", "cpu"), ("--steps", "1", "2"),
+             ("--save-state", f("s.st"), f("t.st")), ("--epochs", "1", "3"), ("--resume", f("s.st"), f("s.st"))]
+    for flag, v1, v2 in twice:
+        extra = [] if flag == "--weights" else ["--weights", init]
+        first = [] if flag == "--batch" else [flag, v1]  # _train gives --batch 8
+        p = _train(prog, d, name, *(extra + first + [flag, v2]))
+        want = "%s given twice ('%s' and '%s'); give it once" % (flag, v1, v2)
+        ok = p.returncode == 2 and want in p.stderr
+        print("  cli: %s twice: exit %d: %s" % (flag, p.returncode, p.stderr.strip()))
+        if not ok:
+            bad.append("%s twice: expected exit 2 and '%s'" % (flag, want))
+    outs = [(["--save", ""], "cannot write --save: its file name is empty"),
+            (["--save", f("w.st"), "--save-state", ""], "cannot write --save-state: its file name is empty"),
+            (["--save", f("afile/a.safetensors")], "cannot write --save to %s: its parent is not a directory"
+             % f("afile/a.safetensors")),
+            (["--save", f("w.st"), "--save-state", f("afile/s.st")], "cannot write --save-state to %s: its parent is "
+             "not a directory" % f("afile/s.st")),
+            (["--save", d + "/"], "it is a directory")]
+    for args, want in outs:
+        p = _train(prog, d, name, "--weights", init, "--log", f("o.log"), *args)
+        ran = os.path.exists(f("o.log")) and os.path.getsize(f("o.log")) > 0
+        print("  cli: %s: exit %d: %s" % (" ".join(repr(a) for a in args), p.returncode, p.stderr.strip()))
+        if p.returncode != 1 or want not in p.stderr or ran:
+            bad.append("%s: expected exit 1 and '%s' before the first step" % (args, want))
+    return "; ".join(bad) or None
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("-k", action="append", default=[])
@@ -423,6 +465,11 @@ def main():
         with tempfile.TemporaryDirectory(prefix="train_eval_") as d:
             why = check_eval(modelc, d)
         print("PASS: train/eval" if why is None else "FAIL: train/eval: %s" % why)
+        fails += why is not None
+    if not a.k or any(k in "cli" for k in a.k):
+        with tempfile.TemporaryDirectory(prefix="train_cli_") as d:
+            why = check_cli(modelc, d)
+        print("PASS: train/cli" if why is None else "FAIL: train/cli: %s" % why)
         fails += why is not None
     if not a.k or any(k in "seq" for k in a.k):
         with tempfile.TemporaryDirectory(prefix="train_seq_") as d:
