@@ -90,7 +90,13 @@ static void cli_help(const mrt_model_info *info, const char *prog)
 {
     char sh[RT_SHAPE_STR_MAX + 64];
     cli_usage_line(stdout, prog);
+    if (info->train)
+        printf("       %s train --weights INIT.safetensors --data NAME=FILE.npy ... [options]\n", prog);
     printf("\nRuns the compiled model '%s'.\n", info->name ? info->name : "?");
+    if (info->train)
+        printf("It is a training build (modelc --train): '%s train' trains it on .npy files, one\n"
+               "optimizer step per batch ('%s train --help' lists its options); a plain run is one such step.\n",
+               prog, prog);
     if (info->has_batch)
         printf("The batch is inferred from the inputs' shapes: up to %d per run; a larger batch\n"
                "runs in chunks of %d when it is the leading axis of every input and output.\n",

@@ -410,7 +410,8 @@ def check_cli(modelc, d):
     """PROG train's command line, refused before the first step (exit 2 for the usage, 1 for a
     file): each single-valued flag given twice (as the inference CLI refuses it); --save and
     --save-state that are empty, or under a parent that is a file, or a directory (which once
-    passed, so the run trained and lost its result at the end)."""
+    passed, so the run trained and lost its result at the end). And the program's plain --help
+    names the train subcommand."""
     name = "mlp_adamw"
     prog = os.path.join(d, name)
     subprocess.run([modelc, os.path.join(HERE, name + ".model"), "--train", "--max-batch", "8", "-o", prog],
@@ -445,6 +446,11 @@ def check_cli(modelc, d):
         print("  cli: %s: exit %d: %s" % (" ".join(repr(a) for a in args), p.returncode, p.stderr.strip()))
         if p.returncode != 1 or want not in p.stderr or ran:
             bad.append("%s: expected exit 1 and '%s' before the first step" % (args, want))
+    p = subprocess.run([prog, "--help"], capture_output=True, text=True)
+    want = "%s train --weights INIT.safetensors --data NAME=FILE.npy" % os.path.basename(prog)
+    print("  cli: the plain --help names the train subcommand: %s" % (want in p.stdout))
+    if p.returncode or want not in p.stdout or "train --help" not in p.stdout:
+        bad.append("the plain --help does not name '%s' and 'train --help'" % want)
     return "; ".join(bad) or None
 
 
