@@ -10,8 +10,9 @@ made by reference.py) at RTOL relative to the largest magnitude of each tensor, 
 with the error. The models: three MLPs (AdamW, SGD with Nesterov momentum, Adam with a frozen
 param) and gpt2_adamw, a 2-layer GPT-2 with tied embeddings (examples/gpt2's text) trained on
 next-token cross_entropy with AdamW, whose reference is PyTorch in float64 (reference.py's
-FLOAT64) and whose key biases are left out of the comparison (NULL_GRAD says why). Prints
-PASS/FAIL lines.
+FLOAT64) and whose key biases are left out of the comparison (NULL_GRAD says why). Then eval,
+cli (the command line's refusals), seq (a symbolic seq axis from the data files, against NumPy),
+embed (the C API) and resume. Prints PASS/FAIL lines.
 """
 import argparse
 import os
