@@ -691,10 +691,22 @@ void emit_c_header(Emit *e, FILE *o) {
     fprintf(o, "/** Load the weights from a safetensors file whose tensor names are the params below (a\n"
                " *  PyTorch state_dict saved with safetensors) and move them to the model's device(s), once.\n"
                " *  Every missing, unexpected, mistyped or mis-shaped tensor is an error naming it. Params:\n");
-    for (int i = 0; i < g->nparams; i++)
-        fprintf(o, " *   %-24s %s%s\n", g->params[i]->name, dtype_name(g->params[i]->dtype),
-                shape_str(&g->params[i]->shape, g->sym_names, buf, sizeof buf));
-    if (!g->nparams) fprintf(o, " *   (none: the path may be NULL)\n");
+    int nstate = 0;
+    for (int i = 0; i < g->nparams; i++) {
+        nstate += g->params[i]->state != 0;
+        if (!g->params[i]->state)
+            fprintf(o, " *   %-24s %s%s\n", g->params[i]->name, dtype_name(g->params[i]->dtype),
+                    shape_str(&g->params[i]->shape, g->sym_names, buf, sizeof buf));
+    }
+    if (g->nparams == nstate) fprintf(o, " *   (none: the path may be NULL)\n");
+    if (nstate) { /* training builds: the optimizer state is NAME_load_state's, never in a weights file */
+        fprintf(o, " *  A file that holds any of the optimizer state (it starts at zero; %s_load_state reads it)\n"
+                   " *  is refused:\n", e->pfx);
+        for (int i = 0; i < g->nparams; i++)
+            if (g->params[i]->state)
+                fprintf(o, " *   %-24s %s%s\n", g->params[i]->name, dtype_name(g->params[i]->dtype),
+                        shape_str(&g->params[i]->shape, g->sym_names, buf, sizeof buf));
+    }
     fprintf(o, " */\nmrt_status %s_load_weights(%s *m, const char *safetensors_path);\n\n", e->pfx, e->pfx);
     fprintf(o, "/** Run the model synchronously. `batch` is in 1..%s_MAX_BATCH%s.\n", e->PFX,
             g->has_batch ? "" : " (this model has no batch dimension: pass 1)");

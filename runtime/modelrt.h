@@ -706,7 +706,10 @@ typedef struct mrt_model_info {
 /** Write the model's weights (state == 0: the params, under their state_dict names) or its
  *  optimizer state (state == 1: exp_avg, exp_avg_sq, momentum_buffer of each trained param) to
  *  `path` as safetensors, atomically (a temporary file renamed into place); the metadata holds
- *  the model's name and its step count. Device weights are copied to the host first. */
+ *  the model's name, its step count, m->run and optimizer_args: m->train's hyperparameters (the
+ *  ones used: lr, clip_grad_norm, warmup_steps, decay_steps, min_lr), then the optimizer
+ *  statement's others. Device weights are copied to the host first. MRT_ERR_INVALID_ARG ("weights
+ *  are not loaded") before mrt_model_load_weights has succeeded. */
 mrt_status mrt_model_save_weights(mrt_model *m, const char *path, int state);
 
 /** Copy the params of src into dst, by name (every param of dst, optimizer state included, must
@@ -718,7 +721,8 @@ mrt_status mrt_model_copy_weights(mrt_model *dst, const mrt_model *src);
 /** Resume a training build: read the optimizer state that mrt_model_save_weights(m, path, 1)
  *  wrote (every state tensor, checked by name, dtype and shape) and set m->step to the step it
  *  records, so the next step continues exactly where that run stopped. Call it after
- *  mrt_model_load_weights (which zeros the state). A file of another model, of weights instead of
+ *  mrt_model_load_weights (which zeros the state; before it, MRT_ERR_INVALID_ARG "weights are not
+ *  loaded"). A file of another model, of weights instead of
  *  state, or of another optimizer is MRT_ERR_MISMATCH naming both sides; nothing is changed
  *  then (a tensor that fails to read may leave the state partly written: load it again). */
 mrt_status mrt_model_load_state(mrt_model *m, const char *path);

@@ -90,7 +90,13 @@ static void cli_help(const mrt_model_info *info, const char *prog)
 {
     char sh[RT_SHAPE_STR_MAX + 64];
     cli_usage_line(stdout, prog);
+    if (info->train)
+        printf("       %s train --weights INIT.safetensors --data NAME=FILE.npy ... [options]\n", prog);
     printf("\nRuns the compiled model '%s'.\n", info->name ? info->name : "?");
+    if (info->train)
+        printf("It is a training build (modelc --train): '%s train' trains it on .npy files, one\n"
+               "optimizer step per batch ('%s train --help' lists its options); a plain run is one such step.\n",
+               prog, prog);
     if (info->has_batch)
         printf("The batch is inferred from the inputs' shapes: up to %d per run; a larger batch\n"
                "runs in chunks of %d when it is the leading axis of every input and output.\n",
@@ -676,6 +682,8 @@ mrt_status rt_output_check(const char *what, const char *path, const char *const
 {
     char why[RT_QUOTE_MAX + 128];
     memset(d, 0, sizeof *d);
+    if (!path || !*path)
+        return mrt_set_error(MRT_ERR_IO, "cannot write %s: its file name is empty", what);
     char *target = rt_output_target(path, why, sizeof why);
     if (!target)
         return mrt_set_error(MRT_ERR_IO, "cannot write %s to %s: %s; outputs are "
@@ -691,13 +699,19 @@ mrt_status rt_output_check(const char *what, const char *path, const char *const
         *slash = '\0';
     else
         snprintf(dir, sizeof dir, ".");
+    struct stat so, sw;
+    if (!*base || (stat(dir, &so) == 0 && !S_ISDIR(so.st_mode))) {
+        mrt_set_error(MRT_ERR_IO, "cannot write %s to %s: %s", what, path,
+                      !*base ? "it names a directory, not a file" : "its parent is not a directory");
+        free(target);
+        return MRT_ERR_IO;
+    }
     if (access(dir, W_OK) != 0) {
         mrt_set_error(MRT_ERR_IO, "cannot write %s to %s: directory '%s' %s", what,
                       path, dir, access(dir, F_OK) != 0 ? "does not exist" : "is not writable");
         free(target);
         return MRT_ERR_IO;
     }
-    struct stat so, sw;
     if (stat(target, &so) == 0) {
         d->exists = 1;
         d->dev = so.st_dev;

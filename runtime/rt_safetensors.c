@@ -580,6 +580,12 @@ mrt_status mrt_weights_load_regions(const char *path, const mrt_param_desc *para
         }
         const mrt_param_desc *p = &params[e->param];
         seen[e->param] = 1;
+        if (p->state) { /* a weights file is the params alone; the state is --resume's */
+            st = mrt_set_error(MRT_ERR_MISMATCH, "%s: tensor '%s' is optimizer state, not a weight: load the weights "
+                               "alone, and the optimizer state with PROG train --resume (NAME_load_state), which "
+                               "also restores its step", path, e->name);
+            goto done;
+        }
         if (!e->known || e->dtype != p->dtype) {
             st = mrt_set_error(MRT_ERR_MISMATCH, "%s: tensor '%s': dtype %s in file, model "
                                "expects %s", path, e->name, e->dtype_name, rt_safetensors_dtype(p->dtype));

@@ -29,11 +29,25 @@ static size_t param_bytes(const mrt_param_desc *p)
     return (size_t)numel * mrt_dtype_size(p->dtype);
 }
 
+/* x in the fewest significant digits (up to 17) that read back as x: "0.3", not "0.29999999999999999". */
+static const char *num_str(char *buf, size_t n, double x)
+{
+    for (int p = 6; p <= 17; p++) {
+        snprintf(buf, n, "%.*g", p, x);
+        if (strtod(buf, NULL) == x)
+            break;
+    }
+    return buf;
+}
+
 mrt_status mrt_model_save_weights(mrt_model *m, const char *path, int state)
 {
     if (!m || !m->desc || !path || !*path)
         return mrt_set_error(MRT_ERR_INVALID_ARG, "mrt_model_save_weights: model or path is NULL or empty");
     const mrt_model_desc *d = m->desc;
+    if (!m->weights_loaded) /* the regions hold whatever the allocator left */
+        return mrt_set_error(MRT_ERR_INVALID_ARG, "%s_%s: weights are not loaded (call %s_load_weights first)", d->name,
+                             state ? "save_state" : "save_weights", d->name);
     size_t data = 0;
     for (int i = 0; i < d->n_params; i++) {
         const mrt_param_desc *p = &d->params[i];
@@ -56,11 +70,21 @@ mrt_status mrt_model_save_weights(mrt_model *m, const char *path, int state)
         free(buf);
         return mrt_set_error(MRT_ERR_OOM, "%s: cannot allocate %zu bytes to save the weights", path, data + cap);
     }
-    cap += (d->optimizer_args ? strlen(d->optimizer_args) : 0) + sizeof m->run;
+    /* optimizer_args: the hyperparameters this model trains with now (m->train: --lr and the
+     * schedule as PROG train set them), then the optimizer statement's others (betas, ...) */
+    const char *rest = d->optimizer_args ? d->optimizer_args : "";
+    if (!strncmp(rest, "lr=", 3))
+        rest = strchr(rest, ' ') ? strchr(rest, ' ') + 1 : "";
+    char args[512], n1[32], n2[32], n3[32];
+    snprintf(args, sizeof args, "lr=%s clip_grad_norm=%s warmup_steps=%lld decay_steps=%lld min_lr=%s%s%s",
+             num_str(n1, sizeof n1, m->train.lr), num_str(n2, sizeof n2, m->train.clip_grad_norm),
+             (long long)m->train.warmup_steps, (long long)m->train.decay_steps, num_str(n3, sizeof n3, m->train.min_lr),
+             *rest ? " " : "", rest);
+    cap += strlen(args) + sizeof m->run;
     size_t h = (size_t)snprintf(hdr, cap, "{\"__metadata__\":{\"format\":\"pt\",\"model\":\"%s\",\"content\":\"%s\","
                                 "\"optimizer\":\"%s\",\"optimizer_args\":\"%s\",\"run\":\"%s\",\"step\":\"%lld\"}",
-                                d->name, state ? "optimizer state" : "weights", d->optimizer ? d->optimizer : "",
-                                d->optimizer_args ? d->optimizer_args : "", m->run, (long long)m->step);
+                                d->name, state ? "optimizer state" : "weights", d->optimizer ? d->optimizer : "", args,
+                                m->run, (long long)m->step);
     size_t off = 0;
     mrt_status st = MRT_OK;
     for (int i = 0; i < d->n_params && st == MRT_OK; i++) {
@@ -124,6 +148,9 @@ mrt_status mrt_model_load_state(mrt_model *m, const char *path)
     if (!d->optimizer)
         return mrt_set_error(MRT_ERR_INVALID_ARG, "%s: model '%s' is not a training build: it has no optimizer state",
                              path, d->name);
+    if (!m->weights_loaded) /* load_weights zeroes the state: it would undo this load */
+        return mrt_set_error(MRT_ERR_INVALID_ARG, "%s_load_state: weights are not loaded (call %s_load_weights first, "
+                             "then %s_load_state)", d->name, d->name, d->name);
     /* What the file says it is, before any tensor is read. */
     char model[256], content[64], opt[64], step[32];
     mrt_status st;
@@ -245,7 +272,8 @@ static void train_help(const mrt_model_info *info, const char *prog)
            "                     the same step): its step count picks the batch, the learning rate and\n"
            "                     the bias correction, so with the same --batch, --shuffle and --seed\n"
            "                     the run ends bit for bit as one that was never stopped; --epochs and\n"
-           "                     --steps count from the first step of the training\n"
+           "                     --steps count from the first step of the training; --lr and the\n"
+           "                     schedule's options left out are the saving run's (given: the same)\n"
            "  --eval NAME=FILE,...  after each epoch, the mean loss over these samples (every input and\n"
            "                     target) in inference mode: batch_norm's running statistics, no dropout\n"
            "  --log FILE         append one line per step: epoch, step, loss, samples/s, grad_norm, lr\n"
@@ -276,9 +304,26 @@ static int train_parse(const mrt_model_info *info, const char *prog, int argc, c
     o->batch = info->max_batch;
     o->warmup_steps = o->decay_steps = -1;
     o->clip_grad_norm = o->min_lr = -1;
+    /* a single-valued flag given twice is a mistake (which one was meant?), as the inference
+     * CLI says, not a silent "last one wins" */
+    static const char *const single[] = {"--weights", "--save", "--save-state", "--devices", "--resume", "--device",
+                                         "--log", "--batch", "--epochs", "--steps", "--seed", "--threads",
+                                         "--save-every", "--warmup-steps", "--decay-steps", "--lr", "--min-lr",
+                                         "--clip-grad-norm"};
+    enum { NSINGLE = sizeof single / sizeof *single };
+    const char *given[NSINGLE] = {0};
     for (int i = 2; i < argc; i++) {
         const char *a = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
+        for (int q = 0; q < NSINGLE && v; q++)
+            if (!strcmp(a, single[q])) {
+                if (given[q]) {
+                    fprintf(stderr, "%s train: error: %s given twice ('%s' and '%s'); give it once\n", prog, a, given[q],
+                            v);
+                    return 2;
+                }
+                given[q] = v;
+            }
 #define NEED()                                                                              \
     do {                                                                                    \
         if (!v) {                                                                           \
@@ -485,14 +530,51 @@ static uint64_t splitmix64(uint64_t *s)
     return z ^ (z >> 31);
 }
 
-/* Read files[i] (.npy, given as `flag` NAME=FILE) for every input of info into data[i]: each
- * of the declared dtype and shape after its leading (batch) axis, all with the same number of
- * samples, *N; row[i] is the bytes of one sample and bufs[i] a buffer of `batch` of them. */
-static mrt_status read_samples(const mrt_model_info *info, const char *flag, const char *const *files, mrt_tensor *data,
-                               size_t *row, void **bufs, int batch, int64_t *N)
+/* The symbol axis k of `d` is exactly (shape[k] * that symbol), or -1 (none, or several). */
+static int axis_symbol(const mrt_io_desc *d, const mrt_model_info *info, int k)
 {
-    int from = 0;
+    int found = -1;
+    for (int s = 0; s < info->n_syms; s++) {
+        if (!d->sym[k][s])
+            continue;
+        if (d->sym[k][s] != 1 || found >= 0)
+            return -1;
+        found = s;
+    }
+    return found;
+}
+
+/* The shape of d as the model writes it, with the batch as N: "[N,seq,8]". */
+static void want_shape(char *want, size_t n, const mrt_io_desc *d, const mrt_model_info *info)
+{
+    snprintf(want, n, "[N");
+    for (int k = 1; k < d->rank; k++) {
+        size_t u = strlen(want);
+        int any = 0;
+        snprintf(want + u, n - u, ",");
+        if (d->shape[k] != 1 || !info->n_syms)
+            any = 1, snprintf(want + strlen(want), n - strlen(want), "%lld", (long long)d->shape[k]);
+        for (int s = 0; s < info->n_syms; s++)
+            for (int j = 0; j < d->sym[k][s]; j++, any = 1)
+                snprintf(want + strlen(want), n - strlen(want), "%s%s", any ? "*" : "", s ? info->sym_names[s] : "N");
+        if (!any)
+            snprintf(want + strlen(want), n - strlen(want), "1");
+    }
+    snprintf(want + strlen(want), n - strlen(want), "]");
+}
+
+/* Read files[i] (.npy, given as `flag` NAME=FILE) for every input of info into data[i]: each
+ * of the declared dtype, the batch its leading axis (all files the same number of samples, *N),
+ * its other axes the declared ones; a symbolic axis other than the batch (seq) takes its size
+ * from the files (dims[s], s >= 1: the same in every file, within the compiled --max-dim bound),
+ * dims[0] set to 1. row[i] is the bytes of one sample and bufs[i] a buffer of `batch` of them. */
+static mrt_status read_samples(const mrt_model_info *info, const char *flag, const char *const *files, mrt_tensor *data,
+                               size_t *row, void **bufs, int batch, int64_t *N, int64_t *dims)
+{
+    int from = 0, sfrom[MRT_MAX_SYMS] = {0};
     *N = -1;
+    for (int s = 0; s < MRT_MAX_SYMS; s++)
+        dims[s] = s ? -1 : 1;
     for (int i = 0; i < info->n_inputs; i++) {
         const mrt_io_desc *d = &info->inputs[i];
         mrt_status st = mrt_npy_read(files[i], &data[i]);
@@ -500,24 +582,84 @@ static mrt_status read_samples(const mrt_model_info *info, const char *flag, con
             return st;
         const mrt_tensor *t = &data[i];
         int ok = t->dtype == d->dtype && t->rank == d->rank && t->rank > 0 && d->sym[0][0] == 1;
-        for (int k = 1; ok && k < d->rank; k++)
-            ok = t->shape[k] == d->shape[k];
-        if (!ok) {
-            char got[RT_SHAPE_STR_MAX], want[RT_SHAPE_STR_MAX] = "[N";
-            rt_shape_str(got, sizeof got, t->shape, t->rank);
-            for (int k = 1; k < d->rank; k++)
-                snprintf(want + strlen(want), sizeof want - strlen(want), ",%lld", (long long)d->shape[k]);
-            snprintf(want + strlen(want), sizeof want - strlen(want), "]");
+        for (int s = 1; ok && s < MRT_MAX_SYMS; s++)
+            ok = !d->sym[0][s] && d->shape[0] == 1;
+        char got[RT_SHAPE_STR_MAX], want[RT_SHAPE_STR_MAX + 64];
+        rt_shape_str(got, sizeof got, t->shape, t->rank);
+        want_shape(want, sizeof want, d, info);
+        /* the sizes of the symbols alone on an axis (seq, 4*seq), the batch not among them */
+        for (int k = 1; ok && k < d->rank; k++) {
+            int s = axis_symbol(d, info, k), any = 0;
+            for (int q = 0; q < info->n_syms; q++)
+                any |= d->sym[k][q] != 0;
+            if (!any || s < 0)
+                continue; /* checked below, once the sizes are known */
+            if (s == 0 || t->shape[k] % d->shape[k] || t->shape[k] < d->shape[k]) {
+                ok = 0;
+                break;
+            }
+            int64_t v = t->shape[k] / d->shape[k];
+            if (v > info->sym_max[s])
+                return mrt_set_error(MRT_ERR_MISMATCH, "%s %s=%s: %s%s gives %s = %lld (axis %d), more than the compiled "
+                                     "maximum %lld (modelc --max-dim %s=N)", flag, d->name, files[i],
+                                     mrt_dtype_name(t->dtype), got, info->sym_names[s], (long long)v, k,
+                                     (long long)info->sym_max[s], info->sym_names[s]);
+            if (dims[s] >= 0 && dims[s] != v) {
+                int fi = sfrom[s] / MRT_MAX_RANK, fk = sfrom[s] % MRT_MAX_RANK;
+                return mrt_set_error(MRT_ERR_MISMATCH, "%s %s=%s: %s%s gives %s = %lld (axis %d), but %s %s=%s has %s = "
+                                     "%lld (axis %d): every file has the same %s", flag, d->name, files[i],
+                                     mrt_dtype_name(t->dtype), got, info->sym_names[s], (long long)v, k, flag,
+                                     info->inputs[fi].name, files[fi], info->sym_names[s], (long long)dims[s], fk,
+                                     info->sym_names[s]);
+            }
+            if (dims[s] < 0)
+                sfrom[s] = i * MRT_MAX_RANK + k;
+            dims[s] = v;
+        }
+        if (!ok)
             return mrt_set_error(MRT_ERR_MISMATCH, "%s %s=%s: %s%s; the model takes %s%s (N samples along the leading axis)",
                                  flag, d->name, files[i], mrt_dtype_name(t->dtype), got, mrt_dtype_name(d->dtype),
                                  d->rank > 0 && d->sym[0][0] == 1 ? want : "[...] with the batch leading");
-        }
         if (*N >= 0 && t->shape[0] != *N)
             return mrt_set_error(MRT_ERR_MISMATCH, "%s %s=%s has %lld samples, but %s %s=%s has %lld: every file holds "
                                  "the same samples", flag, d->name, files[i], (long long)t->shape[0], flag,
                                  info->inputs[from].name, files[from], (long long)*N);
         *N = t->shape[0];
         from = i;
+    }
+    /* a symbol no file gives alone (only in products such as seq*seq): the files cannot say it */
+    for (int s = 1; s < info->n_syms; s++)
+        if (dims[s] < 0) {
+            int used = 0;
+            for (int i = 0; i < info->n_inputs; i++)
+                for (int k = 1; k < info->inputs[i].rank; k++)
+                    used |= info->inputs[i].sym[k][s] != 0;
+            if (used)
+                return mrt_set_error(MRT_ERR_MISMATCH, "%s: no file gives %s by an axis of its own (an axis of %s alone, "
+                                     "as [N,%s,...])", flag, info->sym_names[s], info->sym_names[s], info->sym_names[s]);
+            dims[s] = 1;
+        }
+    /* every axis at these sizes (products of symbols included) */
+    for (int i = 0; i < info->n_inputs; i++) {
+        const mrt_io_desc *d = &info->inputs[i];
+        const mrt_tensor *t = &data[i];
+        for (int k = 1; k < d->rank; k++) {
+            int64_t want = d->shape[k];
+            int batch_axis = 0;
+            for (int s = 0; s < info->n_syms; s++)
+                for (int j = 0; j < d->sym[k][s]; j++) {
+                    batch_axis |= s == 0;
+                    want *= dims[s];
+                }
+            if (t->shape[k] != want || batch_axis) {
+                char got[RT_SHAPE_STR_MAX], ws[RT_SHAPE_STR_MAX + 64];
+                rt_shape_str(got, sizeof got, t->shape, t->rank);
+                want_shape(ws, sizeof ws, d, info);
+                return mrt_set_error(MRT_ERR_MISMATCH, "%s %s=%s: %s%s; the model takes %s%s (N samples along the leading "
+                                     "axis), axis %d of size %lld here", flag, d->name, files[i], mrt_dtype_name(t->dtype),
+                                     got, mrt_dtype_name(d->dtype), ws, k, (long long)want);
+            }
+        }
         row[i] = t->shape[0] ? t->nbytes / (size_t)t->shape[0] : 0;
         if (!(bufs[i] = malloc(row[i] * (size_t)batch + 1)))
             return mrt_set_error(MRT_ERR_OOM, "out of memory for a batch of %s %s", flag, d->name);
@@ -531,7 +673,7 @@ static mrt_status read_samples(const mrt_model_info *info, const char *flag, con
  * weights of the training model m copied in first. Each batch's loss is weighted by its size
  * (exact for a mean-reduced loss without ignored targets). */
 static mrt_status evaluate(const mrt_model_info *info, void **emodel, mrt_model *m, const mrt_tensor *edata,
-                           const size_t *erow, void **ebufs, int64_t NE, int batch, double *mean)
+                           const size_t *erow, void **ebufs, int64_t NE, const int64_t *edims, int batch, double *mean)
 {
     const mrt_model_info *ev = info->eval;
     mrt_status st = MRT_OK;
@@ -549,7 +691,9 @@ static mrt_status evaluate(const mrt_model_info *info, void **emodel, mrt_model 
         int nb = (int)(NE - b0 < batch ? NE - b0 : batch);
         for (int i = 0; i < ev->n_inputs; i++)
             memcpy(ebufs[i], (const unsigned char *)edata[i].data + (size_t)b0 * erow[i], (size_t)nb * erow[i]);
-        int64_t dims[MRT_MAX_SYMS] = {nb, 1, 1, 1};
+        int64_t dims[MRT_MAX_SYMS];
+        memcpy(dims, edims, sizeof dims);
+        dims[0] = nb;
         float l = 0;
         void *out[1] = {&l};
         st = ev->run(*emodel, dims, (const void *const *)ebufs, out);
@@ -584,6 +728,7 @@ typedef struct dp_train {
     int64_t first[MRT_DP_MAX], count[MRT_DP_MAX], batch;
     void *const *bufs;
     const size_t *row;
+    const int64_t *syms; /* [MRT_MAX_SYMS]: the sizes of the symbols after the batch (dims[1..]) */
     float loss[MRT_DP_MAX], sumsq_part[MRT_DP_MAX];
     float loss_all, sumsq;
     mrt_status st[MRT_DP_MAX];
@@ -602,7 +747,9 @@ static void dp_grads(void *ctx, int i)
     const void *in[64];
     for (int k = 0; k < t->info->n_inputs; k++)
         in[k] = (const unsigned char *)t->bufs[k] + (size_t)t->first[i] * t->row[k];
-    int64_t dims[MRT_MAX_SYMS] = {t->count[i], 1, 1, 1};
+    int64_t dims[MRT_MAX_SYMS];
+    memcpy(dims, t->syms, sizeof dims);
+    dims[0] = t->count[i];
     void *out[1] = {&t->loss[i]};
     ((mrt_model *)t->rep[i])->defer_update = 1;
     t->st[i] = t->info->run(t->rep[i], dims, in, out);
@@ -824,6 +971,7 @@ typedef struct mpi_train {
     rt_nccl *nccl;      /* GPU ranks: the gradients go through NCCL */
     int torchrun;       /* no MPI: the host's collectives go through NCCL too */
     const char **names; /* [k]: the param of gradient k, for errors */
+    const int64_t *syms; /* [MRT_MAX_SYMS]: the sizes of the symbols after the batch (dims[1..]) */
 } mpi_train;
 
 /* The host's collectives of the ranks: MPI under mpirun, NCCL under torchrun. */
@@ -849,7 +997,9 @@ static mrt_status mpi_step(mpi_train *t, const mrt_model_info *info, int nb, voi
         const void *in[64];
         for (int k = 0; k < info->n_inputs; k++)
             in[k] = (const unsigned char *)bufs[k] + (size_t)first * row[k];
-        int64_t dims[MRT_MAX_SYMS] = {cnt, 1, 1, 1};
+        int64_t dims[MRT_MAX_SYMS];
+        memcpy(dims, t->syms, sizeof dims);
+        dims[0] = cnt;
         void *out[1] = {&l};
         t->m->defer_update = 1;
         st = info->run(t->m, dims, in, out);
@@ -1150,10 +1300,10 @@ int rt_train_main(const mrt_model_info *info, int argc, char **argv, const char 
         goto oom;
     /* The data (and the evaluation data): every file read and checked against the model before
      * the first step. */
-    int64_t N = -1, NE = -1;
-    if (read_samples(info, "--data", o.data, data, row, bufs, o.batch, &N) != MRT_OK)
+    int64_t N = -1, NE = -1, sdims[MRT_MAX_SYMS], edims[MRT_MAX_SYMS];
+    if (read_samples(info, "--data", o.data, data, row, bufs, o.batch, &N, sdims) != MRT_OK)
         goto fail;
-    if (o.eval_files && read_samples(info, "--eval", o.eval_files, edata, erow, ebufs, o.batch, &NE) != MRT_OK)
+    if (o.eval_files && read_samples(info, "--eval", o.eval_files, edata, erow, ebufs, o.batch, &NE, edims) != MRT_OK)
         goto fail;
     order = malloc(sizeof *order * (size_t)N);
     if (!order)
@@ -1181,6 +1331,66 @@ int rt_train_main(const mrt_model_info *info, int argc, char **argv, const char 
                           "--batch, --shuffle and --seed to continue it", o.resume, was, m->run);
             goto fail;
         }
+        /* the weights of the same checkpoint: a run stopped between writing the two files (or
+         * two checkpoints mixed up) leaves weights and state of different steps */
+        char wstep[32], sstep[32], wrun[sizeof m->run];
+        if (rt_safetensors_meta(o.weights, "step", wstep, sizeof wstep) != MRT_OK ||
+            rt_safetensors_meta(o.resume, "step", sstep, sizeof sstep) != MRT_OK ||
+            rt_safetensors_meta(o.weights, "run", wrun, sizeof wrun) != MRT_OK)
+            goto fail;
+        if (strcmp(wstep, sstep) || strcmp(wrun, was)) {
+            mrt_set_error(MRT_ERR_MISMATCH, "--weights %s holds %s%s%s%s, but --resume %s holds step %s%s%s: a "
+                          "checkpoint's weights and state are of one step of one run (a run stopped between writing "
+                          "the two leaves them apart; give the --save file written with this --save-state file)",
+                          o.weights, *wstep ? "step " : "no step (not a checkpoint of PROG train)", wstep,
+                          *wrun && strcmp(wrun, was) ? " of a run with " : "", *wrun && strcmp(wrun, was) ? wrun : "",
+                          o.resume, sstep, *was && strcmp(wrun, was) ? " of a run with " : "",
+                          *was && strcmp(wrun, was) ? was : "");
+            goto fail;
+        }
+    }
+    /* the hyperparameters: an option given is the one the saving run used, an option left out
+     * is taken from the state file (optimizer_args), else the model's */
+    double *cfg_d[3] = {&o.lr, &o.clip_grad_norm, &o.min_lr};
+    long long *cfg_i[2] = {&o.warmup_steps, &o.decay_steps};
+    static const char *const cfg_key[5] = {"lr", "clip_grad_norm", "min_lr", "warmup_steps", "decay_steps"};
+    if (o.resume) {
+        char args[512];
+        if (rt_safetensors_meta(o.resume, "optimizer_args", args, sizeof args) != MRT_OK)
+            goto fail;
+        for (int k = 0; k < 5; k++) {
+            char pat[32];
+            snprintf(pat, sizeof pat, "%s=", cfg_key[k]);
+            const char *at = NULL;
+            for (const char *c = args; (c = strstr(c, pat)); c++)
+                if (c == args || c[-1] == ' ') {
+                    at = c + strlen(pat);
+                    break;
+                }
+            if (!at)
+                continue; /* a state file of an older modelc: the model's, or the option's */
+            char *end;
+            double v = strtod(at, &end);
+            if (end == at || (*end && *end != ' ')) {
+                mrt_set_error(MRT_ERR_FORMAT, "--resume %s: its %s in optimizer_args is not a number", o.resume, pat);
+                goto fail;
+            }
+            int given = k == 0 ? o.lr > 0 : k < 3 ? *cfg_d[k] >= 0 : *cfg_i[k - 3] >= 0;
+            double mine = k < 3 ? *cfg_d[k] : (double)*cfg_i[k - 3];
+            if (given && mine != v) {
+                char a1[32], a2[32];
+                mrt_set_error(MRT_ERR_MISMATCH, "--%s %s, but --resume %s was saved by a run with %s=%s: give the "
+                              "same value to continue it (or leave the option out to take the saved one)",
+                              k == 1 ? "clip-grad-norm" : k == 2 ? "min-lr" : k == 3 ? "warmup-steps"
+                              : k == 4 ? "decay-steps" : "lr", num_str(a1, sizeof a1, mine), o.resume, cfg_key[k],
+                              num_str(a2, sizeof a2, v));
+                goto fail;
+            }
+            if (k < 3)
+                *cfg_d[k] = v;
+            else
+                *cfg_i[k - 3] = (long long)v;
+        }
     }
     if (o.lr > 0)
         m->train.lr = o.lr;
@@ -1202,8 +1412,9 @@ int rt_train_main(const mrt_model_info *info, int argc, char **argv, const char 
         dp = &dpt;
         if (dp_train_setup(dp, info, m, o.dev, o.ndev) != MRT_OK)
             goto fail;
+        dp->syms = sdims;
     }
-    mt = (mpi_train){rank, world, m, NULL, NULL, NULL, torchrun, NULL};
+    mt = (mpi_train){rank, world, m, NULL, NULL, NULL, torchrun, NULL, sdims};
     if (world > 1 && m->dev[0].kind == MRT_DEVICE_CUDA) {
         /* a NCCL communicator: under mpirun rank 0 makes the id and MPI_Bcast sends it (as llm.c
          * does); under torchrun every rank's ncclGetUniqueId gives the same id (NCCL_COMM_ID) */
@@ -1316,7 +1527,9 @@ int rt_train_main(const mrt_model_info *info, int argc, char **argv, const char 
                 for (int r = 0; r < nb; r++)
                     memcpy((unsigned char *)bufs[i] + (size_t)r * row[i],
                            (const unsigned char *)data[i].data + (size_t)order[b0 + r] * row[i], row[i]);
-            int64_t dims[MRT_MAX_SYMS] = {nb, 1, 1, 1};
+            int64_t dims[MRT_MAX_SYMS];
+            memcpy(dims, sdims, sizeof dims);
+            dims[0] = nb;
             void *out[1] = {&loss};
             double ts = now_s();
             mrt_status st = world > 1 ? mpi_step(&mt, info, nb, bufs, row, &loss, step + 1)
@@ -1365,7 +1578,7 @@ int rt_train_main(const mrt_model_info *info, int argc, char **argv, const char 
             fprintf(stderr, "epoch %d/%d: %lld steps, last loss %.6f\n", ep, o.epochs, (long long)step, loss);
         if (o.eval_files && rank == 0) {
             double el;
-            if (evaluate(info, &emodel, m, edata, erow, ebufs, NE, o.batch, &el) != MRT_OK) {
+            if (evaluate(info, &emodel, m, edata, erow, ebufs, NE, edims, o.batch, &el) != MRT_OK) {
                 /* the training so far is good: it is saved before the run stops */
                 char msg[1024], kept[600] = "";
                 snprintf(msg, sizeof msg, "%s", mrt_last_error());

@@ -2,7 +2,8 @@
  * embed_train.c — the training API of a generated model used from C (tests/train/run.py,
  * train/embed): mlp_adamw's NAME_train_step over the batches of the data files in file order,
  * then NAME_save_weights and NAME_save_state; a second model resumes from those files with
- * NAME_load_state, on $MODELRT_DEVICE (the test sets cpu). run.py compares the weights with
+ * NAME_load_state (and a third, never loaded, whose save_weights, save_state and load_state
+ * fail), on $MODELRT_DEVICE (the test sets cpu). run.py compares the weights with
  * `PROG train`'s, which must be identical.
  *
  *   embed_train INIT.safetensors X.npy LABELS.npy STEPS OUT.safetensors STATE.safetensors
@@ -11,6 +12,7 @@
 
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 static int fail(const char *what)
 {
@@ -41,6 +43,33 @@ int main(int argc, char **argv)
     }
     if (mlp_adamw_save_weights(m, argv[5]) != MRT_OK || mlp_adamw_save_state(m, argv[6]) != MRT_OK)
         return fail("save_weights or save_state");
+    /* a model whose weights were never loaded: saving it, or loading its state, is an error
+     * (its regions hold whatever the allocator left), and no file is written */
+    mlp_adamw *u = NULL;
+    char path[4096];
+    snprintf(path, sizeof path, "%s.unloaded", argv[5]);
+    if (mlp_adamw_create(&u, NULL) != MRT_OK)
+        return fail("create");
+    if (mlp_adamw_save_weights(u, path) == MRT_OK || !strstr(mrt_last_error(), "weights are not loaded")) {
+        fprintf(stderr, "embed_train: save_weights before load_weights: %s\n", mrt_last_error());
+        return 1;
+    }
+    printf("save_weights before load_weights: %s\n", mrt_last_error());
+    if (mlp_adamw_save_state(u, path) == MRT_OK || !strstr(mrt_last_error(), "weights are not loaded")) {
+        fprintf(stderr, "embed_train: save_state before load_weights: %s\n", mrt_last_error());
+        return 1;
+    }
+    printf("save_state before load_weights: %s\n", mrt_last_error());
+    if (mlp_adamw_load_state(u, argv[6]) == MRT_OK || !strstr(mrt_last_error(), "weights are not loaded")) {
+        fprintf(stderr, "embed_train: load_state before load_weights: %s\n", mrt_last_error());
+        return 1;
+    }
+    printf("load_state before load_weights: %s\n", mrt_last_error());
+    if (fopen(path, "rb")) {
+        fprintf(stderr, "embed_train: %s was written\n", path);
+        return 1;
+    }
+    mlp_adamw_destroy(u);
     /* a second model resumes from the files: its state and step are the first one's */
     mlp_adamw *r = NULL;
     if (mlp_adamw_create(&r, NULL) != MRT_OK || mlp_adamw_load_weights(r, argv[5]) != MRT_OK ||

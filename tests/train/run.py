@@ -10,8 +10,9 @@ made by reference.py) at RTOL relative to the largest magnitude of each tensor, 
 with the error. The models: three MLPs (AdamW, SGD with Nesterov momentum, Adam with a frozen
 param) and gpt2_adamw, a 2-layer GPT-2 with tied embeddings (examples/gpt2's text) trained on
 next-token cross_entropy with AdamW, whose reference is PyTorch in float64 (reference.py's
-FLOAT64) and whose key biases are left out of the comparison (NULL_GRAD says why). Prints
-PASS/FAIL lines.
+FLOAT64) and whose key biases are left out of the comparison (NULL_GRAD says why). Then eval,
+cli (the command line's refusals), seq (a symbolic seq axis from the data files, against NumPy),
+embed (the C API) and resume. Prints PASS/FAIL lines.
 """
 import argparse
 import os
@@ -155,8 +156,12 @@ def check_resume(modelc, d):
     f = lambda s: os.path.join(d, s)  # noqa: E731
     init = f(name + ".init.safetensors")
     common = ["--shuffle", "--seed", "7", "--epochs", "2"]
-    runs = [("straight", ["--weights", init, "--save", f("a.st"), "--log", f("a.log")] + common),
-            ("first 6 steps", ["--weights", init, "--steps", "6", "--save", f("w.st"), "--save-state", f("s.st")] + common),
+    # hyperparameters other than the model's: the resumed run leaves them out and takes them
+    # from the state file (a run that took the model's would not end as the straight one)
+    hyper = ["--lr", "0.015", "--clip-grad-norm", "0.7", "--warmup-steps", "2", "--decay-steps", "6", "--min-lr", "0.001"]
+    runs = [("straight", ["--weights", init, "--save", f("a.st"), "--log", f("a.log")] + common + hyper),
+            ("first 6 steps", ["--weights", init, "--steps", "6", "--save", f("w.st"), "--save-state", f("s.st")] + common + hyper),
+            ("first 3 steps", ["--weights", init, "--steps", "3", "--save", f("w3.st"), "--save-state", f("s3.st")] + common + hyper),
             ("resumed", ["--weights", f("w.st"), "--resume", f("s.st"), "--save", f("w.st"), "--save-state", f("s.st"),
                          "--log", f("b.log")] + common)]
     for what, args in runs:
@@ -169,6 +174,12 @@ def check_resume(modelc, d):
         la, lb = [r.split()[5] for r in fa][6:], [r.split()[5] for r in fb]
     print("  resume: steps 7-10 resumed: losses %s, the straight run's %s; weights differ in %s" % (lb, la, diff or "none"))
     bad = []
+    with open(f("w.st"), "rb") as fh:
+        meta = fh.read(8 + int.from_bytes(fh.read(8), "little"))
+    want_args = b'"optimizer_args":"lr=0.015 clip_grad_norm=0.7 warmup_steps=2 decay_steps=6 min_lr=0.001 '
+    print("  resume: the resumed run's metadata records the hyperparameters used: %s" % (want_args in meta))
+    if want_args not in meta:
+        bad.append("the saved metadata lacks %s" % want_args.decode())
     if diff:
         bad.append("resumed weights differ from the straight run's in %s" % diff)
     if la != lb:
@@ -194,8 +205,16 @@ def check_resume(modelc, d):
              ("other batches than the saving run's", prog, ["--resume", f("s.st"), "--shuffle", "--seed", "8"],
               "saved by a run with batch=8 shuffle=1 seed=7, this one has batch=8 shuffle=1 seed=8"),
              ("not a safetensors file", prog, ["--resume", f("mlp_sched.x.npy")], "not a safetensors file")]
-    for what, pr, args, want in cases:
-        p = _train(pr, d, name, "--weights", f("w.st"), *args)
+    cases = [c + (f("w.st"),) for c in cases] + [
+             ("another --lr than the saving run's", prog, ["--resume", f("s3.st"), "--lr", "0.02"] + common,
+              "--lr 0.02, but --resume %s was saved by a run with lr=0.015" % f("s3.st"), f("w3.st")),
+             ("another --warmup-steps than the saving run's", prog, ["--resume", f("s3.st"), "--warmup-steps", "3"] + common,
+              "--warmup-steps 3, but --resume %s was saved by a run with warmup_steps=2" % f("s3.st"), f("w3.st")),
+             ("weights of another step", prog, ["--resume", f("s3.st")] + common,
+              "--weights %s holds step 10, but --resume %s holds step 3" % (f("w.st"), f("s3.st")), f("w.st")),
+             ("weights of no step", prog, ["--resume", f("s3.st")] + common, "--weights %s holds no step" % init, init)]
+    for what, pr, args, want, wts in cases:
+        p = _train(pr, d, name, "--weights", wts, *args)
         ok = p.returncode == 1 and want in p.stderr
         print("  resume: %s: exit %d: %s" % (what, p.returncode, p.stderr.strip()))
         if not ok:
@@ -241,6 +260,9 @@ def check_embed(modelc, d):
                         f("e.st"), f("es.st")], capture_output=True, text=True, env=dict(os.environ, MODELRT_DEVICE="cpu"))
     if p.returncode:
         return "embed_train failed: " + (p.stderr or p.stdout).strip()[-300:]
+    for line in p.stdout.strip().splitlines():
+        if "before load_weights" in line:
+            print("  embed: " + line)
     print("  embed: " + p.stdout.strip().splitlines()[-1])
     subprocess.run([modelc, os.path.join(HERE, name + ".model"), "--train", "--max-batch", "8", "-o", f("prog")],
                    check=True, capture_output=True)
@@ -251,7 +273,24 @@ def check_embed(modelc, d):
     a, b = safetensors_np.read(f("e.st")), safetensors_np.read(f("c.st"))
     diff = [k for k in b if not np.array_equal(a.get(k), b[k])]
     print("  embed: %s_train_step x 10 vs PROG train: weights differ in %s" % (name, diff or "none"))
-    return ("the weights differ in %s" % diff) if diff else None
+    bad = ["the weights differ in %s" % diff] if diff else []
+    # a weights file that holds the optimizer state too is refused, pointing to --resume (it was
+    # once loaded as the moments of step 0)
+    merged = dict(a, **safetensors_np.read(f("es.st")))
+    safetensors_np.write(f("merged.st"), merged)
+    q = _train(f("prog"), d, name, "--weights", f("merged.st"), "--steps", "1")
+    print("  embed: --weights holding the optimizer state: exit %d: %s" % (q.returncode, q.stderr.strip()))
+    if q.returncode != 1 or "is optimizer state, not a weight" not in q.stderr or "--resume" not in q.stderr:
+        bad.append("a weights file with optimizer state: expected exit 1 naming the tensor and --resume")
+    with open(f(name + ".h")) as fh:
+        hdr = fh.read()
+    doc = hdr[hdr.index("Load the weights"):hdr.index("_load_weights(", hdr.index("Load the weights"))]
+    params, state = doc.split("is refused:") if "is refused:" in doc else (doc, "")
+    print("  embed: the header's load_weights comment: %d params, %d state tensors listed apart"
+          % (params.count("f32["), state.count("f32[")))
+    if "exp_avg" in params or state.count("exp_avg") != 8:
+        bad.append("the header's load_weights comment lists the optimizer state among the params")
+    return "; ".join(bad) or None
 
 
 def check_eval(modelc, d):
@@ -290,6 +329,132 @@ def check_eval(modelc, d):
     return "eval loss differs by %.1e relative" % err if bad else None
 
 
+def seq_reference(w, ids, t, batch, steps, lr):
+    """NumPy's SGD on seq_sgd.model: embedding, linear, mean cross_entropy over batch*seq, in float64."""
+    w = {k: v.astype(np.float64) for k, v in w.items()}
+    losses = []
+    for s in range(steps):
+        b = slice(s * batch, (s + 1) * batch)
+        i, y = ids[b].reshape(-1), t[b].reshape(-1)
+        e = w["emb.weight"][i]
+        z = e @ w["fc.weight"].T + w["fc.bias"]
+        z = z - z.max(1, keepdims=True)
+        p = np.exp(z) / np.exp(z).sum(1, keepdims=True)
+        losses.append(float(np.mean(-np.log(p[np.arange(len(y)), y]))))
+        dz = p.copy()
+        dz[np.arange(len(y)), y] -= 1
+        dz /= len(y)
+        g = {"fc.weight": dz.T @ e, "fc.bias": dz.sum(0), "emb.weight": np.zeros_like(w["emb.weight"])}
+        np.add.at(g["emb.weight"], i, dz @ w["fc.weight"])
+        for k in w:
+            w[k] -= lr * g[k]
+    return losses, w
+
+
+def check_seq(modelc, d):
+    """A symbolic axis other than the batch (ids: i64[batch, seq], --max-dim seq=8): PROG train
+    takes seq from the files (5 here; seq was once held to 1) and trains 3 steps as NumPy's SGD
+    does; files that disagree on seq, and a seq above the compiled bound, are refused naming the
+    file and the axis."""
+    name = "seq_sgd"
+    prog = os.path.join(d, name)
+    p = subprocess.run([modelc, os.path.join(HERE, name + ".model"), "--train", "--max-batch", "4", "--max-dim", "seq=8",
+                        "-o", prog], capture_output=True, text=True)
+    if p.returncode:
+        return "modelc --train failed: " + (p.stderr or p.stdout).strip()[-400:]
+    f = lambda s: os.path.join(d, s)  # noqa: E731
+    r = np.random.default_rng(3)
+    w = {"emb.weight": r.standard_normal((11, 6)).astype(np.float32),
+         "fc.weight": (0.4 * r.standard_normal((5, 6))).astype(np.float32),
+         "fc.bias": (0.1 * r.standard_normal(5)).astype(np.float32)}
+    safetensors_np.write(f("init.st"), w)
+    ids, t = r.integers(0, 11, (12, 5)), r.integers(0, 5, (12, 5))
+    np.save(f("ids.npy"), ids)
+    np.save(f("t.npy"), t)
+    np.save(f("ids3.npy"), ids[:, :3])
+    np.save(f("ids9.npy"), r.integers(0, 11, (12, 9)))
+    np.save(f("t9.npy"), r.integers(0, 5, (12, 9)))
+    env = dict(os.environ, MODELRT_DEVICE=os.environ.get("TRAIN_DEVICE", "cpu"))
+    run = lambda *a: subprocess.run([prog, "train", "--weights", f("init.st"), "--batch", "4", "--quiet"] + list(a),  # noqa: E731
+                                    capture_output=True, text=True, env=env)
+    p = run("--data", "ids=" + f("ids.npy"), "--data", "t=" + f("t.npy"), "--log", f("l.log"), "--save", f("o.st"))
+    if p.returncode:
+        return "train with seq = 5 failed: " + p.stderr.strip()[-300:]
+    with open(f("l.log")) as fh:
+        losses = np.array([float(row.split()[5]) for row in fh])
+    ref, rw = seq_reference(w, ids, t, 4, 3, 0.5)
+    got = safetensors_np.read(f("o.st"))
+    bad = []
+    err = float(np.max(np.abs(losses - ref) / np.abs(ref))) if losses.shape == (3,) else float("inf")
+    print("  seq: seq = 5, 3 steps: losses %s, NumPy's %s: max relative error %.2e (tolerance %.0e)"
+          % (" ".join("%.6f" % v for v in losses), " ".join("%.6f" % v for v in ref), err, RTOL))
+    if not err <= RTOL:
+        bad.append("losses differ by %.2e relative" % err)
+    for k in rw:
+        e = float(np.max(np.abs(got[k] - rw[k]))) / float(np.max(np.abs(rw[k])))
+        print("  seq: final %-10s max |modelc - NumPy| / max|NumPy| = %.2e" % (k, e))
+        if not e <= RTOL:
+            bad.append("final %s differs by %.2e relative" % (k, e))
+    cases = [("files that disagree on seq", ["ids=" + f("ids3.npy"), "t=" + f("t.npy")],
+              "gives seq = 5 (axis 1), but --data ids=%s has seq = 3 (axis 1)" % f("ids3.npy")),
+             ("seq above --max-dim", ["ids=" + f("ids9.npy"), "t=" + f("t9.npy")],
+              "--data ids=%s: i64[12,9] gives seq = 9 (axis 1), more than the compiled maximum 8" % f("ids9.npy"))]
+    for what, data, want in cases:
+        p = run(*sum([["--data", x] for x in data], []))
+        print("  seq: %s: exit %d: %s" % (what, p.returncode, p.stderr.strip()))
+        if p.returncode != 1 or want not in p.stderr:
+            bad.append("%s: expected exit 1 and '%s'" % (what, want))
+    return "; ".join(bad) or None
+
+
+def check_cli(modelc, d):
+    """PROG train's command line, refused before the first step (exit 2 for the usage, 1 for a
+    file): each single-valued flag given twice (as the inference CLI refuses it); --save and
+    --save-state that are empty, or under a parent that is a file, or a directory (which once
+    passed, so the run trained and lost its result at the end). And the program's plain --help
+    names the train subcommand."""
+    name = "mlp_adamw"
+    prog = os.path.join(d, name)
+    subprocess.run([modelc, os.path.join(HERE, name + ".model"), "--train", "--max-batch", "8", "-o", prog],
+                   check=True, capture_output=True)
+    subprocess.run([sys.executable, os.path.join(HERE, "make_data.py"), d, name], check=True)
+    f = lambda s: os.path.join(d, s)  # noqa: E731
+    init = f(name + ".init.safetensors")
+    open(f("afile"), "w").close()
+    bad = []
+    twice = [("--batch", "8", "4"), ("--lr", "0.1", "0.2"), ("--weights", init, init), ("--save", f("a.st"), f("b.st")),
+             ("--seed", "1", "2"), ("--log", f("a.log"), f("b.log")), ("--device", "cpu", "cpu"), ("--steps", "1", "2"),
+             ("--save-state", f("s.st"), f("t.st")), ("--epochs", "1", "3"), ("--resume", f("s.st"), f("s.st"))]
+    for flag, v1, v2 in twice:
+        extra = [] if flag == "--weights" else ["--weights", init]
+        first = [] if flag == "--batch" else [flag, v1]  # _train gives --batch 8
+        p = _train(prog, d, name, *(extra + first + [flag, v2]))
+        want = "%s given twice ('%s' and '%s'); give it once" % (flag, v1, v2)
+        ok = p.returncode == 2 and want in p.stderr
+        print("  cli: %s twice: exit %d: %s" % (flag, p.returncode, p.stderr.strip()))
+        if not ok:
+            bad.append("%s twice: expected exit 2 and '%s'" % (flag, want))
+    outs = [(["--save", ""], "cannot write --save: its file name is empty"),
+            (["--save", f("w.st"), "--save-state", ""], "cannot write --save-state: its file name is empty"),
+            (["--save", f("afile/a.safetensors")], "cannot write --save to %s: its parent is not a directory"
+             % f("afile/a.safetensors")),
+            (["--save", f("w.st"), "--save-state", f("afile/s.st")], "cannot write --save-state to %s: its parent is "
+             "not a directory" % f("afile/s.st")),
+            (["--save", d + "/"], "it is a directory")]
+    for args, want in outs:
+        p = _train(prog, d, name, "--weights", init, "--log", f("o.log"), *args)
+        ran = os.path.exists(f("o.log")) and os.path.getsize(f("o.log")) > 0
+        print("  cli: %s: exit %d: %s" % (" ".join(repr(a) for a in args), p.returncode, p.stderr.strip()))
+        if p.returncode != 1 or want not in p.stderr or ran:
+            bad.append("%s: expected exit 1 and '%s' before the first step" % (args, want))
+    p = subprocess.run([prog, "--help"], capture_output=True, text=True)
+    want = "%s train --weights INIT.safetensors --data NAME=FILE.npy" % os.path.basename(prog)
+    print("  cli: the plain --help names the train subcommand: %s" % (want in p.stdout))
+    if p.returncode or want not in p.stdout or "train --help" not in p.stdout:
+        bad.append("the plain --help does not name '%s' and 'train --help'" % want)
+    return "; ".join(bad) or None
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("-k", action="append", default=[])
@@ -307,6 +472,16 @@ def main():
         with tempfile.TemporaryDirectory(prefix="train_eval_") as d:
             why = check_eval(modelc, d)
         print("PASS: train/eval" if why is None else "FAIL: train/eval: %s" % why)
+        fails += why is not None
+    if not a.k or any(k in "cli" for k in a.k):
+        with tempfile.TemporaryDirectory(prefix="train_cli_") as d:
+            why = check_cli(modelc, d)
+        print("PASS: train/cli" if why is None else "FAIL: train/cli: %s" % why)
+        fails += why is not None
+    if not a.k or any(k in "seq" for k in a.k):
+        with tempfile.TemporaryDirectory(prefix="train_seq_") as d:
+            why = check_seq(modelc, d)
+        print("PASS: train/seq" if why is None else "FAIL: train/seq: %s" % why)
         fails += why is not None
     if not a.k or any(k in "embed" for k in a.k):
         with tempfile.TemporaryDirectory(prefix="train_embed_") as d:
