@@ -895,12 +895,8 @@ static int cli_execute(const mrt_model_info *info, const cli_opts *o, const char
     if (batch > info->max_batch && !r.dp) {
         /* the batch leads a buffer when axis 0 holds it once and no other axis does */
         int leading = 1;
-        for (int i = 0; i < nin + nout; i++) {
-            const mrt_io_desc *dd = i < nin ? &info->inputs[i] : &info->outputs[i - nin];
-            leading &= dd->rank > 0 && dd->sym[0][0] == 1;
-            for (int k = 1; k < dd->rank; k++)
-                leading &= dd->sym[k][0] == 0;
-        }
+        for (int i = 0; i < nin + nout; i++)
+            leading &= rt_batch_leads(i < nin ? &info->inputs[i] : &info->outputs[i - nin]);
         /* Chunks give the same result as one run only when no op mixes batch items
          * (batch_chunkable, from the compiler) and each chunk is a contiguous slice of every
          * host buffer (the batch leads every input and output). */

@@ -10,7 +10,9 @@
  * shard's pointers into the caller's buffers and waits for all of them, so nothing is allocated
  * or copied per run beyond what each replica's run() does. The result is the single-device
  * run's: the model must be batch-separable (no op mixes batch items) with the batch the leading
- * axis of every input and output, which the compiler records (batch_chunkable) and this checks.
+ * axis of every input and output, which the compiler records (batch_chunkable) and this checks;
+ * a leading axis of k*batch rows (reshape(h, [batch*2, 5])) gives a shard at row k*first
+ * (rt_batch_unit, shared with the plain chunking and the micro-batches).
  * CPU replicas (cpu:0, cpu:1, ...) share the host's memory and run their kernels with one
  * thread each, on their own cores.
  */
@@ -125,6 +127,31 @@ void rt_team_destroy(rt_team *t)
     free(t);
 }
 
+/* ---------------------------------------------------------------- cutting buffers by batch items */
+
+int rt_batch_leads(const mrt_io_desc *d)
+{
+    if (!d || d->rank < 1 || d->sym[0][0] != 1 || d->shape[0] < 1)
+        return 0;
+    for (int k = 1; k < d->rank; k++)
+        if (d->sym[k][0] != 0)
+            return 0;
+    return 1;
+}
+
+size_t rt_batch_unit(const mrt_io_desc *d, const int64_t *dims)
+{
+    uint64_t u = mrt_dtype_size(d->dtype);
+    for (int k = 0; k < d->rank; k++) {
+        int64_t v = d->shape[k]; /* on axis 0 the k of k*batch */
+        for (int s = k == 0 ? 1 : 0; s < MRT_MAX_SYMS; s++)
+            for (int e = 0; e < d->sym[k][s]; e++)
+                v *= dims[s];
+        u *= (uint64_t)v;
+    }
+    return (size_t)u;
+}
+
 /* ---------------------------------------------------------------- data-parallel inference */
 
 struct mrt_dp {
@@ -235,14 +262,8 @@ mrt_status mrt_dp_create(mrt_dp **out, const mrt_model_info *info, const char *d
     *out = NULL;
     /* the batch must lead every input and output, once, and no op may mix batch items */
     int leading = info->has_batch && info->batch_chunkable && info->n_inputs <= 64 && info->n_outputs <= 64;
-    for (int i = 0; leading && i < info->n_inputs + info->n_outputs; i++) {
-        const mrt_io_desc *d = i < info->n_inputs ? &info->inputs[i] : &info->outputs[i - info->n_inputs];
-        leading = d->rank > 0 && d->sym[0][0] == 1;
-        for (int a = 0; a < MRT_MAX_SYMS && leading; a++)
-            leading = a == 0 || d->sym[0][a] == 0;
-        for (int k = 1; leading && k < d->rank; k++)
-            leading = d->sym[k][0] == 0;
-    }
+    for (int i = 0; leading && i < info->n_inputs + info->n_outputs; i++)
+        leading = rt_batch_leads(i < info->n_inputs ? &info->inputs[i] : &info->outputs[i - info->n_inputs]);
     if (!leading)
         return mrt_set_error(MRT_ERR_INVALID_ARG, "model '%s' cannot run data-parallel: %s", info->name,
                              !info->has_batch ? "it has no batch dimension"
@@ -298,18 +319,8 @@ mrt_status mrt_dp_run(mrt_dp *dp, const int64_t *dims, const void *const *in, vo
     if (B < 1)
         return mrt_set_error(MRT_ERR_INVALID_ARG, "mrt_dp_run: batch %lld", (long long)B);
     /* bytes per batch item of each buffer at these sizes */
-    for (int i = 0; i < info->n_inputs + info->n_outputs; i++) {
-        const mrt_io_desc *d = i < info->n_inputs ? &info->inputs[i] : &info->outputs[i - info->n_inputs];
-        uint64_t u = mrt_dtype_size(d->dtype);
-        for (int k = 1; k < d->rank; k++) {
-            int64_t v = d->shape[k];
-            for (int s = 0; s < MRT_MAX_SYMS; s++)
-                for (int e = 0; e < d->sym[k][s]; e++)
-                    v *= dims[s];
-            u *= (uint64_t)v;
-        }
-        dp->unit[i] = (size_t)u;
-    }
+    for (int i = 0; i < info->n_inputs + info->n_outputs; i++)
+        dp->unit[i] = rt_batch_unit(i < info->n_inputs ? &info->inputs[i] : &info->outputs[i - info->n_inputs], dims);
     int64_t first = 0;
     for (int i = 0; i < dp->n; i++) {
         dp->first[i] = first;

@@ -9,7 +9,8 @@ For each model and batch: the run on two (or three) replicas against
   - the whole batch on one device: within 1e-5 of the largest magnitude (a GEMM library may round a
     row differently when it multiplies another number of rows; the error is printed).
 Then the errors: a device twice, an absent device, 'all' without a GPU, --devices with --device,
-a model whose batch items interact. With --device-kind cuda (the cudasim suite, two simulated
+a model whose batch items interact. Outputs of batch*2 rows (reshape, repeat_interleave) against
+NumPy, on replicas and in micro-batches (--only rows runs that group alone). With --device-kind cuda (the cudasim suite, two simulated
 GPUs) the replicas are cuda:0,cuda:1. Then pipelined model parallelism (--micro-batches, pipe.py;
 --pipe-only runs that part alone). Prints PASS/FAIL lines.
 """
@@ -58,6 +59,50 @@ model mixed {
   output y = x - mean(x, axis=0, keepdim=true)
 }
 """
+
+
+# outputs of 2*batch rows (two per batch item): each replica's rows start at 2*first
+ROWS = """# outputs of batch*2 rows (tests/dp)
+model rows {
+  input x: f32[batch, 64]
+  param w1: f32[10, 64]
+  h = relu(linear(x, w1))
+  output y = reshape(h, [batch*2, 5])
+  output r = repeat_interleave(h, 2, dim=0)
+}
+"""
+
+
+def check_rows(modelc, d, devs, report):
+    """--devices on a model whose outputs have batch*2 rows: vs the shards run alone (check), and
+    both outputs vs NumPy (pipe.rows_ref, 1e-5); batch 13 over --max-batch 8 also runs the plain
+    chunking's cut of the same buffers."""
+    src = os.path.join(d, "rows.model")
+    with open(src, "w") as f:
+        f.write(ROWS)
+    prog = os.path.join(d, "rows")
+    p = sh([modelc, src, "--max-batch", "8", "-o", prog] + ([] if devs[0].startswith("cuda") else ["--no-cuda"]))
+    if p.returncode:
+        report("rows", "modelc failed: " + p.stderr[-300:])
+        return
+    rng = np.random.default_rng(3)
+    w1 = rng.standard_normal((10, 64)).astype(np.float32) / 8
+    w = os.path.join(d, "rows.safetensors")
+    safetensors_np.write(w, {"w1": w1})
+    for b, dv in ((13, devs), (5, devs), (9, devs + (["cpu:2"] if devs[0].startswith("cpu") else []))):
+        x = rng.standard_normal((b, 64)).astype(np.float32)
+        tag = "rows_b%d_%ddev" % (b, len(dv))
+        why = None
+        for out in ("y", "r"):
+            why = why or check(prog, w, x, "x", out, dv, d, "%s_%s" % (tag, out))
+        if why is None:
+            ref = pipe.rows_ref(x, w1)
+            errs = {o: float(np.max(np.abs(np.load(os.path.join(d, "dp_%s_%s.npy" % (tag, o))) - ref[o])) /
+                         np.max(np.abs(ref[o]))) for o in ("y", "r")}
+            print("  %s: vs NumPy: y %.1e, r %.1e (tolerance %.0e)" % (tag, errs["y"], errs["r"], ATOL))
+            if max(errs.values()) > ATOL:
+                why = "the data-parallel run differs from NumPy by %.1e" % max(errs.values())
+        report(tag, why)
 
 
 def sh(cmd, **kw):
@@ -504,6 +549,9 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--device-kind", default="cpu", choices=["cpu", "cuda"])
     ap.add_argument("--pipe-only", action="store_true", help="only the micro-batch pipeline's tests (pipe.py)")
+    ap.add_argument("--only", choices=["rows", "train_mix", "mpi"],
+                    help="only one group: outputs of batch*2 rows (--devices and --micro-batches), DP training of "
+                    "models that mix batch items, mpirun rank agreement")
     a = ap.parse_args()
     modelc = os.environ.get("MODELC", os.path.join(ROOT, "build", "bin", "modelc"))
     devs = ["%s:0" % a.device_kind, "%s:1" % a.device_kind]
@@ -519,6 +567,11 @@ def main():
     with tempfile.TemporaryDirectory(prefix="dp_") as d:
         if a.pipe_only:
             pipe.main(modelc, d, a.device_kind, report)
+            return 1 if fails else 0
+        if a.only in (None, "rows"):
+            check_rows(modelc, d, devs, report)
+        if a.only == "rows":
+            pipe.main(modelc, d, a.device_kind, report, only="rows")
             return 1 if fails else 0
         # digits: batch 360 over max-batch 64 (chunks of 128 split in two), an odd batch, batch 1
         prog = os.path.join(d, "digits")
