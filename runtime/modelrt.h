@@ -536,6 +536,16 @@ typedef struct mrt_model_desc {
     mrt_status (*grad_ptrs)(mrt_model *m, float **g);
     int n_grads;
     const int *grad_params;
+    /* training builds: NULL when data-parallel training (each replica the loss and gradients of
+     * its shard of the batch) gives the one-device step, else why not (modelc's
+     * graph_dp_trainable: the op and its line:col that mixes batch items), which --devices and
+     * mpirun refuse; dp_loss_sum 1 when the loss sums over the batch (the shards' losses and
+     * gradients are summed), 0 when it averages (weighted by shard size) */
+    const char *dp_refuse;
+    int dp_loss_sum;
+    /* a hash of the compiled graph (FNV-1a of modelc's --dump=graph text after fusion), which
+     * the ranks of a distributed run compare: the same name and params but other ops differ */
+    uint64_t graph_hash;
 } mrt_model_desc;
 
 /** A created model. The generated run() reads these fields; treat them as read-only. */

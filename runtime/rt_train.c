@@ -254,7 +254,9 @@ static void train_help(const mrt_model_info *info, const char *prog)
            "                     or all CUDA (cuda:0,cuda:1), each taking its contiguous shard of every\n"
            "                     batch; the gradients are averaged (weighted by shard size, in a fixed\n"
            "                     order; between GPUs by NCCL's ncclAllReduce) before one update that every\n"
-           "                     replica applies: the full batch's step, up to float rounding\n"
+           "                     replica applies: the full batch's step, up to float rounding (a loss\n"
+           "                     summed over the batch is summed); a model whose ops mix batch items\n"
+           "                     otherwise is refused\n"
            "  --threads N        CPU threads for the kernels (default: $MODELRT_THREADS, else the cores)\n"
            "  --time             print the median time of a step (the first step of the run excluded)\n"
            "  --quiet            no progress line\n"
@@ -622,7 +624,7 @@ static void dp_reduce(void *ctx, int i)
             float v = 0;
             for (int r = 0; r < t->n; r++)
                 if (t->count[r])
-                    v += (float)((double)t->count[r] / (double)t->batch) * t->grad[r][k][e];
+                    v += (float)(d->dp_loss_sum ? 1.0 : (double)t->count[r] / (double)t->batch) * t->grad[r][k][e];
             g0[e] = v;
             ss += (double)v * v;
         }
@@ -666,7 +668,7 @@ static mrt_status dp_step(dp_train *t, int nb, void *const *bufs, const size_t *
         double w[MRT_DP_MAX];
         void *streams[MRT_DP_MAX];
         for (int i = 0; i < t->n; i++) {
-            w[i] = (double)t->count[i] / (double)nb;
+            w[i] = d->dp_loss_sum ? 1.0 : (double)t->count[i] / (double)nb;
             streams[i] = ((mrt_model *)t->rep[i])->stream[0];
         }
         mrt_status st = rt_nccl_allreduce_grads(t->nccl, t->grad, t->numel, d->n_grads, w, streams, t->names);
@@ -679,8 +681,9 @@ static mrt_status dp_step(dp_train *t, int nb, void *const *bufs, const size_t *
         for (int i = 0; i < t->n; i++)
             ss += t->sumsq_part[i];
     }
+    const int sum = ((mrt_model *)t->rep[0])->desc->dp_loss_sum; /* reduction=sum: the shards' losses add up */
     for (int i = 0; i < t->n; i++)
-        l += (double)t->count[i] / (double)nb * t->loss[i];
+        l += (sum ? 1.0 : (double)t->count[i] / (double)nb) * t->loss[i];
     t->sumsq = (float)ss;
     t->loss_all = (float)l;
     rt_team_run(t->team, dp_apply, t);
@@ -868,7 +871,7 @@ static mrt_status mpi_step(mpi_train *t, const mrt_model_info *info, int nb, voi
                                                 (long long)(first + cnt - 1), mine)
                                 : mrt_set_error(MRT_ERR_INVALID_ARG, "rank %d failed at step %lld (its error is in its "
                                                 "output); this rank stops there too", r, (long long)stepno);
-    double w = (double)cnt / (double)nb, ss = 0;
+    double w = d->dp_loss_sum ? 1.0 : (double)cnt / (double)nb, ss = 0; /* a summed loss: the shards' sums add up */
     if (t->nccl) { /* GPU ranks: NCCL's pre-multiplied sum, then the norm on this GPU */
         void *stream = t->m->stream[0];
         if ((st = rt_nccl_allreduce_grads(t->nccl, &t->grad, t->numel, d->n_grads, &w, &stream, t->names)) != MRT_OK ||
@@ -1072,6 +1075,16 @@ int rt_train_main(const mrt_model_info *info, int argc, char **argv, const char 
         fprintf(stderr, "%s train: error: %s\n", prog, mrt_last_error());
         free(o.data);
         return 1;
+    }
+    /* data parallelism gives the one-device step only when no op mixes batch items beyond what
+     * it does as DDP does (modelc: graph_dp_trainable) */
+    if ((o.ndev > 1 || world > 1) && info->desc->dp_refuse) {
+        fprintf(stderr, "%s train: error: model '%s' cannot train data-parallel (%s): %s; train it on one device\n", prog,
+                info->name, o.ndev > 1 ? "--devices" : torchrun ? "torchrun" : "mpirun", info->desc->dp_refuse);
+        if (world > 1 && !torchrun)
+            rt_mpi_abort(2);
+        free(o.data);
+        return 2;
     }
     if (world > 1 && o.devices && !torchrun) {
         fprintf(stderr, "%s train: error: under mpirun each rank trains on one device: give --device, not --devices\n",

@@ -105,6 +105,137 @@ def check_rows(modelc, d, devs, report):
         report(tag, why)
 
 
+# training builds whose ops mix batch items outside the loss's reduction: data-parallel training
+# would change the step, so --devices and mpirun refuse them (modelc's graph_dp_trainable)
+MIX_TRAIN = {
+    "mix_center": """# logits centered over the batch (tests/dp)
+model mix_center {
+  input x: f32[batch, 8]
+  target y: i64[batch]
+  param w: f32[4, 8]
+  z = linear(x, w)
+  logits = z - mean(z, axis=0, keepdim=true) * 3
+  loss l = cross_entropy(logits, y)
+  optimizer sgd(lr=0.1)
+}
+""",
+    "mix_concat": """# a loss over the batch concatenated with itself (tests/dp)
+model mix_concat {
+  input x: f32[batch, 8]
+  target y: i64[batch]
+  param w: f32[4, 8]
+  c = linear(x, w)
+  loss l = sum(sum(concat(c, c * 2, axis=0), axis=0) * sum(c, axis=0), axis=0)
+  optimizer sgd(lr=0.1)
+}
+""",
+}
+
+# losses data parallelism keeps: one summed over the batch (reduction=sum: the shards' losses and
+# gradients add up, not averaged) and a mean plus a batch-independent penalty
+SUM_TRAIN = {
+    "loss_sum": """# mse_loss(reduction=sum) (tests/dp)
+model loss_sum {
+  input x: f32[batch, 8]
+  target y: f32[batch, 2]
+  param fc1.weight: f32[16, 8]
+  param fc2.weight: f32[2, 16]
+  pred = linear(tanh(linear(x, fc1.weight)), fc2.weight)
+  loss l = mse_loss(pred, y, reduction=sum)
+  optimizer sgd(lr=0.01, momentum=0.9)
+}
+""",
+    "loss_mean_reg": """# a mean loss plus a weight penalty (tests/dp)
+model loss_mean_reg {
+  input x: f32[batch, 8]
+  target y: f32[batch, 2]
+  param fc1.weight: f32[16, 8]
+  param fc2.weight: f32[2, 16]
+  pred = linear(tanh(linear(x, fc1.weight)), fc2.weight)
+  loss l = mse_loss(pred, y) + 0.01 * sum(sum(fc1.weight * fc1.weight, axis=1), axis=0)
+  optimizer sgd(lr=0.05)
+}
+""",
+}
+
+
+def check_train_mix(modelc, d, devs, report):
+    """Refusals of models that mix batch items (--devices, and mpirun -np 2 on CPUs); a summed
+    and a regularized loss trained data-parallel against one device (losses and weights, 1e-5)."""
+    import shutil
+    rng = np.random.default_rng(7)
+    x = rng.standard_normal((16, 8)).astype(np.float32)
+    np.save(os.path.join(d, "tm_x.npy"), x)
+    np.save(os.path.join(d, "tm_yc.npy"), rng.integers(0, 4, 16).astype(np.int64))
+    np.save(os.path.join(d, "tm_yf.npy"), rng.standard_normal((16, 2)).astype(np.float32))
+    cuda = devs[0].startswith("cuda")
+    for name, src in MIX_TRAIN.items():
+        f = os.path.join(d, name + ".model")
+        with open(f, "w") as fh:
+            fh.write(src)
+        prog = os.path.join(d, name)
+        p = sh([modelc, f, "--train", "--max-batch", "8", "-o", prog] + ([] if cuda else ["--no-cuda"]))
+        if p.returncode:
+            report("train_refuse_" + name, "modelc failed: " + p.stderr[-300:])
+            continue
+        w = os.path.join(d, name + ".st")
+        safetensors_np.write(w, {"w": rng.standard_normal((4, 8)).astype(np.float32) * 0.3})
+        base = [prog, "train", "--weights", w, "--data", "x=" + os.path.join(d, "tm_x.npy"), "--data",
+                "y=" + os.path.join(d, "tm_yc.npy"), "--batch", "8", "--quiet"]
+        runs = [("devices", sh(base + ["--devices", ",".join(devs)]))]
+        if not cuda and shutil.which("mpirun"):
+            runs.append(("mpirun", mpirun(["-np", "2"] + base + ["--device", "cpu"], timeout=60)))
+        one = sh(base + (["--device", devs[0]]))
+        for how, p in runs:
+            lines = [s for s in p.stderr.splitlines() if "cannot train data-parallel" in s]
+            print("  %s %s: exit %d: %s" % (name, how, p.returncode, lines[0] if lines else p.stderr.strip()[-300:]))
+            report("train_refuse_%s_%s" % (name, how), None if p.returncode == 2 and lines and "mixes batch items" in lines[0]
+                   and ".model:" in lines[0] else "expected exit 2 and 'cannot train data-parallel ... mixes batch items'")
+        report("train_one_device_%s" % name, None if one.returncode == 0 else
+               "on one device it must train: " + one.stderr.strip()[-300:])
+    for name, src in SUM_TRAIN.items():
+        f = os.path.join(d, name + ".model")
+        with open(f, "w") as fh:
+            fh.write(src)
+        prog = os.path.join(d, name)
+        p = sh([modelc, f, "--train", "--max-batch", "8", "-o", prog] + ([] if cuda else ["--no-cuda"]))
+        if p.returncode:
+            report("train_" + name, "modelc failed: " + p.stderr[-300:])
+            continue
+        w = os.path.join(d, name + ".st")
+        safetensors_np.write(w, {"fc1.weight": rng.standard_normal((16, 8)).astype(np.float32) * 0.3,
+                                 "fc2.weight": rng.standard_normal((2, 16)).astype(np.float32) * 0.3})
+        base = [prog, "train", "--weights", w, "--data", "x=" + os.path.join(d, "tm_x.npy"), "--data",
+                "y=" + os.path.join(d, "tm_yf.npy"), "--epochs", "2", "--quiet"]
+        variants = [("one", ["--device", devs[0]], sh), ("dp", ["--devices", ",".join(devs)], sh)]
+        if not cuda and shutil.which("mpirun"):
+            variants.append(("mpi", ["--device", "cpu"], lambda c: mpirun(["-np", "2"] + c, timeout=60)))
+        res, why = {}, None
+        for batch in (8, 7):
+            for tag, extra, runner in variants:
+                log, out = os.path.join(d, "%s_%s_%d.log" % (name, tag, batch)), os.path.join(d, "%s_%s.out" % (name, tag))
+                if os.path.exists(log):
+                    os.remove(log)
+                p = runner(base + ["--batch", str(batch), "--save", out, "--log", log] + extra)
+                if p.returncode:
+                    why = why or "%s run failed: %s" % (tag, p.stderr.strip()[-300:])
+                    continue
+                with open(log) as fh:
+                    res[tag] = (np.array([float(r.split()[5]) for r in fh]), safetensors_np.read(out))
+            if why:
+                break
+            l1, w1 = res["one"]
+            for tag in [t for t, _, _ in variants if t != "one"]:
+                l2, w2 = res[tag]
+                lerr = float(np.max(np.abs(l2 - l1) / np.abs(l1))) if len(l1) == len(l2) else float("inf")
+                werr = max(float(np.max(np.abs(w2[k].astype(np.float64) - w1[k])) / np.max(np.abs(w1[k]))) for k in w1)
+                print("  %s: batch %d, %s vs one device: %d steps, losses max relative error %.1e, weights %.1e "
+                      "(tolerance 1e-05)" % (name, batch, tag, len(l1), lerr, werr))
+                if lerr > 1e-5 or werr > 1e-5:
+                    why = why or "%s (batch %d) differs from one device: losses %.1e, weights %.1e" % (tag, batch, lerr, werr)
+        report("train_" + name, why)
+
+
 def sh(cmd, **kw):
     return subprocess.run(cmd, capture_output=True, text=True, **kw)
 
@@ -572,6 +703,10 @@ def main():
             check_rows(modelc, d, devs, report)
         if a.only == "rows":
             pipe.main(modelc, d, a.device_kind, report, only="rows")
+            return 1 if fails else 0
+        if a.only in (None, "train_mix"):
+            check_train_mix(modelc, d, devs, report)
+        if a.only == "train_mix":
             return 1 if fails else 0
         # digits: batch 360 over max-batch 64 (chunks of 128 split in two), an odd batch, batch 1
         prog = os.path.join(d, "digits")
