@@ -236,6 +236,83 @@ def check_train_mix(modelc, d, devs, report):
         report("train_" + name, why)
 
 
+AGREE = """# ranks that must agree (tests/dp)
+model agree {
+  input x: f32[batch, 8]
+  target y: f32[batch, 2]
+  param fc1.weight: f32[16, 8]
+  param fc2.weight: f32[2, 16]
+  pred = linear(ACT(linear(x, fc1.weight)), fc2.weight)
+  loss l = mse_loss(pred, y)
+  optimizer sgd(lr=LR, momentum=0.9)
+}
+"""
+
+
+def check_mpi_agree(modelc, d, kind, report):
+    """mpirun with ranks that differ in one thing each (MPMD: rank 1's command differs): every
+    rank stops before the first step, naming rank 1 and the item; no checkpoint is written."""
+    import shutil
+    if not shutil.which("mpirun"):
+        print("SKIP: dp/mpi_agree: mpirun not found (Debian: apt-get install openmpi-bin)")
+        return
+    cuda = kind == "cuda"
+    f = lambda s: os.path.join(d, s)  # noqa: E731
+    progs = {}
+    for tag, act, lr in (("a", "tanh", "0.05"), ("relu", "relu", "0.05"), ("lr", "tanh", "0.1")):
+        with open(f("agree_%s.model" % tag), "w") as fh:
+            fh.write(AGREE.replace("ACT", act).replace("LR", lr))
+        progs[tag] = f("agree_%s" % tag)
+        sh([modelc, f("agree_%s.model" % tag), "--train", "--max-batch", "8", "-o", progs[tag]] +
+           ([] if cuda else ["--no-cuda"]), check=True)
+    rng = np.random.default_rng(9)
+    for k, shape in (("x", (16, 8)), ("x2", (16, 8)), ("y", (16, 2))):
+        np.save(f("ag_%s.npy" % k), rng.standard_normal(shape).astype(np.float32))
+    for k in ("w", "w2"):
+        safetensors_np.write(f("ag_%s.st" % k), {"fc1.weight": rng.standard_normal((16, 8)).astype(np.float32) * 0.3,
+                                                 "fc2.weight": rng.standard_normal((2, 16)).astype(np.float32) * 0.3})
+    dev = ["--device", "cuda:0" if cuda else "cpu"]
+
+    def cmd(tag="a", w="ag_w.st", x="ag_x.npy", extra=(), save=True):
+        return [progs[tag], "train", "--weights", f(w), "--data", "x=" + f(x), "--data", "y=" + f("ag_y.npy"),
+                "--batch", "8", "--epochs", "2", "--quiet"] + (["--save", f("ag_out.st")] if save else []) + list(extra)
+    # a state to resume from: 1 step of one process
+    p = sh(cmd(save=False) + dev + ["--steps", "1", "--save", f("ag_w1.st"), "--save-state", f("ag_s1.st")])
+    if p.returncode:
+        report("mpi_agree", "the one-step run failed: " + p.stderr[-300:])
+        return
+    dev1 = ["--device", "cuda:1"] if cuda else dev
+    cases = [("graph", cmd("relu") + dev1, "compiled model"),
+             ("model_lr", cmd("lr") + dev1, "optimizer and its hyper-parameters"),
+             ("cli_lr", cmd(extra=["--lr", "0.2"]) + dev1, "learning rate"),
+             ("clip", cmd(extra=["--clip-grad-norm", "1"]) + dev1, "--clip-grad-norm"),
+             ("data", cmd(x="ag_x2.npy") + dev1, "contents of --data x"),
+             ("weights", cmd(w="ag_w2.st") + dev1, "initial weights"),
+             ("resume", cmd(w="ag_w1.st", extra=["--resume", f("ag_s1.st")]) + dev1, "step it starts from (--resume) (1, "
+              "rank 0 has 0)")]
+    if cuda:
+        cases.append(("device_kind", cmd() + ["--device", "cpu"], "device kind"))
+    for name, other, want in cases:
+        if os.path.exists(f("ag_out.st")):
+            os.remove(f("ag_out.st"))
+        try:
+            p = mpirun(["-np", "1"] + cmd() + dev + [":", "-np", "1"] + other, timeout=60)
+        except subprocess.TimeoutExpired:
+            report("mpi_agree_" + name, "the ranks hung (no exit within 60 s)")
+            continue
+        lines = [s for s in p.stderr.splitlines() if "disagrees" in s]
+        ok = (p.returncode != 0 and len(lines) == 2 and all("rank 1 disagrees with rank 0 on the " + want in s for s in lines)
+              and any("rank 0 of 2" in s for s in lines) and any("rank 1 of 2" in s for s in lines)
+              and not os.path.exists(f("ag_out.st")))
+        print("  mpi_agree %s: exit %d: %s" % (name, p.returncode, lines[0] if lines else p.stderr.strip()[-300:]))
+        report("mpi_agree_" + name, None if ok else "expected both ranks to stop naming rank 1 and '%s', no checkpoint" % want)
+    # the same everything: runs (the check lets agreeing ranks through)
+    p = mpirun(["-np", "2"] + cmd() + dev if not cuda else ["-np", "1"] + cmd() + dev + [":", "-np", "1"] + cmd() + dev1,
+               timeout=60)
+    report("mpi_agree_same", None if p.returncode == 0 and os.path.exists(f("ag_out.st")) else
+           "agreeing ranks failed: " + p.stderr.strip()[-300:])
+
+
 def sh(cmd, **kw):
     return subprocess.run(cmd, capture_output=True, text=True, **kw)
 
@@ -680,7 +757,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--device-kind", default="cpu", choices=["cpu", "cuda"])
     ap.add_argument("--pipe-only", action="store_true", help="only the micro-batch pipeline's tests (pipe.py)")
-    ap.add_argument("--only", choices=["rows", "train_mix", "mpi"],
+    ap.add_argument("--only", choices=["rows", "train_mix", "mpi"],  # mpi: rank agreement
                     help="only one group: outputs of batch*2 rows (--devices and --micro-batches), DP training of "
                     "models that mix batch items, mpirun rank agreement")
     a = ap.parse_args()
@@ -707,6 +784,10 @@ def main():
         if a.only in (None, "train_mix"):
             check_train_mix(modelc, d, devs, report)
         if a.only == "train_mix":
+            return 1 if fails else 0
+        if a.only in (None, "mpi"):
+            check_mpi_agree(modelc, d, a.device_kind, report)
+        if a.only == "mpi":
             return 1 if fails else 0
         # digits: batch 360 over max-batch 64 (chunks of 128 split in two), an odd batch, batch 1
         prog = os.path.join(d, "digits")
