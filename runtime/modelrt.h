@@ -742,8 +742,9 @@ typedef struct mrt_dp mrt_dp;
 
 /** Create a replica of the model `info` describes on each device of `devices`: "cuda:0,cuda:1",
  *  "cpu:0,cpu:1", a mix, or "all" (every CUDA device). Each replica has the whole model (its own
- *  weights and arena, on its device) and a worker thread. CPU replicas run their kernels with
- *  one thread each (mrt_set_threads(1): a core per replica). Errors: a device named twice, absent
+ *  weights and arena, on its device) and a worker thread. Two CPU replicas or more share the
+ *  thread setting (mrt_set_threads, called before): T threads give each of n CPU replicas
+ *  T / n, at least one (mrt_set_threads(T / n) is called). Errors: a device named twice, absent
  *  ("all" without a GPU included), or malformed is MRT_ERR_DEVICE listing the devices present;
  *  a model whose batch items interact (batch_chunkable 0), or whose batch is not the leading
  *  axis of every input and output, cannot be split and is MRT_ERR_INVALID_ARG saying why; a

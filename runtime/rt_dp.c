@@ -13,8 +13,8 @@
  * axis of every input and output, which the compiler records (batch_chunkable) and this checks;
  * a leading axis of k*batch rows (reshape(h, [batch*2, 5])) gives a shard at row k*first
  * (rt_batch_unit, shared with the plain chunking and the micro-batches).
- * CPU replicas (cpu:0, cpu:1, ...) share the host's memory and run their kernels with one
- * thread each, on their own cores.
+ * CPU replicas (cpu:0, cpu:1, ...) share the host's memory and the thread setting
+ * (mrt_set_threads, --threads): T threads over n CPU replicas give each T / n, at least one.
  */
 #include "modelrt.h"
 #include "rt_internal.h"
@@ -288,8 +288,14 @@ mrt_status mrt_dp_create(mrt_dp **out, const mrt_model_info *info, const char *d
             st = mrt_set_error(st, "replica %d of %d (%s): %s", i + 1, dp->n, b, msg);
         }
     }
-    if (st == MRT_OK && cpus > 1)
-        st = mrt_set_threads(1, NULL); /* a core per CPU replica: their kernels run side by side */
+    if (st == MRT_OK && cpus > 1) { /* the CPU replicas share the thread setting: T / replicas each, at least 1 */
+        int threads = rt_cpu_threads();
+#ifdef _OPENMP
+        if (threads < 1)
+            threads = omp_get_max_threads();
+#endif
+        st = mrt_set_threads(threads / cpus > 1 ? threads / cpus : 1, NULL);
+    }
     if (st == MRT_OK)
         st = rt_team_create(&dp->team, dp->n);
     if (st != MRT_OK) {

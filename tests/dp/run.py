@@ -313,6 +313,33 @@ def check_mpi_agree(modelc, d, kind, report):
            "agreeing ranks failed: " + p.stderr.strip()[-300:])
 
 
+def check_dp_threads_help(prog, weights, x, d, report):
+    """--devices cpu:0,cpu:1 with --threads 4: each replica gets 2 (the --time line says so), the
+    logits bit for bit those of --threads 2 (one each); --help's usage lines name --devices and
+    --micro-batches."""
+    xin = os.path.join(d, "x_dpt.npy")
+    np.save(xin, x)
+    outs, why = {}, None
+    for t, want in ((4, "2 threads per replica"), (2, "1 thread per replica"), (1, "1 thread per replica")):
+        o = os.path.join(d, "dpt%d.npy" % t)
+        p = sh([prog, "--weights", weights, "--input", "x=" + xin, "--output", "logits=" + o, "--devices", "cpu:0,cpu:1",
+                "--threads", str(t), "--time"])
+        line = [s for s in p.stderr.splitlines() if s.startswith("time:")]
+        print("  dp threads %d: exit %d: %s" % (t, p.returncode, line[0] if line else p.stderr.strip()[-200:]))
+        if p.returncode or not line or want not in line[0]:
+            why = why or "--threads %d: expected '%s' in the --time line" % (t, want)
+        else:
+            outs[t] = np.load(o).tobytes()
+    if not why and not (outs[4] == outs[2] == outs[1]):
+        why = "the logits depend on the threads per replica"
+    report("dp_threads", why)
+    p = sh([prog, "--help"])
+    usage = p.stdout.split("\n\n")[0]
+    print("  help: " + " ".join(usage.split()))
+    report("help_usage", None if p.returncode == 0 and "--devices LIST" in usage and "--micro-batches N" in usage else
+           "the usage lines of --help do not name --devices and --micro-batches")
+
+
 def sh(cmd, **kw):
     return subprocess.run(cmd, capture_output=True, text=True, **kw)
 
@@ -807,6 +834,7 @@ def main():
             for tag, xs in (("digits_b1", x[:1]), ("digits_b360", x)):
                 report("threads_" + tag, check_threads(prog, w, xs, "x", "logits", d, tag))
             report("digits_b10_3dev", check(prog, w, x[:10], "x", "logits", devs + ["cpu:2"], d, "digits_b10_3dev"))
+            check_dp_threads_help(prog, w, x[:40], d, report)
         # a CNN (conv, pooling, softmax) with random weights
         src = os.path.join(d, "cnn.model")
         with open(src, "w") as f:
