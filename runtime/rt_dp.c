@@ -162,6 +162,7 @@ struct mrt_dp {
     rt_team *team;
     /* this run: each replica's shard of batch items [first, first + count), its status */
     int64_t first[MRT_DP_MAX], count[MRT_DP_MAX];
+    int64_t piece[MRT_DP_MAX]; /* the batch item the failed run() started at (its positions count from it) */
     mrt_status st[MRT_DP_MAX];
     char err[MRT_DP_MAX][1024];
     int64_t dims[MRT_MAX_SYMS];
@@ -186,6 +187,7 @@ static void dp_run_shard(void *ctx, int i)
     dp->st[i] = MRT_OK;
     for (int64_t b0 = 0; b0 < dp->count[i] && dp->st[i] == MRT_OK; b0 += info->max_batch) {
         dims[0] = dp->count[i] - b0 < info->max_batch ? dp->count[i] - b0 : info->max_batch;
+        dp->piece[i] = dp->first[i] + b0;
         dp->st[i] = info->run(dp->model[i], dims, in, out);
         for (int k = 0; k < info->n_inputs; k++)
             in[k] = (const unsigned char *)in[k] + (size_t)dims[0] * dp->unit[k];
@@ -342,9 +344,9 @@ mrt_status mrt_dp_run(mrt_dp *dp, const int64_t *dims, const void *const *in, vo
     for (int i = 0; i < dp->n; i++)
         if (dp->st[i] != MRT_OK) {
             char b[32];
-            return mrt_set_error(dp->st[i], "replica %d (%s, batch items %lld..%lld): %s", i + 1,
-                                 mrt_device_str(dp->dev[i], b, sizeof b), (long long)dp->first[i],
-                                 (long long)(dp->first[i] + dp->count[i] - 1), dp->err[i]);
+            return mrt_set_error(dp->st[i], "replica %d (%s, batch items %lld..%lld): %s (positions count from batch "
+                                 "item %lld)", i + 1, mrt_device_str(dp->dev[i], b, sizeof b), (long long)dp->first[i],
+                                 (long long)(dp->first[i] + dp->count[i] - 1), dp->err[i], (long long)dp->piece[i]);
         }
     return MRT_OK;
 }

@@ -375,8 +375,9 @@ mrt_status mrt_pipe_run(mrt_pipe *p, const int64_t *dims, const void *const *in,
         if (p->err_mb < 0)
             return mrt_set_error(MRT_ERR_INTERNAL, "mrt_pipe_run: a micro-batch stopped without an error");
         int j = p->err_mb;
-        return mrt_set_error(p->err_st, "micro-batch %d of %d (batch items %lld..%lld): %s", j + 1, p->n_mb,
-                             (long long)p->first[j], (long long)(p->first[j] + p->count[j] - 1), p->err);
+        return mrt_set_error(p->err_st, "micro-batch %d of %d (batch items %lld..%lld): %s (positions count from batch "
+                             "item %lld)", j + 1, p->n_mb, (long long)p->first[j], (long long)(p->first[j] + p->count[j] - 1),
+                             p->err, (long long)p->first[j]);
     }
     return MRT_OK;
 }

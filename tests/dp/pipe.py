@@ -346,5 +346,7 @@ def main(modelc, d, kind, report, only=None):
         line = p.stderr.strip().splitlines()[-1] if p.stderr.strip() else ""
         print("  pipe failing micro-batch: exit %d: %s" % (p.returncode, line))
         report("pipe_error_failing_mb", None if p.returncode == 1 and "micro-batch 4 of 4 (batch items 9..11)" in line
-               and "10" in line and not os.path.exists(out) else
-               "expected exit 1, the error naming micro-batch 4 of 4 (items 9..11) and the id, and no output")
+               and "10" in line and "at position 1 " in line and "positions count from batch item 9" in line
+               and not os.path.exists(out) else
+               "expected exit 1, the error naming micro-batch 4 of 4 (items 9..11), the id, its position 1 and the "
+               "item its positions count from (9), and no output")

@@ -340,6 +340,42 @@ def check_dp_threads_help(prog, weights, x, d, report):
            "the usage lines of --help do not name --devices and --micro-batches")
 
 
+EMB = """# an embedding: a bad id fails its replica (tests/dp)
+model emb {
+  input ids: i64[batch, 3]
+  param e: f32[10, 4]
+  output y = embedding(ids, e)
+}
+"""
+
+
+def check_dp_error_position(modelc, d, devs, report):
+    """A bad id in item 10 of 12 on two replicas (items 6..11 on the second) at --max-batch 4
+    (the replica runs items 6..9, then 10..11): the error names the replica, its items, the id,
+    its position 1 and the batch item the positions count from (10); no output is written."""
+    src = os.path.join(d, "emb.model")
+    with open(src, "w") as f:
+        f.write(EMB)
+    prog = os.path.join(d, "emb")
+    p = sh([modelc, src, "--max-batch", "4", "-o", prog] + ([] if devs[0].startswith("cuda") else ["--no-cuda"]))
+    if p.returncode:
+        report("error_position", "modelc failed: " + p.stderr[-300:])
+        return
+    w = os.path.join(d, "emb.safetensors")
+    safetensors_np.write(w, {"e": np.arange(40, dtype=np.float32).reshape(10, 4)})
+    ids = (np.arange(36) % 10).reshape(12, 3).astype(np.int64)
+    ids[10, 1] = 10
+    np.save(os.path.join(d, "emb_ids.npy"), ids)
+    out = os.path.join(d, "emb_y.npy")
+    p = sh([prog, "--weights", w, "--input", "ids=" + os.path.join(d, "emb_ids.npy"), "--output", "y=" + out,
+            "--devices", ",".join(devs)])
+    line = p.stderr.strip().splitlines()[-1] if p.stderr.strip() else ""
+    print("  error position: exit %d: %s" % (p.returncode, line))
+    report("error_position", None if p.returncode == 1 and "replica 2 (%s, batch items 6..11)" % devs[1] in line and
+           "id 10 at position 1 " in line and "positions count from batch item 10" in line and not os.path.exists(out)
+           else "expected exit 1 naming replica 2 (items 6..11), id 10 at position 1, positions from batch item 10")
+
+
 def sh(cmd, **kw):
     return subprocess.run(cmd, capture_output=True, text=True, **kw)
 
@@ -805,6 +841,7 @@ def main():
             return 1 if fails else 0
         if a.only in (None, "rows"):
             check_rows(modelc, d, devs, report)
+            check_dp_error_position(modelc, d, devs, report)
         if a.only == "rows":
             pipe.main(modelc, d, a.device_kind, report, only="rows")
             return 1 if fails else 0
