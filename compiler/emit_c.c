@@ -1202,6 +1202,21 @@ void emit_c_source(Emit *e, FILE *o, const char *h_include) {
                "    .params = %s_params,\n", e->pfx, e->pfx, ns, e->pfx, g->nparams, e->pfx);
     fprintf(o, "#ifdef MRT_WITH_CUDA\n    .cuda = 1,\n#endif\n");
     if (e->init->n) fprintf(o, "    .init = %s_init,\n", e->pfx);
+    {   /* the graph's hash: FNV-1a over its dump */
+        char *txt = NULL;
+        size_t len = 0;
+        FILE *ms = open_memstream(&txt, &len);
+        uint64_t h = 1469598103934665603ull;
+        if (ms) {
+            dump_graph(ms, g);
+            fclose(ms);
+            for (size_t i = 0; i < len; i++) h = (h ^ (unsigned char)txt[i]) * 1099511628211ull;
+            free(txt);
+        }
+        fprintf(o, "    .graph_hash = UINT64_C(0x%016" PRIx64 "),\n", h);
+    }
+    if (g->train && g->dp_why) fprintf(o, "    .dp_refuse = \"%s\",\n", c_string_body(g->dp_why));
+    if (g->train) fprintf(o, "    .dp_loss_sum = %d,\n", g->dp_loss_sum);
     if (g->train) {
         const struct Optimizer *op = &g->opt;
         const char *kind = op->kind == OPT_SGD ? "sgd" : op->kind == OPT_ADAM ? "adam" : "adamw";

@@ -400,3 +400,73 @@ bool graph_batch_separable(const Graph *g) {
     }
     return true;
 }
+
+void graph_dp_trainable(Graph *g) {
+    g->dp_why = NULL;
+    g->dp_loss_sum = 0;
+    if (!g->train || !g->loss || !g->has_batch) return;
+    int nn = g->nnodes;
+    /* the loss's ancestors; per node: 1 batch-dependent (batch leading), 2 reduced over the
+     * batch by a mean, 3 by a sum, 0 neither */
+    bool *need = xalloc(sizeof(bool) * (nn + 1));
+    unsigned char *k = xalloc((size_t)nn + 1);
+    need[g->loss->id] = true;
+    for (int i = nn - 1; i >= 0; i--) {
+        const Node *n = g->nodes[i];
+        if (!need[i]) continue;
+        for (int j = 0; j < n->nin; j++) need[n->in[j]->id] = true;
+    }
+    for (int i = 0; i < nn && !g->dp_why; i++) {
+        const Node *n = g->nodes[i];
+        if (!need[i] || n->dead) continue;
+        const char *bad = NULL;
+        int nb = 0, dep = 0, red = 0, redk = 0;
+        for (int d = 0; d < n->shape.rank; d++) nb += n->shape.d[d].e[0] > 0;
+        for (int j = 0; j < n->nin; j++) {
+            int kj = k[n->in[j]->id];
+            dep += kj == 1;
+            if (kj >= 2) {
+                if (redk && redk != kj) bad = "it combines a mean over the batch with a sum over it";
+                red++;
+                redk = kj;
+            }
+        }
+        if (n->op == OP_INPUT) {
+            k[i] = nb > 0;
+            continue;
+        }
+        if (!bad && red) {
+            /* after the batch reduction: linear scalar arithmetic only */
+            if (dep) bad = "a value reduced over the batch is combined with batch items again";
+            else if (n->op == OP_SUM || n->op == OP_MEAN || n->op == OP_RESHAPE || n->op == OP_NEG) k[i] = (unsigned char)redk;
+            else if (n->op == OP_ADD || n->op == OP_SUB) {
+                /* mean_s + c averages to mean + c; sum_s + c would add c once per shard */
+                if (red == 2 || redk == 2) k[i] = (unsigned char)redk;
+                else bad = "it adds a batch-independent value to a sum over the batch (it would count once per shard)";
+            } else if (n->op == OP_MUL && red == 1) k[i] = (unsigned char)redk;
+            else if (n->op == OP_DIV && red == 1 && k[n->in[0]->id] >= 2) k[i] = (unsigned char)redk;
+            else if (n->op == OP_DIV && red == 2 && redk == 3) k[i] = 2; /* sum / count: a mean */
+            else bad = "a non-linear function of a reduction over the batch";
+        } else if (!bad && dep) {
+            if ((n->op == OP_SUM || n->op == OP_MEAN) && n->axis == 0 && nb == 0) {
+                k[i] = n->op == OP_MEAN ? 2 : 3; /* the loss's reduction over the batch */
+                continue;
+            }
+            k[i] = 1;
+            if (n->shape.rank == 0 || n->shape.d[0].e[0] != 1 || nb != 1) bad = "its result does not keep the batch as its leading axis";
+            else switch (op_info[n->op].batch) {
+            case BATCH_KEEPS: break;
+            case BATCH_PERMUTE: if (n->perm[0] != 0) bad = "it moves the batch axis"; break;
+            case BATCH_NOT_AXIS0: if (n->axis == 0) bad = "it works along the batch axis"; break;
+            case BATCH_CONCAT: if (n->axis == 0) bad = "it concatenates along the batch axis"; break;
+            case BATCH_SAME_RANK: break;
+            }
+            bool same_rank = op_info[n->op].batch == BATCH_SAME_RANK || op_info[n->op].batch == BATCH_CONCAT;
+            for (int j = 0; !bad && same_rank && j < n->nin; j++)
+                if (k[n->in[j]->id] == 1 && n->in[j]->shape.rank != n->shape.rank) bad = "it pairs batch items of operands of other ranks";
+        }
+        if (bad) g->dp_why = xprintf("'%s' at %s:%d:%d mixes batch items (%s)", op_name(n->op), g->source ? g->source : g->name,
+                                     n->loc.line, n->loc.col, bad);
+    }
+    if (!g->dp_why) g->dp_loss_sum = k[g->loss->id] == 3;
+}

@@ -290,6 +290,7 @@ bool compile_source(const Options *o, const char *path, const char *src, Compile
     FoldOptions fold = o->fold;
     if (g->train) { /* the backward graph; params change every step: nothing is folded into them */
         int first = g->nnodes;
+        graph_dp_trainable(g); /* on the forward graph: may data-parallel training split its batches? */
         grad_graph(g, g->frozen, g->nfrozen);
         if (o->dump && !strcmp(o->dump, "grad")) return dump_grad(out, g, first), dump_graph(out, g), false;
         fold.fold_bn = false;

@@ -408,6 +408,12 @@ typedef struct Graph {
      * upd_value[i], of its dtype and shape (grad.c). */
     Node **upd_param, **upd_value;
     int nupd, capupd;
+    /* Training: whether data-parallel training (each replica the loss of its shard of the batch,
+     * the gradients combined) gives the one-device step (graph_dp_trainable, on the forward
+     * graph): dp_why NULL when it does, else why not (an op and its line:col); dp_loss_sum 1 when
+     * the loss sums over the batch (the shards' gradients add up), 0 when it averages. */
+    char *dp_why;
+    int dp_loss_sum;
 } Graph;
 
 const char *op_name(OpKind op);
@@ -471,6 +477,16 @@ void dump_graph(FILE *out, const Graph *g);
 /* True when a batch can run in chunks with the same result: every value that depends on a
  * batched input has the batch as its leading axis, and no op mixes batch items. */
 bool graph_batch_separable(const Graph *g);
+/* A training build's forward graph (before grad_graph): does splitting each batch into shards,
+ * each replica computing the loss of its shard, and combining the shards' gradients (a mean
+ * weighted by shard size, or a sum) give the one-device step? Batch items must stay apart as
+ * graph_batch_separable says, except in what data parallelism does as PyTorch's DDP does:
+ * batch_norm's statistics (per shard), dropout, and the loss's reduction over the batch (a sum
+ * or mean over axis 0, then only linear scalar arithmetic: +, -, * and / by batch-independent
+ * values, and sum / count of the same kind, cross_entropy's mean over the labels not ignored).
+ * Sets g->dp_why (NULL: it does; else the op and its line:col that mixes batch items) and
+ * g->dp_loss_sum. */
+void graph_dp_trainable(Graph *g);
 
 /* OP_GATHER's index modes (runtime/mrt_kernels.h, mrt_gather_f32): gather (index shaped like the
  * output), index_select (a 1-D index along the axis), one_hot (no x; ids, the output one longer). */

@@ -536,6 +536,16 @@ typedef struct mrt_model_desc {
     mrt_status (*grad_ptrs)(mrt_model *m, float **g);
     int n_grads;
     const int *grad_params;
+    /* training builds: NULL when data-parallel training (each replica the loss and gradients of
+     * its shard of the batch) gives the one-device step, else why not (modelc's
+     * graph_dp_trainable: the op and its line:col that mixes batch items), which --devices and
+     * mpirun refuse; dp_loss_sum 1 when the loss sums over the batch (the shards' losses and
+     * gradients are summed), 0 when it averages (weighted by shard size) */
+    const char *dp_refuse;
+    int dp_loss_sum;
+    /* a hash of the compiled graph (FNV-1a of modelc's --dump=graph text after fusion), which
+     * the ranks of a distributed run compare: the same name and params but other ops differ */
+    uint64_t graph_hash;
 } mrt_model_desc;
 
 /** A created model. The generated run() reads these fields; treat them as read-only. */
@@ -736,8 +746,9 @@ typedef struct mrt_dp mrt_dp;
 
 /** Create a replica of the model `info` describes on each device of `devices`: "cuda:0,cuda:1",
  *  "cpu:0,cpu:1", a mix, or "all" (every CUDA device). Each replica has the whole model (its own
- *  weights and arena, on its device) and a worker thread. CPU replicas run their kernels with
- *  one thread each (mrt_set_threads(1): a core per replica). Errors: a device named twice, absent
+ *  weights and arena, on its device) and a worker thread. Two CPU replicas or more share the
+ *  thread setting (mrt_set_threads, called before): T threads give each of n CPU replicas
+ *  T / n, at least one (mrt_set_threads(T / n) is called). Errors: a device named twice, absent
  *  ("all" without a GPU included), or malformed is MRT_ERR_DEVICE listing the devices present;
  *  a model whose batch items interact (batch_chunkable 0), or whose batch is not the leading
  *  axis of every input and output, cannot be split and is MRT_ERR_INVALID_ARG saying why; a

@@ -82,8 +82,8 @@ static void cli_usage_line(FILE *f, const char *prog)
 {
     fprintf(f, "usage: %s --weights W.safetensors --input NAME=FILE.npy ... "
                "[--output NAME=FILE.npy ...]\n"
-               "       [--device D] [--device-map MAP] [--time] [--repeat N] [--memory] "
-               "[--help] [--list-devices]\n", prog);
+               "       [--device D] [--device-map MAP] [--devices LIST] [--micro-batches N] [--threads N]\n"
+               "       [--time] [--repeat N] [--memory] [--help] [--list-devices]\n", prog);
 }
 
 static void cli_help(const mrt_model_info *info, const char *prog)
@@ -129,8 +129,9 @@ static void cli_help(const mrt_model_info *info, const char *prog)
            "                       (default: $MODELRT_DEVICE_MAP)\n"
            "  --devices LIST       data-parallel: a replica of the model on each device of LIST\n"
            "                       (cuda:0,cuda:1 or cpu:0,cpu:1, or all: every GPU); each batch is\n"
-           "                       split into contiguous shards that run at once (CPU replicas one\n"
-           "                       thread each); the outputs are the single-device run's\n"
+           "                       split into contiguous shards that run at once (CPU replicas share\n"
+           "                       --threads: N / replicas each, at least 1); the outputs are the\n"
+           "                       single-device run's\n"
            "  --micro-batches N    a model split over devices by 'on' regions: run each batch as N\n"
            "                       micro-batches that flow through its devices, which then work at\n"
            "                       the same time (GPipe); the CPU devices share the threads\n"
@@ -909,12 +910,8 @@ static int cli_execute(const mrt_model_info *info, const cli_opts *o, const char
     if (batch > info->max_batch && !r.dp) {
         /* the batch leads a buffer when axis 0 holds it once and no other axis does */
         int leading = 1;
-        for (int i = 0; i < nin + nout; i++) {
-            const mrt_io_desc *dd = i < nin ? &info->inputs[i] : &info->outputs[i - nin];
-            leading &= dd->rank > 0 && dd->sym[0][0] == 1;
-            for (int k = 1; k < dd->rank; k++)
-                leading &= dd->sym[k][0] == 0;
-        }
+        for (int i = 0; i < nin + nout; i++)
+            leading &= rt_batch_leads(i < nin ? &info->inputs[i] : &info->outputs[i - nin]);
         /* Chunks give the same result as one run only when no op mixes batch items
          * (batch_chunkable, from the compiler) and each chunk is a contiguous slice of every
          * host buffer (the batch leads every input and output). */
@@ -1052,11 +1049,11 @@ static int cli_execute(const mrt_model_info *info, const cli_opts *o, const char
             if (!strstr(devlist, dn) && strlen(devlist) + strlen(dn) + 2 < sizeof devlist)
                 snprintf(devlist + strlen(devlist), sizeof devlist - strlen(devlist), "%s%s", *devlist ? "," : "", dn);
         }
-        int cpus = 0; /* two CPU replicas or more run one thread each (mrt_dp_create) */
+        int cpus = 0; /* two CPU replicas or more share the threads (mrt_dp_create) */
         for (int k = 0; r.dp && k < ndev; k++)
             cpus += ((mrt_model *)mrt_dp_replica(r.dp, k))->dev[0].kind == MRT_DEVICE_CPU;
         if (cpus > 1)
-            threads = 1;
+            threads = rt_cpu_threads();
         char piped[64] = "";
         if (r.pipe)
             snprintf(piped, sizeof piped, " pipelined in %d micro-batches", o->micro_batches < r.batch ? o->micro_batches : r.batch);

@@ -10,9 +10,11 @@
  * shard's pointers into the caller's buffers and waits for all of them, so nothing is allocated
  * or copied per run beyond what each replica's run() does. The result is the single-device
  * run's: the model must be batch-separable (no op mixes batch items) with the batch the leading
- * axis of every input and output, which the compiler records (batch_chunkable) and this checks.
- * CPU replicas (cpu:0, cpu:1, ...) share the host's memory and run their kernels with one
- * thread each, on their own cores.
+ * axis of every input and output, which the compiler records (batch_chunkable) and this checks;
+ * a leading axis of k*batch rows (reshape(h, [batch*2, 5])) gives a shard at row k*first
+ * (rt_batch_unit, shared with the plain chunking and the micro-batches).
+ * CPU replicas (cpu:0, cpu:1, ...) share the host's memory and the thread setting
+ * (mrt_set_threads, --threads): T threads over n CPU replicas give each T / n, at least one.
  */
 #include "modelrt.h"
 #include "rt_internal.h"
@@ -125,6 +127,31 @@ void rt_team_destroy(rt_team *t)
     free(t);
 }
 
+/* ---------------------------------------------------------------- cutting buffers by batch items */
+
+int rt_batch_leads(const mrt_io_desc *d)
+{
+    if (!d || d->rank < 1 || d->sym[0][0] != 1 || d->shape[0] < 1)
+        return 0;
+    for (int k = 1; k < d->rank; k++)
+        if (d->sym[k][0] != 0)
+            return 0;
+    return 1;
+}
+
+size_t rt_batch_unit(const mrt_io_desc *d, const int64_t *dims)
+{
+    uint64_t u = mrt_dtype_size(d->dtype);
+    for (int k = 0; k < d->rank; k++) {
+        int64_t v = d->shape[k]; /* on axis 0 the k of k*batch */
+        for (int s = k == 0 ? 1 : 0; s < MRT_MAX_SYMS; s++)
+            for (int e = 0; e < d->sym[k][s]; e++)
+                v *= dims[s];
+        u *= (uint64_t)v;
+    }
+    return (size_t)u;
+}
+
 /* ---------------------------------------------------------------- data-parallel inference */
 
 struct mrt_dp {
@@ -135,6 +162,7 @@ struct mrt_dp {
     rt_team *team;
     /* this run: each replica's shard of batch items [first, first + count), its status */
     int64_t first[MRT_DP_MAX], count[MRT_DP_MAX];
+    int64_t piece[MRT_DP_MAX]; /* the batch item the failed run() started at (its positions count from it) */
     mrt_status st[MRT_DP_MAX];
     char err[MRT_DP_MAX][1024];
     int64_t dims[MRT_MAX_SYMS];
@@ -159,6 +187,7 @@ static void dp_run_shard(void *ctx, int i)
     dp->st[i] = MRT_OK;
     for (int64_t b0 = 0; b0 < dp->count[i] && dp->st[i] == MRT_OK; b0 += info->max_batch) {
         dims[0] = dp->count[i] - b0 < info->max_batch ? dp->count[i] - b0 : info->max_batch;
+        dp->piece[i] = dp->first[i] + b0;
         dp->st[i] = info->run(dp->model[i], dims, in, out);
         for (int k = 0; k < info->n_inputs; k++)
             in[k] = (const unsigned char *)in[k] + (size_t)dims[0] * dp->unit[k];
@@ -235,14 +264,8 @@ mrt_status mrt_dp_create(mrt_dp **out, const mrt_model_info *info, const char *d
     *out = NULL;
     /* the batch must lead every input and output, once, and no op may mix batch items */
     int leading = info->has_batch && info->batch_chunkable && info->n_inputs <= 64 && info->n_outputs <= 64;
-    for (int i = 0; leading && i < info->n_inputs + info->n_outputs; i++) {
-        const mrt_io_desc *d = i < info->n_inputs ? &info->inputs[i] : &info->outputs[i - info->n_inputs];
-        leading = d->rank > 0 && d->sym[0][0] == 1;
-        for (int a = 0; a < MRT_MAX_SYMS && leading; a++)
-            leading = a == 0 || d->sym[0][a] == 0;
-        for (int k = 1; leading && k < d->rank; k++)
-            leading = d->sym[k][0] == 0;
-    }
+    for (int i = 0; leading && i < info->n_inputs + info->n_outputs; i++)
+        leading = rt_batch_leads(i < info->n_inputs ? &info->inputs[i] : &info->outputs[i - info->n_inputs]);
     if (!leading)
         return mrt_set_error(MRT_ERR_INVALID_ARG, "model '%s' cannot run data-parallel: %s", info->name,
                              !info->has_batch ? "it has no batch dimension"
@@ -267,8 +290,14 @@ mrt_status mrt_dp_create(mrt_dp **out, const mrt_model_info *info, const char *d
             st = mrt_set_error(st, "replica %d of %d (%s): %s", i + 1, dp->n, b, msg);
         }
     }
-    if (st == MRT_OK && cpus > 1)
-        st = mrt_set_threads(1, NULL); /* a core per CPU replica: their kernels run side by side */
+    if (st == MRT_OK && cpus > 1) { /* the CPU replicas share the thread setting: T / replicas each, at least 1 */
+        int threads = rt_cpu_threads();
+#ifdef _OPENMP
+        if (threads < 1)
+            threads = omp_get_max_threads();
+#endif
+        st = mrt_set_threads(threads / cpus > 1 ? threads / cpus : 1, NULL);
+    }
     if (st == MRT_OK)
         st = rt_team_create(&dp->team, dp->n);
     if (st != MRT_OK) {
@@ -298,18 +327,8 @@ mrt_status mrt_dp_run(mrt_dp *dp, const int64_t *dims, const void *const *in, vo
     if (B < 1)
         return mrt_set_error(MRT_ERR_INVALID_ARG, "mrt_dp_run: batch %lld", (long long)B);
     /* bytes per batch item of each buffer at these sizes */
-    for (int i = 0; i < info->n_inputs + info->n_outputs; i++) {
-        const mrt_io_desc *d = i < info->n_inputs ? &info->inputs[i] : &info->outputs[i - info->n_inputs];
-        uint64_t u = mrt_dtype_size(d->dtype);
-        for (int k = 1; k < d->rank; k++) {
-            int64_t v = d->shape[k];
-            for (int s = 0; s < MRT_MAX_SYMS; s++)
-                for (int e = 0; e < d->sym[k][s]; e++)
-                    v *= dims[s];
-            u *= (uint64_t)v;
-        }
-        dp->unit[i] = (size_t)u;
-    }
+    for (int i = 0; i < info->n_inputs + info->n_outputs; i++)
+        dp->unit[i] = rt_batch_unit(i < info->n_inputs ? &info->inputs[i] : &info->outputs[i - info->n_inputs], dims);
     int64_t first = 0;
     for (int i = 0; i < dp->n; i++) {
         dp->first[i] = first;
@@ -325,9 +344,9 @@ mrt_status mrt_dp_run(mrt_dp *dp, const int64_t *dims, const void *const *in, vo
     for (int i = 0; i < dp->n; i++)
         if (dp->st[i] != MRT_OK) {
             char b[32];
-            return mrt_set_error(dp->st[i], "replica %d (%s, batch items %lld..%lld): %s", i + 1,
-                                 mrt_device_str(dp->dev[i], b, sizeof b), (long long)dp->first[i],
-                                 (long long)(dp->first[i] + dp->count[i] - 1), dp->err[i]);
+            return mrt_set_error(dp->st[i], "replica %d (%s, batch items %lld..%lld): %s (positions count from batch "
+                                 "item %lld)", i + 1, mrt_device_str(dp->dev[i], b, sizeof b), (long long)dp->first[i],
+                                 (long long)(dp->first[i] + dp->count[i] - 1), dp->err[i], (long long)dp->piece[i]);
         }
     return MRT_OK;
 }

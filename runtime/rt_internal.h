@@ -180,6 +180,15 @@ void rt_team_destroy(rt_team *t);
  * commas, each present and none twice; errors list the devices present. */
 mrt_status rt_devices_parse(const char *s, mrt_device *dev, int *n);
 
+/* rt_dp.c: the batch leads buffer d when axis 0 holds it once (as batch, or k*batch, or
+ * batch*seq: a whole number of rows per batch item) and no other axis holds it; then the
+ * buffer's batch items b0..b0+n-1 are the contiguous bytes [b0*unit, (b0+n)*unit), unit being
+ * rt_batch_unit(d, dims) (bytes per batch item at the symbolic sizes dims; dims[0], the batch,
+ * does not enter). Batch chunking (rt_cli.c), data parallelism and micro-batches cut buffers
+ * with these two, so that an output such as reshape(h, [batch*2, 5]) takes its shard at 2*first. */
+int rt_batch_leads(const mrt_io_desc *d);
+size_t rt_batch_unit(const mrt_io_desc *d, const int64_t *dims);
+
 /* rt_nccl.c: NCCL between GPUs, libnccl.so.2 (or $MODELRT_NCCL_LIB) loaded at run time on first
  * use. An rt_nccl holds this process's communicators: rt_nccl_init_all one per device of dev[n]
  * (ncclCommInitAll: every rank in this process), rt_nccl_init_rank one rank of `world` on

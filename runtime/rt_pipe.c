@@ -191,14 +191,8 @@ mrt_status mrt_pipe_create(mrt_pipe **out, const mrt_model_info *info, void *mod
                              info->name);
     /* the batch must lead every input and output, once, and no op may mix batch items */
     int leading = info->has_batch && info->batch_chunkable && info->n_inputs <= 64 && info->n_outputs <= 64;
-    for (int i = 0; leading && i < info->n_inputs + info->n_outputs; i++) {
-        const mrt_io_desc *io = i < info->n_inputs ? &info->inputs[i] : &info->outputs[i - info->n_inputs];
-        leading = io->rank > 0 && io->sym[0][0] == 1;
-        for (int a = 1; a < MRT_MAX_SYMS && leading; a++)
-            leading = io->sym[0][a] == 0;
-        for (int k = 1; leading && k < io->rank; k++)
-            leading = io->sym[k][0] == 0;
-    }
+    for (int i = 0; leading && i < info->n_inputs + info->n_outputs; i++)
+        leading = rt_batch_leads(i < info->n_inputs ? &info->inputs[i] : &info->outputs[i - info->n_inputs]);
     if (info->n_inputs > 64 || info->n_outputs > 64)
         return mrt_set_error(MRT_ERR_INVALID_ARG, "model '%s' has %d inputs and %d outputs: micro-batches take at most 64 "
                              "of each", info->name, info->n_inputs, info->n_outputs);
@@ -331,18 +325,8 @@ mrt_status mrt_pipe_run(mrt_pipe *p, const int64_t *dims, const void *const *in,
         n = need;
     }
     /* bytes per batch item of each buffer at these sizes */
-    for (int i = 0; i < info->n_inputs + info->n_outputs; i++) {
-        const mrt_io_desc *d = i < info->n_inputs ? &info->inputs[i] : &info->outputs[i - info->n_inputs];
-        uint64_t u = mrt_dtype_size(d->dtype);
-        for (int k = 1; k < d->rank; k++) {
-            int64_t v = d->shape[k];
-            for (int s = 0; s < MRT_MAX_SYMS; s++)
-                for (int e = 0; e < d->sym[k][s]; e++)
-                    v *= dims[s];
-            u *= (uint64_t)v;
-        }
-        p->unit[i] = (size_t)u;
-    }
+    for (int i = 0; i < info->n_inputs + info->n_outputs; i++)
+        p->unit[i] = rt_batch_unit(i < info->n_inputs ? &info->inputs[i] : &info->outputs[i - info->n_inputs], dims);
     p->n_mb = (int)n;
     int64_t first = 0;
     for (int i = 0; i < p->n_mb; i++) {
@@ -391,8 +375,9 @@ mrt_status mrt_pipe_run(mrt_pipe *p, const int64_t *dims, const void *const *in,
         if (p->err_mb < 0)
             return mrt_set_error(MRT_ERR_INTERNAL, "mrt_pipe_run: a micro-batch stopped without an error");
         int j = p->err_mb;
-        return mrt_set_error(p->err_st, "micro-batch %d of %d (batch items %lld..%lld): %s", j + 1, p->n_mb,
-                             (long long)p->first[j], (long long)(p->first[j] + p->count[j] - 1), p->err);
+        return mrt_set_error(p->err_st, "micro-batch %d of %d (batch items %lld..%lld): %s (positions count from batch "
+                             "item %lld)", j + 1, p->n_mb, (long long)p->first[j], (long long)(p->first[j] + p->count[j] - 1),
+                             p->err, (long long)p->first[j]);
     }
     return MRT_OK;
 }

@@ -282,7 +282,9 @@ static void train_help(const mrt_model_info *info, const char *prog)
            "                     or all CUDA (cuda:0,cuda:1), each taking its contiguous shard of every\n"
            "                     batch; the gradients are averaged (weighted by shard size, in a fixed\n"
            "                     order; between GPUs by NCCL's ncclAllReduce) before one update that every\n"
-           "                     replica applies: the full batch's step, up to float rounding\n"
+           "                     replica applies: the full batch's step, up to float rounding (a loss\n"
+           "                     summed over the batch is summed); a model whose ops mix batch items\n"
+           "                     otherwise is refused\n"
            "  --threads N        CPU threads for the kernels (default: $MODELRT_THREADS, else the cores)\n"
            "  --time             print the median time of a step (the first step of the run excluded)\n"
            "  --quiet            no progress line\n"
@@ -769,7 +771,7 @@ static void dp_reduce(void *ctx, int i)
             float v = 0;
             for (int r = 0; r < t->n; r++)
                 if (t->count[r])
-                    v += (float)((double)t->count[r] / (double)t->batch) * t->grad[r][k][e];
+                    v += (float)(d->dp_loss_sum ? 1.0 : (double)t->count[r] / (double)t->batch) * t->grad[r][k][e];
             g0[e] = v;
             ss += (double)v * v;
         }
@@ -813,7 +815,7 @@ static mrt_status dp_step(dp_train *t, int nb, void *const *bufs, const size_t *
         double w[MRT_DP_MAX];
         void *streams[MRT_DP_MAX];
         for (int i = 0; i < t->n; i++) {
-            w[i] = (double)t->count[i] / (double)nb;
+            w[i] = d->dp_loss_sum ? 1.0 : (double)t->count[i] / (double)nb;
             streams[i] = ((mrt_model *)t->rep[i])->stream[0];
         }
         mrt_status st = rt_nccl_allreduce_grads(t->nccl, t->grad, t->numel, d->n_grads, w, streams, t->names);
@@ -826,8 +828,9 @@ static mrt_status dp_step(dp_train *t, int nb, void *const *bufs, const size_t *
         for (int i = 0; i < t->n; i++)
             ss += t->sumsq_part[i];
     }
+    const int sum = ((mrt_model *)t->rep[0])->desc->dp_loss_sum; /* reduction=sum: the shards' losses add up */
     for (int i = 0; i < t->n; i++)
-        l += (double)t->count[i] / (double)nb * t->loss[i];
+        l += (sum ? 1.0 : (double)t->count[i] / (double)nb) * t->loss[i];
     t->sumsq = (float)ss;
     t->loss_all = (float)l;
     rt_team_run(t->team, dp_apply, t);
@@ -1018,7 +1021,7 @@ static mrt_status mpi_step(mpi_train *t, const mrt_model_info *info, int nb, voi
                                                 (long long)(first + cnt - 1), mine)
                                 : mrt_set_error(MRT_ERR_INVALID_ARG, "rank %d failed at step %lld (its error is in its "
                                                 "output); this rank stops there too", r, (long long)stepno);
-    double w = (double)cnt / (double)nb, ss = 0;
+    double w = d->dp_loss_sum ? 1.0 : (double)cnt / (double)nb, ss = 0; /* a summed loss: the shards' sums add up */
     if (t->nccl) { /* GPU ranks: NCCL's pre-multiplied sum, then the norm on this GPU */
         void *stream = t->m->stream[0];
         if ((st = rt_nccl_allreduce_grads(t->nccl, &t->grad, t->numel, d->n_grads, &w, &stream, t->names)) != MRT_OK ||
@@ -1044,29 +1047,161 @@ static mrt_status mpi_step(mpi_train *t, const mrt_model_info *info, int nb, voi
     return d->apply(t->m, (float)lw, (float)ss);
 }
 
-/* What every rank must agree on before the first step, as numbers: the model (a hash of its
- * name and params), the samples, the batch and the schedule of batches. */
-static void mpi_fingerprint(const mrt_model_desc *d, int64_t N, const train_opts *o, uint64_t *f)
+/* A 64-bit hash of bytes (FNV-1a over 8-byte words, the tail bytewise), chained from h. */
+static uint64_t hash_bytes(uint64_t h, const void *p, size_t n)
 {
-    uint64_t h = 1469598103934665603ull; /* FNV-1a */
-#define MIX(b) (h = (h ^ (uint64_t)(unsigned char)(b)) * 1099511628211ull)
-    for (const char *c = d->name; *c; c++)
-        MIX(*c);
-    for (int i = 0; i < d->n_params; i++) {
-        for (const char *c = d->params[i].name; *c; c++)
-            MIX(*c);
-        for (int k = 0; k < d->params[i].rank; k++)
-            for (int b = 0; b < 8; b++)
-                MIX((uint64_t)d->params[i].shape[k] >> (8 * b));
+    const unsigned char *c = p;
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        uint64_t w;
+        memcpy(&w, c + i, 8);
+        h = (h ^ w) * 1099511628211ull;
+        h ^= h >> 29;
     }
-#undef MIX
-    f[0] = h;
-    f[1] = (uint64_t)N;
-    f[2] = (uint64_t)o->batch;
-    f[3] = (uint64_t)o->epochs;
-    f[4] = (uint64_t)o->steps;
-    f[5] = o->seed;
-    f[6] = (uint64_t)o->shuffle;
+    for (; i < n; i++)
+        h = (h ^ c[i]) * 1099511628211ull;
+    return h;
+}
+
+#define HASH0 1469598103934665603ull
+
+/* A hash of every param of m as it is now (the weights, and the optimizer state a --resume
+ * loaded), read through host memory from a GPU. */
+static mrt_status hash_params(const mrt_model *m, uint64_t *out)
+{
+    const mrt_model_desc *d = m->desc;
+    uint64_t h = HASH0;
+    const mrt_device host = {MRT_DEVICE_CPU, 0};
+    for (int i = 0; i < d->n_params; i++) {
+        const mrt_param_desc *p = &d->params[i];
+        size_t bytes = param_bytes(p);
+        int slot = p->region / 2;
+        if (p->region % 2) /* load-only: nothing resident to compare */
+            continue;
+        unsigned char *a = malloc(bytes + 1);
+        if (!a)
+            return mrt_set_error(MRT_ERR_OOM, "out of memory hashing '%s' (%zu bytes)", p->name, bytes);
+        mrt_status st = mrt_memcpy(host, a, m->dev[slot], m->weights[slot] + p->offset, bytes, m->stream[slot]);
+        if (st == MRT_OK && m->dev[slot].kind == MRT_DEVICE_CUDA)
+            st = mrt_stream_sync(m->dev[slot], m->stream[slot], "the ranks' check of the weights");
+        if (st == MRT_OK)
+            h = hash_bytes(hash_bytes(h, p->name, strlen(p->name)), a, bytes);
+        free(a);
+        if (st != MRT_OK)
+            return st;
+    }
+    *out = h;
+    return MRT_OK;
+}
+
+/* One thing every rank must agree on before the first step: its name for the error, its value
+ * as a number (kind: 0 a count, 1 a hash, 2 a double's bits). */
+typedef struct agree_item {
+    char what[96];
+    uint64_t v;
+    int kind;
+} agree_item;
+
+/* What every rank must agree on before the first step (and before NCCL is set up, so that a
+ * rank on another kind of device is named rather than waited for): the model (its name and
+ * params, the hash of its compiled graph, the optimizer's hyper-parameters), every setting the
+ * steps use (the learning rate and its schedule, clipping, the batch, epochs, steps, seed and
+ * shuffle), the step it starts at (--resume), the device kind, the contents of each data file
+ * and the weights and optimizer state it starts from. Fills it[0..*n). */
+static mrt_status mpi_fingerprint(const mrt_model_info *info, const mrt_model *m, int64_t N, const train_opts *o,
+                                  const mrt_tensor *data, const mrt_tensor *edata, agree_item *it, int *n)
+{
+    const mrt_model_desc *d = m->desc;
+    int k = 0;
+#define ITEM(W, V, K) (snprintf(it[k].what, sizeof it[k].what, "%s", W), it[k].v = (V), it[k++].kind = (K))
+    uint64_t h = hash_bytes(HASH0, d->name, strlen(d->name));
+    for (int i = 0; i < d->n_params; i++) {
+        h = hash_bytes(h, d->params[i].name, strlen(d->params[i].name) + 1);
+        h = hash_bytes(h, d->params[i].shape, sizeof *d->params[i].shape * (size_t)d->params[i].rank);
+    }
+    ITEM("model (its name, params and their shapes)", h, 1);
+    ITEM("compiled model (the hash of its graph: another build of the .model, or another .model)", d->graph_hash, 1);
+    const char *args = d->optimizer_args ? d->optimizer_args : "";
+    ITEM("optimizer and its hyper-parameters in the .model", hash_bytes(hash_bytes(HASH0, d->optimizer ? d->optimizer : "",
+                                                                                  d->optimizer ? strlen(d->optimizer) : 0),
+                                                                       args, strlen(args)), 1);
+    uint64_t bits;
+    memcpy(&bits, &m->train.lr, 8);
+    ITEM("learning rate (--lr, or the .model's lr)", bits, 2);
+    memcpy(&bits, &m->train.clip_grad_norm, 8);
+    ITEM("--clip-grad-norm", bits, 2);
+    ITEM("--warmup-steps", (uint64_t)m->train.warmup_steps, 0);
+    ITEM("--decay-steps", (uint64_t)m->train.decay_steps, 0);
+    memcpy(&bits, &m->train.min_lr, 8);
+    ITEM("--min-lr", bits, 2);
+    ITEM("number of samples", (uint64_t)N, 0);
+    ITEM("--batch", (uint64_t)o->batch, 0);
+    ITEM("--epochs", (uint64_t)o->epochs, 0);
+    ITEM("--steps", (uint64_t)o->steps, 0);
+    ITEM("--seed", o->seed, 0);
+    ITEM("--shuffle", (uint64_t)o->shuffle, 0);
+    ITEM("step it starts from (--resume)", (uint64_t)m->step, 0);
+    ITEM("device kind (0 CPU, 1 CUDA)", (uint64_t)(m->dev[0].kind == MRT_DEVICE_CUDA), 0);
+    for (int i = 0; i < info->n_inputs; i++) {
+        char w[96];
+        snprintf(w, sizeof w, "contents of --data %s", info->inputs[i].name);
+        ITEM(w, hash_bytes(HASH0, data[i].data, data[i].nbytes), 1);
+        snprintf(w, sizeof w, "contents of --eval %s", info->inputs[i].name);
+        ITEM(w, o->eval_files ? hash_bytes(HASH0, edata[i].data, edata[i].nbytes) : 0, 1);
+    }
+    mrt_status st = hash_params(m, &h);
+    if (st != MRT_OK)
+        return st;
+    ITEM("initial weights and optimizer state (--weights, --resume)", h, 1);
+#undef ITEM
+    *n = k;
+    return MRT_OK;
+}
+
+/* Every rank's fingerprint gathered and compared: a mismatch is an error on every rank, naming
+ * the first rank that differs from rank 0 and the item. Sets *synced once the ranks have
+ * exchanged them (from then on a failure is every rank's). */
+static mrt_status mpi_agree(mpi_train *t, const mrt_model_info *info, int64_t N, const train_opts *o,
+                            const mrt_tensor *data, const mrt_tensor *edata, int *synced)
+{
+    int nf = 0;
+    agree_item *it = calloc((size_t)20 + 2 * (size_t)info->n_inputs, sizeof *it);
+    if (!it)
+        return mrt_set_error(MRT_ERR_OOM, "out of memory");
+    mrt_status st = mpi_fingerprint(info, t->m, N, o, data, edata, it, &nf);
+    uint64_t *mine = st == MRT_OK ? calloc((size_t)nf + 1, sizeof *mine) : NULL;
+    uint64_t *all = st == MRT_OK ? calloc((size_t)t->size * (size_t)nf + 1, sizeof *all) : NULL;
+    if (st == MRT_OK && (!mine || !all))
+        st = mrt_set_error(MRT_ERR_OOM, "out of memory");
+    for (int f = 0; st == MRT_OK && f < nf; f++)
+        mine[f] = it[f].v;
+    if (st == MRT_OK && (st = coll_allgather_u64(t, mine, all, nf)) == MRT_OK)
+        *synced = 1;
+    for (int r = 1; st == MRT_OK && r < t->size; r++)
+        for (int f = 0; st == MRT_OK && f < nf; f++)
+            if (all[(size_t)r * nf + f] != all[f]) {
+                char a[40], b[40];
+                uint64_t va = all[(size_t)r * nf + f], vb = all[f];
+                double x, y;
+                memcpy(&x, &va, 8);
+                memcpy(&y, &vb, 8);
+                if (it[f].kind == 1) {
+                    snprintf(a, sizeof a, "hash %016llx", (unsigned long long)va);
+                    snprintf(b, sizeof b, "%016llx", (unsigned long long)vb);
+                } else if (it[f].kind == 2) {
+                    snprintf(a, sizeof a, "%.9g", x);
+                    snprintf(b, sizeof b, "%.9g", y);
+                } else {
+                    snprintf(a, sizeof a, "%lld", (long long)va);
+                    snprintf(b, sizeof b, "%lld", (long long)vb);
+                }
+                st = mrt_set_error(MRT_ERR_MISMATCH, "rank %d disagrees with rank 0 on the %s (%s, rank 0 has %s): every "
+                                   "rank runs the same model, data, weights and options", r, it[f].what, a, b);
+            }
+    free(it);
+    free(mine);
+    free(all);
+    return st;
 }
 
 static int cmp_double(const void *a, const void *b)
@@ -1222,6 +1357,16 @@ int rt_train_main(const mrt_model_info *info, int argc, char **argv, const char 
         fprintf(stderr, "%s train: error: %s\n", prog, mrt_last_error());
         free(o.data);
         return 1;
+    }
+    /* data parallelism gives the one-device step only when no op mixes batch items beyond what
+     * it does as DDP does (modelc: graph_dp_trainable) */
+    if ((o.ndev > 1 || world > 1) && info->desc->dp_refuse) {
+        fprintf(stderr, "%s train: error: model '%s' cannot train data-parallel (%s): %s; train it on one device\n", prog,
+                info->name, o.ndev > 1 ? "--devices" : torchrun ? "torchrun" : "mpirun", info->desc->dp_refuse);
+        if (world > 1 && !torchrun)
+            rt_mpi_abort(2);
+        free(o.data);
+        return 2;
     }
     if (world > 1 && o.devices && !torchrun) {
         fprintf(stderr, "%s train: error: under mpirun each rank trains on one device: give --device, not --devices\n",
@@ -1415,6 +1560,11 @@ int rt_train_main(const mrt_model_info *info, int argc, char **argv, const char 
         dp->syms = sdims;
     }
     mt = (mpi_train){rank, world, m, NULL, NULL, NULL, torchrun, NULL, sdims};
+    /* every rank the same model, data, weights and settings, and the same kind of device:
+     * checked before the first step and, under mpirun, before NCCL is set up (a GPU rank would
+     * wait in ncclCommInitRank for a CPU rank that never comes) */
+    if (world > 1 && !torchrun && mpi_agree(&mt, info, N, &o, data, edata, &mpi_synced) != MRT_OK)
+        goto fail;
     if (world > 1 && m->dev[0].kind == MRT_DEVICE_CUDA) {
         /* a NCCL communicator: under mpirun rank 0 makes the id and MPI_Bcast sends it (as llm.c
          * does); under torchrun every rank's ncclGetUniqueId gives the same id (NCCL_COMM_ID) */
@@ -1450,29 +1600,9 @@ int rt_train_main(const mrt_model_info *info, int argc, char **argv, const char 
             goto oom;
         for (int k = 0; k < d->n_grads; k++)
             mt.names[k] = d->params[d->grad_params[k]].name;
-        /* every rank the same model, data and batches: checked before the first step */
-        enum { NF = 7 };
-        static const char *const what[NF] = {"model", "number of samples", "--batch", "--epochs", "--steps", "--seed",
-                                             "--shuffle"};
-        uint64_t mine[NF], *all = calloc((size_t)world * NF, sizeof *all);
-        if (!all)
-            goto oom;
-        mpi_fingerprint(d, N, &o, mine);
-        if (coll_allgather_u64(&mt, mine, all, NF) != MRT_OK) {
-            free(all);
+        /* under torchrun the ranks' check goes through NCCL: here, once it is set up (every rank a GPU) */
+        if (torchrun && mpi_agree(&mt, info, N, &o, data, edata, &mpi_synced) != MRT_OK)
             goto fail;
-        }
-        mpi_synced = 1; /* from here a failure is every rank's: they stop together */
-        for (int r = 1; r < world; r++)
-            for (int f = 0; f < NF; f++)
-                if (all[(size_t)r * NF + f] != all[f]) {
-                    mrt_set_error(MRT_ERR_MISMATCH, "rank %d disagrees with rank 0 on the %s (%llu, rank 0 has %llu): every "
-                                  "rank runs the same model, data and options", r, what[f],
-                                  (unsigned long long)all[(size_t)r * NF + f], (unsigned long long)all[f]);
-                    free(all);
-                    goto fail;
-                }
-        free(all);
     }
     if (o.log && !(log = fopen(o.log, "a"))) {
         mrt_set_error(MRT_ERR_IO, "--log %s: cannot open: %s", o.log, strerror(errno));

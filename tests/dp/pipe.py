@@ -84,6 +84,42 @@ model emb2 {
 """
 
 
+# outputs whose leading axis is 2*batch (two rows per batch item) on the second device: each
+# micro-batch's rows start at 2*first
+ROWS = """# outputs of batch*2 rows (tests/dp/pipe.py)
+model rows2 {
+  input x: f32[batch, 64]
+  param w1: f32[10, 64]
+  h = relu(linear(x, w1))
+  on cpu:1 {
+    output y = reshape(h, [batch*2, 5])
+    output r = repeat_interleave(h, 2, dim=0)
+  }
+}
+"""
+
+
+def rows_ref(x, w1):
+    """NumPy in float64: the reference of ROWS (and of run.py's ROWS)."""
+    h = np.maximum(x.astype(np.float64) @ w1.astype(np.float64).T, 0)
+    return {"y": h.reshape(2 * len(x), 5), "r": np.repeat(h, 2, axis=0)}
+
+
+def check_rows(modelc, d, kind, dev, report):
+    prog, err = build(modelc, d, "rows2", ROWS, 8, kind == "cuda")
+    if err:
+        report("pipe_rows", err)
+        return
+    rng = np.random.default_rng(11)
+    w1 = rng.standard_normal((10, 64)).astype(np.float32) / 8
+    w = os.path.join(d, "rows2.safetensors")
+    safetensors_np.write(w, {"w1": w1})
+    for b, n in ((13, 2), (16, 3)):
+        x = rng.standard_normal((b, 64)).astype(np.float32)
+        report("pipe_rows_b%d_mb%d" % (b, n), check(prog, w, {"x": x}, ["y", "r"], n, dev, d, "rows_b%d_mb%d" % (b, n),
+                                                    rows_ref(x, w1), 8))
+
+
 def sh(cmd, **kw):
     return subprocess.run(cmd, capture_output=True, text=True, **kw)
 
@@ -201,9 +237,12 @@ def check_embed(modelc, d, w, x, want):
     return None
 
 
-def main(modelc, d, kind, report):
+def main(modelc, d, kind, report, only=None):
     cuda = kind == "cuda"
     dev = ["--device", "cuda:0", "--device-map", "cpu:1=cuda:1"] if cuda else ["--device", "cpu"]
+    check_rows(modelc, d, kind, dev, report)
+    if only == "rows":
+        return
     rng = np.random.default_rng(5)
     # the MLP: batches that divide and that do not, micro-batches of one item, a batch over max-batch
     prog, err = build(modelc, d, "mlp2", MLP, 16, cuda)
@@ -307,5 +346,7 @@ def main(modelc, d, kind, report):
         line = p.stderr.strip().splitlines()[-1] if p.stderr.strip() else ""
         print("  pipe failing micro-batch: exit %d: %s" % (p.returncode, line))
         report("pipe_error_failing_mb", None if p.returncode == 1 and "micro-batch 4 of 4 (batch items 9..11)" in line
-               and "10" in line and not os.path.exists(out) else
-               "expected exit 1, the error naming micro-batch 4 of 4 (items 9..11) and the id, and no output")
+               and "10" in line and "at position 1 " in line and "positions count from batch item 9" in line
+               and not os.path.exists(out) else
+               "expected exit 1, the error naming micro-batch 4 of 4 (items 9..11), the id, its position 1 and the "
+               "item its positions count from (9), and no output")

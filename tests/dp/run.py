@@ -9,7 +9,8 @@ For each model and batch: the run on two (or three) replicas against
   - the whole batch on one device: within 1e-5 of the largest magnitude (a GEMM library may round a
     row differently when it multiplies another number of rows; the error is printed).
 Then the errors: a device twice, an absent device, 'all' without a GPU, --devices with --device,
-a model whose batch items interact. With --device-kind cuda (the cudasim suite, two simulated
+a model whose batch items interact. Outputs of batch*2 rows (reshape, repeat_interleave) against
+NumPy, on replicas and in micro-batches (--only rows runs that group alone). With --device-kind cuda (the cudasim suite, two simulated
 GPUs) the replicas are cuda:0,cuda:1. Then pipelined model parallelism (--micro-batches, pipe.py;
 --pipe-only runs that part alone). Prints PASS/FAIL lines.
 """
@@ -58,6 +59,321 @@ model mixed {
   output y = x - mean(x, axis=0, keepdim=true)
 }
 """
+
+
+# outputs of 2*batch rows (two per batch item): each replica's rows start at 2*first
+ROWS = """# outputs of batch*2 rows (tests/dp)
+model rows {
+  input x: f32[batch, 64]
+  param w1: f32[10, 64]
+  h = relu(linear(x, w1))
+  output y = reshape(h, [batch*2, 5])
+  output r = repeat_interleave(h, 2, dim=0)
+}
+"""
+
+
+def check_rows(modelc, d, devs, report):
+    """--devices on a model whose outputs have batch*2 rows: vs the shards run alone (check), and
+    both outputs vs NumPy (pipe.rows_ref, 1e-5); batch 13 over --max-batch 8 also runs the plain
+    chunking's cut of the same buffers."""
+    src = os.path.join(d, "rows.model")
+    with open(src, "w") as f:
+        f.write(ROWS)
+    prog = os.path.join(d, "rows")
+    p = sh([modelc, src, "--max-batch", "8", "-o", prog] + ([] if devs[0].startswith("cuda") else ["--no-cuda"]))
+    if p.returncode:
+        report("rows", "modelc failed: " + p.stderr[-300:])
+        return
+    rng = np.random.default_rng(3)
+    w1 = rng.standard_normal((10, 64)).astype(np.float32) / 8
+    w = os.path.join(d, "rows.safetensors")
+    safetensors_np.write(w, {"w1": w1})
+    for b, dv in ((13, devs), (5, devs), (9, devs + (["cpu:2"] if devs[0].startswith("cpu") else []))):
+        x = rng.standard_normal((b, 64)).astype(np.float32)
+        tag = "rows_b%d_%ddev" % (b, len(dv))
+        why = None
+        for out in ("y", "r"):
+            why = why or check(prog, w, x, "x", out, dv, d, "%s_%s" % (tag, out))
+        if why is None:
+            ref = pipe.rows_ref(x, w1)
+            errs = {o: float(np.max(np.abs(np.load(os.path.join(d, "dp_%s_%s.npy" % (tag, o))) - ref[o])) /
+                         np.max(np.abs(ref[o]))) for o in ("y", "r")}
+            print("  %s: vs NumPy: y %.1e, r %.1e (tolerance %.0e)" % (tag, errs["y"], errs["r"], ATOL))
+            if max(errs.values()) > ATOL:
+                why = "the data-parallel run differs from NumPy by %.1e" % max(errs.values())
+        report(tag, why)
+
+
+# training builds whose ops mix batch items outside the loss's reduction: data-parallel training
+# would change the step, so --devices and mpirun refuse them (modelc's graph_dp_trainable)
+MIX_TRAIN = {
+    "mix_center": """# logits centered over the batch (tests/dp)
+model mix_center {
+  input x: f32[batch, 8]
+  target y: i64[batch]
+  param w: f32[4, 8]
+  z = linear(x, w)
+  logits = z - mean(z, axis=0, keepdim=true) * 3
+  loss l = cross_entropy(logits, y)
+  optimizer sgd(lr=0.1)
+}
+""",
+    "mix_concat": """# a loss over the batch concatenated with itself (tests/dp)
+model mix_concat {
+  input x: f32[batch, 8]
+  target y: i64[batch]
+  param w: f32[4, 8]
+  c = linear(x, w)
+  loss l = sum(sum(concat(c, c * 2, axis=0), axis=0) * sum(c, axis=0), axis=0)
+  optimizer sgd(lr=0.1)
+}
+""",
+}
+
+# losses data parallelism keeps: one summed over the batch (reduction=sum: the shards' losses and
+# gradients add up, not averaged) and a mean plus a batch-independent penalty
+SUM_TRAIN = {
+    "loss_sum": """# mse_loss(reduction=sum) (tests/dp)
+model loss_sum {
+  input x: f32[batch, 8]
+  target y: f32[batch, 2]
+  param fc1.weight: f32[16, 8]
+  param fc2.weight: f32[2, 16]
+  pred = linear(tanh(linear(x, fc1.weight)), fc2.weight)
+  loss l = mse_loss(pred, y, reduction=sum)
+  optimizer sgd(lr=0.01, momentum=0.9)
+}
+""",
+    "loss_mean_reg": """# a mean loss plus a weight penalty (tests/dp)
+model loss_mean_reg {
+  input x: f32[batch, 8]
+  target y: f32[batch, 2]
+  param fc1.weight: f32[16, 8]
+  param fc2.weight: f32[2, 16]
+  pred = linear(tanh(linear(x, fc1.weight)), fc2.weight)
+  loss l = mse_loss(pred, y) + 0.01 * sum(sum(fc1.weight * fc1.weight, axis=1), axis=0)
+  optimizer sgd(lr=0.05)
+}
+""",
+}
+
+
+def check_train_mix(modelc, d, devs, report):
+    """Refusals of models that mix batch items (--devices, and mpirun -np 2 on CPUs); a summed
+    and a regularized loss trained data-parallel against one device (losses and weights, 1e-5)."""
+    import shutil
+    rng = np.random.default_rng(7)
+    x = rng.standard_normal((16, 8)).astype(np.float32)
+    np.save(os.path.join(d, "tm_x.npy"), x)
+    np.save(os.path.join(d, "tm_yc.npy"), rng.integers(0, 4, 16).astype(np.int64))
+    np.save(os.path.join(d, "tm_yf.npy"), rng.standard_normal((16, 2)).astype(np.float32))
+    cuda = devs[0].startswith("cuda")
+    for name, src in MIX_TRAIN.items():
+        f = os.path.join(d, name + ".model")
+        with open(f, "w") as fh:
+            fh.write(src)
+        prog = os.path.join(d, name)
+        p = sh([modelc, f, "--train", "--max-batch", "8", "-o", prog] + ([] if cuda else ["--no-cuda"]))
+        if p.returncode:
+            report("train_refuse_" + name, "modelc failed: " + p.stderr[-300:])
+            continue
+        w = os.path.join(d, name + ".st")
+        safetensors_np.write(w, {"w": rng.standard_normal((4, 8)).astype(np.float32) * 0.3})
+        base = [prog, "train", "--weights", w, "--data", "x=" + os.path.join(d, "tm_x.npy"), "--data",
+                "y=" + os.path.join(d, "tm_yc.npy"), "--batch", "8", "--quiet"]
+        runs = [("devices", sh(base + ["--devices", ",".join(devs)]))]
+        if not cuda and shutil.which("mpirun"):
+            runs.append(("mpirun", mpirun(["-np", "2"] + base + ["--device", "cpu"], timeout=60)))
+        one = sh(base + (["--device", devs[0]]))
+        for how, p in runs:
+            lines = [s for s in p.stderr.splitlines() if "cannot train data-parallel" in s]
+            print("  %s %s: exit %d: %s" % (name, how, p.returncode, lines[0] if lines else p.stderr.strip()[-300:]))
+            report("train_refuse_%s_%s" % (name, how), None if p.returncode == 2 and lines and "mixes batch items" in lines[0]
+                   and ".model:" in lines[0] else "expected exit 2 and 'cannot train data-parallel ... mixes batch items'")
+        report("train_one_device_%s" % name, None if one.returncode == 0 else
+               "on one device it must train: " + one.stderr.strip()[-300:])
+    for name, src in SUM_TRAIN.items():
+        f = os.path.join(d, name + ".model")
+        with open(f, "w") as fh:
+            fh.write(src)
+        prog = os.path.join(d, name)
+        p = sh([modelc, f, "--train", "--max-batch", "8", "-o", prog] + ([] if cuda else ["--no-cuda"]))
+        if p.returncode:
+            report("train_" + name, "modelc failed: " + p.stderr[-300:])
+            continue
+        w = os.path.join(d, name + ".st")
+        safetensors_np.write(w, {"fc1.weight": rng.standard_normal((16, 8)).astype(np.float32) * 0.3,
+                                 "fc2.weight": rng.standard_normal((2, 16)).astype(np.float32) * 0.3})
+        base = [prog, "train", "--weights", w, "--data", "x=" + os.path.join(d, "tm_x.npy"), "--data",
+                "y=" + os.path.join(d, "tm_yf.npy"), "--epochs", "2", "--quiet"]
+        variants = [("one", ["--device", devs[0]], sh), ("dp", ["--devices", ",".join(devs)], sh)]
+        if not cuda and shutil.which("mpirun"):
+            variants.append(("mpi", ["--device", "cpu"], lambda c: mpirun(["-np", "2"] + c, timeout=60)))
+        res, why = {}, None
+        for batch in (8, 7):
+            for tag, extra, runner in variants:
+                log, out = os.path.join(d, "%s_%s_%d.log" % (name, tag, batch)), os.path.join(d, "%s_%s.out" % (name, tag))
+                if os.path.exists(log):
+                    os.remove(log)
+                p = runner(base + ["--batch", str(batch), "--save", out, "--log", log] + extra)
+                if p.returncode:
+                    why = why or "%s run failed: %s" % (tag, p.stderr.strip()[-300:])
+                    continue
+                with open(log) as fh:
+                    res[tag] = (np.array([float(r.split()[5]) for r in fh]), safetensors_np.read(out))
+            if why:
+                break
+            l1, w1 = res["one"]
+            for tag in [t for t, _, _ in variants if t != "one"]:
+                l2, w2 = res[tag]
+                lerr = float(np.max(np.abs(l2 - l1) / np.abs(l1))) if len(l1) == len(l2) else float("inf")
+                werr = max(float(np.max(np.abs(w2[k].astype(np.float64) - w1[k])) / np.max(np.abs(w1[k]))) for k in w1)
+                print("  %s: batch %d, %s vs one device: %d steps, losses max relative error %.1e, weights %.1e "
+                      "(tolerance 1e-05)" % (name, batch, tag, len(l1), lerr, werr))
+                if lerr > 1e-5 or werr > 1e-5:
+                    why = why or "%s (batch %d) differs from one device: losses %.1e, weights %.1e" % (tag, batch, lerr, werr)
+        report("train_" + name, why)
+
+
+AGREE = """# ranks that must agree (tests/dp)
+model agree {
+  input x: f32[batch, 8]
+  target y: f32[batch, 2]
+  param fc1.weight: f32[16, 8]
+  param fc2.weight: f32[2, 16]
+  pred = linear(ACT(linear(x, fc1.weight)), fc2.weight)
+  loss l = mse_loss(pred, y)
+  optimizer sgd(lr=LR, momentum=0.9)
+}
+"""
+
+
+def check_mpi_agree(modelc, d, kind, report):
+    """mpirun with ranks that differ in one thing each (MPMD: rank 1's command differs): every
+    rank stops before the first step, naming rank 1 and the item; no checkpoint is written."""
+    import shutil
+    if not shutil.which("mpirun"):
+        print("SKIP: dp/mpi_agree: mpirun not found (Debian: apt-get install openmpi-bin)")
+        return
+    cuda = kind == "cuda"
+    f = lambda s: os.path.join(d, s)  # noqa: E731
+    progs = {}
+    for tag, act, lr in (("a", "tanh", "0.05"), ("relu", "relu", "0.05"), ("lr", "tanh", "0.1")):
+        with open(f("agree_%s.model" % tag), "w") as fh:
+            fh.write(AGREE.replace("ACT", act).replace("LR", lr))
+        progs[tag] = f("agree_%s" % tag)
+        sh([modelc, f("agree_%s.model" % tag), "--train", "--max-batch", "8", "-o", progs[tag]] +
+           ([] if cuda else ["--no-cuda"]), check=True)
+    rng = np.random.default_rng(9)
+    for k, shape in (("x", (16, 8)), ("x2", (16, 8)), ("y", (16, 2))):
+        np.save(f("ag_%s.npy" % k), rng.standard_normal(shape).astype(np.float32))
+    for k in ("w", "w2"):
+        safetensors_np.write(f("ag_%s.st" % k), {"fc1.weight": rng.standard_normal((16, 8)).astype(np.float32) * 0.3,
+                                                 "fc2.weight": rng.standard_normal((2, 16)).astype(np.float32) * 0.3})
+    dev = ["--device", "cuda:0" if cuda else "cpu"]
+
+    def cmd(tag="a", w="ag_w.st", x="ag_x.npy", extra=(), save=True):
+        return [progs[tag], "train", "--weights", f(w), "--data", "x=" + f(x), "--data", "y=" + f("ag_y.npy"),
+                "--batch", "8", "--epochs", "2", "--quiet"] + (["--save", f("ag_out.st")] if save else []) + list(extra)
+    # a state to resume from: 1 step of one process
+    p = sh(cmd(save=False) + dev + ["--steps", "1", "--save", f("ag_w1.st"), "--save-state", f("ag_s1.st")])
+    if p.returncode:
+        report("mpi_agree", "the one-step run failed: " + p.stderr[-300:])
+        return
+    dev1 = ["--device", "cuda:1"] if cuda else dev
+    cases = [("graph", cmd("relu") + dev1, "compiled model"),
+             ("model_lr", cmd("lr") + dev1, "optimizer and its hyper-parameters"),
+             ("cli_lr", cmd(extra=["--lr", "0.2"]) + dev1, "learning rate"),
+             ("clip", cmd(extra=["--clip-grad-norm", "1"]) + dev1, "--clip-grad-norm"),
+             ("data", cmd(x="ag_x2.npy") + dev1, "contents of --data x"),
+             ("weights", cmd(w="ag_w2.st") + dev1, "initial weights"),
+             ("resume", cmd(w="ag_w1.st", extra=["--resume", f("ag_s1.st")]) + dev1, "step it starts from (--resume) (1, "
+              "rank 0 has 0)")]
+    if cuda:
+        cases.append(("device_kind", cmd() + ["--device", "cpu"], "device kind"))
+    for name, other, want in cases:
+        if os.path.exists(f("ag_out.st")):
+            os.remove(f("ag_out.st"))
+        try:
+            p = mpirun(["-np", "1"] + cmd() + dev + [":", "-np", "1"] + other, timeout=60)
+        except subprocess.TimeoutExpired:
+            report("mpi_agree_" + name, "the ranks hung (no exit within 60 s)")
+            continue
+        lines = [s for s in p.stderr.splitlines() if "disagrees" in s]
+        ok = (p.returncode != 0 and len(lines) == 2 and all("rank 1 disagrees with rank 0 on the " + want in s for s in lines)
+              and any("rank 0 of 2" in s for s in lines) and any("rank 1 of 2" in s for s in lines)
+              and not os.path.exists(f("ag_out.st")))
+        print("  mpi_agree %s: exit %d: %s" % (name, p.returncode, lines[0] if lines else p.stderr.strip()[-300:]))
+        report("mpi_agree_" + name, None if ok else "expected both ranks to stop naming rank 1 and '%s', no checkpoint" % want)
+    # the same everything: runs (the check lets agreeing ranks through)
+    p = mpirun(["-np", "2"] + cmd() + dev if not cuda else ["-np", "1"] + cmd() + dev + [":", "-np", "1"] + cmd() + dev1,
+               timeout=60)
+    report("mpi_agree_same", None if p.returncode == 0 and os.path.exists(f("ag_out.st")) else
+           "agreeing ranks failed: " + p.stderr.strip()[-300:])
+
+
+def check_dp_threads_help(prog, weights, x, d, report):
+    """--devices cpu:0,cpu:1 with --threads 4: each replica gets 2 (the --time line says so), the
+    logits bit for bit those of --threads 2 (one each); --help's usage lines name --devices and
+    --micro-batches."""
+    xin = os.path.join(d, "x_dpt.npy")
+    np.save(xin, x)
+    outs, why = {}, None
+    for t, want in ((4, "2 threads per replica"), (2, "1 thread per replica"), (1, "1 thread per replica")):
+        o = os.path.join(d, "dpt%d.npy" % t)
+        p = sh([prog, "--weights", weights, "--input", "x=" + xin, "--output", "logits=" + o, "--devices", "cpu:0,cpu:1",
+                "--threads", str(t), "--time"])
+        line = [s for s in p.stderr.splitlines() if s.startswith("time:")]
+        print("  dp threads %d: exit %d: %s" % (t, p.returncode, line[0] if line else p.stderr.strip()[-200:]))
+        if p.returncode or not line or want not in line[0]:
+            why = why or "--threads %d: expected '%s' in the --time line" % (t, want)
+        else:
+            outs[t] = np.load(o).tobytes()
+    if not why and not (outs[4] == outs[2] == outs[1]):
+        why = "the logits depend on the threads per replica"
+    report("dp_threads", why)
+    p = sh([prog, "--help"])
+    usage = p.stdout.split("\n\n")[0]
+    print("  help: " + " ".join(usage.split()))
+    report("help_usage", None if p.returncode == 0 and "--devices LIST" in usage and "--micro-batches N" in usage else
+           "the usage lines of --help do not name --devices and --micro-batches")
+
+
+EMB = """# an embedding: a bad id fails its replica (tests/dp)
+model emb {
+  input ids: i64[batch, 3]
+  param e: f32[10, 4]
+  output y = embedding(ids, e)
+}
+"""
+
+
+def check_dp_error_position(modelc, d, devs, report):
+    """A bad id in item 10 of 12 on two replicas (items 6..11 on the second) at --max-batch 4
+    (the replica runs items 6..9, then 10..11): the error names the replica, its items, the id,
+    its position 1 and the batch item the positions count from (10); no output is written."""
+    src = os.path.join(d, "emb.model")
+    with open(src, "w") as f:
+        f.write(EMB)
+    prog = os.path.join(d, "emb")
+    p = sh([modelc, src, "--max-batch", "4", "-o", prog] + ([] if devs[0].startswith("cuda") else ["--no-cuda"]))
+    if p.returncode:
+        report("error_position", "modelc failed: " + p.stderr[-300:])
+        return
+    w = os.path.join(d, "emb.safetensors")
+    safetensors_np.write(w, {"e": np.arange(40, dtype=np.float32).reshape(10, 4)})
+    ids = (np.arange(36) % 10).reshape(12, 3).astype(np.int64)
+    ids[10, 1] = 10
+    np.save(os.path.join(d, "emb_ids.npy"), ids)
+    out = os.path.join(d, "emb_y.npy")
+    p = sh([prog, "--weights", w, "--input", "ids=" + os.path.join(d, "emb_ids.npy"), "--output", "y=" + out,
+            "--devices", ",".join(devs)])
+    line = p.stderr.strip().splitlines()[-1] if p.stderr.strip() else ""
+    print("  error position: exit %d: %s" % (p.returncode, line))
+    report("error_position", None if p.returncode == 1 and "replica 2 (%s, batch items 6..11)" % devs[1] in line and
+           "id 10 at position 1 " in line and "positions count from batch item 10" in line and not os.path.exists(out)
+           else "expected exit 1 naming replica 2 (items 6..11), id 10 at position 1, positions from batch item 10")
 
 
 def sh(cmd, **kw):
@@ -504,6 +820,9 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--device-kind", default="cpu", choices=["cpu", "cuda"])
     ap.add_argument("--pipe-only", action="store_true", help="only the micro-batch pipeline's tests (pipe.py)")
+    ap.add_argument("--only", choices=["rows", "train_mix", "mpi"],  # mpi: rank agreement
+                    help="only one group: outputs of batch*2 rows (--devices and --micro-batches), DP training of "
+                    "models that mix batch items, mpirun rank agreement")
     a = ap.parse_args()
     modelc = os.environ.get("MODELC", os.path.join(ROOT, "build", "bin", "modelc"))
     devs = ["%s:0" % a.device_kind, "%s:1" % a.device_kind]
@@ -519,6 +838,20 @@ def main():
     with tempfile.TemporaryDirectory(prefix="dp_") as d:
         if a.pipe_only:
             pipe.main(modelc, d, a.device_kind, report)
+            return 1 if fails else 0
+        if a.only in (None, "rows"):
+            check_rows(modelc, d, devs, report)
+            check_dp_error_position(modelc, d, devs, report)
+        if a.only == "rows":
+            pipe.main(modelc, d, a.device_kind, report, only="rows")
+            return 1 if fails else 0
+        if a.only in (None, "train_mix"):
+            check_train_mix(modelc, d, devs, report)
+        if a.only == "train_mix":
+            return 1 if fails else 0
+        if a.only in (None, "mpi"):
+            check_mpi_agree(modelc, d, a.device_kind, report)
+        if a.only == "mpi":
             return 1 if fails else 0
         # digits: batch 360 over max-batch 64 (chunks of 128 split in two), an odd batch, batch 1
         prog = os.path.join(d, "digits")
@@ -538,6 +871,7 @@ def main():
             for tag, xs in (("digits_b1", x[:1]), ("digits_b360", x)):
                 report("threads_" + tag, check_threads(prog, w, xs, "x", "logits", d, tag))
             report("digits_b10_3dev", check(prog, w, x[:10], "x", "logits", devs + ["cpu:2"], d, "digits_b10_3dev"))
+            check_dp_threads_help(prog, w, x[:40], d, report)
         # a CNN (conv, pooling, softmax) with random weights
         src = os.path.join(d, "cnn.model")
         with open(src, "w") as f:
