@@ -254,16 +254,23 @@ KernelList fuse_graph(Graph *g, FuseOptions opt, KernelList *init) {
         for (int j = 0; j < n->nin; j++) f->consumer[n->in[j]->id] = n;
     }
     /* tree[i]: nodes in i's expression tree so far; a tree stops growing at MAX_FUSED nodes, which
-     * bounds the compile time, the generated function and the registers a kernel needs. */
-    int *tree = xalloc(sizeof(int) * (g->nnodes + 1));
+     * bounds the compile time, the generated function and the registers a kernel needs.
+     * leaves[i]: the tensors i's tree reads (at most; a tensor read twice counts twice). A tree
+     * goes into its consumer c only with at most (MAX_OPERANDS - 1) / c->nin of them, so that no
+     * kernel reads more than MAX_OPERANDS - 1 tensors (a sum of 65 gradients did, in GPT-2's
+     * training step). */
+    int *tree = xalloc(sizeof(int) * (g->nnodes + 1)), *leaves = xalloc(sizeof(int) * (g->nnodes + 1));
     for (int i = 0; i < g->nnodes; i++) {
         Node *n = g->nodes[i], *c = f->consumer[i];
         tree[i] = 1;
-        for (int j = 0; j < n->nin; j++)
-            if (f->inl[n->in[j]->id]) tree[i] += tree[n->in[j]->id];
+        for (int j = 0; j < n->nin; j++) {
+            bool in = f->inl[n->in[j]->id];
+            tree[i] += in ? tree[n->in[j]->id] : 0;
+            leaves[i] += in ? leaves[n->in[j]->id] : 1;
+        }
         f->inl[i] = opt.elementwise && !n->dead && op_is_elementwise(n->op) && n->nuses == 1 && !n->is_output &&
                     c && op_is_elementwise(c->op) && same_numel(n, c) && n->init == c->init &&
-                    n->slot == c->slot && tree[i] < MAX_FUSED;
+                    n->slot == c->slot && tree[i] < MAX_FUSED && leaves[i] <= (MAX_OPERANDS - 1) / c->nin;
     }
     *init = build_kernels(f, true);
     return build_kernels(f, false);
