@@ -575,8 +575,7 @@ static mrt_status cli_shape_at(const mrt_io_desc *d, const mrt_model_info *info,
     return MRT_OK;
 }
 
-/* The symbol axis k of `d` is exactly (shape[k] * that symbol), or -1. */
-static int cli_axis_symbol(const mrt_io_desc *d, const mrt_model_info *info, int k)
+int rt_axis_symbol(const mrt_io_desc *d, const mrt_model_info *info, int k)
 {
     int found = -1;
     for (int s = 0; s < info->n_syms; s++) {
@@ -605,7 +604,7 @@ static mrt_status cli_check_input(const mrt_model_info *info, int i, const char 
                              mrt_dtype_name(d->dtype), want);
     int ok = t->rank == d->rank;
     for (int k = 0; ok && k < d->rank; k++) {
-        int s = cli_axis_symbol(d, info, k);
+        int s = rt_axis_symbol(d, info, k);
         int any = 0;
         for (int q = 0; q < info->n_syms; q++)
             any |= d->sym[k][q] != 0;

@@ -156,6 +156,9 @@ int rt_dest_same(const rt_dest *a, const rt_dest *b);
  * regular file, a name not there yet, or a symlink to one; it is none of the nreaders files
  * the run reads (readers[j], described as reader_what[j] in the message; NULL entries are
  * skipped). `what` names the output ("output 'y'", "--save"). Fills *d for rt_dest_same. */
+/* The symbol that axis k of input/output `d` is exactly (a size of 1 * that symbol), or -1 (a
+ * fixed axis, or a product of several symbols). Shared by the CLI and PROG train (rt_cli.c). */
+int rt_axis_symbol(const mrt_io_desc *d, const mrt_model_info *info, int k);
 mrt_status rt_output_check(const char *what, const char *path, const char *const *readers,
                            const char *const *reader_what, int nreaders, rt_dest *d);
 /* A dtype's safetensors name: "F32", "I64", "BF16", ... ("?" for none) (rt_safetensors.c). */

@@ -532,20 +532,6 @@ static uint64_t splitmix64(uint64_t *s)
     return z ^ (z >> 31);
 }
 
-/* The symbol axis k of `d` is exactly (shape[k] * that symbol), or -1 (none, or several). */
-static int axis_symbol(const mrt_io_desc *d, const mrt_model_info *info, int k)
-{
-    int found = -1;
-    for (int s = 0; s < info->n_syms; s++) {
-        if (!d->sym[k][s])
-            continue;
-        if (d->sym[k][s] != 1 || found >= 0)
-            return -1;
-        found = s;
-    }
-    return found;
-}
-
 /* The shape of d as the model writes it, with the batch as N: "[N,seq,8]". */
 static void want_shape(char *want, size_t n, const mrt_io_desc *d, const mrt_model_info *info)
 {
@@ -591,7 +577,7 @@ static mrt_status read_samples(const mrt_model_info *info, const char *flag, con
         want_shape(want, sizeof want, d, info);
         /* the sizes of the symbols alone on an axis (seq, 4*seq), the batch not among them */
         for (int k = 1; ok && k < d->rank; k++) {
-            int s = axis_symbol(d, info, k), any = 0;
+            int s = rt_axis_symbol(d, info, k), any = 0;
             for (int q = 0; q < info->n_syms; q++)
                 any |= d->sym[k][q] != 0;
             if (!any || s < 0)
