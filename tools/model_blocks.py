@@ -153,12 +153,12 @@ def find_blocks(decls, lines, reserved=()):
                 readers.setdefault(r, set()).add(s.idx)
 
     def closure(start, edges):
-        seen, todo = set(start), list(start)
-        while todo:
-            for j in edges[todo.pop()]:
+        seen, stack = set(start), list(start)
+        while stack:
+            for j in edges[stack.pop()]:
                 if j not in seen:
                     seen.add(j)
-                    todo.append(j)
+                    stack.append(j)
         return seen
 
     # ---- candidate levels, outermost first
