@@ -15,7 +15,11 @@ NVCC     ?= $(shell command -v nvcc 2>/dev/null)
 # The first rule: a bare `make` builds the compiler and the runtime.
 .DEFAULT_GOAL := all
 
-CFLAGS_BASE := -std=c11 -D_GNU_SOURCE -O2 -g -Wall -Wextra -Wno-unused-parameter -Wno-sign-compare
+# FP_FLAGS: no contraction of a*b + c into a fused multiply-add (gcc does it where the target has
+# FMA, e.g. under -march=native), nor with nvcc (-fmad=false, NVCC_FLAGS and modelc's nvcc line):
+# the CPU and CUDA kernels share their expression code and must round alike.
+FP_FLAGS    := -ffp-contract=off
+CFLAGS_BASE := -std=c11 -D_GNU_SOURCE -O2 -g -Wall -Wextra -Wno-unused-parameter -Wno-sign-compare $(FP_FLAGS)
 ifeq ($(SANITIZE),1)
   SAN      := -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
   B        := build-san
@@ -55,7 +59,7 @@ ifneq ($(strip $(NVCC)),)
   # NVCC_GENCODE: the targets of the runtime's kernels (make gpu-check builds for its GPU alone)
   NVCC_GENCODE ?= -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=sm_90 \
                   -gencode arch=compute_90,code=compute_90
-  NVCC_FLAGS  := -O3 -std=c++17 $(NVCC_GENCODE) -Xcompiler -fPIC
+  NVCC_FLAGS  := -O3 -fmad=false -std=c++17 $(NVCC_GENCODE) -Xcompiler -fPIC
   RT_CUDA_CFLAGS := -DMRT_WITH_CUDA -I$(CUDA_HOME)/include
   RT_SRC      := $(filter-out runtime/rt_nocuda.c,$(RT_SRC))
   RT_CU_SRC   := $(wildcard runtime/*.cu)
@@ -76,8 +80,8 @@ RT_CFG  := $(B)/obj/runtime.cfg
 FORCE:
 $(RT_CFG): FORCE | $(B)/setup.stamp
 	@mkdir -p $(dir $@)
-	@echo 'nvcc=$(NVCC) libs=$(RT_LIBS) blas=$(BLAS_CFLAGS) gencode=$(NVCC_GENCODE)' | cmp -s - $@ || \
-	  echo 'nvcc=$(NVCC) libs=$(RT_LIBS) blas=$(BLAS_CFLAGS) gencode=$(NVCC_GENCODE)' > $@
+	@echo 'nvcc=$(NVCC) libs=$(RT_LIBS) blas=$(BLAS_CFLAGS) gencode=$(NVCC_GENCODE) fp=$(FP_FLAGS)' | cmp -s - $@ || \
+	  echo 'nvcc=$(NVCC) libs=$(RT_LIBS) blas=$(BLAS_CFLAGS) gencode=$(NVCC_GENCODE) fp=$(FP_FLAGS)' > $@
 $(B)/obj/runtime/%.o: runtime/%.c $(RT_HDR) $(RT_CFG) | $(B)/setup.stamp
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_ALL) $(OMP_FLAGS) $(CJSON_CFLAGS) $(BLAS_CFLAGS) $(RT_CUDA_CFLAGS) -Iruntime -c $< -o $@
@@ -111,7 +115,7 @@ $(B)/obj/grammar/%.o: $(B)/gen/%.c $(B)/gen/model.tab.h $(B)/gen/lex.yy.h compil
 	$(CC) $(CFLAGS_ALL) -Wno-unused-function -Icompiler -I$(B)/gen -c $< -o $@
 $(B)/obj/compiler/%.o: compiler/%.c compiler/modelc.h compiler/ops.def runtime/rt_path.h $(B)/gen/model.tab.h $(B)/gen/lex.yy.h $(RT_CFG)
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS_ALL) -Icompiler -Iruntime -I$(B)/gen -DMODELC_LINK_LIBS='"$(RT_LIBS)"' -DMODELC_EXTRA_CFLAGS='"$(OMP_FLAGS)"' $(MODELC_CUDA_DEFS) -c $< -o $@
+	$(CC) $(CFLAGS_ALL) -Icompiler -Iruntime -I$(B)/gen -DMODELC_LINK_LIBS='"$(RT_LIBS)"' -DMODELC_EXTRA_CFLAGS='"$(OMP_FLAGS) $(FP_FLAGS)"' $(MODELC_CUDA_DEFS) -c $< -o $@
 $(MODELC): $(C_OBJ) $(RT_LIB) $(RT_INC)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_ALL) $(C_OBJ) -o $@ -lm
@@ -139,7 +143,7 @@ install: all
 	install -m 755 $(MODELC) $(DESTDIR)$(PREFIX)/bin/modelc
 	install -m 644 $(RT_LIB) $(DESTDIR)$(PREFIX)/lib/libmodelrt.a
 	install -m 644 $(RT_PUB) $(DESTDIR)$(PREFIX)/include/modelc/
-	sed -e 's|@PREFIX@|$(PREFIX)|' -e 's|@LIBS@|$(RT_LIBS)|' tools/modelrt.pc.in > $(DESTDIR)$(PREFIX)/lib/pkgconfig/modelrt.pc
+	sed -e 's|@PREFIX@|$(PREFIX)|' -e 's|@LIBS@|$(RT_LIBS)|' -e 's|@CFLAGS@|$(OMP_FLAGS) $(FP_FLAGS)|' tools/modelrt.pc.in > $(DESTDIR)$(PREFIX)/lib/pkgconfig/modelrt.pc
 
 clean:
 	rm -rf build build-san

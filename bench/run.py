@@ -30,7 +30,8 @@ Each case, in this order:
      that disagrees is not timed and the table says so,
   4. each peer is timed in its own child process: warm-up, then about 1.5 s of runs (0.3 s
      with --quick), the median; modelc's executable times itself (`--time --repeat N`: the mean
-     of N runs after one warm-up, the median of 3 such measurements). torch.compile's compile
+     of N runs after its warm-up ones, N >= 3 sized from a warm calibration run, the median of
+     3 such measurements). torch.compile's compile
      time and the ONNX export are not counted.
   5. peak resident memory is each child's own ru_maxrss (taken by bench/peak_rss.c, which this
      script builds): everything that process touched, the Python interpreter and the peer's
@@ -977,7 +978,15 @@ class Bench:
             r["agree"] = bool(r["rel"] <= TOL["f32"])
         if not r["agree"]:
             return r
-        n = int(max(1, min(100000, round(self.target / self.reps / max(float(m.group(1)), 1e-3) * 1e3))))
+        # the number of runs per timed child from a warm per-run time: the cold run above pays
+        # the first-run costs (a GPU's context, cuBLAS's load, the graph capture), and sizing n
+        # from it gave n = 1 on an H200, i.e. cold runs timed (ResNet-18 b1 at 214 ms, not 1-2 ms).
+        # --repeat 3 times the runs after its warm-up ones; n >= 3 keeps every timed child warm.
+        rc, out, err, rss, _ = run_child(base + ["--repeat", "3"], self.env, timeout=self.a.child_timeout)
+        m3 = TIME_RE.search(err)
+        if rc != 0 or not m3:
+            return {"error": "calibration run: exit %d: %s" % (rc, (err + out).strip()[-300:])}
+        n = int(max(3, min(100000, round(self.target / self.reps / max(float(m3.group(1)), 1e-3) * 1e3))))
         times, peak = [], rss
         for _ in range(self.reps):
             rc, out, err, rss, _ = run_child(base + ["--repeat", str(n)], self.env, timeout=self.a.child_timeout)

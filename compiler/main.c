@@ -36,6 +36,12 @@
  * architecture compiles in about half the time: tools/gpu_check.py). */
 #define MODELC_GENCODE "-gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=sm_90 -gencode arch=compute_90,code=compute_90"
 #define MODELC_VERSION "0.1.0"
+/* nvcc's flags for the generated .cu besides the targets. -fmad=false: nvcc contracts a*b + c
+ * into one fused multiply-add by default, which rounds once where the CPU path (the same
+ * expression code, compiled with -ffp-contract=off) rounds twice, so a kernel's last bits
+ * differed between the devices (arange's start + i*step: 1.9e-16 for 0 on an H200). Only the
+ * fused elementwise and reduction kernels see it; the GEMMs are cuBLAS's. */
+#define MODELC_NVCC_OPT "-O3 -fmad=false"
 
 static void usage(FILE *f) {
     fprintf(f,
@@ -71,6 +77,7 @@ static void usage(FILE *f) {
             "  --list-ops         print the op table (the language's functions, the IR's operations), and exit\n"
             "  --print-cflags     print the flags to compile generated C against the runtime, and exit\n"
             "  --print-libs       print the flags to link a program with the runtime, and exit\n"
+            "  --print-nvcc-flags print nvcc's flags for a generated .cu (with MODELC_GENCODE's targets), and exit\n"
             "  -O0 | -O1 | -O2 | -O3   optimization level passed to the C compiler (default -O2)\n"
             "  -h, --help         show this help\n"
             "  --version          print the version\n"
@@ -196,6 +203,11 @@ static void parse_args(int argc, char **argv, Options *o) {
             exit(0);
         } else if (!strcmp(a, "--print-cflags")) {
             printf("-I%s/include/modelc %s\n", runtime_home(), MODELC_EXTRA_CFLAGS);
+            exit(0);
+        } else if (!strcmp(a, "--print-nvcc-flags")) {
+            const char *gencode = getenv("MODELC_GENCODE");
+            printf("%s %s -I%s/include/modelc\n", MODELC_NVCC_OPT, gencode && *gencode ? gencode : MODELC_GENCODE,
+                   runtime_home());
             exit(0);
         } else if (!strcmp(a, "--print-libs")) {
             printf("%s/lib/libmodelrt.a %s\n", runtime_home(), MODELC_LINK_LIBS);
@@ -427,7 +439,7 @@ static int build_executable(const Options *o, const Compiled *c, const char *exe
     int ac = 0;
     for (int k = 0; cuda && k < (ev.c ? 2 : 1); k++) { /* the CUDA twins of the fused kernels */
         split_flags(MODELC_NVCC, &av, &ac);
-        add_arg(&av, &ac, "-O3");
+        split_flags(MODELC_NVCC_OPT, &av, &ac);
         const char *gencode = getenv("MODELC_GENCODE");
         split_flags(gencode && *gencode ? gencode : MODELC_GENCODE, &av, &ac);
         add_arg(&av, &ac, xprintf("-I%s/include/modelc", home));
