@@ -97,6 +97,9 @@ static bool op_inplace_ok(OpKind op) { return op_info[op].inplace; }
 /* Can kernel k's root be written over storage s? */
 static bool can_write_in_place(const Graph *g, const MemPlan *mp, const Kernel *k, const Storage *s, int step) {
     if (k->kind != K_ELEMENTWISE || s->kind != S_ARENA || s->last != step) return false;
+    /* training: a storage live to the last step holds what the optimizer step reads after the
+     * run (a gradient, the norm): never written over, even by the last kernel */
+    if (g->train && s->last >= mp->nsteps - 1) return false;
     for (int i = 0; i < k->nmembers; i++)
         if (!op_inplace_ok(k->members[i]->op)) return false;
     if (s->bytes < node_bytes(g, k->root)) return false;
