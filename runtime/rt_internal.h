@@ -274,10 +274,41 @@ void rt_nccl_destroy(rt_nccl *c, int abort);
 mrt_status rt_mpi_start(int *rank, int *size);
 mrt_status rt_mpi_allreduce_f32(float *x, int64_t n);
 mrt_status rt_mpi_allreduce_f64(double *x, int n);
+/* Non-blocking: rt_mpi_iallreduce_f32 posts the in-place sum of x[n] (MPI_Iallreduce; x must stay
+ * untouched until the wait), rt_mpi_test lets Open MPI progress the posted ones (MPI_Testall),
+ * rt_mpi_wait_all waits for every one posted (MPI_Waitall). One thread calls them. */
+mrt_status rt_mpi_iallreduce_f32(float *x, int64_t n);
+mrt_status rt_mpi_test(void);
+mrt_status rt_mpi_wait_all(void);
 mrt_status rt_mpi_allgather_u64(const uint64_t *mine, uint64_t *all, int n);
 mrt_status rt_mpi_bcast(void *buf, int bytes, int root);
 void rt_mpi_abort(int code);
 void rt_mpi_finish(void);
+/* rt_ddp.c: the gradient reducer of data-parallel training (PyTorch DDP's Reducer), buckets
+ * all-reduced while the backward pass goes on. rt_ddp_create: over the n local replicas rep[]
+ * (their gradients grad[i][k], numel[k] floats each, k < desc->n_grads, as desc->grad_ptrs gives
+ * them; the arrays stay the caller's and must outlive it), the buckets cut from desc->grad_ready
+ * at bucket_mb MiB each (<= 0: $MODELRT_DDP_BUCKET_MB, else 25); sets each rep[i]->ddp, so that
+ * run()'s mrt_grad_ready calls hand the buckets over. RT_DDP_THREADS: CPU replicas in one
+ * process, reduced by a thread of its own; RT_DDP_MPI: this rank's one replica, MPI_Iallreduce.
+ * Per step: rt_ddp_begin with each replica's weight w[i] (its share n_i / n, or 1 for a summed
+ * loss) and shard size count[i] (0: it does not run; its gradients are left out, or zeroed on
+ * a rank), then the replicas' run()s with m->defer_update, then rt_ddp_finish (the buckets not
+ * yet handed over, then the wait for all): every replica's gradients are then the weighted sum,
+ * *sumsq their squared norm (each gradient's in double, added in gradient order).
+ * rt_ddp_buckets: how many; rt_ddp_overlapped: of the last step, the buckets whose reduction
+ * started before the backward pass made its last gradient final (on the last replica to get
+ * there): at most rt_ddp_buckets - 1. rt_ddp_destroy (NULL-safe) clears rep[i]->ddp. */
+typedef struct rt_ddp rt_ddp;
+enum { RT_DDP_THREADS, RT_DDP_MPI };
+mrt_status rt_ddp_create(rt_ddp **out, int kind, mrt_model *const *rep, int n, float **const *grad,
+                         const int64_t *numel, double bucket_mb);
+void rt_ddp_begin(rt_ddp *d, const double *w, const int64_t *count);
+mrt_status rt_ddp_finish(rt_ddp *d, double *sumsq);
+int rt_ddp_buckets(const rt_ddp *d);
+int rt_ddp_overlapped(const rt_ddp *d);
+void rt_ddp_destroy(rt_ddp *d);
+
 /* malloc'd printf, NULL when out of memory. */
 char *rt_strdup_printf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
