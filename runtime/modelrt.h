@@ -835,8 +835,10 @@ mrt_status mrt_pipe_gate(mrt_model *m, unsigned acquire, unsigned release);
 /** For a generated run() of a training build, between two kernels of the backward pass: the
  *  first n_final gradients of desc->grad_ready are final (no later kernel touches them), so the
  *  data-parallel reducer (rt_ddp.c, PyTorch DDP's Reducer) may start all-reducing the buckets
- *  they complete while the backward goes on. MRT_OK at once for a model trained alone (m->ddp
- *  NULL); an error when MPI refuses to post a collective. */
+ *  they complete while the backward goes on (a thread of its own on CPU devices, MPI_Iallreduce
+ *  on MPI ranks, ncclAllReduce on a communication stream that waits on an event of the compute
+ *  stream on GPUs). MRT_OK at once for a model trained alone (m->ddp NULL); an error when MPI or
+ *  NCCL refuses to post a collective (the message names the bucket, the device and the rank). */
 mrt_status mrt_grad_ready(mrt_model *m, int n_final);
 
 /** The command-line driver of generated executables:

@@ -21,12 +21,23 @@
  *     shard), then MPI_Iallreduce in place, one per gradient as the blocking MPI_Allreduce was;
  *     each later announcement tests the requests (Open MPI progresses a non-blocking collective
  *     inside MPI calls).
+ *   - GPUs (RT_DDP_NCCL: replicas in one process, or a GPU rank under mpirun or torchrun): each
+ *     replica posts its own bucket as its backward finishes it, from its own thread: an event
+ *     recorded on its compute stream, its communication stream made to wait on it, and
+ *     ncclAllReduce (the pre-multiplied sum sum_r w_r * g_r) on the communication stream
+ *     (rt_nccl_bucket_post), so the GPU all-reduces bucket b while it computes the rest of the
+ *     backward; an empty shard's replica zeroes its gradients and posts every bucket at once.
+ *     rt_ddp_finish waits for each communication stream and makes the compute stream wait for it
+ *     before the optimizer step (rt_nccl_bucket_wait).
  * rt_ddp_finish, after every replica's run(), hands over the buckets not yet handed over (a
  * build without announcements, a run that failed half-way: every rank still posts the same
  * collectives, so none waits for one that never comes) and waits for all; the optimizer step
  * comes after it. The gradients are safe to overwrite from the moment they are announced: the
  * memory plan keeps them live to the end of the run and no later kernel touches them (the
- * gradient norm's kernels, which read them, are skipped under m->defer_update).
+ * gradient norm's kernels, which read them, are skipped under m->defer_update). Two
+ * gradients that are one tensor (the gradient of a + b for params a and b is one node) are
+ * reduced once: the second is an alias of the first (its square still counts in the norm, as
+ * clip_grad_norm_ counts both .grad tensors).
  */
 #include "modelrt.h"
 #include "rt_internal.h"
@@ -47,8 +58,13 @@ struct rt_ddp {
     int kind, n, n_grads, n_buckets;
     const int *order;       /* [n_grads]: gradient k in ready order (desc->grad_ready, or 0..n-1) */
     int *end;               /* [n_buckets]: bucket b is order[end[b-1] .. end[b]) */
+    int *alias;             /* [n_grads]: -1, or the gradient k' earlier in the order whose bytes gradient k
+                             * shares (a + b of two params: one node is both gradients), reduced once */
+    int *live, *live_end;   /* the order without the aliases, cut like it (bucket b: live[live_end[b-1] ..]) */
     float **grad[MRT_DP_MAX];
     const int64_t *numel;
+    rt_nccl *nccl;          /* RT_DDP_NCCL: the communicators */
+    const char *const *names; /* [k]: the param of gradient k, for errors */
     mrt_model *rep[MRT_DP_MAX];
     ddp_replica me[MRT_DP_MAX];
     /* this step */
@@ -61,7 +77,7 @@ struct rt_ddp {
     /* RT_DDP_THREADS: the communication thread */
     pthread_t thread;
     int started, quit;
-    pthread_mutex_t lock;
+    pthread_mutex_t lock; /* RT_DDP_NCCL too: the times */
     pthread_cond_t go, fin;
     int *arrived;           /* [n_buckets]: replicas that handed bucket b over */
     int ready, done;        /* buckets complete (handed over by all), and reduced */
@@ -79,6 +95,10 @@ static void ddp_reduce_threads(rt_ddp *d, int b)
 {
     for (int p = b ? d->end[b - 1] : 0; p < d->end[b]; p++) {
         int k = d->order[p];
+        if (d->alias[k] >= 0) { /* its bytes are those of an earlier gradient, already summed */
+            d->ss[k] = d->ss[d->alias[k]];
+            continue;
+        }
         float *g0 = d->grad[0][k];
         double ss = 0;
         for (int64_t e = 0; e < d->numel[k]; e++) {
@@ -123,6 +143,8 @@ static mrt_status ddp_post_mpi(rt_ddp *d, int b)
     for (int p = b ? d->end[b - 1] : 0; p < d->end[b]; p++) {
         int k = d->order[p];
         float *g = d->grad[0][k];
+        if (d->alias[k] >= 0)
+            continue;
         if (!d->count[0])
             memset(g, 0, sizeof *g * (size_t)d->numel[k]);
         else if (d->w[0] != 1.0)
@@ -145,6 +167,22 @@ static mrt_status ddp_hand_over(rt_ddp *d, int i, int n_final)
             if (b == d->n_buckets - 1)
                 d->t_last = ddp_now();
             mrt_status st = ddp_post_mpi(d, b);
+            if (st != MRT_OK)
+                return st;
+            continue;
+        }
+        if (d->kind == RT_DDP_NCCL) { /* the times: the last replica's to post the bucket */
+            double t = ddp_now();
+            pthread_mutex_lock(&d->lock);
+            if (t > d->t_start[b])
+                d->t_start[b] = t;
+            if (b == d->n_buckets - 1 && t > d->t_last)
+                d->t_last = t;
+            pthread_mutex_unlock(&d->lock);
+            int p0 = b ? d->live_end[b - 1] : 0;
+            mrt_status st = d->live_end[b] == p0 ? MRT_OK /* every gradient of it an alias */
+                            : rt_nccl_bucket_post(d->nccl, i, b, d->grad[i], d->numel, d->live + p0, d->live_end[b] - p0,
+                                                  d->rep[i]->stream[0], !d->count[i], d->names);
             if (st != MRT_OK)
                 return st;
             continue;
@@ -180,24 +218,32 @@ static size_t ddp_bucket_bytes_env(void)
 }
 
 mrt_status rt_ddp_create(rt_ddp **out, int kind, mrt_model *const *rep, int n, float **const *grad,
-                         const int64_t *numel, double bucket_mb)
+                         const int64_t *numel, double bucket_mb, rt_nccl *nccl, const char *const *names)
 {
     *out = NULL;
     const mrt_model_desc *desc = rep[0]->desc;
     rt_ddp *d = calloc(1, sizeof *d);
     if (!d)
         return mrt_set_error(MRT_ERR_OOM, "out of memory");
+    pthread_mutex_init(&d->lock, NULL);
+    pthread_cond_init(&d->go, NULL);
+    pthread_cond_init(&d->fin, NULL);
     d->kind = kind;
     d->n = n;
     d->n_grads = desc->n_grads;
     d->numel = numel;
+    d->nccl = nccl;
+    d->names = names;
     int ng = d->n_grads;
     int *order = calloc((size_t)ng + 1, sizeof *order);
     d->end = calloc((size_t)ng + 1, sizeof *d->end);
     d->ss = calloc((size_t)ng + 1, sizeof *d->ss);
     d->t_start = calloc((size_t)ng + 1, sizeof *d->t_start);
     d->arrived = calloc((size_t)ng + 1, sizeof *d->arrived);
-    if (!order || !d->end || !d->ss || !d->t_start || !d->arrived) {
+    d->alias = calloc((size_t)ng + 1, sizeof *d->alias);
+    d->live = calloc((size_t)ng + 1, sizeof *d->live);
+    d->live_end = calloc((size_t)ng + 1, sizeof *d->live_end);
+    if (!order || !d->end || !d->ss || !d->t_start || !d->arrived || !d->alias || !d->live || !d->live_end) {
         free(order);
         rt_ddp_destroy(d);
         return mrt_set_error(MRT_ERR_OOM, "out of memory");
@@ -220,24 +266,31 @@ mrt_status rt_ddp_create(rt_ddp **out, int kind, mrt_model *const *rep, int n, f
     }
     if (ng)
         d->end[d->n_buckets++] = ng;
+    for (int p = 0, b = 0, nl = 0; p < ng; p++) {
+        int k = order[p];
+        d->alias[k] = -1;
+        for (int q = 0; q < p && d->alias[k] < 0; q++)
+            if (grad[0][order[q]] == grad[0][k] && numel[order[q]] == numel[k])
+                d->alias[k] = order[q];
+        if (d->alias[k] < 0)
+            d->live[nl++] = k;
+        if (p + 1 == d->end[b])
+            d->live_end[b++] = nl;
+    }
     for (int i = 0; i < n; i++) {
         d->grad[i] = grad[i];
         d->rep[i] = rep[i];
         d->me[i] = (ddp_replica){d, i, 0};
     }
-    if (kind == RT_DDP_THREADS) {
-        pthread_mutex_init(&d->lock, NULL);
-        pthread_cond_init(&d->go, NULL);
-        pthread_cond_init(&d->fin, NULL);
-        if (pthread_create(&d->thread, NULL, ddp_thread, d) != 0) {
-            pthread_cond_destroy(&d->go);
-            pthread_cond_destroy(&d->fin);
-            pthread_mutex_destroy(&d->lock);
-            d->kind = -1;
-            rt_ddp_destroy(d);
-            return mrt_set_error(MRT_ERR_OOM, "cannot start the gradient reducer's thread");
-        }
-        d->started = 1;
+    if (kind == RT_DDP_THREADS && pthread_create(&d->thread, NULL, ddp_thread, d) != 0) {
+        rt_ddp_destroy(d);
+        return mrt_set_error(MRT_ERR_OOM, "cannot start the gradient reducer's thread");
+    }
+    d->started = kind == RT_DDP_THREADS;
+    mrt_status st = kind == RT_DDP_NCCL ? rt_nccl_bucket_setup(nccl, d->n_buckets) : MRT_OK;
+    if (st != MRT_OK) {
+        rt_ddp_destroy(d);
+        return st;
     }
     for (int i = 0; i < n; i++)
         rep[i]->ddp = &d->me[i];
@@ -245,7 +298,7 @@ mrt_status rt_ddp_create(rt_ddp **out, int kind, mrt_model *const *rep, int n, f
     return MRT_OK;
 }
 
-void rt_ddp_begin(rt_ddp *d, const double *w, const int64_t *count)
+mrt_status rt_ddp_begin(rt_ddp *d, const double *w, const int64_t *count)
 {
     d->need = 0;
     for (int i = 0; i < d->n; i++) {
@@ -260,6 +313,17 @@ void rt_ddp_begin(rt_ddp *d, const double *w, const int64_t *count)
     }
     d->ready = d->done = 0;
     d->t_last = 0;
+    mrt_status st = MRT_OK;
+    for (int i = 0; i < d->n && st == MRT_OK && d->kind == RT_DDP_NCCL; i++)
+        st = rt_nccl_bucket_begin(d->nccl, i, w[i]);
+    return st;
+}
+
+mrt_status rt_ddp_replica_done(rt_ddp *d, int i)
+{
+    if (d->kind == RT_DDP_THREADS && !d->count[i]) /* not among the replicas summed */
+        return MRT_OK;
+    return ddp_hand_over(d, i, d->n_grads);
 }
 
 mrt_status rt_ddp_finish(rt_ddp *d, double *sumsq)
@@ -275,6 +339,16 @@ mrt_status rt_ddp_finish(rt_ddp *d, double *sumsq)
             for (int64_t e = 0; e < d->numel[k]; e++)
                 ss += (double)d->grad[0][k][e] * d->grad[0][k][e];
         *sumsq = ss;
+        return st;
+    }
+    if (d->kind == RT_DDP_NCCL) {
+        for (int i = 0; i < d->n && st == MRT_OK; i++)
+            st = ddp_hand_over(d, i, d->n_grads);
+        for (int i = 0; i < d->n && st == MRT_OK; i++)
+            st = rt_nccl_bucket_wait(d->nccl, i, d->rep[i]->stream[0]);
+        /* every replica holds the same sums: the norm of replica 0's, on its GPU */
+        if (st == MRT_OK)
+            st = rt_nccl_sumsq(d->nccl, 0, d->grad[0], d->numel, d->n_grads, d->rep[0]->stream[0], sumsq);
         return st;
     }
     for (int i = 0; i < d->n; i++)
@@ -305,16 +379,16 @@ void rt_ddp_destroy(rt_ddp *d)
 {
     if (!d)
         return;
-    if (d->kind == RT_DDP_THREADS && d->started) {
+    if (d->started) {
         pthread_mutex_lock(&d->lock);
         d->quit = 1;
         pthread_cond_broadcast(&d->go);
         pthread_mutex_unlock(&d->lock);
         pthread_join(d->thread, NULL);
-        pthread_cond_destroy(&d->go);
-        pthread_cond_destroy(&d->fin);
-        pthread_mutex_destroy(&d->lock);
     }
+    pthread_cond_destroy(&d->go);
+    pthread_cond_destroy(&d->fin);
+    pthread_mutex_destroy(&d->lock);
     for (int i = 0; i < d->n; i++)
         if (d->rep[i] && d->rep[i]->ddp == &d->me[i])
             d->rep[i]->ddp = NULL;
@@ -323,5 +397,8 @@ void rt_ddp_destroy(rt_ddp *d)
     free(d->ss);
     free(d->t_start);
     free(d->arrived);
+    free(d->alias);
+    free(d->live);
+    free(d->live_end);
     free(d);
 }

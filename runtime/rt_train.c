@@ -287,8 +287,8 @@ static void train_help(const mrt_model_info *info, const char *prog)
            "                     replica applies: the full batch's step, up to float rounding (a loss\n"
            "                     summed over the batch is summed); a model whose ops mix batch items\n"
            "                     otherwise is refused\n"
-           "  --bucket-mb MB     data-parallel on CPU devices and MPI ranks: the gradients go in buckets of\n"
-           "                     at most MB MiB (default $MODELRT_DDP_BUCKET_MB, else 25, as PyTorch\n"
+           "  --bucket-mb MB     data-parallel (--devices, mpirun, torchrun): the gradients go in buckets\n"
+           "                     of at most MB MiB (default $MODELRT_DDP_BUCKET_MB, else 25, as PyTorch\n"
            "                     DDP's bucket_cap_mb), in the order the backward pass finishes them;\n"
            "                     each bucket is all-reduced while the rest of the backward runs\n"
            "  --threads N        CPU threads for the kernels (default: $MODELRT_THREADS, else the cores)\n"
@@ -714,10 +714,10 @@ static mrt_status evaluate(const mrt_model_info *info, void **emodel, mrt_model 
  * identical. For a loss that is a mean over the batch this is the full batch's gradient, as one
  * device computes it up to float rounding.
  * GPU replicas (--devices cuda:0,cuda:1): the same, but the reduction is NCCL's (rt_nccl.c: one
- * communicator per GPU from ncclCommInitAll, ncclAllReduce of every gradient in place with the
- * weights as a pre-multiplied sum, in 25 MiB buckets on the replicas' streams), still after the
- * backward passes (the announcements are not used on GPUs yet). The squared norm comes from
- * replica 0's reduced gradients (rt_nccl_sumsq). */
+ * communicator per GPU from ncclCommInitAll, ncclAllReduce of each bucket in place with the
+ * weights as a pre-multiplied sum, on each replica's communication stream as its backward
+ * finishes the bucket). The squared norm comes from replica 0's reduced gradients
+ * (rt_nccl_sumsq). */
 typedef struct dp_train {
     const mrt_model_info *info;
     int n;
@@ -744,8 +744,11 @@ static void dp_grads(void *ctx, int i)
     dp_train *t = ctx;
     t->st[i] = MRT_OK;
     t->loss[i] = 0;
-    if (!t->count[i])
+    if (!t->count[i]) { /* a GPU replica still takes part in every all-reduce */
+        if (t->ddp && (t->st[i] = rt_ddp_replica_done(t->ddp, i)) != MRT_OK)
+            snprintf(t->err[i], sizeof t->err[i], "%s", mrt_last_error());
         return;
+    }
     const void *in[64];
     for (int k = 0; k < t->info->n_inputs; k++)
         in[k] = (const unsigned char *)t->bufs[k] + (size_t)t->first[i] * t->row[k];
@@ -757,6 +760,12 @@ static void dp_grads(void *ctx, int i)
     t->st[i] = t->info->run(t->rep[i], dims, in, out);
     if (t->st[i] != MRT_OK)
         snprintf(t->err[i], sizeof t->err[i], "%s", mrt_last_error());
+    /* the buckets run() did not hand over (a failed run, or a build without announcements) */
+    mrt_status sd = t->ddp ? rt_ddp_replica_done(t->ddp, i) : MRT_OK;
+    if (sd != MRT_OK && t->st[i] == MRT_OK) {
+        t->st[i] = sd;
+        snprintf(t->err[i], sizeof t->err[i], "%s", mrt_last_error());
+    }
 }
 
 static void dp_apply(void *ctx, int i)
@@ -786,29 +795,19 @@ static mrt_status dp_step(dp_train *t, int nb, void *const *bufs, const size_t *
     double w[MRT_DP_MAX], ss = 0, l = 0;
     for (int i = 0; i < t->n; i++)
         w[i] = sum ? 1.0 : (double)t->count[i] / (double)nb;
-    if (t->ddp)
-        rt_ddp_begin(t->ddp, w, t->count);
+    mrt_status st = rt_ddp_begin(t->ddp, w, t->count);
+    if (st != MRT_OK)
+        return st;
     rt_team_run(t->team, dp_grads, t);
-    if (t->ddp) { /* the buckets a failed replica did not hand over too: the reducer is idle after it */
-        mrt_status st = rt_ddp_finish(t->ddp, &ss);
-        if (st != MRT_OK)
-            return st;
-    }
+    /* the reducer idle again (the buckets a failed replica did not hand over included), then
+     * the replicas' errors first: the cause, where the reduction's is a consequence */
+    st = rt_ddp_finish(t->ddp, &ss);
     for (int i = 0; i < t->n; i++)
         if (t->st[i] != MRT_OK)
             return mrt_set_error(t->st[i], "replica %d (batch items %lld..%lld of the step): %s", i + 1,
                                  (long long)t->first[i], (long long)(t->first[i] + t->count[i] - 1), t->err[i]);
-    if (t->nccl) { /* GPUs: NCCL's all-reduce, each replica's gradients scaled by its share */
-        const mrt_model_desc *d = ((mrt_model *)t->rep[0])->desc;
-        void *streams[MRT_DP_MAX];
-        for (int i = 0; i < t->n; i++)
-            streams[i] = ((mrt_model *)t->rep[i])->stream[0];
-        mrt_status st = rt_nccl_allreduce_grads(t->nccl, t->grad, t->numel, d->n_grads, w, streams, t->names);
-        if (st == MRT_OK) /* every replica holds the same sums: the norm of replica 0's */
-            st = rt_nccl_sumsq(t->nccl, 0, t->grad[0], t->numel, d->n_grads, streams[0], &ss);
-        if (st != MRT_OK)
-            return st;
-    }
+    if (st != MRT_OK)
+        return st;
     for (int i = 0; i < t->n; i++)
         l += w[i] * t->loss[i];
     t->sumsq = (float)ss;
@@ -930,9 +929,10 @@ static mrt_status dp_train_setup(dp_train *t, const mrt_model_info *info, mrt_mo
         for (int i = 0; i < n; i++)
             idx[i] = dev[i].index;
         st = rt_nccl_init_all(&t->nccl, idx, n);
-    } else if (st == MRT_OK) {
-        st = rt_ddp_create(&t->ddp, RT_DDP_THREADS, (mrt_model *const *)t->rep, n, t->grad, t->numel, bucket_mb);
     }
+    if (st == MRT_OK)
+        st = rt_ddp_create(&t->ddp, t->nccl ? RT_DDP_NCCL : RT_DDP_THREADS, (mrt_model *const *)t->rep, n, t->grad,
+                           t->numel, bucket_mb, t->nccl, t->names);
     return st;
 }
 
@@ -957,7 +957,7 @@ typedef struct mpi_train {
     float **grad; /* [k] (desc->grad_ptrs) */
     int64_t *numel;
     rt_nccl *nccl;      /* GPU ranks: the gradients go through NCCL */
-    rt_ddp *ddp;        /* CPU ranks: MPI_Iallreduce of each bucket during the backward pass */
+    rt_ddp *ddp;        /* the buckets during the backward pass: MPI_Iallreduce, or NCCL on GPU ranks */
     int torchrun;       /* no MPI: the host's collectives go through NCCL too */
     const char **names; /* [k]: the param of gradient k, for errors */
     const int64_t *syms; /* [MRT_MAX_SYMS]: the sizes of the symbols after the batch (dims[1..]) */
@@ -983,8 +983,8 @@ static mrt_status mpi_step(mpi_train *t, const mrt_model_info *info, int nb, voi
     float l = 0;
     mrt_status st = MRT_OK;
     double w = d->dp_loss_sum ? 1.0 : (double)cnt / (double)nb, ss = 0; /* a summed loss: the shards' sums add up */
-    if (t->ddp)
-        rt_ddp_begin(t->ddp, &w, &cnt);
+    if ((st = rt_ddp_begin(t->ddp, &w, &cnt)) != MRT_OK)
+        return st;
     if (cnt) {
         const void *in[64];
         for (int k = 0; k < info->n_inputs; k++)
@@ -998,29 +998,24 @@ static mrt_status mpi_step(mpi_train *t, const mrt_model_info *info, int nb, voi
     }
     char mine[1024];
     snprintf(mine, sizeof mine, "%s", mrt_last_error());
-    if (t->ddp) { /* CPU ranks: the buckets not posted during the backward (all of them when it failed), then the wait */
-        mrt_status sr = rt_ddp_finish(t->ddp, &ss);
-        if (sr != MRT_OK)
-            return sr;
-    }
+    /* the buckets not posted during the backward (all of them when it failed), then the wait */
+    mrt_status sr = rt_ddp_finish(t->ddp, &ss);
+    if (sr != MRT_OK)
+        return st != MRT_OK ? mrt_set_error(st, "rank %d (batch items %lld..%lld of the step): %s", t->rank,
+                                            (long long)first, (long long)(first + cnt - 1), mine) : sr;
     double flag[MRT_DP_MAX * 16] = {0};
     int nf = t->size < MRT_DP_MAX * 16 ? t->size : MRT_DP_MAX * 16;
     if (t->rank < nf)
         flag[t->rank] = st != MRT_OK;
-    if (coll_allreduce_f64(t, flag, nf) != MRT_OK)
-        return MRT_ERR_DEVICE;
+    if (coll_allreduce_f64(t, flag, nf) != MRT_OK) /* this rank's own failure, when it has one, is the cause */
+        return st != MRT_OK ? mrt_set_error(st, "rank %d (batch items %lld..%lld of the step): %s", t->rank,
+                                            (long long)first, (long long)(first + cnt - 1), mine) : MRT_ERR_DEVICE;
     for (int r = 0; r < nf; r++)
         if (flag[r] != 0)
             return r == t->rank ? mrt_set_error(st, "rank %d (batch items %lld..%lld of the step): %s", r, (long long)first,
                                                 (long long)(first + cnt - 1), mine)
                                 : mrt_set_error(MRT_ERR_INVALID_ARG, "rank %d failed at step %lld (its error is in its "
                                                 "output); this rank stops there too", r, (long long)stepno);
-    if (t->nccl) { /* GPU ranks: NCCL's pre-multiplied sum, then the norm on this GPU */
-        void *stream = t->m->stream[0];
-        if ((st = rt_nccl_allreduce_grads(t->nccl, &t->grad, t->numel, d->n_grads, &w, &stream, t->names)) != MRT_OK ||
-            (st = rt_nccl_sumsq(t->nccl, 0, t->grad, t->numel, d->n_grads, stream, &ss)) != MRT_OK)
-            return st;
-    }
     double lw = w * l;
     if ((st = coll_allreduce_f64(t, &lw, 1)) != MRT_OK)
         return st;
@@ -1588,7 +1583,8 @@ int rt_train_main(const mrt_model_info *info, int argc, char **argv, const char 
             goto oom;
         for (int k = 0; k < d->n_grads; k++)
             mt.names[k] = d->params[d->grad_params[k]].name;
-        if (!mt.nccl && rt_ddp_create(&mt.ddp, RT_DDP_MPI, &m, 1, &mt.grad, mt.numel, o.bucket_mb) != MRT_OK)
+        if (rt_ddp_create(&mt.ddp, mt.nccl ? RT_DDP_NCCL : RT_DDP_MPI, &m, 1, &mt.grad, mt.numel, o.bucket_mb, mt.nccl,
+                          mt.names) != MRT_OK)
             goto fail;
         /* under torchrun the ranks' check goes through NCCL: here, once it is set up (every rank a GPU) */
         if (torchrun && mpi_agree(&mt, info, N, &o, data, edata, &mpi_synced) != MRT_OK)

@@ -536,6 +536,53 @@ model overlap {
 """
 
 
+# two params whose gradients are one tensor (the gradient of a + b is one node), a summed loss
+TIED = """# one gradient tensor for two params (tests/dp)
+model tied {
+  input x: f32[batch, 4]
+  target labels: i64[batch]
+  param a: f32[3, 4]
+  param b: f32[3, 4]
+  output logits = linear(x, a + b)
+  loss l = cross_entropy(logits, labels, reduction=sum)
+  optimizer sgd(lr=0.05)
+}
+"""
+
+
+def check_train_tied(modelc, d, devs, report):
+    """Two params whose gradients are one tensor are all-reduced once (rt_ddp.c's aliases; reduced
+    twice, a summed loss's gradient would double): two CPU devices and two MPI ranks against one
+    device with the full batch, within 1e-5."""
+    import shutil
+    f = lambda s: os.path.join(d, s)  # noqa: E731
+    with open(f("tied.model"), "w") as fh:
+        fh.write(TIED)
+    prog = f("tied")
+    sh([modelc, f("tied.model"), "--train", "--max-batch", "8", "-o", prog], check=True)
+    rng = np.random.default_rng(3)
+    np.save(f("td_x.npy"), rng.standard_normal((28, 4)).astype(np.float32))
+    np.save(f("td_y.npy"), rng.integers(0, 3, 28).astype(np.int64))
+    safetensors_np.write(f("td_w.st"), {k: (rng.standard_normal((3, 4)) * 0.3).astype(np.float32) for k in "ab"})
+    base = [prog, "train", "--weights", f("td_w.st"), "--data", "x=" + f("td_x.npy"), "--data", "labels=" + f("td_y.npy"),
+            "--batch", "7", "--epochs", "2", "--quiet"]
+    cases = [("one", base + ["--device", "cpu"]), ("devices", base + ["--devices", ",".join(devs)])]
+    if shutil.which("mpirun"):
+        cases.append(("mpi", ["mpirun", "--oversubscribe", "-np", "2"] + base))
+    got = {}
+    for tag, cmd in cases:
+        p = subprocess.run(cmd + ["--save", f("td_%s.st" % tag)], capture_output=True, text=True,
+                           env=MPIRUN_ENV if tag == "mpi" else None)
+        if p.returncode:
+            report("train_tied_sum", "%s run failed: %s" % (tag, p.stderr[-300:]))
+            return
+        got[tag] = safetensors_np.read(f("td_%s.st" % tag))
+    errs = {t: wrel(got["one"], got[t]) for t in got if t != "one"}
+    print("  tied gradients (a + b), a summed loss, batch 7: vs one device: %s (tolerance 1e-05)" %
+          ", ".join("%s %.1e" % kv for kv in errs.items()))
+    report("train_tied_sum", None if max(errs.values()) <= 1e-5 else "differs from one device: %s" % errs)
+
+
 def ddp_line(out):
     """PROG train --time's data-parallel line: (buckets, median, min, max) of the buckets whose
     all-reduce started before the backward pass made its last gradient final, or None."""
@@ -755,6 +802,36 @@ def torchrun(cmds, extra_env, timeout=120):
     return out
 
 
+def check_overlap_gpu(modelc, d, report):
+    """The cudasim suite: two simulated GPUs post each bucket's ncclAllReduce on their
+    communication streams while the backward pass goes on (mlp_adamw, a bucket per gradient:
+    --bucket-mb 0.0001): PROG train --time counts 3 of the 4 buckets queued before the backward's
+    last gradient (the stand-in runs a collective on the host when it is called, so this shows
+    when the calls are made, not a GPU's concurrency); the weights equal those of one bucket
+    bit for bit and one GPU's within 1e-5."""
+    f = lambda s: os.path.join(d, s)  # noqa: E731
+    name = "mlp_adamw"
+    prog = train_prog(modelc, d, name)
+    base = [prog, "train", "--weights", f(name + ".init.safetensors"), "--batch", "8", "--epochs", "2", "--quiet",
+            "--time"] + train_data(d, name)
+    runs = {}
+    for tag, extra in (("buckets", ["--devices", "cuda:0,cuda:1", "--bucket-mb", "0.0001"]),
+                       ("one_bucket", ["--devices", "cuda:0,cuda:1"]), ("one", ["--device", "cuda:0"])):
+        p = sh(base + extra + ["--save", f("gov_%s.st" % tag)])
+        if p.returncode:
+            report("overlap_gpu", "%s run failed: %s" % (tag, p.stderr[-300:]))
+            return
+        runs[tag] = (safetensors_np.read(f("gov_%s.st" % tag)), ddp_line(p.stdout))
+    (wb, lb), (w1, l1), (wo, _) = runs["buckets"], runs["one_bucket"], runs["one"]
+    same = all(np.array_equal(wb[k], w1[k]) for k in wb)
+    err = wrel(wo, wb)
+    print("  overlap on cuda:0,cuda:1: %s buckets, queued before the backward's last gradient: median %s per step (min "
+          "%s, max %s); one bucket: %s; weights vs one bucket %s, vs one GPU %.1e (tolerance 1e-05)"
+          % ((lb or ("?",) * 4) + (l1, "identical" if same else "DIFFERENT", err)))
+    report("overlap_gpu", None if lb == (4, 3, 3, 3) and l1 == (1, 0, 0, 0) and same and err <= 1e-5 else
+           "expected 4 buckets, 3 queued during the backward in every step, the one-bucket weights bit for bit")
+
+
 def check_torchrun_env(modelc, d, report):
     """torchrun's variables on the CPU side: malformed or inconsistent RANK/WORLD_SIZE, a missing
     MASTER_ADDR/MASTER_PORT, and CPU ranks, which need mpirun: each refused before any step."""
@@ -956,6 +1033,9 @@ def main():
         if a.only == "overlap":
             if a.device_kind == "cpu":
                 check_overlap(modelc, d, devs, report)
+                check_train_tied(modelc, d, devs, report)
+            else:
+                check_overlap_gpu(modelc, d, report)
             return 1 if fails else 0
         if a.only in (None, "mpi"):
             check_mpi_agree(modelc, d, a.device_kind, report)
@@ -1027,9 +1107,11 @@ def main():
                        "expected exit %d and '%s', got exit %d: %s" % (rc, want, p.returncode, p.stderr.strip()[-200:]))
             check_mpi(modelc, d, report)
             check_overlap(modelc, d, devs, report)
+            check_train_tied(modelc, d, devs, report)
             check_torchrun_env(modelc, d, report)
         else:
             check_train_gpu(modelc, d, report)
+            check_overlap_gpu(modelc, d, report)
         # errors: each refused before anything runs, naming what is wrong
         prog = os.path.join(d, "digits")
         xin = os.path.join(d, "x_digits_b7.npy")
