@@ -73,6 +73,8 @@ struct Emit {
                             capture, "goto mrt_graph_end" (mrt_model_graph_end decides) */
     int nfail;           /* calls written with e->fail since it was set */
     unsigned *pipe_acq, *pipe_rel; /* split models, per run kernel: see pipe_masks */
+    GradReady *ready;    /* training builds on one device: when each gradient is final (the
+                            data-parallel hooks, emit_calls), NULL otherwise */
 };
 
 /* The statement a failing call runs (e->fail), counted so that its label is written only when used. */
@@ -887,17 +889,23 @@ static void emit_calls(Emit *e, const KernelList *kl, int from, int to, char **p
         e->scratch = NULL;
         if (run && e->mp->scratch[i])
             e->scratch = xprintf("(float *)(arena%d + offsets%d[%d])", kslot(k), kslot(k), e->mp->scratch[i]->id);
+        bool skip = run && e->ready && e->ready->skip[i];
+        if (skip) /* the gradient norm: a data-parallel step takes that of the reduced gradients */
+            fprintf(e->o, "    if (!m->defer_update) {\n");
         int bias_leaf, act;
         if (k->kind == K_GEMM && lt_epilogue(k, &bias_leaf, &act)) {
             emit_lt_gemm(e, k, ptr, bias_leaf, act);
-            continue;
+        } else {
+            if (k->kind != K_ELEMENTWISE) {
+                const Node *n = k->kind == K_GEMM ? k->gemm : k->lib;
+                if (!emit_fns[n->op]) ICE("op '%s' has no kernel emitter (the emit column of ops.def)", op_name(n->op));
+                emit_fns[n->op](e, k, ptr);
+            }
+            if (k->expr) emit_elementwise_call(e, k, ptr, pfx);
         }
-        if (k->kind != K_ELEMENTWISE) {
-            const Node *n = k->kind == K_GEMM ? k->gemm : k->lib;
-            if (!emit_fns[n->op]) ICE("op '%s' has no kernel emitter (the emit column of ops.def)", op_name(n->op));
-            emit_fns[n->op](e, k, ptr);
-        }
-        if (k->expr) emit_elementwise_call(e, k, ptr, pfx);
+        if (skip) fprintf(e->o, "    }\n");
+        if (run && e->ready && e->ready->after[i]) /* gradients final here: their buckets may go */
+            fprintf(e->o, "    if (m->ddp && (st = mrt_grad_ready(m, %d)) != MRT_OK) %s;\n", e->ready->after[i], on_fail(e));
     }
     if (run && e->pipe_acq && to == kl->n && to > 0) emit_pipe_gate(e, 0, e->pipe_rel[to - 1]);
 }
@@ -1196,6 +1204,12 @@ void emit_c_source(Emit *e, FILE *o, const char *h_include) {
         for (int i = 0; i < g->nparams; i++)
             if (g->grad[i]) fprintf(o, "%s%d", k++ ? ", " : "", i);
         fprintf(o, "%s};\n", k ? "" : "-1");
+        if (e->ready) { /* the gradients in the order the backward pass finalizes them (kernel k<step>) */
+            fprintf(o, "static const int %s_grad_ready[] = {", e->pfx);
+            for (int j = 0; j < e->ready->n; j++)
+                fprintf(o, "%s%d /* k%d */", j ? ", " : "", e->ready->order[j], e->ready->step[e->ready->order[j]]);
+            fprintf(o, "%s};\n", e->ready->n ? "" : "-1");
+        }
     }
     fprintf(o, "const mrt_model_desc %s_desc = {\n    .abi = MRT_MODEL_ABI,\n    .size = sizeof(mrt_model_desc),\n"
                "    .name = \"%s\",\n    .n_slots = %d,\n    .slots = %s_slots,\n    .n_params = %d,\n"
@@ -1229,6 +1243,7 @@ void emit_c_source(Emit *e, FILE *o, const char *h_include) {
         for (int i = 0; i < g->nparams; i++) ng += g->grad[i] != NULL;
         fprintf(o, "    .apply = %s_apply,\n    .grad_ptrs = %s_grad_ptrs,\n    .n_grads = %d,\n    .grad_params = %s_grad_params,\n",
                 e->pfx, e->pfx, ng, e->pfx);
+        if (e->ready) fprintf(o, "    .grad_ready = %s_grad_ready,\n", e->pfx);
         fprintf(o, "    .train = {.lr = %.17g, .clip_grad_norm = %.17g, .warmup_steps = %lld, .decay_steps = %lld, .min_lr = %.17g},\n",
                 op->lr, op->clip_grad_norm, op->warmup_steps, op->decay_steps, op->min_lr);
     }
@@ -1445,6 +1460,10 @@ Emit *emit_begin(const Graph *g, const KernelList *kl, const KernelList *init, c
         sym_voids = xprintf("%s (void)B%d;", sym_voids, k);
     }
     if (mp->nst != mpc->nst) ICE("the CPU and CUDA plans differ in storages (%d vs %d)", mp->nst, mpc->nst);
+    if (g->train && g->nslots == 1) {
+        const MemPlan *plans[2] = {mp, mpc};
+        e->ready = plan_grad_ready(g, kl, plans, 2);
+    }
     if (g->nslots > 16) /* MRT_MAX_SLOTS */
         error_at(g->slots[16].loc, "a model may use at most 16 devices; this is the 17th");
     /* GPU staging: slot 0 holds the inputs; every slot holds the outputs it computes. */

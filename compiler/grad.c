@@ -954,8 +954,10 @@ void grad_graph(Graph *g, char **frozen, int nfrozen) {
 /* g->grad_sumsq: the sum of the squares of every gradient, sum_i sum(g_i * g_i), a [1] f32
  * node that the optimizer step reads (with the loss) for the global L2 norm of
  * torch.nn.utils.clip_grad_norm_ and the log's grad_norm. Ordinary nodes: each square fuses into
- * its sum, on the gradient's device. */
+ * its sum, on the gradient's device; marked grad_norm, since a data-parallel step skips them
+ * (the norm it needs is that of the reduced gradients). */
 static void add_grad_sumsq(Graph *g) {
+    int first = g->nnodes;
     Node *tot = NULL;
     for (int i = 0; i < g->nparams; i++) {
         Node *d = g->grad[i];
@@ -967,6 +969,7 @@ static void add_grad_sumsq(Graph *g) {
         tot = tot ? bin(OP_ADD, p, tot, s) : s;
     }
     g->grad_sumsq = tot;
+    for (int i = first; i < g->nnodes; i++) g->nodes[i]->grad_norm = true;
 }
 
 void dump_grad(FILE *out, const Graph *g, int first) {

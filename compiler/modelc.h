@@ -320,6 +320,9 @@ struct Node {
     bool init;            /* depends only on params and constants: computed once at load time */
     bool stop_grad;       /* training: no gradient flows through it (logsumexp's max, labels) */
     bool state;           /* param: optimizer state (exp_avg, ...), zero at load, not in the weights file */
+    bool grad_norm;       /* training: a node of the gradients' squared norm (add_grad_sumsq), which a
+                           * data-parallel step does not read (the runtime takes the norm of the
+                           * reduced gradients): its kernels are skipped there (plan_grad_ready) */
     int slot;             /* device slot (Graph.slots); -1: follows its consumers (params, constants) */
     /* filled by analysis */
     int nuses;            /* edges from live consumers (+1 per graph output naming it) */
@@ -671,6 +674,23 @@ typedef struct PlanOptions {
 MemPlan *plan_memory(Graph *g, KernelList *kl, KernelList *init, PlanOptions opt);
 /* Verify a plan (overlap, bounds, alignment, outputs); ICE on a violation. */
 void check_plan(const Graph *g, const KernelList *kl, const MemPlan *mp);
+/* Training builds, for data-parallel training's gradient reduction overlapped with the backward
+ * pass (PyTorch DDP's Reducer; Li et al. 2020, "PyTorch Distributed: Experiences on Accelerating
+ * Data Parallel Training"). Gradient k is the k-th param (in param order) that has one. A
+ * gradient is final after the last kernel that writes or reads its storage (in any of the plans:
+ * in place, through a view, as another value's input), leaving out the kernels of the gradient
+ * norm alone, which a data-parallel step skips. */
+typedef struct GradReady {
+    int n;       /* gradients */
+    int *order;  /* [n]: the k, in the order they become final (ties: the later param first, as
+                  * DDP's reverse order of model.parameters()) */
+    int *step;   /* [n] by k: the kernel after which gradient k is final */
+    int *after;  /* [kernels]: how many gradients (a prefix of order) are final after kernel s,
+                  * or 0 when none became final at s */
+    bool *skip;  /* [kernels]: a kernel of the gradient norm alone (Node.grad_norm) */
+} GradReady;
+GradReady *plan_grad_ready(const Graph *g, const KernelList *kl, const MemPlan *const *plans, int nplans);
+
 /* --dump=memplan: the offsets of plan mp, then each slot's totals (with cuda_plan's arena
  * sizes when given: the build has CUDA). */
 void dump_memplan(FILE *out, const Graph *g, const KernelList *kl, const MemPlan *mp, const MemPlan *cuda_plan);

@@ -97,6 +97,9 @@ static bool op_inplace_ok(OpKind op) { return op_info[op].inplace; }
 /* Can kernel k's root be written over storage s? */
 static bool can_write_in_place(const Graph *g, const MemPlan *mp, const Kernel *k, const Storage *s, int step) {
     if (k->kind != K_ELEMENTWISE || s->kind != S_ARENA || s->last != step) return false;
+    /* training: a storage live to the last step holds what the optimizer step reads after the
+     * run (a gradient, the norm): never written over, even by the last kernel */
+    if (g->train && s->last >= mp->nsteps - 1) return false;
     for (int i = 0; i < k->nmembers; i++)
         if (!op_inplace_ok(k->members[i]->op)) return false;
     if (s->bytes < node_bytes(g, k->root)) return false;
@@ -717,4 +720,96 @@ void dump_memplan_svg(FILE *out, const Graph *g, const KernelList *kl, const Mem
         }
     }
     fprintf(out, "</svg>\n");
+}
+
+/* ---------------------------------------------------------------- gradients' readiness */
+
+/* Data-parallel training reduces each bucket of gradients as soon as the backward pass is done
+ * with it, while the rest of the backward runs (PyTorch DDP's Reducer hooks each param's
+ * gradient accumulator; here the schedule is static, so the compiler knows the step). "Done"
+ * means no later kernel touches the gradient's bytes: the reduction (another thread, or NCCL on
+ * another stream) overwrites them with the sum over the replicas, so a later read would see the
+ * sum and a later write would undo it. The memory plan keeps every gradient live to the end of
+ * the run and never writes over one in place (can_write_in_place), so after its last touch the
+ * bytes stay the gradient's until the optimizer step has read them. */
+
+typedef struct TouchCtx {
+    const MemPlan *mp;
+    const Storage *want;
+    bool hit;
+} TouchCtx;
+
+static void touch_read(void *p, Node *n) {
+    TouchCtx *c = p;
+    if (c->mp->of[n->id] == c->want) c->hit = true;
+}
+
+static bool kernel_touches(const MemPlan *mp, const Kernel *k, const Storage *st) {
+    TouchCtx c = {mp, st, mp->of[k->root->id] == st};
+    if (!c.hit) kernel_reads(k, touch_read, &c);
+    return c.hit;
+}
+
+typedef struct RootCtx {
+    const int *root_of; /* node id -> kernel index whose root it is, or -1 */
+    bool *skip;
+    bool changed;
+} RootCtx;
+
+static void unskip_read(void *p, Node *n) {
+    RootCtx *c = p;
+    int k = c->root_of[n->id];
+    if (k >= 0 && c->skip[k]) c->skip[k] = false, c->changed = true;
+}
+
+GradReady *plan_grad_ready(const Graph *g, const KernelList *kl, const MemPlan *const *plans, int nplans) {
+    GradReady *r = xalloc(sizeof(GradReady));
+    int nk = kl->n;
+    r->after = xalloc(sizeof(int) * (size_t)(nk + 1));
+    r->skip = xalloc(sizeof(bool) * (size_t)(nk + 1));
+    /* the norm's kernels: rooted at a grad_norm node, read by no kernel outside the set (a
+     * later pass could have merged a norm node into another value: then it is not skipped) */
+    int *root_of = xalloc(sizeof(int) * (size_t)(g->nnodes + 1));
+    for (int i = 0; i < g->nnodes; i++) root_of[i] = -1;
+    for (int s = 0; s < nk; s++) {
+        root_of[kl->k[s]->root->id] = s;
+        r->skip[s] = kl->k[s]->root->grad_norm;
+    }
+    for (RootCtx c = {root_of, r->skip, true}; c.changed;) {
+        c.changed = false;
+        for (int s = 0; s < nk; s++)
+            if (!r->skip[s]) kernel_reads(kl->k[s], unskip_read, &c);
+    }
+    for (int i = 0; i < g->nparams; i++) r->n += g->grad[i] != NULL;
+    r->order = xalloc(sizeof(int) * (size_t)(r->n + 1));
+    r->step = xalloc(sizeof(int) * (size_t)(r->n + 1));
+    for (int i = 0, k = 0; i < g->nparams; i++) {
+        if (!g->grad[i]) continue;
+        const Node *d = view_base(g->grad[i]);
+        r->step[k] = -1;
+        for (int p = 0; p < nplans; p++) {
+            const Storage *st = plans[p]->of[d->id];
+            if (!st || st->kind != S_ARENA)
+                ICE("plan: the gradient of '%s' (%%%d) is not in the arena", g->params[i]->name, d->id);
+            for (int s = nk - 1; s > r->step[k]; s--)
+                if (!r->skip[s] && kernel_touches(plans[p], kl->k[s], st)) {
+                    r->step[k] = s;
+                    break;
+                }
+        }
+        if (r->step[k] < 0) ICE("plan: no kernel computes the gradient of '%s' (%%%d)", g->params[i]->name, d->id);
+        k++;
+    }
+    /* ready order: by step, ties the later param first (a stable insertion sort: few gradients) */
+    for (int k = 0; k < r->n; k++) {
+        int j = k;
+        while (j > 0 && (r->step[r->order[j - 1]] > r->step[k] ||
+                         (r->step[r->order[j - 1]] == r->step[k] && r->order[j - 1] < k))) {
+            r->order[j] = r->order[j - 1];
+            j--;
+        }
+        r->order[j] = k;
+    }
+    for (int j = 0; j < r->n; j++) r->after[r->step[r->order[j]]] = j + 1;
+    return r;
 }

@@ -473,7 +473,7 @@ mrt_status mrt_npy_write(const char *path, const mrt_tensor *t);
  * time (like model.to(device)); every other slot is pinned by an 'on DEVICE { }' region, and a
  * device map (PyTorch's map_location) may move a pinned slot to another device at run time. */
 
-#define MRT_MODEL_ABI 3      /* bumped when mrt_model_desc or mrt_model changes */
+#define MRT_MODEL_ABI 4      /* bumped when mrt_model_desc or mrt_model changes */
 #define MRT_MAX_SLOTS 16     /* device slots of one model */
 
 /** One device slot of a compiled model. Sizes in bytes, from the memory plan. */
@@ -536,6 +536,11 @@ typedef struct mrt_model_desc {
     mrt_status (*grad_ptrs)(mrt_model *m, float **g);
     int n_grads;
     const int *grad_params;
+    /* training builds on one device: the gradients (indices k of grad_params) in the order the
+     * backward pass finalizes them, which run() announces through mrt_grad_ready while it goes
+     * on (the data-parallel reduction's buckets, rt_ddp.c); NULL: no announcements, every
+     * gradient is final when run() returns */
+    const int *grad_ready;
     /* training builds: NULL when data-parallel training (each replica the loss and gradients of
      * its shard of the batch) gives the one-device step, else why not (modelc's
      * graph_dp_trainable: the op and its line:col that mixes batch items), which --devices and
@@ -564,7 +569,10 @@ struct mrt_model {
     int64_t step;
     mrt_train_cfg train;
     double last_lr, grad_norm;
-    int defer_update; /* 1: run() stops after the backward pass (desc->apply takes the step) */
+    int defer_update; /* 1: run() stops after the backward pass (desc->apply takes the step) and
+                         skips the gradient norm's kernels (the runtime takes the reduced one's) */
+    void *ddp;        /* data-parallel training: this replica's place in the gradient reducer
+                         (rt_ddp.c), which run()'s mrt_grad_ready calls feed; NULL otherwise */
     char run[96];     /* PROG train's batches ("batch=64 shuffle=1 seed=0"), recorded in the state files
                          it saves so that --resume can check it cuts the same batches; "" otherwise */
     void *graphs;                        /* the runtime's CUDA graphs of run() (rt_model.c) */
@@ -823,6 +831,15 @@ void mrt_pipe_destroy(mrt_pipe *p);
  *  micro-batch's turn. MRT_OK at once for a model run alone (m->pipe NULL); an error when another
  *  micro-batch of the run failed. */
 mrt_status mrt_pipe_gate(mrt_model *m, unsigned acquire, unsigned release);
+
+/** For a generated run() of a training build, between two kernels of the backward pass: the
+ *  first n_final gradients of desc->grad_ready are final (no later kernel touches them), so the
+ *  data-parallel reducer (rt_ddp.c, PyTorch DDP's Reducer) may start all-reducing the buckets
+ *  they complete while the backward goes on (a thread of its own on CPU devices, MPI_Iallreduce
+ *  on MPI ranks, ncclAllReduce on a communication stream that waits on an event of the compute
+ *  stream on GPUs). MRT_OK at once for a model trained alone (m->ddp NULL); an error when MPI or
+ *  NCCL refuses to post a collective (the message names the bucket, the device and the rank). */
+mrt_status mrt_grad_ready(mrt_model *m, int n_final);
 
 /** The command-line driver of generated executables:
  *    PROG --weights W.safetensors --input NAME=IN.npy ... --output NAME=OUT.npy ...

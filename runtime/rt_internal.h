@@ -198,10 +198,6 @@ size_t rt_batch_unit(const mrt_io_desc *d, const int64_t *dims);
  * cuda:dev (ncclCommInitRank with the RT_NCCL_ID_BYTES-byte id of rt_nccl_unique_id, which rank
  * 0 makes and sends, or which every rank makes alike under NCCL_COMM_ID). Errors name the call,
  * the device, the rank and NCCL's message; a failed load names the library and how to install it.
- * rt_nccl_allreduce_grads: for every local rank i, g[i][k] (device, numel[k] floats, k < n_grads)
- * becomes sum over all ranks r of w_r * g_r[k] (ncclRedOpCreatePreMulSum), in buckets of 25 MiB
- * (one ncclGroupStart/End each) on stream[i], then waited for (an asynchronous NCCL error or
- * $MODELRT_NCCL_TIMEOUT seconds, default 600, is an error); names[k] name the gradients in errors.
  * rt_nccl_sumsq: *out = sum_k sum_e g[k][e]^2 on local rank i's GPU, in double, in a fixed order
  * (mrt_cuda_sumsq_partial_f32). The host collectives (one local rank): rt_nccl_host_allreduce_f64
  * sums x[n] in place over the ranks, rt_nccl_host_allgather_u64 gathers every rank's n values into
@@ -257,10 +253,23 @@ typedef struct rt_nccl rt_nccl;
 mrt_status rt_nccl_init_all(rt_nccl **out, const int *dev, int n);
 mrt_status rt_nccl_unique_id(unsigned char *id);
 mrt_status rt_nccl_init_rank(rt_nccl **out, int dev, int world, int rank, const unsigned char *id);
-mrt_status rt_nccl_allreduce_grads(rt_nccl *c, float **const *g, const int64_t *numel, int n_grads, const double *w,
-                                   void *const *stream, const char *const *names);
 mrt_status rt_nccl_sumsq(rt_nccl *c, int i, float *const *g, const int64_t *numel, int n_grads, void *stream,
                          double *out);
+/* The buckets of rt_ddp.c, posted while the backward pass goes on: rt_nccl_bucket_setup once
+ * (for each local rank a communication stream, an event per bucket); per step and local rank i,
+ * rt_nccl_bucket_begin (the pre-multiplied sum with weight w), rt_nccl_bucket_post for each
+ * bucket b (gradients g[ks[0..nk)]; zeroed first when `zero`: an empty shard) once its
+ * gradients are final on `stream`, the compute stream: an event recorded there, the
+ * communication stream waiting on it, one ncclGroupStart/End of ncclAllReduce in place on the
+ * communication stream; then rt_nccl_bucket_wait: the wait for the communication stream (an
+ * asynchronous NCCL error or $MODELRT_NCCL_TIMEOUT seconds, default 600, is an error), and
+ * `stream` made to wait for it
+ * too, so the optimizer step queued next runs after the sums. */
+mrt_status rt_nccl_bucket_setup(rt_nccl *c, int n_buckets);
+mrt_status rt_nccl_bucket_begin(rt_nccl *c, int i, double w);
+mrt_status rt_nccl_bucket_post(rt_nccl *c, int i, int b, float *const *g, const int64_t *numel, const int *ks, int nk,
+                               void *stream, int zero, const char *const *names);
+mrt_status rt_nccl_bucket_wait(rt_nccl *c, int i, void *stream);
 mrt_status rt_nccl_host_allreduce_f64(rt_nccl *c, double *x, int n);
 mrt_status rt_nccl_host_allgather_u64(rt_nccl *c, const uint64_t *mine, uint64_t *all, int n);
 void rt_nccl_destroy(rt_nccl *c, int abort);
@@ -274,10 +283,46 @@ void rt_nccl_destroy(rt_nccl *c, int abort);
 mrt_status rt_mpi_start(int *rank, int *size);
 mrt_status rt_mpi_allreduce_f32(float *x, int64_t n);
 mrt_status rt_mpi_allreduce_f64(double *x, int n);
+/* Non-blocking: rt_mpi_iallreduce_f32 posts the in-place sum of x[n] (MPI_Iallreduce; x must stay
+ * untouched until the wait), rt_mpi_test lets Open MPI progress the posted ones (MPI_Testall),
+ * rt_mpi_wait_all waits for every one posted (MPI_Waitall). One thread calls them. */
+mrt_status rt_mpi_iallreduce_f32(float *x, int64_t n);
+mrt_status rt_mpi_test(void);
+mrt_status rt_mpi_wait_all(void);
 mrt_status rt_mpi_allgather_u64(const uint64_t *mine, uint64_t *all, int n);
 mrt_status rt_mpi_bcast(void *buf, int bytes, int root);
 void rt_mpi_abort(int code);
 void rt_mpi_finish(void);
+/* rt_ddp.c: the gradient reducer of data-parallel training (PyTorch DDP's Reducer), buckets
+ * all-reduced while the backward pass goes on. rt_ddp_create: over the n local replicas rep[]
+ * (their gradients grad[i][k], numel[k] floats each, k < desc->n_grads, as desc->grad_ptrs gives
+ * them; the arrays stay the caller's and must outlive it), the buckets cut from desc->grad_ready
+ * at bucket_mb MiB each (<= 0: $MODELRT_DDP_BUCKET_MB, else 25); sets each rep[i]->ddp, so that
+ * run()'s mrt_grad_ready calls hand the buckets over. RT_DDP_THREADS: CPU replicas in one
+ * process, reduced by a thread of its own; RT_DDP_MPI: this rank's one replica, MPI_Iallreduce;
+ * RT_DDP_NCCL: GPU replicas (or this GPU rank) with the communicators `nccl` (names[k] name the
+ * gradients in its errors), ncclAllReduce on a communication stream (rt_nccl_bucket_*).
+ * Per step: rt_ddp_begin with each replica's weight w[i] (its share n_i / n, or 1 for a summed
+ * loss) and shard size count[i] (0: it does not run; its gradients are left out, or zeroed on
+ * a rank or GPU), then the replicas' run()s with m->defer_update, each followed on its own thread
+ * by rt_ddp_replica_done(d, i) (also for an empty shard: a GPU replica's collectives must all be
+ * posted while its peers wait in theirs), then rt_ddp_finish (the buckets not yet handed over,
+ * then the wait for all): every replica's gradients are then the weighted sum, *sumsq their
+ * squared norm (CPU: each gradient's in double, added in gradient order; GPU: rt_nccl_sumsq).
+ * rt_ddp_buckets: how many; rt_ddp_overlapped: of the last step, the buckets whose reduction
+ * started before the backward pass made its last gradient final (on the last replica to get
+ * there): at most rt_ddp_buckets - 1. rt_ddp_destroy (NULL-safe) clears rep[i]->ddp. */
+typedef struct rt_ddp rt_ddp;
+enum { RT_DDP_THREADS, RT_DDP_MPI, RT_DDP_NCCL };
+mrt_status rt_ddp_create(rt_ddp **out, int kind, mrt_model *const *rep, int n, float **const *grad,
+                         const int64_t *numel, double bucket_mb, rt_nccl *nccl, const char *const *names);
+mrt_status rt_ddp_begin(rt_ddp *d, const double *w, const int64_t *count);
+mrt_status rt_ddp_replica_done(rt_ddp *d, int i);
+mrt_status rt_ddp_finish(rt_ddp *d, double *sumsq);
+int rt_ddp_buckets(const rt_ddp *d);
+int rt_ddp_overlapped(const rt_ddp *d);
+void rt_ddp_destroy(rt_ddp *d);
+
 /* malloc'd printf, NULL when out of memory. */
 char *rt_strdup_printf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 

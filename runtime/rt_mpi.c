@@ -30,6 +30,11 @@ static struct {
     int (*allgather)(const void *, int, void *, void *, int, void *, void *);
     int (*abort_)(void *, int);
     int (*bcast)(void *, int, void *, int, void *);
+    int (*iallreduce)(const void *, void *, int, void *, void *, void *, void **);
+    int (*testall)(int, void **, int *, void *);
+    int (*waitall)(int, void **, void *);
+    void **req; /* the posted rt_mpi_iallreduce_f32 requests (Open MPI's MPI_Request is a pointer) */
+    int nreq, capreq;
     void *world, *t_float, *t_double, *t_u64, *t_byte, *op_sum;
 } mpi;
 
@@ -62,6 +67,9 @@ mrt_status rt_mpi_start(int *rank, int *size)
                 {"MPI_Allgather", (void **)&mpi.allgather},
                 {"MPI_Abort", (void **)&mpi.abort_},
                 {"MPI_Bcast", (void **)&mpi.bcast},
+                {"MPI_Iallreduce", (void **)&mpi.iallreduce},
+                {"MPI_Testall", (void **)&mpi.testall},
+                {"MPI_Waitall", (void **)&mpi.waitall},
                 {"ompi_mpi_byte", &mpi.t_byte},
                 {"ompi_mpi_comm_world", &mpi.world},
                 {"ompi_mpi_float", &mpi.t_float},
@@ -86,6 +94,43 @@ mrt_status rt_mpi_allreduce_f32(float *x, int64_t n)
         if (mpi.allreduce(MPI_IN_PLACE_, x + at, c, mpi.t_float, mpi.op_sum, mpi.world) != 0)
             return mrt_set_error(MRT_ERR_DEVICE, "MPI_Allreduce of %d floats failed (rank %d of %d)", c, mpi.rank, mpi.size);
     }
+    return MRT_OK;
+}
+
+mrt_status rt_mpi_iallreduce_f32(float *x, int64_t n)
+{
+    for (int64_t at = 0; at < n; at += INT_MAX / 2) {
+        int c = (int)(n - at < INT_MAX / 2 ? n - at : INT_MAX / 2);
+        if (mpi.nreq == mpi.capreq) {
+            int cap = mpi.capreq ? 2 * mpi.capreq : 64;
+            void **r = realloc(mpi.req, sizeof *r * (size_t)cap);
+            if (!r)
+                return mrt_set_error(MRT_ERR_OOM, "out of memory");
+            mpi.req = r;
+            mpi.capreq = cap;
+        }
+        if (mpi.iallreduce(MPI_IN_PLACE_, x + at, c, mpi.t_float, mpi.op_sum, mpi.world, &mpi.req[mpi.nreq]) != 0)
+            return mrt_set_error(MRT_ERR_DEVICE, "MPI_Iallreduce of %d floats failed (rank %d of %d)", c, mpi.rank, mpi.size);
+        mpi.nreq++;
+    }
+    return MRT_OK;
+}
+
+mrt_status rt_mpi_test(void)
+{
+    int flag = 0;
+    if (mpi.nreq && mpi.testall(mpi.nreq, mpi.req, &flag, NULL) != 0)
+        return mrt_set_error(MRT_ERR_DEVICE, "MPI_Testall of %d all-reduces failed (rank %d of %d)", mpi.nreq, mpi.rank,
+                             mpi.size);
+    return MRT_OK;
+}
+
+mrt_status rt_mpi_wait_all(void)
+{
+    int n = mpi.nreq;
+    mpi.nreq = 0;
+    if (n && mpi.waitall(n, mpi.req, NULL) != 0)
+        return mrt_set_error(MRT_ERR_DEVICE, "MPI_Waitall of %d all-reduces failed (rank %d of %d)", n, mpi.rank, mpi.size);
     return MRT_OK;
 }
 

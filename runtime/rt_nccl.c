@@ -7,11 +7,12 @@
  * program that never trains on several GPUs never needs the library. The types of nccl.h that
  * cross the calls (ncclUniqueId's 128 bytes, the enums) are declared here with NCCL's values.
  *
- * Gradients are all-reduced in place in buckets of at most RT_NCCL_BUCKET_BYTES (PyTorch DDP's
- * default bucket_cap_mb, 25 MiB), each bucket one ncclGroupStart/ncclGroupEnd over every local
- * rank's ncclAllReduce on its own stream. The weighting by shard size is NCCL's own
- * ncclRedOpCreatePreMulSum (sum_r w_r * g_r, the scalar read at the call), so no kernel scales the
- * gradients first. The waits poll ncclCommGetAsyncError beside cudaStreamQuery, and give up after
+ * Gradients are all-reduced in place in the buckets of rt_ddp.c (PyTorch DDP's, 25 MiB by
+ * default), each posted by its local rank as the backward pass finishes it: one
+ * ncclGroupStart/ncclGroupEnd of ncclAllReduce on the rank's communication stream, which waits
+ * for an event on its compute stream (rt_nccl_bucket_post). The weighting by shard size is
+ * NCCL's own ncclRedOpCreatePreMulSum (sum_r w_r * g_r, the scalar read at the call), so no
+ * kernel scales the gradients first. The waits poll ncclCommGetAsyncError beside cudaStreamQuery, and give up after
  * $MODELRT_NCCL_TIMEOUT seconds (default 600, PyTorch's NCCL timeout) with ncclCommAbort: a rank
  * whose peer died stops with an error instead of hanging.
  *
@@ -44,8 +45,6 @@ enum { NCCL_SUCCESS = RT_NCCL_SUCCESS, NCCL_IN_PROGRESS = RT_NCCL_IN_PROGRESS, N
        NCCL_UINT64 = RT_NCCL_UINT64, NCCL_FLOAT = RT_NCCL_FLOAT, NCCL_FLOAT64 = RT_NCCL_FLOAT64,
        NCCL_SCALAR_HOST_IMMEDIATE = RT_NCCL_SCALAR_HOST_IMMEDIATE };
 
-#define RT_NCCL_BUCKET_BYTES (25u << 20)
-
 static struct {
     int tried;
     mrt_status st;
@@ -69,6 +68,14 @@ struct rt_nccl {
     size_t scratch_bytes;
     cudaStream_t own;         /* local rank 0's stream for the host collectives */
     int broken;               /* an error was seen: the communicators are aborted, not destroyed */
+    /* the buckets posted during the backward pass (rt_nccl_bucket_*): each local rank's
+     * communication stream, an event per bucket on its compute stream, one at the end of its
+     * communication, and this step's pre-multiplied sum */
+    int n_buckets;
+    cudaStream_t comm_stream[MRT_DP_MAX];
+    cudaEvent_t *ready[MRT_DP_MAX], done[MRT_DP_MAX];
+    ncclRedOp_t op[MRT_DP_MAX];
+    int has_op[MRT_DP_MAX];
 };
 
 static mrt_status nccl_load(void)
@@ -262,60 +269,93 @@ mrt_status rt_nccl_init_rank(rt_nccl **out, int dev, int world, int rank, const 
     return MRT_OK;
 }
 
-mrt_status rt_nccl_allreduce_grads(rt_nccl *c, float **const *g, const int64_t *numel, int n_grads, const double *w,
-                                   void *const *stream, const char *const *names)
+mrt_status rt_nccl_bucket_setup(rt_nccl *c, int n_buckets)
 {
     int was = 0;
     cudaGetDevice(&was);
     mrt_status st = MRT_OK;
-    ncclRedOp_t op[MRT_DP_MAX];
-    int nop = 0;
-    /* the weights: NCCL's pre-multiplied sum; an empty shard's gradients are stale, so zeroed */
+    c->n_buckets = n_buckets;
     for (int i = 0; i < c->n && st == MRT_OK; i++) {
-        float s = (float)w[i];
-        ncclResult_t r = nccl.ncclRedOpCreatePreMulSum(&op[i], &s, NCCL_FLOAT, NCCL_SCALAR_HOST_IMMEDIATE, c->comm[i]);
-        if (r != NCCL_SUCCESS) {
-            st = nccl_fail(r, c->comm[i], "ncclRedOpCreatePreMulSum on cuda:%d", c->dev[i]);
-            break;
-        }
-        nop = i + 1;
-        if (w[i] == 0) {
-            cudaSetDevice(c->dev[i]);
-            for (int k = 0; k < n_grads && st == MRT_OK; k++)
-                if (cudaMemsetAsync(g[i][k], 0, sizeof(float) * (size_t)numel[k], (cudaStream_t)stream[i]) != cudaSuccess)
-                    st = mrt_set_error(MRT_ERR_CUDA, "cuda:%d: cannot clear the gradient of '%s' of an empty shard",
-                                       c->dev[i], names[k]);
-        }
+        cudaSetDevice(c->dev[i]);
+        if (!(c->ready[i] = calloc((size_t)n_buckets + 1, sizeof *c->ready[i])))
+            st = mrt_set_error(MRT_ERR_OOM, "out of memory");
+        else if (cudaStreamCreateWithFlags(&c->comm_stream[i], cudaStreamNonBlocking) != cudaSuccess ||
+                 cudaEventCreateWithFlags(&c->done[i], cudaEventDisableTiming) != cudaSuccess)
+            st = mrt_set_error(MRT_ERR_CUDA, "cuda:%d: cannot create the stream and events of the gradients' all-reduce",
+                               c->dev[i]);
+        for (int b = 0; b < n_buckets && st == MRT_OK; b++)
+            if (cudaEventCreateWithFlags(&c->ready[i][b], cudaEventDisableTiming) != cudaSuccess)
+                st = mrt_set_error(MRT_ERR_CUDA, "cuda:%d: cannot create the event of gradient bucket %d", c->dev[i], b);
     }
-    for (int k0 = 0; k0 < n_grads && st == MRT_OK;) {
-        int k1 = k0;
-        size_t bytes = 0;
-        while (k1 < n_grads && (k1 == k0 || bytes + sizeof(float) * (size_t)numel[k1] <= RT_NCCL_BUCKET_BYTES))
-            bytes += sizeof(float) * (size_t)numel[k1++];
-        ncclResult_t r = nccl.ncclGroupStart();
-        int failed_at = -1;
-        for (int k = k0; k < k1 && r == NCCL_SUCCESS; k++)
-            for (int i = 0; i < c->n && r == NCCL_SUCCESS; i++)
-                if ((r = nccl.ncclAllReduce(g[i][k], g[i][k], (size_t)numel[k], NCCL_FLOAT, op[i], c->comm[i],
-                                        (cudaStream_t)stream[i])) != NCCL_SUCCESS)
-                    failed_at = i;
+    cudaSetDevice(was);
+    return st;
+}
+
+mrt_status rt_nccl_bucket_begin(rt_nccl *c, int i, double w)
+{
+    float s = (float)w;
+    ncclResult_t r = nccl.ncclRedOpCreatePreMulSum(&c->op[i], &s, NCCL_FLOAT, NCCL_SCALAR_HOST_IMMEDIATE, c->comm[i]);
+    if (r != NCCL_SUCCESS)
+        return nccl_fail(r, c->comm[i], "ncclRedOpCreatePreMulSum on cuda:%d", c->dev[i]);
+    c->has_op[i] = 1;
+    return MRT_OK;
+}
+
+mrt_status rt_nccl_bucket_post(rt_nccl *c, int i, int b, float *const *g, const int64_t *numel, const int *ks, int nk,
+                               void *stream, int zero, const char *const *names)
+{
+    if (c->broken || !c->has_op[i]) /* a communicator failed: nothing more is posted (the wait reports it) */
+        return MRT_OK;
+    int was = 0;
+    cudaGetDevice(&was);
+    cudaSetDevice(c->dev[i]);
+    mrt_status st = MRT_OK;
+    size_t bytes = 0;
+    for (int j = 0; j < nk; j++) {
+        bytes += sizeof(float) * (size_t)numel[ks[j]];
+        if (zero && st == MRT_OK && /* an empty shard's gradients are stale: zeroed */
+            cudaMemsetAsync(g[ks[j]], 0, sizeof(float) * (size_t)numel[ks[j]], (cudaStream_t)stream) != cudaSuccess)
+            st = mrt_set_error(MRT_ERR_CUDA, "cuda:%d: cannot clear the gradient of '%s' of an empty shard", c->dev[i],
+                               names[ks[j]]);
+    }
+    /* the communication stream takes the bucket once the compute stream has finished it */
+    if (st == MRT_OK && (cudaEventRecord(c->ready[i][b], (cudaStream_t)stream) != cudaSuccess ||
+                         cudaStreamWaitEvent(c->comm_stream[i], c->ready[i][b], 0) != cudaSuccess))
+        st = mrt_set_error(MRT_ERR_CUDA, "cuda:%d: cannot order gradient bucket %d after the backward pass: %s", c->dev[i],
+                           b, cudaGetErrorString(cudaGetLastError()));
+    ncclResult_t r = st == MRT_OK ? nccl.ncclGroupStart() : NCCL_SUCCESS;
+    for (int j = 0; j < nk && st == MRT_OK && r == NCCL_SUCCESS; j++)
+        r = nccl.ncclAllReduce(g[ks[j]], g[ks[j]], (size_t)numel[ks[j]], NCCL_FLOAT, c->op[i], c->comm[i],
+                               c->comm_stream[i]);
+    if (st == MRT_OK) {
         ncclResult_t e = nccl.ncclGroupEnd();
         if (r == NCCL_SUCCESS)
             r = e;
         if (r != NCCL_SUCCESS && r != NCCL_IN_PROGRESS) {
             c->broken = 1;
-            int i = failed_at >= 0 ? failed_at : 0;
-            int many = k1 - 1 > k0;
-            st = nccl_fail(r, c->comm[i], "the all-reduce of the gradients of '%s'%s%s%s (%zu bytes) on cuda:%d (rank %d "
-                           "of %d)", names[k0], many ? " .. '" : "", many ? names[k1 - 1] : "", many ? "'" : "", bytes,
-                           c->dev[i], c->rank0 + i, c->world);
+            st = nccl_fail(r, c->comm[i], "the all-reduce of gradient bucket %d ('%s'%s%s%s, %zu bytes) on cuda:%d (rank %d "
+                           "of %d)", b, names[ks[0]], nk > 1 ? " .. '" : "", nk > 1 ? names[ks[nk - 1]] : "",
+                           nk > 1 ? "'" : "", bytes, c->dev[i], c->rank0 + i, c->world);
         }
-        k0 = k1;
     }
-    for (int i = 0; i < c->n && st == MRT_OK; i++)
-        st = nccl_wait(c, i, (cudaStream_t)stream[i], "the gradients' all-reduce");
-    for (int i = 0; i < nop && !c->broken; i++)
-        nccl.ncclRedOpDestroy(op[i], c->comm[i]);
+    cudaSetDevice(was);
+    return st;
+}
+
+mrt_status rt_nccl_bucket_wait(rt_nccl *c, int i, void *stream)
+{
+    int was = 0;
+    cudaGetDevice(&was);
+    cudaSetDevice(c->dev[i]);
+    mrt_status st = nccl_wait(c, i, c->comm_stream[i], "the gradients' all-reduce");
+    /* the optimizer step, on the compute stream, after the communication (the host saw it end too) */
+    if (st == MRT_OK && (cudaEventRecord(c->done[i], c->comm_stream[i]) != cudaSuccess ||
+                         cudaStreamWaitEvent((cudaStream_t)stream, c->done[i], 0) != cudaSuccess))
+        st = mrt_set_error(MRT_ERR_CUDA, "cuda:%d: cannot order the optimizer step after the gradients' all-reduce",
+                           c->dev[i]);
+    if (c->has_op[i] && !c->broken)
+        nccl.ncclRedOpDestroy(c->op[i], c->comm[i]);
+    c->has_op[i] = 0;
     cudaSetDevice(was);
     return st;
 }
@@ -430,6 +470,14 @@ void rt_nccl_destroy(rt_nccl *c, int abort)
             (c->broken || abort ? nccl.ncclCommAbort : nccl.ncclCommDestroy)(c->comm[i]);
         if (c->part[i])
             cudaFree(c->part[i]);
+        for (int b = 0; c->ready[i] && b < c->n_buckets; b++)
+            if (c->ready[i][b])
+                cudaEventDestroy(c->ready[i][b]);
+        free(c->ready[i]);
+        if (c->done[i])
+            cudaEventDestroy(c->done[i]);
+        if (c->comm_stream[i])
+            cudaStreamDestroy(c->comm_stream[i]);
     }
     cudaSetDevice(c->dev[0]);
     if (c->scratch)
@@ -460,12 +508,24 @@ mrt_status rt_nccl_init_rank(rt_nccl **out, int dev, int world, int rank, const 
     *out = NULL;
     return no_cuda();
 }
-mrt_status rt_nccl_allreduce_grads(rt_nccl *c, float **const *g, const int64_t *numel, int n_grads, const double *w,
-                                   void *const *stream, const char *const *names)
+mrt_status rt_nccl_sumsq(rt_nccl *c, int i, float *const *g, const int64_t *numel, int n_grads, void *stream, double *out)
 {
     return no_cuda();
 }
-mrt_status rt_nccl_sumsq(rt_nccl *c, int i, float *const *g, const int64_t *numel, int n_grads, void *stream, double *out)
+mrt_status rt_nccl_bucket_setup(rt_nccl *c, int n_buckets)
+{
+    return no_cuda();
+}
+mrt_status rt_nccl_bucket_begin(rt_nccl *c, int i, double w)
+{
+    return no_cuda();
+}
+mrt_status rt_nccl_bucket_post(rt_nccl *c, int i, int b, float *const *g, const int64_t *numel, const int *ks, int nk,
+                               void *stream, int zero, const char *const *names)
+{
+    return no_cuda();
+}
+mrt_status rt_nccl_bucket_wait(rt_nccl *c, int i, void *stream)
 {
     return no_cuda();
 }

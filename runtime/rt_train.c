@@ -228,6 +228,7 @@ typedef struct train_opts {
     long long steps, save_every;
     long long warmup_steps, decay_steps; /* -1: the model's */
     double lr, clip_grad_norm, min_lr;   /* lr 0, the others -1: the model's */
+    double bucket_mb;                    /* --bucket-mb; 0: $MODELRT_DDP_BUCKET_MB, else 25 */
     unsigned long long seed;
 } train_opts;
 
@@ -237,7 +238,8 @@ static void train_usage(FILE *f, const char *prog)
                "       [--steps S] [--lr LR] [--warmup-steps N] [--decay-steps N] [--min-lr LR]\n"
                "       [--clip-grad-norm X] [--shuffle] [--seed S] [--save OUT.safetensors]\n"
                "       [--save-state STATE.safetensors] [--save-every N] [--resume STATE.safetensors]\n"
-               "       [--eval NAME=FILE.npy,...] [--device D | --devices LIST] [--threads N] [--log FILE] [--time] [--quiet]\n",
+               "       [--eval NAME=FILE.npy,...] [--device D | --devices LIST] [--bucket-mb MB] [--threads N]\n"
+               "       [--log FILE] [--time] [--quiet]\n",
             prog);
 }
 
@@ -285,8 +287,14 @@ static void train_help(const mrt_model_info *info, const char *prog)
            "                     replica applies: the full batch's step, up to float rounding (a loss\n"
            "                     summed over the batch is summed); a model whose ops mix batch items\n"
            "                     otherwise is refused\n"
+           "  --bucket-mb MB     data-parallel (--devices, mpirun, torchrun): the gradients go in buckets\n"
+           "                     of at most MB MiB (default $MODELRT_DDP_BUCKET_MB, else 25, as PyTorch\n"
+           "                     DDP's bucket_cap_mb), in the order the backward pass finishes them;\n"
+           "                     each bucket is all-reduced while the rest of the backward runs\n"
            "  --threads N        CPU threads for the kernels (default: $MODELRT_THREADS, else the cores)\n"
-           "  --time             print the median time of a step (the first step of the run excluded)\n"
+           "  --time             print the median time of a step (the first step of the run excluded);\n"
+           "                     data-parallel: also the buckets, and how many started their all-reduce\n"
+           "                     before the backward pass ended\n"
            "  --quiet            no progress line\n"
            "\nacross processes, a rank each (rank 0 writes the checkpoints and the log):\n"
            "  mpirun -np N %s train ...   Open MPI; CPU ranks reduce with MPI_Allreduce, GPU ranks\n"
@@ -311,7 +319,7 @@ static int train_parse(const mrt_model_info *info, const char *prog, int argc, c
     static const char *const single[] = {"--weights", "--save", "--save-state", "--devices", "--resume", "--device",
                                          "--log", "--batch", "--epochs", "--steps", "--seed", "--threads",
                                          "--save-every", "--warmup-steps", "--decay-steps", "--lr", "--min-lr",
-                                         "--clip-grad-norm"};
+                                         "--clip-grad-norm", "--bucket-mb"};
     enum { NSINGLE = sizeof single / sizeof *single };
     const char *given[NSINGLE] = {0};
     for (int i = 2; i < argc; i++) {
@@ -395,17 +403,20 @@ static int train_parse(const mrt_model_info *info, const char *prog, int argc, c
             } else {
                 o->seed = (unsigned long long)x;
             }
-        } else if (!strcmp(a, "--lr") || !strcmp(a, "--min-lr") || !strcmp(a, "--clip-grad-norm")) {
+        } else if (!strcmp(a, "--lr") || !strcmp(a, "--min-lr") || !strcmp(a, "--clip-grad-norm") ||
+                   !strcmp(a, "--bucket-mb")) {
             NEED();
             errno = 0;
             double x = strtod(v, &end);
-            int pos = !strcmp(a, "--lr");
+            int pos = !strcmp(a, "--lr") || !strcmp(a, "--bucket-mb");
             if (*end || !*v || errno || !(pos ? x > 0 : x >= 0) || !isfinite(x)) {
                 fprintf(stderr, "%s train: error: %s takes a %s number, got '%s'\n", prog, a, pos ? "positive" : "non-negative",
                         v);
                 return 2;
             }
-            if (pos)
+            if (!strcmp(a, "--bucket-mb"))
+                o->bucket_mb = x;
+            else if (pos)
                 o->lr = x;
             else if (!strcmp(a, "--min-lr"))
                 o->min_lr = x;
@@ -696,15 +707,17 @@ static mrt_status evaluate(const mrt_model_info *info, void **emodel, mrt_model 
 /* Replicas of a training build on CPU devices (--devices cpu:0,cpu:1): each step, every replica
  * runs forward and backward on its contiguous shard of the batch (m->defer_update: no update);
  * the gradients are reduced, sum_i (n_i / n) g_i in replica order, and the result written back to
- * every replica, the tensors shared out among the team's threads; the gradients' squared norm
- * and the loss (weighted alike) come from the reduced values; then every replica applies the
- * same update (desc->apply), so the weights stay identical. For a loss that is a mean over the
- * batch this is the full batch's gradient, as one device computes it up to float rounding.
+ * every replica, bucket by bucket while the backward passes go on (rt_ddp.c: run() announces
+ * each gradient once it is final, and the reducer's thread takes each bucket the replicas have
+ * all finished); the gradients' squared norm and the loss (weighted alike) come from the reduced
+ * values; then every replica applies the same update (desc->apply), so the weights stay
+ * identical. For a loss that is a mean over the batch this is the full batch's gradient, as one
+ * device computes it up to float rounding.
  * GPU replicas (--devices cuda:0,cuda:1): the same, but the reduction is NCCL's (rt_nccl.c: one
- * communicator per GPU from ncclCommInitAll, ncclAllReduce of every gradient in place with the
- * weights as a pre-multiplied sum, in 25 MiB buckets on the replicas' streams), after the
- * backward passes: the generated step has no hook between gradients to overlap it with. The
- * squared norm comes from replica 0's reduced gradients (rt_nccl_sumsq). */
+ * communicator per GPU from ncclCommInitAll, ncclAllReduce of each bucket in place with the
+ * weights as a pre-multiplied sum, on each replica's communication stream as its backward
+ * finishes the bucket). The squared norm comes from replica 0's reduced gradients
+ * (rt_nccl_sumsq). */
 typedef struct dp_train {
     const mrt_model_info *info;
     int n;
@@ -717,11 +730,12 @@ typedef struct dp_train {
     void *const *bufs;
     const size_t *row;
     const int64_t *syms; /* [MRT_MAX_SYMS]: the sizes of the symbols after the batch (dims[1..]) */
-    float loss[MRT_DP_MAX], sumsq_part[MRT_DP_MAX];
+    float loss[MRT_DP_MAX];
     float loss_all, sumsq;
     mrt_status st[MRT_DP_MAX];
     char err[MRT_DP_MAX][1024];
     rt_nccl *nccl;      /* GPU replicas: a NCCL communicator each (ncclCommInitAll) */
+    rt_ddp *ddp;        /* CPU replicas: the bucketed reduction during the backward pass */
     const char **names; /* [k]: the param of gradient k, for errors */
 } dp_train;
 
@@ -730,8 +744,11 @@ static void dp_grads(void *ctx, int i)
     dp_train *t = ctx;
     t->st[i] = MRT_OK;
     t->loss[i] = 0;
-    if (!t->count[i])
+    if (!t->count[i]) { /* a GPU replica still takes part in every all-reduce */
+        if (t->ddp && (t->st[i] = rt_ddp_replica_done(t->ddp, i)) != MRT_OK)
+            snprintf(t->err[i], sizeof t->err[i], "%s", mrt_last_error());
         return;
+    }
     const void *in[64];
     for (int k = 0; k < t->info->n_inputs; k++)
         in[k] = (const unsigned char *)t->bufs[k] + (size_t)t->first[i] * t->row[k];
@@ -743,28 +760,12 @@ static void dp_grads(void *ctx, int i)
     t->st[i] = t->info->run(t->rep[i], dims, in, out);
     if (t->st[i] != MRT_OK)
         snprintf(t->err[i], sizeof t->err[i], "%s", mrt_last_error());
-}
-
-/* Thread i reduces gradients i, i + n, i + 2n, ... over the replicas, in replica order. */
-static void dp_reduce(void *ctx, int i)
-{
-    dp_train *t = ctx;
-    const mrt_model_desc *d = ((mrt_model *)t->rep[0])->desc;
-    double ss = 0;
-    for (int k = i; k < d->n_grads; k += t->n) {
-        float *g0 = t->grad[0][k];
-        for (int64_t e = 0; e < t->numel[k]; e++) {
-            float v = 0;
-            for (int r = 0; r < t->n; r++)
-                if (t->count[r])
-                    v += (float)(d->dp_loss_sum ? 1.0 : (double)t->count[r] / (double)t->batch) * t->grad[r][k][e];
-            g0[e] = v;
-            ss += (double)v * v;
-        }
-        for (int r = 1; r < t->n; r++)
-            memcpy(t->grad[r][k], g0, sizeof *g0 * (size_t)t->numel[k]);
+    /* the buckets run() did not hand over (a failed run, or a build without announcements) */
+    mrt_status sd = t->ddp ? rt_ddp_replica_done(t->ddp, i) : MRT_OK;
+    if (sd != MRT_OK && t->st[i] == MRT_OK) {
+        t->st[i] = sd;
+        snprintf(t->err[i], sizeof t->err[i], "%s", mrt_last_error());
     }
-    t->sumsq_part[i] = (float)ss;
 }
 
 static void dp_apply(void *ctx, int i)
@@ -790,33 +791,25 @@ static mrt_status dp_step(dp_train *t, int nb, void *const *bufs, const size_t *
     t->batch = nb;
     t->bufs = bufs;
     t->row = row;
+    const int sum = ((mrt_model *)t->rep[0])->desc->dp_loss_sum; /* reduction=sum: the shards' losses add up */
+    double w[MRT_DP_MAX], ss = 0, l = 0;
+    for (int i = 0; i < t->n; i++)
+        w[i] = sum ? 1.0 : (double)t->count[i] / (double)nb;
+    mrt_status st = rt_ddp_begin(t->ddp, w, t->count);
+    if (st != MRT_OK)
+        return st;
     rt_team_run(t->team, dp_grads, t);
+    /* the reducer idle again (the buckets a failed replica did not hand over included), then
+     * the replicas' errors first: the cause, where the reduction's is a consequence */
+    st = rt_ddp_finish(t->ddp, &ss);
     for (int i = 0; i < t->n; i++)
         if (t->st[i] != MRT_OK)
             return mrt_set_error(t->st[i], "replica %d (batch items %lld..%lld of the step): %s", i + 1,
                                  (long long)t->first[i], (long long)(t->first[i] + t->count[i] - 1), t->err[i]);
-    double ss = 0, l = 0;
-    if (t->nccl) { /* GPUs: NCCL's all-reduce, each replica's gradients scaled by its share */
-        const mrt_model_desc *d = ((mrt_model *)t->rep[0])->desc;
-        double w[MRT_DP_MAX];
-        void *streams[MRT_DP_MAX];
-        for (int i = 0; i < t->n; i++) {
-            w[i] = d->dp_loss_sum ? 1.0 : (double)t->count[i] / (double)nb;
-            streams[i] = ((mrt_model *)t->rep[i])->stream[0];
-        }
-        mrt_status st = rt_nccl_allreduce_grads(t->nccl, t->grad, t->numel, d->n_grads, w, streams, t->names);
-        if (st == MRT_OK) /* every replica holds the same sums: the norm of replica 0's */
-            st = rt_nccl_sumsq(t->nccl, 0, t->grad[0], t->numel, d->n_grads, streams[0], &ss);
-        if (st != MRT_OK)
-            return st;
-    } else {
-        rt_team_run(t->team, dp_reduce, t);
-        for (int i = 0; i < t->n; i++)
-            ss += t->sumsq_part[i];
-    }
-    const int sum = ((mrt_model *)t->rep[0])->desc->dp_loss_sum; /* reduction=sum: the shards' losses add up */
+    if (st != MRT_OK)
+        return st;
     for (int i = 0; i < t->n; i++)
-        l += (sum ? 1.0 : (double)t->count[i] / (double)nb) * t->loss[i];
+        l += w[i] * t->loss[i];
     t->sumsq = (float)ss;
     t->loss_all = (float)l;
     rt_team_run(t->team, dp_apply, t);
@@ -868,6 +861,7 @@ static mrt_status dp_same(const dp_train *t)
 
 static void dp_train_free(dp_train *t, int failed)
 {
+    rt_ddp_destroy(t->ddp);
     rt_nccl_destroy(t->nccl, failed);
     free(t->names);
     rt_team_destroy(t->team);
@@ -892,7 +886,8 @@ static void grad_numels(const mrt_model_desc *d, int64_t *numel)
     }
 }
 
-static mrt_status dp_train_setup(dp_train *t, const mrt_model_info *info, mrt_model *m, const mrt_device *dev, int n)
+static mrt_status dp_train_setup(dp_train *t, const mrt_model_info *info, mrt_model *m, const mrt_device *dev, int n,
+                                 double bucket_mb)
 {
     memset(t, 0, sizeof *t);
     t->info = info;
@@ -935,6 +930,9 @@ static mrt_status dp_train_setup(dp_train *t, const mrt_model_info *info, mrt_mo
             idx[i] = dev[i].index;
         st = rt_nccl_init_all(&t->nccl, idx, n);
     }
+    if (st == MRT_OK)
+        st = rt_ddp_create(&t->ddp, t->nccl ? RT_DDP_NCCL : RT_DDP_THREADS, (mrt_model *const *)t->rep, n, t->grad,
+                           t->numel, bucket_mb, t->nccl, t->names);
     return st;
 }
 
@@ -942,8 +940,9 @@ static mrt_status dp_train_setup(dp_train *t, const mrt_model_info *info, mrt_mo
 
 /* `mpirun -np W PROG train ...`: every rank reads the same files and cuts the same batches; rank
  * r runs its contiguous shard of each batch (as replica r of --devices would), scales its
- * gradients by its share n_r / n, and MPI_Allreduce sums them in place; the loss is summed
- * alike, the gradients' norm computed from the sums, and every rank applies the same update.
+ * gradients by its share n_r / n, and MPI_Iallreduce sums them in place, bucket by bucket as the
+ * backward pass finishes them (rt_ddp.c); the loss is summed alike, the gradients' norm computed
+ * from the sums, and every rank applies the same update.
  * A failure in a step is exchanged first (a flag per rank), so every rank stops at that step
  * naming the rank that failed; a failure before the ranks have agreed on the run aborts them
  * all (MPI_Abort), so none waits for a rank that is gone.
@@ -958,6 +957,7 @@ typedef struct mpi_train {
     float **grad; /* [k] (desc->grad_ptrs) */
     int64_t *numel;
     rt_nccl *nccl;      /* GPU ranks: the gradients go through NCCL */
+    rt_ddp *ddp;        /* the buckets during the backward pass: MPI_Iallreduce, or NCCL on GPU ranks */
     int torchrun;       /* no MPI: the host's collectives go through NCCL too */
     const char **names; /* [k]: the param of gradient k, for errors */
     const int64_t *syms; /* [MRT_MAX_SYMS]: the sizes of the symbols after the batch (dims[1..]) */
@@ -982,6 +982,9 @@ static mrt_status mpi_step(mpi_train *t, const mrt_model_info *info, int nb, voi
     int64_t first = (int64_t)t->rank * (nb / t->size) + (t->rank < nb % t->size ? t->rank : nb % t->size);
     float l = 0;
     mrt_status st = MRT_OK;
+    double w = d->dp_loss_sum ? 1.0 : (double)cnt / (double)nb, ss = 0; /* a summed loss: the shards' sums add up */
+    if ((st = rt_ddp_begin(t->ddp, &w, &cnt)) != MRT_OK)
+        return st;
     if (cnt) {
         const void *in[64];
         for (int k = 0; k < info->n_inputs; k++)
@@ -993,39 +996,26 @@ static mrt_status mpi_step(mpi_train *t, const mrt_model_info *info, int nb, voi
         t->m->defer_update = 1;
         st = info->run(t->m, dims, in, out);
     }
+    char mine[1024];
+    snprintf(mine, sizeof mine, "%s", mrt_last_error());
+    /* the buckets not posted during the backward (all of them when it failed), then the wait */
+    mrt_status sr = rt_ddp_finish(t->ddp, &ss);
+    if (sr != MRT_OK)
+        return st != MRT_OK ? mrt_set_error(st, "rank %d (batch items %lld..%lld of the step): %s", t->rank,
+                                            (long long)first, (long long)(first + cnt - 1), mine) : sr;
     double flag[MRT_DP_MAX * 16] = {0};
     int nf = t->size < MRT_DP_MAX * 16 ? t->size : MRT_DP_MAX * 16;
     if (t->rank < nf)
         flag[t->rank] = st != MRT_OK;
-    char mine[1024];
-    snprintf(mine, sizeof mine, "%s", mrt_last_error());
-    if (coll_allreduce_f64(t, flag, nf) != MRT_OK)
-        return MRT_ERR_DEVICE;
+    if (coll_allreduce_f64(t, flag, nf) != MRT_OK) /* this rank's own failure, when it has one, is the cause */
+        return st != MRT_OK ? mrt_set_error(st, "rank %d (batch items %lld..%lld of the step): %s", t->rank,
+                                            (long long)first, (long long)(first + cnt - 1), mine) : MRT_ERR_DEVICE;
     for (int r = 0; r < nf; r++)
         if (flag[r] != 0)
             return r == t->rank ? mrt_set_error(st, "rank %d (batch items %lld..%lld of the step): %s", r, (long long)first,
                                                 (long long)(first + cnt - 1), mine)
                                 : mrt_set_error(MRT_ERR_INVALID_ARG, "rank %d failed at step %lld (its error is in its "
                                                 "output); this rank stops there too", r, (long long)stepno);
-    double w = d->dp_loss_sum ? 1.0 : (double)cnt / (double)nb, ss = 0; /* a summed loss: the shards' sums add up */
-    if (t->nccl) { /* GPU ranks: NCCL's pre-multiplied sum, then the norm on this GPU */
-        void *stream = t->m->stream[0];
-        if ((st = rt_nccl_allreduce_grads(t->nccl, &t->grad, t->numel, d->n_grads, &w, &stream, t->names)) != MRT_OK ||
-            (st = rt_nccl_sumsq(t->nccl, 0, t->grad, t->numel, d->n_grads, stream, &ss)) != MRT_OK)
-            return st;
-    }
-    for (int k = 0; k < d->n_grads && !t->nccl; k++) {
-        float *g = t->grad[k];
-        if (!cnt)
-            memset(g, 0, sizeof *g * (size_t)t->numel[k]);
-        else
-            for (int64_t e = 0; e < t->numel[k]; e++)
-                g[e] = (float)w * g[e];
-        if ((st = rt_mpi_allreduce_f32(g, t->numel[k])) != MRT_OK)
-            return st;
-        for (int64_t e = 0; e < t->numel[k]; e++)
-            ss += (double)g[e] * g[e];
-    }
     double lw = w * l;
     if ((st = coll_allreduce_f64(t, &lw, 1)) != MRT_OK)
         return st;
@@ -1188,6 +1178,12 @@ static mrt_status mpi_agree(mpi_train *t, const mrt_model_info *info, int64_t N,
     free(mine);
     free(all);
     return st;
+}
+
+static int cmp_int(const void *a, const void *b)
+{
+    int x = *(const int *)a, y = *(const int *)b;
+    return (x > y) - (x < y);
 }
 
 static int cmp_double(const void *a, const void *b)
@@ -1424,6 +1420,7 @@ int rt_train_main(const mrt_model_info *info, int argc, char **argv, const char 
     mpi_train mt = {0};
     int64_t *order = NULL, nt = 0;
     double *times = NULL;
+    int *overlap = NULL; /* --time, data-parallel: per step, the buckets reduced during the backward (rt_ddp_overlapped) */
     void *model = NULL;
     FILE *log = NULL;
     float loss = 0;
@@ -1541,11 +1538,11 @@ int rt_train_main(const mrt_model_info *info, int argc, char **argv, const char 
     m->seed = o.seed;
     if (o.ndev > 1) {
         dp = &dpt;
-        if (dp_train_setup(dp, info, m, o.dev, o.ndev) != MRT_OK)
+        if (dp_train_setup(dp, info, m, o.dev, o.ndev, o.bucket_mb) != MRT_OK)
             goto fail;
         dp->syms = sdims;
     }
-    mt = (mpi_train){rank, world, m, NULL, NULL, NULL, torchrun, NULL, sdims};
+    mt = (mpi_train){rank, world, m, NULL, NULL, NULL, NULL, torchrun, NULL, sdims};
     /* every rank the same model, data, weights and settings, and the same kind of device:
      * checked before the first step and, under mpirun, before NCCL is set up (a GPU rank would
      * wait in ncclCommInitRank for a CPU rank that never comes) */
@@ -1586,6 +1583,9 @@ int rt_train_main(const mrt_model_info *info, int argc, char **argv, const char 
             goto oom;
         for (int k = 0; k < d->n_grads; k++)
             mt.names[k] = d->params[d->grad_params[k]].name;
+        if (rt_ddp_create(&mt.ddp, mt.nccl ? RT_DDP_NCCL : RT_DDP_MPI, &m, 1, &mt.grad, mt.numel, o.bucket_mb, mt.nccl,
+                          mt.names) != MRT_OK)
+            goto fail;
         /* under torchrun the ranks' check goes through NCCL: here, once it is set up (every rank a GPU) */
         if (torchrun && mpi_agree(&mt, info, N, &o, data, edata, &mpi_synced) != MRT_OK)
             goto fail;
@@ -1609,8 +1609,9 @@ int rt_train_main(const mrt_model_info *info, int argc, char **argv, const char 
         goto fail;
     }
     long long saved_at = -1; /* the step of the last checkpoint written */
-    if (o.time && !(times = malloc(sizeof *times * (size_t)total)))
+    if (o.time && (!(times = malloc(sizeof *times * (size_t)total)) || !(overlap = calloc((size_t)total, sizeof *overlap))))
         goto oom;
+    rt_ddp *reducer = dp ? dp->ddp : mt.ddp;
     if (!o.quiet) {
         char dev[32], res[64] = "";
         if (skip)
@@ -1651,8 +1652,10 @@ int rt_train_main(const mrt_model_info *info, int argc, char **argv, const char 
             mrt_status st = world > 1 ? mpi_step(&mt, info, nb, bufs, row, &loss, step + 1)
                             : dp      ? dp_step(dp, nb, bufs, row, &loss)
                                       : info->run(model, dims, (const void *const *)bufs, out);
-            if (o.time && times && nt < total)
+            if (o.time && times && nt < total) {
+                overlap[nt] = rt_ddp_overlapped(reducer);
                 times[nt++] = now_s() - ts;
+            }
             if (st != MRT_OK) {
                 char msg[1024], kept[1200] = "";
                 snprintf(msg, sizeof msg, "%s", mrt_last_error());
@@ -1717,6 +1720,12 @@ int rt_train_main(const mrt_model_info *info, int argc, char **argv, const char 
         double med = k % 2 ? times[1 + k / 2] : (times[k / 2] + times[1 + k / 2]) / 2;
         printf("time: %.3f ms per step (median of %lld steps, batch %d, on %s%s)\n", med * 1e3, (long long)k, o.batch,
                o.devices ? o.devices : mrt_device_str(m->dev[0], (char[32]){0}, 32), o.ndev > 1 ? ", data-parallel" : "");
+        if (reducer) { /* the overlap of the same steps */
+            qsort(overlap + 1, (size_t)(nt - 1), sizeof *overlap, cmp_int);
+            printf("ddp: %d gradient buckets; started all-reducing before the backward pass ended: %d per step "
+                   "(median; min %d, max %d)\n", rt_ddp_buckets(reducer), overlap[1 + (nt - 1) / 2], overlap[1],
+                   overlap[nt - 1]);
+        }
     }
     if (dp && dp_same(dp) != MRT_OK)
         goto fail;
@@ -1744,6 +1753,7 @@ done:
         dp_train_free(dp, rc != 0);
     if (world > 1) {
         rt_nccl_destroy(mt.nccl, rc != 0);
+        rt_ddp_destroy(mt.ddp);
         free(mt.grad);
         free(mt.numel);
         free(mt.names);
@@ -1775,6 +1785,7 @@ done:
     free(row);
     free(order);
     free(times);
+    free(overlap);
     free(o.data);
     return rc;
 }

@@ -581,7 +581,7 @@ done
 # Data-parallel inference on two simulated GPUs (--devices cuda:0,cuda:1): each replica's shard
 # bit for bit as the shard alone, and the device-list errors; data-parallel training through the
 # NCCL stand-in (two GPUs in one process, two torchrun processes, two mpirun ranks) against one GPU
-# and the CPU, and NCCL's errors.
+# and the CPU, NCCL's errors, and the gradient buckets queued while the backward pass goes on.
 out="$(CUDASIM_DEVICES=2:16384:9.0 MODELC="$sim/bin/modelc" timeout 600 "$PY" tests/dp/run.py --device-kind cuda \
        2>"$work/dp.err")"
 rc=$?

@@ -511,6 +511,155 @@ def check_train(modelc, d, name, batch, devs):
     return None
 
 
+# five layers of 256 at batch 512: a backward pass of tens of milliseconds, a bucket per weight at --bucket-mb 0.25
+OVERLAP = """# data-parallel training's buckets overlap the backward pass (tests/dp)
+model overlap {
+  input x: f32[batch, 256]
+  target labels: i64[batch]
+  param l1.weight: f32[256, 256]
+  param l1.bias: f32[256]
+  param l2.weight: f32[256, 256]
+  param l2.bias: f32[256]
+  param l3.weight: f32[256, 256]
+  param l3.bias: f32[256]
+  param l4.weight: f32[256, 256]
+  param l4.bias: f32[256]
+  param out.weight: f32[10, 256]
+  h1 = relu(linear(x, l1.weight, l1.bias))
+  h2 = relu(linear(h1, l2.weight, l2.bias))
+  h3 = relu(linear(h2, l3.weight, l3.bias))
+  h4 = relu(linear(h3, l4.weight, l4.bias))
+  output logits = linear(h4, out.weight)
+  loss l = cross_entropy(logits, labels)
+  optimizer sgd(lr=0.05, momentum=0.9)
+}
+"""
+
+
+# two params whose gradients are one tensor (the gradient of a + b is one node), a summed loss
+TIED = """# one gradient tensor for two params (tests/dp)
+model tied {
+  input x: f32[batch, 4]
+  target labels: i64[batch]
+  param a: f32[3, 4]
+  param b: f32[3, 4]
+  output logits = linear(x, a + b)
+  loss l = cross_entropy(logits, labels, reduction=sum)
+  optimizer sgd(lr=0.05)
+}
+"""
+
+
+def check_train_tied(modelc, d, devs, report):
+    """Two params whose gradients are one tensor are all-reduced once (rt_ddp.c's aliases; reduced
+    twice, a summed loss's gradient would double): two CPU devices and two MPI ranks against one
+    device with the full batch, within 1e-5."""
+    import shutil
+    f = lambda s: os.path.join(d, s)  # noqa: E731
+    with open(f("tied.model"), "w") as fh:
+        fh.write(TIED)
+    prog = f("tied")
+    sh([modelc, f("tied.model"), "--train", "--max-batch", "8", "-o", prog], check=True)
+    rng = np.random.default_rng(3)
+    np.save(f("td_x.npy"), rng.standard_normal((28, 4)).astype(np.float32))
+    np.save(f("td_y.npy"), rng.integers(0, 3, 28).astype(np.int64))
+    safetensors_np.write(f("td_w.st"), {k: (rng.standard_normal((3, 4)) * 0.3).astype(np.float32) for k in "ab"})
+    base = [prog, "train", "--weights", f("td_w.st"), "--data", "x=" + f("td_x.npy"), "--data", "labels=" + f("td_y.npy"),
+            "--batch", "7", "--epochs", "2", "--quiet"]
+    cases = [("one", base + ["--device", "cpu"]), ("devices", base + ["--devices", ",".join(devs)])]
+    if shutil.which("mpirun"):
+        cases.append(("mpi", ["mpirun", "--oversubscribe", "-np", "2"] + base))
+    got = {}
+    for tag, cmd in cases:
+        p = subprocess.run(cmd + ["--save", f("td_%s.st" % tag)], capture_output=True, text=True,
+                           env=MPIRUN_ENV if tag == "mpi" else None)
+        if p.returncode:
+            report("train_tied_sum", "%s run failed: %s" % (tag, p.stderr[-300:]))
+            return
+        got[tag] = safetensors_np.read(f("td_%s.st" % tag))
+    errs = {t: wrel(got["one"], got[t]) for t in got if t != "one"}
+    print("  tied gradients (a + b), a summed loss, batch 7: vs one device: %s (tolerance 1e-05)" %
+          ", ".join("%s %.1e" % kv for kv in errs.items()))
+    report("train_tied_sum", None if max(errs.values()) <= 1e-5 else "differs from one device: %s" % errs)
+
+
+def ddp_line(out):
+    """PROG train --time's data-parallel line: (buckets, median, min, max) of the buckets whose
+    all-reduce started before the backward pass made its last gradient final, or None."""
+    import re
+    m = re.search(r"ddp: (\d+) gradient buckets; started all-reducing before the backward pass ended: (\d+) per step "
+                  r"\(median; min (\d+), max (\d+)\)", out)
+    return tuple(int(g) for g in m.groups()) if m else None
+
+
+def check_overlap(modelc, d, devs, report):
+    """The gradient buckets are all-reduced while the backward pass goes on (rt_ddp.c, PyTorch
+    DDP's Reducer): on a model of five layers with a bucket per weight (--bucket-mb 0.25), PROG
+    train --time counts, per step, the buckets whose reduction started before the backward pass
+    made its last gradient final: on CPU devices (the reducer's thread) at least one in some step
+    (the reducer's thread needs a core while the replicas compute: on a loaded 2-core machine some
+    steps get none, so the median is printed, not required), and on two MPI ranks, where run()'s
+    announcements post MPI_Iallreduce themselves, at least one in the median step. The buckets
+    change when the sums are taken, not what they are: the weights equal those of one bucket
+    (--bucket-mb 1000, the reduction after the backward) bit for bit, and those of one device
+    with the full batch within 1e-5."""
+    import shutil
+    f = lambda s: os.path.join(d, s)  # noqa: E731
+    with open(f("overlap.model"), "w") as fh:
+        fh.write(OVERLAP)
+    prog = f("overlap")
+    p = sh([modelc, f("overlap.model"), "--train", "--max-batch", "512", "-o", prog])
+    if p.returncode:
+        report("overlap_build", "modelc --train failed: " + p.stderr[-300:])
+        return
+    rng = np.random.default_rng(7)
+    np.save(f("ov_x.npy"), rng.standard_normal((4096, 256)).astype(np.float32))
+    np.save(f("ov_y.npy"), rng.integers(0, 10, 4096).astype(np.int64))
+    w = {}
+    for k in range(1, 5):
+        w["l%d.weight" % k] = (rng.standard_normal((256, 256)) / 16).astype(np.float32)
+        w["l%d.bias" % k] = np.zeros(256, np.float32)
+    w["out.weight"] = (rng.standard_normal((10, 256)) / 16).astype(np.float32)
+    safetensors_np.write(f("ov_init.st"), w)
+    base = [prog, "train", "--weights", f("ov_init.st"), "--data", "x=" + f("ov_x.npy"), "--data",
+            "labels=" + f("ov_y.npy"), "--batch", "512", "--epochs", "1", "--quiet", "--time"]
+    runs = {}
+    for tag, extra in (("buckets", ["--devices", ",".join(devs), "--bucket-mb", "0.25"]),
+                       ("one_bucket", ["--devices", ",".join(devs), "--bucket-mb", "1000"]),
+                       ("one_device", ["--device", "cpu"])):
+        p = sh(base + extra + ["--save", f("ov_%s.st" % tag)])
+        if p.returncode:
+            report("overlap_threads", "%s run failed: %s" % (tag, p.stderr[-300:]))
+            return
+        runs[tag] = (safetensors_np.read(f("ov_%s.st" % tag)), ddp_line(p.stdout))
+    (wb, lb), (w1, l1), (wd, _) = runs["buckets"], runs["one_bucket"], runs["one_device"]
+    same = all(np.array_equal(wb[k], w1[k]) for k in wb)
+    err = wrel(wd, wb)
+    print("  overlap on %s: %s buckets of 0.25 MiB, started before the backward's last gradient: median %s per step "
+          "(min %s, max %s); one bucket: %s; weights vs one bucket %s, vs one device %.1e (tolerance 1e-05)"
+          % ((",".join(devs),) + (lb or ("?",) * 4) + (l1 and l1[0], "identical" if same else "DIFFERENT", err)))
+    report("overlap_threads", None if lb and lb[0] >= 4 and lb[3] >= 1 and l1 == (1, 0, 0, 0) and same and err <= 1e-5
+           else "expected >= 4 buckets, >= 1 of them reduced during the backward, the one-bucket weights bit for bit")
+    if not shutil.which("mpirun"):
+        print("SKIP: dp/overlap_mpi: mpirun not found (Debian: apt-get install openmpi-bin)")
+        return
+    mb = {}
+    for tag, cap in (("buckets", "0.25"), ("one_bucket", "1000")):
+        p = mpirun(["-np", "2"] + base + ["--threads", "1", "--bucket-mb", cap, "--save", f("ovm_%s.st" % tag)])
+        if p.returncode:
+            report("overlap_mpi", "mpirun failed: " + p.stderr[-300:])
+            return
+        mb[tag] = (safetensors_np.read(f("ovm_%s.st" % tag)), ddp_line(p.stdout))
+    (mw, ml), (mw1, ml1) = mb["buckets"], mb["one_bucket"]
+    same = all(np.array_equal(mw[k], mw1[k]) for k in mw)
+    err = wrel(wd, mw)
+    print("  overlap on 2 MPI ranks: %s buckets, posted (MPI_Iallreduce) before the backward's last gradient: median %s "
+          "per step (min %s, max %s); weights vs one bucket %s, vs one process %.1e (tolerance 1e-05)"
+          % ((ml or ("?",) * 4) + ("identical" if same else "DIFFERENT", err)))
+    report("overlap_mpi", None if ml and ml[0] >= 4 and ml[1] >= 1 and ml1 == (1, 0, 0, 0) and same and err <= 1e-5
+           else "expected >= 4 buckets, >= 1 posted during the backward, the one-bucket weights bit for bit")
+
+
 MPIRUN_ENV = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1", OMPI_MCA_btl="self,vader",
                   OMPI_MCA_rmaps_base_oversubscribe="1", OMPI_MCA_btl_vader_single_copy_mechanism="none")
 
@@ -651,6 +800,36 @@ def torchrun(cmds, extra_env, timeout=120):
             p.communicate()
         return None
     return out
+
+
+def check_overlap_gpu(modelc, d, report):
+    """The cudasim suite: two simulated GPUs post each bucket's ncclAllReduce on their
+    communication streams while the backward pass goes on (mlp_adamw, a bucket per gradient:
+    --bucket-mb 0.0001): PROG train --time counts 3 of the 4 buckets queued before the backward's
+    last gradient (the stand-in runs a collective on the host when it is called, so this shows
+    when the calls are made, not a GPU's concurrency); the weights equal those of one bucket
+    bit for bit and one GPU's within 1e-5."""
+    f = lambda s: os.path.join(d, s)  # noqa: E731
+    name = "mlp_adamw"
+    prog = train_prog(modelc, d, name)
+    base = [prog, "train", "--weights", f(name + ".init.safetensors"), "--batch", "8", "--epochs", "2", "--quiet",
+            "--time"] + train_data(d, name)
+    runs = {}
+    for tag, extra in (("buckets", ["--devices", "cuda:0,cuda:1", "--bucket-mb", "0.0001"]),
+                       ("one_bucket", ["--devices", "cuda:0,cuda:1"]), ("one", ["--device", "cuda:0"])):
+        p = sh(base + extra + ["--save", f("gov_%s.st" % tag)])
+        if p.returncode:
+            report("overlap_gpu", "%s run failed: %s" % (tag, p.stderr[-300:]))
+            return
+        runs[tag] = (safetensors_np.read(f("gov_%s.st" % tag)), ddp_line(p.stdout))
+    (wb, lb), (w1, l1), (wo, _) = runs["buckets"], runs["one_bucket"], runs["one"]
+    same = all(np.array_equal(wb[k], w1[k]) for k in wb)
+    err = wrel(wo, wb)
+    print("  overlap on cuda:0,cuda:1: %s buckets, queued before the backward's last gradient: median %s per step (min "
+          "%s, max %s); one bucket: %s; weights vs one bucket %s, vs one GPU %.1e (tolerance 1e-05)"
+          % ((lb or ("?",) * 4) + (l1, "identical" if same else "DIFFERENT", err)))
+    report("overlap_gpu", None if lb == (4, 3, 3, 3) and l1 == (1, 0, 0, 0) and same and err <= 1e-5 else
+           "expected 4 buckets, 3 queued during the backward in every step, the one-bucket weights bit for bit")
 
 
 def check_torchrun_env(modelc, d, report):
@@ -822,9 +1001,9 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--device-kind", default="cpu", choices=["cpu", "cuda"])
     ap.add_argument("--pipe-only", action="store_true", help="only the micro-batch pipeline's tests (pipe.py)")
-    ap.add_argument("--only", choices=["rows", "train_mix", "mpi"],  # mpi: rank agreement
+    ap.add_argument("--only", choices=["rows", "train_mix", "mpi", "overlap"],  # mpi: rank agreement
                     help="only one group: outputs of batch*2 rows (--devices and --micro-batches), DP training of "
-                    "models that mix batch items, mpirun rank agreement")
+                    "models that mix batch items, mpirun rank agreement, the gradient buckets overlapping the backward pass")
     a = ap.parse_args()
     modelc = os.environ.get("MODELC", os.path.join(ROOT, "build", "bin", "modelc"))
     devs = ["%s:0" % a.device_kind, "%s:1" % a.device_kind]
@@ -850,6 +1029,13 @@ def main():
         if a.only in (None, "train_mix"):
             check_train_mix(modelc, d, devs, report)
         if a.only == "train_mix":
+            return 1 if fails else 0
+        if a.only == "overlap":
+            if a.device_kind == "cpu":
+                check_overlap(modelc, d, devs, report)
+                check_train_tied(modelc, d, devs, report)
+            else:
+                check_overlap_gpu(modelc, d, report)
             return 1 if fails else 0
         if a.only in (None, "mpi"):
             check_mpi_agree(modelc, d, a.device_kind, report)
@@ -920,9 +1106,12 @@ def main():
                 report("error_" + name, None if p.returncode == rc and want in p.stderr else
                        "expected exit %d and '%s', got exit %d: %s" % (rc, want, p.returncode, p.stderr.strip()[-200:]))
             check_mpi(modelc, d, report)
+            check_overlap(modelc, d, devs, report)
+            check_train_tied(modelc, d, devs, report)
             check_torchrun_env(modelc, d, report)
         else:
             check_train_gpu(modelc, d, report)
+            check_overlap_gpu(modelc, d, report)
         # errors: each refused before anything runs, naming what is wrong
         prog = os.path.join(d, "digits")
         xin = os.path.join(d, "x_digits_b7.npy")
