@@ -133,46 +133,63 @@ def check_blocks(tmp):
         same = open(os.path.join(tmp, "mlp_b.safetensors"), "rb").read() == \
             open(os.path.join(tmp, "mlp_nb.safetensors"), "rb").read()
         report(same, "blocks_same_weights", "the .safetensors differ with and without blocks")
-    if rc == 0 and rc2 == 0 and os.path.exists(MODELC):
-        rng = np.random.default_rng(4)
-        x = rng.standard_normal((4, 8)).astype(np.float32)
-        mask = rng.standard_normal((4, 8)).astype(np.float32)
-        np.save(os.path.join(tmp, "mx.npy"), x)
-        np.save(os.path.join(tmp, "mm.npy"), mask)
-        ys, err = {}, ""
-        for v in ("mlp_b", "mlp_nb"):
-            exe = os.path.join(tmp, v + "_exe")
-            p = subprocess.run([MODELC, os.path.join(tmp, v + ".model"), "-o", exe, "--no-cuda"],
-                               capture_output=True, text=True)
-            if p.returncode == 0:
-                # both load the same file: the block's params keep their state_dict names
-                p = subprocess.run([exe, "--weights", os.path.join(tmp, "mlp_b.safetensors"),
-                                    "--input", "x=" + os.path.join(tmp, "mx.npy"), "--input", "m=" + os.path.join(tmp, "mm.npy"),
-                                    "--output", "y=" + os.path.join(tmp, v + "_y.npy"), "--device", "cpu"],
-                                   capture_output=True, text=True)
-            if p.returncode != 0:
-                err += "%s: %s " % (v, p.stderr.strip())
-            else:
-                ys[v] = np.load(os.path.join(tmp, v + "_y.npy"))
-        if len(ys) < 2:
-            report(False, "blocks_bit_identical", err)
-        else:
-            ref = mlp_reference(ws, x, mask, 2)
-            d = float(np.abs(ys["mlp_b"] - ref).max() / np.abs(ref).max())
-            ident = ys["mlp_b"].tobytes() == ys["mlp_nb"].tobytes()
-            report(ident and d <= 1e-5, "blocks_bit_identical",
-                   "bit-identical %s (max |diff| %g); relative error vs NumPy %g (tolerance 1e-5)" % (
-                       ident, float(np.abs(ys["mlp_b"] - ys["mlp_nb"]).max()), d))
-            print("      blocks vs --no-blocks: bit-identical; vs NumPy: relative error %.1e (tolerance 1e-5)" % d)
-    # layers of different widths are not one block (no integer block arguments are inferred):
-    # straight-line code, and the program still computes the same
+    if rc == 0 and rc2 == 0:
+        run_both(tmp, "mlp", ws, 2, "blocks_bit_identical")
+    # layers that differ only in their sizes (hidden widths 16 and 24) are one block taking the
+    # width as an integer argument, and the program still computes the same
     m, ws = mlp_layers([16, 24])
     path = os.path.join(tmp, "mlp_mixed.onnx")
     onnx.save(m, path)
-    rc, so, se = run_tool([path, "-o", os.path.join(tmp, "mlp_mixed")])
-    src = open(os.path.join(tmp, "mlp_mixed.model")).read() if rc == 0 else ""
-    report(rc == 0 and "block" not in src and "param layers.1.fc.weight: f32[8, 24]" in src,
-           "blocks_differing_shapes_inline", "rc %d %s:\n%s" % (rc, se.strip(), src))
+    rc, so, se = run_tool([path, "-o", os.path.join(tmp, "mixed_b")])
+    rc2, so2, se2 = run_tool([path, "-o", os.path.join(tmp, "mixed_nb"), "--no-blocks"])
+    src = open(os.path.join(tmp, "mixed_b.model")).read() if rc == 0 else ""
+    blocks = [l for l in src.splitlines() if l.startswith("block ")]
+    calls = [l.strip() for l in src.splitlines() if " as layers." in l]
+    inner = sorted(l.strip() for l in src.splitlines() if l.startswith("  param fc.") or l.startswith("  param out."))
+    report(rc == 0 and rc2 == 0 and blocks == ["block layers(x, m, n0) {"] and
+           calls == ["h0 = layers(x, m, 16) as layers.0", "h1 = layers(h0, m, 24) as layers.1"] and
+           inner == ["param fc.bias: f32[n0]", "param fc.weight: f32[8, n0]", "param out.weight: f32[n0, 8]"],
+           "blocks_integer_arguments", "rc %d %s; blocks %s, calls %s, params %s" % (rc, se.strip(), blocks, calls, inner))
+    if rc == 0 and rc2 == 0:
+        run_both(tmp, "mixed", ws, 2, "blocks_integer_arguments_bit_identical")
+
+
+def run_both(tmp, base, ws, n, name):
+    """Compile BASE_b.model (blocks) and BASE_nb.model (--no-blocks), run both on one input with
+    BASE_b.safetensors: bit-identical outputs, and within 1e-5 of NumPy (mlp_reference)."""
+    if not os.path.exists(MODELC):
+        report(False, name, "no modelc at %s" % MODELC)
+        return
+    rng = np.random.default_rng(4)
+    x = rng.standard_normal((4, 8)).astype(np.float32)
+    mask = rng.standard_normal((4, 8)).astype(np.float32)
+    np.save(os.path.join(tmp, "mx.npy"), x)
+    np.save(os.path.join(tmp, "mm.npy"), mask)
+    ys, err = {}, ""
+    for v in (base + "_b", base + "_nb"):
+        exe = os.path.join(tmp, v + "_exe")
+        p = subprocess.run([MODELC, os.path.join(tmp, v + ".model"), "-o", exe, "--no-cuda"],
+                           capture_output=True, text=True)
+        if p.returncode == 0:
+            # both load the same file: the block's params keep their state_dict names
+            p = subprocess.run([exe, "--weights", os.path.join(tmp, base + "_b.safetensors"),
+                                "--input", "x=" + os.path.join(tmp, "mx.npy"), "--input", "m=" + os.path.join(tmp, "mm.npy"),
+                                "--output", "y=" + os.path.join(tmp, v + "_y.npy"), "--device", "cpu"],
+                               capture_output=True, text=True)
+        if p.returncode != 0:
+            err += "%s: %s " % (v, p.stderr.strip())
+        else:
+            ys[v] = np.load(os.path.join(tmp, v + "_y.npy"))
+    if len(ys) < 2:
+        report(False, name, err)
+        return
+    yb, ynb = ys[base + "_b"], ys[base + "_nb"]
+    ref = mlp_reference(ws, x, mask, n)
+    d = float(np.abs(yb - ref).max() / np.abs(ref).max())
+    ident = yb.tobytes() == ynb.tobytes()
+    report(ident and d <= 1e-5, name, "bit-identical %s (max |diff| %g); relative error vs NumPy %g (tolerance 1e-5)" % (
+        ident, float(np.abs(yb - ynb).max()), d))
+    print("      %s: blocks vs --no-blocks: bit-identical; vs NumPy: relative error %.1e (tolerance 1e-5)" % (base, d))
 
 
 def main():
