@@ -28,9 +28,15 @@ text or the param declaration):
    outside, and is written in canonical form: its own values numbered in statement order,
    values from outside numbered in order of first use (they become block arguments: the
    layer's input, an attention mask, a folded constant), its params by their relative names.
-   Regions with the same canonical text and the same param declarations form one block;
-   integer block arguments are not used, so instances whose shapes differ (ResNet's first
-   block of a stage) are separate groups, and a group of one stays straight-line code.
+   Integer literals (sizes in shapes and param declarations, integer attributes) are left out
+   of the canonical text: regions with the same canonical text and param declarations form
+   one block, and a literal whose value differs between the instances becomes an integer
+   argument of the block (one per distinct column of values; a column that is another's
+   multiple or quotient is written `4 * n0`, `n0 // 4`), so ResNet's bottlenecks of 64 to 512
+   channels are one block. Only for a block of at least MIN_INT_BLOCK statements and at most
+   MAX_INT_ARGS integer arguments; a group of one stays straight-line code. Instances are
+   looked for at each numbered level and across the levels above it too (`layer#.#`: every
+   stage's blocks together).
 4. Every call is checked by expanding the block back with the call's names: it must give the
    instance's statements character for character; anything that does not fit stays inline.
 
@@ -50,6 +56,8 @@ DECL = re.compile(r"^  param ([^:]+): (.*)$")
 # digits (a size is positive; `(-1)` stays as it is)
 INT = re.compile(r"(?<![-+A-Za-z0-9_.@])[0-9]+(?![A-Za-z0-9_.])")
 MAX_TRIM = 16          # the most statements cut from the end of a region's tail to match others
+MIN_INT_BLOCK = 6      # the fewest statements of a block that takes integer arguments
+MAX_INT_ARGS = 5       # the most integer arguments a block takes
 STMT = re.compile(r"^  (output )?([A-Za-z0-9_., ]+?) = (.*)$")
 
 
@@ -287,8 +295,19 @@ def find_blocks(decls, lines, reserved=()):
             members = bykey[key]
             if len(members) < 2:
                 continue
-            members = _with_heads(members, stmts, preds, succs, params, insts, readers, claimed_stmt,
-                                  closure, n)
+            # integer arguments only for a real layer: at least MIN_INT_BLOCK statements and
+            # at most MAX_INT_ARGS of them (a single linear layer of two widths stays inline)
+            nints = len(_int_args(members, set())[1])
+            if nints and (len(members[0][1]) < MIN_INT_BLOCK or nints > MAX_INT_ARGS):
+                continue
+            with_heads = _with_heads(members, stmts, preds, succs, params, insts, readers, claimed_stmt,
+                                     closure, n)
+            # a head may be in another group's region at this level (its tail): then without
+            if not any(i in claimed_stmt for _, reg, _ in with_heads for i in reg):
+                members = with_heads
+            members = [mb for mb in members if not any(i in claimed_stmt for i in mb[1])]
+            if len(members) < 2:
+                continue
             gid = len(groups)
             groups.append((pat, members))
             for pre, reg, info in members:
@@ -421,6 +440,9 @@ def _int_args(members, taken):
                 if all(b and c % b == 0 for b, c in zip(v, col)) and len({c // b for b, c in zip(v, col)}) == 1:
                     text = "%d * %s" % (col[0] // v[0], nm)
                     break
+                if all(c and b % c == 0 for b, c in zip(v, col)) and len({b // c for b, c in zip(v, col)}) == 1:
+                    text = "%s // %d" % (nm, v[0] // col[0])
+                    break
         if text is None:
             nm, j = "n%d" % len(names), len(names)
             while nm in taken:
@@ -483,7 +505,9 @@ def _emit(decls, lines, stmts, preds, params, decl_of, groups, claimed, known, r
     for pat, members in groups:
         parts = pat.split(".")
         last = parts[-1]
-        stem = re.sub(r"_?#", "", last) if re.sub(r"[#_]", "", last) else (parts[-2] if len(parts) > 1 else "layer")
+        # the last part with a letter, its numbers left out ('features.#.#': features)
+        named = [q for q in parts if re.sub(r"[#_]", "", q)]
+        stem = re.sub(r"_?#", "", named[-1]) if named else "layer"
         stem = re.sub(r"[^A-Za-z0-9_]", "_", stem)
         if len(stem) < 3 and len(parts) > (1 if re.sub(r"[#_]", "", last) else 2):
             stem = re.sub(r"[^A-Za-z0-9_]", "_", parts[-2 if re.sub(r"[#_]", "", last) else -3]) + "_" + stem
