@@ -523,11 +523,12 @@ def _emit(decls, lines, stmts, preds, params, decl_of, groups, claimed, known, r
     calls = {}                                   # (gid, prefix) -> call statement text
     moved = set()
     for gid, (pat, members) in enumerate(groups):
-        # the layer's input first: the argument where each later instance takes the result of
-        # the one before (the residual stream), else the first
+        # the layer's input first: the argument where the later instances take the result of
+        # the one before (the residual stream; where the instances span stages, those after
+        # another instance), else the first
         nargs = len(members[0][2]["args"])
         chained = [j for j in range(nargs)
-                   if all(members[k][2]["args"][j] in members[k - 1][2]["outs"] for k in range(1, len(members)))]
+                   if any(members[k][2]["args"][j] in members[k - 1][2]["outs"] for k in range(1, len(members)))]
         perm = chained[:1] + [j for j in range(nargs) if j not in chained[:1]]
         for _, _, info in members:
             info["args"] = [info["args"][j] for j in perm]
