@@ -28,9 +28,15 @@ text or the param declaration):
    outside, and is written in canonical form: its own values numbered in statement order,
    values from outside numbered in order of first use (they become block arguments: the
    layer's input, an attention mask, a folded constant), its params by their relative names.
-   Regions with the same canonical text and the same param declarations form one block;
-   integer block arguments are not used, so instances whose shapes differ (ResNet's first
-   block of a stage) are separate groups, and a group of one stays straight-line code.
+   Integer literals (sizes in shapes and param declarations, integer attributes) are left out
+   of the canonical text: regions with the same canonical text and param declarations form
+   one block, and a literal whose value differs between the instances becomes an integer
+   argument of the block (one per distinct column of values; a column that is another's
+   multiple or quotient is written `4 * n0`, `n0 // 4`), so ResNet's bottlenecks of 64 to 512
+   channels are one block. Only for a block of at least MIN_INT_BLOCK statements and at most
+   MAX_INT_ARGS integer arguments; a group of one stays straight-line code. Instances are
+   looked for at each numbered level and across the levels above it too (`layer#.#`: every
+   stage's blocks together).
 4. Every call is checked by expanding the block back with the call's names: it must give the
    instance's statements character for character; anything that does not fit stays inline.
 
@@ -46,7 +52,12 @@ import re
 # never a known name
 TOKEN = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.]*")
 DECL = re.compile(r"^  param ([^:]+): (.*)$")
+# an integer literal: not part of a name, a float (0.25, 1e-05, 1e+20) or a negative number's
+# digits (a size is positive; `(-1)` stays as it is)
+INT = re.compile(r"(?<![-+A-Za-z0-9_.@])[0-9]+(?![A-Za-z0-9_.])")
 MAX_TRIM = 16          # the most statements cut from the end of a region's tail to match others
+MIN_INT_BLOCK = 6      # the fewest statements of a block that takes integer arguments
+MAX_INT_ARGS = 5       # the most integer arguments a block takes
 STMT = re.compile(r"^  (output )?([A-Za-z0-9_., ]+?) = (.*)$")
 
 
@@ -85,14 +96,39 @@ def _subst(text, mapping):
     return TOKEN.sub(rep, text)
 
 
+def _abstract(text):
+    """text with each integer literal replaced by '#', and their values in order."""
+    vals = [int(m.group(0)) for m in INT.finditer(text)]
+    return INT.sub("#", text), vals
+
+
+def _fill(text, reps):
+    """text with its integer literals replaced, in order, by the strings in reps (an expression
+    such as `4 * n0` in parentheses unless it stands alone as a list item or an argument)."""
+    it = iter(reps)
+
+    def one(m):
+        r = next(it)
+        if " " in r:
+            before, after = text[:m.start()].rstrip()[-1:], text[m.end():].lstrip()[:1]
+            if not (before in ("[", "(", ",", "=") and after in ("]", ")", ",")):
+                r = "(%s)" % r
+        return r
+    return INT.sub(one, text)
+
+
 def _instance_prefixes(name):
     """(prefix, pattern) of each name part of a param name that holds a digit: for
-    'layer1.0.conv1.weight': ('layer1', 'layer#'), ('layer1.0', 'layer1.#'), ..."""
+    'layer1.0.conv1.weight': ('layer1', 'layer#'), ('layer1.0', 'layer1.#'), and, where an outer
+    part holds a digit too, every such part generalised: ('layer1.0', 'layer#.#'), so the
+    blocks of all the stages are candidates together."""
     parts = name.split(".")
     out = []
     for i, p in enumerate(parts[:-1]):
         if re.search(r"\d", p):
             out.append((".".join(parts[:i + 1]), ".".join(parts[:i] + [re.sub(r"\d+", "#", p)])))
+            if any(re.search(r"\d", q) for q in parts[:i]):
+                out.append((".".join(parts[:i + 1]), ".".join(re.sub(r"\d+", "#", q) for q in parts[:i + 1])))
     return out
 
 
@@ -167,7 +203,7 @@ def find_blocks(decls, lines, reserved=()):
     for k, p in enumerate(params):
         for prefix, pat in _instance_prefixes(p):
             levels.setdefault(pat, {}).setdefault(prefix, []).append(p)
-            first.setdefault(pat, (pat.count("."), k))
+            first.setdefault(pat, (pat.count("."), -pat.count("#"), k))
     claimed_stmt = {}                            # statement -> group id
     claimed_param = set()
     groups = []                                  # (pattern, [(prefix, region, info)])
@@ -259,8 +295,19 @@ def find_blocks(decls, lines, reserved=()):
             members = bykey[key]
             if len(members) < 2:
                 continue
-            members = _with_heads(members, stmts, preds, succs, params, insts, readers, claimed_stmt,
-                                  closure, n)
+            # integer arguments only for a real layer: at least MIN_INT_BLOCK statements and
+            # at most MAX_INT_ARGS of them (a single linear layer of two widths stays inline)
+            nints = len(_int_args(members, set())[1])
+            if nints and (len(members[0][1]) < MIN_INT_BLOCK or nints > MAX_INT_ARGS):
+                continue
+            with_heads = _with_heads(members, stmts, preds, succs, params, insts, readers, claimed_stmt,
+                                     closure, n)
+            # a head may be in another group's region at this level (its tail): then without
+            if not any(i in claimed_stmt for _, reg, _ in with_heads for i in reg):
+                members = with_heads
+            members = [mb for mb in members if not any(i in claimed_stmt for i in mb[1])]
+            if len(members) < 2:
+                continue
             gid = len(groups)
             groups.append((pat, members))
             for pre, reg, info in members:
@@ -341,18 +388,72 @@ def _canonical(pre, reg, stmts, preds, succs, params, inst_params, readers, clai
     mapping = dict(local)
     mapping.update(amap)
     mapping.update(rel)
+    # integer literals (sizes, attributes) are left out of the key: instances that differ only
+    # there are one block taking the differing ones as integer arguments (see _int_args)
+    ints = []
     for i in reg:
         s = stmts[i]
-        text.append("%s = %s" % (", ".join(mapping[d] for d in s.defs), _subst(s.rhs, mapping)))
+        t, vals = _abstract(_subst(s.rhs, mapping))
+        text.append("%s = %s" % (", ".join(mapping[d] for d in s.defs), t))
+        ints.append(vals)
     outs = [d for i in reg for d in stmts[i].defs
             if any(j not in regset for j in succs[i] if d in stmts[j].reads)]
     if not outs:
         return None
     used_params.sort(key=lambda p: list(params).index(p))
-    pdecl = tuple((rel[p], params[p]) for p in used_params)
-    key = ("\n".join(text), tuple(mapping[o] for o in outs), pdecl)
+    pdecl, pints = [], []
+    for p in used_params:
+        t, vals = _abstract(params[p])
+        pdecl.append((rel[p], t))
+        pints.append(vals)
+    key = ("\n".join(text), tuple(mapping[o] for o in outs), tuple(pdecl))
     return {"key": key, "args": args, "outs": outs, "params": used_params, "rel": rel, "local": local,
-            "order": reg}
+            "order": reg, "ints": ints, "pints": pints}
+
+
+def _int_args(members, taken):
+    """The integer literals of a group's instances: where every instance has the same value it
+    stays a literal, else it becomes an integer argument of the block (one per distinct column
+    of values; a column that is another's times an integer is written so: `4 * n0`). Returns
+    ({("p", param index) or ("s", canonical statement index): [replacement text per literal]},
+    the argument names, the argument values, one list per argument, indexed by member)."""
+    infos = [m[2] for m in members]
+    rep, names, vals = {}, [], []
+    slots = [(("p", a), k) for a, v in enumerate(infos[0]["pints"]) for k in range(len(v))] + \
+            [(("s", a), k) for a, v in enumerate(infos[0]["ints"]) for k in range(len(v))]
+    for a in range(len(infos[0]["pints"])):
+        rep[("p", a)] = []
+    for a in range(len(infos[0]["ints"])):
+        rep[("s", a)] = []
+    for key, k in slots:
+        col = [(inf["pints"] if key[0] == "p" else inf["ints"])[key[1]][k] for inf in infos]
+        if all(c == col[0] for c in col):
+            rep[key].append(str(col[0]))
+            continue
+        text = None
+        for nm, v in zip(names, vals):
+            if v == col:
+                text = nm
+                break
+        if text is None:
+            for nm, v in zip(names, vals):
+                if all(b and c % b == 0 for b, c in zip(v, col)) and len({c // b for b, c in zip(v, col)}) == 1:
+                    text = "%d * %s" % (col[0] // v[0], nm)
+                    break
+                if all(c and b % c == 0 for b, c in zip(v, col)) and len({b // c for b, c in zip(v, col)}) == 1:
+                    text = "%s // %d" % (nm, v[0] // col[0])
+                    break
+        if text is None:
+            nm, j = "n%d" % len(names), len(names)
+            while nm in taken:
+                j += 1
+                nm = "n%d" % j
+            taken = taken | {nm}
+            names.append(nm)
+            vals.append(col)
+            text = nm
+        rep[key].append(text)
+    return rep, names, vals
 
 
 def _canonical_order(pre, reg, stmts, preds, mine):
@@ -373,7 +474,7 @@ def _canonical_order(pre, reg, stmts, preds, mine):
                 m[r] = "@" + r[len(pre) + 1:]
             else:
                 m[r] = "ext"
-        h = hashlib.sha1(("%d|%s" % (len(s.defs), _subst(s.rhs, m))).encode()).hexdigest()[:16]
+        h = hashlib.sha1(("%d|%s" % (len(s.defs), _abstract(_subst(s.rhs, m))[0])).encode()).hexdigest()[:16]
         sig[i] = h
         for k, d in enumerate(s.defs):
             where[d] = "%s:%d" % (h, k)
@@ -404,7 +505,9 @@ def _emit(decls, lines, stmts, preds, params, decl_of, groups, claimed, known, r
     for pat, members in groups:
         parts = pat.split(".")
         last = parts[-1]
-        stem = re.sub(r"_?#", "", last) if re.sub(r"[#_]", "", last) else (parts[-2] if len(parts) > 1 else "layer")
+        # the last part with a letter, its numbers left out ('features.#.#': features)
+        named = [q for q in parts if re.sub(r"[#_]", "", q)]
+        stem = re.sub(r"_?#", "", named[-1]) if named else "layer"
         stem = re.sub(r"[^A-Za-z0-9_]", "_", stem)
         if len(stem) < 3 and len(parts) > (1 if re.sub(r"[#_]", "", last) else 2):
             stem = re.sub(r"[^A-Za-z0-9_]", "_", parts[-2 if re.sub(r"[#_]", "", last) else -3]) + "_" + stem
@@ -420,11 +523,12 @@ def _emit(decls, lines, stmts, preds, params, decl_of, groups, claimed, known, r
     calls = {}                                   # (gid, prefix) -> call statement text
     moved = set()
     for gid, (pat, members) in enumerate(groups):
-        # the layer's input first: the argument where each later instance takes the result of
-        # the one before (the residual stream), else the first
+        # the layer's input first: the argument where the later instances take the result of
+        # the one before (the residual stream; where the instances span stages, those after
+        # another instance), else the first
         nargs = len(members[0][2]["args"])
         chained = [j for j in range(nargs)
-                   if all(members[k][2]["args"][j] in members[k - 1][2]["outs"] for k in range(1, len(members)))]
+                   if any(members[k][2]["args"][j] in members[k - 1][2]["outs"] for k in range(1, len(members)))]
         perm = chained[:1] + [j for j in range(nargs) if j not in chained[:1]]
         for _, _, info in members:
             info["args"] = [info["args"][j] for j in perm]
@@ -443,40 +547,48 @@ def _emit(decls, lines, stmts, preds, params, decl_of, groups, claimed, known, r
         rel_names = {r[1:] for r in info0["rel"].values()}
         if rel_names & (set(info0["local"]) | set(arg_names)):
             return decls, lines, [], []
+        rep, int_names, int_vals = _int_args(members, inner_taken | set(arg_names))
         to_block = dict(zip(info0["args"], arg_names))
         to_block.update({p: r[1:] for p, r in info0["rel"].items()})
         pres = [m[0] for m in members]
         body = ["# %s: %s" % ("the layer at " + ", ".join(pres) if len(pres) <= 4 else
                               "the %d layers at %s ... %s" % (len(pres), pres[0], pres[-1]),
                               "%d statements" % len(info0["order"])),
-                "block %s(%s) {" % (names[gid], ", ".join(arg_names))]
-        for p in info0["params"]:
-            body.append("  param %s: %s" % (info0["rel"][p][1:], params[p]))
+                "block %s(%s) {" % (names[gid], ", ".join(arg_names + int_names))]
+        for a, p in enumerate(info0["params"]):
+            body.append("  param %s: %s" % (info0["rel"][p][1:], _fill(params[p], rep[("p", a)])))
+        canon = {i: k for k, i in enumerate(info0["order"])}
         for i in sorted(info0["order"]):         # the exporter's order, as the straight-line code has it
             s = stmts[i]
-            body.append("  %s = %s" % (", ".join(to_block.get(d, d) for d in s.defs), _subst(s.rhs, to_block)))
+            t = _subst(s.rhs, to_block)
+            if len(INT.findall(t)) != len(rep[("s", canon[i])]):
+                return decls, lines, [], []
+            body.append("  %s = %s" % (", ".join(to_block.get(d, d) for d in s.defs), _fill(t, rep[("s", canon[i])])))
         body.append("  return " + ", ".join(to_block.get(o, o) for o in info0["outs"]))
         body.append("}")
         # check every instance: the body with its names is its statements, exactly
         inv0 = {}
         for p, r in info0["rel"].items():
             inv0[r[1:]] = p
-        for pre, reg, info in members:
+        for m, (pre, reg, info) in enumerate(members):
             back = dict(zip(arg_names, info["args"]))
             for l0, lk in zip(info0["local"], info["local"]):
                 back[to_block.get(l0, l0)] = lk
             for p, r in info["rel"].items():
                 back[r[1:]] = p
             got = []
-            for i in info0["order"]:
+            for k, i in enumerate(info0["order"]):
                 s = stmts[i]
                 got.append("%s = %s" % (", ".join(back[to_block.get(d, d)] for d in s.defs),
-                                        _subst(_subst(s.rhs, to_block), back)))
+                                        _fill(_subst(_subst(s.rhs, to_block), back), map(str, info["ints"][k]))))
             want = ["%s = %s" % (", ".join(stmts[i].defs), stmts[i].rhs) for i in info["order"]]
+            got += [_fill(params[p], map(str, info["pints"][a])) for a, p in enumerate(info0["params"])]
+            want += [params[p] for p in info["params"]]
             if got != want:
                 return decls, lines, [], []
             outs = ", ".join(info["outs"])
-            calls[(gid, pre)] = "  %s = %s(%s) as %s" % (outs, names[gid], ", ".join(info["args"]), pre)
+            calls[(gid, pre)] = "  %s = %s(%s) as %s" % (outs, names[gid], ", ".join(
+                info["args"] + [str(v[m]) for v in int_vals]), pre)
             moved.update(info["params"])
         blocks.append(body)
         stats.append((names[gid], [m[0] for m in members]))

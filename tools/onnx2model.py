@@ -31,6 +31,16 @@ dynamic_axes) becomes a symbolic dimension of the same (sanitized) name. The fir
 batch (modelc's --max-batch bounds it); each other needs a bound, --max-dim NAME=N, which is
 checked here and written into the printed modelc command line. --max-batch N is passed through.
 
+Values computed from the sizes alone. A value that reads no input's values and no param,
+only the symbolic sizes (a causal mask built from arange(seq), position ids), is lowered as
+usual where it can be. Where a step of it cannot be written (transformers' packed-sequence check
+builds a [batch, seq + 1] tensor, and modelc has no size seq + 1), the value is computed when a
+node reading data needs it (Converter.materialize): onnx.reference evaluates its subgraph at
+every size of the symbolic dimensions other than the batch up to their bounds, at batch 1, 2
+and 3, and the value is written as the one form it has at all of them (a constant broadcast
+along symbolic axes, an arange along one, a mask that switches at a diagonal over two), or the
+step's error is raised. The statements the materialized value made unneeded are dropped.
+
 Names. ONNX names that are not valid modelc names are sanitized (invalid characters become '_',
 a leading digit gets a 'v_' prefix unless the name is a state_dict key such as '0.weight', and
 keywords, function names, inf and nan get a trailing '_'); every renamed input, output and param
@@ -162,6 +172,16 @@ class T:
 
 class Seq(list):
     """An ONNX sequence whose length is known at import time: a list of values."""
+
+
+class Lazy:
+    """A value computed from the symbolic sizes alone (it reads no input's values and no param)
+    through a step modelc has no expression for, such as a [1, seq + 1] intermediate: left
+    unwritten until a node that reads data needs it (Converter.materialize). err is the error
+    the step gave, raised if the value fits none of the forms materialize writes."""
+
+    def __init__(self, err):
+        self.err = err
 
 
 def is_const(v):
@@ -410,13 +430,36 @@ class Converter:
             if vi.name not in out_names:
                 out_names[vi.name] = self.fresh(vi.name, keep_dots=True, allow_funcs=True)
         order = self.toposort()
+        self.order = order
+        size_only = self.size_only_values(order) if self.symbols else set()
         for node in order:
             self.node = node
-            self.convert_node(node)
+            outs = [o for o in node.output if o]
+            lazy = [x for x in node.input if x and isinstance(self.vals.get(x), Lazy)]
+            if lazy and all(o in size_only for o in outs):
+                for o in outs:
+                    self.vals[o] = self.vals[lazy[0]]
+                continue
+            for x in lazy:
+                self.vals[x] = self.materialize(x, node)
+                self.node = node
+            start = len(self.lines)
+            try:
+                self.convert_node(node)
+            except Unsupported as e:
+                # a step of a size-only computation modelc cannot write (a size such as
+                # seq + 1): left for materialize, which writes the value a data node reads
+                if not (outs and all(o in size_only for o in outs)):
+                    raise
+                del self.lines[start:]
+                for o in outs:
+                    self.vals[o] = Lazy(e)
         self.node = None
         for vi in g.output:
             if vi.name not in self.vals:
                 raise OnnxImportError("graph output '%s' is not computed by any node" % vi.name)
+            if isinstance(self.vals[vi.name], Lazy):
+                self.vals[vi.name] = self.materialize(vi.name, None)
             v = self.vals[vi.name]
             oname = out_names.pop(vi.name, None) or self.fresh(vi.name, keep_dots=True)
             if oname != vi.name:
@@ -435,8 +478,29 @@ class Converter:
             if getattr(v, "narrow", None) is not None:
                 self.output_narrow[oname] = np.dtype(v.narrow)
         self.check_unused_inputs(order)
+        if any(isinstance(v, Lazy) for v in self.vals.values()):
+            self.drop_dead_statements()
         self.drop_unused_params()
         return self
+
+    def drop_dead_statements(self):
+        """Statements whose values nothing reads: the steps of a size-only computation that a
+        materialized value replaced (see materialize), with their node comments."""
+        tok = re.compile(r"[A-Za-z0-9_.]+")
+        stmt = re.compile(r"^  (output )?([A-Za-z0-9_., ]+?) = (.*)$")
+        live, keep = set(), []
+        for line in reversed(self.lines):
+            m = stmt.match(line)
+            if m is None:
+                if line.startswith("  #") and (not keep or keep[-1].startswith("  #")):
+                    continue             # the comment of statements all dropped
+                keep.append(line)
+                continue
+            defs = [d.strip() for d in m.group(2).split(",")]
+            if m.group(1) or any(d in live for d in defs):
+                live.update(tok.findall(m.group(3)))
+                keep.append(line)
+        self.lines = keep[::-1]
 
     def drop_unused_params(self):
         """Params no statement reads (initializers only used as shapes, scales ...)."""
@@ -598,6 +662,179 @@ class Converter:
                     raise OnnxImportError("input '%s' is not used by any output (--keep-unused-inputs "
                                           "keeps it, so the program still takes it)" % oname)
                 sys.stderr.write("onnx2model: warning: input '%s' is not used by any output; kept\n" % oname)
+
+    # ---- values computed from the sizes alone
+    def size_only_values(self, order):
+        """The values that depend on no input's values and no param, only on constants and on
+        the sizes of inputs (Shape, Size; CastLike's `like`, which gives only a dtype)."""
+        dep = {vi.name for vi in self.graph.input}
+        dep |= {k for k, v in self.vals.items() if isinstance(v, T)}
+        out = set()
+        for n in order:
+            if n.op_type in ("Shape", "Size"):
+                out.update(o for o in n.output if o)
+                continue
+            reads = [x for k, x in enumerate(n.input) if x and not (n.op_type == "CastLike" and k == 1)]
+            if any(a.type in (a.GRAPH, a.GRAPHS) for a in n.attribute) or any(x in dep for x in reads):
+                dep.update(n.output)
+            else:
+                out.update(o for o in n.output if o)
+        return out
+
+    def materialize(self, name, reader):
+        """The size-only value `name` (a Lazy) as modelc statements, for the node `reader`.
+
+        The value's ONNX subgraph is evaluated by onnx.reference at every size of each symbolic
+        dimension other than the batch up to its bound (all combinations, at most 4,096), each
+        at batch 1, 2 and 3. Each axis must have a fixed size or one symbolic size throughout,
+        and the values must be one of: the same constant array at every size, broadcast along
+        the symbolic axes (a mask of ones); an arithmetic progression along one symbolic axis
+        (`arange(seq) * a + b`: position ids); or a function of `col - row` over two symbolic
+        axes taking one value up to a threshold and another after it (a causal mask: `where(c
+        - r <= k, A, B)`). Anything else is the error of the step that could not be written."""
+        lz = self.vals[name]
+        what = "the value '%s'%s depends only on the sizes but" % (
+            name, " (read by %s '%s')" % (reader.op_type, reader.name) if reader is not None else "")
+
+        def fail(why):
+            e = Unsupported("%s; %s %s" % (lz.err, what, why))
+            e.reason = getattr(lz.err, "reason", str(lz.err))
+            raise e
+        onnx = _onnx()
+        from onnx.reference import ReferenceEvaluator
+        h = onnx.helper
+        prod = {o: n for n in self.order for o in n.output if o}
+        need, stack, seen = [], [name], set()
+        while stack:
+            v = stack.pop()
+            if v in seen or v not in prod:
+                continue
+            seen.add(v)
+            n = prod[v]
+            if n not in need:
+                need.append(n)
+            stack.extend(x for x in n.input if x)
+        nodes = [n for n in self.order if n in need]
+        reads = {x for n in nodes for x in n.input if x}
+        ins = [vi for vi in self.graph.input if vi.name in reads]
+        inits = [t for t in self.graph.initializer if t.name in reads]
+        gr = h.make_graph(nodes, "size_only", ins, [h.make_empty_tensor_value_info(name)], initializer=inits)
+        m = h.make_model(gr, opset_imports=list(self.model.opset_import), functions=list(self.model.functions))
+        m.ir_version = self.model.ir_version
+        try:
+            ev = ReferenceEvaluator(m)
+        except Exception as e:  # noqa: BLE001
+            fail("onnx.reference cannot evaluate it (%s)" % str(e).splitlines()[0])
+        # the sizes to check at
+        batch = self.symbols[0] if self.symbols else None
+        others = [s for s in self.symbols[1:]]
+        grid = [{}]
+        for s in others:
+            grid = [dict(p, **{s: k}) for p in grid for k in range(1, self.max_dims[s] + 1)]
+        if len(grid) > 4096:
+            fail("checking it at every size takes %d evaluations (at most 4,096)" % len(grid))
+        points = [dict(p, **({batch: b} if batch else {})) for p in grid for b in (1, 2, 3)]
+        results = []
+        for p in points:
+            feeds = {}
+            for vi in ins:
+                tt = vi.type.tensor_type
+                shp = [d.dim_value if d.HasField("dim_value") else p[sanitize(d.dim_param, keep_dots=False)]
+                       for d in tt.shape.dim]
+                feeds[vi.name] = np.zeros(shp, dtype=h.tensor_dtype_to_np_dtype(tt.elem_type))
+            try:
+                results.append(np.asarray(ev.run(None, feeds)[0]))
+            except Exception as e:  # noqa: BLE001
+                fail("onnx.reference fails on it at %s (%s)" % (p, str(e).splitlines()[0]))
+        # each axis: a fixed size or one symbolic size
+        r0 = results[0]
+        if any(r.ndim != r0.ndim or r.dtype != r0.dtype for r in results):
+            fail("its rank or dtype changes with the sizes")
+        dims = []
+        for ax in range(r0.ndim):
+            got = [r.shape[ax] for r in results]
+            if all(g_ == got[0] for g_ in got) and not any(all(g_ == p[s] for g_, p in zip(got, points))
+                                                           for s in self.symbols if got[0] != 1):
+                dims.append(int(got[0]))
+                continue
+            sym = [s for s in self.symbols if all(g_ == p[s] for g_, p in zip(got, points))]
+            if not sym:
+                at = [(g_, p) for g_, p in zip(got, points) if not batch or p[batch] == 1][:3]
+                fail("its axis %d has size %s, not one symbolic size" % (ax, ", ".join(
+                    "%d at %s" % (g_, " ".join("%s=%d" % kv for kv in p.items())) for g_, p in at)))
+            dims.append(sym[0])
+        dt = np_to_dtype(r0)
+        if dt is None:
+            fail("its dtype %s is not a modelc dtype" % r0.dtype)
+        # the axes along which the values vary
+        vary = [ax for ax in range(r0.ndim)
+                if any(r.shape[ax] > 1 and not np.array_equal(r, np.take(r, [0], axis=ax).repeat(r.shape[ax], axis=ax))
+                       for r in results)]
+        svary = [ax for ax in vary if isinstance(dims[ax], str)]
+        core_shape = [dims[ax] if ax in vary else 1 for ax in range(r0.ndim)]
+
+        def core_of(r):
+            return r[tuple(slice(None) if ax in vary else slice(0, 1) for ax in range(r.ndim))]
+        checked = ", ".join(["%s = 1..%d" % (q, self.max_dims[q]) for q in others] +
+                            (["%s = 1, 2, 3" % batch] if batch else []))
+        self.lines.append("  # %s: computed from the sizes alone (checked at %s)" % (name, checked))
+        base = sanitize(name, keep_dots=False)
+        if not svary:
+            c = core_of(results[0])
+            if any(not np.array_equal(core_of(r), c) for r in results):
+                fail("its values change with the sizes")
+            t = self.const_tensor(np.ascontiguousarray(c), base=name)
+        elif len(svary) == 1 and len(vary) == 1 and dt in INTS + ["f32"]:
+            ax = svary[0]
+            seqs = [core_of(r).reshape(-1) for r in results]
+            long = max(seqs, key=len)
+            b0 = long[0]
+            a0 = long[1] - long[0] if len(long) > 1 else 0
+            if a0 != int(a0) or b0 != int(b0) or any(
+                    not np.array_equal(q, b0 + a0 * np.arange(len(q), dtype=np.int64)) for q in seqs):
+                fail("along axis %d it is not an arithmetic progression of integers" % ax)
+            expr = "arange(%s)" % dims[ax]
+            if a0 != 1:
+                expr = "%s * %s" % (expr, fmt_num(int(a0), "i64"))
+            if b0 != 0:
+                expr = "%s + %s" % (expr, fmt_num(int(b0), "i64"))
+            t = self.emit(expr, "i64", [dims[ax]], base=base)
+            if dt != "i64":
+                t = self.emit("cast(%s, dtype=%s)" % (t.name, dt), dt, t.shape, base=base)
+        elif len(svary) == 2 and len(vary) == 2 and dt in ("bool", "f32"):
+            ra, cb = svary
+            f = {}
+            for r in results:
+                c = core_of(r).reshape(r.shape[ra], r.shape[cb])
+                for i in range(c.shape[0]):
+                    for j in range(c.shape[1]):
+                        v = c[i, j].item()
+                        if f.setdefault(j - i, v) != v and not (v != v and f[j - i] != f[j - i]):
+                            fail("over axes %d and %d it is not a function of col - row" % (ra, cb))
+            ds = sorted(f)
+            vals = [f[d] for d in ds]
+            switch = [k for k in range(1, len(ds)) if not (vals[k] == vals[k - 1] or vals[k] != vals[k] and vals[k - 1] != vals[k - 1])]
+            if len(switch) != 1:
+                fail("over axes %d and %d it is not one value up to a diagonal and another after it" % (ra, cb))
+            k = ds[switch[0] - 1]
+            lo, hi = vals[0], vals[-1]
+            ri = self.emit("reshape(arange(%s), [%s, 1])" % (dims[ra], dims[ra]), "i64", [dims[ra], 1], base="row")
+            ci = self.emit("reshape(arange(%s), [1, %s])" % (dims[cb], dims[cb]), "i64", [1, dims[cb]], base="col")
+            cond = self.emit("%s - %s <= %s" % (ci.name, ri.name, fmt_num(k, "i64")), "bool", [dims[ra], dims[cb]],
+                             base=base + "_cond")
+            if dt == "bool":
+                t = cond if lo else self.emit("not %s" % cond.name, "bool", cond.shape, base=base)
+            else:
+                t = self.emit("where(%s, %s, %s)" % (cond.name, fmt_num(lo, "f32"), fmt_num(hi, "f32")), "f32",
+                              cond.shape, base=base)
+        else:
+            fail("varies along axes %s, which is none of the forms the importer writes (a constant, "
+                 "arange along one symbolic axis, a mask over two)" % vary)
+        if list(t.shape) != core_shape:
+            t = self.emit("reshape(%s, %s)" % (t.name, self.reshape_list(core_shape)), t.dtype, core_shape, base=base)
+        if core_shape != dims:
+            t = self.emit("expand(%s, %s)" % (t.name, self.reshape_list(dims)), t.dtype, dims, base=base)
+        return t
 
     # ---- nodes
     def convert_node(self, node):

@@ -11,9 +11,14 @@ torch.onnx.export (unoptimized, so the initializers are the state_dict), import 
 tools/onnx2model.py, compile with modelc, run on a seeded input and compare with PyTorch's
 output: max |modelc - torch| / max |torch| <= 1e-4.
 
+The transformers models (BERT, GPT-2, LLaMA) are exported with dynamic batch and sequence axes
+(traced at ids [2, 8]; `input_ids: i64[batch, seq]`, --max-dim seq=64) and the one compiled
+program is compared with PyTorch at several shapes (SEQ_CASES: sequence lengths 8, 5 and 13).
+
 --write stores what `make -C examples/import test` checks without torch: NAME.model, the
-importer's folded constants (NAME.consts.safetensors, small), NAME_input_*.npy and
-NAME_expected_*.npy; the weights are regenerated there by make_weights.py.
+importer's folded constants (NAME.consts.safetensors, small), input_*.npy and expected_*.npy
+(and caseN_input_*.npy, caseN_expected_*.npy for each further shape); the weights are
+regenerated there by make_weights.py.
 """
 import argparse
 import os
@@ -91,11 +96,16 @@ MODELS = {
 }
 
 
-def make_input(kind, seed=0):
+# the transformers models: symbolic batch and seq; the shapes the compiled program is checked at
+SEQ_MAX = 64
+SEQ_CASES = [(2, 8), (1, 5), (3, 13)]
+
+
+def make_input(kind, seed=0, shape=None):
     rng = np.random.default_rng(seed)
     if kind == "image":
         return rng.standard_normal((1, 3, IMG, IMG)).astype(np.float32)
-    return rng.integers(0, 512, (1, 8)).astype(np.int64)
+    return rng.integers(0, 512, shape or (1, 8)).astype(np.int64)
 
 
 def seeded(model, seed=0):
@@ -119,16 +129,24 @@ def run(name, args):
     if wrap:
         m = HFWrap(m).eval()
     m = seeded(m)
-    x = make_input(kind)
-    with torch.no_grad():
-        ref = m(torch.from_numpy(x)).float().numpy()
+    dynamic = kind == "ids"
+    # the shapes checked: one for the images; for ids (batch and seq symbolic) several, on
+    # one compiled program (seeds 0, 1, 2 ...)
+    xs = [make_input(kind, k, shape) for k, shape in enumerate(SEQ_CASES if dynamic else [None])]
+    refs = []
+    for x in xs:
+        with torch.no_grad():
+            refs.append(m(torch.from_numpy(x)).float().numpy())
     onnx_path = os.path.join(work, name + ".onnx")
     t = time.time()
+    kw = {}
+    if dynamic:
+        kw["dynamic_shapes"] = ({0: torch.export.Dim("batch", min=1), 1: torch.export.Dim("seq", min=1, max=SEQ_MAX)},)
     with torch.no_grad():
-        torch.onnx.export(m, (torch.from_numpy(x),), onnx_path, input_names=[iname], output_names=["y"],
-                          dynamo=True, optimize=False, external_data=False, verbose=False)
+        torch.onnx.export(m, (torch.from_numpy(xs[0]),), onnx_path, input_names=[iname], output_names=["y"],
+                          dynamo=True, optimize=False, external_data=False, verbose=False, **kw)
     model = onnx2model.load(onnx_path)
-    conv = onnx2model.convert(model, name)
+    conv = onnx2model.convert(model, name, {"seq": SEQ_MAX} if dynamic else None)
     base = os.path.join(work, name)
     onnx2model.write_outputs(conv, base, onnx_path)
     # the weights the test regenerates: state_dict tensors from make_weights, folded constants kept
@@ -141,29 +159,40 @@ def run(name, args):
                 raise SystemExit("gen.py: %s: param %s in the ONNX file differs from the seeded state_dict" % (name, k))
     safetensors_np.write(base + ".consts.safetensors", consts)
     exe = base
-    p = subprocess.run([args.modelc, base + ".model", "-o", exe, "--no-cuda"], capture_output=True, text=True)
+    cargs = conv.compile_args()[4:]           # the bounds: --max-dim seq=64
+    p = subprocess.run([args.modelc, base + ".model", "-o", exe, "--no-cuda"] + cargs, capture_output=True, text=True)
     if p.returncode != 0:
         raise SystemExit("gen.py: %s: modelc failed: %s" % (name, p.stderr.strip()))
-    np.save(base + "_input.npy", x)
     mname = conv.inputs[0][1]
     oname = conv.outputs[0][1]
-    r = subprocess.run([exe, "--weights", base + ".safetensors", "--input", "%s=%s_input.npy" % (mname, base),
-                        "--output", "%s=%s_out.npy" % (oname, base), "--device", "cpu"], capture_output=True, text=True)
-    if r.returncode != 0:
-        raise SystemExit("gen.py: %s: run failed: %s" % (name, r.stderr.strip()))
-    got = np.load(base + "_out.npy")
-    rel = float(np.abs(got.astype(np.float64) - ref).max() / np.abs(ref).max())
-    status = "PASS" if rel <= 1e-4 and got.shape == ref.shape else "FAIL"
-    print("%s: %s: max relative error %.2e (%s, %d params, %d consts, %.0f s)" % (
-        status, name, rel, list(ref.shape), len(conv.params), len(consts), time.time() - t))
+    ok, rels = True, []
+    for x, ref in zip(xs, refs):
+        np.save(base + "_input.npy", x)
+        r = subprocess.run([exe, "--weights", base + ".safetensors", "--input", "%s=%s_input.npy" % (mname, base),
+                            "--output", "%s=%s_out.npy" % (oname, base), "--device", "cpu"], capture_output=True, text=True)
+        if r.returncode != 0:
+            raise SystemExit("gen.py: %s: run failed at %s: %s" % (name, list(x.shape), r.stderr.strip()))
+        got = np.load(base + "_out.npy")
+        rel = float(np.abs(got.astype(np.float64) - ref).max() / np.abs(ref).max())
+        ok &= rel <= 1e-4 and got.shape == ref.shape
+        rels.append("%.2e at %s" % (rel, list(x.shape)))
+    status = "PASS" if ok else "FAIL"
+    print("%s: %s: max relative error %s (%s, %d params, %d consts, %.0f s)" % (
+        status, name, ", ".join(rels), " ".join(cargs) or "static shapes", len(conv.params), len(consts),
+        time.time() - t))
     if args.write:
         d = os.path.join(HERE, name)
         os.makedirs(d, exist_ok=True)
+        for f in os.listdir(d):
+            if f.endswith(".npy"):
+                os.unlink(os.path.join(d, f))
         shutil.copy(base + ".model", os.path.join(d, name + ".model"))
         if consts:
             shutil.copy(base + ".consts.safetensors", os.path.join(d, name + ".consts.safetensors"))
-        np.save(os.path.join(d, "input_%s.npy" % mname), x)
-        np.save(os.path.join(d, "expected_%s.npy" % oname), ref.astype(np.float32))
+        for k, (x, ref) in enumerate(zip(xs, refs)):
+            pre = "case%d_" % k if k else ""
+            np.save(os.path.join(d, "%sinput_%s.npy" % (pre, mname)), x)
+            np.save(os.path.join(d, "%sexpected_%s.npy" % (pre, oname)), ref.astype(np.float32))
     return status == "PASS"
 
 

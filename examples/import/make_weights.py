@@ -8,7 +8,8 @@ weight(name, shape, seed) below, a function of its name, shape and the seed alon
 (which loads the same values into the PyTorch module before exporting it) and this script agree
 without torch. Params the importer made from folded constants are read from --consts. A param
 declared inside a `block` (as tools/onnx2model.py writes a repeated layer) is one per call
-`... = BLOCK(...) as PREFIX`, named PREFIX.NAME, its state_dict name.
+`... = BLOCK(...) as PREFIX`, named PREFIX.NAME, its state_dict name; its shape may use the
+block's integer arguments (`f32[4 * n0, n0, 1, 1]`), bound by the call's integers.
 """
 import argparse
 import os
@@ -42,8 +43,16 @@ def weight(name, shape, seed=0):
 
 
 PARAM = re.compile(r"^\s*param\s+(\S+)\s*:\s*(\w+)\[([^\]]*)\]")
-BLOCK = re.compile(r"^block\s+(\w+)\s*\(")
-CALL = re.compile(r"^\s*[^#]*=\s*(\w+)\(.*\)\s+as\s+(\S+)\s*$")
+BLOCK = re.compile(r"^block\s+(\w+)\s*\(([^)]*)\)")
+CALL = re.compile(r"^\s*[^#]*=\s*(\w+)\((.*)\)\s+as\s+(\S+)\s*$")
+
+
+def size(expr, env):
+    """A dimension: an integer, or an integer expression of a block's integer arguments
+    (`n0`, `4 * n0`, `n0 // 4`) given their values in env."""
+    if not re.match(r"^[\w\s*/+%()-]+$", expr):
+        sys.exit("make_weights.py: dimension '%s' is not an integer expression" % expr)
+    return int(eval(expr, {"__builtins__": {}}, env))  # noqa: S307 (checked above: names, digits, + - * // %)
 
 
 def main():
@@ -55,24 +64,33 @@ def main():
     a = ap.parse_args()
     consts = safetensors_np.read(a.consts) if a.consts and os.path.exists(a.consts) else {}
     tensors = {}
-    block_params, block, decls = {}, None, []   # block -> [(name, dtype, shape)]
+    block_params, block, decls = {}, None, []   # block -> [(name, dtype, [dimension text])]
+    block_args = {}                               # block -> its argument names
     for line in open(a.model):
         b = BLOCK.match(line)
         if b:
             block = b.group(1)
             block_params[block] = []
+            block_args[block] = [x.strip() for x in b.group(2).split(",")]
             continue
         if block is not None and line.startswith("}"):
             block = None
             continue
         m = PARAM.match(line)
         if m:
-            shape = [int(d) for d in m.group(3).split(",")] if m.group(3).strip() else []
-            (block_params[block] if block is not None else decls).append((m.group(1), m.group(2), shape))
+            shape = [d.strip() for d in m.group(3).split(",")] if m.group(3).strip() else []
+            if block is not None:
+                block_params[block].append((m.group(1), m.group(2), shape))
+            else:
+                decls.append((m.group(1), m.group(2), [size(d, {}) for d in shape]))
             continue
         c = CALL.match(line)
         if c and block is None and c.group(1) in block_params:
-            decls += [(c.group(2) + "." + n, dt, shape) for n, dt, shape in block_params[c.group(1)]]
+            # the call's integer arguments bind the block's: a param's shape may use them
+            env = {k: int(v) for k, v in zip(block_args[c.group(1)], [x.strip() for x in c.group(2).split(",")])
+                   if re.match(r"^\d+$", v)}
+            decls += [(c.group(3) + "." + n, dt, [size(d, env) for d in shape])
+                      for n, dt, shape in block_params[c.group(1)]]
     for name, dt, shape in decls:
         if name in consts:
             tensors[name] = consts[name]

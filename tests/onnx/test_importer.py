@@ -133,46 +133,132 @@ def check_blocks(tmp):
         same = open(os.path.join(tmp, "mlp_b.safetensors"), "rb").read() == \
             open(os.path.join(tmp, "mlp_nb.safetensors"), "rb").read()
         report(same, "blocks_same_weights", "the .safetensors differ with and without blocks")
-    if rc == 0 and rc2 == 0 and os.path.exists(MODELC):
-        rng = np.random.default_rng(4)
-        x = rng.standard_normal((4, 8)).astype(np.float32)
-        mask = rng.standard_normal((4, 8)).astype(np.float32)
-        np.save(os.path.join(tmp, "mx.npy"), x)
-        np.save(os.path.join(tmp, "mm.npy"), mask)
-        ys, err = {}, ""
-        for v in ("mlp_b", "mlp_nb"):
-            exe = os.path.join(tmp, v + "_exe")
-            p = subprocess.run([MODELC, os.path.join(tmp, v + ".model"), "-o", exe, "--no-cuda"],
-                               capture_output=True, text=True)
-            if p.returncode == 0:
-                # both load the same file: the block's params keep their state_dict names
-                p = subprocess.run([exe, "--weights", os.path.join(tmp, "mlp_b.safetensors"),
-                                    "--input", "x=" + os.path.join(tmp, "mx.npy"), "--input", "m=" + os.path.join(tmp, "mm.npy"),
-                                    "--output", "y=" + os.path.join(tmp, v + "_y.npy"), "--device", "cpu"],
-                                   capture_output=True, text=True)
-            if p.returncode != 0:
-                err += "%s: %s " % (v, p.stderr.strip())
-            else:
-                ys[v] = np.load(os.path.join(tmp, v + "_y.npy"))
-        if len(ys) < 2:
-            report(False, "blocks_bit_identical", err)
-        else:
-            ref = mlp_reference(ws, x, mask, 2)
-            d = float(np.abs(ys["mlp_b"] - ref).max() / np.abs(ref).max())
-            ident = ys["mlp_b"].tobytes() == ys["mlp_nb"].tobytes()
-            report(ident and d <= 1e-5, "blocks_bit_identical",
-                   "bit-identical %s (max |diff| %g); relative error vs NumPy %g (tolerance 1e-5)" % (
-                       ident, float(np.abs(ys["mlp_b"] - ys["mlp_nb"]).max()), d))
-            print("      blocks vs --no-blocks: bit-identical; vs NumPy: relative error %.1e (tolerance 1e-5)" % d)
-    # layers of different widths are not one block (no integer block arguments are inferred):
-    # straight-line code, and the program still computes the same
+    if rc == 0 and rc2 == 0:
+        run_both(tmp, "mlp", ws, 2, "blocks_bit_identical")
+    # layers that differ only in their sizes (hidden widths 16 and 24) are one block taking the
+    # width as an integer argument, and the program still computes the same
     m, ws = mlp_layers([16, 24])
     path = os.path.join(tmp, "mlp_mixed.onnx")
     onnx.save(m, path)
-    rc, so, se = run_tool([path, "-o", os.path.join(tmp, "mlp_mixed")])
-    src = open(os.path.join(tmp, "mlp_mixed.model")).read() if rc == 0 else ""
-    report(rc == 0 and "block" not in src and "param layers.1.fc.weight: f32[8, 24]" in src,
-           "blocks_differing_shapes_inline", "rc %d %s:\n%s" % (rc, se.strip(), src))
+    rc, so, se = run_tool([path, "-o", os.path.join(tmp, "mixed_b")])
+    rc2, so2, se2 = run_tool([path, "-o", os.path.join(tmp, "mixed_nb"), "--no-blocks"])
+    src = open(os.path.join(tmp, "mixed_b.model")).read() if rc == 0 else ""
+    blocks = [l for l in src.splitlines() if l.startswith("block ")]
+    calls = [l.strip() for l in src.splitlines() if " as layers." in l]
+    inner = sorted(l.strip() for l in src.splitlines() if l.startswith("  param fc.") or l.startswith("  param out."))
+    report(rc == 0 and rc2 == 0 and blocks == ["block layers(x, m, n0) {"] and
+           calls == ["h0 = layers(x, m, 16) as layers.0", "h1 = layers(h0, m, 24) as layers.1"] and
+           inner == ["param fc.bias: f32[n0]", "param fc.weight: f32[8, n0]", "param out.weight: f32[n0, 8]"],
+           "blocks_integer_arguments", "rc %d %s; blocks %s, calls %s, params %s" % (rc, se.strip(), blocks, calls, inner))
+    if rc == 0 and rc2 == 0:
+        run_both(tmp, "mixed", ws, 2, "blocks_integer_arguments_bit_identical")
+
+
+def run_both(tmp, base, ws, n, name):
+    """Compile BASE_b.model (blocks) and BASE_nb.model (--no-blocks), run both on one input with
+    BASE_b.safetensors: bit-identical outputs, and within 1e-5 of NumPy (mlp_reference)."""
+    if not os.path.exists(MODELC):
+        report(False, name, "no modelc at %s" % MODELC)
+        return
+    rng = np.random.default_rng(4)
+    x = rng.standard_normal((4, 8)).astype(np.float32)
+    mask = rng.standard_normal((4, 8)).astype(np.float32)
+    np.save(os.path.join(tmp, "mx.npy"), x)
+    np.save(os.path.join(tmp, "mm.npy"), mask)
+    ys, err = {}, ""
+    for v in (base + "_b", base + "_nb"):
+        exe = os.path.join(tmp, v + "_exe")
+        p = subprocess.run([MODELC, os.path.join(tmp, v + ".model"), "-o", exe, "--no-cuda"],
+                           capture_output=True, text=True)
+        if p.returncode == 0:
+            # both load the same file: the block's params keep their state_dict names
+            p = subprocess.run([exe, "--weights", os.path.join(tmp, base + "_b.safetensors"),
+                                "--input", "x=" + os.path.join(tmp, "mx.npy"), "--input", "m=" + os.path.join(tmp, "mm.npy"),
+                                "--output", "y=" + os.path.join(tmp, v + "_y.npy"), "--device", "cpu"],
+                               capture_output=True, text=True)
+        if p.returncode != 0:
+            err += "%s: %s " % (v, p.stderr.strip())
+        else:
+            ys[v] = np.load(os.path.join(tmp, v + "_y.npy"))
+    if len(ys) < 2:
+        report(False, name, err)
+        return
+    yb, ynb = ys[base + "_b"], ys[base + "_nb"]
+    ref = mlp_reference(ws, x, mask, n)
+    d = float(np.abs(yb - ref).max() / np.abs(ref).max())
+    ident = yb.tobytes() == ynb.tobytes()
+    report(ident and d <= 1e-5, name, "bit-identical %s (max |diff| %g); relative error vs NumPy %g (tolerance 1e-5)" % (
+        ident, float(np.abs(yb - ynb).max()), d))
+    print("      %s: blocks vs --no-blocks: bit-identical; vs NumPy: relative error %.1e (tolerance 1e-5)" % (base, d))
+
+
+def size_only_mask_model(out_p=False):
+    """Self-attention over x: f32[batch, seq, 4] with a causal mask computed from seq alone
+    through a [seq + 1] intermediate (as transformers' packed-sequence check makes one):
+    p = concat([-1], arange(seq)), rows = p[1:], mask = where(cols <= rows, 0, -1e9).
+    With out_p, p itself is the output instead (a size modelc cannot express)."""
+    c = lambda n, v, dt=np.int64: h.make_node("Constant", [], [n], value=numpy_helper.from_array(np.array(v, dt)))  # noqa: E731
+    nodes = [h.make_node("Shape", ["x"], ["shp"], name="shape"), c("i1", 1), h.make_node("Gather", ["shp", "i1"], ["s"]),
+             c("z", 0), c("one", 1), h.make_node("Range", ["z", "s", "one"], ["r"], name="range"),
+             c("m1", [-1]), h.make_node("Concat", ["m1", "r"], ["p"], name="prepend", axis=0)]
+    if out_p:
+        return model(nodes, [vi("x", P.FLOAT, ["batch", "seq", 4])], [vi("p", P.INT64, None)])
+    nodes += [c("st", [1]), c("en", [2 ** 62]), h.make_node("Slice", ["p", "st", "en"], ["rows0"], name="drop_first"),
+              c("ax1", [1]), h.make_node("Unsqueeze", ["rows0", "ax1"], ["rows"]),
+              c("ax0", [0]), h.make_node("Unsqueeze", ["r", "ax0"], ["cols"]),
+              h.make_node("LessOrEqual", ["cols", "rows"], ["le"], name="causal"),
+              c("zero", 0.0, np.float32), c("neg", -1e9, np.float32),
+              h.make_node("Where", ["le", "zero", "neg"], ["mask"], name="mask"),
+              h.make_node("Transpose", ["x"], ["xt"], perm=[0, 2, 1]),
+              h.make_node("MatMul", ["x", "xt"], ["sc"], name="scores"),
+              h.make_node("Add", ["sc", "mask"], ["scm"], name="add_mask"),
+              h.make_node("Softmax", ["scm"], ["pr"], axis=-1),
+              h.make_node("MatMul", ["pr", "x"], ["y"], name="attend")]
+    return model(nodes, [vi("x", P.FLOAT, ["batch", "seq", 4])], [vi("y", P.FLOAT, ["batch", "seq", 4])])
+
+
+def check_size_only(tmp):
+    """A value computed from the sizes alone through a size modelc has no expression for
+    (seq + 1) is written as the form it has at every size up to the bound (a causal mask);
+    the compiled program runs at several sequence lengths and matches NumPy."""
+    path = os.path.join(tmp, "causal.onnx")
+    onnx.save(size_only_mask_model(), path)
+    out = os.path.join(tmp, "causal")
+    rc, so, se = run_tool([path, "-o", out, "--max-dim", "seq=16"])
+    src = open(out + ".model").read() if rc == 0 else ""
+    ok = rc == 0 and "computed from the sizes alone (checked at seq = 1..16, batch = 1, 2, 3)" in src \
+        and "concat" not in src and "col - row <= 0" in src
+    report(ok, "size_only_mask", "rc %d %s:\n%s" % (rc, se.strip(), src))
+    if not ok or not os.path.exists(MODELC):
+        return
+    exe = os.path.join(tmp, "causal_exe")
+    p = subprocess.run([MODELC, out + ".model", "-o", exe, "--no-cuda", "--max-dim", "seq=16"],
+                       capture_output=True, text=True)
+    if p.returncode != 0:
+        report(False, "size_only_mask_run", p.stderr.strip())
+        return
+    worst, err = 0.0, ""
+    for b, n in ((2, 5), (1, 16), (3, 1)):     # one executable, three sequence lengths
+        x = np.random.default_rng(n).standard_normal((b, n, 4)).astype(np.float32)
+        np.save(os.path.join(tmp, "cx.npy"), x)
+        p = subprocess.run([exe, "--weights", out + ".safetensors", "--input", "x=" + os.path.join(tmp, "cx.npy"),
+                            "--output", "y=" + os.path.join(tmp, "cy.npy"), "--device", "cpu"],
+                           capture_output=True, text=True)
+        if p.returncode != 0:
+            err += "[%d, %d]: %s " % (b, n, p.stderr.strip())
+            continue
+        x64 = x.astype(np.float64)
+        sc = x64 @ x64.transpose(0, 2, 1) + np.where(np.tril(np.ones((n, n))) > 0, 0.0, -1e9)
+        pr = np.exp(sc - sc.max(-1, keepdims=True))
+        ref = (pr / pr.sum(-1, keepdims=True)) @ x64
+        d = float(np.abs(np.load(os.path.join(tmp, "cy.npy")) - ref).max() / np.abs(ref).max())
+        worst = max(worst, d)
+    report(not err and worst <= 1e-5, "size_only_mask_run",
+           "%s relative error vs NumPy %g (tolerance 1e-5)" % (err, worst))
+    print("      size-only mask at seq 5, 16, 1: relative error vs NumPy %.1e (tolerance 1e-5)" % worst)
+    # the [seq + 1] value itself as the output: an error naming the step and the size
+    expect_error(tmp, "size_only_unwritable", size_only_mask_model(out_p=True),
+                 ["Concat 'prepend'", "depends only on the sizes", "not one symbolic size"], ["--max-dim", "seq=16"])
 
 
 def main():
@@ -366,6 +452,7 @@ def main():
         report(got == want and want == [2, 128, 0, 0], "bitshift_out_of_width", "got %s, expected %s (%s)" % (got, want, err))
 
         check_blocks(tmp)
+        check_size_only(tmp)
 
         rc, so, se = run_tool(["--help"])
         report(rc == 0 and "--max-dim" in so and "OUT.model" in so, "help", so[:200])
