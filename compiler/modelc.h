@@ -610,6 +610,10 @@ typedef struct KernelList {
 /* Group the live nodes of g into kernels (in a valid execution order). Nodes marked init
  * (param-only subgraphs) go into *init, run once when the weights are loaded. */
 KernelList fuse_graph(Graph *g, FuseOptions opt, KernelList *init);
+/* A conv2d that the CPU runs as a direct depthwise convolution (mrt_conv2d_dw): f32, groups ==
+ * C > 1, O a multiple of C (weight [O, 1, KH, KW]). It needs no im2col scratch on the CPU; the
+ * CUDA path (direct for at most MRT_CUDA_CONV_DIRECT_TAPS taps) reads none either. */
+bool conv_is_depthwise(const Node *n);
 /* --dump=fused */
 void dump_fused(FILE *out, const Graph *g, const KernelList *kl, const KernelList *init);
 
