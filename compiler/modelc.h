@@ -526,6 +526,7 @@ typedef struct FoldOptions {
     bool fold_bn;   /* fold batch_norm into a preceding conv2d / linear */
     bool hoist;     /* compute param-only subgraphs once at load time */
     bool fold_transpose; /* matmul(a, transpose(b)) uses the GEMM's transpose flag */
+    bool fold_silu; /* mul(x, sigmoid(x)) becomes silu(x) (inference only) */
 } FoldOptions;
 
 /* Graph rewrites before fusion: batch_norm folding (or lowering to elementwise ops).
