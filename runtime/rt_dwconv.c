@@ -142,39 +142,66 @@ DW_AVX512 static inline __m512 dw_load(const float *xr, int64_t base, uint32_t m
     return _mm512_permutex2var_ps(l, even, h);
 }
 
-/* Output plane (n, o), stride 1 or 2 (any kernel, padding, dilation): tiles of 4 rows x 16
- * columns in registers, then the epilogue on the tile's rows. */
+/* Output plane (n, o), stride 1 or 2, kernel at most DW_MAX_K per axis (any padding, dilation):
+ * tiles of 4 rows x 16 columns in registers, then the epilogue on the tile's rows. The input
+ * rows of a tile (per kh) and the lane masks of a column block (per kw) are computed once, so
+ * the tap loop is loads and arithmetic; a tile whose rows are all inside the input (most) runs
+ * without a branch per row. */
+#define DW_MAX_K 32
 DW_AVX512 static void dw_plane_avx512(const DwArgs *a, int64_t n, int64_t o) {
     const int64_t H = a->H, W = a->W, OH = a->OH, OW = a->OW;
-    const int KH = a->KH, KW = a->KW, sh = a->sh, sw = a->sw;
+    const int KH = a->KH, KW = a->KW, sh = a->sh, sw = a->sw, dwl = a->dw;
     const float *xp = a->x + (n * a->C + o / a->mult) * H * W, *wk = a->w + o * KH * KW;
     float *yp = a->y + (n * a->O + o) * OH * OW;
     const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+    const float *rows[DW_MAX_K][4]; /* the input row of output row oh0 + r for kh (NULL: padding) */
+    int full[DW_MAX_K];             /* all 4 rows of kh inside the input */
+    uint32_t mk[DW_MAX_K];          /* the lanes of kw for the current column block */
     for (int64_t oh0 = 0; oh0 < OH; oh0 += 4) {
         const int nr = OH - oh0 < 4 ? (int)(OH - oh0) : 4;
+        for (int kh = 0; kh < KH; kh++) {
+            full[kh] = nr == 4;
+            for (int r = 0; r < 4; r++) {
+                const int64_t ih = (oh0 + r) * sh - a->pt + (int64_t)kh * a->dh;
+                rows[kh][r] = r < nr && ih >= 0 && ih < H ? xp + ih * W : NULL;
+                full[kh] &= rows[kh][r] != NULL;
+            }
+        }
         for (int64_t ow0 = 0; ow0 < OW; ow0 += 16) {
             const int64_t nc = OW - ow0 < 16 ? OW - ow0 : 16;
+            /* lanes whose input column base + lane is inside [0, W) and that an output column
+             * < OW reads (stride 2: lane 2j for column j) */
+            const uint32_t need = dw_lanes(0, sw == 1 ? nc : 2 * nc - 1);
+            for (int kw = 0; kw < KW; kw++) {
+                const int64_t base = ow0 * sw + (int64_t)kw * dwl - a->pl;
+                mk[kw] = dw_lanes(-base, W - base) & need;
+            }
             __m512 acc0 = _mm512_setzero_ps(), acc1 = acc0, acc2 = acc0, acc3 = acc0;
             for (int kh = 0; kh < KH; kh++) {
-                /* the input rows of the tile's output rows for this kh (NULL: in the padding) */
-                const float *xr[4] = {NULL, NULL, NULL, NULL};
-                int any = 0;
-                for (int r = 0; r < nr; r++) {
-                    const int64_t ih = (oh0 + r) * sh - a->pt + (int64_t)kh * a->dh;
-                    if (ih >= 0 && ih < H) xr[r] = xp + ih * W, any = 1;
+                const float *r0 = rows[kh][0], *r1 = rows[kh][1], *r2 = rows[kh][2], *r3 = rows[kh][3];
+                const float *wr = wk + kh * KW;
+                int64_t base = ow0 * sw - a->pl;
+                if (full[kh]) {
+                    for (int kw = 0; kw < KW; kw++, base += dwl) {
+                        const uint32_t m = mk[kw];
+                        if (!m) continue;
+                        const __m512 wv = _mm512_set1_ps(wr[kw]);
+                        acc0 = _mm512_add_ps(acc0, _mm512_mul_ps(wv, dw_load(r0, base, m, sw, even)));
+                        acc1 = _mm512_add_ps(acc1, _mm512_mul_ps(wv, dw_load(r1, base, m, sw, even)));
+                        acc2 = _mm512_add_ps(acc2, _mm512_mul_ps(wv, dw_load(r2, base, m, sw, even)));
+                        acc3 = _mm512_add_ps(acc3, _mm512_mul_ps(wv, dw_load(r3, base, m, sw, even)));
+                    }
+                    continue;
                 }
-                if (!any) continue;
-                for (int kw = 0; kw < KW; kw++) {
-                    const int64_t base = ow0 * sw + (int64_t)kw * a->dw - a->pl;
-                    /* lanes whose input column base + lane is inside [0, W) and that an output
-                     * column < OW reads (stride 2: lane 2j for column j) */
-                    const uint32_t m = dw_lanes(-base, W - base) & dw_lanes(0, sw == 1 ? nc : 2 * nc - 1);
+                if (!r0 && !r1 && !r2 && !r3) continue;
+                for (int kw = 0; kw < KW; kw++, base += dwl) {
+                    const uint32_t m = mk[kw];
                     if (!m) continue;
-                    const __m512 wv = _mm512_set1_ps(wk[kh * KW + kw]);
-                    if (xr[0]) acc0 = _mm512_add_ps(acc0, _mm512_mul_ps(wv, dw_load(xr[0], base, m, sw, even)));
-                    if (xr[1]) acc1 = _mm512_add_ps(acc1, _mm512_mul_ps(wv, dw_load(xr[1], base, m, sw, even)));
-                    if (xr[2]) acc2 = _mm512_add_ps(acc2, _mm512_mul_ps(wv, dw_load(xr[2], base, m, sw, even)));
-                    if (xr[3]) acc3 = _mm512_add_ps(acc3, _mm512_mul_ps(wv, dw_load(xr[3], base, m, sw, even)));
+                    const __m512 wv = _mm512_set1_ps(wr[kw]);
+                    if (r0) acc0 = _mm512_add_ps(acc0, _mm512_mul_ps(wv, dw_load(r0, base, m, sw, even)));
+                    if (r1) acc1 = _mm512_add_ps(acc1, _mm512_mul_ps(wv, dw_load(r1, base, m, sw, even)));
+                    if (r2) acc2 = _mm512_add_ps(acc2, _mm512_mul_ps(wv, dw_load(r2, base, m, sw, even)));
+                    if (r3) acc3 = _mm512_add_ps(acc3, _mm512_mul_ps(wv, dw_load(r3, base, m, sw, even)));
                 }
             }
             const __mmask16 st = (__mmask16)dw_lanes(0, nc);
@@ -210,7 +237,7 @@ void mrt_cpu_dwconv2d_f32(float *y, const float *x, const float *w, const float 
                       .pl = pl, .dh = dh, .dw = dw};
     const int64_t planes = N * O;
 #ifdef DW_X86
-    const int fast = dw_use_avx512() && (sw == 1 || sw == 2);
+    const int fast = dw_use_avx512() && (sw == 1 || sw == 2) && KH <= DW_MAX_K && KW <= DW_MAX_K;
 #else
     const int fast = 0;
 #endif
