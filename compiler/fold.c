@@ -263,6 +263,7 @@ static int fold_silu(Graph *g) {
             if (!same) continue;
             Node *silu = un(g, OP_SILU, n, x);
             silu->dtype = DT_F32;
+            silu->name = n->name; /* the value the user named (diagnostics, kernel messages) */
             replace_uses(g, n, silu);
             folded++;
             break;
