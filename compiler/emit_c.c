@@ -99,15 +99,17 @@ static void dispatch(Emit *e, int s, const char *cpu, const char *cuda) {
 
 /* ---------------------------------------------------------------- elementwise */
 
-static void emit_elementwise_call(Emit *e, const Kernel *k, char **ptr, const char *pfx) {
+/* gpu_only: the CPU kernel has done this epilogue already (a fused depthwise conv2d). */
+static void emit_elementwise_call(Emit *e, const Kernel *k, char **ptr, const char *pfx, bool gpu_only) {
     char *args = xstrdup(ptr[k->root->id]);
     for (int j = 0; j < k->nleaves; j++)
         args = xprintf("%s, %s", args, j == k->gemm_leaf ? ptr[k->root->id] : ptr[view_base(k->leaves[j].node)->id]);
     if (k->kind == K_ELEMENTWISE) fprintf(e->o, "    /* %s%d: elementwise -> %%%d */\n", pfx, k->id, k->root->id);
     const char *fn = e->cpu_fn[!strcmp(pfx, "init")][k->id];
-    char *cpu = kernel_may_fault(k) ? xprintf("if ((st = %s(%s, B%s, \"%s\")) != MRT_OK) %s", fn, args,
-                                              sym_args, fault_what(e->g, k, pfx), on_fail(e))
-                                    : xprintf("%s(%s, B%s)", fn, args, sym_args);
+    char *cpu = gpu_only ? xstrdup("(void)0 /* fused into the CPU's conv */")
+                : kernel_may_fault(k) ? xprintf("if ((st = %s(%s, B%s, \"%s\")) != MRT_OK) %s", fn, args,
+                                                sym_args, fault_what(e->g, k, pfx), on_fail(e))
+                                      : xprintf("%s(%s, B%s)", fn, args, sym_args);
     dispatch(e, kslot(k), cpu, xprintf("%s_cuda_%s%d(stream%d, %s, B%s)", e->pfx, pfx, k->id, kslot(k), args, sym_args));
 }
 
@@ -184,15 +186,78 @@ static void emit_matmul(Emit *e, const Kernel *k, char **ptr) {
     fprintf(o, "    if ((st = %s) != MRT_OK) %s;\n", call, on_fail(e));
 }
 
-static void emit_conv2d(Emit *e, const Kernel *k, char **ptr) {
+/* A depthwise conv2d's epilogue that the CPU kernel takes fused (mrt_conv2d_dw): exactly
+ * act(conv + bias[c]) or act(conv), act none or one of the MRT_ACT_* ops, in f32 over the conv's
+ * own index space (no view between). Sets the bias leaf (-1: none), act and clamp's bounds. */
+static bool dw_epilogue(const Kernel *k, int *bias_leaf, int *act, double *lo, double *hi) {
+    const Node *m = k->gemm, *r = k->root;
+    if (!m || !conv_is_depthwise(m) || !k->expr || r->dtype != DT_F32 || r->shape.rank != 4) return false;
+    const LeafRef *gl = &k->leaves[k->gemm_leaf];
+    for (int d = 0; d < 4; d++)
+        if (!dim_eq(r->shape.d[d], m->shape.d[d]) || gl->map[d] != d || gl->start[d] || gl->step[d] != 1) return false;
+    const Expr *x = k->expr;
+    *act = 0, *lo = *hi = 0;
+    static const struct { OpKind op; int act; } acts[] = {
+        {OP_RELU, 1}, {OP_GELU_TANH, 2}, {OP_CLAMP, 3}, {OP_HARDSWISH, 4}, {OP_SILU, 5}, {OP_GELU, 6}, {OP_SIGMOID, 7}};
+    for (size_t i = 0; x->kind == EX_OP && i < sizeof acts / sizeof acts[0]; i++)
+        if (x->op == acts[i].op && x->dt == DT_F32) {
+            *act = acts[i].act;
+            if (x->op == OP_CLAMP) *lo = x->node->fattr[0], *hi = x->node->fattr[1];
+            x = x->a;
+            break;
+        }
+    *bias_leaf = -1;
+    if (x->kind == EX_LEAF && x->leaf == k->gemm_leaf) return true;
+    if (x->kind != EX_OP || x->op != OP_ADD || x->dt != DT_F32 || x->a->kind != EX_LEAF || x->b->kind != EX_LEAF)
+        return false;
+    int g = x->a->leaf == k->gemm_leaf ? 0 : x->b->leaf == k->gemm_leaf ? 1 : -1;
+    if (g < 0) return false;
+    int bl = g == 0 ? x->b->leaf : x->a->leaf;
+    if (bl == k->gemm_leaf) return false;
+    /* the bias: one value per channel, f32, read along iteration dim 1 from 0 */
+    const LeafRef *l = &k->leaves[bl];
+    int along = 0;
+    for (int d = 0; d < l->node->shape.rank; d++) {
+        if (l->map[d] < 0) {
+            if (l->start[d]) return false;
+        } else if (l->map[d] == 1 && !l->start[d] && l->step[d] == 1 && dim_eq(l->node->shape.d[d], m->shape.d[1])) {
+            along++;
+        } else {
+            return false;
+        }
+    }
+    if (along != 1 || l->node->dtype != DT_F32) return false;
+    *bias_leaf = bl;
+    return true;
+}
+
+/* A conv2d. A depthwise one runs on the CPU as mrt_conv2d_dw, with its epilogue fused when
+ * fused_epi (bias leaf, act and bounds as dw_epilogue found them); CUDA's conv is the same. */
+static void emit_conv2d_as(Emit *e, const Kernel *k, char **ptr, bool fused_epi, int bias_leaf, int act, double lo,
+                           double hi) {
     const Node *m = k->gemm;
     int s = kslot(k);
     char *args = xprintf("&%s, %s, %s, %s, %s, %s", params_name(e, k), dim_c(m->in[0]->shape.d[0]), ptr[k->root->id],
                          ptr[view_base(m->in[0])->id], ptr[view_base(m->in[1])->id], e->scratch ? e->scratch : "NULL");
-    fprintf(e->o, "    /* %s%d: conv2d %%%d = conv(%%%d, %%%d) */\n", e->kpfx, k->id, m->id, m->in[0]->id, m->in[1]->id);
     const char *fn = op_info[m->op].kernel;
-    dispatch(e, s, xprintf("mrt_%s(%s)", fn, args), xprintf("mrt_cuda_%s(stream%d, %s)", fn, s, args));
+    char *cuda = xprintf("mrt_cuda_%s(stream%d, %s)", fn, s, args);
+    if (!conv_is_depthwise(m)) {
+        fprintf(e->o, "    /* %s%d: conv2d %%%d = conv(%%%d, %%%d) */\n", e->kpfx, k->id, m->id, m->in[0]->id, m->in[1]->id);
+        dispatch(e, s, xprintf("mrt_%s(%s)", fn, args), cuda);
+        return;
+    }
+    static const char *act_names[] = {"NONE", "RELU", "GELU_TANH", "CLAMP", "HARDSWISH", "SILU", "GELU", "SIGMOID"};
+    const char *bias = fused_epi && bias_leaf >= 0 ? ptr[view_base(k->leaves[bias_leaf].node)->id] : "NULL";
+    if (!fused_epi) act = 0, lo = hi = 0;
+    fprintf(e->o, "    /* %s%d: conv2d %%%d = conv(%%%d, %%%d), depthwise%s */\n", e->kpfx, k->id, m->id, m->in[0]->id,
+            m->in[1]->id, fused_epi ? ": the CPU kernel fuses the epilogue" : "");
+    char *cpu = xprintf("mrt_conv2d_dw(&%s, %s, %s, %s, %s, %s, MRT_ACT_%s, %s, %s)", params_name(e, k),
+                        dim_c(m->in[0]->shape.d[0]), ptr[k->root->id], ptr[view_base(m->in[0])->id],
+                        ptr[view_base(m->in[1])->id], bias, act_names[act], float_lit(lo), float_lit(hi));
+    dispatch(e, s, cpu, cuda);
 }
+
+static void emit_conv2d(Emit *e, const Kernel *k, char **ptr) { emit_conv2d_as(e, k, ptr, false, -1, 0, 0, 0); }
 
 /* A GEMM whose epilogue is exactly act(gemm + bias[N]) (act: none, relu, gelu tanh form) and
  * that is one plain GEMM: on a GPU it is one cuBLASLt matmul with that epilogue fused. Sets the
@@ -893,15 +958,20 @@ static void emit_calls(Emit *e, const KernelList *kl, int from, int to, char **p
         if (skip) /* the gradient norm: a data-parallel step takes that of the reduced gradients */
             fprintf(e->o, "    if (!m->defer_update) {\n");
         int bias_leaf, act;
+        double lo, hi;
         if (k->kind == K_GEMM && lt_epilogue(k, &bias_leaf, &act)) {
             emit_lt_gemm(e, k, ptr, bias_leaf, act);
+        } else if (k->kind == K_GEMM && dw_epilogue(k, &bias_leaf, &act, &lo, &hi)) {
+            /* the CPU's depthwise kernel applies the epilogue; a GPU runs it after the conv */
+            emit_conv2d_as(e, k, ptr, true, bias_leaf, act, lo, hi);
+            emit_elementwise_call(e, k, ptr, pfx, true);
         } else {
             if (k->kind != K_ELEMENTWISE) {
                 const Node *n = k->kind == K_GEMM ? k->gemm : k->lib;
                 if (!emit_fns[n->op]) ICE("op '%s' has no kernel emitter (the emit column of ops.def)", op_name(n->op));
                 emit_fns[n->op](e, k, ptr);
             }
-            if (k->expr) emit_elementwise_call(e, k, ptr, pfx);
+            if (k->expr) emit_elementwise_call(e, k, ptr, pfx, false);
         }
         if (skip) fprintf(e->o, "    }\n");
         if (run && e->ready && e->ready->after[i]) /* gradients final here: their buckets may go */
@@ -1148,7 +1218,9 @@ void emit_c_source(Emit *e, FILE *o, const char *h_include) {
         e->cpu_fn[li] = xalloc(sizeof(char *) * (size_t)(L->n + 1));
         for (int i = 0; i < L->n; i++) {
             const Kernel *k = L->k[i];
-            if (!k->expr) continue;
+            int bl, act;
+            double lo, hi;
+            if (!k->expr || (k->kind == K_GEMM && dw_epilogue(k, &bl, &act, &lo, &hi))) continue; /* none, or fused */
             char *key = NULL;
             size_t klen = 0;
             FILE *kf = open_memstream(&key, &klen);

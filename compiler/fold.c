@@ -246,8 +246,35 @@ static void fold_transposes(Graph *g) {
     }
 }
 
+/* mul(x, sigmoid(x)) -> silu(x). ONNX had no SiLU operator before opset 24, so exporters write
+ * swish (EfficientNet's activation) as Sigmoid and Mul; x then has two readers, and fusion cannot
+ * put the activation into the epilogue of x's producer (a conv2d, or the CPU's fused depthwise
+ * kernel). silu computes x / (1 + e^-x) (mrt_silu), within an ulp of x * (1 / (1 + e^-x)), and
+ * the same at -0.0, +-inf and NaN. The sigmoid stays if something else reads it. */
+static int fold_silu(Graph *g) {
+    int folded = 0;
+    for (int i = 0; i < g->nnodes; i++) {
+        Node *n = g->nodes[i];
+        if (n->dead || n->op != OP_MUL || n->dtype != DT_F32) continue;
+        for (int j = 0; j < 2; j++) {
+            Node *x = n->in[j], *s = n->in[1 - j];
+            bool same = s->op == OP_SIGMOID && s->in[0] == x && x->dtype == DT_F32 && x->shape.rank == n->shape.rank;
+            for (int d = 0; same && d < n->shape.rank; d++) same = dim_eq(x->shape.d[d], n->shape.d[d]);
+            if (!same) continue;
+            Node *silu = un(g, OP_SILU, n, x);
+            silu->dtype = DT_F32;
+            silu->name = n->name; /* the value the user named (diagnostics, kernel messages) */
+            replace_uses(g, n, silu);
+            folded++;
+            break;
+        }
+    }
+    return folded;
+}
+
 void fold_graph(Graph *g, FoldOptions opt) {
     analyze_uses(g);
+    if (opt.fold_silu && fold_silu(g)) toposort_graph(g); /* the new silu nodes come after their readers */
     if (opt.fold_transpose) fold_transposes(g);
     analyze_uses(g);
     int n0 = g->nnodes;

@@ -185,23 +185,33 @@ static bool map_is_identity(const LeafRef *l, const Node *root) {
 
 /* im2col buffer of a convolution: [C/groups * KH * KW, OH * OW] floats; none for a 1x1,
  * stride-1, unpadded convolution, which reads its input directly. */
+bool conv_is_depthwise(const Node *n) {
+    if (n->op != OP_CONV2D || n->groups <= 1 || n->dtype != DT_F32) return false;
+    int64_t C = n->in[0]->shape.d[1].c, O = n->shape.d[1].c;
+    return n->groups == C && O % C == 0;
+}
+
+/* The CPU's im2col buffer (none for a 1x1 conv that reads its input directly, nor for a
+ * depthwise one, mrt_conv2d_dw). */
 static size_t conv_scratch(const Node *n) {
-    const Node *x = n->in[0], *w = n->in[1];
+    const Node *w = n->in[1];
     bool direct = n->kernel[0] == 1 && n->kernel[1] == 1 && n->stride[0] == 1 && n->stride[1] == 1 && !n->pad[0] &&
                   !n->pad[1] && !n->pad[2] && !n->pad[3];
-    (void)x;
-    if (direct) return 0;
+    if (direct || conv_is_depthwise(n)) return 0;
     return (size_t)w->shape.d[1].c * n->kernel[0] * n->kernel[1] * n->shape.d[2].c * n->shape.d[3].c * sizeof(float);
 }
 
 /* The CUDA plan's im2col buffer, where it differs: mrt_cuda_conv2d_f32 unfolds all groups of an
  * image at once for one GEMM batched over the groups, [C * KH * KW, OH * OW] floats, groups times
  * conv_scratch. A grouped conv with at most MRT_CUDA_CONV_DIRECT_TAPS taps per output (depthwise)
- * is one direct launch that reads no col, and keeps the CPU's size. 0: as conv_scratch. */
+ * is one direct launch that reads no col, and keeps the CPU's size. 0: as conv_scratch. (A
+ * depthwise conv needs none on the CPU, but one with more taps still unfolds on CUDA.) */
 static size_t conv_scratch_cuda(const Node *n) {
-    size_t cpu = conv_scratch(n);
     int64_t taps = n->in[1]->shape.d[1].c * n->kernel[0] * n->kernel[1];
-    if (!cpu || n->groups <= 1 || taps <= MRT_CUDA_CONV_DIRECT_TAPS) return 0;
+    size_t cpu = (size_t)taps * n->shape.d[2].c * n->shape.d[3].c * sizeof(float);
+    bool direct = n->kernel[0] == 1 && n->kernel[1] == 1 && n->stride[0] == 1 && n->stride[1] == 1 && !n->pad[0] &&
+                  !n->pad[1] && !n->pad[2] && !n->pad[3];
+    if (direct || n->groups <= 1 || taps <= MRT_CUDA_CONV_DIRECT_TAPS) return 0;
     return cpu * (size_t)n->groups;
 }
 

@@ -70,6 +70,7 @@ static void usage(FILE *f) {
             "  --no-fold-bn       do not fold batch_norm into the preceding conv2d / linear\n"
             "  --no-hoist         recompute param-only values on every run instead of once at load\n"
             "  --no-fold-transpose  copy a transposed matmul operand instead of using the GEMM's flag\n"
+            "  --no-fold-silu     keep mul(x, sigmoid(x)) as two ops instead of silu(x)\n"
             "  --keep-c           keep the generated C next to the executable (PATH.c, PATH.h, PATH_main.c,\n"
             "                     and PATH.cu with CUDA)\n"
             "  --no-cuda          build a CPU-only executable even when CUDA is available (CUDA is\n"
@@ -185,7 +186,7 @@ static bool is_dir(const char *p) {
 void options_default(Options *o) {
     *o = (Options){.olevel = "-O2", .max_batch = 64, .fuse = {.elementwise = true, .epilogue = true},
                    .plan = {.inplace = true, .align = 64, .reorder = true},
-                   .fold = {.fold_bn = true, .hoist = true, .fold_transpose = true}};
+                   .fold = {.fold_bn = true, .hoist = true, .fold_transpose = true, .fold_silu = true}};
 }
 
 static void parse_args(int argc, char **argv, Options *o) {
@@ -269,6 +270,8 @@ static void parse_args(int argc, char **argv, Options *o) {
             o->fold.hoist = false;
         } else if (!strcmp(a, "--no-fold-transpose")) {
             o->fold.fold_transpose = false;
+        } else if (!strcmp(a, "--no-fold-silu")) {
+            o->fold.fold_silu = false;
         } else if (!strcmp(a, "-O0") || !strcmp(a, "-O1") || !strcmp(a, "-O2") || !strcmp(a, "-O3")) {
             o->olevel = a;
         } else if (a[0] == '-' && a[1]) {
@@ -307,6 +310,7 @@ bool compile_source(const Options *o, const char *path, const char *src, Compile
         if (o->dump && !strcmp(o->dump, "grad")) return dump_grad(out, g, first), dump_graph(out, g), false;
         fold.fold_bn = false;
         fold.hoist = false;
+        fold.fold_silu = false;
     } else if (o->dump && !strcmp(o->dump, "grad")) {
         fatal("--dump=grad shows the backward graph of a training build: add --train");
     }
@@ -343,6 +347,7 @@ static bool compile(const Options *o, Compiled *c) {
         oe.dims.eval = true;
         oe.fold.fold_bn = false;
         oe.fold.hoist = false;
+        oe.fold.fold_silu = false;
         oe.dump = NULL;
         c->eval = xalloc(sizeof(Compiled));
         diag_quiet = true;

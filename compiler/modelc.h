@@ -529,6 +529,7 @@ typedef struct FoldOptions {
     bool fold_bn;   /* fold batch_norm into a preceding conv2d / linear */
     bool hoist;     /* compute param-only subgraphs once at load time */
     bool fold_transpose; /* matmul(a, transpose(b)) uses the GEMM's transpose flag */
+    bool fold_silu; /* mul(x, sigmoid(x)) becomes silu(x) (inference only) */
 } FoldOptions;
 
 /* Graph rewrites before fusion: batch_norm folding (or lowering to elementwise ops).
@@ -613,6 +614,10 @@ typedef struct KernelList {
 /* Group the live nodes of g into kernels (in a valid execution order). Nodes marked init
  * (param-only subgraphs) go into *init, run once when the weights are loaded. */
 KernelList fuse_graph(Graph *g, FuseOptions opt, KernelList *init);
+/* A conv2d that the CPU runs as a direct depthwise convolution (mrt_conv2d_dw): f32, groups ==
+ * C > 1, O a multiple of C (weight [O, 1, KH, KW]). It needs no im2col scratch on the CPU; the
+ * CUDA path (direct for at most MRT_CUDA_CONV_DIRECT_TAPS taps) reads none either. */
+bool conv_is_depthwise(const Node *n);
 /* --dump=fused */
 void dump_fused(FILE *out, const Graph *g, const KernelList *kl, const KernelList *init);
 

@@ -352,12 +352,15 @@ static MemPlan *plan_order(Graph *g, KernelList *kl, KernelList *init, PlanOptio
         if (!n->dead && n->op == OP_RESHAPE) mp->of[i] = mp->of[view_base(n)->id];
     }
 
-    /* Scratch blocks live for their kernel's step only. */
+    /* Scratch blocks live for their kernel's step only. Both plans have the same blocks (the
+     * offset tables share storage ids): one that only the CUDA plan needs (a depthwise conv with
+     * more taps than CUDA's direct path takes) is a float in the CPU's. */
     mp->scratch = xalloc(sizeof(Storage *) * (kl->n + 1));
     for (int s = 0; s < kl->n; s++)
-        if (kl->k[s]->scratch_bytes) {
+        if (kl->k[s]->scratch_bytes || kl->k[s]->scratch_bytes_cuda) {
             const Kernel *k = kl->k[s];
             size_t bytes = opt.cuda && k->scratch_bytes_cuda ? k->scratch_bytes_cuda : k->scratch_bytes;
+            if (!bytes) bytes = sizeof(float);
             Storage *st = new_storage(mp, S_ARENA, -1, k->root, bytes);
             st->first = st->last = s;
             mp->scratch[s] = st;

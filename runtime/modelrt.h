@@ -261,6 +261,33 @@ mrt_status mrt_cuda_check_launch(const char *what);
 void mrt_cpu_sgemm(int trans_a, int trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float *A,
                    int64_t lda, const float *B, int64_t ldb, float beta, float *C, int64_t ldc);
 
+/** The activations a fused epilogue applies (mrt_gemm_bias_act_f32 takes NONE, RELU, GELU_TANH;
+ *  mrt_cpu_dwconv2d_f32 takes them all); each is mrt_kernels.h's scalar function of that name
+ *  (CLAMP: mrt_clamp(v, lo, hi), relu6 and hardtanh). */
+enum {
+    MRT_ACT_NONE = 0,
+    MRT_ACT_RELU = 1,
+    MRT_ACT_GELU_TANH = 2,
+    MRT_ACT_CLAMP = 3,
+    MRT_ACT_HARDSWISH = 4,
+    MRT_ACT_SILU = 5,
+    MRT_ACT_GELU = 6,
+    MRT_ACT_SIGMOID = 7,
+};
+
+/** Depthwise conv2d on the CPU, NCHW, with its epilogue fused:
+ *  y[n, o, oh, ow] = act(sum over kh, kw of w[o, 0, kh, kw] * x[n, o / (O / C), ih, iw] + bias[o]),
+ *  ih = oh*sh - pt + kh*dh, iw = ow*sw - pl + kw*dw, x taken as 0 outside [0, H) x [0, W).
+ *  x [N, C, H, W], w [O, 1, KH, KW] (groups == C, O a multiple of C: the channel multiplier),
+ *  bias [O] or NULL (nothing added: -0.0 stays), act an MRT_ACT_* (lo, hi: CLAMP's bounds, else
+ *  unused), y [N, O, OH, OW] (OH, OW give the bottom/right padding); all caller-owned host memory,
+ *  y not overlapping x. No scratch, no allocation. AVX-512 where the CPU has it (stride 1 or 2),
+ *  else a portable loop (MODELRT_DWCONV=portable forces it); both sum the taps in the same order,
+ *  bit for bit. Splits the N*O planes over the OpenMP pool (mrt_set_threads). rt_dwconv.c. */
+void mrt_cpu_dwconv2d_f32(float *y, const float *x, const float *w, const float *bias, int act, float lo, float hi,
+                          int64_t N, int64_t C, int64_t H, int64_t W, int64_t O, int KH, int KW, int64_t OH, int64_t OW,
+                          int sh, int sw, int pt, int pl, int dh, int dw);
+
 /** Row-major, batched single-precision GEMM on device d, with cblas_sgemm's meaning in
  *  CblasRowMajor: for i < batch, C_i = alpha * op(A_i) @ op(B_i) + beta * C_i, where op(X) is X
  *  or its transpose (trans_* != 0), op(A_i) is [M, K], op(B_i) is [K, N], C_i is [M, N], and

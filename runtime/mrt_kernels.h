@@ -1047,6 +1047,14 @@ static inline void mrt_conv2d(const mrt_conv2d_params *p, int64_t N, float *y, c
     mrt_conv2d_f32(y, x, w, N, p->C, p->H, p->W, p->O, p->kh, p->kw, p->OH, p->OW, p->sh, p->sw, p->pt, p->pl, p->dh,
                    p->dw, p->groups, col);
 }
+/** A depthwise conv2d (p->groups == p->C, p->O a multiple of it) for a batch of N on the CPU,
+ *  with its epilogue act(y + bias[o]) fused (bias NULL and act MRT_ACT_NONE: the bare conv;
+ *  lo, hi: MRT_ACT_CLAMP's bounds): mrt_cpu_dwconv2d_f32, no scratch. */
+static inline void mrt_conv2d_dw(const mrt_conv2d_params *p, int64_t N, float *y, const float *x, const float *w,
+                                 const float *bias, int act, float lo, float hi) {
+    mrt_cpu_dwconv2d_f32(y, x, w, bias, act, lo, hi, N, p->C, p->H, p->W, p->O, p->kh, p->kw, p->OH, p->OW, p->sh,
+                         p->sw, p->pt, p->pl, p->dh, p->dw);
+}
 static inline void mrt_maxpool2d(const mrt_pool2d_params *p, int64_t N, float *y, const float *x) {
     mrt_maxpool2d_f32(y, x, N * p->C, p->H, p->W, p->OH, p->OW, p->kh, p->kw, p->sh, p->sw, p->pt, p->pl, p->dh, p->dw);
 }

@@ -131,4 +131,24 @@ if ! "$CC" -std=c11 -D_GNU_SOURCE -O2 -fopenmp-simd -g -Wall -Wextra $CFLAGS_EXT
 elif ! "$work/test_tanh" 61; then
     failed=1
 fi
+
+# The direct depthwise conv2d (rt_dwconv.c) against a double reference on random shapes, then its
+# portable path (MODELRT_DWCONV=portable) the same way; the two must agree bit for bit.
+# shellcheck disable=SC2086
+if ! "$CC" -std=c11 -D_GNU_SOURCE -O1 -g -Wall -Wextra $CFLAGS_EXTRA -Iruntime \
+        tests/runtime/test_dwconv.c "$lib" $libs -lm -lpthread -o "$work/test_dwconv" 2>"$work/cc5.log" ||
+        [ -s "$work/cc5.log" ]; then
+    echo "FAIL: runtime/dwconv/build: compiling tests/runtime/test_dwconv.c failed or warned:"
+    sed 's/^/    /' "$work/cc5.log" | head -40
+    failed=1
+elif ! "$work/test_dwconv" "$work/dw_default.bin" ||
+        ! (set -o pipefail; MODELRT_DWCONV=portable "$work/test_dwconv" "$work/dw_portable.bin" |
+           sed 's|runtime/dwconv|runtime/dwconv/portable|'); then
+    failed=1
+elif ! cmp -s "$work/dw_default.bin" "$work/dw_portable.bin"; then
+    echo "FAIL: runtime/dwconv/paths: the default and the portable depthwise paths differ ($(cmp "$work/dw_default.bin" "$work/dw_portable.bin" 2>&1 | head -1))"
+    failed=1
+else
+    echo "PASS: runtime/dwconv/paths (the default and the portable path agree bit for bit)"
+fi
 exit $failed
