@@ -207,14 +207,12 @@ mrt_status mrt_grad_ready(mrt_model *m, int n_final)
     return ddp_hand_over(me->d, me->i, n_final);
 }
 
-static size_t ddp_bucket_bytes_env(void)
+/* A bucket's cap in bytes for mb MiB (mb > 0): at least one byte, and SIZE_MAX (one bucket for
+ * everything) where mb MiB is more than a size_t holds. */
+static size_t ddp_bucket_bytes(double mb)
 {
-    const char *s = getenv("MODELRT_DDP_BUCKET_MB");
-    char *end;
-    double mb = s && *s ? strtod(s, &end) : 25;
-    if (s && *s && (*end || !(mb > 0)))
-        mb = 25;
-    return (size_t)(mb * 1048576.0) ? (size_t)(mb * 1048576.0) : 1;
+    double b = mb * 1048576.0;
+    return b >= (double)SIZE_MAX ? SIZE_MAX : b < 1 ? 1 : (size_t)b;
 }
 
 mrt_status rt_ddp_create(rt_ddp **out, int kind, mrt_model *const *rep, int n, float **const *grad,
@@ -252,9 +250,16 @@ mrt_status rt_ddp_create(rt_ddp **out, int kind, mrt_model *const *rep, int n, f
         order[k] = desc->grad_ready ? desc->grad_ready[k] : k;
     d->order = order;
     /* the buckets: in ready order, each at most the cap (a larger gradient alone) */
-    size_t cap = bucket_mb > 0 ? (size_t)(bucket_mb * 1048576.0) : ddp_bucket_bytes_env();
-    if (!cap)
-        cap = 1;
+    if (!(bucket_mb > 0)) { /* not given: $MODELRT_DDP_BUCKET_MB, else PyTorch DDP's 25 MiB */
+        const char *s = getenv("MODELRT_DDP_BUCKET_MB");
+        bucket_mb = 25;
+        if (s && *s && (!rt_parse_real(s, &bucket_mb) || !(bucket_mb > 0))) {
+            rt_ddp_destroy(d);
+            return mrt_set_error(MRT_ERR_INVALID_ARG, "MODELRT_DDP_BUCKET_MB='%s': not a positive number of MiB "
+                                 "(the gradient buckets' size; unset, 25)", s);
+        }
+    }
+    size_t cap = ddp_bucket_bytes(bucket_mb);
     size_t bytes = 0;
     for (int p = 0; p < ng; p++) {
         size_t g = sizeof(float) * (size_t)numel[order[p]];

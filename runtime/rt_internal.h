@@ -325,6 +325,10 @@ void rt_ddp_destroy(rt_ddp *d);
 
 /* malloc'd printf, NULL when out of memory. */
 char *rt_strdup_printf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* A decimal number, all of s: [+-]digits[.digits][e[+-]digits]; 1 and *x when it is one and
+ * finite, 0 otherwise (hex, inf, nan, blanks, trailing characters, overflow: what strtod alone
+ * would accept or saturate). For the command line's and the environment's numbers. */
+int rt_parse_real(const char *s, double *x);
 
 /* Write the concatenation of parts[0..n) to path atomically (rt_npy.c): a temporary file beside
  * it, synced and renamed into place; `kind` names the file type in messages. */

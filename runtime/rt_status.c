@@ -5,6 +5,9 @@
  */
 #include "rt_internal.h"
 
+#include <ctype.h>
+#include <errno.h>
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -199,4 +202,39 @@ char *rt_strdup_printf(const char *fmt, ...)
     vsnprintf(s, (size_t)n + 1, fmt, ap);
     va_end(ap);
     return s;
+}
+
+int rt_parse_real(const char *s, double *x)
+{
+    /* [+-]digits[.digits][(e|E)[+-]digits], or [+-].digits...: what strtod would also read as
+     * hex, inf, nan or after leading blanks is refused before strtod sees it */
+    const char *p = s;
+    if (*p == '+' || *p == '-')
+        p++;
+    int digits = 0;
+    while (isdigit((unsigned char)*p))
+        p++, digits++;
+    if (*p == '.')
+        for (p++; isdigit((unsigned char)*p); p++)
+            digits++;
+    if (!digits)
+        return 0;
+    if (*p == 'e' || *p == 'E') {
+        p++;
+        if (*p == '+' || *p == '-')
+            p++;
+        if (!isdigit((unsigned char)*p))
+            return 0;
+        while (isdigit((unsigned char)*p))
+            p++;
+    }
+    if (*p)
+        return 0;
+    errno = 0;
+    char *end;
+    double v = strtod(s, &end);
+    if (*end || errno == ERANGE || !isfinite(v))
+        return 0;
+    *x = v;
+    return 1;
 }

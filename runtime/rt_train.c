@@ -406,10 +406,9 @@ static int train_parse(const mrt_model_info *info, const char *prog, int argc, c
         } else if (!strcmp(a, "--lr") || !strcmp(a, "--min-lr") || !strcmp(a, "--clip-grad-norm") ||
                    !strcmp(a, "--bucket-mb")) {
             NEED();
-            errno = 0;
-            double x = strtod(v, &end);
+            double x = 0;
             int pos = !strcmp(a, "--lr") || !strcmp(a, "--bucket-mb");
-            if (*end || !*v || errno || !(pos ? x > 0 : x >= 0) || !isfinite(x)) {
+            if (!rt_parse_real(v, &x) || !(pos ? x > 0 : x >= 0)) {
                 fprintf(stderr, "%s train: error: %s takes a %s number, got '%s'\n", prog, a, pos ? "positive" : "non-negative",
                         v);
                 return 2;

@@ -592,6 +592,33 @@ def ddp_line(out):
     return tuple(int(g) for g in m.groups()) if m else None
 
 
+def check_bucket_values(base, report):
+    """The bucket size, from --bucket-mb or $MODELRT_DDP_BUCKET_MB: a plain positive decimal
+    (hex, blanks, inf, nan, 0 and negatives refused, by the flag with exit 2 before the first
+    step, by the environment naming the variable); one too large for a size_t in bytes is one
+    bucket (before: (size_t)(2e13 MiB) overflowed into a bucket per gradient, and a bad
+    environment value fell back to 25 MiB silently). A new user's trial found both."""
+    bad = []
+    for v in ("0x10", " 5", "inf", "nan", "0", "-1", "5x", "1e400"):
+        p = sh(base + ["--bucket-mb", v])
+        if p.returncode != 2 or "--bucket-mb takes a positive number" not in p.stderr:
+            bad.append("--bucket-mb %r: exit %d, %s" % (v, p.returncode, p.stderr.strip()[-120:]))
+    for v in ("abc", "inf", "1e400", "0", "-1", "0x10"):
+        p = sh(base, env=dict(os.environ, MODELRT_DDP_BUCKET_MB=v))
+        if p.returncode == 0 or "MODELRT_DDP_BUCKET_MB='%s'" % v not in p.stderr:
+            bad.append("MODELRT_DDP_BUCKET_MB=%r: exit %d, %s" % (v, p.returncode, p.stderr.strip()[-120:]))
+    for how, extra, env in (("--bucket-mb 2e13", ["--bucket-mb", "2e13"], None),
+                            ("--bucket-mb 1e300", ["--bucket-mb", "1e300"], None),
+                            ("MODELRT_DDP_BUCKET_MB=2e13", [], dict(os.environ, MODELRT_DDP_BUCKET_MB="2e13"))):
+        p = sh(base + extra, env=env)
+        got = ddp_line(p.stdout)
+        if p.returncode or not got or got[0] != 1:
+            bad.append("%s: exit %d, buckets %s (want 1)" % (how, p.returncode, got and got[0]))
+    print("  bucket sizes: 8 bad --bucket-mb values, 6 bad MODELRT_DDP_BUCKET_MB values refused; 2e13 and 1e300 MiB "
+          "one bucket%s" % ("" if not bad else ": " + "; ".join(bad)))
+    report("bucket_mb_values", "; ".join(bad) or None)
+
+
 def check_overlap(modelc, d, devs, report):
     """The gradient buckets are all-reduced while the backward pass goes on (rt_ddp.c, PyTorch
     DDP's Reducer): on a model of five layers with a bucket per weight (--bucket-mb 0.25), PROG
@@ -640,6 +667,7 @@ def check_overlap(modelc, d, devs, report):
           % ((",".join(devs),) + (lb or ("?",) * 4) + (l1 and l1[0], "identical" if same else "DIFFERENT", err)))
     report("overlap_threads", None if lb and lb[0] >= 4 and lb[3] >= 1 and l1 == (1, 0, 0, 0) and same and err <= 1e-5
            else "expected >= 4 buckets, >= 1 of them reduced during the backward, the one-bucket weights bit for bit")
+    check_bucket_values(base + ["--devices", ",".join(devs), "--steps", "2"], report)
     if not shutil.which("mpirun"):
         print("SKIP: dp/overlap_mpi: mpirun not found (Debian: apt-get install openmpi-bin)")
         return
