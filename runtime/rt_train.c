@@ -278,7 +278,7 @@ static void train_help(const mrt_model_info *info, const char *prog)
            "                     schedule's options left out are the saving run's (given: the same)\n"
            "  --eval NAME=FILE,...  after each epoch, the mean loss over these samples (every input and\n"
            "                     target) in inference mode: batch_norm's running statistics, no dropout\n"
-           "  --log FILE         append one line per step: epoch, step, loss, samples/s, grad_norm, lr\n"
+           "  --log FILE         append one line per step: epoch, step, loss, samples/s (that step's), grad_norm, lr\n"
            "  --device D         cpu, cuda, cuda:N or auto (default)\n"
            "  --devices LIST     data-parallel: a replica on each device of LIST, all CPU (cpu:0,cpu:1)\n"
            "                     or all CUDA (cuda:0,cuda:1), each taking its contiguous shard of every\n"
@@ -1623,8 +1623,7 @@ int rt_train_main(const mrt_model_info *info, int argc, char **argv, const char 
                             : "", res);
     }
     uint64_t rng = o.seed;
-    double t0 = now_s();
-    int64_t seen = 0;
+    double t_last = now_s(); /* the end of the last step (its checkpoint written): each step's own samples/s */
     for (int ep = 1; ep <= o.epochs && (!o.steps || step < o.steps); ep++) {
         if (o.shuffle)
             for (int64_t i = N - 1; i > 0; i--) {
@@ -1669,24 +1668,25 @@ int rt_train_main(const mrt_model_info *info, int argc, char **argv, const char 
                 goto fail;
             }
             step++;
-            seen += nb;
-            double el = now_s() - t0;
+            /* this step's rate (a running average from the start carried the first, cold step's time
+             * along and rose with every step) */
+            double el = now_s() - t_last, rate = el > 0 ? (double)nb / el : 0.0;
             if (log)
             {
                 fprintf(log, "epoch %d step %lld loss %.9g samples/s %.1f grad_norm %.9g lr %.9g\n", ep, (long long)step,
-                        loss, el > 0 ? (double)seen / el : 0.0, m->grad_norm, m->last_lr);
+                        loss, rate, m->grad_norm, m->last_lr);
                 fflush(log); /* the log keeps up with the checkpoints, should the run be killed */
             }
             if (tty)
                 fprintf(stderr, "\repoch %d/%d  step %lld/%lld  loss %.6f  lr %.3g  %.0f samples/s   ", ep, o.epochs,
-                        (long long)((step - 1) % steps_per_epoch + 1), (long long)steps_per_epoch, loss, m->last_lr,
-                        el > 0 ? (double)seen / el : 0.0);
+                        (long long)((step - 1) % steps_per_epoch + 1), (long long)steps_per_epoch, loss, m->last_lr, rate);
             if (o.save_every && step % o.save_every == 0 && step < total) {
                 if (mrt_model_save_weights(m, o.save, 0) != MRT_OK ||
                     (o.save_state && mrt_model_save_weights(m, o.save_state, 1) != MRT_OK))
                     goto fail;
                 saved_at = step;
             }
+            t_last = now_s();
         }
         if (step <= skip) /* an epoch the resumed run only replayed */
             continue;
@@ -1713,12 +1713,21 @@ int rt_train_main(const mrt_model_info *info, int argc, char **argv, const char 
                 fprintf(log, "eval epoch %d step %lld loss %.9g samples %lld\n", ep, (long long)step, el, (long long)NE);
         }
     }
+    char where[96] = ""; /* the ranks of mpirun or torchrun, which --time's line speaks for */
+    if (world > 1)
+        snprintf(where, sizeof where, ", rank %d of %d, data-parallel over the ranks", rank, world);
+    else if (o.ndev > 1)
+        snprintf(where, sizeof where, ", data-parallel");
+    if (o.time && nt == 1) /* one step: nothing warm to take a median of */
+        printf("time: %.3f ms for the only step (cold: the first touch of the arena, the BLAS warm-up; "
+               "--steps 2 or more gives the median of the warm steps; batch %d, on %s%s)\n", times[0] * 1e3, o.batch,
+               o.devices ? o.devices : mrt_device_str(m->dev[0], (char[32]){0}, 32), where);
     if (o.time && nt > 1) { /* the first step (first touch of the arena, BLAS warm-up) is left out */
         qsort(times + 1, (size_t)(nt - 1), sizeof *times, cmp_double);
         int64_t k = nt - 1;
         double med = k % 2 ? times[1 + k / 2] : (times[k / 2] + times[1 + k / 2]) / 2;
         printf("time: %.3f ms per step (median of %lld steps, batch %d, on %s%s)\n", med * 1e3, (long long)k, o.batch,
-               o.devices ? o.devices : mrt_device_str(m->dev[0], (char[32]){0}, 32), o.ndev > 1 ? ", data-parallel" : "");
+               o.devices ? o.devices : mrt_device_str(m->dev[0], (char[32]){0}, 32), where);
         if (reducer) { /* the overlap of the same steps */
             qsort(overlap + 1, (size_t)(nt - 1), sizeof *overlap, cmp_int);
             printf("ddp: %d gradient buckets; started all-reducing before the backward pass ended: %d per step "

@@ -447,6 +447,19 @@ def check_cli(modelc, d):
         print("  cli: %s: exit %d: %s" % (" ".join(repr(a) for a in args), p.returncode, p.stderr.strip()))
         if p.returncode != 1 or want not in p.stderr or ran:
             bad.append("%s: expected exit 1 and '%s' before the first step" % (args, want))
+    # --time with one step: a line for it (there was none: the median leaves the cold first step
+    # out); --log's samples/s is that step's own (a running average from the start rose with
+    # every step, a new user's trial found)
+    p = _train(prog, d, name, "--weights", init, "--steps", "1", "--time")
+    print("  cli: --steps 1 --time: %s" % p.stdout.strip())
+    if p.returncode or "ms for the only step (cold" not in p.stdout:
+        bad.append("--steps 1 --time: expected 'time: ... ms for the only step (cold ...'")
+    p = _train(prog, d, name, "--weights", init, "--steps", "6", "--log", f("r.log"))
+    rates = [float(l.split("samples/s ")[1].split()[0]) for l in open(f("r.log")) if "samples/s" in l] \
+        if p.returncode == 0 else []
+    print("  cli: --log's samples/s over 6 steps: %s" % rates)
+    if len(rates) != 6 or not all(r > 0 for r in rates):
+        bad.append("--log: expected 6 lines with a positive samples/s, got %s" % rates)
     p = subprocess.run([prog, "--help"], capture_output=True, text=True)
     want = "%s train --weights INIT.safetensors --data NAME=FILE.npy" % os.path.basename(prog)
     print("  cli: the plain --help names the train subcommand: %s" % (want in p.stdout))
