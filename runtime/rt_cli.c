@@ -21,6 +21,7 @@
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include "rt_internal.h"
+#include <signal.h>
 
 #include <stdarg.h>
 #include <stdio.h>
@@ -1121,9 +1122,35 @@ done:
 
 int rt_train_main(const mrt_model_info *info, int argc, char **argv, const char *prog);
 
+static void cli_on_signal(int sig)
+{
+    rt_remove_temporaries();
+    signal(sig, SIG_DFL);
+    raise(sig);
+}
+
+/* The program's (mrt_main's) handlers for SIGINT, SIGTERM and SIGHUP, where their disposition is
+ * the default: remove the temporaries of the saves under way (rt_remove_temporaries), then die
+ * of the signal as before. The library alone installs none. */
+static void rt_cli_catch_signals(void)
+{
+    static const int sigs[] = {SIGINT, SIGTERM, SIGHUP};
+    for (size_t i = 0; i < sizeof sigs / sizeof *sigs; i++) {
+        struct sigaction old;
+        if (sigaction(sigs[i], NULL, &old) == 0 && old.sa_handler == SIG_DFL) { /* not under nohup's SIG_IGN */
+            struct sigaction sa;
+            memset(&sa, 0, sizeof sa);
+            sa.sa_handler = cli_on_signal;
+            sigemptyset(&sa.sa_mask);
+            sigaction(sigs[i], &sa, NULL);
+        }
+    }
+}
+
 int mrt_main(const mrt_model_info *info, int argc, char **argv)
 {
     const char *prog = cli_prog(argc, argv);
+    rt_cli_catch_signals();
     if (cli_check_info(info) != MRT_OK) {
         fprintf(stderr, "%s: error: %s\n", prog, mrt_last_error());
         return CLI_ERROR;

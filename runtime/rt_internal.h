@@ -333,6 +333,10 @@ int rt_parse_real(const char *s, double *x);
 /* Write the concatenation of parts[0..n) to path atomically (rt_npy.c): a temporary file beside
  * it, synced and renamed into place; `kind` names the file type in messages. */
 mrt_status rt_write_atomic(const char *path, const char *kind, const void *const *parts, const size_t *lens, int n);
+/* Unlink every temporary file rt_write_atomic is writing at this moment; async-signal-safe (the
+ * CLI's signal handler calls it, so that a Ctrl-C during a save leaves no PATH.tmp.XXXXXX). */
+void rt_remove_temporaries(void);
+
 
 #ifdef __cplusplus
 }

@@ -15,6 +15,8 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -388,6 +390,47 @@ static mode_t npy_new_file_mode(void)
     return 0666 & ~mask;
 }
 
+/* The temporary files rt_write_atomic is writing now, for the CLI's SIGINT/SIGTERM/SIGHUP
+ * handler (rt_cli_remove_temporaries): fixed slots, so that a handler reads them with no lock
+ * and no allocation; a slot's path is copied before it is marked live. A file whose path does
+ * not fit a slot is written all the same, unregistered. */
+#define RT_TMP_SLOTS 8
+#define RT_TMP_PATH 4096
+static char rt_tmp_path[RT_TMP_SLOTS][RT_TMP_PATH];
+static volatile sig_atomic_t rt_tmp_live[RT_TMP_SLOTS];
+static pthread_mutex_t rt_tmp_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static int rt_tmp_enter(const char *tmp)
+{
+    size_t n = strlen(tmp);
+    int slot = -1;
+    if (n >= RT_TMP_PATH)
+        return -1;
+    pthread_mutex_lock(&rt_tmp_lock);
+    for (int i = 0; i < RT_TMP_SLOTS && slot < 0; i++)
+        if (!rt_tmp_live[i]) {
+            memcpy(rt_tmp_path[i], tmp, n + 1);
+            __atomic_signal_fence(__ATOMIC_SEQ_CST); /* the path before the mark */
+            rt_tmp_live[i] = 1;
+            slot = i;
+        }
+    pthread_mutex_unlock(&rt_tmp_lock);
+    return slot;
+}
+
+static void rt_tmp_leave(int slot)
+{
+    if (slot >= 0)
+        rt_tmp_live[slot] = 0;
+}
+
+void rt_remove_temporaries(void)
+{
+    for (int i = 0; i < RT_TMP_SLOTS; i++)
+        if (rt_tmp_live[i])
+            unlink(rt_tmp_path[i]); /* async-signal-safe */
+}
+
 /* Write the concatenation of parts[0..n) to `path` atomically: a mkstemp() file beside the
  * target (the path, or the regular file a symlink names), synced and renamed into place, with
  * the replaced file's mode; a FIFO, device, directory or socket is never replaced. `kind`
@@ -418,15 +461,21 @@ mrt_status rt_write_atomic(const char *path, const char *kind, const void *const
         free(target);
         return st;
     }
+    int slot = rt_tmp_enter(tmp);
     /* mkstemp makes the file 0600; give it the mode the replaced file had, or a new file's. */
     struct stat old;
     mode_t mode = stat(target, &old) == 0 ? (old.st_mode & 07777) : npy_new_file_mode();
     const char *step = NULL;
     if (fchmod(fd, mode) != 0)
         step = "set the mode of";
-    for (int i = 0; i < n && !step; i++)
+    /* a test's window into a half-written file (tests/train cli: a signal during a save) */
+    const char *pause = getenv("MODELRT_TEST_WRITE_PAUSE_MS");
+    for (int i = 0; i < n && !step; i++) {
         if (npy_write_all(fd, parts[i], lens[i]) != 0)
             step = "write";
+        if (i == 0 && pause && *pause)
+            usleep((useconds_t)atoi(pause) * 1000u);
+    }
     if (!step && fsync(fd) != 0)
         step = "sync";
     int saved = errno;
@@ -444,6 +493,7 @@ mrt_status rt_write_atomic(const char *path, const char *kind, const void *const
                            path, step, tmp, total, strerror(saved));
         unlink(tmp);
     }
+    rt_tmp_leave(slot);
     free(tmp);
     free(target);
     return st;
