@@ -285,12 +285,16 @@ mrt_status rt_mpi_allreduce_f32(float *x, int64_t n);
 mrt_status rt_mpi_allreduce_f64(double *x, int n);
 /* Non-blocking: rt_mpi_iallreduce_f32 posts the in-place sum of x[n] (MPI_Iallreduce; x must stay
  * untouched until the wait), rt_mpi_test lets Open MPI progress the posted ones (MPI_Testall),
- * rt_mpi_wait_all waits for every one posted (MPI_Waitall). One thread calls them. */
+ * rt_mpi_wait_all waits for every one posted (MPI_Testall polled for at most $MODELRT_MPI_TIMEOUT
+ * seconds, else 600: a stuck rank is an error, and rt_mpi_broken says so). One thread calls them. */
 mrt_status rt_mpi_iallreduce_f32(float *x, int64_t n);
 mrt_status rt_mpi_test(void);
 mrt_status rt_mpi_wait_all(void);
 mrt_status rt_mpi_allgather_u64(const uint64_t *mine, uint64_t *all, int n);
 mrt_status rt_mpi_bcast(void *buf, int bytes, int root);
+/* 1 when an MPI wait timed out (MODELRT_MPI_TIMEOUT): the ranks are not in step, so an error
+ * must end the job with rt_mpi_abort, not MPI_Finalize (which would wait for the stuck rank). */
+int rt_mpi_broken(void);
 void rt_mpi_abort(int code);
 void rt_mpi_finish(void);
 /* rt_ddp.c: the gradient reducer of data-parallel training (PyTorch DDP's Reducer), buckets
@@ -329,6 +333,9 @@ char *rt_strdup_printf(const char *fmt, ...) __attribute__((format(printf, 1, 2)
  * finite, 0 otherwise (hex, inf, nan, blanks, trailing characters, overflow: what strtod alone
  * would accept or saturate). For the command line's and the environment's numbers. */
 int rt_parse_real(const char *s, double *x);
+/* The seconds in environment variable `name` (a timeout): dflt when it is unset or empty; an
+ * error naming the variable when it is not a positive decimal (rt_parse_real). */
+mrt_status rt_env_seconds(const char *name, double dflt, double *out);
 
 /* Write the concatenation of parts[0..n) to path atomically (rt_npy.c): a temporary file beside
  * it, synced and renamed into place; `kind` names the file type in messages. */

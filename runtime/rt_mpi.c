@@ -18,6 +18,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 static struct {
     int active, rank, size;
@@ -32,8 +33,9 @@ static struct {
     int (*bcast)(void *, int, void *, int, void *);
     int (*iallreduce)(const void *, void *, int, void *, void *, void *, void **);
     int (*testall)(int, void **, int *, void *);
-    int (*waitall)(int, void **, void *);
     void **req; /* the posted rt_mpi_iallreduce_f32 requests (Open MPI's MPI_Request is a pointer) */
+    double timeout; /* seconds a collective may wait for the other ranks: $MODELRT_MPI_TIMEOUT, else 600 */
+    int broken;     /* a wait timed out: the ranks no longer agree where they are (rt_mpi_broken) */
     int nreq, capreq;
     void *world, *t_float, *t_double, *t_u64, *t_byte, *op_sum;
 } mpi;
@@ -69,7 +71,6 @@ mrt_status rt_mpi_start(int *rank, int *size)
                 {"MPI_Bcast", (void **)&mpi.bcast},
                 {"MPI_Iallreduce", (void **)&mpi.iallreduce},
                 {"MPI_Testall", (void **)&mpi.testall},
-                {"MPI_Waitall", (void **)&mpi.waitall},
                 {"ompi_mpi_byte", &mpi.t_byte},
                 {"ompi_mpi_comm_world", &mpi.world},
                 {"ompi_mpi_float", &mpi.t_float},
@@ -79,6 +80,9 @@ mrt_status rt_mpi_start(int *rank, int *size)
     for (size_t i = 0; i < sizeof syms / sizeof syms[0]; i++)
         if (!(*syms[i].at = dlsym(mpi.lib, syms[i].name)))
             return mrt_set_error(MRT_ERR_DEVICE, "libmpi.so.40 has no '%s': not Open MPI 4 or 5", syms[i].name);
+    mrt_status st = rt_env_seconds("MODELRT_MPI_TIMEOUT", 600, &mpi.timeout);
+    if (st != MRT_OK)
+        return st;
     if (mpi.init(NULL, NULL) != 0 || mpi.comm_rank(mpi.world, &mpi.rank) != 0 || mpi.comm_size(mpi.world, &mpi.size) != 0)
         return mrt_set_error(MRT_ERR_DEVICE, "MPI_Init failed (OMPI_COMM_WORLD_SIZE=%s)", ws);
     mpi.active = 1;
@@ -125,20 +129,55 @@ mrt_status rt_mpi_test(void)
     return MRT_OK;
 }
 
+static double mpi_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+/* Wait for n requests, polling (MPI_Testall, then a sleep that grows from 20 us to 1 ms, so a
+ * wait does not spin a core as MPI_Waitall does) for at most mpi.timeout seconds: a rank that is
+ * stopped or stuck (alive, so mpirun does not end the job) is an error naming the wait, and the
+ * caller's error path aborts every rank (rt_mpi_abort), as NCCL's timeout does. */
+static mrt_status mpi_wait(int n, void **req, const char *what)
+{
+    double t0 = mpi_now();
+    for (long spins = 0;; spins++) {
+        int flag = 0;
+        if (mpi.testall(n, req, &flag, NULL) != 0)
+            return mrt_set_error(MRT_ERR_DEVICE, "%s failed (rank %d of %d)", what, mpi.rank, mpi.size);
+        if (flag)
+            return MRT_OK;
+        if (mpi_now() - t0 > mpi.timeout) {
+            mpi.broken = 1;
+            return mrt_set_error(MRT_ERR_DEVICE, "%s did not finish within %g s (MODELRT_MPI_TIMEOUT; rank %d of %d): "
+                                 "another rank is gone or stuck", what, mpi.timeout, mpi.rank, mpi.size);
+        }
+        struct timespec ts = {0, spins < 1000 ? 20000 : 1000000};
+        nanosleep(&ts, NULL);
+    }
+}
+
 mrt_status rt_mpi_wait_all(void)
 {
     int n = mpi.nreq;
     mpi.nreq = 0;
-    if (n && mpi.waitall(n, mpi.req, NULL) != 0)
-        return mrt_set_error(MRT_ERR_DEVICE, "MPI_Waitall of %d all-reduces failed (rank %d of %d)", n, mpi.rank, mpi.size);
-    return MRT_OK;
+    if (!n)
+        return MRT_OK;
+    char what[96];
+    snprintf(what, sizeof what, "MPI_Iallreduce of %d gradient pieces", n);
+    return mpi_wait(n, mpi.req, what);
 }
 
 mrt_status rt_mpi_allreduce_f64(double *x, int n)
 {
-    if (mpi.allreduce(MPI_IN_PLACE_, x, n, mpi.t_double, mpi.op_sum, mpi.world) != 0)
-        return mrt_set_error(MRT_ERR_DEVICE, "MPI_Allreduce of %d doubles failed (rank %d of %d)", n, mpi.rank, mpi.size);
-    return MRT_OK;
+    void *req = NULL;
+    if (mpi.iallreduce(MPI_IN_PLACE_, x, n, mpi.t_double, mpi.op_sum, mpi.world, &req) != 0)
+        return mrt_set_error(MRT_ERR_DEVICE, "MPI_Iallreduce of %d doubles failed (rank %d of %d)", n, mpi.rank, mpi.size);
+    char what[96];
+    snprintf(what, sizeof what, "MPI_Iallreduce of %d doubles (the step's loss and norm)", n);
+    return mpi_wait(1, &req, what);
 }
 
 mrt_status rt_mpi_allgather_u64(const uint64_t *mine, uint64_t *all, int n)
@@ -156,6 +195,8 @@ mrt_status rt_mpi_bcast(void *buf, int bytes, int root)
                              mpi.rank, mpi.size);
     return MRT_OK;
 }
+
+int rt_mpi_broken(void) { return mpi.broken; }
 
 void rt_mpi_abort(int code)
 {

@@ -68,6 +68,7 @@ struct rt_nccl {
     size_t scratch_bytes;
     cudaStream_t own;         /* local rank 0's stream for the host collectives */
     int broken;               /* an error was seen: the communicators are aborted, not destroyed */
+    double timeout;           /* seconds a collective may take: $MODELRT_NCCL_TIMEOUT, else 600 */
     /* the buckets posted during the backward pass (rt_nccl_bucket_*): each local rank's
      * communication stream, an event per bucket on its compute stream, one at the end of its
      * communication, and this step's pre-multiplied sum */
@@ -137,20 +138,12 @@ static double nccl_now(void)
     return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
 }
 
-static double nccl_timeout(void)
-{
-    const char *s = getenv("MODELRT_NCCL_TIMEOUT");
-    char *end;
-    double t = s && *s ? strtod(s, &end) : 600;
-    return s && *s && (*end || !(t > 0)) ? 600 : t;
-}
-
 /* Wait for local rank i's stream, watching its communicator: an asynchronous NCCL error (a peer
  * gone) or MODELRT_NCCL_TIMEOUT seconds without completion is an error, and the communicators
  * are then aborted (rt_nccl_destroy). */
 static mrt_status nccl_wait(rt_nccl *c, int i, cudaStream_t s, const char *what)
 {
-    double t0 = nccl_now(), limit = nccl_timeout();
+    double t0 = nccl_now(), limit = c->timeout;
     cudaSetDevice(c->dev[i]);
     for (long spins = 0;; spins++) {
         cudaError_t q = cudaStreamQuery(s);
@@ -192,9 +185,13 @@ mrt_status rt_nccl_init_all(rt_nccl **out, const int *dev, int n)
     mrt_status st = nccl_load();
     if (st != MRT_OK)
         return st;
+    double limit; /* PyTorch's NCCL timeout; a bad value is an error, not the default */
+    if ((st = rt_env_seconds("MODELRT_NCCL_TIMEOUT", 600, &limit)) != MRT_OK)
+        return st;
     rt_nccl *c = calloc(1, sizeof *c);
     if (!c)
         return mrt_set_error(MRT_ERR_OOM, "out of memory");
+    c->timeout = limit;
     c->n = c->world = n;
     memcpy(c->dev, dev, sizeof *dev * (size_t)n);
     int was = 0;
@@ -239,9 +236,13 @@ mrt_status rt_nccl_init_rank(rt_nccl **out, int dev, int world, int rank, const 
     mrt_status st = nccl_load();
     if (st != MRT_OK)
         return st;
+    double limit; /* PyTorch's NCCL timeout; a bad value is an error, not the default */
+    if ((st = rt_env_seconds("MODELRT_NCCL_TIMEOUT", 600, &limit)) != MRT_OK)
+        return st;
     rt_nccl *c = calloc(1, sizeof *c);
     if (!c)
         return mrt_set_error(MRT_ERR_OOM, "out of memory");
+    c->timeout = limit;
     c->n = 1;
     c->world = world;
     c->rank0 = rank;

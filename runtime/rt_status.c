@@ -238,3 +238,16 @@ int rt_parse_real(const char *s, double *x)
     *x = v;
     return 1;
 }
+
+mrt_status rt_env_seconds(const char *name, double dflt, double *out)
+{
+    const char *s = getenv(name);
+    *out = dflt;
+    if (!s || !*s)
+        return MRT_OK;
+    double v;
+    if (!rt_parse_real(s, &v) || !(v > 0))
+        return mrt_set_error(MRT_ERR_INVALID_ARG, "%s='%s': not a positive number of seconds (unset: %g)", name, s, dflt);
+    *out = v;
+    return MRT_OK;
+}

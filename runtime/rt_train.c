@@ -1750,8 +1750,8 @@ fail:
         fprintf(stderr, "%s train: rank %d of %d: error: %s\n", prog, rank, world, mrt_last_error());
     else
         fprintf(stderr, "%s train: error: %s\n", prog, mrt_last_error());
-    if (world > 1 && !mpi_synced)
-        rt_mpi_abort(1); /* the others would wait for this rank at the first collective */
+    if (world > 1 && (!mpi_synced || rt_mpi_broken()))
+        rt_mpi_abort(1); /* the others would wait for this rank at the next collective (or a stuck one) */
 done:
     if (log)
         fclose(log);

@@ -763,6 +763,66 @@ def check_mpi(modelc, d, report):
     report("mpi_error_step", None if p.returncode != 0 and any("99" in s for s in lines) and
            any("rank 0 of 2" in s for s in lines) and not os.path.exists(f("z.st")) else
            "expected both ranks to stop at the step, the bad class id named, no checkpoint")
+    check_mpi_stalled(base, f, report)
+
+
+def check_mpi_stalled(base, f, report):
+    """A rank that is stopped (SIGSTOP: alive, so mpirun does not end the job) stops the others
+    within MODELRT_MPI_TIMEOUT seconds (3 here), naming the wait; before, they waited forever,
+    spinning a core (a new user's trial). A bad MODELRT_MPI_TIMEOUT is an error naming it."""
+    import signal
+    import time
+    p = subprocess.run(["mpirun", "--oversubscribe", "-x", "MODELRT_MPI_TIMEOUT", "-np", "2"] + base +
+                       ["--batch", "8", "--quiet"], capture_output=True, text=True, timeout=60,
+                       env=dict(MPIRUN_ENV, MODELRT_MPI_TIMEOUT="abc"))
+    bad_env = p.returncode != 0 and "MODELRT_MPI_TIMEOUT='abc'" in p.stderr
+    i = base.index("--epochs")
+    long_run = base[:i + 1] + ["100000"] + base[i + 2:]  # far longer than the test waits
+    q = subprocess.Popen(["mpirun", "--oversubscribe", "-x", "MODELRT_MPI_TIMEOUT", "-np", "2"] + long_run +
+                         ["--batch", "8", "--quiet", "--save", f("stall.st")],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                         env=dict(MPIRUN_ENV, MODELRT_MPI_TIMEOUT="3"))
+
+    def rank1():
+        for pid in os.listdir("/proc"):
+            try:
+                with open("/proc/%s/environ" % pid, "rb") as e:
+                    env = e.read().split(b"\0")
+            except (OSError, ValueError):
+                continue
+            if pid.isdigit() and b"OMPI_COMM_WORLD_RANK=1" in env and \
+                    any(v.startswith(b"MODELRT_MPI_TIMEOUT=3") for v in env) and int(pid) != q.pid:
+                return int(pid)
+        return None
+    pid, t_end = None, time.time() + 30
+    while pid is None and q.poll() is None and time.time() < t_end:
+        time.sleep(0.2)
+        pid = rank1()
+    why, took = None, None
+    if pid is None:
+        why = "rank 1 not found (mpirun %s)" % ("exited %d" % q.returncode if q.poll() is not None else "running")
+    else:
+        time.sleep(1.0)  # some steps first
+        os.kill(pid, signal.SIGSTOP)
+        t0 = time.time()
+        try:
+            out, err = q.communicate(timeout=60)
+            took = time.time() - t0
+            if q.returncode == 0 or "did not finish within 3 s (MODELRT_MPI_TIMEOUT" not in err:
+                why = "exit %d: %s" % (q.returncode, err.strip()[-300:])
+        except subprocess.TimeoutExpired:
+            why = "still running 60 s after rank 1 stopped"
+        for sig in (signal.SIGCONT, signal.SIGKILL):
+            try:
+                os.kill(pid, sig)
+            except OSError:
+                pass
+    if q.poll() is None:
+        q.kill()
+        q.wait()
+    print("  mpi: rank 1 stopped (SIGSTOP): every rank stopped %s; MODELRT_MPI_TIMEOUT=abc refused: %s"
+          % ("after %.1f s (timeout 3 s)" % took if took is not None else "- " + str(why), bad_env))
+    report("mpi_error_rank_stalled", why or (None if bad_env else "MODELRT_MPI_TIMEOUT=abc was not refused"))
 
 
 def train_data(d, name):
