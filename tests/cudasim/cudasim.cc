@@ -775,12 +775,21 @@ void flush(Stream *s, uint64_t upto = UINT64_MAX)
         return;
     }
     s->flushing = true;
+    // Consecutive device operations share one opening of device memory (run_op's own nests in
+    // it): opening and closing mprotect every live allocation, the most a simulated run costs.
+    // No host code runs between them; a host operation (cudaLaunchHostFunc) runs with it closed.
+    std::unique_ptr<DeviceAccess> open;
     while (s->done < upto && !s->q.empty()) {
         Op op = std::move(s->q.front());
         s->q.pop_front();
+        if (op.device && !open)
+            open.reset(new DeviceAccess);
+        else if (!op.device)
+            open.reset();
         run_op(op);
         s->done++;
     }
+    open.reset();
     s->flushing = false;
 }
 
