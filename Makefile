@@ -2,9 +2,11 @@
 #   make demo        set up, build, and run the digits example
 #   make test        set up, build, and run every test suite, each in its quick form (about 15
 #                    minutes on 2 cores); ends with "N passed, N failed"
-#   make test-full   the same with what make test leaves out to stay quick: every numeric case on
-#                    the simulated GPU and the kernels under three thread schedules (make
-#                    cudasim-full: that suite alone), nvcc on every numeric case and gradient check
+#   make test-full   the same with what make test leaves out to stay quick (tests/README.md): on
+#                    the simulated GPU every numeric case, every gradient check family, GPT-2's
+#                    training and GPU data-parallel training at batch 8, the kernels under three
+#                    thread schedules (make cudasim-full: that suite alone); nvcc on every numeric
+#                    case and gradient check
 #   make SANITIZE=1 test   the same under AddressSanitizer + UBSan
 #   make NVCC= ...   force a CPU-only build (CUDA is not required for anything CPU)
 #   make fuzz        libFuzzer harnesses (clang) for the front end, safetensors and npy,
