@@ -108,6 +108,9 @@ def main():
         if not cases:
             print("FAIL: cudasim/numeric_cover: the trace %s is empty" % sys.argv[2])
             return 1
+        if not any(i.startswith("generated ") and " of " in i for i in every):
+            print("FAIL: cudasim/numeric_cover: no generated kernel in the .cu files under %s" % sys.argv[3])
+            return 1
         if missing:
             print("FAIL: cudasim/numeric_cover: no case of %s launches %s (add a case that does: "
                   "numeric_cover.py suggest)" % (sys.argv[4], "; ".join(missing)))

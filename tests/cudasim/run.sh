@@ -236,6 +236,7 @@ if [ $rc -ne 0 ]; then
         echo "FAIL: cudasim/numeric: exit status $rc: $(tail -n3 "$work/numeric.err" | tr '\n' ' ')"
 fi
 if [ "$full" = 1 ]; then # each case's generated kernels, for their variants (element type, faults, rank)
+    mkdir -p "$work/emit"
     for m in tests/numeric/cases/*.model; do
         c="$(basename "$m" .model)"
         "$sim/bin/modelc" "$m" --emit-c -o "$work/emit/$c" --max-batch 4 --max-dim seq=16 >/dev/null 2>&1 ||
