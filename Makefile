@@ -1,6 +1,12 @@
 # modelc — build, demo, test, bench.
 #   make demo        set up, build, and run the digits example
-#   make test        set up, build, and run every test; ends with "N passed, N failed"
+#   make test        set up, build, and run every test suite, each in its quick form (about 15
+#                    minutes on 2 cores); ends with "N passed, N failed"
+#   make test-full   the same with what make test leaves out to stay quick (tests/README.md): on
+#                    the simulated GPU every numeric case, every gradient check family, GPT-2's
+#                    training and GPU data-parallel training at batch 8, the kernels under three
+#                    thread schedules (make cudasim-full: that suite alone); nvcc on every numeric
+#                    case and gradient check
 #   make SANITIZE=1 test   the same under AddressSanitizer + UBSan
 #   make NVCC= ...   force a CPU-only build (CUDA is not required for anything CPU)
 #   make fuzz        libFuzzer harnesses (clang) for the front end, safetensors and npy,
@@ -122,7 +128,7 @@ $(MODELC): $(C_OBJ) $(RT_LIB) $(RT_INC)
 	@$@ --list-ops > /dev/null || { rm -f $@; echo "the op table (compiler/ops.def) is inconsistent: see above"; exit 1; }
 
 # ---------------------------------------------------------------- top-level targets
-.PHONY: all setup demo test test-all bench install clean FORCE
+.PHONY: all setup demo test test-full test-all bench install clean FORCE
 all: $(MODELC) $(RT_LIB) $(RT_INC)
 
 # Installs missing system and Python packages once (tools/setup.sh is idempotent).
@@ -137,6 +143,8 @@ demo: all
 
 test: all   # make test SUITE=lit (or numeric,plan ...): only those suites
 	B=$(B) PYTHON=$(PYTHON) SUITE=$(SUITE) bash tests/run_tests.sh
+test-full: all   # make test-full SUITE=...: those suites in full
+	B=$(B) PYTHON=$(PYTHON) SUITE=$(SUITE) FULL=1 bash tests/run_tests.sh
 
 install: all
 	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/lib/pkgconfig $(DESTDIR)$(PREFIX)/include/modelc

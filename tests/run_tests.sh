@@ -5,8 +5,10 @@
 #   bash tests/run_tests.sh                  every suite
 #   SUITE=lit bash tests/run_tests.sh        one suite (make test SUITE=lit)
 #   SUITE=numeric,plan bash tests/run_tests.sh   a comma list
-# Environment: SUITE (default all), B (build dir, default build), PYTHON (default python3),
-# MODELC_CFLAGS.
+#   FULL=1 bash tests/run_tests.sh           every suite with what make test leaves out to stay
+#                                            quick (make test-full; see tests/README.md)
+# Environment: SUITE (default all), FULL (default 0), B (build dir, default build), PYTHON
+# (default python3), MODELC_CFLAGS.
 set -u
 cd "$(dirname "$0")/.."
 SUITES="lit runtime numeric plan cudasim train dp digits embed install resnet18 gpt2 minilm zoo bench onnx"
@@ -29,6 +31,17 @@ fi
 B=${B:-build}
 PYTHON=${PYTHON:-python3}
 export B PYTHON
+# FULL=1 (make test-full): the cudasim suite in full (CUDASIM_FULL: every numeric case on the
+# simulated GPU, the kernels under three thread schedules), and nvcc on every numeric case and
+# gradient check (make test: every 4th; the others are built with --no-cuda, since their CPU
+# path is what runs, and the cudasim suite compiles their .cu as C++ for the simulator)
+FULL=${FULL:-0}
+if [ "$FULL" = 1 ]; then
+    export CUDASIM_FULL=1
+    CUDA_EVERY=1
+else
+    CUDA_EVERY=4
+fi
 # The suites run two programs at a time on a 2-core machine: OpenMP threads that spin while they
 # wait (libgomp's default) then steal each other's cores, so here they sleep. Results do not
 # depend on it (nor on the thread count: the threads tests check that).
@@ -99,10 +112,10 @@ lit_suite() {
 suite lit lit_suite
 suite runtime bash tests/runtime/run.sh
 suite cudasim bash tests/cudasim/run.sh
-suite numeric "$PYTHON" tests/numeric/run.py
+suite numeric "$PYTHON" tests/numeric/run.py --cuda-every $CUDA_EVERY
 # train: the gradient checks run beside the rest (each script runs one program at a time; the
 # machine has 2 cores), their lines printed after it
-suite train bash -c 'g=$(mktemp); "$PYTHON" tests/train/gradcheck.py >"$g" 2>&1 & gp=$!
+suite train bash -c 'g=$(mktemp); "$PYTHON" tests/train/gradcheck.py --cuda-every '$CUDA_EVERY' >"$g" 2>&1 & gp=$!
     "$PYTHON" tests/train/run.py && "$PYTHON" tests/train/dropout.py && \
     make -s -C examples/digits train MODELC="$MODELC" B="$PWD/$B" PYTHON="$PYTHON"; rc=$?
     wait $gp; grc=$?; cat "$g"; rm -f "$g"; [ $rc -eq 0 ] && [ $grc -eq 0 ]'

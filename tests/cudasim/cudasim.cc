@@ -16,6 +16,7 @@
 #include "cudasim.h" /* not cuda_runtime.h: its threadIdx macros would rename cudasim_ids's fields */
 
 #include <errno.h>
+#include <fcntl.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -81,6 +82,20 @@ std::vector<long long> g_sample;    // run only these linear blocks (negative: f
 // CUDASIM_CAPTURE_FAIL=op:N: the N-th operation queued on a capturing stream fails; =end[:N]: the
 // N-th cudaStreamEndCapture (default every one). 0: none.
 long g_capfail_op = 0, g_capfail_op_seen = 0, g_capfail_end = 0, g_capfail_end_seen = 0;
+// CUDASIM_TRACE=FILE: one line per kernel launch ("PROGRAM kernel NAME") and library call
+// ("PROGRAM library WHAT") appended to FILE, for choosing test subsets that still launch every
+// kernel (tests/cudasim/numeric_quick.py). -1: off.
+int g_trace_fd = -1;
+
+void trace(const char *kind, const char *name)
+{
+    if (g_trace_fd < 0)
+        return;
+    char line[512];
+    int n = snprintf(line, sizeof line, "%s %s %s\n", program_invocation_short_name, kind, name);
+    if (n > 0)
+        (void)!write(g_trace_fd, line, (size_t)n < sizeof line ? (size_t)n : sizeof line - 1);
+}
 
 thread_local int t_dev = 0;
 thread_local cudaError_t t_err = cudaSuccess;
@@ -155,6 +170,9 @@ void init_once()
             return;
         }
     }
+    const char *tr = getenv("CUDASIM_TRACE");
+    if (tr && *tr)
+        g_trace_fd = open(tr, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
     const char *sample = getenv("CUDASIM_SAMPLE_BLOCKS");
     if (sample && *sample) { // NAME:B,B,...; B a linear block index, -1 the last block
         const char *colon = strrchr(sample, ':');
@@ -757,12 +775,21 @@ void flush(Stream *s, uint64_t upto = UINT64_MAX)
         return;
     }
     s->flushing = true;
+    // Consecutive device operations share one opening of device memory (run_op's own nests in
+    // it): opening and closing mprotect every live allocation, the most a simulated run costs.
+    // No host code runs between them; a host operation (cudaLaunchHostFunc) runs with it closed.
+    std::unique_ptr<DeviceAccess> open;
     while (s->done < upto && !s->q.empty()) {
         Op op = std::move(s->q.front());
         s->q.pop_front();
+        if (op.device && !open)
+            open.reset(new DeviceAccess);
+        else if (!op.device)
+            open.reset();
         run_op(op);
         s->done++;
     }
+    open.reset();
     s->flushing = false;
 }
 
@@ -2388,6 +2415,7 @@ CUDASIM_EXPORT void cudasim_launch_kernel(const char *name, const void *func, di
     L->shared_hi = shared_hi;
     enqueue(s, Op{std::string("kernel ") + name, [L] { execute(L.get()); }, true});
     g_counts.launches++;
+    trace("kernel", name);
 }
 
 CUDASIM_EXPORT int cudasim_barrier(int kind, int pred, const char *file, int line)
@@ -2534,6 +2562,7 @@ CUDASIM_EXPORT cudaError_t cudasim_enqueue(cudaStream_t stream, const char *what
     });
     enqueue(s, Op{what, [run, owner] { run(owner.get()); }, true});
     g_counts.library_calls++;
+    trace("library", what);
     return cudaSuccess;
 }
 

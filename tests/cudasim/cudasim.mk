@@ -63,7 +63,12 @@ $(SIM_LIBDIR)/libmodelrt.a: $(SIM_RT_LIB)
 	@mkdir -p $(dir $@)
 	cp $< $@
 
-.PHONY: cudasim
+# make cudasim-full: the cudasim suite with what make test leaves out (CUDASIM_FULL=1, see
+# tests/cudasim/run.sh): every numeric case on the simulated GPU, and the kernel checks under the
+# reverse and random thread schedules too.
+.PHONY: cudasim cudasim-full
+cudasim-full: all
+	B=$(B) PYTHON=$(PYTHON) SUITE=cudasim FULL=1 bash tests/run_tests.sh
 cudasim: $(SIM_RT_LIB) $(SIM)/libmodelrt-sim.libs $(SIM_LIBDIR)/libcudasim.so $(SIM_LIBDIR)/libcublas.so.13 \
          $(SIM_LIBDIR)/libcublasLt.so.13 $(SIM_LIBDIR)/libnccl.so.2 $(SIM)/bin/modelc $(RT_PUB:runtime/%=$(SIM)/include/modelc/%) \
          $(SIM_LIBDIR)/libmodelrt.a

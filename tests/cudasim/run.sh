@@ -3,16 +3,16 @@
 #   1. the simulator's own tests (test_cudasim.cu): what a GPU runs, and what it rejects;
 #   2. tests/runtime/cuda_check.c against the runtime built for the simulator (make cudasim):
 #      every runtime CUDA kernel and the cuBLAS/cuBLASLt GEMMs against the CPU references, with
-#      the threads of a block scheduled lowest first, then again highest first and at random,
-#      then on cuda:1 of two GPUs (MRT_CHECK_DEVICE); and field case B12 sampled: softmax over
+#      the threads of a block scheduled lowest first (with CUDASIM_FULL=1 again highest first and
+#      at random), then on cuda:1 of two GPUs (MRT_CHECK_DEVICE); and field case B12 sampled: softmax over
 #      [131073, 16384] (more than 2^31 elements, 17 GB allocated, never touched) with only the
 #      blocks of rows 0, 1, 131071 and 131072 (at element 2^31) run (CUDASIM_SAMPLE_BLOCKS), and
 #      the kernel modelc generates for y = x + 1 over 2^31 + 64 f16 elements, sampled alike;
 #   3. the runtime's unit tests (tests/runtime/test_runtime.c) with two simulated GPUs, so that
 #      the CUDA half of the device API (rt_cuda.c) runs where the ordinary suite has no GPU;
-#   4. every tests/numeric case compiled by $B/cudasim/bin/modelc (NAME.cu by the host C++
-#      compiler) and run with --device cuda against the reference interpreter, and a few of
-#      them with --device cuda:1 of two GPUs;
+#   4. the tests/numeric cases of numeric_quick.txt (with CUDASIM_FULL=1 every case) compiled
+#      by $B/cudasim/bin/modelc (NAME.cu by the host C++ compiler) and run with --device cuda
+#      against the reference interpreter, and a few of them with --device cuda:1 of two GPUs;
 #   5. generated models run on the simulated GPUs against their own CPU run (|gpu - cpu| <=
 #      1e-5 (1 + |cpu|)): examples/digits (and its launch, copy and host synchronization counts
 #      per run, from --time, with CUDA graphs and without), the CUDA graphs of a generated run()
@@ -32,12 +32,17 @@
 # and no nvcc: only the host C and C++ compilers.
 #
 #   B      build directory (default: build); the simulator builds into $B/cudasim
+#   CUDASIM_FULL=1 (make cudasim-full): what make test leaves out to stay quick: section 2's
+#          checks again with the threads of a block run highest first and at random
+#          (CUDASIM_SCHEDULE), every numeric case in section 4 (make test: numeric_quick.txt's,
+#          which launch every kernel the whole set does; the full run checks that they still do)
 #   CC     C compiler (default: cc); CXX: C++ compiler (default: g++)
 set -u
 cd "$(dirname "$0")/../.."
 B="${B:-build}"
 CC="${CC:-cc}"
 CXX="${CXX:-g++}"
+full="${CUDASIM_FULL:-0}"
 
 work="$(mktemp -d "${TMPDIR:-/tmp}/cudasim-tests.XXXXXX")"
 trap 'rm -rf "$work"' EXIT
@@ -110,7 +115,11 @@ else
         echo "FAIL: cudasim/kernels_no_peer: CUDASIM_PEER=0: exit status $rc:" \
              "$(grep -m1 '^\(FAIL\|SKIP\):' <<<"$out" || tail -n2 "$work/cuda_check.err" | tr '\n' ' ')"
     fi
-    for sched in reverse random:1; do # other interleavings show other races
+    # other interleavings show other races; make test keeps the lowest-first order above (the
+    # kernels' __syncthreads and shared memory are checked under it), make cudasim-full adds these
+    scheds=""
+    [ "$full" = 1 ] && scheds="reverse random:1"
+    for sched in $scheds; do
         out="$(CUDASIM_DEVICES=2:16384:9.0 CUDASIM_SCHEDULE=$sched timeout 300 "$work/cuda_check" \
                2>"$work/cuda_check.err")"
         rc=$?
@@ -205,15 +214,36 @@ else
 fi
 
 # ---------------------------------------------------------------- 4. the numeric cases
+# make test: the cases of tests/cudasim/numeric_quick.txt, which launch every runtime kernel,
+# library call and kind of generated kernel that the whole set launches (tests/numeric runs every
+# case on the CPU); make cudasim-full: every case, traced (CUDASIM_TRACE), then the check that
+# the quick list still launches all that the whole set did (numeric_cover.py check).
 PY="${PYTHON:-python3}"
-out="$(CUDASIM_DEVICES=2:16384:9.0 MODELC="$sim/bin/modelc" timeout 1200 "$PY" tests/numeric/run.py \
-       --device cuda 2>"$work/numeric.err")"
+if [ "$full" = 1 ]; then
+    numeric_sel=()
+    trace=(CUDASIM_TRACE="$work/numeric.trace")
+else
+    numeric_sel=(--cases tests/cudasim/numeric_quick.txt)
+    trace=()
+fi
+out="$(env CUDASIM_DEVICES=2:16384:9.0 MODELC="$sim/bin/modelc" "${trace[@]}" timeout 1200 "$PY" tests/numeric/run.py \
+       --device cuda "${numeric_sel[@]}" 2>"$work/numeric.err")"
 rc=$?
 sed -n 's#^\(PASS\|FAIL\|SKIP\): numeric/#\1: cudasim/numeric/#p' <<<"$out"
 if [ $rc -ne 0 ]; then
     failed=1
     grep -q '^FAIL:' <<<"$out" ||
         echo "FAIL: cudasim/numeric: exit status $rc: $(tail -n3 "$work/numeric.err" | tr '\n' ' ')"
+fi
+if [ "$full" = 1 ]; then # each case's generated kernels, for their variants (element type, faults, rank)
+    mkdir -p "$work/emit"
+    for m in tests/numeric/cases/*.model; do
+        c="$(basename "$m" .model)"
+        "$sim/bin/modelc" "$m" --emit-c -o "$work/emit/$c" --max-batch 4 --max-dim seq=16 >/dev/null 2>&1 ||
+            "$sim/bin/modelc" "$m" --emit-c -o "$work/emit/$c" --max-batch 4 >/dev/null 2>&1
+    done
+    "$PY" tests/cudasim/numeric_cover.py check "$work/numeric.trace" "$work/emit" tests/cudasim/numeric_quick.txt ||
+        failed=1
 fi
 # a few of them on cuda:1 of two GPUs: GEMM with an epilogue, convolution, attention, softmax,
 # half-precision library calls, layer norm, and a device-side range check
@@ -238,11 +268,17 @@ model_check() {
     local envs=()
     while [ $# -gt 0 ] && [ "$1" != -- ]; do envs+=("$1"); shift; done
     shift
-    local d="$work/model_$name" io=() o
+    local d="$work/model_$name" io=() o built
     mkdir -p "$d"
-    if ! "$sim/bin/modelc" "$model" -o "$d/prog" --max-batch 4 >"$d/log" 2>&1; then
+    # one build per model: the checks of the same model on other devices share it
+    built="$work/built_$(printf '%s' "$model" | tr -c 'A-Za-z0-9_' _)"
+    if [ -x "$built" ]; then
+        ln "$built" "$d/prog"
+    elif ! "$sim/bin/modelc" "$model" -o "$d/prog" --max-batch 4 >"$d/log" 2>&1; then
         fail_log "model/$name" "modelc failed" "$d/log"
         return
+    else
+        ln "$d/prog" "$built"
     fi
     for o in $inputs; do io+=(--input "$o"); done
     for o in $outputs; do io+=(--output "$o=$d/cpu_$o.npy"); done
@@ -582,8 +618,10 @@ done
 # bit for bit as the shard alone, and the device-list errors; data-parallel training through the
 # NCCL stand-in (two GPUs in one process, two torchrun processes, two mpirun ranks) against one GPU
 # and the CPU, NCCL's errors, and the gradient buckets queued while the backward pass goes on.
+dp_quick=(--quick) # make test: GPU training at batch 8 (even shards) left out; batches 7 and 3 kept
+[ "$full" = 1 ] && dp_quick=()
 out="$(CUDASIM_DEVICES=2:16384:9.0 MODELC="$sim/bin/modelc" timeout 600 "$PY" tests/dp/run.py --device-kind cuda \
-       2>"$work/dp.err")"
+       "${dp_quick[@]}" 2>"$work/dp.err")"
 rc=$?
 grep '^\(PASS\|FAIL\|SKIP\): ' <<<"$out"
 if [ $rc -ne 0 ]; then
@@ -593,7 +631,11 @@ fi
 # Training on the simulated GPU: every tests/train model step for step against PyTorch (the
 # backward and optimizer kernels, the multi-tensor step), the resume and divergence checks, and
 # the gradients against finite differences.
-# gradcheck: a case per backward kernel family (the CPU suite runs them all)
+# gradcheck: a case per backward kernel family (the CPU suite runs them all). make test keeps the
+# gradient checks that launch what the models here do not (cumsum, interpolation, argmax and the
+# ties rules), and the MLPs and the CNN; GPT-2's kernels run in dropout.py's devices check below
+# (GPT-2 trained on the simulated GPU against the CPU) and in the gradient checks of
+# layer_norm, embedding and attention. make cudasim-full: every family below, and GPT-2 too.
 sim_train() { # NAME ARGS...: tests/train/NAME.py on the simulated GPU
     local t=$1 out rc
     shift
@@ -609,23 +651,32 @@ sim_train() { # NAME ARGS...: tests/train/NAME.py on the simulated GPU
 }
 # the gradient checks beside the models (each runs one program at a time; the machine has 2 cores):
 # their lines after the models' (a FAIL line among them fails the suite, see its end)
-sim_train gradcheck -k conv2d -k depthwise -k max_pool2d -k avg_pool2d -k adaptive -k batch_norm -k layer_norm \
-    -k embedding -k gather -k attention -k ties -k softmax -k concat_cumsum -k conv_transpose2d_dilated \
-    -k interpolate_nearest_scale -k interpolate_bilinear_align -k concat_batch -k cumsum_batch -k matmul_broadcast -k slice_batch \
-    >"$work/sim_gradcheck.out" &
+if [ "$full" = 1 ]; then
+    gradcheck_k=(-k conv2d -k depthwise -k max_pool2d -k avg_pool2d -k adaptive -k batch_norm -k layer_norm
+        -k embedding -k gather -k attention -k ties -k softmax -k concat_cumsum -k conv_transpose2d_dilated
+        -k interpolate_nearest_scale -k interpolate_bilinear_align -k concat_batch -k cumsum_batch -k matmul_broadcast
+        -k slice_batch)
+    train_k=(-k mlp -k cnn -k gpt2)
+else
+    gradcheck_k=(-k layer_norm -k embedding -k attention -k ties -k concat_cumsum -k interpolate_nearest_scale
+        -k interpolate_bilinear_align)
+    train_k=(-k mlp -k cnn)
+fi
+sim_train gradcheck "${gradcheck_k[@]}" >"$work/sim_gradcheck.out" &
 gradcheck_pid=$!
-sim_train run -k mlp -k cnn -k gpt2   # the models step for step (resume, eval and the C API: the CPU suite)
+sim_train run "${train_k[@]}"   # the models step for step (resume, eval and the C API: the CPU suite)
 wait $gradcheck_pid
 cat "$work/sim_gradcheck.out"
-# ResNet-18 at batch 1 replayed as a CUDA graph (the binary section 6 built, --repeat 3 after its
-# eager and capturing warm-ups): one graph launch, no kernel launch or library call of its own,
-# and still no host synchronization before the end of the run.
+# ResNet-18 at batch 1 replayed as a CUDA graph (the binary section 6 built, --repeat 2 after its
+# eager and capturing warm-ups, the fewest that replay twice; each run simulates the whole network):
+# one graph launch, no kernel launch or library call of its own, and still no host
+# synchronization before the end of the run.
 prog="$work/examples/resnet18/resnet18"
 want="0 kernel launches, 0 library calls, 1 graph launches, 2 copies, 2 host synchronizations"
 if [ -x "$prog" ]; then
     got="$(CUDASIM_DEVICES=1 "$prog" --weights "$work/examples/resnet18/resnet18.safetensors" \
            --input x="$work/examples/resnet18/x_b1.npy" --output logits="$work/resnet18_graph.npy" --device cuda \
-           --time --repeat 3 2>&1 >/dev/null | sed -n 's/^time: simulated CUDA per run: //p')"
+           --time --repeat 2 2>&1 >/dev/null | sed -n 's/^time: simulated CUDA per run: //p')"
     if [ "$got" = "$want" ] && cmp -s "$work/resnet18_graph.npy" "$work/examples/resnet18/logits_b1.npy"; then
         echo "PASS: cudasim/example/resnet18/graph_replay (per run: $got; logits bit-identical to the eager run's)"
     else

@@ -28,6 +28,7 @@ at index ...`; exit status 1 if any failed.
 
 Usage: python3 tests/numeric/run.py [-k SUBSTR ...] [-j N] [--device D] [--keep] [-v]
                                     [--ref-only] [--no-repeat] [--no-inprocess] [--vs-cpu]
+                                    [--cuda-every K] [--cases FILE]
 Environment: MODELC (default build/bin/modelc), MODELC_FLAGS (extra compiler flags, e.g.
 --no-fuse to switch a pass off), MODELC_HOME (include/ and lib/ of the runtime; default: next to
 modelc), CC and MODELC_CFLAGS (for run_aba.c, as modelc uses them), NUMERIC_TIMEOUT (seconds per
@@ -438,7 +439,7 @@ class Runner:
             cmd = [modelc, self.model_path, "-o", prog]
             if self.max_batch is not None:
                 cmd += ["--max-batch", str(self.max_batch)]
-            cmd += self.flags()
+            cmd += self.exe_flags()
             p = run_cmd(cmd, "compile")
             if p.returncode != 0 or not os.path.exists(prog):
                 raise CaseFail("compile failed (exit %d): %s" % (p.returncode, last_lines(p.stderr + p.stdout)))
@@ -507,6 +508,12 @@ class Runner:
             if len(self.model.sym_names) > 1 else []
         return md + shlex.split(os.environ.get("MODELC_FLAGS", "")) + (shlex.split(f) if isinstance(f, str) else list(f))
 
+    def exe_flags(self):
+        """flags() for building an executable: with --cuda-every K on the CPU, the cases left out
+        are built without their CUDA half (nvcc is most of a case's compile time, and the CPU path
+        is what runs; the cudasim suite compiles and runs every case's .cu)."""
+        return self.flags() + ([] if self.name in self.opts.nvcc_cases else ["--no-cuda"])
+
     def expect_error(self, d, prog):
         """The A inputs must make the executable fail cleanly (exit 1, the message in stderr)."""
         want = self.spec["expect_error"]
@@ -539,7 +546,7 @@ class Runner:
         cmd = [self.opts.modelc, path, "-o", prog]
         if self.max_batch is not None:
             cmd += ["--max-batch", str(self.max_batch)]
-        cmd += self.flags()
+        cmd += self.exe_flags()
         p = run_cmd(cmd, "compile (same_as %s)" % other)
         if p.returncode != 0 or not os.path.exists(prog):
             raise CaseFail("compile of same_as %s failed (exit %d): %s"
@@ -678,10 +685,26 @@ def main():
                     help="skip the in-process A, B, A run (tests/numeric/run_aba.c)")
     ap.add_argument("--vs-cpu", action="store_true",
                     help="also run each executable on the CPU and compare with the --device run")
+    ap.add_argument("--cases", metavar="FILE",
+                    help="run only the cases named in FILE (a name per line, '+ NAME' too; '#' starts a comment)")
+    ap.add_argument("--cuda-every", type=int, default=1, metavar="K",
+                    help="on the CPU, nvcc compiles the .cu of every K-th case (in name order), the others are "
+                         "built with --no-cuda (make test: 4; default 1: every case)")
     ap.add_argument("-v", "--verbose", action="store_true")
     opts = ap.parse_args()
     opts.modelc = harness.modelc_path()
     names = sorted(f[:-6] for f in os.listdir(CASES) if f.endswith(".model"))
+    on_cpu = (opts.device or "cpu").startswith("cpu")
+    opts.nvcc_cases = set(names[::opts.cuda_every] if on_cpu and opts.cuda_every > 1 else names)
+    if opts.cases:
+        with open(opts.cases) as f:
+            listed = [ln.split("#", 1)[0].strip().lstrip("+").strip() for ln in f]
+        listed = [n for n in listed if n]
+        unknown = sorted(set(listed) - set(names))
+        if unknown:
+            print("FAIL: numeric/cases: %s names no case: %s" % (opts.cases, ", ".join(unknown)))
+            return 1
+        names = [n for n in names if n in listed]
     if opts.k:
         names = [n for n in names if any(k in n for k in opts.k)]
     if not opts.ref_only and harness.compiler_missing(opts.modelc, ["numeric/" + n for n in names]):

@@ -3,7 +3,7 @@
 of the NumPy reference interpreter in float64, and against PyTorch autograd's gradient of the same
 case (expected_autograd.safetensors, which autograd_ref.py made with torch; committed).
 
-    python3 tests/train/gradcheck.py [-k NAME]      (MODELC: the compiler)
+    python3 tests/train/gradcheck.py [-k NAME] [--cuda-every K]     (MODELC: the compiler)
 
 Each case is a small model whose scalar loss is sum(f(params, x) * r) over every axis (r a random
 input, so that every element of f's result matters). modelc's gradient is read off one step of
@@ -313,13 +313,24 @@ def model_text(name, train):
     return "model gc_%s {\n  %s\n}\n" % (name, "\n".join(lines))
 
 
+# the cases whose training build includes its CUDA half (--cuda-every)
+NVCC_CASES = set()
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("-k", action="append", default=[])
+    ap.add_argument("--cuda-every", type=int, default=1, metavar="K",
+                    help="on the CPU (TRAIN_DEVICE unset or cpu), nvcc compiles the .cu of every K-th case, the "
+                         "others are built with --no-cuda: nvcc is most of a build's time and the CPU path is what "
+                         "runs (make test: 4; default 1: every case)")
     a = ap.parse_args()
     modelc = os.environ.get("MODELC", os.path.join(ROOT, "build", "bin", "modelc"))
     fails = 0
-    for name in list(CASES) + list(TIES) + list(EXACT):
+    names = list(CASES) + list(TIES) + list(EXACT)
+    on_cpu = os.environ.get("TRAIN_DEVICE", "cpu").startswith("cpu")
+    NVCC_CASES.update(names[::a.cuda_every] if on_cpu and a.cuda_every > 1 else names)
+    for name in names:
         if a.k and not any(k in name for k in a.k):
             continue
         why = check(name, modelc) if name in CASES else check_ties(name, modelc) if name in TIES else \
@@ -351,8 +362,9 @@ def sgd_gradient(name, modelc, w0, data, text=None):
         src = os.path.join(d, "m.model")
         with open(src, "w") as fh:
             fh.write(text or model_text(name, True))
-        prog = os.path.join(d, "m")
-        p = subprocess.run([modelc, src, "--train", "--max-batch", str(B), "-o", prog], capture_output=True, text=True)
+        prog = os.path.join(d, "gc_" + name)  # named after the case (CUDASIM_TRACE lines name the program)
+        p = subprocess.run([modelc, src, "--train", "--max-batch", str(B), "-o", prog] +
+                           ([] if name in NVCC_CASES else ["--no-cuda"]), capture_output=True, text=True)
         if p.returncode:
             return "modelc --train failed: " + (p.stderr or p.stdout).strip()[-500:]
         safetensors_np.write(os.path.join(d, "w0.safetensors"), w0)

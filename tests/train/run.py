@@ -52,6 +52,13 @@ NULL_GRAD = {"gpt2_adamw": [(re.compile(r"h\.\d+\.attn\.c_attn\.bias$"), slice(3
 ILL_COND = {"gpt2_adamw": (re.compile(r"h\.\d+\.attn\.c_attn\.weight$"), (slice(None), slice(0, 64)))}
 
 
+def again():
+    """Extra flags for another build of a model that check() builds too: on the CPU, without its
+    CUDA half (check() has compiled that .cu with nvcc; nvcc is most of a build's time and the CPU
+    path is what runs here). On a GPU (TRAIN_DEVICE=cuda) the same build as check()'s."""
+    return ["--no-cuda"] if os.environ.get("TRAIN_DEVICE", "cpu").startswith("cpu") else []
+
+
 def check(name, modelc, d):
     prog = os.path.join(d, name)
     p = subprocess.run([modelc, os.path.join(HERE, name + ".model"), "--train", "--max-batch", "8", "-o", prog],
@@ -148,7 +155,7 @@ def check_resume(modelc, d):
     and keeps the last checkpoint."""
     name = "mlp_sched"
     prog = os.path.join(d, name)
-    p = subprocess.run([modelc, os.path.join(HERE, name + ".model"), "--train", "--max-batch", "8", "-o", prog],
+    p = subprocess.run([modelc, os.path.join(HERE, name + ".model"), "--train", "--max-batch", "8", "-o", prog] + again(),
                        capture_output=True, text=True)
     if p.returncode:
         return "modelc --train failed: " + (p.stderr or p.stdout).strip()[-400:]
@@ -188,10 +195,10 @@ def check_resume(modelc, d):
     other = f("other.model")
     with open(os.path.join(HERE, name + ".model")) as src, open(other, "w") as dst:
         dst.write(src.read().replace("optimizer adamw(lr=0.02", "optimizer adam(lr=0.02"))
-    p = subprocess.run([modelc, other, "--train", "--max-batch", "8", "-o", f("other")], capture_output=True, text=True)
+    p = subprocess.run([modelc, other, "--train", "--max-batch", "8", "-o", f("other")] + again(), capture_output=True, text=True)
     if p.returncode:
         return "modelc --train of the adam variant failed: " + p.stderr.strip()[-300:]
-    subprocess.run([modelc, os.path.join(HERE, "mlp_adamw.model"), "--train", "--max-batch", "8", "-o", f("mlp_adamw_prog")],
+    subprocess.run([modelc, os.path.join(HERE, "mlp_adamw.model"), "--train", "--max-batch", "8", "-o", f("mlp_adamw_prog")] + again(),
                    check=True, capture_output=True)
     p = _train(f("mlp_adamw_prog"), d, "mlp_adamw", "--weights", f("mlp_adamw.init.safetensors"), "--steps", "2",
                "--save", f("o.st"), "--save-state", f("os.st"))
@@ -221,7 +228,7 @@ def check_resume(modelc, d):
             bad.append("%s: expected exit 1 and '%s'" % (what, want))
     # SGD at a learning rate that diverges: stopped at the first inf loss, the checkpoint of two
     # steps before kept, holding finite weights and its step
-    subprocess.run([modelc, os.path.join(HERE, "mlp_sgd.model"), "--train", "--max-batch", "8", "-o", f("sgd")],
+    subprocess.run([modelc, os.path.join(HERE, "mlp_sgd.model"), "--train", "--max-batch", "8", "-o", f("sgd")] + again(),
                    check=True, capture_output=True)
     p = _train(f("sgd"), d, "mlp_sgd", "--weights", f("mlp_sgd.init.safetensors"), "--epochs", "50", "--lr", "50",
                "--save-every", "2", "--save", f("c.st"), "--save-state", f("cs.st"))
@@ -264,7 +271,7 @@ def check_embed(modelc, d):
         if "before load_weights" in line:
             print("  embed: " + line)
     print("  embed: " + p.stdout.strip().splitlines()[-1])
-    subprocess.run([modelc, os.path.join(HERE, name + ".model"), "--train", "--max-batch", "8", "-o", f("prog")],
+    subprocess.run([modelc, os.path.join(HERE, name + ".model"), "--train", "--max-batch", "8", "-o", f("prog")] + again(),
                    check=True, capture_output=True)
     q = _train(f("prog"), d, name, "--weights", f(name + ".init.safetensors"), "--epochs", "2", "--save", f("c.st"),
                "--device", "cpu")  # the C program is built for the CPU: so is the comparison
@@ -298,7 +305,7 @@ def check_eval(modelc, d):
     weights of that moment; checked against NumPy's cross_entropy of the saved weights."""
     name = "mlp_adamw"
     prog = os.path.join(d, name)
-    subprocess.run([modelc, os.path.join(HERE, name + ".model"), "--train", "--max-batch", "8", "-o", prog],
+    subprocess.run([modelc, os.path.join(HERE, name + ".model"), "--train", "--max-batch", "8", "-o", prog] + again(),
                    check=True, capture_output=True)
     subprocess.run([sys.executable, os.path.join(HERE, "make_data.py"), d, name], check=True)
     f = lambda s: os.path.join(d, s)  # noqa: E731
@@ -415,7 +422,7 @@ def check_cli(modelc, d):
     names the train subcommand."""
     name = "mlp_adamw"
     prog = os.path.join(d, name)
-    subprocess.run([modelc, os.path.join(HERE, name + ".model"), "--train", "--max-batch", "8", "-o", prog],
+    subprocess.run([modelc, os.path.join(HERE, name + ".model"), "--train", "--max-batch", "8", "-o", prog] + again(),
                    check=True, capture_output=True)
     subprocess.run([sys.executable, os.path.join(HERE, "make_data.py"), d, name], check=True)
     f = lambda s: os.path.join(d, s)  # noqa: E731
