@@ -1,6 +1,6 @@
 /*
  * kprint.c — printing kernels as C, shared by both emitters: C types and sizes, identifiers,
- * the fused scalar expression (NAME_expr, MRT_HD so the CPU loop and the CUDA kernel compile
+ * the fused scalar expression (NAME_expr, MRT_HD_INLINE so the CPU loop and the CUDA kernel compile
  * the very same text), the loop nest of a fused elementwise kernel and its index expressions.
  * emit_c.c and emit_cuda.c call into this file; it calls neither, and touches no file.
  */
@@ -204,7 +204,7 @@ char *kernel_what(const Graph *g, const Kernel *k, const char *kind) {
 }
 
 void emit_expr_function(FILE *o, const Kernel *k, const char *fname, bool comments) {
-    fprintf(o, "MRT_HD %s %s_expr(", c_type(k->root->dtype), fname);
+    fprintf(o, "MRT_HD_INLINE %s %s_expr(", c_type(k->root->dtype), fname);
     for (int i = 0; i < k->nleaves; i++) fprintf(o, "%s%s a%d", i ? ", " : "", c_type(k->leaves[i].node->dtype), i);
     if (kernel_may_fault(k)) fprintf(o, "%sint *mrt_fault", k->nleaves ? ", " : "");
     else if (!k->nleaves) fprintf(o, "void");

@@ -40,6 +40,15 @@
 #else
 #define MRT_HD static inline
 #endif
+/* What the elementwise loops call (mrt_tanhf, mrt_erff and their gelus, and each fused kernel's
+ * generated NAME_kN_expr): always inlined, since GCC leaves a call where the callee grew large (an
+ * expr with mrt_erff inlined: ConvNeXt's GEMM epilogue ran per element, slower than libm's erff)
+ * or a loop uses several, and a call stops the vectorizer. */
+#ifdef __CUDACC__
+#define MRT_HD_INLINE MRT_HD
+#else
+#define MRT_HD_INLINE static inline __attribute__((always_inline))
+#endif
 
 MRT_HD float mrt_relu(float x) { return x < 0.0f ? 0.0f : x; }
 MRT_HD float mrt_sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
@@ -154,35 +163,65 @@ MRT_HD float mrt_i64_to_f32_odd(int64_t v) {
     float f = (float)u * mrt_f32_from_bits((127u + sh) << 23); /* exact: a power of two */
     return v < 0 ? -f : f;
 }
+/* e^y in float for |y| < 87 (no overflow, underflow or NaN handling: the callers clamp), as
+ * 2^n e^r: Cody-Waite reduction (|r| <= ln2/2, ln2 = hi + lo with n*hi exact), Taylor to r^7;
+ * branch-free, so that the loops of mrt_tanhf and mrt_erff vectorize. */
+MRT_HD_INLINE float mrt_exp_reduced(float y) {
+    float nf = (y * 1.44269504088896341f + 12582912.0f) - 12582912.0f; /* rint(y / ln2), |y| < 2^22 */
+    float r = (y - nf * 0.693145751953125f) - nf * 1.428606765330187e-06f;
+    float p = 1.0f + r * (1.0f + r * (0.5f + r * (1.0f / 6 + r * (1.0f / 24 + r * (1.0f / 120 + r * (1.0f / 720 +
+              r * (1.0f / 5040)))))));
+    return p * mrt_f32_from_bits((uint32_t)((int32_t)nf + 127) << 23);
+}
 /* tanh(x) in float, branch-free so that a loop of it vectorizes (libm's tanhf is a call, and
  * gelu's tanh was a fifth of GPT-2's inference and half its training step); the CPU and the CUDA
  * kernels both use it, so they agree. |x| < 0.625: x + x^3 Q(x^2), Q of degree 4 fitted to
  * tanh(x)/x (relative error 4.4e-9 before rounding); otherwise 1 - 2 / (e^(2|x|) + 1) with |x|
- * clamped at 10 (tanh(10) rounds to 1), e^y as 2^n e^r (Cody-Waite reduction, |r| <= ln2/2, Taylor
- * to r^7), the sign of x put back. Exhaustively tested over every float (tests/runtime/tanh.c,
- * a sample in make test): at most 1.35 ulp from tanh in double (glibc's tanhf: 1 ulp); odd,
- * tanh(-0) = -0, tanh(+-inf) = +-1, NaN stays NaN. The selects are bit operations because a
- * float conditional would be if-converted into a branch that stops the vectorizer. */
-MRT_HD float mrt_tanhf(float x) {
+ * clamped at 10 (tanh(10) rounds to 1) and e^y by mrt_exp_reduced, the sign of x put back.
+ * Exhaustively tested over every float (tests/runtime/tanh.c, a sample in make test): at most
+ * 1.35 ulp from tanh in double (glibc's tanhf: 1 ulp); odd, tanh(-0) = -0, tanh(+-inf) = +-1,
+ * NaN stays NaN. The selects are bit operations because a float conditional would be
+ * if-converted into a branch that stops the vectorizer. */
+MRT_HD_INLINE float mrt_tanhf(float x) {
     float a = fabsf(x), t = x * x;
     float small = x + x * t * (-0.33333281938910875f + t * (0.13331442134305557f + t * (-0.05373971063626483f +
                   t * (0.020639074438955796f + t * -0.005704973917797426f))));
     uint32_t ab = mrt_f32_bits(a) < 0x41200000u ? mrt_f32_bits(a) : 0x41200000u; /* min(|x|, 10); NaN: below */
-    float y = 2.0f * mrt_f32_from_bits(ab);
-    float nf = (y * 1.44269504088896341f + 12582912.0f) - 12582912.0f; /* rint(y / ln2), y < 2^22 */
-    float r = (y - nf * 0.693145751953125f) - nf * 1.428606765330187e-06f; /* ln2 = hi + lo, n hi exact */
-    float p = 1.0f + r * (1.0f + r * (0.5f + r * (1.0f / 6 + r * (1.0f / 24 + r * (1.0f / 120 + r * (1.0f / 720 +
-              r * (1.0f / 5040)))))));
-    float e = p * mrt_f32_from_bits((uint32_t)((int32_t)nf + 127) << 23);
+    float e = mrt_exp_reduced(2.0f * mrt_f32_from_bits(ab));
     float big = 1.0f - 2.0f / (e + 1.0f);
     uint32_t m = 0u - (uint32_t)(a < 0.625f), nan = 0u - (uint32_t)(x != x);
     uint32_t v = (((mrt_f32_bits(small) & m) | (mrt_f32_bits(big) & ~m)) & 0x7fffffffu) | (mrt_f32_bits(x) & 0x80000000u);
     return mrt_f32_from_bits((mrt_f32_bits(x) & nan) | (v & ~nan));
 }
+/* erf(x) in float, branch-free (libm's erff is a call of 20-30 ns; exact gelu, BERT's and ViT's
+ * and ConvNeXt's, spent a third of ConvNeXt-Tiny's time in it); the CPU and the CUDA kernels both
+ * use it. |x| < 0.875: x + x P(x^2), P of degree 6 fitted to erf(x)/x - 1 (relative error 2.2e-10
+ * before rounding; x added last, exactly, keeps the rounding near half an ulp); otherwise
+ * 1 - e^(-x^2) R(1/|x|), R of degree 11 in 1/|x| - 0.6964 fitted to erfc(x) e^(x^2) on [0.875, 4]
+ * (relative error 1.6e-9), |x| clamped at 4 (erf rounds to 1 from 3.92), e^(-x^2) by
+ * mrt_exp_reduced, the sign of x put back. The coefficients: least squares on Chebyshev nodes in
+ * float64 (NumPy). Tested over every float (tests/runtime/test_tanh.c, a sample in make test): at
+ * most 1.11 ulp from erf in double (glibc's erff: 1 ulp); odd, erf(-0) = -0, erf(+-inf) = +-1,
+ * NaN stays NaN. */
+MRT_HD_INLINE float mrt_erff(float x) {
+    float a = fabsf(x), s = x * x;
+    float small = x + x * (0.128379167f + s * (-0.376126367f + s * (0.11283741f + s * (-0.0268619684f +
+                  s * (0.00520762059f + s * (-0.000822050584f + s * 8.71399924e-05f))))));
+    uint32_t ab = mrt_f32_bits(a) < 0x40800000u ? mrt_f32_bits(a) : 0x40800000u; /* min(|x|, 4); NaN: 4 */
+    ab = ab > 0x3f600000u ? ab : 0x3f600000u;                                   /* max(., 0.875) */
+    float ac = mrt_f32_from_bits(ab), v = 1.0f / ac - 0.696428571f;
+    float R = 0.332395886f + v * (0.358354208f + v * (-0.162457074f + v * (0.0483285205f + v * (0.0095350153f +
+              v * (-0.0311184353f + v * (0.0312991104f + v * (-0.0211532982f + v * (0.0102269816f +
+              v * (0.000489164794f + v * (-0.0176541138f + v * 0.0199530032f))))))))));
+    float big = 1.0f - mrt_exp_reduced(-(ac * ac)) * R;
+    uint32_t m = 0u - (uint32_t)(a < 0.875f), nan = 0u - (uint32_t)(x != x);
+    uint32_t w = (mrt_f32_bits(small) & m) | (((mrt_f32_bits(big) & 0x7fffffffu) | (mrt_f32_bits(x) & 0x80000000u)) & ~m);
+    return mrt_f32_from_bits((mrt_f32_bits(x) & nan) | (w & ~nan));
+}
 /* gelu, erf form: x/2 * (1 + erf(x/sqrt(2))) */
-MRT_HD float mrt_gelu(float x) { return 0.5f * x * (1.0f + erff(x * 0.70710678118654752440f)); }
+MRT_HD_INLINE float mrt_gelu(float x) { return 0.5f * x * (1.0f + mrt_erff(x * 0.70710678118654752440f)); }
 /* gelu, tanh approximation: x/2 * (1 + tanh(sqrt(2/pi) * (x + 0.044715 x^3))) */
-MRT_HD float mrt_gelu_tanh(float x) {
+MRT_HD_INLINE float mrt_gelu_tanh(float x) {
     return 0.5f * x * (1.0f + mrt_tanhf(0.79788456080286535588f * (x + 0.044715f * x * x * x)));
 }
 /* The epilogue of mrt_gemm_bias_act_f32 on one element v of column c: v + bias[c] (bias NULL:

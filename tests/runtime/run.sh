@@ -120,7 +120,8 @@ elif ! python3 tests/runtime/half_check.py "$work/test_half"; then
     failed=1
 fi
 
-# mrt_tanhf (gelu's tanh) against libm's double tanh: every 61st float and all of [0.5, 0.8],
+# mrt_tanhf (gelu's tanh) and mrt_erff (exact gelu's erf) against libm's double tanh and erf: every 61st
+# float and all of [0.5, 0.95] (where their formulas meet),
 # vectorized as the generated loops run it (`tests/runtime/test_tanh` with no argument: all 2^31).
 # shellcheck disable=SC2086
 if ! "$CC" -std=c11 -D_GNU_SOURCE -O2 -fopenmp-simd -g -Wall -Wextra $CFLAGS_EXTRA -Iruntime \

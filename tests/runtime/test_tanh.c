@@ -1,16 +1,20 @@
 /*
- * test_tanh.c — mrt_tanhf and mrt_gelu_tanh of mrt_kernels.h against libm's tanh in double.
+ * test_tanh.c — mrt_tanhf and mrt_gelu_tanh, mrt_erff and mrt_gelu of mrt_kernels.h against libm's
+ * tanh and erf in double.
  *
  *   test_tanh [STRIDE]   every STRIDE-th non-negative float bit pattern (default 1: all 2^31),
- *                        every float in [0.5, 0.8] (where the two formulas meet), and the
- *                        special values; each x and -x
+ *                        every float in [0.5, 0.8] and [0.8, 0.95] (where the two formulas of
+ *                        tanh, and of erf, meet), and the special values; each x and -x
  *
  * The floats are evaluated 4096 at a time in an `omp simd` loop, as the generated kernels run
  * them (compiled with -fopenmp-simd). Checks: |mrt_tanhf(x) - tanh(x)| at most 1.35 ulp of the
  * result (the bound that an exhaustive run measured), tanh odd bit for bit, tanh(-0) = -0,
  * tanh(+-inf) = +-1, NaN in NaN out; mrt_gelu_tanh(x) within 2 ulp + 1e-38 of the tanh-form
- * gelu computed in double from the float argument. Prints the worst error and its argument, then
- * PASS or FAIL lines, and exits 1 on a failure.
+ * gelu computed in double from the float argument; the same for mrt_erff (TOL_ERF, the bound an
+ * exhaustive run measured) and the erf-form mrt_gelu (2 ulp, plus erf's bound carried through
+ * 0.5 x (1 + erf): for x < 0, 1 + erf(x/sqrt 2) cancels and keeps float erf's last bit, libm's
+ * erff's as ours). Prints the worst errors and their arguments, then PASS or FAIL lines, and
+ * exits 1 on a failure.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -18,6 +22,7 @@
 #include "mrt_kernels.h"
 
 enum { CHUNK = 4096 };
+#define TOL_ERF 1.2 /* ulp: mrt_erff's bound (an exhaustive run measured 1.157 at x = 0.876) */
 
 static double ulp_of(double r) { /* one ulp of the float nearest r (denormals: 2^-149) */
     int e;
@@ -26,19 +31,41 @@ static double ulp_of(double r) { /* one ulp of the float nearest r (denormals: 2
 }
 
 typedef struct {
-    double worst, worst_gelu;
-    float at, at_gelu;
-    long n, odd_fail;
+    double worst, worst_gelu, worst_erf, worst_gelu_erf;
+    float at, at_gelu, at_erf, at_gelu_erf;
+    long n, odd_fail, odd_fail_erf;
 } Acc;
 
 static void check(const float *x, int n, Acc *acc) {
-    float y[CHUNK], yn[CHUNK], g[CHUNK], xn[CHUNK];
+    float y[CHUNK], yn[CHUNK], g[CHUNK], xn[CHUNK], er[CHUNK], ern[CHUNK], ge[CHUNK], gen[CHUNK];
     for (int i = 0; i < n; i++) xn[i] = -x[i];
 #pragma omp simd
     for (int i = 0; i < n; i++) {
         y[i] = mrt_tanhf(x[i]);
         yn[i] = mrt_tanhf(xn[i]);
         g[i] = mrt_gelu_tanh(x[i]);
+    }
+#pragma omp simd
+    for (int i = 0; i < n; i++) {
+        er[i] = mrt_erff(x[i]);
+        ern[i] = mrt_erff(xn[i]);
+        ge[i] = mrt_gelu(x[i]);
+        gen[i] = mrt_gelu(xn[i]);
+    }
+    for (int i = 0; i < n; i++) {
+        double ref = erf((double)x[i]), e = fabs((double)er[i] - ref) / ulp_of(ref);
+        if (e > acc->worst_erf) acc->worst_erf = e, acc->at_erf = x[i];
+        if (mrt_f32_bits(ern[i]) != (mrt_f32_bits(er[i]) ^ 0x80000000u)) acc->odd_fail_erf++;
+        for (int sgn = 0; sgn < 2; sgn++) { /* gelu of x and of -x: not odd */
+            double xd = sgn ? -(double)x[i] : x[i], t = xd * 0.70710678118654752440;
+            double gr = 0.5 * xd * (1.0 + erf(t)), got = sgn ? gen[i] : ge[i];
+            if (!isfinite(gr)) continue;
+            /* 2 ulp of gelu, plus erf's own bound carried through 0.5 x (1 + erf): where
+             * 1 + erf cancels (x < 0) float erf's last bit is most of gelu's (libm's as ours) */
+            double tol = 2 * ulp_of(gr) + 0.5 * fabs(xd) * TOL_ERF * ulp_of(erf(t)) + 1e-38;
+            double eg = fabs(got - gr) / tol;
+            if (eg > acc->worst_gelu_erf) acc->worst_gelu_erf = eg, acc->at_gelu_erf = (float)xd;
+        }
     }
     for (int i = 0; i < n; i++) {
         double ref = tanh((double)x[i]), e = fabs((double)y[i] - ref) / ulp_of(ref);
@@ -66,7 +93,7 @@ int main(int argc, char **argv) {
         buf[k++] = mrt_f32_from_bits((uint32_t)u);
         if (k == CHUNK) check(buf, k, &acc), k = 0;
     }
-    for (uint32_t u = mrt_f32_bits(0.5f); u <= mrt_f32_bits(0.8f); u++) {
+    for (uint32_t u = mrt_f32_bits(0.5f); u <= mrt_f32_bits(0.95f); u++) {
         buf[k++] = mrt_f32_from_bits(u);
         if (k == CHUNK) check(buf, k, &acc), k = 0;
     }
@@ -83,6 +110,19 @@ int main(int argc, char **argv) {
     else printf("PASS: runtime/tanh/gelu\n");
     if (acc.odd_fail) printf("FAIL: runtime/tanh/odd: tanh(-x) != -tanh(x) for %ld values\n", acc.odd_fail), failed = 1;
     else printf("PASS: runtime/tanh/odd\n");
+    printf("mrt_erff: worst %.3f ulp at x = %.9g, tolerance %.2f ulp\n", acc.worst_erf, acc.at_erf, TOL_ERF);
+    printf("mrt_gelu: worst %.3f of its tolerance (2 ulp + erf's bound through 0.5 x (1 + erf)) at x = %.9g\n",
+           acc.worst_gelu_erf, acc.at_gelu_erf);
+    if (acc.worst_erf > TOL_ERF) printf("FAIL: runtime/erf/accuracy: %.3f ulp > %.2f\n", acc.worst_erf, TOL_ERF), failed = 1;
+    else printf("PASS: runtime/erf/accuracy\n");
+    if (acc.worst_gelu_erf > 1) printf("FAIL: runtime/erf/gelu: %.3f of the tolerance\n", acc.worst_gelu_erf), failed = 1;
+    else printf("PASS: runtime/erf/gelu\n");
+    if (acc.odd_fail_erf) printf("FAIL: runtime/erf/odd: erf(-x) != -erf(x) for %ld values\n", acc.odd_fail_erf), failed = 1;
+    else printf("PASS: runtime/erf/odd\n");
+    float ez = mrt_erff(-0.0f), ep = mrt_erff(INFINITY), en = mrt_erff(-INFINITY), enn = mrt_erff(NAN);
+    if (mrt_f32_bits(ez) != 0x80000000u || ep != 1.0f || en != -1.0f || enn == enn)
+        printf("FAIL: runtime/erf/special: erf(-0) %g, erf(inf) %g, erf(-inf) %g, erf(nan) %g\n", ez, ep, en, enn), failed = 1;
+    else printf("PASS: runtime/erf/special\n");
     float nz = mrt_tanhf(-0.0f), pi = mrt_tanhf(INFINITY), ni = mrt_tanhf(-INFINITY), nn = mrt_tanhf(NAN);
     if (mrt_f32_bits(nz) != 0x80000000u || pi != 1.0f || ni != -1.0f || nn == nn)
         printf("FAIL: runtime/tanh/special: tanh(-0) %g, tanh(inf) %g, tanh(-inf) %g, tanh(nan) %g\n", nz, pi, ni, nn),
