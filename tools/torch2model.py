@@ -286,7 +286,8 @@ def main(argv=None):
                 import numpy as np
                 with torch.no_grad():
                     try:
-                        outs = output_tensors(torch, model(*examples))
+                        run = model.module() if isinstance(model, torch.export.ExportedProgram) else model
+                        outs = output_tensors(torch, run(*examples))
                     except Fail:
                         raise
                     except Exception as e:  # noqa: BLE001
