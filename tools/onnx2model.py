@@ -293,6 +293,7 @@ class Converter:
         self.folded_outputs = 0  # graph outputs known at import time
         self.init_arrays = {}    # param name -> its initializer's values
         self.output_narrow = {}  # output -> the ONNX integer dtype it was widened from
+        self.size_checked = False  # a value computed from the sizes alone was checked up to the bounds
         self.omitted_inputs = []  # empty graph inputs only read for their dtype, not in the program
 
     # ---- names
@@ -778,6 +779,7 @@ class Converter:
         checked = ", ".join(["%s = 1..%d" % (q, self.max_dims[q]) for q in others] +
                             (["%s = 1, 2, 3" % batch] if batch else []))
         self.lines.append("  # %s: computed from the sizes alone (checked at %s)" % (name, checked))
+        self.size_checked = True
         base = sanitize(name, keep_dots=False)
         if not svary:
             c = core_of(results[0])
@@ -2366,6 +2368,13 @@ class Converter:
             if o < 1:
                 self.unsupported("output size below 1")
             outsp.append(o)
+        # a zero bias the exporter made up for a conv without one (torch.onnx.export's val_6
+        # for resnet18's bias=False convs) is left out: it is no state_dict entry, and a
+        # state_dict loaded as the weights would lack it. One named ...bias is the model's own.
+        bv = b if isinstance(b, np.ndarray) else self.init_arrays.get(getattr(b, "name", None))
+        if b is not None and not n.input[2].endswith("bias") and bv is not None and not is_symbolic(bv) \
+                and not np.any(bv):
+            b = None
         args = [x.name, w.name] + ([self.tensor(b).name] if b is not None else [])
         kw = []
         if st != [1, 1]:
@@ -3315,6 +3324,9 @@ class Converter:
         if gi:
             out.append("# producer: %s %s, opset %d" % (gi, self.model.producer_version, self.opset))
         out.append("# compile: %s" % " ".join(self.compile_args()))
+        if self.size_checked:
+            out.append("# the values computed from the sizes alone were checked up to these bounds only: compile with")
+            out.append("# --max-dim at most them (a larger bound runs sizes the importer did not check)")
         decls, lines = self.decls, self.lines
         self.block_stats = []
         if self.blocks:
@@ -3459,21 +3471,71 @@ def convert(model, name="net", max_dims=None, max_batch=None, keep_unused=False,
     return Converter(model, name, max_dims, max_batch, keep_unused, widen, blocks).run()
 
 
-def write_outputs(conv, out_base, onnx_path=None):
-    """Write OUT.model and OUT.safetensors, each atomically."""
+def check_output(out_base, what="-o"):
+    """Refuse an output base before anything is written or computed: an empty base name
+    (`-o dir/`), OUT.model or OUT.safetensors that is a directory, a directory that is missing
+    or where no file can be created (probed with a temporary file, removed at once)."""
+    if not out_base or out_base.endswith(os.sep) or os.path.basename(out_base) in ("", ".", ".."):
+        raise OnnxImportError("%s %s: expected a path and a base name (OUT writes OUT.model and OUT.safetensors)"
+                              % (what, out_base))
+    d = os.path.dirname(os.path.abspath(out_base))
+    if not os.path.isdir(d):
+        raise OnnxImportError("%s %s: the directory %s does not exist" % (what, out_base, d))
+    for ext in (".model", ".safetensors"):
+        if os.path.isdir(out_base + ext):
+            raise OnnxImportError("%s %s: %s is a directory" % (what, out_base, out_base + ext))
+    try:
+        fd, probe = tempfile.mkstemp(dir=d, prefix=".onnx2model.probe.")
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as e:
+        raise OnnxImportError("%s %s: cannot write in %s: %s" % (what, out_base, d, e.strerror or e))
+
+
+def file_mode():
+    """The mode a new file gets from open(): 0666 less the umask (mkstemp's files are 0600)."""
+    um = os.umask(0o022)
+    os.umask(um)
+    return 0o666 & ~um
+
+
+def write_files(files):
+    """files: [(path, write(tmp_path))]. Each is written to a temporary file first; only when
+    all are written are they renamed into place (so a failure leaves none of them behind)."""
+    tmps = []
+    try:
+        for path, write in files:
+            d = os.path.dirname(os.path.abspath(path))
+            fd, tmp = tempfile.mkstemp(dir=d, prefix="." + os.path.basename(path) + ".tmp.")
+            os.close(fd)
+            tmps.append(tmp)
+            write(tmp)
+            os.chmod(tmp, file_mode())
+        for (path, _), tmp in zip(files, tmps):
+            os.replace(tmp, path)
+    except BaseException:
+        for t in tmps:
+            if os.path.exists(t):
+                os.unlink(t)
+        raise
+
+
+def write_text(text):
+    def w(tmp):
+        with open(tmp, "w") as f:
+            f.write(text)
+    return w
+
+
+def write_outputs(conv, out_base, onnx_path=None, extra=()):
+    """Write OUT.model and OUT.safetensors (and extra: [(path, write(tmp))]), all or none:
+    each to a temporary file in its directory, renamed into place once all are written, with
+    the mode a new file gets from the umask."""
     d = os.path.dirname(os.path.abspath(out_base))
     os.makedirs(d, exist_ok=True)
     src = conv.source(onnx_path)
-    fd, tmp = tempfile.mkstemp(dir=d, prefix=".onnx2model.", suffix=".model")
-    try:
-        with os.fdopen(fd, "w") as f:
-            f.write(src)
-        safetensors_np.write(out_base + ".safetensors", conv.params)
-        os.replace(tmp, out_base + ".model")
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+    write_files([(out_base + ".model", write_text(src)),
+                 (out_base + ".safetensors", lambda tmp: safetensors_np.write(tmp, conv.params))] + list(extra))
 
 
 def parse_dims(specs):
@@ -3524,11 +3586,17 @@ def main(argv=None):
         except ImportError:
             raise OnnxImportError("the 'onnx' Python package is not installed (pip install onnx, or tools/setup.sh)")
         dims = parse_dims(args.max_dim)
+        if args.max_batch is not None and args.max_batch < 1:
+            raise OnnxImportError("--max-batch %d: the bound must be at least 1" % args.max_batch)
+        check_output(args.output)
         m = load(args.onnx)
         name = args.name or os.path.basename(args.output)
         conv = convert(m, name, dims, args.max_batch, args.keep_unused_inputs, args.widen_ints,
                        not args.no_blocks)
-        write_outputs(conv, args.output, args.onnx)
+        try:
+            write_outputs(conv, args.output, args.onnx)
+        except OSError as e:
+            raise OnnxImportError("writing %s.model and %s.safetensors: %s" % (args.output, args.output, e))
     except OnnxImportError as e:
         sys.stderr.write("onnx2model: error: %s\n" % e)
         return 1

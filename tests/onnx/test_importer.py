@@ -229,6 +229,9 @@ def check_size_only(tmp):
     ok = rc == 0 and "computed from the sizes alone (checked at seq = 1..16, batch = 1, 2, 3)" in src \
         and "concat" not in src and "col - row <= 0" in src
     report(ok, "size_only_mask", "rc %d %s:\n%s" % (rc, se.strip(), src))
+    # the bounds it was checked at are in the compile line, with a note not to compile above them
+    report("# compile: modelc causal.model -o causal --max-dim seq=16\n# the values computed from the sizes alone "
+           "were checked up to these bounds only" in src, "size_only_bound_recorded", src[:400])
     if not ok or not os.path.exists(MODELC):
         return
     exe = os.path.join(tmp, "causal_exe")
@@ -259,6 +262,48 @@ def check_size_only(tmp):
     # the [seq + 1] value itself as the output: an error naming the step and the size
     expect_error(tmp, "size_only_unwritable", size_only_mask_model(out_p=True),
                  ["Concat 'prepend'", "depends only on the sizes", "not one symbolic size"], ["--max-dim", "seq=16"])
+
+
+def check_outputs(tmp, relu):
+    """-o that cannot be written is an error before anything is written; files get the umask's mode."""
+    os.mkdir(os.path.join(tmp, "isdir.model"))
+    path = os.path.join(tmp, "relu.onnx")
+    onnx.save(relu, path)
+    for name, out, needles in (("output_is_directory", os.path.join(tmp, "isdir"), ["isdir.model is a directory"]),
+                               ("output_unwritable", "/proc/foo", ["cannot write in /proc"]),
+                               ("output_empty_base", os.path.join(tmp, "sub") + os.sep, ["base name"])):
+        before = sorted(os.listdir(tmp))
+        rc, so, se = run_tool([path, "-o", out])
+        ok = rc == 1 and se.startswith("onnx2model: error: ") and all(n in se for n in needles) \
+            and sorted(os.listdir(tmp)) == before
+        report(ok, name, "rc %d: %s" % (rc, se.strip()))
+    os.rmdir(os.path.join(tmp, "isdir.model"))
+    expect_error(tmp, "max_batch_zero", relu, ["--max-batch 0", "at least 1"], ["--max-batch", "0"])
+    um = os.umask(0o022)
+    os.umask(um)
+    out = os.path.join(tmp, "modes")
+    rc, so, se = run_tool([path, "-o", out])
+    modes = [os.stat(out + e).st_mode & 0o777 for e in (".model", ".safetensors")] if rc == 0 else []
+    report(modes == [0o666 & ~um] * 2, "file_modes", "rc %d, modes %s, umask %o" % (rc, [oct(m) for m in modes], um))
+
+
+def check_zero_conv_bias(tmp):
+    """A zero conv bias an exporter made up (not named ...bias, as torch.onnx.export's val_6 for
+    bias=False convs) is left out, so the weights are the state_dict's; a named one is kept."""
+    w = numpy_helper.from_array(np.ones((2, 1, 1, 1), np.float32), "conv.weight")
+    z = numpy_helper.from_array(np.zeros(2, np.float32), "val_6")
+    zb = numpy_helper.from_array(np.zeros(2, np.float32), "conv2.bias")
+    m = model([h.make_node("Conv", ["x", "conv.weight", "val_6"], ["y1"], name="c1"),
+               h.make_node("Conv", ["y1", "conv.weight", "conv2.bias"], ["y"], name="c2", group=2)],
+              [vi("x", P.FLOAT, [1, 1, 3, 3])], [vi("y", P.FLOAT, [1, 2, 3, 3])], inits=[w, z, zb])
+    m.graph.node[1].input[1] = "conv2.weight"
+    m.graph.initializer.append(numpy_helper.from_array(np.ones((2, 1, 1, 1), np.float32), "conv2.weight"))
+    path = os.path.join(tmp, "zbias.onnx")
+    onnx.save(m, path)
+    rc, so, se = run_tool([path, "-o", os.path.join(tmp, "zbias")])
+    wts = sorted(safetensors_np.read(os.path.join(tmp, "zbias.safetensors"))) if rc == 0 else None
+    report(wts == ["conv.weight", "conv2.bias", "conv2.weight"], "zero_conv_bias_dropped",
+           "rc %d, weights %s: %s" % (rc, wts, se.strip()))
 
 
 def main():
@@ -453,6 +498,8 @@ def main():
 
         check_blocks(tmp)
         check_size_only(tmp)
+        check_outputs(tmp, relu)
+        check_zero_conv_bias(tmp)
 
         rc, so, se = run_tool(["--help"])
         report(rc == 0 and "--max-dim" in so and "OUT.model" in so, "help", so[:200])
