@@ -72,12 +72,13 @@ static inline __attribute__((always_inline)) void dw_epilogue(const DwArgs *a, f
         MRT_PRAGMA(omp simd)
         for (int64_t i = 0; i < n; i++) r[i] = mrt_gelu_tanh(r[i]);
         break;
-    /* libm calls: not vectorized, as in the unfused elementwise kernel */
+    case MRT_ACT_GELU: /* mrt_erff: branch-free, vectorized */
+        MRT_PRAGMA(omp simd)
+        for (int64_t i = 0; i < n; i++) r[i] = mrt_gelu(r[i]);
+        break;
+    /* libm's expf: not vectorized, as in the unfused elementwise kernel */
     case MRT_ACT_SILU:
         for (int64_t i = 0; i < n; i++) r[i] = mrt_silu(r[i]);
-        break;
-    case MRT_ACT_GELU:
-        for (int64_t i = 0; i < n; i++) r[i] = mrt_gelu(r[i]);
         break;
     case MRT_ACT_SIGMOID:
         for (int64_t i = 0; i < n; i++) r[i] = mrt_sigmoid(r[i]);
