@@ -774,11 +774,13 @@ def check_mpi_stalled(base, f, report):
     import signal
     import time
     p = subprocess.run(["mpirun", "--oversubscribe", "-x", "MODELRT_MPI_TIMEOUT", "-np", "2"] + base +
-                       ["--batch", "8", "--quiet"], capture_output=True, text=True, timeout=60,
+                       ["--batch", "8", "--quiet", "--device", "cpu"], capture_output=True, text=True, timeout=60,
                        env=dict(MPIRUN_ENV, MODELRT_MPI_TIMEOUT="abc"))
     bad_env = p.returncode != 0 and "MODELRT_MPI_TIMEOUT='abc'" in p.stderr
     i = base.index("--epochs")
-    long_run = base[:i + 1] + ["100000"] + base[i + 2:]  # far longer than the test waits
+    # far longer than the test waits; CPU ranks on any machine (GPU ranks would reduce through
+    # NCCL, whose own timeout is MODELRT_NCCL_TIMEOUT's)
+    long_run = base[:i + 1] + ["100000"] + base[i + 2:] + ["--device", "cpu"]
     q = subprocess.Popen(["mpirun", "--oversubscribe", "-x", "MODELRT_MPI_TIMEOUT", "-np", "2"] + long_run +
                          ["--batch", "8", "--quiet", "--save", f("stall.st")],
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
