@@ -11,11 +11,11 @@ itself with the venv's once setup_venv.sh has finished it; without it (offline, 
 timed alone, its outputs checked against the examples' committed reference outputs where they
 match the case, and each peer is skipped with the reason printed.
 
-Cases (the model, the batch): digits b1 and b360, resnet18 b1 and b8, mobilenet_v2 b1 (a slot:
-skipped while examples/zoo/mobilenet_v2.model does not exist; import_mobilenet_v2 times the
-full model), gpt2_small at 1x128 tokens and
+Cases (the model, the batch): digits b1 and b360, resnet18 b1 and b8, mobilenet_v2 b1
+(torchvision's MobileNetV2 at 1x3x224x224, brought in through the importer as the import_* rows
+are), gpt2_small at 1x128 tokens and
 minilm at 8x128 tokens; and the imported models (import_*: torchvision's ResNet-50,
-MobileNetV2, MobileNetV3-Small, EfficientNet-B0, ConvNeXt-Tiny and ViT-B/16 at 1x3x224x224, and the small
+MobileNetV3-Small, EfficientNet-B0, ConvNeXt-Tiny and ViT-B/16 at 1x3x224x224, and the small
 BERT, GPT-2 and LLaMA configs of examples/import/gen.py at 1x64 tokens, seeded weights), each
 exported once with torch.onnx.export and brought in by tools/onnx2model.py from that file, which
 ONNX Runtime and OpenVINO time too. GPT-2 small and MiniLM at 128 tokens are .model files this script
@@ -438,69 +438,6 @@ def make_cases():
         assert not unexpected and all(k.endswith("num_batches_tracked") for k in missing)
         return model
 
-    # mobilenet_v2: a slot for a hand-written examples/zoo/mobilenet_v2.model at 224x224 (the
-    # zoo's mobilenetv2.model is a reduced 32x32 one). It is timed once that file exists, with
-    # torchvision-named random weights (its make_weights.py's when it has one); until then the row
-    # says why it is skipped. The full torchvision model runs through the importer as
-    # import_mobilenet_v2.
-    def mobilenet_prep(wd):
-        model = ex("zoo", "mobilenet_v2.model")
-        if not os.path.exists(model):
-            return ("examples/zoo/mobilenet_v2.model does not exist (examples/zoo/mobilenetv2.model is a reduced "
-                    "32x32 one); the full MobileNetV2 at 224x224 is timed as import_mobilenet_v2")
-        mw = ex("zoo", "mobilenet_v2_weights.py")
-        w = os.path.join(wd, "mobilenet_v2.safetensors")
-        x = os.path.join(wd, "x_b1.npy")
-        if stale(w, model) or stale(x, model):
-            if os.path.exists(mw):
-                m = load_module(mw, "bench_mobilenet_v2_weights")
-                safetensors_np.write(w, m.make_weights())
-            else:
-                safetensors_np.write(w, mobilenet_v2_weights())
-            np.save(x, np.random.default_rng(1).standard_normal((1, 3, 224, 224)).astype(np.float32))
-        return model, w, {"x": x}
-
-    def mobilenet_torch(w):
-        import torch
-        from torch import nn
-
-        def cbr(i, o, k=3, s=1, g=1):
-            return nn.Sequential(nn.Conv2d(i, o, k, s, (k - 1) // 2, groups=g, bias=False),
-                                 nn.BatchNorm2d(o), nn.ReLU6(inplace=True))
-
-        class Inverted(nn.Module):
-            def __init__(self, i, o, s, t):
-                super().__init__()
-                h = i * t
-                layers = ([cbr(i, h, 1)] if t != 1 else []) + [
-                    cbr(h, h, 3, s, h), nn.Conv2d(h, o, 1, bias=False), nn.BatchNorm2d(o)]
-                self.conv = nn.Sequential(*layers)
-                self.res = s == 1 and i == o
-
-            def forward(self, x):
-                return x + self.conv(x) if self.res else self.conv(x)
-
-        class MobileNetV2(nn.Module):   # torchvision's layout and state_dict names
-            def __init__(self):
-                super().__init__()
-                feats, c = [cbr(3, 32, 3, 2)], 32
-                for t, o, n, s in MOBILENET_V2_CFG:
-                    for k in range(n):
-                        feats.append(Inverted(c, o, s if k == 0 else 1, t))
-                        c = o
-                feats.append(cbr(c, 1280, 1))
-                self.features = nn.Sequential(*feats)
-                self.classifier = nn.Sequential(nn.Dropout(0.2), nn.Linear(1280, 1000))
-
-            def forward(self, x):
-                x = nn.functional.adaptive_avg_pool2d(self.features(x), 1)
-                return self.classifier(torch.flatten(x, 1))
-
-        model = MobileNetV2()
-        missing, unexpected = model.load_state_dict(state_dict(w), strict=False)
-        assert not unexpected and all(k.endswith("num_batches_tracked") for k in missing)
-        return model
-
     # gpt2_small at 128 tokens: gen_model.py's model for small.json with seq 128, make_weights.py
     def gpt2_cfg():
         cfg = example("gpt2").load_config(ex("gpt2", "small.json"))
@@ -603,19 +540,19 @@ def make_cases():
             return "x", rng.standard_normal((1, 3, 224, 224)).astype(np.float32)
         return "input_ids", rng.integers(0, 512, (1, 64)).astype(np.int64)
 
-    def import_prep(name):
+    def import_prep(name, key):
         def prep(wd):
             try:
                 import onnx2model
                 import torch
             except ImportError as e:
                 return "needs torch and onnx (%s)" % e
-            key = "import_%s_b1" % name
             onnx, base = os.path.join(wd, key + ".onnx"), os.path.join(wd, name)
             iname, x = import_input(name)
             xp = os.path.join(wd, "%s_input.npy" % name)
             w, model = base + ".safetensors", base + ".model"
-            if not all(os.path.exists(f) for f in (onnx, xp, w, model)) or stale(onnx, ex("import", "gen.py")):
+            if not all(os.path.exists(f) for f in (onnx, xp, w, model)) \
+                    or stale(onnx, ex("import", "gen.py"), os.path.abspath(__file__)):
                 np.save(xp, x)
                 try:
                     m = import_model(name)
@@ -637,8 +574,8 @@ def make_cases():
     def import_torch(name):
         return lambda w: import_model(name)
 
-    imported = [Case("import_" + n, 1, 1, import_prep(n), import_torch(n), [i], ["y"], tokens=t)
-                for n, i, t in (("resnet50", "x", None), ("mobilenet_v2", "x", None), ("mobilenet_v3_small", "x", None),
+    imported = [Case("import_" + n, 1, 1, import_prep(n, "import_%s_b1" % n), import_torch(n), [i], ["y"], tokens=t)
+                for n, i, t in (("resnet50", "x", None), ("mobilenet_v3_small", "x", None),
                                 ("efficientnet_b0", "x", None), ("convnext_tiny", "x", None),
                                 ("vit_b_16", "x", None), ("bert", "input_ids", 64), ("gpt2", "input_ids", 64),
                                 ("llama", "input_ids", 64))]
@@ -652,7 +589,8 @@ def make_cases():
              committed=resnet_ref(1)),
         Case("resnet18", 8, 8, resnet_prep(8), resnet_torch, ["x"], ["logits"],
              committed=resnet_ref(8)),
-        Case("mobilenet_v2", 1, 1, mobilenet_prep, mobilenet_torch, ["x"], ["logits"]),
+        Case("mobilenet_v2", 1, 1, import_prep("mobilenet_v2", "mobilenet_v2_b1"), import_torch("mobilenet_v2"),
+             ["x"], ["y"]),
         Case("gpt2_small", 1, 1, gpt2_prep, gpt2_torch, ["ids"], ["logits"], tokens=128),
         Case("minilm", 8, 8, minilm_prep, minilm_torch,
              ["input_ids", "token_type_ids", "attention_mask"],
@@ -662,50 +600,6 @@ def make_cases():
 
 # The torchvision models of the imported rows (the others: examples/import/gen.py's HF configs)
 IMPORTED_TV = ("resnet50", "mobilenet_v2", "mobilenet_v3_small", "efficientnet_b0", "convnext_tiny", "vit_b_16")
-
-
-# torchvision's MobileNetV2 settings: expansion t, output channels c, repeats n, first stride s
-MOBILENET_V2_CFG = [(1, 16, 1, 1), (6, 24, 2, 2), (6, 32, 3, 2), (6, 64, 4, 2), (6, 96, 3, 1),
-                    (6, 160, 3, 2), (6, 320, 1, 1)]
-
-
-def mobilenet_v2_weights():
-    """Seeded random MobileNetV2 weights under torchvision's state_dict names (He-normal
-    convolutions, batch norms near identity, the last batch norm of each block scaled by 0.3 so
-    that the residual sums stay O(1))."""
-    import numpy as np
-    rng = np.random.default_rng(0)
-    w = {}
-
-    def conv(name, o, i, k):
-        w[name] = (rng.standard_normal((o, i, k, k)) * np.sqrt(2.0 / (i * k * k))).astype(np.float32)
-
-    def bn(p, c, gamma=1.0):
-        w[p + ".weight"] = (rng.uniform(0.5, 1.5, c) * gamma).astype(np.float32)
-        w[p + ".bias"] = (rng.standard_normal(c) * 0.1).astype(np.float32)
-        w[p + ".running_mean"] = (rng.standard_normal(c) * 0.1).astype(np.float32)
-        w[p + ".running_var"] = rng.uniform(0.5, 1.5, c).astype(np.float32)
-
-    conv("features.0.0.weight", 32, 3, 3)
-    bn("features.0.1", 32)
-    c, f = 32, 1
-    for t, o, n, s in MOBILENET_V2_CFG:
-        for _ in range(n):
-            h, p, j = c * t, "features.%d.conv" % f, 0
-            if t != 1:
-                conv("%s.%d.0.weight" % (p, j), h, c, 1)
-                bn("%s.%d.1" % (p, j), h)
-                j += 1
-            conv("%s.%d.0.weight" % (p, j), h, 1, 3)
-            bn("%s.%d.1" % (p, j), h)
-            conv("%s.%d.weight" % (p, j + 1), o, h, 1)
-            bn("%s.%d" % (p, j + 2), o, gamma=0.3)
-            c, f = o, f + 1
-    conv("features.%d.0.weight" % f, 1280, c, 1)
-    bn("features.%d.1" % f, 1280)
-    w["classifier.1.weight"] = (rng.standard_normal((1000, 1280)) * np.sqrt(1.0 / 1280)).astype(np.float32)
-    w["classifier.1.bias"] = (rng.standard_normal(1000) * 0.01).astype(np.float32)
-    return w
 
 
 # ------------------------------------------------------------------------- children
