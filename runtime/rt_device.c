@@ -756,15 +756,28 @@ mrt_status mrt_gemm_bias_act_f32(mrt_device d, void *stream, int trans_b, int64_
 void openblas_set_num_threads(int n);
 #endif
 
-static int rt_env_threads(const char *var, int *out)
+/* The thread count in environment variable `var`: 0 when it is unset or empty, 1 and *out when
+ * it is a count from 1 to 4096 (decimal digits only: no sign, blanks, hex or suffix), -1
+ * otherwise. `list`: the variable may be an OpenMP list ("4,2": a count per nesting level), whose
+ * first count is the one the kernels use. */
+static int rt_env_threads(const char *var, int list, int *out)
 {
     const char *v = getenv(var);
     if (!v || !*v)
         return 0;
-    char *end;
-    long n = strtol(v, &end, 10);
-    if (*end || n < 1 || n > 4096)
+    long n = 0;
+    const char *p = v;
+    for (; *p >= '0' && *p <= '9' && n <= 4096; p++)
+        n = n * 10 + (*p - '0');
+    if (p == v || n < 1 || n > 4096)
         return -1;
+    if (*p) {
+        if (!list || *p != ',' || !p[1])
+            return -1;
+        for (p++; *p; p++) /* the later levels: digits and commas, no empty item */
+            if (!((*p >= '0' && *p <= '9') || (*p == ',' && p[-1] != ',' && p[1])))
+                return -1;
+    }
     *out = (int)n;
     return 1;
 }
@@ -783,7 +796,7 @@ mrt_status mrt_set_threads(int n, int *used)
     if (n == 0) {
         static const char *vars[] = {"MODELRT_THREADS", "OMP_NUM_THREADS"};
         for (int i = 0; i < 2 && n == 0; i++) {
-            int r = rt_env_threads(vars[i], &n);
+            int r = rt_env_threads(vars[i], i == 1, &n);
             if (r < 0)
                 return mrt_set_error(MRT_ERR_INVALID_ARG, "%s='%s' is not a thread count (1..4096)", vars[i],
                                      getenv(vars[i]));
