@@ -31,9 +31,13 @@
 #else
 #define MRT_PRAGMA(x)
 #endif
-/* The fewest scalar operations a loop needs before it is split over the threads: a parallel
- * region costs about a microsecond, 32K simple operations take several. */
-#define MRT_PAR_MIN 32768
+/* The fewest scalar operations a loop needs before it is split over the threads. A parallel
+ * region costs 0.3 us when the team's threads are spinning, 7 us when they must be woken
+ * (OMP_WAIT_POLICY=passive, or after libgomp's spin), and a scheduler time slice (ms) when one of
+ * them waits for a core another process holds. On the 2-core VM, an add-and-relu over n floats
+ * took 7.4 us on one thread and 3.9 on two at n = 64K: a gain below one wake-up; at 128K, 16 and
+ * 8.7 us (docs/runtime.md, "Small kernels run on one thread"). */
+#define MRT_PAR_MIN 131072
 
 #ifdef __CUDACC__
 #define MRT_HD static __host__ __device__ __forceinline__

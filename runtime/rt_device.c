@@ -651,12 +651,28 @@ static void rt_cpu_gemm(int ta, int tb, int M, int N, int K, float alpha, const 
 {
     int disjoint = batch > 1 && sC >= (int64_t)(M - 1) * ldc + N;
     /* 4M multiply-adds: about 30 us on one core here, where oneDNN's own split of one GEMM over
-     * the threads starts to pay; chosen from GPT-2's per-head products (128x128x64 is 1M), not tuned */
-    int small = (int64_t)M * N * (K > 0 ? K : 1) < (int64_t)1 << 22;
-    if (disjoint && small) {
+     * the threads starts to pay; chosen from GPT-2's per-head products (128x128x64 is 1M). A
+     * product below it runs on the calling thread alone: a parallel region saves a few us at
+     * best there, and costs a scheduler time slice (ms) whenever one of the team's threads waits
+     * for a core that another process holds (docs/runtime.md, "Small kernels run on one thread"). */
+    int64_t work = (int64_t)M * N * (K > 0 ? K : 1);
+    int small = work < (int64_t)1 << 22;
+    if (disjoint && small && batch * work >= (int64_t)1 << 22) {
         MRT_PRAGMA(omp parallel for schedule(static))
         for (int64_t i = 0; i < batch; i++)
             mrt_cpu_sgemm(ta, tb, M, N, K, alpha, A + i * sA, lda, B + i * sB, ldb, beta, C + i * sC, ldc);
+        return;
+    }
+    if (small) {
+#ifdef _OPENMP
+        int team = omp_get_max_threads(); /* oneDNN sizes its team by it: 1 opens no parallel region */
+        omp_set_num_threads(1);
+#endif
+        for (int64_t i = 0; i < batch; i++)
+            mrt_cpu_sgemm(ta, tb, M, N, K, alpha, A + i * sA, lda, B + i * sB, ldb, beta, C + i * sC, ldc);
+#ifdef _OPENMP
+        omp_set_num_threads(team);
+#endif
         return;
     }
     for (int64_t i = 0; i < batch; i++)
