@@ -147,8 +147,9 @@ char *mrt_device_str(mrt_device d, char *buf, size_t n);
 
 /** The number of CPU threads the generated loops, the runtime's kernels and the GEMMs use (one
  *  OpenMP pool; omp_set_num_threads for the calling thread): n >= 1, or 0
- *  for the default: $MODELRT_THREADS, else $OMP_NUM_THREADS, else the cores this process may run
- *  on (sched_getaffinity). A malformed or out-of-range variable is MRT_ERR_INVALID_ARG naming it.
+ *  for the default: $MODELRT_THREADS, else $OMP_NUM_THREADS (an OpenMP list "4,2": its first
+ *  count), else the cores this process may run on (sched_getaffinity). A count is decimal digits,
+ *  1..4096; anything else in a variable consulted is MRT_ERR_INVALID_ARG naming it.
  *  Process-wide; *used (may be NULL) gets the number in effect. */
 mrt_status mrt_set_threads(int n, int *used);
 

@@ -30,6 +30,9 @@
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
 
 /* ---------------------------------------------------------------- harness */
 
@@ -985,6 +988,14 @@ static void test_gemm_cpu(void)
                 CHECKF(maxdiff <= 1e-4 * (1 + K), "case %zu ta %d tb %d: maxdiff %g tolerance %g",
                        ci, ta, tb, maxdiff, 1e-4 * (1 + K));
             }
+#ifdef _OPENMP
+    /* a product under 4M multiply-adds runs on the calling thread, the pool set to one thread
+     * around it (docs/runtime.md): the pool is as it was afterwards */
+    CHECK_OK(mrt_set_threads(2, NULL));
+    CHECK_OK(mrt_gemm_f32(cpu, NULL, 0, 0, 3, 3, 3, 1.0f, A, 3, 0, B, 3, 0, 0.0f, C, 3, 0, 1));
+    CHECKF(omp_get_max_threads() == 2, "after a small gemm the pool has %d threads, not 2", omp_get_max_threads());
+    CHECK_OK(mrt_set_threads(0, NULL));
+#endif
     /* nothing to do */
     CHECK_OK(mrt_gemm_f32(cpu, NULL, 0, 0, 0, 3, 3, 1.0f, NULL, 3, 0, NULL, 3, 0, 0.0f, NULL, 3, 0, 1));
     CHECK_OK(mrt_gemm_f32(cpu, NULL, 0, 0, 3, 3, 3, 1.0f, NULL, 3, 0, NULL, 3, 0, 0.0f, NULL, 3, 0, 0));
