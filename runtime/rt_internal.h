@@ -29,6 +29,8 @@ int rt_shape_numel(const int64_t *shape, int rank, uint64_t *numel);
 
 /** The log hook currently installed (for mrt_main to restore the caller's on return). */
 void rt_log_hook_get(mrt_log_fn *fn, void **user);
+/** Free a model's table of prepared GEMMs (m->matmul, rt_matmul.c); NULL is ignored. */
+void rt_matmul_table_free(void *table);
 
 /* ---------------------------------------------------------------- rt_npy.c */
 
