@@ -168,7 +168,9 @@ static Dim gemm_rows(const Node *m) {
 static bool lt_epilogue(const Kernel *k, int *bias_leaf, int *act);
 
 /* In init(): prepare every numbered GEMM at the plan's largest row count, with the bias and
- * activation of its fused epilogue when it has one (lt_epilogue). */
+ * activation of its fused epilogue when it has one (lt_epilogue) and it is not relu: oneDNN's
+ * relu post-op gives 0 for NaN, where mrt_relu keeps the NaN (field case B13), so a relu GEMM is
+ * prepared bare and its epilogue loop runs after it. */
 static void emit_matmul_prepares(Emit *e, char **ptr) {
     for (int i = 0; i < e->kl->n; i++) {
         const Kernel *k = e->kl->k[i];
@@ -176,7 +178,7 @@ static void emit_matmul_prepares(Emit *e, char **ptr) {
         const Node *m = k->gemm;
         const Shape *sa = &m->in[0]->shape, *so = &m->shape;
         int bias_leaf = -1, act = 0;
-        if (!lt_epilogue(k, &bias_leaf, &act)) bias_leaf = -1, act = 0;
+        if (!lt_epilogue(k, &bias_leaf, &act) || act == 1) bias_leaf = -1, act = 0; /* relu: NaN (emit_lt_gemm) */
         fprintf(e->o, "    /* matmul %d: k%d, gemm %%%d against constant weights */\n"
                       "    if ((st = mrt_matmul_prepare(m, %d, dev%d, %d, %" PRId64 ", %s, %s, %s, %d, %d)) != MRT_OK) return st;\n",
                 e->mm_id[k->id], k->id, m->id, e->mm_id[k->id], kslot(k), m->trans_b, dim_max(e->g, gemm_rows(m)), dim_c(so->d[so->rank - 1]),
@@ -394,12 +396,15 @@ static void emit_lt_gemm(Emit *e, const Kernel *k, char **ptr, int bias_leaf, in
     char *args = xstrdup(C);
     for (int j = 0; j < k->nleaves; j++)
         args = xprintf("%s, %s", args, j == k->gemm_leaf ? C : ptr[view_base(k->leaves[j].node)->id]);
-    char *cpu = xprintf("if ((st = mrt_gemm_f32(dev%d, stream%d, 0, %d, %s, %s, %s, 1.0f, %s, %s, 0, %s, %s, 0, 0.0f, %s, "
-                        "%s, 0, 1)) != MRT_OK) %s;\n                 %s(%s, B%s)",
-                        s, s, m->trans_b, dim_c(rows), dim_c(N), dim_c(K), A, dim_c(K), Bm, ldb, C, dim_c(N), on_fail(e),
-                        e->cpu_fn[!strcmp(e->kpfx, "init")][k->id], args, sym_args);
-    if (mm_of(e, k) >= 0) /* prepared at load (constant weights): the primitive does the epilogue too */
+    char *gemm = xprintf("if ((st = mrt_gemm_f32(dev%d, stream%d, 0, %d, %s, %s, %s, 1.0f, %s, %s, 0, %s, %s, 0, 0.0f, %s, "
+                         "%s, 0, 1)) != MRT_OK) %s;", s, s, m->trans_b, dim_c(rows), dim_c(N), dim_c(K), A, dim_c(K), Bm, ldb, C,
+                         dim_c(N), on_fail(e));
+    char *epi = xprintf("%s(%s, B%s)", e->cpu_fn[!strcmp(e->kpfx, "init")][k->id], args, sym_args);
+    char *cpu = xprintf("%s\n                 %s", gemm, epi);
+    if (mm_of(e, k) >= 0 && act != 1) /* prepared at load (constant weights): the primitive does the epilogue too */
         cpu = packed_or(e, k, ptr, bias, xprintf("%s;", cpu));
+    else if (mm_of(e, k) >= 0) /* relu: the loop after the primitive (oneDNN's relu turns NaN into 0) */
+        cpu = xprintf("%s\n                 %s", packed_or(e, k, ptr, "NULL", gemm), epi);
     dispatch(e, s, cpu, lt);
 }
 

@@ -315,8 +315,8 @@ mrt_status mrt_gemm_bias_act_f32(mrt_device d, void *stream, int trans_b, int64_
  *  (W [K, N] row-major, or stored [N, K] and read transposed when trans_b; f32), and its init()
  *  calls mrt_matmul_prepare(m, id, ...) once the weights are in place. With oneDNN (MRT_WITH_DNNL)
  *  on a CPU slot and rows >= 2 this creates a oneDNN matmul primitive for C[rows, N] =
- *  act(A[rows, K] @ W + bias[N]), has_bias 0 or 1, act MRT_ACT_NONE, _RELU or _GELU_TANH (oneDNN's
- *  bias and eltwise post-ops), reading W where it is (no copy) with a user scratchpad allocated
+ *  act(A[rows, K] @ W + bias[N]), has_bias 0 or 1, act MRT_ACT_NONE or MRT_ACT_GELU_TANH (oneDNN's
+ *  bias and eltwise post-ops; not relu, whose post-op turns NaN into 0), reading W where it is (no copy) with a user scratchpad allocated
  *  here, so that a run allocates nothing. Prepared again (the old one freed) when the weights are
  *  loaded again. When oneDNN creates no primitive, a warning is logged once per model and the
  *  usual path runs (documented fallback); otherwise errors are MRT_ERR_INVALID_ARG for bad

@@ -627,9 +627,23 @@ void mrt_cpu_sgemm(int ta, int tb, int64_t M, int64_t N, int64_t K, float alpha,
         rt_cpu_gemv(tb, N, K, alpha, A, ta ? lda : 1, B, ldb, beta, C);
         return;
     }
+    /* A small GEMM on the calling thread alone (RT_GEMM_SERIAL_MACS): dnnl_sgemm sizes its team
+     * by omp_get_max_threads(). */
+    int nt = 0;
+#ifdef _OPENMP
+    if (M * N * K < RT_GEMM_SERIAL_MACS && !omp_in_parallel() && (nt = omp_get_max_threads()) > 1)
+        omp_set_num_threads(1);
+    else
+        nt = 0;
+#endif
     /* The arguments are valid by construction (mrt_gemm_f32 checks a caller's; the compiler
      * derives the rest from checked shapes), so dnnl_sgemm fails only on a library fault. */
-    if (dnnl_sgemm(ta ? 'T' : 'N', tb ? 'T' : 'N', M, N, K, alpha, A, lda, B, ldb, beta, C, ldc) != dnnl_success) {
+    dnnl_status_t gst = dnnl_sgemm(ta ? 'T' : 'N', tb ? 'T' : 'N', M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+#ifdef _OPENMP
+    if (nt)
+        omp_set_num_threads(nt);
+#endif
+    if (gst != dnnl_success) {
         fprintf(stderr, "modelrt: internal error: dnnl_sgemm(%c, %c, M=%lld, N=%lld, K=%lld, lda=%lld, ldb=%lld, "
                 "ldc=%lld) failed\n", ta ? 'T' : 'N', tb ? 'T' : 'N', (long long)M, (long long)N, (long long)K,
                 (long long)lda, (long long)ldb, (long long)ldc);

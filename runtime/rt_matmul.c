@@ -12,8 +12,9 @@
  * [N, K] weight): bench/gemm/RESULTS.md measured oneDNN 2.6's brgemm matmul on GPT-2's and
  * MiniLM's shapes with the weights reordered into its preferred packed layout (format_tag any)
  * and in place, and found no difference in rate (both within a few percent of dnnl_sgemm), so the
- * copy (as much memory again as the weights) buys nothing here. Bias and relu / gelu (tanh form)
- * are the primitive's bias and eltwise post-op.
+ * copy (as much memory again as the weights) buys nothing here. Bias and gelu (tanh form) are
+ * the primitive's bias and eltwise post-op; not relu, whose oneDNN post-op turns NaN into 0 where
+ * mrt_relu keeps it (field case B13): modelc prepares a relu GEMM bare and runs its epilogue loop.
  *
  * A prepared primitive has a fixed row count: the plan's maximum (the batch at --max-batch).
  * A run with fewer rows, a one-row GEMM (its sums must not depend on the thread count:
@@ -30,6 +31,9 @@
 
 #ifdef MRT_WITH_DNNL
 #include <dnnl.h>
+#endif
+#ifdef _OPENMP
+#include <omp.h>
 #endif
 
 typedef struct rt_matmul {
@@ -112,14 +116,31 @@ static rt_matmul *matmul_create(int trans_b, int64_t rows, int64_t N, int64_t K,
         goto fail;
     if (act) {
         if (dnnl_post_ops_create(&po) != dnnl_success ||
-            dnnl_post_ops_append_eltwise(po, 1.0f, act == MRT_ACT_RELU ? dnnl_eltwise_relu : dnnl_eltwise_gelu_tanh,
-                                         0.0f, 0.0f) != dnnl_success ||
+            dnnl_post_ops_append_eltwise(po, 1.0f, dnnl_eltwise_gelu_tanh, 0.0f, 0.0f) != dnnl_success ||
             dnnl_primitive_attr_set_post_ops(attr, po) != dnnl_success)
             goto fail;
     }
-    if (dnnl_engine_create(&h->eng, dnnl_cpu, 0) != dnnl_success ||
-        dnnl_stream_create(&h->strm, h->eng, dnnl_stream_default_flags) != dnnl_success ||
-        dnnl_primitive_desc_create(&pd, &desc, attr, h->eng, NULL) != dnnl_success)
+    /* oneDNN plans a primitive's threads when it is created (omp_get_max_threads()): a small
+     * GEMM is planned for the calling thread alone (RT_GEMM_SERIAL_MACS) */
+    int nt = 0;
+#ifdef _OPENMP
+    if (rows * N * K < RT_GEMM_SERIAL_MACS && (nt = omp_get_max_threads()) > 1)
+        omp_set_num_threads(1);
+    else
+        nt = 0;
+#endif
+    dnnl_status_t cst = dnnl_engine_create(&h->eng, dnnl_cpu, 0);
+    if (cst == dnnl_success)
+        cst = dnnl_stream_create(&h->strm, h->eng, dnnl_stream_default_flags);
+    if (cst == dnnl_success)
+        cst = dnnl_primitive_desc_create(&pd, &desc, attr, h->eng, NULL);
+    if (cst == dnnl_success)
+        cst = dnnl_primitive_create(&h->prim, pd);
+#ifdef _OPENMP
+    if (nt)
+        omp_set_num_threads(nt);
+#endif
+    if (cst != dnnl_success)
         goto fail;
     const dnnl_memory_desc_t *ps = dnnl_primitive_desc_query_md(pd, dnnl_query_scratchpad_md, 0);
     size_t pbytes = ps ? dnnl_memory_desc_get_size(ps) : 0;
@@ -131,8 +152,7 @@ static rt_matmul *matmul_create(int trans_b, int64_t rows, int64_t N, int64_t K,
         dnnl_memory_create(&h->wts, &wmd, h->eng, (void *)W) != dnnl_success ||
         dnnl_memory_create(&h->bias, &bmd, h->eng, DNNL_MEMORY_NONE) != dnnl_success ||
         dnnl_memory_create(&h->dst, &dmd, h->eng, DNNL_MEMORY_NONE) != dnnl_success ||
-        (pbytes && dnnl_memory_create(&h->pad, ps, h->eng, h->padbuf) != dnnl_success) ||
-        dnnl_primitive_create(&h->prim, pd) != dnnl_success)
+        (pbytes && dnnl_memory_create(&h->pad, ps, h->eng, h->padbuf) != dnnl_success))
         goto fail;
     dnnl_primitive_desc_destroy(pd);
     dnnl_primitive_attr_destroy(attr);
@@ -150,8 +170,7 @@ fail:
 mrt_status mrt_matmul_prepare(mrt_model *m, int id, mrt_device d, int trans_b, int64_t rows, int64_t N, int64_t K,
                               const float *W, int has_bias, int act)
 {
-    if (!m || id < 0 || rows < 0 || N < 1 || K < 1 || !W || (act != MRT_ACT_NONE && act != MRT_ACT_RELU &&
-                                                               act != MRT_ACT_GELU_TANH))
+    if (!m || id < 0 || rows < 0 || N < 1 || K < 1 || !W || (act != MRT_ACT_NONE && act != MRT_ACT_GELU_TANH))
         return mrt_set_error(MRT_ERR_INVALID_ARG, "mrt_matmul_prepare: matmul %d: bad arguments (rows=%lld N=%lld "
                              "K=%lld act=%d)", id, (long long)rows, (long long)N, (long long)K, act);
     rt_matmul_table *t = m->matmul;
