@@ -666,9 +666,12 @@ static void rt_cpu_gemm(int ta, int tb, int M, int N, int K, float alpha, const 
     int disjoint = batch > 1 && sC >= (int64_t)(M - 1) * ldc + N;
     /* 4M multiply-adds: about 30 us on one core here, where oneDNN's own split of one GEMM over
      * the threads starts to pay; chosen from GPT-2's per-head products (128x128x64 is 1M), not tuned */
-    int small = (int64_t)M * N * (K > 0 ? K : 1) < (int64_t)1 << 22;
+    int64_t macs = (int64_t)M * N * (K > 0 ? K : 1);
+    int small = macs < (int64_t)1 << 22;
     if (disjoint && small) {
-        MRT_PRAGMA(omp parallel for schedule(static))
+        /* the whole batch under RT_GEMM_SERIAL_MACS on the calling thread (the imported BERT's
+         * 4 heads of 64x64x16: a fork/join of the team for 262K multiply-adds) */
+        MRT_PRAGMA(omp parallel for schedule(static) if(macs * batch >= RT_GEMM_SERIAL_MACS))
         for (int64_t i = 0; i < batch; i++)
             mrt_cpu_sgemm(ta, tb, M, N, K, alpha, A + i * sA, lda, B + i * sB, ldb, beta, C + i * sC, ldc);
         return;
