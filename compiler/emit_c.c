@@ -75,6 +75,9 @@ struct Emit {
     unsigned *pipe_acq, *pipe_rel; /* split models, per run kernel: see pipe_masks */
     GradReady *ready;    /* training builds on one device: when each gradient is final (the
                             data-parallel hooks, emit_calls), NULL otherwise */
+    int *mm_id;          /* per run kernel: its id among the GEMMs against constant weights that
+                            init() prepares (mrt_matmul_prepare), or -1 (packed_gemms) */
+    int nmm;
 };
 
 /* The statement a failing call runs (e->fail), counted so that its label is written only when used. */
@@ -123,6 +126,79 @@ static void check_blas_dim(Emit *e, const Node *m, Dim d, const char *what) {
 /* The name of kernel k's parameter struct (conv2d, pooling), emitted by emit_params. */
 static char *params_name(const Emit *e, const Kernel *k) { return xprintf("%s_%s%d_p", e->pfx, e->kpfx, k->id); }
 
+/* Whether run kernel k is one plain GEMM whose right operand is constant after loading (a
+ * resident param or a load-time value), f32, so that init() may prepare it once
+ * (mrt_matmul_prepare: a oneDNN matmul primitive on a CPU slot). Never in a training build: an
+ * optimizer step rewrites the weights between runs without a load. */
+static bool gemm_const_weights(const Emit *e, const Kernel *k) {
+    const Node *m = k->gemm;
+    if (e->g->train || k->kind != K_GEMM || !m || m->op != OP_MATMUL || m->dtype != DT_F32) return false;
+    const Node *b = view_base(m->in[1]);
+    const Storage *st = e->mp->of[b->id];
+    if (!st || b->dtype != DT_F32 || m->in[0]->dtype != DT_F32) return false;
+    if (!((st->kind == S_PARAM && !st->load_only) || st->kind == S_INIT)) return false;
+    const Shape *sa = &m->in[0]->shape, *sb = &m->in[1]->shape, *so = &m->shape;
+    for (int i = 0; i + 2 < sb->rank; i++)
+        if (!dim_is_one(sb->d[i])) return false;
+    if (sa->rank != so->rank) return false;
+    for (int i = 0; i + 2 < sa->rank; i++)
+        if (!dim_eq(sa->d[i], so->d[i])) return false;
+    return true;
+}
+
+/* Number the run kernels gemm_const_weights accepts (e->mm_id, e->nmm). */
+static void packed_gemms(Emit *e) {
+    int nid = 0;
+    for (int i = 0; i < e->kl->n; i++) nid = e->kl->k[i]->id >= nid ? e->kl->k[i]->id + 1 : nid;
+    e->mm_id = xalloc(sizeof(int) * (size_t)(nid + 1));
+    for (int i = 0; i <= nid; i++) e->mm_id[i] = -1;
+    e->nmm = 0;
+    for (int i = 0; i < e->kl->n; i++)
+        if (gemm_const_weights(e, e->kl->k[i])) e->mm_id[e->kl->k[i]->id] = e->nmm++;
+}
+
+/* The rows of GEMM m when it runs as one GEMM (a's leading dims folded into M). */
+static Dim gemm_rows(const Node *m) {
+    const Shape *sa = &m->in[0]->shape;
+    Dim rows = {1, {0}};
+    for (int i = 0; i < sa->rank - 1; i++) rows = dim_mul(rows, sa->d[i], NULL);
+    return rows;
+}
+
+static bool lt_epilogue(const Kernel *k, int *bias_leaf, int *act);
+
+/* In init(): prepare every numbered GEMM at the plan's largest row count, with the bias and
+ * activation of its fused epilogue when it has one (lt_epilogue) and it is not relu: oneDNN's
+ * relu post-op gives 0 for NaN, where mrt_relu keeps the NaN (field case B13), so a relu GEMM is
+ * prepared bare and its epilogue loop runs after it. */
+static void emit_matmul_prepares(Emit *e, char **ptr) {
+    for (int i = 0; i < e->kl->n; i++) {
+        const Kernel *k = e->kl->k[i];
+        if (e->mm_id[k->id] < 0) continue;
+        const Node *m = k->gemm;
+        const Shape *sa = &m->in[0]->shape, *so = &m->shape;
+        int bias_leaf = -1, act = 0;
+        if (!lt_epilogue(k, &bias_leaf, &act) || act == 1) bias_leaf = -1, act = 0; /* relu: NaN (emit_lt_gemm) */
+        fprintf(e->o, "    /* matmul %d: k%d, gemm %%%d against constant weights */\n"
+                      "    if ((st = mrt_matmul_prepare(m, %d, dev%d, %d, %" PRId64 ", %s, %s, %s, %d, %d)) != MRT_OK) return st;\n",
+                e->mm_id[k->id], k->id, m->id, e->mm_id[k->id], kslot(k), m->trans_b, dim_max(e->g, gemm_rows(m)), dim_c(so->d[so->rank - 1]),
+                dim_c(sa->d[sa->rank - 1]), ptr[view_base(m->in[1])->id], bias_leaf >= 0, act);
+    }
+}
+
+/* Run kernel k's id among the prepared GEMMs, or -1 (an init kernel, or not one). */
+static int mm_of(const Emit *e, const Kernel *k) { return e->mm_id && !strcmp(e->kpfx, "k") ? e->mm_id[k->id] : -1; }
+
+/* The packed path of run kernel k in front of its usual call `usual` (a C statement): the
+ * prepared primitive when mrt_matmul_run takes it, else the usual call. */
+static char *packed_or(Emit *e, const Kernel *k, char **ptr, const char *bias, const char *usual) {
+    const Node *m = k->gemm;
+    return xprintf("{ int mrt_done; if ((st = mrt_matmul_run(m, %d, %s, %s, %s, %s, %s, &mrt_done)) != MRT_OK) %s;\n"
+                   "                   if (!mrt_done) { %s } }",
+                   mm_of(e, k), dim_c(gemm_rows(m)), ptr[view_base(m->in[0])->id], ptr[view_base(m->in[1])->id], bias,
+                   ptr[k->root->id], on_fail(e), usual);
+}
+
 /* A GEMM's root writes C; its epilogue, if any, runs on C after it (or inside cuBLASLt). */
 static void emit_matmul(Emit *e, const Kernel *k, char **ptr) {
     FILE *o = e->o;
@@ -155,6 +231,11 @@ static void emit_matmul(Emit *e, const Kernel *k, char **ptr) {
         check_blas_dim(e, m, rows, "rows");
         call = xprintf("mrt_gemm_f32(dev%d, stream%d, 0, %d, %s, %s, %s, 1.0f, %s, %s, 0, %s, %s, 0, 0.0f, %s, %s, 0, 1)", s,
                        s, tb, dim_c(rows), dim_c(N), dim_c(K), A, dim_c(K), Bm, ldb, C, dim_c(N));
+        if (mm_of(e, k) >= 0) {
+            /* prepared at load (constant weights): the primitive, else the usual call */
+            fprintf(o, "    %s\n", packed_or(e, k, ptr, "NULL", xprintf("if ((st = %s) != MRT_OK) %s;", call, on_fail(e))));
+            return;
+        }
     } else if ((a_full || a_one) && (b_full || b_one)) {
         /* A strided batch over the flattened leading dims (a stride of 0 repeats a matrix). */
         char *sA = a_one ? xstrdup("0") : dim_c(dim_mul(M, K, NULL));
@@ -315,10 +396,15 @@ static void emit_lt_gemm(Emit *e, const Kernel *k, char **ptr, int bias_leaf, in
     char *args = xstrdup(C);
     for (int j = 0; j < k->nleaves; j++)
         args = xprintf("%s, %s", args, j == k->gemm_leaf ? C : ptr[view_base(k->leaves[j].node)->id]);
-    char *cpu = xprintf("if ((st = mrt_gemm_f32(dev%d, stream%d, 0, %d, %s, %s, %s, 1.0f, %s, %s, 0, %s, %s, 0, 0.0f, %s, "
-                        "%s, 0, 1)) != MRT_OK) %s;\n                 %s(%s, B%s)",
-                        s, s, m->trans_b, dim_c(rows), dim_c(N), dim_c(K), A, dim_c(K), Bm, ldb, C, dim_c(N), on_fail(e),
-                        e->cpu_fn[!strcmp(e->kpfx, "init")][k->id], args, sym_args);
+    char *gemm = xprintf("if ((st = mrt_gemm_f32(dev%d, stream%d, 0, %d, %s, %s, %s, 1.0f, %s, %s, 0, %s, %s, 0, 0.0f, %s, "
+                         "%s, 0, 1)) != MRT_OK) %s;", s, s, m->trans_b, dim_c(rows), dim_c(N), dim_c(K), A, dim_c(K), Bm, ldb, C,
+                         dim_c(N), on_fail(e));
+    char *epi = xprintf("%s(%s, B%s)", e->cpu_fn[!strcmp(e->kpfx, "init")][k->id], args, sym_args);
+    char *cpu = xprintf("%s\n                 %s", gemm, epi);
+    if (mm_of(e, k) >= 0 && act != 1) /* prepared at load (constant weights): the primitive does the epilogue too */
+        cpu = packed_or(e, k, ptr, bias, xprintf("%s;", cpu));
+    else if (mm_of(e, k) >= 0) /* relu: the loop after the primitive (oneDNN's relu turns NaN into 0) */
+        cpu = xprintf("%s\n                 %s", packed_or(e, k, ptr, "NULL", gemm), epi);
     dispatch(e, s, cpu, lt);
 }
 
@@ -1253,8 +1339,11 @@ void emit_c_source(Emit *e, FILE *o, const char *h_include) {
     }
 
     /* the load-time kernels, run by mrt_model_load_weights once the params are in place */
-    if (e->init->n) {
-        fprintf(o, "/* Values that depend only on the weights (folded batch norms, ...), computed once. */\n");
+    packed_gemms(e);
+    bool has_init = e->init->n || e->nmm;
+    if (has_init) {
+        fprintf(o, "/* Values that depend only on the weights (folded batch norms, ...), computed once; the GEMMs\n"
+                   " * against constant weights, prepared once (mrt_matmul_prepare). */\n");
         emit_params(e, e->init, "init");
         fprintf(o, "static mrt_status %s_init(mrt_model *m) {\n    MRT_UNUSED const int64_t B = 1;\n"
                    "    mrt_status st = MRT_OK;\n", e->pfx);
@@ -1263,6 +1352,7 @@ void emit_c_source(Emit *e, FILE *o, const char *h_include) {
         char **ptr = declare_pointers(e, true, NULL, false);
         fprintf(o, "    if (gpu0 && (st = mrt_device_activate(dev0)) != MRT_OK) return st;\n");
         emit_calls(e, e->init, 0, e->init->n, ptr, "init");
+        emit_matmul_prepares(e, ptr);
         for (int s = 0; s < ns; s++)
             fprintf(o, "    if ((st = mrt_stream_sync(dev%d, stream%d, \"%s load_weights\")) != MRT_OK) return st;\n", s, s, e->pfx);
         fprintf(o, "    return MRT_OK;\n}\n\n");
@@ -1287,7 +1377,7 @@ void emit_c_source(Emit *e, FILE *o, const char *h_include) {
                "    .name = \"%s\",\n    .n_slots = %d,\n    .slots = %s_slots,\n    .n_params = %d,\n"
                "    .params = %s_params,\n", e->pfx, e->pfx, ns, e->pfx, g->nparams, e->pfx);
     fprintf(o, "#ifdef MRT_WITH_CUDA\n    .cuda = 1,\n#endif\n");
-    if (e->init->n) fprintf(o, "    .init = %s_init,\n", e->pfx);
+    if (has_init) fprintf(o, "    .init = %s_init,\n", e->pfx);
     {   /* the graph's hash: FNV-1a over its dump */
         char *txt = NULL;
         size_t len = 0;

@@ -311,6 +311,29 @@ mrt_status mrt_gemm_bias_act_f32(mrt_device d, void *stream, int trans_b, int64_
                                  const float *A, int64_t lda, const float *B, int64_t ldb, float *C, int64_t ldc,
                                  const float *bias, int act);
 
+/** GEMMs against constant weights on the CPU, prepared once at load (rt_matmul.c). For an
+ *  inference build modelc numbers each GEMM whose right operand W is a param or a load-time value
+ *  (W [K, N] row-major, or stored [N, K] and read transposed when trans_b; f32), and its init()
+ *  calls mrt_matmul_prepare(m, id, ...) once the weights are in place. With oneDNN (MRT_WITH_DNNL)
+ *  on a CPU slot and rows >= 2 this creates a oneDNN matmul primitive for C[rows, N] =
+ *  act(A[rows, K] @ W + bias[N]), has_bias 0 or 1, act MRT_ACT_NONE or MRT_ACT_GELU_TANH (oneDNN's
+ *  bias and eltwise post-ops; not relu, whose post-op turns NaN into 0), reading W where it is (no copy) with a user scratchpad allocated
+ *  here, so that a run allocates nothing. Prepared again (the old one freed) when the weights are
+ *  loaded again. When oneDNN creates no primitive, a warning is logged once per model and the
+ *  usual path runs (documented fallback); otherwise errors are MRT_ERR_INVALID_ARG for bad
+ *  arguments and MRT_ERR_OOM for the table. Without oneDNN, on a GPU slot or for rows < 2 it
+ *  prepares nothing and returns MRT_OK. */
+mrt_status mrt_matmul_prepare(mrt_model *m, int id, mrt_device d, int trans_b, int64_t rows, int64_t N, int64_t K,
+                              const float *W, int has_bias, int act);
+/** Run prepared GEMM `id`: C[rows, N] = act(A[rows, K] @ W + bias) (A, C row-major, contiguous,
+ *  host memory; bias NULL exactly when it was prepared without one). *done = 1 when it ran; 0
+ *  when nothing was prepared for it, rows differs from the prepared count, W is not the
+ *  prepared pointer, or another thread is running it: the caller then computes it its usual
+ *  way (mrt_gemm_f32 and the epilogue). A oneDNN failure is MRT_ERR_INTERNAL naming the model,
+ *  the matmul and its shape. */
+mrt_status mrt_matmul_run(mrt_model *m, int id, int64_t rows, const float *A, const float *W, const float *bias,
+                          float *C, int *done);
+
 /* CUDA versions of the library kernels in mrt_kernels.h, same arguments and semantics, queued on
  * `stream` (device pointers). Each checks its launch and returns MRT_ERR_CUDA naming the kernel. In
  * a build without CUDA they return MRT_ERR_DEVICE. Row-wise kernels use one block (or warp) per
@@ -501,7 +524,7 @@ mrt_status mrt_npy_write(const char *path, const mrt_tensor *t);
  * time (like model.to(device)); every other slot is pinned by an 'on DEVICE { }' region, and a
  * device map (PyTorch's map_location) may move a pinned slot to another device at run time. */
 
-#define MRT_MODEL_ABI 4      /* bumped when mrt_model_desc or mrt_model changes */
+#define MRT_MODEL_ABI 5      /* bumped when mrt_model_desc or mrt_model changes */
 #define MRT_MAX_SLOTS 16     /* device slots of one model */
 
 /** One device slot of a compiled model. Sizes in bytes, from the memory plan. */
@@ -610,6 +633,9 @@ struct mrt_model {
     /* a view of the model running micro-batches (rt_pipe.c): its place in the pipeline, which
      * run()'s mrt_pipe_gate calls hand on; NULL for a model run alone */
     void *pipe;
+    /* the GEMMs against constant weights that init() prepared (mrt_matmul_prepare, rt_matmul.c),
+     * indexed by modelc's matmul ids; NULL until one is prepared; freed by mrt_model_destroy */
+    void *matmul;
 };
 
 /** Create a model from its descriptor on `device` ("auto", "cpu", "cuda", "cuda:N"; NULL means

@@ -463,6 +463,11 @@ MRT_HD float mrt_dropout_elem(float x, float p, float scale, uint64_t seed, uint
 #ifndef __CUDACC__
 /* y = softmax(x) (or log_softmax when log != 0) along the middle axis of [outer, n, inner].
  * The row sum is accumulated in double. */
+/* expf(d) for softmax's d = x - max <= 0 (or NaN): below -104 expf underflows to 0, which glibc
+ * reaches through its errno path (__math_uflowf, with_errnof: a fifth of the imported GPT-2's run
+ * went there, its masked attention scores being -3.4e38); 0 here directly, the same bits. */
+static inline float mrt_softmax_exp(float d) { return d < -104.0f ? 0.0f : expf(d); }
+
 static inline void mrt_softmax_f32(float *y, const float *x, int64_t outer, int64_t n, int64_t inner, int log) {
     MRT_PRAGMA(omp parallel for collapse(2) schedule(static) if(outer * n * inner >= MRT_PAR_MIN))
     for (int64_t o = 0; o < outer; o++) {
@@ -473,14 +478,18 @@ static inline void mrt_softmax_f32(float *y, const float *x, int64_t outer, int6
             for (int64_t j = 0; j < n; j++) m = mrt_maxf(m, xr[j * inner]);
             if (m == -INFINITY) m = 0.0f; /* an all -inf row: exp(-inf - 0) = 0, sum 0 -> NaN as in PyTorch */
             double sd = 0.0;
-            for (int64_t j = 0; j < n; j++) sd += expf(xr[j * inner] - m);
-            const float s = (float)sd;
             if (log) {
-                float ls = logf(s);
+                for (int64_t j = 0; j < n; j++) sd += mrt_softmax_exp(xr[j * inner] - m);
+                float ls = logf((float)sd);
                 for (int64_t j = 0; j < n; j++) yr[j * inner] = xr[j * inner] - m - ls;
-            } else {
-                float r = 1.0f / s;
-                for (int64_t j = 0; j < n; j++) yr[j * inner] = expf(xr[j * inner] - m) * r;
+            } else { /* each exp once, kept in y (y may be x: each element is read before it is written) */
+                for (int64_t j = 0; j < n; j++) {
+                    const float ej = mrt_softmax_exp(xr[j * inner] - m);
+                    sd += ej;
+                    yr[j * inner] = ej;
+                }
+                float r = 1.0f / (float)sd;
+                for (int64_t j = 0; j < n; j++) yr[j * inner] *= r;
             }
         }
     }
@@ -547,9 +556,13 @@ static inline void mrt_softmax_masked_f32(float *y, const float *x, int64_t rows
             continue;
         }
         double s = 0.0;
-        for (int64_t j = 0; j < lim; j++) s += expf(xr[j] - m);
+        for (int64_t j = 0; j < lim; j++) { /* each exp once, kept in y (y may be x) */
+            const float ej = mrt_softmax_exp(xr[j] - m);
+            s += ej;
+            yr[j] = ej;
+        }
         float inv = (float)(1.0 / s);
-        for (int64_t j = 0; j < lim; j++) yr[j] = expf(xr[j] - m) * inv;
+        for (int64_t j = 0; j < lim; j++) yr[j] *= inv;
         for (int64_t j = lim; j < n; j++) yr[j] = 0.0f;
     }
 }

@@ -627,9 +627,23 @@ void mrt_cpu_sgemm(int ta, int tb, int64_t M, int64_t N, int64_t K, float alpha,
         rt_cpu_gemv(tb, N, K, alpha, A, ta ? lda : 1, B, ldb, beta, C);
         return;
     }
+    /* A small GEMM on the calling thread alone (RT_GEMM_SERIAL_MACS): dnnl_sgemm sizes its team
+     * by omp_get_max_threads(). */
+    int nt = 0;
+#ifdef _OPENMP
+    if (M * N * K < RT_GEMM_SERIAL_MACS && !omp_in_parallel() && (nt = omp_get_max_threads()) > 1)
+        omp_set_num_threads(1);
+    else
+        nt = 0;
+#endif
     /* The arguments are valid by construction (mrt_gemm_f32 checks a caller's; the compiler
      * derives the rest from checked shapes), so dnnl_sgemm fails only on a library fault. */
-    if (dnnl_sgemm(ta ? 'T' : 'N', tb ? 'T' : 'N', M, N, K, alpha, A, lda, B, ldb, beta, C, ldc) != dnnl_success) {
+    dnnl_status_t gst = dnnl_sgemm(ta ? 'T' : 'N', tb ? 'T' : 'N', M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+#ifdef _OPENMP
+    if (nt)
+        omp_set_num_threads(nt);
+#endif
+    if (gst != dnnl_success) {
         fprintf(stderr, "modelrt: internal error: dnnl_sgemm(%c, %c, M=%lld, N=%lld, K=%lld, lda=%lld, ldb=%lld, "
                 "ldc=%lld) failed\n", ta ? 'T' : 'N', tb ? 'T' : 'N', (long long)M, (long long)N, (long long)K,
                 (long long)lda, (long long)ldb, (long long)ldc);
@@ -651,14 +665,13 @@ static void rt_cpu_gemm(int ta, int tb, int M, int N, int K, float alpha, const 
 {
     int disjoint = batch > 1 && sC >= (int64_t)(M - 1) * ldc + N;
     /* 4M multiply-adds: about 30 us on one core here, where oneDNN's own split of one GEMM over
-     * the threads starts to pay; chosen from GPT-2's per-head products (128x128x64 is 1M). A
-     * product below it runs on the calling thread alone: a parallel region saves a few us at
-     * best there, and costs a scheduler time slice (ms) whenever one of the team's threads waits
-     * for a core that another process holds (docs/runtime.md, "Small kernels run on one thread"). */
-    int64_t work = (int64_t)M * N * (K > 0 ? K : 1);
-    int small = work < (int64_t)1 << 22;
-    if (disjoint && small && batch * work >= (int64_t)1 << 22) {
-        MRT_PRAGMA(omp parallel for schedule(static))
+     * the threads starts to pay; chosen from GPT-2's per-head products (128x128x64 is 1M), not tuned */
+    int64_t macs = (int64_t)M * N * (K > 0 ? K : 1);
+    int small = macs < (int64_t)1 << 22;
+    if (disjoint && small) {
+        /* the whole batch under RT_GEMM_SERIAL_MACS on the calling thread (the imported BERT's
+         * 4 heads of 64x64x16: a fork/join of the team for 262K multiply-adds) */
+        MRT_PRAGMA(omp parallel for schedule(static) if(macs * batch >= RT_GEMM_SERIAL_MACS))
         for (int64_t i = 0; i < batch; i++)
             mrt_cpu_sgemm(ta, tb, M, N, K, alpha, A + i * sA, lda, B + i * sB, ldb, beta, C + i * sC, ldc);
         return;

@@ -29,6 +29,15 @@ int rt_shape_numel(const int64_t *shape, int rank, uint64_t *numel);
 
 /** The log hook currently installed (for mrt_main to restore the caller's on return). */
 void rt_log_hook_get(mrt_log_fn *fn, void **user);
+/** A CPU GEMM of fewer multiply-adds (M*N*K) than this runs on the calling thread alone, both
+ *  mrt_cpu_sgemm's and a prepared primitive (rt_matmul.c): about 5 us on one core here, where a
+ *  fork/join of the OpenMP team costs as much as it saves, and far more when the machine is
+ *  loaded and a team member waits to be scheduled (the small imported transformers, 64x64x192:
+ *  bench/gemm/RESULTS.md). Thread-count independent by construction. Not tuned finely. */
+#define RT_GEMM_SERIAL_MACS ((int64_t)1 << 20)
+
+/** Free a model's table of prepared GEMMs (m->matmul, rt_matmul.c); NULL is ignored. */
+void rt_matmul_table_free(void *table);
 
 /* ---------------------------------------------------------------- rt_npy.c */
 

@@ -111,6 +111,7 @@ void mrt_model_destroy(mrt_model *m)
      * every call here fail too) must survive it. */
     char *err = strdup(mrt_last_error());
     graphs_free(m);
+    rt_matmul_table_free(m->matmul);
     int n = m->desc ? m->desc->n_slots : 0;
     for (int s = 0; s < n; s++) {
         if (m->dev[s].kind == MRT_DEVICE_CUDA && mrt_device_activate(m->dev[s]) != MRT_OK)
