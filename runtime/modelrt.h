@@ -500,7 +500,7 @@ mrt_status mrt_npy_write(const char *path, const mrt_tensor *t);
  * time (like model.to(device)); every other slot is pinned by an 'on DEVICE { }' region, and a
  * device map (PyTorch's map_location) may move a pinned slot to another device at run time. */
 
-#define MRT_MODEL_ABI 4      /* bumped when mrt_model_desc or mrt_model changes */
+#define MRT_MODEL_ABI 5      /* bumped when mrt_model_desc or mrt_model changes */
 #define MRT_MAX_SLOTS 16     /* device slots of one model */
 
 /** One device slot of a compiled model. Sizes in bytes, from the memory plan. */
@@ -578,6 +578,9 @@ typedef struct mrt_model_desc {
     /* a hash of the compiled graph (FNV-1a of modelc's --dump=graph text after fusion), which
      * the ranks of a distributed run compare: the same name and params but other ops differ */
     uint64_t graph_hash;
+    /* inference builds with blocked convolutions (modelc's layout pass): makes the oneDNN
+     * primitives (mrt_blk_*) after the load-time kernels when slot 0 is the CPU; NULL: none */
+    mrt_status (*blocked)(mrt_model *m);
 } mrt_model_desc;
 
 /** A created model. The generated run() reads these fields; treat them as read-only. */
@@ -609,6 +612,8 @@ struct mrt_model {
     /* a view of the model running micro-batches (rt_pipe.c): its place in the pipeline, which
      * run()'s mrt_pipe_gate calls hand on; NULL for a model run alone */
     void *pipe;
+    /* the blocked convolutions' oneDNN state (rt_blocked.c, mrt_blk_*), or NULL */
+    void *blk;
 };
 
 /** Create a model from its descriptor on `device` ("auto", "cpu", "cuda", "cuda:N"; NULL means
