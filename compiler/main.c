@@ -187,6 +187,12 @@ static bool is_dir(const char *p) {
 
 /* ---------------------------------------------------------------- the command line */
 
+/* MODELC_DNNL: 1 when the runtime modelc links programs with has oneDNN (the Makefile's DNNL),
+ * which the blocked convolution layout needs; its default follows it. */
+#ifndef MODELC_DNNL
+#define MODELC_DNNL 0
+#endif
+
 void options_default(Options *o) {
     *o = (Options){.olevel = "-O2", .max_batch = 64, .fuse = {.elementwise = true, .epilogue = true, .blocked = MODELC_DNNL},
                    .plan = {.inplace = true, .align = 64, .reorder = true},
