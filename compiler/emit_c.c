@@ -1234,9 +1234,9 @@ static void emit_blocked_setup(Emit *e, FILE *o, int nblk) {
                     bias = xprintf("%s%s%s", bias, b ? ", " : "", ptr[view_base(k->leaves[k->blk_bias[b]].node)->id]);
                 bias = xprintf("%s}", bias);
             }
-            fprintf(o, "    if ((st = mrt_blk_add_conv(m, %d, &%s, %d, %d, %s, %s, %d, %d, %d, %s, %s, \"%s\")) != MRT_OK) return st;\n",
+            fprintf(o, "    if ((st = mrt_blk_add_conv(m, %d, &%s, %d, %d, %s, %s, %d, %d, %d, %s, %s, %d, \"%s\")) != MRT_OK) return st;\n",
                     k->blk, params_name(e, k), k->blk_src, k->blk_dst, ptr[view_base(m->in[1])->id], bias, k->blk_nbias,
-                    k->blk_res >= 0, k->blk_act, float_lit(k->blk_lo), float_lit(k->blk_hi), c_string_body(what));
+                    k->blk_res >= 0, k->blk_act, float_lit(k->blk_lo), float_lit(k->blk_hi), k->blk_wino, c_string_body(what));
         } else {
             fprintf(o, "    if ((st = mrt_blk_add_pool(m, %d, &%s, %d, \"%s\")) != MRT_OK) return st;\n", k->blk,
                     params_name(e, k), k->blk_dst, c_string_body(what));

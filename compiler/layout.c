@@ -146,7 +146,7 @@ static bool ew_candidate(const Kernel *k) {
 
 enum { C_NONE, C_CONV, C_POOL, C_EW };
 
-void layout_blocked(Graph *g, KernelList *kl) {
+void layout_blocked(Graph *g, KernelList *kl, bool winograd) {
     for (int i = 0; i < kl->n; i++) kl->k[i]->blk = -1;
     if (g->train || g->with_loss || g->nslots != 1) return;
     int nn = g->nnodes;
@@ -207,6 +207,11 @@ void layout_blocked(Graph *g, KernelList *kl) {
         if (cls[i] != C_CONV && cls[i] != C_POOL) continue;
         k->blk = idx++;
         if (cls[i] == C_POOL) k->blk_src = true;
+        if (cls[i] == C_CONV) {
+            const Node *m = k->gemm;
+            k->blk_wino = winograd && m->kernel[0] == 3 && m->kernel[1] == 3 && m->stride[0] == 1 && m->stride[1] == 1 &&
+                          m->dilation[0] == 1 && m->dilation[1] == 1;
+        }
         if (cls[i] == C_CONV && k->scratch_bytes) { /* no im2col on the CPU; the CUDA plan keeps its own */
             if (!k->scratch_bytes_cuda) k->scratch_bytes_cuda = k->scratch_bytes;
             k->scratch_bytes = 0;
@@ -226,9 +231,9 @@ void dump_layout(FILE *out, const Graph *g, const KernelList *kl) {
         }
         static const char *acts[] = {"", ", relu", ", clamp"};
         if (k->gemm)
-            fprintf(out, "  blocked k%d: conv2d #%d, src %s, dst %s, bias %d%s%s\n", k->id, k->blk,
+            fprintf(out, "  blocked k%d: conv2d #%d, src %s, dst %s, bias %d%s%s%s\n", k->id, k->blk,
                     k->blk_src ? "blocked" : "nchw", k->blk_dst ? "blocked" : "nchw (reordered)", k->blk_nbias,
-                    k->blk_res >= 0 ? ", sum" : "", acts[k->blk_act]);
+                    k->blk_res >= 0 ? ", sum" : "", acts[k->blk_act], k->blk_wino ? ", winograd" : "");
         else
             fprintf(out, "  blocked k%d: max_pool2d #%d, src blocked, dst %s\n", k->id, k->blk,
                     k->blk_dst ? "blocked" : "nchw (reordered)");

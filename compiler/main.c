@@ -69,6 +69,8 @@ static void usage(FILE *f) {
             "                     oneDNN's convolution and max pooling in its blocked layout (nChw16c) through\n"
             "                     the convolutional part of an inference graph (the default when modelc is\n"
             "                     built with oneDNN; make DNNL=0 builds without it, and without this)\n"
+            "  --no-winograd      in that layout, run 3x3 stride-1 convolutions with oneDNN's direct algorithm\n"
+            "                     instead of its Winograd one (faster; a larger rounding error, still f32)\n"
             "  --no-inplace       do not let kernels write over a dying operand\n"
             "  --no-reorder       keep the kernels in source order (no memory-aware schedule)\n"
             "  --no-fold-bn       do not fold batch_norm into the preceding conv2d / linear\n"
@@ -194,7 +196,7 @@ static bool is_dir(const char *p) {
 #endif
 
 void options_default(Options *o) {
-    *o = (Options){.olevel = "-O2", .max_batch = 64, .fuse = {.elementwise = true, .epilogue = true, .blocked = MODELC_DNNL},
+    *o = (Options){.olevel = "-O2", .max_batch = 64, .fuse = {.elementwise = true, .epilogue = true, .blocked = MODELC_DNNL, .winograd = true},
                    .plan = {.inplace = true, .align = 64, .reorder = true},
                    .fold = {.fold_bn = true, .hoist = true, .fold_transpose = true, .fold_silu = true}};
 }
@@ -272,6 +274,8 @@ static void parse_args(int argc, char **argv, Options *o) {
             o->fuse.epilogue = false;
         } else if (!strcmp(a, "--no-blocked-conv")) {
             o->fuse.blocked = false;
+        } else if (!strcmp(a, "--no-winograd")) {
+            o->fuse.winograd = false;
         } else if (!strcmp(a, "--no-inplace")) {
             o->plan.inplace = false;
         } else if (!strcmp(a, "--no-reorder")) {
@@ -332,7 +336,7 @@ bool compile_source(const Options *o, const char *path, const char *src, Compile
     if (fold.hoist) hoist_graph(g);
     if (o->dump && !strcmp(o->dump, "placement")) return dump_placement(out, g), false;
     c->kl = fuse_graph(g, o->fuse, &c->init);
-    if (o->fuse.blocked) layout_blocked(g, &c->kl);
+    if (o->fuse.blocked) layout_blocked(g, &c->kl, o->fuse.winograd);
     if (o->dump && !strcmp(o->dump, "fused")) return dump_fused(out, g, &c->kl, &c->init), false;
     c->mp = plan_memory(g, &c->kl, &c->init, o->plan);
     PlanOptions pc = o->plan; /* the CUDA plan: the same schedule, 256-byte alignment, its scratch */

@@ -607,6 +607,7 @@ typedef struct Kernel {
     int blk_res;           /* conv: the epilogue's leaf that the sum post-op adds, -1 none */
     int blk_bias[4], blk_nbias; /* conv: the epilogue's per-channel leaves, summed into the bias */
     int blk_act;           /* conv: 0 none, 1 relu, 2 clamp to [blk_lo, blk_hi] */
+    bool blk_wino;         /* conv: 3x3, stride 1, dilation 1: oneDNN's Winograd algorithm where it has one */
     double blk_lo, blk_hi;
 } Kernel;
 
@@ -615,6 +616,7 @@ typedef struct FuseOptions {
     bool elementwise;  /* fuse elementwise chains into one kernel */
     bool epilogue;     /* fold elementwise consumers of a GEMM into its epilogue */
     bool blocked;      /* the CPU's blocked layout for convolutions (layout.c; off without oneDNN) */
+    bool winograd;     /* blocked 3x3 stride-1 convs try oneDNN's Winograd algorithm (--no-winograd) */
 } FuseOptions;
 
 typedef struct KernelList {
@@ -635,7 +637,7 @@ bool conv_is_depthwise(const Node *n);
  * values stay in oneDNN's blocked layout (Kernel.blk*; the essay at the top of layout.c). Only
  * inference graphs on one device slot; call it only when the runtime has oneDNN. Sets every
  * kernel's blk (-1: none). */
-void layout_blocked(Graph *g, KernelList *kl);
+void layout_blocked(Graph *g, KernelList *kl, bool winograd);
 /* The blocked kernels, one line each (part of --dump=fused). */
 void dump_layout(FILE *out, const Graph *g, const KernelList *kl);
 

@@ -1095,10 +1095,11 @@ mrt_status mrt_blk_create(mrt_model *m, int nops, int64_t max_batch);
  *  vectors [O] + res) with res only when has_res; act 0 none, 1 relu, 2 clamp to [lo, hi]. w is
  *  [O, C, KH, KW] f32 (read now; reordered into the primitive's format); the biases are summed
  *  and copied now. src_blocked: x is blocked (else NCHW); dst_blocked: y is (else NCHW, through
- *  a reorder). `what` names the op in messages ("k3 conv2d %16 at resnet18.model:12:5"). */
+ *  a reorder). winograd: a 3x3 stride-1 conv tries oneDNN's Winograd algorithm first (AVX-512
+ *  f32; else, or where oneDNN has no Winograd kernel for it, the direct one). `what` names the op in messages ("k3 conv2d %16 at resnet18.model:12:5"). */
 mrt_status mrt_blk_add_conv(mrt_model *m, int i, const mrt_conv2d_params *p, int src_blocked, int dst_blocked,
                             const float *w, const float *const *bias, int nbias, int has_res, int act, float lo, float hi,
-                            const char *what);
+                            int winograd, const char *what);
 /** Op i: a max pooling, blocked source; dst_blocked as for mrt_blk_add_conv. */
 mrt_status mrt_blk_add_pool(mrt_model *m, int i, const mrt_pool2d_params *p, int dst_blocked, const char *what);
 /** Run conv op i at batch N: y from x (res: the residual, in y's layout, or NULL). y, x, res

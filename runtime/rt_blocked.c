@@ -10,11 +10,14 @@
  * ((n*C/b + c/b)*H*W + h*W + w)*b + c%b for block b. It holds exactly N*C*H*W floats, so the
  * memory plan's sizes are those of NCHW, and same-shape elementwise kernels read and write it
  * unchanged. An op reads a plain (NCHW) source where the region starts (the first conv's C = 3
- * image: the primitive takes an nchw src with a blocked dst) and writes a plain result where a
+ * image: the primitive takes an nchw src with a blocked dst; with C a multiple of the block, a
+ * reorder to blocked first, since oneDNN would run that conv on its reference kernel) and writes a plain result where a
  * value leaves the region: it computes into a blocked buffer of its own, then one reorder.
  *
- * Ops. A conv is oneDNN's convolution primitive (prop forward_inference, algorithm direct; its
- * implementation on AVX-512 is brgconv:avx512_core, bench/conv/RESULTS.md), weights reordered
+ * Ops. A conv is oneDNN's convolution primitive (prop forward_inference, algorithm direct, whose
+ * implementation for nChw16c on AVX-512 is jit:avx512_core; or, for a 3x3 stride-1 conv that
+ * modelc marks (not --no-winograd), Winograd where oneDNN has it: about 2x faster on ResNet's 3x3
+ * convs at batch 1, bench/conv/RESULTS.md), weights reordered
  * once into the primitive's preferred format (format `any`), the bias (the sum of the epilogue's
  * per-channel vectors, copied at load) as its bias, the epilogue's residual add as the `sum`
  * post-op (the residual is copied into the destination first unless the plan put them in one
@@ -45,8 +48,8 @@ enum { MRT_BLK_CACHE = 4 };
 /* One op at one batch size: its primitive and memory objects (handles set at each run). */
 typedef struct blk_prim {
     int64_t N;
-    dnnl_primitive_t prim, out_reorder;
-    dnnl_memory_t src, dst, w, bias, scratch, tmp_blk, plain_dst;
+    dnnl_primitive_t prim, out_reorder, in_reorder;
+    dnnl_memory_t src, dst, w, bias, scratch, tmp_blk, plain_dst, plain_src;
     void *wbuf;   /* the reordered weights, owned (NULL when shared with cache[0]'s) */
 } blk_prim;
 
@@ -55,6 +58,7 @@ typedef struct blk_op {
     mrt_conv2d_params cp;
     mrt_pool2d_params pp;
     int src_blocked, dst_blocked, has_res, act;
+    int winograd;             /* try oneDNN's Winograd algorithm first (3x3, stride 1) */
     float lo, hi;
     const float *w;           /* the plain weights [O, C, KH, KW] in the model's weight region */
     float *bias;              /* [O], owned, or NULL */
@@ -74,7 +78,16 @@ typedef struct mrt_blk {
     size_t scratch_bytes;
     void *tmp;                /* the blocked result of an op whose result leaves the region */
     size_t tmp_bytes;
+    void *tmp_in;             /* an NCHW source of C % block == 0 channels, reordered to blocked */
+    size_t tmp_in_bytes;
 } mrt_blk;
+
+/* An NCHW source the primitive reads through a reorder into b->tmp_in: oneDNN's kernels take an
+ * nchw source with a blocked destination only for a few input channels (the C = 3 image; with
+ * C = 16 it picks ref:any, orders of magnitude slower). */
+static int blk_reorder_in(const mrt_blk *b, const blk_op *op) {
+    return op->kind == 0 && !op->src_blocked && op->cp.C % b->block == 0;
+}
 
 static const char *dnnl_what(dnnl_status_t s) {
     switch (s) {
@@ -139,20 +152,29 @@ static mrt_status blk_make(mrt_blk *b, blk_op *op, blk_prim *e, int64_t N) {
         /* the right and bottom padding that gives exactly OH x OW (what the shape rule computed) */
         dnnl_dims_t pr = {(OH - 1) * p->sh + (p->kh - 1) * p->dh + 1 - H - p->pt,
                           (OW - 1) * p->sw + (p->kw - 1) * p->dw + 1 - W - p->pl};
-        dnnl_memory_desc_init_by_tag(&src_md, 4, sd, dnnl_f32, op->src_blocked ? blk_tag(b) : dnnl_nchw);
+        dnnl_memory_desc_init_by_tag(&src_md, 4, sd, dnnl_f32,
+                                     op->src_blocked || blk_reorder_in(b, op) ? blk_tag(b) : dnnl_nchw);
         dnnl_memory_desc_init_by_tag(&dst_md, 4, dd, dnnl_f32, blk_tag(b));
         dnnl_memory_desc_init_by_tag(&w_md, 4, wd, dnnl_f32, dnnl_format_tag_any);
         dnnl_memory_desc_init_by_tag(&bias_md, 1, bd, dnnl_f32, dnnl_x);
-        dnnl_convolution_desc_t cd;
-        BLK_TRY(dnnl_dilated_convolution_forward_desc_init(&cd, dnnl_forward_inference, dnnl_convolution_direct, &src_md,
-                                                           &w_md, op->bias ? &bias_md : NULL, &dst_md, strides, dil, pl, pr),
-                op, "convolution descriptor");
         BLK_TRY(dnnl_post_ops_create(&po), op, "post-ops creation");
         if (op->has_res) dnnl_post_ops_append_sum(po, 1.0f);
         if (op->act == 1) dnnl_post_ops_append_eltwise(po, 1.0f, dnnl_eltwise_relu, 0.0f, 0.0f);
         if (op->act == 2) dnnl_post_ops_append_eltwise(po, 1.0f, dnnl_eltwise_clip, op->lo, op->hi);
         dnnl_primitive_attr_set_post_ops(attr, po);
-        dnnl_status_t s = dnnl_primitive_desc_create(&pd, &cd, attr, b->eng, NULL);
+        dnnl_status_t s = dnnl_unimplemented;
+        /* Winograd first where asked (its F(2x3)/F(4x3) kernels exist for avx512_core f32 only:
+         * elsewhere, or for a shape it does not take, the direct algorithm, which computes the
+         * same convolution with a smaller rounding error) */
+        for (int a = op->winograd ? 0 : 1; a < 2 && s != dnnl_success; a++) {
+            dnnl_convolution_desc_t cd;
+            BLK_TRY(dnnl_dilated_convolution_forward_desc_init(&cd, dnnl_forward_inference,
+                                                               a == 0 ? dnnl_convolution_winograd : dnnl_convolution_direct,
+                                                               &src_md, &w_md, op->bias ? &bias_md : NULL, &dst_md, strides,
+                                                               dil, pl, pr),
+                    op, "convolution descriptor");
+            s = dnnl_primitive_desc_create(&pd, &cd, attr, b->eng, NULL);
+        }
         dnnl_post_ops_destroy(po);
         if (s != dnnl_success) {
             dnnl_primitive_attr_destroy(attr);
@@ -255,6 +277,23 @@ static mrt_status blk_make(mrt_blk *b, blk_op *op, blk_prim *e, int64_t N) {
             }
         }
     }
+    if (blk_reorder_in(b, op)) {
+        size_t need = (size_t)N * (size_t)C * (size_t)H * (size_t)W * sizeof(float);
+        dnnl_dims_t sd = {N, C, H, W};
+        dnnl_memory_desc_t plain;
+        dnnl_memory_desc_init_by_tag(&plain, 4, sd, dnnl_f32, dnnl_nchw);
+        dnnl_primitive_desc_t rpd = NULL;
+        dnnl_status_t rs = blk_grow(&b->tmp_in, &b->tmp_in_bytes, need) ? dnnl_success : dnnl_out_of_memory;
+        if (rs == dnnl_success) rs = dnnl_reorder_primitive_desc_create(&rpd, &plain, b->eng, q_src, b->eng, NULL);
+        if (rs == dnnl_success) rs = dnnl_primitive_create(&e->in_reorder, rpd);
+        if (rs == dnnl_success) rs = dnnl_memory_create(&e->plain_src, &plain, b->eng, DNNL_MEMORY_NONE);
+        if (rpd) dnnl_primitive_desc_destroy(rpd);
+        if (rs != dnnl_success) {
+            st = mrt_set_error(MRT_ERR_INTERNAL, "%s: oneDNN reorder from nchw failed: %s (status %d)", op->what,
+                               dnnl_what(rs), (int)rs);
+            goto out;
+        }
+    }
     if (!op->dst_blocked) {
         /* a result leaving the region: computed blocked into b->tmp, then reordered to NCHW */
         size_t need = (size_t)N * (size_t)O * (size_t)OH * (size_t)OW * sizeof(float);
@@ -294,7 +333,8 @@ out:
 static void blk_prim_free(blk_prim *e) {
     if (e->prim) dnnl_primitive_destroy(e->prim);
     if (e->out_reorder) dnnl_primitive_destroy(e->out_reorder);
-    dnnl_memory_t *mems[] = {&e->src, &e->dst, &e->w, &e->bias, &e->scratch, &e->tmp_blk, &e->plain_dst};
+    if (e->in_reorder) dnnl_primitive_destroy(e->in_reorder);
+    dnnl_memory_t *mems[] = {&e->src, &e->dst, &e->w, &e->bias, &e->scratch, &e->tmp_blk, &e->plain_dst, &e->plain_src};
     for (size_t i = 0; i < sizeof mems / sizeof mems[0]; i++)
         if (*mems[i]) dnnl_memory_destroy(*mems[i]);
     free(e->wbuf);
@@ -348,7 +388,7 @@ mrt_status mrt_blk_create(mrt_model *m, int nops, int64_t max_batch) {
 
 mrt_status mrt_blk_add_conv(mrt_model *m, int i, const mrt_conv2d_params *p, int src_blocked, int dst_blocked,
                             const float *w, const float *const *bias, int nbias, int has_res, int act, float lo, float hi,
-                            const char *what) {
+                            int winograd, const char *what) {
     mrt_blk *b = blk_of(m, i, "mrt_blk_add_conv");
     if (!b) return MRT_ERR_INVALID_ARG;
     blk_op *op = &b->ops[i];
@@ -356,6 +396,7 @@ mrt_status mrt_blk_add_conv(mrt_model *m, int i, const mrt_conv2d_params *p, int
     op->cp = *p;
     op->src_blocked = src_blocked, op->dst_blocked = dst_blocked, op->has_res = has_res, op->act = act;
     op->lo = lo, op->hi = hi;
+    op->winograd = winograd && p->kh == 3 && p->kw == 3 && p->sh == 1 && p->sw == 1 && p->dh == 1 && p->dw == 1;
     op->w = w;
     snprintf(op->what, sizeof op->what, "%s: %s", m->desc->name, what);
     if (p->groups != 1 || p->O % b->block || (src_blocked && p->C % b->block))
@@ -403,6 +444,13 @@ static mrt_status blk_run(mrt_model *m, int i, int64_t N, float *y, const float 
 #pragma omp parallel for schedule(static)
         for (size_t j = 0; j < n; j += 4096) memcpy(work + j, res + j, sizeof(float) * (n - j < 4096 ? n - j : 4096));
     }
+    if (e->in_reorder) { /* an NCHW source: to blocked first */
+        dnnl_memory_set_data_handle(e->plain_src, (void *)x);
+        dnnl_memory_set_data_handle(e->src, b->tmp_in);
+        dnnl_exec_arg_t r[] = {{DNNL_ARG_FROM, e->plain_src}, {DNNL_ARG_TO, e->src}};
+        BLK_TRY(dnnl_primitive_execute(e->in_reorder, b->stream, 2, r), op, "reorder from nchw");
+        x = b->tmp_in;
+    }
     dnnl_memory_set_data_handle(e->src, (void *)x);
     dnnl_memory_set_data_handle(e->dst, work);
     dnnl_memory_set_data_handle(e->scratch, b->scratch);
@@ -439,6 +487,7 @@ void mrt_blk_free(mrt_model *m) {
     free(b->ops);
     free(b->scratch);
     free(b->tmp);
+    free(b->tmp_in);
     if (b->stream) dnnl_stream_destroy(b->stream);
     if (b->eng) dnnl_engine_destroy(b->eng);
     free(b);
@@ -457,7 +506,7 @@ static mrt_status blk_none(mrt_model *m) {
 mrt_status mrt_blk_create(mrt_model *m, int nops, int64_t max_batch) { return blk_none(m); }
 mrt_status mrt_blk_add_conv(mrt_model *m, int i, const mrt_conv2d_params *p, int src_blocked, int dst_blocked,
                             const float *w, const float *const *bias, int nbias, int has_res, int act, float lo, float hi,
-                            const char *what) {
+                            int winograd, const char *what) {
     return blk_none(m);
 }
 mrt_status mrt_blk_add_pool(mrt_model *m, int i, const mrt_pool2d_params *p, int dst_blocked, const char *what) {
