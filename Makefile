@@ -121,7 +121,7 @@ $(B)/obj/grammar/%.o: $(B)/gen/%.c $(B)/gen/model.tab.h $(B)/gen/lex.yy.h compil
 	$(CC) $(CFLAGS_ALL) -Wno-unused-function -Icompiler -I$(B)/gen -c $< -o $@
 $(B)/obj/compiler/%.o: compiler/%.c compiler/modelc.h compiler/ops.def runtime/rt_path.h $(B)/gen/model.tab.h $(B)/gen/lex.yy.h $(RT_CFG)
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS_ALL) -Icompiler -Iruntime -I$(B)/gen -DMODELC_LINK_LIBS='"$(RT_LIBS)"' -DMODELC_EXTRA_CFLAGS='"$(OMP_FLAGS) $(FP_FLAGS)"' $(MODELC_CUDA_DEFS) -c $< -o $@
+	$(CC) $(CFLAGS_ALL) -Icompiler -Iruntime -I$(B)/gen -DMODELC_DNNL=$(DNNL) -DMODELC_LINK_LIBS='"$(RT_LIBS)"' -DMODELC_EXTRA_CFLAGS='"$(OMP_FLAGS) $(FP_FLAGS)"' $(MODELC_CUDA_DEFS) -c $< -o $@
 $(MODELC): $(C_OBJ) $(RT_LIB) $(RT_INC)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_ALL) $(C_OBJ) -o $@ -lm

@@ -340,6 +340,34 @@ static void emit_conv2d_as(Emit *e, const Kernel *k, char **ptr, bool fused_epi,
 
 static void emit_conv2d(Emit *e, const Kernel *k, char **ptr) { emit_conv2d_as(e, k, ptr, false, -1, 0, 0, 0); }
 
+/* A kernel in the CPU's blocked layout (layout.c): on the CPU, oneDNN's conv2d (its epilogue
+ * fused as bias and post-ops) or max pooling, op k->blk of NAME_blocked; on a GPU the kernel's
+ * usual NCHW call, then its epilogue. */
+static void emit_blocked_call(Emit *e, const Kernel *k, char **ptr, const char *pfx) {
+    const Node *m = k->gemm ? k->gemm : k->lib;
+    int s = kslot(k);
+    const char *x = ptr[view_base(m->in[0])->id], *y = ptr[k->root->id];
+    char *cpu, *cuda;
+    if (k->gemm) {
+        const char *res = k->blk_res >= 0 ? ptr[view_base(k->leaves[k->blk_res].node)->id] : "NULL";
+        fprintf(e->o, "    /* %s%d: conv2d %%%d = conv(%%%d, %%%d)%s: oneDNN, blocked layout (%s -> %s) on the CPU */\n",
+                e->kpfx, k->id, m->id, m->in[0]->id, m->in[1]->id, k->expr ? " + epilogue" : "",
+                k->blk_src ? "blocked" : "nchw", k->blk_dst ? "blocked" : "nchw");
+        cpu = xprintf("if ((st = mrt_blk_conv_run(m, %d, B, %s, %s, %s)) != MRT_OK) %s", k->blk, y, x, res, on_fail(e));
+        char *args = xprintf("&%s, %s, %s, %s, %s, %s", params_name(e, k), dim_c(m->in[0]->shape.d[0]), y, x,
+                             ptr[view_base(m->in[1])->id], e->scratch ? e->scratch : "NULL");
+        cuda = xprintf("mrt_cuda_%s(stream%d, %s)", op_info[m->op].kernel, s, args);
+    } else {
+        fprintf(e->o, "    /* %s%d: %s %%%d: oneDNN, blocked layout (blocked -> %s) on the CPU */\n", e->kpfx, k->id,
+                op_name(m->op), m->id, k->blk_dst ? "blocked" : "nchw");
+        cpu = xprintf("if ((st = mrt_blk_pool_run(m, %d, B, %s, %s)) != MRT_OK) %s", k->blk, y, x, on_fail(e));
+        cuda = xprintf("mrt_cuda_%s(stream%d, &%s, %s, %s, %s)", op_info[m->op].kernel, s, params_name(e, k),
+                       dim_c(m->in[0]->shape.d[0]), y, x);
+    }
+    dispatch(e, s, cpu, cuda);
+    if (k->expr) emit_elementwise_call(e, k, ptr, pfx, true);
+}
+
 /* A GEMM whose epilogue is exactly act(gemm + bias[N]) (act: none, relu, gelu tanh form) and
  * that is one plain GEMM: on a GPU it is one cuBLASLt matmul with that epilogue fused. Sets the
  * bias leaf (-1: none) and act (0, 1 relu, 2 gelu_tanh). */
@@ -1045,7 +1073,9 @@ static void emit_calls(Emit *e, const KernelList *kl, int from, int to, char **p
             fprintf(e->o, "    if (!m->defer_update) {\n");
         int bias_leaf, act;
         double lo, hi;
-        if (k->kind == K_GEMM && lt_epilogue(k, &bias_leaf, &act)) {
+        if (run && k->blk >= 0) {
+            emit_blocked_call(e, k, ptr, pfx);
+        } else if (k->kind == K_GEMM && lt_epilogue(k, &bias_leaf, &act)) {
             emit_lt_gemm(e, k, ptr, bias_leaf, act);
         } else if (k->kind == K_GEMM && dw_epilogue(k, &bias_leaf, &act, &lo, &hi)) {
             /* the CPU's depthwise kernel applies the epilogue; a GPU runs it after the conv */
@@ -1265,6 +1295,42 @@ static void emit_graph_end(Emit *e) {
     e->fail = NULL;
 }
 
+/* NAME_blocked: the oneDNN primitives of the blocked kernels (layout.c), made once at load on a
+ * CPU model (mrt_model_desc.blocked), after the load-time kernels computed their weights. */
+static void emit_blocked_setup(Emit *e, FILE *o, int nblk) {
+    const Graph *g = e->g;
+    fprintf(o, "/* The blocked convolutions and poolings (modelc's layout pass): oneDNN primitives made once,\n"
+               " * when the weights are loaded on the CPU (runtime/rt_blocked.c). */\n");
+    fprintf(o, "static mrt_status %s_blocked(mrt_model *m) {\n    mrt_status st = MRT_OK;\n", e->pfx);
+    declare_slots(e, false);
+    char **ptr = declare_pointers(e, true, NULL, false);
+    fprintf(o, "    if ((st = mrt_blk_create(m, %d, %s_MAX_BATCH)) != MRT_OK) return st;\n", nblk, e->PFX);
+    e->kpfx = "k";
+    for (int i = 0; i < e->kl->n; i++) {
+        const Kernel *k = e->kl->k[i];
+        if (k->blk < 0) continue;
+        const Node *m = k->gemm ? k->gemm : k->lib;
+        char *what = xprintf("k%d %s %%%d at %s:%d:%d", k->id, op_name(m->op), m->id, g->source ? g->source : g->name,
+                             m->loc.line, m->loc.col);
+        if (k->gemm) {
+            char *bias = xstrdup("NULL");
+            if (k->blk_nbias) {
+                bias = xstrdup("(const float *const[]){");
+                for (int b = 0; b < k->blk_nbias; b++)
+                    bias = xprintf("%s%s%s", bias, b ? ", " : "", ptr[view_base(k->leaves[k->blk_bias[b]].node)->id]);
+                bias = xprintf("%s}", bias);
+            }
+            fprintf(o, "    if ((st = mrt_blk_add_conv(m, %d, &%s, %d, %d, %s, %s, %d, %d, %d, %s, %s, %d, \"%s\")) != MRT_OK) return st;\n",
+                    k->blk, params_name(e, k), k->blk_src, k->blk_dst, ptr[view_base(m->in[1])->id], bias, k->blk_nbias,
+                    k->blk_res >= 0, k->blk_act, float_lit(k->blk_lo), float_lit(k->blk_hi), k->blk_wino, c_string_body(what));
+        } else {
+            fprintf(o, "    if ((st = mrt_blk_add_pool(m, %d, &%s, %d, \"%s\")) != MRT_OK) return st;\n", k->blk,
+                    params_name(e, k), k->blk_dst, c_string_body(what));
+        }
+    }
+    fprintf(o, "    return MRT_OK;\n}\n\n");
+}
+
 void emit_c_source(Emit *e, FILE *o, const char *h_include) {
     const Graph *g = e->g;
     const KernelList *kl = e->kl;
@@ -1307,6 +1373,7 @@ void emit_c_source(Emit *e, FILE *o, const char *h_include) {
             int bl, act;
             double lo, hi;
             if (!k->expr || (k->kind == K_GEMM && dw_epilogue(k, &bl, &act, &lo, &hi))) continue; /* none, or fused */
+            if (!li && k->blk >= 0) continue; /* fused into oneDNN's conv on the CPU */
             char *key = NULL;
             size_t klen = 0;
             FILE *kf = open_memstream(&key, &klen);
@@ -1373,11 +1440,15 @@ void emit_c_source(Emit *e, FILE *o, const char *h_include) {
             fprintf(o, "%s};\n", e->ready->n ? "" : "-1");
         }
     }
+    int nblk = 0;
+    for (int i = 0; i < kl->n; i++) nblk += kl->k[i]->blk >= 0;
+    if (nblk) fprintf(o, "static mrt_status %s_blocked(mrt_model *m);\n", e->pfx);
     fprintf(o, "const mrt_model_desc %s_desc = {\n    .abi = MRT_MODEL_ABI,\n    .size = sizeof(mrt_model_desc),\n"
                "    .name = \"%s\",\n    .n_slots = %d,\n    .slots = %s_slots,\n    .n_params = %d,\n"
                "    .params = %s_params,\n", e->pfx, e->pfx, ns, e->pfx, g->nparams, e->pfx);
     fprintf(o, "#ifdef MRT_WITH_CUDA\n    .cuda = 1,\n#endif\n");
     if (has_init) fprintf(o, "    .init = %s_init,\n", e->pfx);
+    if (nblk) fprintf(o, "    .blocked = %s_blocked,\n", e->pfx);
     {   /* the graph's hash: FNV-1a over its dump */
         char *txt = NULL;
         size_t len = 0;
@@ -1518,6 +1589,8 @@ void emit_c_source(Emit *e, FILE *o, const char *h_include) {
         fprintf(o, "    if (gpu%d && (st = mrt_model_sync(m, %d, \"%s run\")) != MRT_OK) return st;\n", s, s, e->pfx);
     fprintf(o, "#endif\n");
     fprintf(o, "    return MRT_OK;\n}\n\n");
+
+    if (nblk) emit_blocked_setup(e, o, nblk);
 
     /* the generic descriptor */
     if (g->train) emit_train_api(e, o, true);

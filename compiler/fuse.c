@@ -245,6 +245,7 @@ static Kernel *new_kernel(KernelList *kl, KernelKind kind, Node *root) {
     k->kind = kind;
     k->root = root;
     k->gemm_leaf = -1;
+    k->blk = k->blk_res = -1;
     k->id = kl->n;
     kl->k = xgrow_array(kl->k, kl->n, &kl->cap, sizeof(Kernel *));
     kl->k[kl->n++] = k;
@@ -440,6 +441,7 @@ void dump_fused(FILE *out, const Graph *g, const KernelList *kl, const KernelLis
     }
     for (int i = 0; i < g->noutputs; i++)
         fprintf(out, "  output %s = %%%d\n", g->outputs[i].name, g->outputs[i].node->id);
+    dump_layout(out, g, kl);
 }
 
 static void dump_kernels(FILE *out, const Graph *g, const KernelList *kl, const char *pfx) {

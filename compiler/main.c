@@ -65,6 +65,12 @@ static void usage(FILE *f) {
             "                     memplan-svg (the arena over time as an SVG picture)\n"
             "  --no-fuse          do not fuse elementwise chains (one kernel per op)\n"
             "  --no-epilogue      do not fold elementwise consumers into GEMM epilogues\n"
+            "  --no-blocked-conv  on the CPU, run every conv2d as im2col + GEMM on NCHW tensors instead of\n"
+            "                     oneDNN's convolution and max pooling in its blocked layout (nChw16c) through\n"
+            "                     the convolutional part of an inference graph (the default when modelc is\n"
+            "                     built with oneDNN; make DNNL=0 builds without it, and without this)\n"
+            "  --no-winograd      in that layout, run 3x3 stride-1 convolutions with oneDNN's direct algorithm\n"
+            "                     instead of its Winograd one (faster; a larger rounding error, still f32)\n"
             "  --no-inplace       do not let kernels write over a dying operand\n"
             "  --no-reorder       keep the kernels in source order (no memory-aware schedule)\n"
             "  --no-fold-bn       do not fold batch_norm into the preceding conv2d / linear\n"
@@ -183,8 +189,14 @@ static bool is_dir(const char *p) {
 
 /* ---------------------------------------------------------------- the command line */
 
+/* MODELC_DNNL: 1 when the runtime modelc links programs with has oneDNN (the Makefile's DNNL),
+ * which the blocked convolution layout needs; its default follows it. */
+#ifndef MODELC_DNNL
+#define MODELC_DNNL 0
+#endif
+
 void options_default(Options *o) {
-    *o = (Options){.olevel = "-O2", .max_batch = 64, .fuse = {.elementwise = true, .epilogue = true},
+    *o = (Options){.olevel = "-O2", .max_batch = 64, .fuse = {.elementwise = true, .epilogue = true, .blocked = MODELC_DNNL, .winograd = true},
                    .plan = {.inplace = true, .align = 64, .reorder = true},
                    .fold = {.fold_bn = true, .hoist = true, .fold_transpose = true, .fold_silu = true}};
 }
@@ -260,6 +272,10 @@ static void parse_args(int argc, char **argv, Options *o) {
             o->fuse.elementwise = false;
         } else if (!strcmp(a, "--no-epilogue")) {
             o->fuse.epilogue = false;
+        } else if (!strcmp(a, "--no-blocked-conv")) {
+            o->fuse.blocked = false;
+        } else if (!strcmp(a, "--no-winograd")) {
+            o->fuse.winograd = false;
         } else if (!strcmp(a, "--no-inplace")) {
             o->plan.inplace = false;
         } else if (!strcmp(a, "--no-reorder")) {
@@ -320,6 +336,7 @@ bool compile_source(const Options *o, const char *path, const char *src, Compile
     if (fold.hoist) hoist_graph(g);
     if (o->dump && !strcmp(o->dump, "placement")) return dump_placement(out, g), false;
     c->kl = fuse_graph(g, o->fuse, &c->init);
+    if (o->fuse.blocked) layout_blocked(g, &c->kl, o->fuse.winograd);
     if (o->dump && !strcmp(o->dump, "fused")) return dump_fused(out, g, &c->kl, &c->init), false;
     c->mp = plan_memory(g, &c->kl, &c->init, o->plan);
     PlanOptions pc = o->plan; /* the CUDA plan: the same schedule, 256-byte alignment, its scratch */

@@ -598,12 +598,25 @@ typedef struct Kernel {
     LeafRef *leaves;
     int nleaves;
     int gemm_leaf;    /* K_GEMM with epilogue: the leaf index standing for the GEMM's result */
+    /* the CPU's blocked layout (layout.c): blk >= 0 is this conv2d's or max pool's index among
+     * the model's oneDNN ops (rt_blocked.c), -1 none; blk_ew: an elementwise kernel over blocked
+     * values (unchanged code: every operand has the root's shape) */
+    int blk;
+    bool blk_ew;
+    bool blk_src, blk_dst; /* its source / its result in the blocked layout (else NCHW) */
+    int blk_res;           /* conv: the epilogue's leaf that the sum post-op adds, -1 none */
+    int blk_bias[4], blk_nbias; /* conv: the epilogue's per-channel leaves, summed into the bias */
+    int blk_act;           /* conv: 0 none, 1 relu, 2 clamp to [blk_lo, blk_hi] */
+    bool blk_wino;         /* conv: 3x3, stride 1, dilation 1: oneDNN's Winograd algorithm where it has one */
+    double blk_lo, blk_hi;
 } Kernel;
 
 /* Fusion options; each pass can be switched off to bisect a wrong result. */
 typedef struct FuseOptions {
     bool elementwise;  /* fuse elementwise chains into one kernel */
     bool epilogue;     /* fold elementwise consumers of a GEMM into its epilogue */
+    bool blocked;      /* the CPU's blocked layout for convolutions (layout.c; off without oneDNN) */
+    bool winograd;     /* blocked 3x3 stride-1 convs try oneDNN's Winograd algorithm (--no-winograd) */
 } FuseOptions;
 
 typedef struct KernelList {
@@ -618,6 +631,16 @@ KernelList fuse_graph(Graph *g, FuseOptions opt, KernelList *init);
  * C > 1, O a multiple of C (weight [O, 1, KH, KW]). It needs no im2col scratch on the CPU; the
  * CUDA path (direct for at most MRT_CUDA_CONV_DIRECT_TAPS taps) reads none either. */
 bool conv_is_depthwise(const Node *n);
+/* ================================================================ layout.c */
+
+/* The CPU's blocked layout: mark the conv2d, max_pool2d and elementwise kernels of kl whose
+ * values stay in oneDNN's blocked layout (Kernel.blk*; the essay at the top of layout.c). Only
+ * inference graphs on one device slot; call it only when the runtime has oneDNN. Sets every
+ * kernel's blk (-1: none). */
+void layout_blocked(Graph *g, KernelList *kl, bool winograd);
+/* The blocked kernels, one line each (part of --dump=fused). */
+void dump_layout(FILE *out, const Graph *g, const KernelList *kl);
+
 /* --dump=fused */
 void dump_fused(FILE *out, const Graph *g, const KernelList *kl, const KernelList *init);
 

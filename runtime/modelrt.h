@@ -602,6 +602,9 @@ typedef struct mrt_model_desc {
     /* a hash of the compiled graph (FNV-1a of modelc's --dump=graph text after fusion), which
      * the ranks of a distributed run compare: the same name and params but other ops differ */
     uint64_t graph_hash;
+    /* inference builds with blocked convolutions (modelc's layout pass): makes the oneDNN
+     * primitives (mrt_blk_*) after the load-time kernels when slot 0 is the CPU; NULL: none */
+    mrt_status (*blocked)(mrt_model *m);
 } mrt_model_desc;
 
 /** A created model. The generated run() reads these fields; treat them as read-only. */
@@ -636,6 +639,8 @@ struct mrt_model {
     /* the GEMMs against constant weights that init() prepared (mrt_matmul_prepare, rt_matmul.c),
      * indexed by modelc's matmul ids; NULL until one is prepared; freed by mrt_model_destroy */
     void *matmul;
+    /* the blocked convolutions' oneDNN state (rt_blocked.c, mrt_blk_*), or NULL */
+    void *blk;
 };
 
 /** Create a model from its descriptor on `device` ("auto", "cpu", "cuda", "cuda:N"; NULL means

@@ -1096,6 +1096,39 @@ typedef struct mrt_pool2d_params {
     int kh, kw, sh, sw, pt, pl, pb, pr, dh, dw, count_include_pad;
 } mrt_pool2d_params;
 
+/* ---- blocked convolutions (runtime/rt_blocked.c; modelc's layout pass, compiler/layout.c)
+ *
+ * The convolutional part of an inference graph on the CPU, with activations in oneDNN's blocked
+ * layout nChw16c (nChw8c without AVX-512; same element count as NCHW when C % 16 == 0) between
+ * these ops. The generated NAME_blocked() runs once at load, after the load-time kernels, on a
+ * CPU model: mrt_blk_create, then one mrt_blk_add_* per op, which makes its oneDNN primitive at
+ * the model's maximum batch (weights reordered once; a failure is an error naming the op, never
+ * a silent fallback). run() calls mrt_blk_*_run; mrt_model_destroy frees it all (mrt_blk_free).
+ * Built without oneDNN (make DNNL=0) every call fails with MRT_ERR_DEVICE and says why. */
+
+/** Start m's blocked ops: nops of them, primitives made at batch max_batch. Replaces any. */
+mrt_status mrt_blk_create(mrt_model *m, int nops, int64_t max_batch);
+/** Op i: a conv2d (groups 1, O a multiple of 16), y = act(conv(x, w) + sum of the nbias bias
+ *  vectors [O] + res) with res only when has_res; act 0 none, 1 relu, 2 clamp to [lo, hi]. w is
+ *  [O, C, KH, KW] f32 (read now; reordered into the primitive's format); the biases are summed
+ *  and copied now. src_blocked: x is blocked (else NCHW); dst_blocked: y is (else NCHW, through
+ *  a reorder). winograd: a 3x3 stride-1 conv tries oneDNN's Winograd algorithm first (AVX-512
+ *  f32; else, or where oneDNN has no Winograd kernel for it, the direct one). `what` names the op in messages ("k3 conv2d %16 at resnet18.model:12:5"). */
+mrt_status mrt_blk_add_conv(mrt_model *m, int i, const mrt_conv2d_params *p, int src_blocked, int dst_blocked,
+                            const float *w, const float *const *bias, int nbias, int has_res, int act, float lo, float hi,
+                            int winograd, const char *what);
+/** Op i: a max pooling, blocked source; dst_blocked as for mrt_blk_add_conv. */
+mrt_status mrt_blk_add_pool(mrt_model *m, int i, const mrt_pool2d_params *p, int dst_blocked, const char *what);
+/** Run conv op i at batch N: y from x (res: the residual, in y's layout, or NULL). y, x, res
+ *  are host memory; y may be res (the sum post-op then reads it in place). */
+mrt_status mrt_blk_conv_run(mrt_model *m, int i, int64_t N, float *y, const float *x, const float *res);
+/** Run pooling op i at batch N. */
+mrt_status mrt_blk_pool_run(mrt_model *m, int i, int64_t N, float *y, const float *x);
+/** Free m's blocked ops (NULL, or none: nothing). */
+void mrt_blk_free(mrt_model *m);
+/** 1 when this runtime was built with oneDNN (the blocked ops work), else 0. */
+int mrt_blk_available(void);
+
 /** mrt_conv2d_f32 for a batch of N; col is the im2col scratch (NULL when the conv reads its
  *  input directly). */
 static inline void mrt_conv2d(const mrt_conv2d_params *p, int64_t N, float *y, const float *x, const float *w,

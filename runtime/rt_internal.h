@@ -9,6 +9,9 @@
 #include "modelrt.h"
 #include "rt_path.h"
 
+/* rt_blocked.c (declared with its other calls in mrt_kernels.h) */
+void mrt_blk_free(mrt_model *m);
+
 #ifdef __cplusplus /* rt_cuda_kernels.cu may call the fake-CUDA seam */
 extern "C" {
 #endif

@@ -112,6 +112,7 @@ void mrt_model_destroy(mrt_model *m)
     char *err = strdup(mrt_last_error());
     graphs_free(m);
     rt_matmul_table_free(m->matmul);
+    mrt_blk_free(m);
     int n = m->desc ? m->desc->n_slots : 0;
     for (int s = 0; s < n; s++) {
         if (m->dev[s].kind == MRT_DEVICE_CUDA && mrt_device_activate(m->dev[s]) != MRT_OK)
@@ -386,6 +387,8 @@ static mrt_status weights_finish(mrt_model *m, mrt_status st)
     const mrt_model_desc *d = m->desc;
     if (st == MRT_OK && d->init)
         st = d->init(m);
+    if (st == MRT_OK && d->blocked && m->dev[0].kind == MRT_DEVICE_CPU)
+        st = d->blocked(m);
     for (int s = 0; s < d->n_slots; s++) {
         if (m->dev[s].kind == MRT_DEVICE_CUDA && mrt_device_activate(m->dev[s]) != MRT_OK)
             continue;

@@ -50,7 +50,7 @@ $(SIM)/libmodelrt-sim.libs: tests/cudasim/cudasim.mk
 SIM_ABS_INC := $(abspath $(SIM_INC))
 $(SIM)/obj/compiler/main.o: compiler/main.c compiler/modelc.h runtime/rt_path.h $(B)/gen/model.tab.h $(B)/gen/lex.yy.h tests/cudasim/cudasim.mk
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS_ALL) -Icompiler -Iruntime -I$(B)/gen -DMODELC_LINK_LIBS='"$(SIM_LINK)"' -DMODELC_EXTRA_CFLAGS='"$(OMP_FLAGS) $(FP_FLAGS)"' \
+	$(CC) $(CFLAGS_ALL) -Icompiler -Iruntime -I$(B)/gen -DMODELC_DNNL=$(DNNL) -DMODELC_LINK_LIBS='"$(SIM_LINK)"' -DMODELC_EXTRA_CFLAGS='"$(OMP_FLAGS) $(FP_FLAGS)"' \
 	    -DMODELC_NVCC='"$(abspath tests/cudasim/nvcc.sh)"' \
 	    -DMODELC_CUDA_CFLAGS='"-DMRT_WITH_CUDA -I$(SIM_ABS_INC)"' -c $< -o $@
 $(SIM)/bin/modelc: $(SIM)/obj/compiler/main.o $(filter-out $(B)/obj/compiler/main.o,$(C_OBJ))

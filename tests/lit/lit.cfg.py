@@ -59,3 +59,8 @@ def _modelc_flags(flag):
         return "MODELC_NOT_BUILT"
 config.substitutions.append(("%rtcflags", _modelc_flags("--print-cflags")))
 config.substitutions.append(("%rtlibs", _modelc_flags("--print-libs")))
+
+# "dnnl": modelc and its runtime were built with oneDNN (not make DNNL=0): the CPU's blocked
+# convolution layout (compiler/layout.c) is on by default.
+if "-ldnnl" in _modelc_flags("--print-libs").split():
+    config.available_features.add("dnnl")

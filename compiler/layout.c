@@ -1,0 +1,241 @@
+/*
+ * layout.c — the CPU's blocked activation layout (issue 12): which convolutions, max poolings
+ * and elementwise kernels keep their values in oneDNN's blocked layout (nChw16c, or nChw8c on a
+ * CPU without AVX-512, chosen when the model loads) instead of NCHW. Runs after fuse_graph, on
+ * inference graphs with one device slot; the emitter then calls runtime/rt_blocked.c's oneDNN
+ * primitives for the marked kernels on the CPU (the CUDA path is unchanged: a GPU runs the same
+ * kernels on NCHW, the fused epilogue included).
+ *
+ * Why: oneDNN's convolution in a blocked layout (brgconv:avx512_core) is about twice as fast as
+ * im2col + GEMM on every ResNet-18 convolution, while on NCHW it is no faster
+ * (bench/conv/RESULTS.md). OpenVINO (nChw16c) and ONNX Runtime (NCHWc, its "NchwcTransformer")
+ * keep activations blocked across the convolutional part of a graph and convert at its edges;
+ * so does this pass.
+ *
+ * The simplification that keeps the rest of the compiler unchanged: only values of shape
+ * [N, C, H, W] with C a multiple of 16 are ever blocked. Such a tensor has exactly N*C*H*W
+ * elements in either layout, so the memory plan's sizes hold, and an elementwise kernel whose
+ * operands all have the root's shape (no broadcast, no view) computes the same thing in either
+ * layout as long as all of them share it.
+ *
+ * Candidates (a kernel that may write a blocked value):
+ *   - a conv2d kernel: groups 1, f32, O % 16 == 0, the weight a param or a load-time value
+ *     (reordered once at load), and an epilogue of the form act(conv + b1[c] + ... + r) with
+ *     per-channel vectors b (params or load-time values: summed into the primitive's bias at
+ *     load), at most one same-shape operand r (oneDNN's `sum` post-op; it must be blocked too)
+ *     and act none, relu or clamp (an eltwise post-op). Its source may be blocked or NCHW (the
+ *     region's entry, e.g. the C = 3 image); its result is NCHW when a consumer needs NCHW
+ *     (computed blocked, then reordered once);
+ *   - a max_pool2d kernel whose source is blocked (oneDNN's pooling);
+ *   - an elementwise kernel whose non-scalar operands all have the root's shape and are all
+ *     blocked (a residual add the fuser did not fold into a conv).
+ * Everything else reads NCHW: other ops, views (flatten, reshape), graph outputs. The decision
+ * is a fixpoint: a candidate is dropped (it runs its NCHW kernel) when an operand it needs
+ * blocked is not; a value that some consumer reads as NCHW makes its conv or pool write NCHW,
+ * and makes an elementwise producer drop out. Both only ever turn "blocked" off, so it ends.
+ */
+#include "modelc.h"
+
+#include <string.h>
+
+static bool dim_fixed(Dim d) {
+    for (int k = 0; k < MAX_SYMS; k++)
+        if (d.e[k]) return false;
+    return true;
+}
+
+/* [N, C, H, W] f32 with C a constant multiple of 16. */
+static bool blockable(const Node *n) {
+    return n->dtype == DT_F32 && n->shape.rank == 4 && dim_fixed(n->shape.d[1]) && n->shape.d[1].c % 16 == 0 &&
+           n->shape.d[1].c > 0;
+}
+
+/* A value computed once at load or read from the weights: the primitive may take it at load. */
+static bool load_time(const Node *n) {
+    n = view_base(n);
+    return (n->op == OP_PARAM && !n->state) || n->init;
+}
+
+/* Leaf l of k reads its node with the kernel's own index (same shape as the root, no view). */
+static bool leaf_identity(const Kernel *k, const LeafRef *l) {
+    const Node *n = l->node, *r = k->root;
+    if (n != view_base(n) || n->shape.rank != r->shape.rank) return false;
+    for (int d = 0; d < n->shape.rank; d++)
+        if (!dim_eq(n->shape.d[d], r->shape.d[d]) || l->map[d] != d || l->start[d] || l->step[d] != 1) return false;
+    return true;
+}
+
+/* Leaf l is a per-channel vector: one value per channel (iteration dim 1), f32, from 0. */
+static bool leaf_channel(const Kernel *k, const LeafRef *l) {
+    int along = 0;
+    for (int d = 0; d < l->node->shape.rank; d++) {
+        if (l->map[d] < 0) {
+            if (l->start[d]) return false;
+        } else if (l->map[d] == 1 && !l->start[d] && l->step[d] == 1 && dim_eq(l->node->shape.d[d], k->root->shape.d[1])) {
+            along++;
+        } else {
+            return false;
+        }
+    }
+    return along == 1 && l->node->dtype == DT_F32;
+}
+
+/* Leaf l is one value broadcast everywhere. */
+static bool leaf_scalar(const LeafRef *l) {
+    for (int d = 0; d < l->node->shape.rank; d++)
+        if (l->map[d] >= 0) return false;
+    return true;
+}
+
+/* The terms of a sum tree x of f32 adds: each leaf's role in k->blk_* (bias or residual).
+ * False when x holds anything else. */
+static bool conv_terms(Kernel *k, const Expr *x, int *ngemm) {
+    if (x->kind == EX_OP && x->op == OP_ADD && x->dt == DT_F32)
+        return conv_terms(k, x->a, ngemm) && conv_terms(k, x->b, ngemm);
+    if (x->kind != EX_LEAF) return false;
+    const LeafRef *l = &k->leaves[x->leaf];
+    if (x->leaf == k->gemm_leaf) return ++*ngemm == 1 && leaf_identity(k, l);
+    if (leaf_channel(k, l) && load_time(l->node)) {
+        if (k->blk_nbias == (int)(sizeof k->blk_bias / sizeof k->blk_bias[0])) return false;
+        k->blk_bias[k->blk_nbias++] = x->leaf;
+        return true;
+    }
+    if (leaf_identity(k, l) && l->node->dtype == DT_F32 && k->blk_res < 0) {
+        k->blk_res = x->leaf;
+        return true;
+    }
+    return false;
+}
+
+/* A conv2d kernel the blocked primitive can compute, its epilogue included: fills k->blk_*. */
+static bool conv_candidate(Kernel *k) {
+    const Node *m = k->gemm, *r = k->root;
+    if (k->kind != K_GEMM || !m || m->op != OP_CONV2D || m->groups != 1 || m->dtype != DT_F32 || !blockable(m) ||
+        !blockable(r) || !dim_fixed(m->in[0]->shape.d[1]) || m->in[0]->dtype != DT_F32 || m->in[1]->dtype != DT_F32 ||
+        !load_time(m->in[1]))
+        return false;
+    for (int d = 0; d < 4; d++)
+        if (!dim_eq(r->shape.d[d], m->shape.d[d])) return false;
+    k->blk_res = -1, k->blk_nbias = 0, k->blk_act = 0;
+    if (!k->expr) return r == m;
+    const Expr *x = k->expr;
+    if (x->kind == EX_OP && x->dt == DT_F32 && (x->op == OP_RELU || x->op == OP_CLAMP)) {
+        k->blk_act = x->op == OP_RELU ? 1 : 2;
+        if (x->op == OP_CLAMP) k->blk_lo = x->node->fattr[0], k->blk_hi = x->node->fattr[1];
+        x = x->a;
+    }
+    int ngemm = 0;
+    return conv_terms(k, x, &ngemm) && ngemm == 1;
+}
+
+static bool pool_candidate(const Kernel *k) {
+    const Node *r = k->lib;
+    return k->kind == K_LIBRARY && r && r->op == OP_MAXPOOL2D && blockable(r) && r->in[0] == view_base(r->in[0]);
+}
+
+static bool ew_candidate(const Kernel *k) {
+    if (k->kind != K_ELEMENTWISE || !blockable(k->root)) return false;
+    int n = 0;
+    for (int j = 0; j < k->nleaves; j++) {
+        if (leaf_scalar(&k->leaves[j])) continue;
+        if (!leaf_identity(k, &k->leaves[j]) || k->leaves[j].node->dtype != DT_F32) return false;
+        n++;
+    }
+    return n > 0;
+}
+
+enum { C_NONE, C_CONV, C_POOL, C_EW };
+
+void layout_blocked(Graph *g, KernelList *kl, bool winograd) {
+    for (int i = 0; i < kl->n; i++) kl->k[i]->blk = -1;
+    if (g->train || g->with_loss || g->nslots != 1) return;
+    int nn = g->nnodes;
+    int *cls = xalloc(sizeof(int) * (size_t)(kl->n + 1));
+    bool *blk = xalloc(sizeof(bool) * (size_t)(nn + 1)), *plain = xalloc(sizeof(bool) * (size_t)(nn + 1));
+    int ncand = 0;
+    for (int i = 0; i < kl->n; i++) {
+        Kernel *k = kl->k[i];
+        cls[i] = conv_candidate(k) ? C_CONV : pool_candidate(k) ? C_POOL : ew_candidate(k) ? C_EW : C_NONE;
+        k->blk_src = k->blk_dst = cls[i] != C_NONE;
+        ncand += cls[i] == C_CONV;
+    }
+    if (!ncand) return;
+    for (bool changed = true; changed;) {
+        changed = false;
+        memset(blk, 0, sizeof(bool) * (size_t)nn);
+        for (int i = 0; i < kl->n; i++)
+            if (cls[i] != C_NONE && kl->k[i]->blk_dst) blk[kl->k[i]->root->id] = true;
+        for (int i = 0; i < g->noutputs; i++) plain[view_base(g->outputs[i].node)->id] = true;
+        for (int i = 0; i < kl->n; i++) {
+            Kernel *k = kl->k[i];
+            const Node *anchor = k->gemm ? k->gemm : k->lib;
+            bool drop = false;
+            if (cls[i] == C_CONV) {
+                const Node *x = anchor->in[0];
+                if (x != view_base(x)) plain[view_base(x)->id] = true;
+                k->blk_src = x == view_base(x) && blk[x->id];
+                if (k->blk_res >= 0 && !blk[k->leaves[k->blk_res].node->id]) drop = true;
+                for (int b = 0; b < k->blk_nbias; b++) plain[view_base(k->leaves[k->blk_bias[b]].node)->id] = true;
+            } else if (cls[i] == C_POOL) {
+                if (!blk[anchor->in[0]->id]) drop = true;
+            } else if (cls[i] == C_EW) {
+                for (int j = 0; j < k->nleaves; j++) {
+                    const LeafRef *l = &k->leaves[j];
+                    if (leaf_scalar(l)) plain[view_base(l->node)->id] = true;
+                    else if (!blk[l->node->id]) drop = true;
+                }
+            }
+            if (drop) cls[i] = C_NONE, changed = true;
+            if (cls[i] != C_NONE) continue;
+            /* an NCHW kernel reads every operand as NCHW */
+            for (int j = 0; anchor && j < anchor->nin; j++) plain[view_base(anchor->in[j])->id] = true;
+            for (int j = 0; j < k->nleaves; j++)
+                if (j != k->gemm_leaf) plain[view_base(k->leaves[j].node)->id] = true;
+        }
+        for (int i = 0; i < kl->n; i++) {
+            Kernel *k = kl->k[i];
+            if (cls[i] == C_NONE || !k->blk_dst || !plain[k->root->id]) continue;
+            changed = true;
+            if (cls[i] == C_EW) cls[i] = C_NONE; /* it cannot write NCHW from blocked operands */
+            else k->blk_dst = false;             /* a conv or pool reorders its result to NCHW */
+        }
+    }
+    int idx = 0;
+    for (int i = 0; i < kl->n; i++) {
+        Kernel *k = kl->k[i];
+        k->blk_ew = cls[i] == C_EW;
+        if (cls[i] != C_CONV && cls[i] != C_POOL) continue;
+        k->blk = idx++;
+        if (cls[i] == C_POOL) k->blk_src = true;
+        if (cls[i] == C_CONV) {
+            const Node *m = k->gemm;
+            k->blk_wino = winograd && m->kernel[0] == 3 && m->kernel[1] == 3 && m->stride[0] == 1 && m->stride[1] == 1 &&
+                          m->dilation[0] == 1 && m->dilation[1] == 1;
+        }
+        if (cls[i] == C_CONV && k->scratch_bytes) { /* no im2col on the CPU; the CUDA plan keeps its own */
+            if (!k->scratch_bytes_cuda) k->scratch_bytes_cuda = k->scratch_bytes;
+            k->scratch_bytes = 0;
+        }
+    }
+}
+
+/* --dump=fused: the layout of each blocked kernel. */
+void dump_layout(FILE *out, const Graph *g, const KernelList *kl) {
+    (void)g;
+    for (int i = 0; i < kl->n; i++) {
+        const Kernel *k = kl->k[i];
+        if (k->blk < 0 && !k->blk_ew) continue;
+        if (k->blk_ew) {
+            fprintf(out, "  blocked k%d: elementwise -> %%%d blocked\n", k->id, k->root->id);
+            continue;
+        }
+        static const char *acts[] = {"", ", relu", ", clamp"};
+        if (k->gemm)
+            fprintf(out, "  blocked k%d: conv2d #%d, src %s, dst %s, bias %d%s%s%s\n", k->id, k->blk,
+                    k->blk_src ? "blocked" : "nchw", k->blk_dst ? "blocked" : "nchw (reordered)", k->blk_nbias,
+                    k->blk_res >= 0 ? ", sum" : "", acts[k->blk_act], k->blk_wino ? ", winograd" : "");
+        else
+            fprintf(out, "  blocked k%d: max_pool2d #%d, src blocked, dst %s\n", k->id, k->blk,
+                    k->blk_dst ? "blocked" : "nchw (reordered)");
+    }
+}

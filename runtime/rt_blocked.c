@@ -1,0 +1,521 @@
+/*
+ * rt_blocked.c — convolutions and max pooling in oneDNN's blocked activation layout, for the
+ * CPU path of generated code (issue 12). modelc's layout pass (compiler/layout.c) marks the
+ * convolutional part of an inference graph whose activations stay blocked between these ops;
+ * the generated NAME_blocked() (run once at load, after the load-time kernels) describes each op
+ * here, and run() calls mrt_blk_conv_run / mrt_blk_pool_run in place of im2col + GEMM + epilogue.
+ *
+ * Layout. A blocked tensor [N, C, H, W] with C a multiple of 16 is oneDNN's nChw16c (nChw8c on
+ * a CPU without AVX-512, chosen here at load): element (n, c, h, w) at
+ * ((n*C/b + c/b)*H*W + h*W + w)*b + c%b for block b. It holds exactly N*C*H*W floats, so the
+ * memory plan's sizes are those of NCHW, and same-shape elementwise kernels read and write it
+ * unchanged. An op reads a plain (NCHW) source where the region starts (the first conv's C = 3
+ * image: the primitive takes an nchw src with a blocked dst; with C a multiple of the block, a
+ * reorder to blocked first, since oneDNN would run that conv on its reference kernel) and writes a plain result where a
+ * value leaves the region: it computes into a blocked buffer of its own, then one reorder.
+ *
+ * Ops. A conv is oneDNN's convolution primitive (prop forward_inference, algorithm direct, whose
+ * implementation for nChw16c on AVX-512 is jit:avx512_core; or, for a 3x3 stride-1 conv that
+ * modelc marks (not --no-winograd), Winograd where oneDNN has it: about 2x faster on ResNet's 3x3
+ * convs at batch 1, bench/conv/RESULTS.md), weights reordered
+ * once into the primitive's preferred format (format `any`), the bias (the sum of the epilogue's
+ * per-channel vectors, copied at load) as its bias, the epilogue's residual add as the `sum`
+ * post-op (the residual is copied into the destination first unless the plan put them in one
+ * buffer) and relu / clamp as an eltwise post-op (oneDNN docs: "Primitive Attributes:
+ * Post-ops"). Max pooling is the pooling_v2 primitive. Each primitive runs with a user-managed
+ * scratchpad (dnnl_scratchpad_mode_user), one buffer shared by all, so a run allocates nothing
+ * at a batch size it has already seen; primitives are made per batch size: the model's maximum
+ * at load, another size on its first run (then cached, MRT_BLK_CACHE sizes per op).
+ *
+ * MODELRT_BLOCKED_VERBOSE=1 logs (MRT_LOG_INFO) which implementation oneDNN chose for each op.
+ * Threads: Debian's oneDNN uses OpenMP (libgomp), the pool every other loop of modelc runs on;
+ * a primitive takes omp_get_max_threads() threads when it runs, i.e. the run's --threads.
+ * Without oneDNN (make DNNL=0) these calls fail with a message; modelc then never emits them.
+ */
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "modelrt.h"
+#include "mrt_kernels.h"
+
+enum { MRT_BLK_CACHE = 4 };
+
+#ifdef MRT_WITH_DNNL
+#include <dnnl.h>
+
+/* One op at one batch size: its primitive and memory objects (handles set at each run). */
+typedef struct blk_prim {
+    int64_t N;
+    dnnl_primitive_t prim, out_reorder, in_reorder;
+    dnnl_memory_t src, dst, w, bias, scratch, tmp_blk, plain_dst, plain_src;
+    void *wbuf;   /* the reordered weights, owned (NULL when shared with cache[0]'s) */
+} blk_prim;
+
+typedef struct blk_op {
+    int kind;                 /* 0 conv, 1 max pool */
+    mrt_conv2d_params cp;
+    mrt_pool2d_params pp;
+    int src_blocked, dst_blocked, has_res, act;
+    int winograd;             /* try oneDNN's Winograd algorithm first (3x3, stride 1) */
+    float lo, hi;
+    const float *w;           /* the plain weights [O, C, KH, KW] in the model's weight region */
+    float *bias;              /* [O], owned, or NULL */
+    char what[160];
+    blk_prim cache[MRT_BLK_CACHE];
+    int ncache, next;
+} blk_op;
+
+typedef struct mrt_blk {
+    dnnl_engine_t eng;
+    dnnl_stream_t stream;
+    int block;                /* 16 or 8 */
+    int64_t max_batch;
+    blk_op *ops;
+    int nops;
+    void *scratch;            /* the shared scratchpad */
+    size_t scratch_bytes;
+    void *tmp;                /* the blocked result of an op whose result leaves the region */
+    size_t tmp_bytes;
+    void *tmp_in;             /* an NCHW source of C % block == 0 channels, reordered to blocked */
+    size_t tmp_in_bytes;
+} mrt_blk;
+
+/* An NCHW source the primitive reads through a reorder into b->tmp_in: oneDNN's kernels take an
+ * nchw source with a blocked destination only for a few input channels (the C = 3 image; with
+ * C = 16 it picks ref:any, orders of magnitude slower). */
+static int blk_reorder_in(const mrt_blk *b, const blk_op *op) {
+    return op->kind == 0 && !op->src_blocked && op->cp.C % b->block == 0;
+}
+
+static const char *dnnl_what(dnnl_status_t s) {
+    switch (s) {
+    case dnnl_success: return "success";
+    case dnnl_out_of_memory: return "out of memory";
+    case dnnl_invalid_arguments: return "invalid arguments";
+    case dnnl_unimplemented: return "unimplemented";
+    case dnnl_iterator_ends: return "iterator ends";
+    case dnnl_runtime_error: return "runtime error";
+    case dnnl_not_required: return "not required";
+    default: return "unknown status";
+    }
+}
+
+#define BLK_TRY(call, op, step)                                                                                        \
+    do {                                                                                                               \
+        dnnl_status_t s_ = (call);                                                                                     \
+        if (s_ != dnnl_success)                                                                                        \
+            return mrt_set_error(MRT_ERR_INTERNAL, "%s: oneDNN %s failed: %s (status %d); cpu, batch %lld "            \
+                                 "(recompile with modelc --no-blocked-conv to use the im2col path)",                   \
+                                 (op)->what, step, dnnl_what(s_), (int)s_, (long long)N);                              \
+    } while (0)
+
+static dnnl_format_tag_t blk_tag(const mrt_blk *b) { return b->block == 16 ? dnnl_nChw16c : dnnl_nChw8c; }
+
+/* Grow a shared buffer to at least `bytes` (64-byte aligned). Only at primitive creation. */
+static int blk_grow(void **buf, size_t *have, size_t bytes) {
+    if (bytes <= *have) return 1;
+    void *p = NULL;
+    if (posix_memalign(&p, 64, bytes ? bytes : 64)) return 0;
+    free(*buf);
+    *buf = p;
+    *have = bytes;
+    return 1;
+}
+
+static mrt_status blk_scratch_for(mrt_blk *b, blk_op *op, const_dnnl_primitive_desc_t pd, int64_t N) {
+    const dnnl_memory_desc_t *md = dnnl_primitive_desc_query_md(pd, dnnl_query_scratchpad_md, 0);
+    size_t need = md ? dnnl_memory_desc_get_size(md) : 0;
+    if (!blk_grow(&b->scratch, &b->scratch_bytes, need))
+        return mrt_set_error(MRT_ERR_OOM, "%s: cannot allocate %zu bytes of oneDNN scratchpad on the cpu", op->what, need);
+    return MRT_OK;
+}
+
+/* Create op's primitive at batch N (cache entry e). */
+static mrt_status blk_make(mrt_blk *b, blk_op *op, blk_prim *e, int64_t N) {
+    memset(e, 0, sizeof *e);
+    e->N = N;
+    dnnl_primitive_attr_t attr = NULL;
+    dnnl_post_ops_t po = NULL;
+    dnnl_primitive_desc_t pd = NULL;
+    mrt_status st = MRT_OK;
+    BLK_TRY(dnnl_primitive_attr_create(&attr), op, "attribute creation");
+    dnnl_primitive_attr_set_scratchpad_mode(attr, dnnl_scratchpad_mode_user);
+    dnnl_memory_desc_t src_md, dst_md, w_md, bias_md;
+    int64_t C, H, W, O, OH, OW;
+    if (op->kind == 0) {
+        const mrt_conv2d_params *p = &op->cp;
+        C = p->C, H = p->H, W = p->W, O = p->O, OH = p->OH, OW = p->OW;
+        dnnl_dims_t sd = {N, C, H, W}, dd = {N, O, OH, OW}, wd = {O, C, p->kh, p->kw}, bd = {O};
+        dnnl_dims_t strides = {p->sh, p->sw}, dil = {p->dh - 1, p->dw - 1}, pl = {p->pt, p->pl};
+        /* the right and bottom padding that gives exactly OH x OW (what the shape rule computed) */
+        dnnl_dims_t pr = {(OH - 1) * p->sh + (p->kh - 1) * p->dh + 1 - H - p->pt,
+                          (OW - 1) * p->sw + (p->kw - 1) * p->dw + 1 - W - p->pl};
+        dnnl_memory_desc_init_by_tag(&src_md, 4, sd, dnnl_f32,
+                                     op->src_blocked || blk_reorder_in(b, op) ? blk_tag(b) : dnnl_nchw);
+        dnnl_memory_desc_init_by_tag(&dst_md, 4, dd, dnnl_f32, blk_tag(b));
+        dnnl_memory_desc_init_by_tag(&w_md, 4, wd, dnnl_f32, dnnl_format_tag_any);
+        dnnl_memory_desc_init_by_tag(&bias_md, 1, bd, dnnl_f32, dnnl_x);
+        BLK_TRY(dnnl_post_ops_create(&po), op, "post-ops creation");
+        if (op->has_res) dnnl_post_ops_append_sum(po, 1.0f);
+        if (op->act == 1) dnnl_post_ops_append_eltwise(po, 1.0f, dnnl_eltwise_relu, 0.0f, 0.0f);
+        if (op->act == 2) dnnl_post_ops_append_eltwise(po, 1.0f, dnnl_eltwise_clip, op->lo, op->hi);
+        dnnl_primitive_attr_set_post_ops(attr, po);
+        dnnl_status_t s = dnnl_unimplemented;
+        /* Winograd first where asked (its F(2x3)/F(4x3) kernels exist for avx512_core f32 only:
+         * elsewhere, or for a shape it does not take, the direct algorithm, which computes the
+         * same convolution with a smaller rounding error) */
+        for (int a = op->winograd ? 0 : 1; a < 2 && s != dnnl_success; a++) {
+            dnnl_convolution_desc_t cd;
+            BLK_TRY(dnnl_dilated_convolution_forward_desc_init(&cd, dnnl_forward_inference,
+                                                               a == 0 ? dnnl_convolution_winograd : dnnl_convolution_direct,
+                                                               &src_md, &w_md, op->bias ? &bias_md : NULL, &dst_md, strides,
+                                                               dil, pl, pr),
+                    op, "convolution descriptor");
+            s = dnnl_primitive_desc_create(&pd, &cd, attr, b->eng, NULL);
+        }
+        dnnl_post_ops_destroy(po);
+        if (s != dnnl_success) {
+            dnnl_primitive_attr_destroy(attr);
+            BLK_TRY(s, op, "convolution primitive descriptor");
+        }
+    } else {
+        const mrt_pool2d_params *p = &op->pp;
+        C = O = p->C, H = p->H, W = p->W, OH = p->OH, OW = p->OW;
+        dnnl_dims_t sd = {N, C, H, W}, dd = {N, C, OH, OW};
+        dnnl_dims_t strides = {p->sh, p->sw}, k = {p->kh, p->kw}, dil = {p->dh - 1, p->dw - 1}, pl = {p->pt, p->pl};
+        dnnl_dims_t pr = {(OH - 1) * p->sh + (p->kh - 1) * p->dh + 1 - H - p->pt,
+                          (OW - 1) * p->sw + (p->kw - 1) * p->dw + 1 - W - p->pl};
+        dnnl_memory_desc_init_by_tag(&src_md, 4, sd, dnnl_f32, blk_tag(b));
+        dnnl_memory_desc_init_by_tag(&dst_md, 4, dd, dnnl_f32, blk_tag(b));
+        dnnl_pooling_v2_desc_t pdsc;
+        BLK_TRY(dnnl_pooling_v2_forward_desc_init(&pdsc, dnnl_forward_inference, dnnl_pooling_max, &src_md, &dst_md, strides,
+                                                  k, dil, pl, pr),
+                op, "pooling descriptor");
+        dnnl_status_t s = dnnl_primitive_desc_create(&pd, &pdsc, attr, b->eng, NULL);
+        if (s != dnnl_success) {
+            dnnl_primitive_attr_destroy(attr);
+            BLK_TRY(s, op, "pooling primitive descriptor");
+        }
+    }
+    dnnl_primitive_attr_destroy(attr);
+    const char *impl = "?";
+    dnnl_primitive_desc_query(pd, dnnl_query_impl_info_str, 0, &impl);
+    if (getenv("MODELRT_BLOCKED_VERBOSE")) /* which implementation oneDNN chose, per op and batch */
+        mrt_log(MRT_LOG_INFO, "%s: oneDNN %s, batch %lld, %s src, %s dst", op->what, impl, (long long)N,
+            op->src_blocked ? "blocked" : "nchw", op->dst_blocked ? "blocked" : "nchw (reordered)");
+    if ((st = blk_scratch_for(b, op, pd, N)) != MRT_OK) goto out;
+    dnnl_status_t s = dnnl_primitive_create(&e->prim, pd);
+    if (s != dnnl_success) {
+        dnnl_primitive_desc_destroy(pd);
+        BLK_TRY(s, op, "primitive creation");
+    }
+    /* memory objects without buffers: run() sets their handles */
+    const dnnl_memory_desc_t *q_src = dnnl_primitive_desc_query_md(pd, dnnl_query_src_md, 0);
+    const dnnl_memory_desc_t *q_dst = dnnl_primitive_desc_query_md(pd, dnnl_query_dst_md, 0);
+    const dnnl_memory_desc_t *q_sp = dnnl_primitive_desc_query_md(pd, dnnl_query_scratchpad_md, 0);
+    if (dnnl_memory_create(&e->src, q_src, b->eng, DNNL_MEMORY_NONE) != dnnl_success ||
+        dnnl_memory_create(&e->dst, q_dst, b->eng, DNNL_MEMORY_NONE) != dnnl_success ||
+        dnnl_memory_create(&e->scratch, q_sp, b->eng, DNNL_MEMORY_NONE) != dnnl_success) {
+        st = mrt_set_error(MRT_ERR_OOM, "%s: cannot create oneDNN memory objects", op->what);
+        goto out;
+    }
+    if (op->kind == 0) {
+        /* the weights, reordered once into the primitive's format (shared between batch sizes
+         * when the format is the same) */
+        const dnnl_memory_desc_t *q_w = dnnl_primitive_desc_query_md(pd, dnnl_query_weights_md, 0);
+        blk_prim *first = op->ncache > 0 && &op->cache[0] != e ? &op->cache[0] : NULL;
+        const dnnl_memory_desc_t *first_w = NULL;
+        if (first) dnnl_memory_get_memory_desc(first->w, &first_w);
+        void *wbuf = NULL;
+        if (first && first_w && dnnl_memory_desc_equal(first_w, q_w)) {
+            dnnl_memory_get_data_handle(first->w, &wbuf);
+        } else {
+            size_t wb = dnnl_memory_desc_get_size(q_w);
+            if (posix_memalign(&e->wbuf, 64, wb ? wb : 64)) {
+                st = mrt_set_error(MRT_ERR_OOM, "%s: cannot allocate %zu bytes for the reordered weights", op->what, wb);
+                goto out;
+            }
+            wbuf = e->wbuf;
+            dnnl_dims_t wd = {op->cp.O, op->cp.C, op->cp.kh, op->cp.kw};
+            dnnl_memory_desc_t user_md;
+            dnnl_memory_desc_init_by_tag(&user_md, 4, wd, dnnl_f32, dnnl_oihw);
+            dnnl_memory_t um = NULL, wm = NULL;
+            dnnl_primitive_desc_t rpd = NULL;
+            dnnl_primitive_t r = NULL;
+            dnnl_status_t rs = dnnl_memory_create(&um, &user_md, b->eng, (void *)op->w);
+            if (rs == dnnl_success) rs = dnnl_memory_create(&wm, q_w, b->eng, wbuf);
+            if (rs == dnnl_success) rs = dnnl_reorder_primitive_desc_create(&rpd, &user_md, b->eng, q_w, b->eng, NULL);
+            if (rs == dnnl_success) rs = dnnl_primitive_create(&r, rpd);
+            if (rs == dnnl_success) {
+                dnnl_exec_arg_t a[] = {{DNNL_ARG_FROM, um}, {DNNL_ARG_TO, wm}};
+                rs = dnnl_primitive_execute(r, b->stream, 2, a);
+                if (rs == dnnl_success) rs = dnnl_stream_wait(b->stream);
+            }
+            if (r) dnnl_primitive_destroy(r);
+            if (rpd) dnnl_primitive_desc_destroy(rpd);
+            if (um) dnnl_memory_destroy(um);
+            if (wm) dnnl_memory_destroy(wm);
+            if (rs != dnnl_success) {
+                st = mrt_set_error(MRT_ERR_INTERNAL, "%s: oneDNN weight reorder failed: %s (status %d)", op->what,
+                                   dnnl_what(rs), (int)rs);
+                goto out;
+            }
+        }
+        if (dnnl_memory_create(&e->w, q_w, b->eng, wbuf) != dnnl_success) {
+            st = mrt_set_error(MRT_ERR_OOM, "%s: cannot create oneDNN memory objects", op->what);
+            goto out;
+        }
+        if (op->bias) {
+            dnnl_dims_t bd = {op->cp.O};
+            dnnl_memory_desc_t bmd;
+            dnnl_memory_desc_init_by_tag(&bmd, 1, bd, dnnl_f32, dnnl_x);
+            if (dnnl_memory_create(&e->bias, &bmd, b->eng, op->bias) != dnnl_success) {
+                st = mrt_set_error(MRT_ERR_OOM, "%s: cannot create oneDNN memory objects", op->what);
+                goto out;
+            }
+        }
+    }
+    if (blk_reorder_in(b, op)) {
+        size_t need = (size_t)N * (size_t)C * (size_t)H * (size_t)W * sizeof(float);
+        dnnl_dims_t sd = {N, C, H, W};
+        dnnl_memory_desc_t plain;
+        dnnl_memory_desc_init_by_tag(&plain, 4, sd, dnnl_f32, dnnl_nchw);
+        dnnl_primitive_desc_t rpd = NULL;
+        dnnl_status_t rs = blk_grow(&b->tmp_in, &b->tmp_in_bytes, need) ? dnnl_success : dnnl_out_of_memory;
+        if (rs == dnnl_success) rs = dnnl_reorder_primitive_desc_create(&rpd, &plain, b->eng, q_src, b->eng, NULL);
+        if (rs == dnnl_success) rs = dnnl_primitive_create(&e->in_reorder, rpd);
+        if (rs == dnnl_success) rs = dnnl_memory_create(&e->plain_src, &plain, b->eng, DNNL_MEMORY_NONE);
+        if (rpd) dnnl_primitive_desc_destroy(rpd);
+        if (rs != dnnl_success) {
+            st = mrt_set_error(MRT_ERR_INTERNAL, "%s: oneDNN reorder from nchw failed: %s (status %d)", op->what,
+                               dnnl_what(rs), (int)rs);
+            goto out;
+        }
+    }
+    if (!op->dst_blocked) {
+        /* a result leaving the region: computed blocked into b->tmp, then reordered to NCHW */
+        size_t need = (size_t)N * (size_t)O * (size_t)OH * (size_t)OW * sizeof(float);
+        if (!blk_grow(&b->tmp, &b->tmp_bytes, need)) {
+            st = mrt_set_error(MRT_ERR_OOM, "%s: cannot allocate %zu bytes on the cpu", op->what, need);
+            goto out;
+        }
+        dnnl_dims_t dd = {N, O, OH, OW};
+        dnnl_memory_desc_t plain;
+        dnnl_memory_desc_init_by_tag(&plain, 4, dd, dnnl_f32, dnnl_nchw);
+        dnnl_primitive_desc_t rpd = NULL;
+        dnnl_primitive_attr_t ra = NULL;
+        dnnl_status_t rs = dnnl_primitive_attr_create(&ra);
+        if (rs == dnnl_success) rs = dnnl_primitive_attr_set_scratchpad_mode(ra, dnnl_scratchpad_mode_user);
+        if (rs == dnnl_success) rs = dnnl_reorder_primitive_desc_create(&rpd, q_dst, b->eng, &plain, b->eng, ra);
+        if (ra) dnnl_primitive_attr_destroy(ra);
+        if (rs == dnnl_success) {
+            const dnnl_memory_desc_t *rsp = dnnl_primitive_desc_query_md(rpd, dnnl_query_scratchpad_md, 0);
+            size_t rneed = rsp ? dnnl_memory_desc_get_size(rsp) : 0;
+            if (!blk_grow(&b->scratch, &b->scratch_bytes, rneed)) rs = dnnl_out_of_memory;
+        }
+        if (rs == dnnl_success) rs = dnnl_primitive_create(&e->out_reorder, rpd);
+        if (rs == dnnl_success) rs = dnnl_memory_create(&e->tmp_blk, q_dst, b->eng, DNNL_MEMORY_NONE);
+        if (rs == dnnl_success) rs = dnnl_memory_create(&e->plain_dst, &plain, b->eng, DNNL_MEMORY_NONE);
+        if (rpd) dnnl_primitive_desc_destroy(rpd);
+        if (rs != dnnl_success) {
+            st = mrt_set_error(MRT_ERR_INTERNAL, "%s: oneDNN reorder to nchw failed: %s (status %d)", op->what,
+                               dnnl_what(rs), (int)rs);
+            goto out;
+        }
+    }
+out:
+    dnnl_primitive_desc_destroy(pd);
+    return st;
+}
+
+static void blk_prim_free(blk_prim *e) {
+    if (e->prim) dnnl_primitive_destroy(e->prim);
+    if (e->out_reorder) dnnl_primitive_destroy(e->out_reorder);
+    if (e->in_reorder) dnnl_primitive_destroy(e->in_reorder);
+    dnnl_memory_t *mems[] = {&e->src, &e->dst, &e->w, &e->bias, &e->scratch, &e->tmp_blk, &e->plain_dst, &e->plain_src};
+    for (size_t i = 0; i < sizeof mems / sizeof mems[0]; i++)
+        if (*mems[i]) dnnl_memory_destroy(*mems[i]);
+    free(e->wbuf);
+    memset(e, 0, sizeof *e);
+}
+
+/* op's primitive at batch N: cached, else made now (entry 0, the maximum batch, stays). */
+static mrt_status blk_get(mrt_blk *b, blk_op *op, int64_t N, blk_prim **out) {
+    for (int i = 0; i < op->ncache; i++)
+        if (op->cache[i].N == N) return *out = &op->cache[i], MRT_OK;
+    int slot = op->ncache < MRT_BLK_CACHE ? op->ncache : 1 + op->next++ % (MRT_BLK_CACHE - 1);
+    if (slot >= op->ncache) op->ncache = slot + 1;
+    else blk_prim_free(&op->cache[slot]);
+    mrt_status st = blk_make(b, op, &op->cache[slot], N);
+    if (st != MRT_OK) {
+        blk_prim_free(&op->cache[slot]);
+        op->cache[slot].N = -1;
+        return st;
+    }
+    *out = &op->cache[slot];
+    return MRT_OK;
+}
+
+static mrt_blk *blk_of(mrt_model *m, int i, const char *fn) {
+    mrt_blk *b = m ? (mrt_blk *)m->blk : NULL;
+    if (!b || i < 0 || i >= b->nops) {
+        mrt_set_error(MRT_ERR_INVALID_ARG, "%s: blocked op %d does not exist (were the weights loaded on the cpu?)", fn, i);
+        return NULL;
+    }
+    return b;
+}
+
+mrt_status mrt_blk_create(mrt_model *m, int nops, int64_t max_batch) {
+    mrt_blk_free(m);
+    mrt_blk *b = calloc(1, sizeof *b);
+    if (!b || !(b->ops = calloc((size_t)(nops > 0 ? nops : 1), sizeof *b->ops))) {
+        free(b);
+        return mrt_set_error(MRT_ERR_OOM, "%s: cannot allocate the blocked ops", m->desc->name);
+    }
+    b->nops = nops;
+    b->max_batch = max_batch;
+    b->block = dnnl_get_effective_cpu_isa() >= dnnl_cpu_isa_avx512_core ? 16 : 8;
+    if (getenv("MODELRT_BLOCK") && atoi(getenv("MODELRT_BLOCK")) == 8) b->block = 8; /* tests: the nChw8c path */
+    dnnl_status_t s = dnnl_engine_create(&b->eng, dnnl_cpu, 0);
+    if (s == dnnl_success) s = dnnl_stream_create(&b->stream, b->eng, dnnl_stream_default_flags);
+    m->blk = b;
+    if (s != dnnl_success)
+        return mrt_set_error(MRT_ERR_INTERNAL, "%s: oneDNN cpu engine creation failed: %s", m->desc->name, dnnl_what(s));
+    return MRT_OK;
+}
+
+mrt_status mrt_blk_add_conv(mrt_model *m, int i, const mrt_conv2d_params *p, int src_blocked, int dst_blocked,
+                            const float *w, const float *const *bias, int nbias, int has_res, int act, float lo, float hi,
+                            int winograd, const char *what) {
+    mrt_blk *b = blk_of(m, i, "mrt_blk_add_conv");
+    if (!b) return MRT_ERR_INVALID_ARG;
+    blk_op *op = &b->ops[i];
+    op->kind = 0;
+    op->cp = *p;
+    op->src_blocked = src_blocked, op->dst_blocked = dst_blocked, op->has_res = has_res, op->act = act;
+    op->lo = lo, op->hi = hi;
+    op->winograd = winograd && p->kh == 3 && p->kw == 3 && p->sh == 1 && p->sw == 1 && p->dh == 1 && p->dw == 1;
+    op->w = w;
+    snprintf(op->what, sizeof op->what, "%s: %s", m->desc->name, what);
+    if (p->groups != 1 || p->O % b->block || (src_blocked && p->C % b->block))
+        return mrt_set_error(MRT_ERR_INVALID_ARG, "%s: not a blocked convolution (groups %d, C %lld, O %lld)", op->what,
+                             p->groups, (long long)p->C, (long long)p->O);
+    if (nbias > 0) {
+        if (!(op->bias = malloc(sizeof(float) * (size_t)p->O)))
+            return mrt_set_error(MRT_ERR_OOM, "%s: cannot allocate its bias", op->what);
+        for (int64_t o = 0; o < p->O; o++) {
+            float s = bias[0][o];
+            for (int j = 1; j < nbias; j++) s += bias[j][o];
+            op->bias[o] = s;
+        }
+    }
+    blk_prim *e;
+    int64_t N = b->max_batch;
+    return blk_get(b, op, N, &e);
+}
+
+mrt_status mrt_blk_add_pool(mrt_model *m, int i, const mrt_pool2d_params *p, int dst_blocked, const char *what) {
+    mrt_blk *b = blk_of(m, i, "mrt_blk_add_pool");
+    if (!b) return MRT_ERR_INVALID_ARG;
+    blk_op *op = &b->ops[i];
+    op->kind = 1;
+    op->pp = *p;
+    op->src_blocked = 1, op->dst_blocked = dst_blocked;
+    snprintf(op->what, sizeof op->what, "%s: %s", m->desc->name, what);
+    if (p->C % b->block)
+        return mrt_set_error(MRT_ERR_INVALID_ARG, "%s: not a blocked pooling (C %lld)", op->what, (long long)p->C);
+    blk_prim *e;
+    return blk_get(b, op, b->max_batch, &e);
+}
+
+/* Run op i at batch N: y (blocked or NCHW, as created) from x, res added by the sum post-op. */
+static mrt_status blk_run(mrt_model *m, int i, int64_t N, float *y, const float *x, const float *res, int kind) {
+    mrt_blk *b = blk_of(m, i, kind ? "mrt_blk_pool_run" : "mrt_blk_conv_run");
+    if (!b) return MRT_ERR_INVALID_ARG;
+    blk_op *op = &b->ops[i];
+    blk_prim *e;
+    mrt_status st = blk_get(b, op, N, &e);
+    if (st != MRT_OK) return st;
+    float *work = op->dst_blocked ? y : (float *)b->tmp;
+    if (op->has_res && res != work) {
+        size_t n = (size_t)N * (size_t)op->cp.O * (size_t)op->cp.OH * (size_t)op->cp.OW;
+#pragma omp parallel for schedule(static)
+        for (size_t j = 0; j < n; j += 4096) memcpy(work + j, res + j, sizeof(float) * (n - j < 4096 ? n - j : 4096));
+    }
+    if (e->in_reorder) { /* an NCHW source: to blocked first */
+        dnnl_memory_set_data_handle(e->plain_src, (void *)x);
+        dnnl_memory_set_data_handle(e->src, b->tmp_in);
+        dnnl_exec_arg_t r[] = {{DNNL_ARG_FROM, e->plain_src}, {DNNL_ARG_TO, e->src}};
+        BLK_TRY(dnnl_primitive_execute(e->in_reorder, b->stream, 2, r), op, "reorder from nchw");
+        x = b->tmp_in;
+    }
+    dnnl_memory_set_data_handle(e->src, (void *)x);
+    dnnl_memory_set_data_handle(e->dst, work);
+    dnnl_memory_set_data_handle(e->scratch, b->scratch);
+    dnnl_exec_arg_t a[5] = {{DNNL_ARG_SRC, e->src}, {DNNL_ARG_DST, e->dst}, {DNNL_ARG_SCRATCHPAD, e->scratch}};
+    int na = 3;
+    if (e->w) a[na++] = (dnnl_exec_arg_t){DNNL_ARG_WEIGHTS, e->w};
+    if (e->bias) a[na++] = (dnnl_exec_arg_t){DNNL_ARG_BIAS, e->bias};
+    BLK_TRY(dnnl_primitive_execute(e->prim, b->stream, na, a), op, "execution");
+    if (!op->dst_blocked) {
+        dnnl_memory_set_data_handle(e->tmp_blk, work);
+        dnnl_memory_set_data_handle(e->plain_dst, y);
+        dnnl_exec_arg_t r[] = {{DNNL_ARG_FROM, e->tmp_blk}, {DNNL_ARG_TO, e->plain_dst}, {DNNL_ARG_SCRATCHPAD, e->scratch}};
+        BLK_TRY(dnnl_primitive_execute(e->out_reorder, b->stream, 3, r), op, "reorder to nchw");
+    }
+    BLK_TRY(dnnl_stream_wait(b->stream), op, "stream wait");
+    return MRT_OK;
+}
+
+mrt_status mrt_blk_conv_run(mrt_model *m, int i, int64_t N, float *y, const float *x, const float *res) {
+    return blk_run(m, i, N, y, x, res, 0);
+}
+
+mrt_status mrt_blk_pool_run(mrt_model *m, int i, int64_t N, float *y, const float *x) {
+    return blk_run(m, i, N, y, x, NULL, 1);
+}
+
+void mrt_blk_free(mrt_model *m) {
+    mrt_blk *b = m ? (mrt_blk *)m->blk : NULL;
+    if (!b) return;
+    for (int i = 0; i < b->nops; i++) {
+        for (int j = 0; j < b->ops[i].ncache; j++) blk_prim_free(&b->ops[i].cache[j]);
+        free(b->ops[i].bias);
+    }
+    free(b->ops);
+    free(b->scratch);
+    free(b->tmp);
+    free(b->tmp_in);
+    if (b->stream) dnnl_stream_destroy(b->stream);
+    if (b->eng) dnnl_engine_destroy(b->eng);
+    free(b);
+    m->blk = NULL;
+}
+
+int mrt_blk_available(void) { return 1; }
+
+#else /* no oneDNN: modelc built against this runtime never emits these calls */
+
+static mrt_status blk_none(mrt_model *m) {
+    return mrt_set_error(MRT_ERR_DEVICE, "%s: blocked convolutions need a runtime built with oneDNN (this one was "
+                         "built with make DNNL=0); recompile the model with modelc --no-blocked-conv",
+                         m && m->desc ? m->desc->name : "model");
+}
+mrt_status mrt_blk_create(mrt_model *m, int nops, int64_t max_batch) { return blk_none(m); }
+mrt_status mrt_blk_add_conv(mrt_model *m, int i, const mrt_conv2d_params *p, int src_blocked, int dst_blocked,
+                            const float *w, const float *const *bias, int nbias, int has_res, int act, float lo, float hi,
+                            int winograd, const char *what) {
+    return blk_none(m);
+}
+mrt_status mrt_blk_add_pool(mrt_model *m, int i, const mrt_pool2d_params *p, int dst_blocked, const char *what) {
+    return blk_none(m);
+}
+mrt_status mrt_blk_conv_run(mrt_model *m, int i, int64_t N, float *y, const float *x, const float *res) {
+    return blk_none(m);
+}
+mrt_status mrt_blk_pool_run(mrt_model *m, int i, int64_t N, float *y, const float *x) { return blk_none(m); }
+void mrt_blk_free(mrt_model *m) { (void)m; }
+int mrt_blk_available(void) { return 0; }
+#endif
