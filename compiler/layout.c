@@ -24,8 +24,11 @@
  *     per-channel vectors b (params or load-time values: summed into the primitive's bias at
  *     load), at most one same-shape operand r (oneDNN's `sum` post-op; it must be blocked too)
  *     and act none, relu or clamp (an eltwise post-op). Its source may be blocked or NCHW (the
- *     region's entry, e.g. the C = 3 image); its result is NCHW when a consumer needs NCHW
- *     (computed blocked, then reordered once);
+ *     region's entry: the C = 3 image, C <= 4 read directly, C % 16 == 0 reordered first; any
+ *     other C stays on the im2col path, as oneDNN has only its reference kernel for it); its
+ *     result is NCHW when a consumer needs NCHW (computed blocked, then reordered once); a conv
+ *     that would read and write NCHW both is left to the im2col path unless it is a Winograd
+ *     shape (3x3, stride 1);
  *   - a max_pool2d kernel whose source is blocked (oneDNN's pooling);
  *   - an elementwise kernel whose non-scalar operands all have the root's shape and are all
  *     blocked (a residual add the fuser did not fold into a conv).
@@ -146,6 +149,12 @@ static bool ew_candidate(const Kernel *k) {
 
 enum { C_NONE, C_CONV, C_POOL, C_EW };
 
+/* A 3x3 stride-1 undilated conv2d: the shape oneDNN's Winograd takes. */
+static bool wino_shape(const Node *m) {
+    return m->kernel[0] == 3 && m->kernel[1] == 3 && m->stride[0] == 1 && m->stride[1] == 1 && m->dilation[0] == 1 &&
+           m->dilation[1] == 1;
+}
+
 void layout_blocked(Graph *g, KernelList *kl, bool winograd) {
     for (int i = 0; i < kl->n; i++) kl->k[i]->blk = -1;
     if (g->train || g->with_loss || g->nslots != 1) return;
@@ -174,6 +183,15 @@ void layout_blocked(Graph *g, KernelList *kl, bool winograd) {
                 const Node *x = anchor->in[0];
                 if (x != view_base(x)) plain[view_base(x)->id] = true;
                 k->blk_src = x == view_base(x) && blk[x->id];
+                /* An NCHW source is read directly only as a region's image-like entry (C <= 4:
+                 * oneDNN's first-conv kernels); C % 16 == 0 is reordered in first; any other C
+                 * gets oneDNN's reference kernel (ref:any, 50x slower: MobileNetV2's 24 and 40
+                 * channel convs took 300 ms). And a conv that would both read and write NCHW (an
+                 * island between depthwise convs, say) gains nothing from the layout but two
+                 * reorders, unless oneDNN's Winograd takes it. */
+                int64_t cin = x->shape.d[1].c;
+                if (!k->blk_src && cin > 4 && cin % 16) drop = true;
+                if (!k->blk_src && !k->blk_dst && !(winograd && wino_shape(anchor))) drop = true;
                 if (k->blk_res >= 0 && !blk[k->leaves[k->blk_res].node->id]) drop = true;
                 for (int b = 0; b < k->blk_nbias; b++) plain[view_base(k->leaves[k->blk_bias[b]].node)->id] = true;
             } else if (cls[i] == C_POOL) {
@@ -209,8 +227,7 @@ void layout_blocked(Graph *g, KernelList *kl, bool winograd) {
         if (cls[i] == C_POOL) k->blk_src = true;
         if (cls[i] == C_CONV) {
             const Node *m = k->gemm;
-            k->blk_wino = winograd && m->kernel[0] == 3 && m->kernel[1] == 3 && m->stride[0] == 1 && m->stride[1] == 1 &&
-                          m->dilation[0] == 1 && m->dilation[1] == 1;
+            k->blk_wino = winograd && wino_shape(m);
         }
         if (cls[i] == C_CONV && k->scratch_bytes) { /* no im2col on the CPU; the CUDA plan keeps its own */
             if (!k->scratch_bytes_cuda) k->scratch_bytes_cuda = k->scratch_bytes;
