@@ -1323,6 +1323,9 @@ static void emit_blocked_setup(Emit *e, FILE *o, int nblk) {
             fprintf(o, "    if ((st = mrt_blk_add_conv(m, %d, &%s, %d, %d, %s, %s, %d, %d, %d, %s, %s, %d, \"%s\")) != MRT_OK) return st;\n",
                     k->blk, params_name(e, k), k->blk_src, k->blk_dst, ptr[view_base(m->in[1])->id], bias, k->blk_nbias,
                     k->blk_res >= 0, k->blk_act, float_lit(k->blk_lo), float_lit(k->blk_hi), k->blk_wino, c_string_body(what));
+            /* the plain weights, when this conv is their only reader: the primitive holds them reordered */
+            if (m->in[1] == view_base(m->in[1]) && m->in[1]->nuses == 1)
+                fprintf(o, "    if ((st = mrt_blk_release_weights(m, %d)) != MRT_OK) return st;\n", k->blk);
         } else {
             fprintf(o, "    if ((st = mrt_blk_add_pool(m, %d, &%s, %d, \"%s\")) != MRT_OK) return st;\n", k->blk,
                     params_name(e, k), k->blk_dst, c_string_body(what));

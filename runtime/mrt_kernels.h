@@ -1124,6 +1124,15 @@ mrt_status mrt_blk_add_pool(mrt_model *m, int i, const mrt_pool2d_params *p, int
 mrt_status mrt_blk_conv_run(mrt_model *m, int i, int64_t N, float *y, const float *x, const float *res);
 /** Run pooling op i at batch N. */
 mrt_status mrt_blk_pool_run(mrt_model *m, int i, int64_t N, float *y, const float *x);
+/** Release conv op i's plain weights (the w of mrt_blk_add_conv) once its primitive holds them
+ *  reordered: modelc emits the call when nothing else reads that tensor; a Winograd op keeps them
+ *  (oneDNN cannot reorder out of its Winograd format for another batch size). The whole pages inside
+ *  it are returned to the system (madvise MADV_DONTNEED; they read as zeros until the weights are
+ *  loaded again), so the weights are not resident twice. Afterwards mrt_model_copy_weights and
+ *  mrt_model_save_weights refuse m (mrt_blk_released). $MODELRT_KEEP_WEIGHTS=1 keeps them. */
+mrt_status mrt_blk_release_weights(mrt_model *m, int i);
+/** 1 when some op of m had its plain weights released (mrt_blk_release_weights), else 0. */
+int mrt_blk_released(const mrt_model *m);
 /** Free m's blocked ops (NULL, or none: nothing). */
 void mrt_blk_free(mrt_model *m);
 /** 1 when this runtime was built with oneDNN (the blocked ops work), else 0. */

@@ -30,12 +30,17 @@
  * MODELRT_BLOCKED_VERBOSE=1 logs (MRT_LOG_INFO) which implementation oneDNN chose for each op.
  * Threads: Debian's oneDNN uses OpenMP (libgomp), the pool every other loop of modelc runs on;
  * a primitive takes omp_get_max_threads() threads when it runs, i.e. the run's --threads.
+ * Memory: a conv's plain weights that nothing else reads are released once its first primitive
+ * holds them reordered (mrt_blk_release_weights), so the weights are not held twice; a later
+ * batch size reorders from that first primitive's copy.
  * Without oneDNN (make DNNL=0) these calls fail with a message; modelc then never emits them.
  */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include "modelrt.h"
 #include "mrt_kernels.h"
@@ -80,6 +85,7 @@ typedef struct mrt_blk {
     size_t tmp_bytes;
     void *tmp_in;             /* an NCHW source of C % block == 0 channels, reordered to blocked */
     size_t tmp_in_bytes;
+    int released;             /* some op's plain weights were released (mrt_blk_release_weights) */
 } mrt_blk;
 
 /* An NCHW source the primitive reads through a reorder into b->tmp_in: oneDNN's kernels take an
@@ -238,13 +244,21 @@ static mrt_status blk_make(mrt_blk *b, blk_op *op, blk_prim *e, int64_t N) {
                 goto out;
             }
             wbuf = e->wbuf;
+            /* from the plain weights, or, once they were released (mrt_blk_release_weights), from
+             * the first primitive's reordered ones */
             dnnl_dims_t wd = {op->cp.O, op->cp.C, op->cp.kh, op->cp.kw};
             dnnl_memory_desc_t user_md;
-            dnnl_memory_desc_init_by_tag(&user_md, 4, wd, dnnl_f32, dnnl_oihw);
+            void *from = (void *)op->w;
+            if (!op->w && first && first_w) {
+                user_md = *first_w;
+                dnnl_memory_get_data_handle(first->w, &from);
+            } else {
+                dnnl_memory_desc_init_by_tag(&user_md, 4, wd, dnnl_f32, dnnl_oihw);
+            }
             dnnl_memory_t um = NULL, wm = NULL;
             dnnl_primitive_desc_t rpd = NULL;
             dnnl_primitive_t r = NULL;
-            dnnl_status_t rs = dnnl_memory_create(&um, &user_md, b->eng, (void *)op->w);
+            dnnl_status_t rs = from ? dnnl_memory_create(&um, &user_md, b->eng, from) : dnnl_invalid_arguments;
             if (rs == dnnl_success) rs = dnnl_memory_create(&wm, q_w, b->eng, wbuf);
             if (rs == dnnl_success) rs = dnnl_reorder_primitive_desc_create(&rpd, &user_md, b->eng, q_w, b->eng, NULL);
             if (rs == dnnl_success) rs = dnnl_primitive_create(&r, rpd);
@@ -494,6 +508,31 @@ void mrt_blk_free(mrt_model *m) {
     m->blk = NULL;
 }
 
+mrt_status mrt_blk_release_weights(mrt_model *m, int i) {
+    mrt_blk *b = blk_of(m, i, "mrt_blk_release_weights");
+    if (!b) return MRT_ERR_INVALID_ARG;
+    blk_op *op = &b->ops[i];
+    const char *keep = getenv("MODELRT_KEEP_WEIGHTS");
+    /* kept for a Winograd op: oneDNN cannot reorder out of its Winograd weight format, and another
+     * batch size may want another one */
+    if (op->kind != 0 || op->winograd || !op->w || op->ncache < 1 || (keep && !strcmp(keep, "1"))) return MRT_OK;
+    /* the whole pages inside [w, w + bytes): other params may share the pages at its ends */
+    long pg = sysconf(_SC_PAGESIZE);
+    size_t bytes = (size_t)op->cp.O * (size_t)op->cp.C * (size_t)op->cp.kh * (size_t)op->cp.kw * sizeof(float);
+    uintptr_t lo = ((uintptr_t)op->w + (uintptr_t)pg - 1) & ~((uintptr_t)pg - 1);
+    uintptr_t hi = ((uintptr_t)op->w + bytes) & ~((uintptr_t)pg - 1);
+    if (pg > 0 && hi > lo)
+        (void)madvise((void *)lo, hi - lo, MADV_DONTNEED); /* advice: on failure the pages just stay */
+    op->w = NULL;
+    b->released = 1;
+    return MRT_OK;
+}
+
+int mrt_blk_released(const mrt_model *m) {
+    const mrt_blk *b = m ? (const mrt_blk *)m->blk : NULL;
+    return b && b->released;
+}
+
 int mrt_blk_available(void) { return 1; }
 
 #else /* no oneDNN: modelc built against this runtime never emits these calls */
@@ -517,5 +556,7 @@ mrt_status mrt_blk_conv_run(mrt_model *m, int i, int64_t N, float *y, const floa
 }
 mrt_status mrt_blk_pool_run(mrt_model *m, int i, int64_t N, float *y, const float *x) { return blk_none(m); }
 void mrt_blk_free(mrt_model *m) { (void)m; }
+mrt_status mrt_blk_release_weights(mrt_model *m, int i) { (void)i; return blk_none(m); }
+int mrt_blk_released(const mrt_model *m) { (void)m; return 0; }
 int mrt_blk_available(void) { return 0; }
 #endif

@@ -313,8 +313,11 @@ mrt_status mrt_dp_load_weights(mrt_dp *dp, const char *path)
     if (!dp)
         return mrt_set_error(MRT_ERR_INVALID_ARG, "mrt_dp_load_weights: NULL");
     mrt_status st = dp->info->load_weights(dp->model[0], path);
+    /* the first replica's blocked convolutions may have released their plain weights
+     * (mrt_blk_release_weights): the others then read the file too */
+    int reread = st == MRT_OK && mrt_blk_released(dp->model[0]);
     for (int i = 1; st == MRT_OK && i < dp->n; i++)
-        st = mrt_model_copy_weights(dp->model[i], dp->model[0]);
+        st = reread ? dp->info->load_weights(dp->model[i], path) : mrt_model_copy_weights(dp->model[i], dp->model[0]);
     return st;
 }
 

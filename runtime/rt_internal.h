@@ -11,6 +11,7 @@
 
 /* rt_blocked.c (declared with its other calls in mrt_kernels.h) */
 void mrt_blk_free(mrt_model *m);
+int mrt_blk_released(const mrt_model *m);
 
 #ifdef __cplusplus /* rt_cuda_kernels.cu may call the fake-CUDA seam */
 extern "C" {

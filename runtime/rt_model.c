@@ -381,20 +381,23 @@ mrt_status mrt_model_create_on(mrt_model **out, const mrt_model_desc *d, const m
 /* ---------------------------------------------------------------- weights */
 
 /* After the params are in place (st == MRT_OK): the load-time kernels, then the load-only
- * regions (raw params that only folding reads) are freed. */
+ * regions (raw params that only folding reads) are freed, then the blocked convolutions'
+ * primitives are made. */
 static mrt_status weights_finish(mrt_model *m, mrt_status st)
 {
     const mrt_model_desc *d = m->desc;
     if (st == MRT_OK && d->init)
         st = d->init(m);
-    if (st == MRT_OK && d->blocked && m->dev[0].kind == MRT_DEVICE_CPU)
-        st = d->blocked(m);
     for (int s = 0; s < d->n_slots; s++) {
         if (m->dev[s].kind == MRT_DEVICE_CUDA && mrt_device_activate(m->dev[s]) != MRT_OK)
             continue;
         mrt_free(m->dev[s], m->load[s]);
         m->load[s] = NULL;
     }
+    /* the blocked convolutions' reordered weights after the load-only region is gone: the two
+     * are never resident together (it reads only the weight region) */
+    if (st == MRT_OK && d->blocked && m->dev[0].kind == MRT_DEVICE_CPU)
+        st = d->blocked(m);
     if (st == MRT_OK)
         st = mrt_device_activate(m->dev[0]);
     if (st != MRT_OK)
@@ -465,6 +468,10 @@ mrt_status mrt_model_copy_weights(mrt_model *dst, const mrt_model *src)
     if (!src->weights_loaded)
         return mrt_set_error(MRT_ERR_INVALID_ARG, "%s: copying the weights of '%s', which has none loaded", d->name,
                              sd->name);
+    if (mrt_blk_released(src))
+        return mrt_set_error(MRT_ERR_INVALID_ARG, "%s: copying the weights of '%s', whose blocked convolutions released "
+                             "their plain weights after loading (load the weights file instead, or set "
+                             "MODELRT_KEEP_WEIGHTS=1)", d->name, sd->name);
     mrt_status st = MRT_OK;
     dst->weights_loaded = 0;
     for (int s = 0; s < d->n_slots && st == MRT_OK; s++) {

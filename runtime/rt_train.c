@@ -48,6 +48,9 @@ mrt_status mrt_model_save_weights(mrt_model *m, const char *path, int state)
     if (!m->weights_loaded) /* the regions hold whatever the allocator left */
         return mrt_set_error(MRT_ERR_INVALID_ARG, "%s_%s: weights are not loaded (call %s_load_weights first)", d->name,
                              state ? "save_state" : "save_weights", d->name);
+    if (!state && mrt_blk_released(m))
+        return mrt_set_error(MRT_ERR_INVALID_ARG, "%s_save_weights: its blocked convolutions released their plain "
+                             "weights after loading (set MODELRT_KEEP_WEIGHTS=1 before loading to keep them)", d->name);
     size_t data = 0;
     for (int i = 0; i < d->n_params; i++) {
         const mrt_param_desc *p = &d->params[i];
