@@ -28,7 +28,7 @@
  *     other C stays on the im2col path, as oneDNN has only its reference kernel for it); its
  *     result is NCHW when a consumer needs NCHW (computed blocked, then reordered once); a conv
  *     that would read and write NCHW both is left to the im2col path unless it is a Winograd
- *     shape (3x3, stride 1);
+ *     shape (wino_shape: 3x3, stride 1, 14x14 outputs or more);
  *   - a max_pool2d kernel whose source is blocked (oneDNN's pooling);
  *   - an elementwise kernel whose non-scalar operands all have the root's shape and are all
  *     blocked (a residual add the fuser did not fold into a conv).
@@ -149,10 +149,14 @@ static bool ew_candidate(const Kernel *k) {
 
 enum { C_NONE, C_CONV, C_POOL, C_EW };
 
-/* A 3x3 stride-1 undilated conv2d: the shape oneDNN's Winograd takes. */
+/* A conv2d that runs with oneDNN's Winograd: 3x3, stride 1, undilated (the shape it takes), with
+ * an output of 14x14 positions or more. Its transformed weights are 4x the plain ones (6x6 tiles
+ * of a 3x3 kernel); at 7x7 (ResNet's last stage, most of its weights) it gained about 10% and
+ * held 130 MB more (ResNet-18 b1). */
 static bool wino_shape(const Node *m) {
     return m->kernel[0] == 3 && m->kernel[1] == 3 && m->stride[0] == 1 && m->stride[1] == 1 && m->dilation[0] == 1 &&
-           m->dilation[1] == 1;
+           m->dilation[1] == 1 && dim_fixed(m->shape.d[2]) && dim_fixed(m->shape.d[3]) &&
+           m->shape.d[2].c * m->shape.d[3].c >= 14 * 14;
 }
 
 void layout_blocked(Graph *g, KernelList *kl, bool winograd) {
@@ -227,11 +231,7 @@ void layout_blocked(Graph *g, KernelList *kl, bool winograd) {
         if (cls[i] == C_POOL) k->blk_src = true;
         if (cls[i] == C_CONV) {
             const Node *m = k->gemm;
-            /* Winograd's transformed weights are 4x the plain ones (6x6 tiles of a 3x3 kernel):
-             * only where the output has 14x14 positions or more; at 7x7 (ResNet's last stage, most
-             * of its weights) it gained about 10% and held 130 MB more (ResNet-18 b1) */
-            k->blk_wino = winograd && wino_shape(m) && dim_fixed(m->shape.d[2]) && dim_fixed(m->shape.d[3]) &&
-                          m->shape.d[2].c * m->shape.d[3].c >= 14 * 14;
+            k->blk_wino = winograd && wino_shape(m);
         }
         if (cls[i] == C_CONV && k->scratch_bytes) { /* no im2col on the CPU; the CUDA plan keeps its own */
             if (!k->scratch_bytes_cuda) k->scratch_bytes_cuda = k->scratch_bytes;
