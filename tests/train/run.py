@@ -480,8 +480,11 @@ def check_cli(modelc, d):
                "--save", os.path.join(sd, "w.safetensors")]
         for k in make_data.make(name)[1]:
             cmd += ["--data", "%s=%s" % (k, f("%s.%s.npy" % (name, k)))]
+        # the signal at its default in the child: a test run in the background of a script
+        # (`bash .ci/run &`, nohup) inherits SIGINT ignored, and the program keeps an ignored signal so
         q = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                             env=dict(os.environ, MODELRT_DEVICE="cpu", MODELRT_TEST_WRITE_PAUSE_MS="3000"))
+                             env=dict(os.environ, MODELRT_DEVICE="cpu", MODELRT_TEST_WRITE_PAUSE_MS="3000"),
+                             preexec_fn=lambda s=sig: signal.signal(s, signal.SIG_DFL))
         tmp, t_end = [], time.time() + 60
         while not tmp and q.poll() is None and time.time() < t_end:
             time.sleep(0.05)
