@@ -126,6 +126,18 @@ static void check_blas_dim(Emit *e, const Node *m, Dim d, const char *what) {
 /* The name of kernel k's parameter struct (conv2d, pooling), emitted by emit_params. */
 static char *params_name(const Emit *e, const Kernel *k) { return xprintf("%s_%s%d_p", e->pfx, e->kpfx, k->id); }
 
+/* A matmul whose B is one matrix (its leading dims all 1) and whose A has the output's leading
+ * dims: the whole product is one GEMM with M = the rows of A over all its leading dims. */
+static bool matmul_one_gemm(const Node *m) {
+    const Shape *sa = &m->in[0]->shape, *sb = &m->in[1]->shape, *so = &m->shape;
+    for (int i = 0; i + 2 < sb->rank; i++)
+        if (!dim_is_one(sb->d[i])) return false;
+    if (sa->rank != so->rank) return false;
+    for (int i = 0; i + 2 < sa->rank; i++)
+        if (!dim_eq(sa->d[i], so->d[i])) return false;
+    return true;
+}
+
 /* Whether run kernel k is one plain GEMM whose right operand is constant after loading (a
  * resident param or a load-time value), f32, so that init() may prepare it once
  * (mrt_matmul_prepare: a oneDNN matmul primitive on a CPU slot). Never in a training build: an
@@ -137,13 +149,7 @@ static bool gemm_const_weights(const Emit *e, const Kernel *k) {
     const Storage *st = e->mp->of[b->id];
     if (!st || b->dtype != DT_F32 || m->in[0]->dtype != DT_F32) return false;
     if (!((st->kind == S_PARAM && !st->load_only) || st->kind == S_INIT)) return false;
-    const Shape *sa = &m->in[0]->shape, *sb = &m->in[1]->shape, *so = &m->shape;
-    for (int i = 0; i + 2 < sb->rank; i++)
-        if (!dim_is_one(sb->d[i])) return false;
-    if (sa->rank != so->rank) return false;
-    for (int i = 0; i + 2 < sa->rank; i++)
-        if (!dim_eq(sa->d[i], so->d[i])) return false;
-    return true;
+    return matmul_one_gemm(m);
 }
 
 /* Number the run kernels gemm_const_weights accepts (e->mm_id, e->nmm). */
@@ -374,12 +380,7 @@ static void emit_blocked_call(Emit *e, const Kernel *k, char **ptr, const char *
 static bool lt_epilogue(const Kernel *k, int *bias_leaf, int *act) {
     const Node *m = k->gemm, *r = k->root;
     if (!m || m->op != OP_MATMUL || !k->expr || r->dtype != DT_F32) return false;
-    const Shape *sa = &m->in[0]->shape, *sb = &m->in[1]->shape, *so = &m->shape;
-    for (int i = 0; i + 2 < sb->rank; i++)
-        if (!dim_is_one(sb->d[i])) return false;
-    if (sa->rank != so->rank) return false;
-    for (int i = 0; i + 2 < sa->rank; i++)
-        if (!dim_eq(sa->d[i], so->d[i])) return false;
+    if (!matmul_one_gemm(m)) return false;
     const Expr *x = k->expr;
     *act = 0;
     if (x->op == OP_RELU || x->op == OP_GELU_TANH) {
