@@ -1091,6 +1091,13 @@ static void emit_calls(Emit *e, const KernelList *kl, int from, int to, char **p
             if (k->expr) emit_elementwise_call(e, k, ptr, pfx, false);
         }
         if (skip) fprintf(e->o, "    }\n");
+        if (!strcmp(pfx, "init")) /* load-only values this was the last reader of: their pages go now */
+            for (int j = 0; j < e->mp->nst; j++) {
+                const Storage *st = e->mp->st[j];
+                if (st->load_only && e->mp->init_last[st->id] == i && st->bytes >= 8192) /* one whole 4 KiB page at least */
+                    fprintf(e->o, "    if (!gpu%d) mrt_cpu_release(load%d + %zu, %zu);\n", st->slot, st->slot, st->offset,
+                            st->bytes);
+            }
         if (run && e->ready && e->ready->after[i]) /* gradients final here: their buckets may go */
             fprintf(e->o, "    if (m->ddp && (st = mrt_grad_ready(m, %d)) != MRT_OK) %s;\n", e->ready->after[i], on_fail(e));
     }

@@ -689,6 +689,9 @@ typedef struct MemPlan {
     int *def_step;       /* def_step[node id]: kernel index defining it (-1 input/param) */
     int *last_step;      /* last_step[node id]: last kernel reading it */
     Storage **scratch;   /* scratch[kernel index]: its temporary block, or NULL */
+    int *init_last;      /* init_last[storage id]: for a load-only storage, the last load-time
+                            kernel (index in the init list) that reads it, after which the
+                            runtime may release its pages (mrt_cpu_release); -1 otherwise */
 } MemPlan;
 
 typedef struct PlanOptions {

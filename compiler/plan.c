@@ -65,6 +65,16 @@ static void mark_read(void *p, Node *n) {
     if (c->mp->last_step[n->id] < c->step) c->mp->last_step[n->id] = c->step;
 }
 
+typedef struct InitCtx {
+    int *last; /* last[node id]: the last load-time kernel reading it */
+    int step;
+} InitCtx;
+
+static void mark_init_read(void *p, Node *n) {
+    InitCtx *c = p;
+    if (c->last[n->id] < c->step) c->last[n->id] = c->step;
+}
+
 static Storage *new_storage(MemPlan *mp, StorageKind kind, int index, Node *owner, size_t bytes) {
     Storage *s = xalloc(sizeof(Storage));
     s->id = mp->nst;
@@ -315,6 +325,18 @@ static MemPlan *plan_order(Graph *g, KernelList *kl, KernelList *init, PlanOptio
         if (init->k[s]->scratch_bytes) ICE("a load-time kernel needs scratch memory");
     }
     mp->weight_bytes = mp->slot_weights[0];
+
+    /* The last load-time reader of each load-only storage: its pages may go after that kernel
+     * (the load-only region never reuses an offset, so nothing else lives in them). */
+    mp->init_last = xalloc(sizeof(int) * (size_t)mp->nst);
+    int *node_last = xalloc(sizeof(int) * nn);
+    for (int i = 0; i < nn; i++) node_last[i] = -1;
+    for (int s = 0; s < init->n; s++) kernel_reads(init->k[s], mark_init_read, &(InitCtx){node_last, s});
+    for (int i = 0; i < mp->nst; i++) mp->init_last[i] = -1;
+    for (int i = 0; i < nn; i++) {
+        Storage *st = mp->of[i];
+        if (st && st->load_only && node_last[i] > mp->init_last[st->id]) mp->init_last[st->id] = node_last[i];
+    }
 
     /* Outputs own the caller's buffer. */
     for (int i = 0; i < g->noutputs; i++) {

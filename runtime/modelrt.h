@@ -161,6 +161,13 @@ void *mrt_alloc(mrt_device d, size_t bytes);
 /** Free memory from mrt_alloc. NULL is ignored. */
 void mrt_free(mrt_device d, void *p);
 
+/** Hand the whole pages inside the CPU block [p, p + bytes) back to the system (madvise
+ *  MADV_DONTNEED) while the block stays allocated: its contents there become zeros. For memory
+ *  whose value nothing reads again before it is freed or rewritten: a raw weight after its last
+ *  load-time reader, plain weights a blocked primitive holds reordered. The partial pages at
+ *  either end are kept (they may hold a neighbour); advice only, so it cannot fail. */
+void mrt_cpu_release(void *p, size_t bytes);
+
 
 /* ---------------------------------------------------------------- CUDA and devices
  *

@@ -451,10 +451,25 @@ static void cli_memory_plan(const mrt_model_desc *d, const mrt_device *devs)
  * before the model was created. */
 static void cli_memory_measured(const mrt_model_desc *d, const mrt_device *devs, const size_t *cuda_free0)
 {
+    /* VmHWM, the high-water mark of this process image's own memory: ru_maxrss also counts the
+     * image an exec replaced (a Python parent of a few hundred MiB, say), so it is only the
+     * fallback where /proc is missing */
+    size_t hwm = 0;
+    FILE *f = fopen("/proc/self/status", "r");
+    if (f) {
+        char line[256];
+        unsigned long long kb;
+        while (fgets(line, sizeof line, f))
+            if (sscanf(line, "VmHWM: %llu kB", &kb) == 1)
+                hwm = (size_t)kb * 1024;
+        fclose(f);
+    }
     struct rusage ru;
+    if (!hwm && getrusage(RUSAGE_SELF, &ru) == 0)
+        hwm = (size_t)ru.ru_maxrss * 1024;
     char b[32];
-    if (getrusage(RUSAGE_SELF, &ru) == 0) {
-        cli_fmt_bytes(b, sizeof b, (size_t)ru.ru_maxrss * 1024);
+    if (hwm) {
+        cli_fmt_bytes(b, sizeof b, hwm);
         fprintf(stderr, "memory: measured: peak resident memory of the process %s\n", b);
     }
     for (int s = 0; s < d->n_slots; s++) {

@@ -23,6 +23,8 @@
 #include <omp.h>
 #endif
 #include <sched.h>
+#include <stdint.h>
+#include <sys/mman.h>
 #include <unistd.h>
 #include <limits.h>
 #include <pthread.h>
@@ -347,6 +349,17 @@ void mrt_free(mrt_device d, void *p)
             rt_cuda_free(d.index, p);
     } else
         free(p);
+}
+
+void mrt_cpu_release(void *p, size_t bytes)
+{
+    long pg = sysconf(_SC_PAGESIZE);
+    if (!p || pg <= 0)
+        return;
+    uintptr_t lo = ((uintptr_t)p + (uintptr_t)pg - 1) & ~((uintptr_t)pg - 1);
+    uintptr_t hi = ((uintptr_t)p + bytes) & ~((uintptr_t)pg - 1);
+    if (hi > lo)
+        (void)madvise((void *)lo, hi - lo, MADV_DONTNEED); /* advice: on failure the pages just stay */
 }
 
 /* MemTotal and MemAvailable from /proc/meminfo, in bytes. */
