@@ -1053,6 +1053,55 @@ static void emit_pipe_gate(Emit *e, unsigned acq, unsigned rel) {
 }
 
 /* The calls of kernels [from, to) of one kernel list, in order. */
+/* Kernel k's work for the profile (rt_prof.c), as C expressions over the run's sizes: *flops,
+ * 2 per multiply-add of a GEMM or convolution ("0" for other kernels), and *bytes, what it reads
+ * and writes once each (its distinct operands, views resolved, and its result). */
+static void kernel_cost(const Kernel *k, char **flops, char **bytes) {
+    const Node *m = k->gemm;
+    *flops = "0";
+    if (m && m->op == OP_MATMUL) {
+        const Shape *sa = &m->in[0]->shape;
+        *flops = xprintf("2.0 * (double)(%s) * (double)(%s)", dim_c(shape_numel(&m->shape)), dim_c(sa->d[sa->rank - 1]));
+    } else if (m && m->op == OP_CONV2D) { /* per output: C/groups * KH * KW multiply-adds */
+        const Shape *sw = &m->in[1]->shape;
+        Dim per = {1, {0}};
+        for (int d = 1; d < sw->rank; d++) per = dim_mul(per, sw->d[d], NULL);
+        *flops = xprintf("2.0 * (double)(%s) * (double)(%s)", dim_c(shape_numel(&m->shape)), dim_c(per));
+    }
+    const Node *seen[64];
+    int ns = 0;
+    const Node *cand[64 + 2];
+    int nc = 0;
+    if (m) cand[nc++] = view_base(m->in[0]), cand[nc++] = view_base(m->in[1]);
+    for (int j = 0; k->lib && j < k->lib->nin && nc < 64; j++) cand[nc++] = view_base(k->lib->in[j]);
+    for (int i = 0; i < k->nleaves && nc < 64; i++)
+        if (i != k->gemm_leaf) cand[nc++] = view_base(k->leaves[i].node);
+    cand[nc++] = k->root;
+    char *b = "0";
+    for (int i = 0; i < nc; i++) {
+        bool dup = false;
+        for (int j = 0; j < ns && !dup; j++) dup = seen[j] == cand[i];
+        if (dup || ns == 64) continue;
+        seen[ns++] = cand[i];
+        b = xprintf("%s + (double)(%s) * %d", b, dim_c(shape_numel(&cand[i]->shape)), (int)dtype_size(cand[i]->dtype));
+    }
+    *bytes = b;
+}
+
+/* Kernel k's line in the profile: "k12 conv2d resnet18.model:14:9 +epilogue, blocked". */
+static char *kernel_label(const Emit *e, const Kernel *k) {
+    const Node *n = k->gemm ? k->gemm : k->lib ? k->lib : k->root;
+    const char *src = e->g->source ? e->g->source : e->g->name;
+    const char *slash = strrchr(src, '/');
+    const char *what = k->kind == K_ELEMENTWISE ? "elementwise" : op_name(n->op);
+    char *s = xprintf("k%d %s%s%s %s:%d:%d", k->id, what, k->kind == K_ELEMENTWISE ? " -> " : "",
+                      k->kind == K_ELEMENTWISE ? op_name(n->op) : "", slash ? slash + 1 : src, n->loc.line, n->loc.col);
+    if (k->kind == K_GEMM && k->expr) s = xprintf("%s +epilogue", s);
+    if (k->blk >= 0) s = xprintf("%s, blocked", s);
+    if (kslot(k) > 0) s = xprintf("%s, slot %d", s, kslot(k));
+    return s;
+}
+
 static void emit_calls(Emit *e, const KernelList *kl, int from, int to, char **ptr, const char *pfx) {
     bool run = !strcmp(pfx, "k");
     int active = 0; /* the slot whose device is current (callers activate slot 0 first) */
@@ -1070,6 +1119,7 @@ static void emit_calls(Emit *e, const KernelList *kl, int from, int to, char **p
         if (run && e->mp->scratch[i])
             e->scratch = xprintf("(float *)(arena%d + offsets%d[%d])", kslot(k), kslot(k), e->mp->scratch[i]->id);
         bool skip = run && e->ready && e->ready->skip[i];
+        if (run) fprintf(e->o, "    if (m->prof) mrt_pt = mrt_prof_begin(m, %d);\n", s);
         if (skip) /* the gradient norm: a data-parallel step takes that of the reduced gradients */
             fprintf(e->o, "    if (!m->defer_update) {\n");
         int bias_leaf, act;
@@ -1091,6 +1141,11 @@ static void emit_calls(Emit *e, const KernelList *kl, int from, int to, char **p
             if (k->expr) emit_elementwise_call(e, k, ptr, pfx, false);
         }
         if (skip) fprintf(e->o, "    }\n");
+        if (run) {
+            char *flops, *bytes;
+            kernel_cost(k, &flops, &bytes);
+            fprintf(e->o, "    if (m->prof) mrt_prof_end(m, %d, %d, mrt_pt, %s, %s);\n", s, i, flops, bytes);
+        }
         if (!strcmp(pfx, "init")) /* load-only values this was the last reader of: their pages go now */
             for (int j = 0; j < e->mp->nst; j++) {
                 const Storage *st = e->mp->st[j];
@@ -1451,6 +1506,9 @@ void emit_c_source(Emit *e, FILE *o, const char *h_include) {
             fprintf(o, "%s};\n", e->ready->n ? "" : "-1");
         }
     }
+    fprintf(o, "/* run()'s kernels, named for the profile (mrt_model_profile) */\nstatic const char *const %s_kernel_names[] = {\n", e->pfx);
+    for (int i = 0; i < kl->n; i++) fprintf(o, "    \"%s\",\n", c_string_body(kernel_label(e, kl->k[i])));
+    fprintf(o, "    NULL};\n");
     int nblk = 0;
     for (int i = 0; i < kl->n; i++) nblk += kl->k[i]->blk >= 0;
     if (nblk) fprintf(o, "static mrt_status %s_blocked(mrt_model *m);\n", e->pfx);
@@ -1460,6 +1518,7 @@ void emit_c_source(Emit *e, FILE *o, const char *h_include) {
     fprintf(o, "#ifdef MRT_WITH_CUDA\n    .cuda = 1,\n#endif\n");
     if (has_init) fprintf(o, "    .init = %s_init,\n", e->pfx);
     if (nblk) fprintf(o, "    .blocked = %s_blocked,\n", e->pfx);
+    fprintf(o, "    .n_kernels = %d,\n    .kernel_names = %s_kernel_names,\n", kl->n, e->pfx);
     {   /* the graph's hash: FNV-1a over its dump */
         char *txt = NULL;
         size_t len = 0;
@@ -1518,7 +1577,8 @@ void emit_c_source(Emit *e, FILE *o, const char *h_include) {
         memset(want, 0, sizeof(bool) * (size_t)g->nnodes);
         for (int i = from; i < to; i++) mark_kernel_values(kl->k[i], want);
         fprintf(o, "/* k%d..k%d of %s_run */\nstatic MRT_NOINLINE mrt_status %s_run_part%d(%s *m, const int64_t B%s, void *const *mrt_io) {\n"
-                   "    MRT_UNUSED mrt_status st = MRT_OK;%s\n", from, to - 1, e->pfx, e->pfx, p, e->pfx, sym_params, sym_voids);
+                   "    MRT_UNUSED mrt_status st = MRT_OK;%s\n    MRT_UNUSED double mrt_pt = 0;\n", from, to - 1, e->pfx, e->pfx, p,
+                e->pfx, sym_params, sym_voids);
         declare_slots(e, true);
         fprintf(o, "    if (gpu0 && (st = mrt_device_activate(dev0)) != MRT_OK) return st;\n");
         char **pp = declare_pointers(e, false, want, true);
@@ -1552,7 +1612,7 @@ void emit_c_source(Emit *e, FILE *o, const char *h_include) {
                 c_ident(g->outputs[i].name), e->pfx, g->outputs[i].name);
     fprintf(o, "    if (!m->weights_loaded) return mrt_set_error(MRT_ERR_INVALID_ARG, \"%s_run: weights are not loaded "
                "(call %s_load_weights first)\");\n", e->pfx, e->pfx);
-    fprintf(o, "    MRT_UNUSED const int64_t B = batch;\n    MRT_UNUSED mrt_status st = MRT_OK;\n");
+    fprintf(o, "    MRT_UNUSED const int64_t B = batch;\n    MRT_UNUSED mrt_status st = MRT_OK;\n    MRT_UNUSED double mrt_pt = 0;\n");
     for (int k = 1; k < g->nsyms; k++) fprintf(o, "    MRT_UNUSED const int64_t B%d = %s;\n", k, sym_param(e, k));
     for (int i = 0; i < g->nchecks; i++) { /* what the shapes need of the sizes (a slice of seq up to 5) */
         const struct ShapeCheck *sc = &g->checks[i];

@@ -25,6 +25,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #ifdef __cplusplus
 extern "C" {
@@ -612,6 +613,10 @@ typedef struct mrt_model_desc {
     /* inference builds with blocked convolutions (modelc's layout pass): makes the oneDNN
      * primitives (mrt_blk_*) after the load-time kernels when slot 0 is the CPU; NULL: none */
     mrt_status (*blocked)(mrt_model *m);
+    /* run()'s kernels, for the profile (mrt_model_profile): how many, and a line naming each
+     * ("k12 conv2d resnet18.model:14:9 +epilogue, blocked") */
+    int n_kernels;
+    const char *const *kernel_names;
 } mrt_model_desc;
 
 /** A created model. The generated run() reads these fields; treat them as read-only. */
@@ -648,7 +653,29 @@ struct mrt_model {
     void *matmul;
     /* the blocked convolutions' oneDNN state (rt_blocked.c, mrt_blk_*), or NULL */
     void *blk;
+    /* the per-kernel profile (mrt_model_profile, rt_prof.c): run() times each kernel while it
+     * is set; NULL otherwise */
+    void *prof;
 };
+
+/** Start (on = 1: allocate, or zero the one taken so far) or stop (on = 0: free) the per-kernel
+ *  profile of m's runs. While it is on, run() measures each kernel's wall time (on a GPU it
+ *  synchronizes the stream around each kernel and runs without CUDA graphs, so the run is
+ *  slower than usual) and adds the work modelc computed for it: FLOPs of GEMMs and
+ *  convolutions (2 per multiply-add), bytes read and written. Errors: MRT_ERR_INVALID_ARG (m
+ *  NULL), MRT_ERR_OOM. */
+mrt_status mrt_model_profile(mrt_model *m, int on);
+/** Print the profile taken since mrt_model_profile(m, 1) to f: per run, the total, GEMMs and
+ *  convolutions (ms, share, GFLOP/s), the other kernels (ms, share, GB/s), then the `top`
+ *  slowest kernels (top <= 0: all) with ms per run, share, GFLOP/s and GB/s, each named by its
+ *  op and source line. Errors: MRT_ERR_INVALID_ARG when no profile was started. */
+mrt_status mrt_model_profile_print(const mrt_model *m, FILE *f, int top);
+/** For a generated run(), when m->prof is set: the start of kernel work on slot `slot` (its
+ *  stream synchronized first on a GPU); seconds on CLOCK_MONOTONIC. */
+double mrt_prof_begin(mrt_model *m, int slot);
+/** For a generated run(): kernel k ended (stream synchronized on a GPU); adds its time since t0
+ *  (mrt_prof_begin's) and its work (flops, bytes) to the profile. */
+void mrt_prof_end(mrt_model *m, int slot, int k, double t0, double flops, double bytes);
 
 /** Create a model from its descriptor on `device` ("auto", "cpu", "cuda", "cuda:N"; NULL means
  *  $MODELRT_DEVICE, else auto; "" is auto). `auto` picks the first usable GPU, else the CPU,

@@ -41,6 +41,7 @@ typedef struct cli_opts {
     const char **in_files;  /* [n_inputs], NULL where not given */
     const char **out_files; /* [n_outputs], NULL where not requested */
     int time, memory, help, list_devices, plan_only;
+    int profile; /* --profile[=N]: the N slowest kernels (0: all); -1: no profile */
     int threads; /* --threads, 0: the default (mrt_set_threads) */
     long repeat;
 } cli_opts;
@@ -84,7 +85,7 @@ static void cli_usage_line(FILE *f, const char *prog)
     fprintf(f, "usage: %s --weights W.safetensors --input NAME=FILE.npy ... "
                "[--output NAME=FILE.npy ...]\n"
                "       [--device D] [--device-map MAP] [--devices LIST] [--micro-batches N] [--threads N]\n"
-               "       [--time] [--repeat N] [--memory] [--help] [--list-devices]\n", prog);
+               "       [--time] [--repeat N] [--profile[=N]] [--memory] [--help] [--list-devices]\n", prog);
 }
 
 static void cli_help(const mrt_model_info *info, const char *prog)
@@ -143,6 +144,9 @@ static void cli_help(const mrt_model_info *info, const char *prog)
            "                       also the launches, copies and host synchronizations per run)\n"
            "  --repeat N           run N times (with --time and N > 1: after one warm-up run, two on a GPU;\n"
            "                       --time alone times one cold run)\n"
+           "  --profile[=N]        time each kernel and print the N slowest (default 20; 0 or all: every\n"
+           "                       one) with GFLOP/s and GB/s to stderr; with --repeat N > 1 after one\n"
+           "                       warm-up run (on a GPU each kernel is synchronized: the run is slower)\n"
            "  --memory             print the bytes each device holds (weights, arena, scratch)\n"
            "                       to stderr; alone, without --input, print the plan and exit\n"
            "  --help               print this help\n",
@@ -263,6 +267,23 @@ static int cli_parse(const mrt_model_info *info, const char *prog, int argc, cha
             o->time = 1;
         } else if (strcmp(a, "--memory") == 0) {
             o->memory = 1;
+        } else if (strcmp(a, "--profile") == 0 || strncmp(a, "--profile=", 10) == 0) {
+            if (o->profile >= 0)
+                return cli_usage_error(prog, "--profile given twice; give it once");
+            o->profile = 20;
+            if (a[9] == '=') {
+                const char *pv = a + 10;
+                char *end = NULL;
+                long t = -1;
+                if (!strcmp(pv, "all"))
+                    t = 0;
+                else if (*pv >= '0' && *pv <= '9' && ((t = strtol(pv, &end, 10)), *end != '\0'))
+                    t = -1;
+                if (t < 0 || t > 1000000)
+                    return cli_usage_error(prog, "--profile='%s': expected the number of kernels to list "
+                                           "(0 or 'all': every kernel)", pv);
+                o->profile = (int)t;
+            }
         } else if (cli_flag_value(argc, argv, &i, "--weights", &v) ||
                    cli_flag_value(argc, argv, &i, "--device-map", &v) ||
                    cli_flag_value(argc, argv, &i, "--devices", &v) ||
@@ -339,6 +360,11 @@ static int cli_parse(const mrt_model_info *info, const char *prog, int argc, cha
     if (o->devices && (o->device || o->device_map))
         return cli_usage_error(prog, "--devices runs a replica on each device it lists: give it without %s",
                                o->device ? "--device" : "--device-map");
+    if (o->profile >= 0 && (o->devices || o->micro_batches))
+        return cli_usage_error(prog, "--profile times the kernels of one model's runs: give it without %s",
+                               o->devices ? "--devices" : "--micro-batches");
+    if (o->profile >= 0 && !info->desc)
+        return cli_usage_error(prog, "--profile needs a model compiled by modelc");
     if (o->devices && o->micro_batches)
         return cli_usage_error(prog, "--micro-batches pipelines a model split over devices; --devices replicates "
                                "it: give one of them");
@@ -1037,6 +1063,10 @@ static int cli_execute(const mrt_model_info *info, const cli_opts *o, const char
     for (int k = 0; k < 1 + on_cuda; k++)
         if (o->time && repeat > 1 && cli_run_once(&r) != MRT_OK)
             goto done;
+    if (o->profile >= 0 && (repeat > 1 && !o->time) && cli_run_once(&r) != MRT_OK) /* the warm-up */
+        goto done;
+    if (o->profile >= 0 && mrt_model_profile(r.model, 1) != MRT_OK)
+        goto done;
     unsigned long long c0[5] = {0}, c1[5] = {0};
     int sim = o->time && rt_cuda_sim_counters(c0);
     double t0 = cli_now_ms();
@@ -1044,6 +1074,8 @@ static int cli_execute(const mrt_model_info *info, const cli_opts *o, const char
         if (cli_run_once(&r) != MRT_OK)
             goto done;
     double t1 = cli_now_ms();
+    if (o->profile >= 0 && mrt_model_profile_print(r.model, stderr, o->profile) != MRT_OK)
+        goto done;
     if (sim && rt_cuda_sim_counters(c1)) /* what a run asks of the (simulated) GPU */
         fprintf(stderr, "time: simulated CUDA per run: %g kernel launches, %g library calls, %g graph launches, "
                         "%g copies, %g host synchronizations\n", (double)(c1[0] - c0[0]) / (double)repeat,
@@ -1174,6 +1206,7 @@ int mrt_main(const mrt_model_info *info, int argc, char **argv)
         return rt_train_main(info, argc, argv, prog);
     cli_opts o;
     memset(&o, 0, sizeof o);
+    o.profile = -1;
     o.in_files = calloc((size_t)info->n_inputs + 1, sizeof *o.in_files);
     o.out_files = calloc((size_t)info->n_outputs + 1, sizeof *o.out_files);
     int rc;

@@ -113,6 +113,7 @@ void mrt_model_destroy(mrt_model *m)
     graphs_free(m);
     rt_matmul_table_free(m->matmul);
     mrt_blk_free(m);
+    mrt_model_profile(m, 0);
     int n = m->desc ? m->desc->n_slots : 0;
     for (int s = 0; s < n; s++) {
         if (m->dev[s].kind == MRT_DEVICE_CUDA && mrt_device_activate(m->dev[s]) != MRT_OK)
@@ -595,6 +596,8 @@ typedef struct {
  * launch. */
 static int graphs_wanted(const mrt_model *m)
 {
+    if (m->prof) /* a profiled run times each kernel eagerly (rt_prof.c) */
+        return 0;
     static int env = -1; /* MODELRT_CUDA_GRAPHS, read once */
     if (env < 0) {
         const char *v = getenv("MODELRT_CUDA_GRAPHS");
