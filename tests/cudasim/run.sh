@@ -349,6 +349,25 @@ else
     failed=1
 fi
 
+# --profile on a GPU: each kernel is timed between stream synchronizations, so the profiled runs
+# go eagerly (two library calls, no graph launch) and give the same logits; the profile has
+# digits' two GEMMs and their FLOPs at batch 4 (2*4*64*128 + 2*4*128*10 = 75776).
+prof="$(CUDASIM_DEVICES=1 "$work/model_digits/prog" --weights "$ex/digits.safetensors" --input x="$work/digits_x4.npy" \
+        --output logits="$work/digits_prof.npy" --device cuda --time --repeat 3 --profile 2>&1 >/dev/null)"
+if ! echo "$prof" | grep -q "^time: simulated CUDA per run: 0 kernel launches, 2 library calls, 0 graph launches"; then
+    echo "FAIL: cudasim/model/digits_profile: the profiled runs were not eager: $(echo "$prof" | grep '^time: simulated')"
+    failed=1
+elif ! echo "$prof" | grep -q "^profile:   GEMMs and convolutions .* 7.58e-05 GFLOP per run" ||
+     [ "$(echo "$prof" | grep -c 'k[01] matmul digits.model')" != 2 ]; then
+    echo "FAIL: cudasim/model/digits_profile: unexpected profile:"; echo "$prof" | sed 's/^/    /'
+    failed=1
+elif ! cmp -s "$work/digits_prof.npy" "$work/digits_graphs0.npy"; then
+    echo "FAIL: cudasim/model/digits_profile: the profiled run's logits differ from the eager run's"
+    failed=1
+else
+    echo "PASS: cudasim/model/digits_profile (eager, 2 GEMM kernels, 7.58e-05 GFLOP per run, same logits)"
+fi
+
 # A call that fails while the run is being captured as a CUDA graph (CUDASIM_CAPTURE_FAIL=op:N:
 # the N-th operation queued on a capturing stream, here digits' first or second GEMM; =end:
 # cudaStreamEndCapture) makes that run itself fall back: the capture is dropped and its calls run
