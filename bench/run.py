@@ -42,6 +42,12 @@ All peers get the same thread count (--threads, default: the cores this process 
 modelc `--threads N`; torch.set_num_threads(N); ONNX Runtime intra_op_num_threads=N; OpenVINO
 INFERENCE_NUM_THREADS=N; and OMP_NUM_THREADS=N in every child's environment.
 
+Where modelc's time goes (full runs, CPU): after its timed runs, one more child runs it with
+`--profile` (the per-kernel profile: GEMMs and convolutions at GFLOP/s, the other kernels at GB/s,
+the slowest kernels and op sites), kept in the row's JSON (peers.modelc.profile) and summed up in
+the log; and bench/peaks.c measures this machine's ceilings once at the run's thread count
+(dnnl_sgemm at 1024^3, STREAM triad and copy), kept as machine.peaks, to set them against.
+
 Output: one table (ms per run, median; peer/modelc ratios, > 1: modelc faster; modelc's
 max |diff| against the reference), then the peak RSS of every peer in MiB; both written to
 bench/results/<device>[-quick].json with the machine's description (CPU model, cores, flags,
@@ -618,6 +624,52 @@ def build_peak_rss(workdir):
     return exe
 
 
+def machine_peaks(workdir, modelc, threads):
+    """bench/peaks.c's ceilings (dnnl_sgemm GFLOP/s at 1024^3, STREAM triad and copy GB/s) at
+    `threads`, what each model's profile is set against; None when it cannot be built."""
+    src, exe = os.path.join(HERE, "peaks.c"), os.path.join(workdir, "peaks")
+    try:
+        libs = subprocess.run([modelc, "--print-libs"], capture_output=True, text=True).stdout.split()
+    except OSError:
+        return None
+    if "-ldnnl" not in libs:
+        log("bench: modelc links no oneDNN: no machine peaks")
+        return None
+    if stale(exe, src):
+        p = subprocess.run(["cc", "-O2", "-fopenmp", src, "-o", exe, "-ldnnl"], capture_output=True, text=True)
+        if p.returncode != 0:
+            log("bench: cc bench/peaks.c failed, no machine peaks: %s" % p.stderr.strip()[-200:])
+            return None
+    p = subprocess.run([exe, str(threads)], capture_output=True, text=True,
+                       env=dict(os.environ, OMP_NUM_THREADS=str(threads)))
+    try:
+        return json.loads(p.stdout)
+    except ValueError:
+        log("bench: bench/peaks failed: %s" % (p.stderr + p.stdout).strip()[-200:])
+        return None
+
+
+PROFILE_RE = {
+    "gemm": re.compile(r"GEMMs and convolutions ([0-9.]+) ms \(([0-9.]+)%\), ([0-9.e+-]+) GFLOP per run at ([0-9.]+) GFLOP/s"),
+    "other": re.compile(r"other kernels ([0-9.]+) ms \(([0-9.]+)%\), ([0-9.e+-]+) GB read and written per run at ([0-9.]+) GB/s"),
+}
+
+
+def parse_profile(text):
+    """The summary of a `PROG --profile` report: {gemm_ms, gemm_pct, gflop, gemm_gflops, other_ms,
+    other_pct, gb, other_gbs} (the keys whose line is there)."""
+    d = {}
+    m = PROFILE_RE["gemm"].search(text)
+    if m:
+        d.update(gemm_ms=float(m.group(1)), gemm_pct=float(m.group(2)), gflop=float(m.group(3)),
+                 gemm_gflops=float(m.group(4)))
+    m = PROFILE_RE["other"].search(text)
+    if m:
+        d.update(other_ms=float(m.group(1)), other_pct=float(m.group(2)), gb=float(m.group(3)),
+                 other_gbs=float(m.group(4)))
+    return d
+
+
 def run_child(cmd, env=None, timeout=900):
     """Run cmd; returns (exit status, stdout, stderr, peak RSS of that command in MiB or None,
     seconds). The RSS is the command's own ru_maxrss, taken by bench/peak_rss.c (see there why
@@ -894,6 +946,16 @@ class Bench:
             times.append(float(m.group(1)))
             peak = max(peak, rss) if peak and rss else None
         r["ms"], r["runs"], r["rss_mib"] = statistics.median(times), self.reps * n, peak
+        if not self.a.quick:   # where the time goes: PROG --profile, after the timed runs
+            rc, out, err, _, _ = run_child(base + ["--repeat", str(max(3, n // 2)), "--profile=12"], self.env,
+                                           timeout=self.a.child_timeout)
+            if rc == 0 and "profile:" in err:
+                text = "\n".join(l for l in err.splitlines() if l.startswith("profile:"))
+                r["profile"] = dict(parse_profile(text), text=text)
+                p = r["profile"]
+                if "gemm_pct" in p:
+                    log("%s: modelc profile: GEMMs and convolutions %.0f%% at %.0f GFLOP/s, other kernels %.0f%% at %.1f GB/s" % (
+                        case.label, p["gemm_pct"], p["gemm_gflops"], p.get("other_pct", 0), p.get("other_gbs", 0)))
         return r
 
     def case(self, c):
@@ -1259,6 +1321,11 @@ def main():
     os.makedirs(a.workdir, exist_ok=True)
     global PEAK_RSS
     PEAK_RSS = build_peak_rss(a.workdir)
+    if a.device == "cpu" and not a.quick:
+        mach["peaks"] = machine_peaks(a.workdir, a.modelc, threads)
+        if mach["peaks"]:
+            log("bench: this machine at %d threads: sgemm %.0f GFLOP/s (1 thread %.0f), STREAM triad %.1f GB/s" % (
+                threads, mach["peaks"]["sgemm_gflops"], mach["peaks"]["sgemm_gflops_1t"], mach["peaks"]["triad_gbs"]))
     b = Bench(a, threads, have)
     rows = []
     for c in cases:
