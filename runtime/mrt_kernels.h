@@ -54,6 +54,17 @@
 #define MRT_HD_INLINE static inline __attribute__((always_inline))
 #endif
 
+/* MRT_SIMD_V4: 1 where generated code may hold x86-64-v4 (AVX-512) copies of its elementwise
+ * kernels, built with MRT_TARGET_V4 and called where mrt_cpu_simd_avx512() says so (modelrt.h):
+ * GCC on x86-64 (clang and nvcc's host pass build the one portable copy). */
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(__CUDACC__)
+#define MRT_SIMD_V4 1
+#define MRT_TARGET_V4 __attribute__((target("arch=x86-64-v4")))
+#else
+#define MRT_SIMD_V4 0
+#define MRT_TARGET_V4
+#endif
+
 MRT_HD float mrt_relu(float x) { return x < 0.0f ? 0.0f : x; }
 MRT_HD float mrt_sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
 /* x * sigmoid(x), as x / (1 + e^-x): silu(-0.0) is -0.0, silu(-inf) is NaN, as in PyTorch. */
