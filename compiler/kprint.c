@@ -298,14 +298,32 @@ static int emit_omp_for(FILE *o, const LoopNest *ln, bool fault) {
     return depth;
 }
 
-void emit_c_loop(FILE *o, const Kernel *k, const char *fname) {
+/* Whether the expression calls one of mrt_kernels.h's branch-free transcendental functions
+ * (mrt_erff, mrt_tanhf and the gelus built on them): the kernels whose loops are compute-bound,
+ * worth an AVX-512 copy. */
+static bool expr_wants_v4(const Expr *x) {
+    if (!x || x->kind != EX_OP) return false;
+    const char *c = op_info[x->op].c_expr;
+    if (c && (strstr(c, "mrt_erff") || strstr(c, "mrt_tanhf") || strstr(c, "mrt_gelu"))) return true;
+    return expr_wants_v4(x->a) || expr_wants_v4(x->b) || expr_wants_v4(x->c);
+}
+
+/* One definition of the loop nest: static RET FNAME SUFFIX(...) { ... }, after ATTR. With v4_twin,
+ * the body first hands the call to FNAME_v4 where the CPU takes AVX-512 paths. */
+static void emit_c_loop_as(FILE *o, const Kernel *k, const char *fname, const char *attr, const char *suffix,
+                           bool v4_twin) {
     const char *T = c_type(k->root->dtype);
     LoopNest ln;
     kernel_loops(k, &ln);
     bool fault = kernel_may_fault(k);
-    fprintf(o, "static %s %s(%s *out", fault ? "mrt_status" : "void", fname, T);
+    fprintf(o, "%sstatic %s %s%s(%s *out", attr, fault ? "mrt_status" : "void", fname, suffix, T);
     for (int i = 0; i < k->nleaves; i++) fprintf(o, ", const %s *l%d", c_type(k->leaves[i].node->dtype), i);
     fprintf(o, ", MRT_UNUSED int64_t B%s%s) {%s\n", sym_params, fault ? ", const char *what" : "", sym_voids);
+    if (v4_twin) {
+        fprintf(o, "#if MRT_SIMD_V4\n    if (mrt_cpu_simd_avx512()) %s%s_v4(out", fault ? "return " : "{ ", fname);
+        for (int i = 0; i < k->nleaves; i++) fprintf(o, ", l%d", i);
+        fprintf(o, ", B%s%s)%s\n#endif\n", sym_args, fault ? ", what" : "", fault ? ";" : "; return; }");
+    }
     if (fault) fprintf(o, "    int mrt_fault = 0;\n");
     int collapsed = emit_omp_for(o, &ln, fault);
     for (int d = 0; d < ln.rank; d++) {
@@ -320,4 +338,19 @@ void emit_c_loop(FILE *o, const Kernel *k, const char *fname) {
     if (fault)
         fprintf(o, "    return mrt_fault ? mrt_set_error(MRT_ERR_INVALID_ARG, \"%%s: integer division by zero\", what) : MRT_OK;\n");
     fprintf(o, "}\n");
+}
+
+/* The loop nest, and before it its copy for x86-64-v4 (AVX-512), FNAME_v4, which FNAME calls
+ * where mrt_cpu_simd_avx512() says so (MRT_SIMD_V4: GCC on x86-64, mrt_kernels.h). The copy is
+ * the same C, built with 16-float vectors: elementwise, with no FMA (-ffp-contract=off) and the
+ * same libm calls, it gives the same bits; exact gelu's mrt_erff vectorizes 4 times wider. Kernels
+ * with no transcendental function stay single: a loop of adds and multiplies is memory-bound. */
+void emit_c_loop(FILE *o, const Kernel *k, const char *fname) {
+    bool twin = expr_wants_v4(k->expr);
+    if (twin) {
+        fprintf(o, "#if MRT_SIMD_V4\n");
+        emit_c_loop_as(o, k, fname, "MRT_TARGET_V4 ", "_v4", false);
+        fprintf(o, "#endif\n");
+    }
+    emit_c_loop_as(o, k, fname, "", "", twin);
 }

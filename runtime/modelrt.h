@@ -284,6 +284,29 @@ enum {
     MRT_ACT_SIGMOID = 7,
 };
 
+/** Softmax along the last axis of x [rows, n] into y [rows, n] (y may be x), on the CPU, as
+ *  attention uses it: with causal, row r (query i = r % L) sees keys j <= i alone and the others
+ *  get 0 (L: the query rows per head; unused without causal); with zero_masked_rows, a row whose
+ *  visible scores are all -inf gives zeros (PyTorch's scaled_dot_product_attention), else NaN. A
+ *  NaN (or +inf) in a row makes the row NaN. e^(x - max) by mrt_exp_nonpos (Cephes' expf), the
+ *  row sum in double as 16 partial sums in a fixed order, y = e * (float)(1 / sum). AVX-512 where
+ *  the CPU has it (mrt_cpu_simd_avx512), else portable C; both give the same bits. Caller-owned
+ *  host memory, no allocation; splits the rows over the OpenMP pool. rt_rows.c. */
+void mrt_cpu_softmax_rows_f32(float *y, const float *x, int64_t rows, int64_t n, int64_t L, int causal,
+                              int zero_masked_rows);
+/** Layer norm over the last axis of x [rows, D] into y [rows, D] (y may be x):
+ *  y = (float)((x - mean) / sqrt(var + eps)) * w + b, biased variance, mean and variance in double
+ *  (two passes, 16 partial sums each in a fixed order; x - mean in double too); w and b [D] may be
+ *  NULL (1 and 0). AVX-512 where the CPU has it, else portable C, the same bits; no allocation;
+ *  splits the rows over the OpenMP pool. rt_rows.c. */
+void mrt_cpu_layernorm_f32(float *y, const float *x, const float *w, const float *b, int64_t rows, int64_t D,
+                           float eps);
+/** 1 when the CPU kernels take their AVX-512 paths (rt_rows.c's rows, and the x86-64-v4 copies of
+ *  generated elementwise kernels): the CPU has AVX-512 F, BW, CD, DQ and VL, and the environment
+ *  variable MODELRT_SIMD is not "portable" (which the tests set to check the portable paths, and
+ *  a user can set to rule out an ISA difference). Read once per process. */
+int mrt_cpu_simd_avx512(void);
+
 /** Depthwise conv2d on the CPU, NCHW, with its epilogue fused:
  *  y[n, o, oh, ow] = act(sum over kh, kw of w[o, 0, kh, kw] * x[n, o / (O / C), ih, iw] + bias[o]),
  *  ih = oh*sh - pt + kh*dh, iw = ow*sw - pl + kw*dw, x taken as 0 outside [0, H) x [0, W).

@@ -54,6 +54,17 @@
 #define MRT_HD_INLINE static inline __attribute__((always_inline))
 #endif
 
+/* MRT_SIMD_V4: 1 where generated code may hold x86-64-v4 (AVX-512) copies of its elementwise
+ * kernels, built with MRT_TARGET_V4 and called where mrt_cpu_simd_avx512() says so (modelrt.h):
+ * GCC on x86-64 (clang and nvcc's host pass build the one portable copy). */
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(__CUDACC__)
+#define MRT_SIMD_V4 1
+#define MRT_TARGET_V4 __attribute__((target("arch=x86-64-v4")))
+#else
+#define MRT_SIMD_V4 0
+#define MRT_TARGET_V4
+#endif
+
 MRT_HD float mrt_relu(float x) { return x < 0.0f ? 0.0f : x; }
 MRT_HD float mrt_sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
 /* x * sigmoid(x), as x / (1 + e^-x): silu(-0.0) is -0.0, silu(-inf) is NaN, as in PyTorch. */
@@ -176,6 +187,27 @@ MRT_HD_INLINE float mrt_exp_reduced(float y) {
     float p = 1.0f + r * (1.0f + r * (0.5f + r * (1.0f / 6 + r * (1.0f / 24 + r * (1.0f / 120 + r * (1.0f / 720 +
               r * (1.0f / 5040)))))));
     return p * mrt_f32_from_bits((uint32_t)((int32_t)nf + 127) << 23);
+}
+/* e^d in float for softmax's d = x - max: d <= 0, -inf or NaN (d > 0 is outside its domain). The
+ * algorithm and coefficients are Cephes' expf (S. L. Moshier, Cephes Math Library 2.2, expf.c;
+ * also Pommier's sse_mathfun and avx_mathfun): n = rint(d / ln2) by the 1.5 * 2^23 trick,
+ * r = d - n ln2 in two parts (Cody-Waite, C1 = 0.693359375 exact in 9 bits so n * C1 is exact,
+ * C2 = -2.12194440e-4), e^r = 1 + r + r^2 P(r) with P of degree 5 (|r| <= ln2 / 2). 2^n is applied
+ * as 2^(n+64) then 2^-64, so that the subnormal results (d down to -103.97) are rounded once, like
+ * libm's; d < -104 (e^d below half the least subnormal) and -inf give 0, NaN stays NaN. Every
+ * operation is a separate IEEE multiply, add or select (the code is built with -ffp-contract=off):
+ * rt_rows.c's AVX-512 softmax repeats this sequence lane by lane, so both give the same bits.
+ * Over every float in [-104, 0] it is at most 0.982 ulp from exp in double (glibc's expf: 0.502)
+ * and differs from expf on 0.85% of them; tests/runtime/test_rows.c checks a sample (<= 1 ulp). */
+MRT_HD_INLINE float mrt_exp_nonpos(float d) {
+    const float c = d >= -104.0f ? d : -104.0f; /* NaN and -inf: -104 here, selected below */
+    const float nf = (c * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
+    const float r = (c - nf * 0.693359375f) - nf * -2.12194440e-4f;
+    const float z = r * r;
+    const float p = ((((((1.9875691500e-4f * r + 1.3981999507e-3f) * r + 8.3334519073e-3f) * r + 4.1665795894e-2f) * r +
+                      1.6666665459e-1f) * r + 5.0000001201e-1f) * z + r) + 1.0f;
+    const float e = (p * mrt_f32_from_bits((uint32_t)((int32_t)nf + 191) << 23)) * 5.42101086242752217e-20f; /* 2^-64 */
+    return d != d ? d : d >= -104.0f ? e : 0.0f;
 }
 /* tanh(x) in float, branch-free so that a loop of it vectorizes (libm's tanhf is a call, and
  * gelu's tanh was a fifth of GPT-2's inference and half its training step); the CPU and the CUDA
@@ -469,6 +501,10 @@ MRT_HD float mrt_dropout_elem(float x, float p, float scale, uint64_t seed, uint
 static inline float mrt_softmax_exp(float d) { return d < -104.0f ? 0.0f : expf(d); }
 
 static inline void mrt_softmax_f32(float *y, const float *x, int64_t outer, int64_t n, int64_t inner, int log) {
+    if (inner == 1 && !log) { /* along the last axis: rt_rows.c's rows (AVX-512 where the CPU has it) */
+        mrt_cpu_softmax_rows_f32(y, x, outer, n, 1, 0, 0);
+        return;
+    }
     MRT_PRAGMA(omp parallel for collapse(2) schedule(static) if(outer * n * inner >= MRT_PAR_MIN))
     for (int64_t o = 0; o < outer; o++) {
         for (int64_t i = 0; i < inner; i++) {
@@ -540,31 +576,11 @@ static inline void mrt_argmax_f32(int64_t *y, const float *x, int64_t outer, int
 
 /* Softmax along the last axis of [rows, n] as used by attention: rows are [..., L] query rows;
  * with causal, row r (query i = r % L) only sees keys j <= i. With zero_masked_rows, a row
- * whose visible scores are all -inf gives zeros (PyTorch's scaled_dot_product_attention). */
+ * whose visible scores are all -inf gives zeros (PyTorch's scaled_dot_product_attention).
+ * rt_rows.c computes it (mrt_cpu_softmax_rows_f32: AVX-512 or portable C, the same bits). */
 static inline void mrt_softmax_masked_f32(float *y, const float *x, int64_t rows, int64_t n, int64_t L, int causal,
                                           int zero_masked_rows) {
-    MRT_PRAGMA(omp parallel for schedule(static) if(rows * n >= MRT_PAR_MIN))
-    for (int64_t r = 0; r < rows; r++) {
-        const float *xr = x + r * n;
-        float *yr = y + r * n;
-        int64_t lim = causal ? (r % L) + 1 : n;
-        if (lim > n) lim = n;
-        float m = -INFINITY;
-        for (int64_t j = 0; j < lim; j++) m = mrt_maxf(m, xr[j]);
-        if (m == -INFINITY && zero_masked_rows) {
-            for (int64_t j = 0; j < n; j++) yr[j] = 0.0f;
-            continue;
-        }
-        double s = 0.0;
-        for (int64_t j = 0; j < lim; j++) { /* each exp once, kept in y (y may be x) */
-            const float ej = mrt_softmax_exp(xr[j] - m);
-            s += ej;
-            yr[j] = ej;
-        }
-        float inv = (float)(1.0 / s);
-        for (int64_t j = 0; j < lim; j++) yr[j] *= inv;
-        for (int64_t j = lim; j < n; j++) yr[j] = 0.0f;
-    }
+    mrt_cpu_softmax_rows_f32(y, x, rows, n, L, causal, zero_masked_rows);
 }
 
 /* y[N, O, OH, OW] = conv2d(x[N, C, H, W], w[O, C/groups, KH, KW]) with stride (sh, sw), padding
@@ -910,33 +926,13 @@ static inline void mrt_interp2d_grad_f32(float *dx, const float *g, int64_t NC, 
 
 /* y = (x - mean) / sqrt(var + eps) * w + b over the last axis of [rows, D] (biased variance,
  * two passes, accumulated in double; x - mean is taken in double too). w and b may be NULL
- * (no weight: 1, no bias: 0); group_norm and instance_norm use it without either. */
+ * (no weight: 1, no bias: 0); group_norm and instance_norm use it without either. rt_rows.c
+ * computes it (mrt_cpu_layernorm_f32: AVX-512 or portable C, the same bits); x - mean is taken
+ * in double because rounding the mean to float first would cost a row with a large common
+ * offset (1e4 + noise of 1e-2) most of its digits, float's spacing at 1e4 being 1e-3. */
 static inline void mrt_layernorm_f32(float *y, const float *x, const float *w, const float *b, int64_t rows, int64_t D,
                                      float eps) {
-    MRT_PRAGMA(omp parallel for schedule(static) if(rows * D >= MRT_PAR_MIN))
-    for (int64_t r = 0; r < rows; r++) {
-        const float *xr = x + r * D;
-        float *yr = y + r * D;
-        double mean = 0.0, var = 0.0;
-        for (int64_t j = 0; j < D; j++) mean += xr[j];
-        mean /= (double)D;
-        for (int64_t j = 0; j < D; j++) {
-            double d = xr[j] - mean;
-            var += d * d;
-        }
-        var /= (double)D;
-        const double inv = 1.0 / sqrt(var + (double)eps);
-        /* The deviation from the mean in double, like the variance: rounding the mean to float
-         * first would cost a row with a large common offset (1e4 + noise of 1e-2) most of its
-         * digits, since float's spacing at 1e4 is 1e-3. */
-        if (w && b)
-            for (int64_t j = 0; j < D; j++) yr[j] = (float)(((double)xr[j] - mean) * inv) * w[j] + b[j];
-        else
-            for (int64_t j = 0; j < D; j++) {
-                float v = (float)(((double)xr[j] - mean) * inv);
-                yr[j] = b ? (w ? v * w[j] : v) + b[j] : (w ? v * w[j] : v);
-            }
-    }
+    mrt_cpu_layernorm_f32(y, x, w, b, rows, D, eps);
 }
 
 /* y[i, :] = w[ids[i], :] for n ids (int64 when ids_i64, else int32), w [V, D]. Returns -1, or

@@ -43,10 +43,11 @@ def modelc_path():
     return os.environ.get("MODELC", os.path.join(ROOT, "build", "bin", "modelc"))
 
 
-def run_cmd(cmd, what, timeout):
-    """Run cmd (a list) with its output captured; CaseFail if it times out or cannot start."""
+def run_cmd(cmd, what, timeout, env=None):
+    """Run cmd (a list) with its output captured (env: its environment, None: this one's);
+    CaseFail if it times out or cannot start."""
     try:
-        return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+        return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
     except subprocess.TimeoutExpired:
         raise CaseFail("%s timed out after %gs: %s" % (what, timeout, " ".join(cmd)))
     except OSError as e:
@@ -73,7 +74,7 @@ def write_io(d, tag, model, inputs, params):
     return wpath, ipaths
 
 
-def execute(d, prog, tag, model, wpath, ipaths, extra=(), device=None, timeout=60):
+def execute(d, prog, tag, model, wpath, ipaths, extra=(), device=None, timeout=60, env=None):
     """Run the compiled program on the files write_io wrote; return ({output: array}, process),
     or (None, process) when it exits non-zero. Outputs go to d/out_TAG_I.npy (any stale ones
     removed first); an output that cannot be read back is a CaseFail."""
@@ -91,7 +92,7 @@ def execute(d, prog, tag, model, wpath, ipaths, extra=(), device=None, timeout=6
     if device:
         cmd += ["--device", device]
     cmd += list(extra)
-    p = run_cmd(cmd, "run (%s)" % tag, timeout)
+    p = run_cmd(cmd, "run (%s)" % tag, timeout, env)
     if p.returncode != 0:
         return None, p
     outs = {}

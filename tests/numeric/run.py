@@ -57,6 +57,10 @@ Spec (NAME.json, every key optional):
   "same_as": "OTHER"              also compile cases/OTHER.model and require that its outputs on
                                   the same inputs and params are BIT-identical to this case's
                                   (e.g. a model with 'on DEVICE' regions vs the same model without)
+  "simd_paths": true               run the A inputs once more with MODELRT_SIMD=portable (the
+                                  portable paths of rt_rows.c and of the generated kernels'
+                                  x86-64-v4 copies): checked against the reference, and bit for
+                                  bit against the default run (on an AVX-512 CPU, the other path)
   "note": "why this case exists"
 """
 
@@ -82,7 +86,7 @@ from harness import NP_DT, CaseFail  # noqa: E402,F401
 
 CASES = os.path.join(HERE, "cases")
 SPEC_KEYS = {"inputs", "params", "batches", "max_batch", "dims", "max_dims", "atol", "rtol", "tol", "expected", "bits",
-             "oversize", "note", "flags", "expect_error", "same_as"}
+             "oversize", "note", "flags", "expect_error", "same_as", "simd_paths"}
 
 
 # ---------------------------------------------------------------------------------- inputs
@@ -260,6 +264,18 @@ def compare(name, got, ref, atol, rtol, bits, what):
 
 # ---------------------------------------------------------------------------------- running
 
+def default_simd_path():
+    """The path the CPU kernels take by default here: 'AVX-512' where the CPU has AVX-512 F, BW,
+    CD, DQ and VL (mrt_cpu_simd_avx512's test), else 'portable'."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            flags = next((l.split(":", 1)[1].split() for l in f if l.startswith("flags")), [])
+    except OSError:
+        flags = []
+    need = ("avx512f", "avx512bw", "avx512cd", "avx512dq", "avx512vl")
+    return "AVX-512" if all(x in flags for x in need) else "portable"
+
+
 def timeout_s():
     return float(os.environ.get("NUMERIC_TIMEOUT", "120"))
 
@@ -384,10 +400,22 @@ class Runner:
     def write_io(self, d, tag, inputs, params):
         return harness.write_io(d, tag, self.model, inputs, params)
 
-    def execute(self, d, prog, tag, wpath, ipaths, extra=()):
+    def execute(self, d, prog, tag, wpath, ipaths, extra=(), env=None):
         """(outputs, process), or (None, process) when the run exits non-zero."""
         return harness.execute(d, prog, tag, self.model, wpath, ipaths, extra,
-                               device=self.opts.device, timeout=timeout_s())
+                               device=self.opts.device, timeout=timeout_s(), env=env)
+
+    def simd_paths(self, d, prog, files, ref, a1, bw):
+        """The A inputs with MODELRT_SIMD=portable: vs the reference, and bit for bit vs A1."""
+        env = dict(os.environ, MODELRT_SIMD="portable")
+        o, p = self.execute(d, prog, "P", *files, env=env)
+        if o is None:
+            raise CaseFail("run with MODELRT_SIMD=portable%s failed (exit %d): %s"
+                           % (bw, p.returncode, last_lines(p.stderr + p.stdout)))
+        self.check_outputs(o, ref, "%s, MODELRT_SIMD=portable" % bw, use_bits=True)
+        same_bits(a1, o, self.model.outputs, "A1 (%s path)" % default_simd_path(), "MODELRT_SIMD=portable", bw)
+        if "portable path" not in " ".join(self.notes):
+            self.notes.append("portable path bit-identical to the %s one" % default_simd_path())
 
     def check_outputs(self, outs, ref, what, use_bits):
         for k in self.model.outputs:
@@ -476,6 +504,8 @@ class Runner:
                 for tag in ("A2", "A3"):
                     same_bits(outs["A1"], outs[tag], self.model.outputs, "A1",
                               tag + (" (--repeat 3)" if tag == "A3" else ""), bw)
+                if self.spec.get("simd_paths") and on_cpu:
+                    self.simd_paths(d, prog, files["A"], refs["A"], outs["A1"], bw)
                 if getattr(self.opts, "vs_cpu", False) and not on_cpu:
                     self.vs_cpu(d, prog, files["A"], outs["A1"], bw)
                 if driver:

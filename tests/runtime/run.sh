@@ -152,4 +152,24 @@ elif ! cmp -s "$work/dw_default.bin" "$work/dw_portable.bin"; then
 else
     echo "PASS: runtime/dwconv/paths (the default and the portable path agree bit for bit)"
 fi
+
+# The row kernels of rt_rows.c (softmax, layer norm) and mrt_exp_nonpos against references in
+# double, then the same under MODELRT_SIMD=portable; the two paths must agree bit for bit.
+# shellcheck disable=SC2086
+if ! "$CC" -std=c11 -D_GNU_SOURCE -O1 -g -Wall -Wextra $CFLAGS_EXTRA -Iruntime \
+        tests/runtime/test_rows.c "$lib" $libs -lm -lpthread -o "$work/test_rows" 2>"$work/cc6.log" ||
+        [ -s "$work/cc6.log" ]; then
+    echo "FAIL: runtime/rows/build: compiling tests/runtime/test_rows.c failed or warned:"
+    sed 's/^/    /' "$work/cc6.log" | head -40
+    failed=1
+elif ! "$work/test_rows" "$work/rows_default.bin" ||
+        ! (set -o pipefail; MODELRT_SIMD=portable "$work/test_rows" "$work/rows_portable.bin" |
+           sed 's|runtime/rows|runtime/rows/portable|'); then
+    failed=1
+elif ! cmp -s "$work/rows_default.bin" "$work/rows_portable.bin"; then
+    echo "FAIL: runtime/rows/paths: the default and the portable row kernels differ ($(cmp "$work/rows_default.bin" "$work/rows_portable.bin" 2>&1 | head -1))"
+    failed=1
+else
+    echo "PASS: runtime/rows/paths (the default and the portable path agree bit for bit)"
+fi
 exit $failed
