@@ -19,7 +19,11 @@
  * layout as long as all of them share it.
  *
  * Candidates (a kernel that may write a blocked value):
- *   - a conv2d kernel: groups 1, f32, O % 16 == 0, the weight a param or a load-time value
+ *   - a conv2d kernel: f32, O % 16 == 0, groups that oneDNN has a JIT kernel for in this layout
+ *     (groups_ok: 1; depthwise, one channel in and out per group, as MobileNet's and
+ *     EfficientNet's 3x3 and 5x5 ones, jit_dw; or groups of whole 16-channel blocks; a channel
+ *     multiplier or a few channels per group has only oneDNN's reference kernel and stays NCHW),
+ *     the weight a param or a load-time value
  *     (reordered once at load), and an epilogue of the form act(conv + b1[c] + ... + r) with
  *     per-channel vectors b (params or load-time values: summed into the primitive's bias at
  *     load), at most one same-shape operand r (oneDNN's `sum` post-op; it must be blocked too)
@@ -110,12 +114,24 @@ static bool conv_terms(Kernel *k, const Expr *x, int *ngemm) {
     return false;
 }
 
+/* The groups of conv m that oneDNN computes blocked with a JIT kernel: 1; depthwise with one
+ * output per group (C = O = groups: jit_dw, weights Goihw16g); or groups of whole blocks (C/G and
+ * O/G multiples of 16: jit:avx512_core per group). Anything else, a depthwise conv with a channel
+ * multiplier included (O = k*C), gets oneDNN's reference kernel (ref:any, orders of magnitude
+ * slower) and stays on the NCHW path (mrt_conv2d_dw, or im2col per group). */
+static bool groups_ok(const Node *m) {
+    if (m->groups == 1) return true;
+    int64_t c = m->in[0]->shape.d[1].c, o = m->shape.d[1].c, g = m->groups;
+    if (g < 1 || c % g || o % g) return false;
+    return (c == g && o == g) || ((c / g) % 16 == 0 && (o / g) % 16 == 0);
+}
+
 /* A conv2d kernel the blocked primitive can compute, its epilogue included: fills k->blk_*. */
 static bool conv_candidate(Kernel *k) {
     const Node *m = k->gemm, *r = k->root;
-    if (k->kind != K_GEMM || !m || m->op != OP_CONV2D || m->groups != 1 || m->dtype != DT_F32 || !blockable(m) ||
+    if (k->kind != K_GEMM || !m || m->op != OP_CONV2D || m->dtype != DT_F32 || !blockable(m) ||
         !blockable(r) || !dim_fixed(m->in[0]->shape.d[1]) || m->in[0]->dtype != DT_F32 || m->in[1]->dtype != DT_F32 ||
-        !load_time(m->in[1]))
+        !load_time(m->in[1]) || !groups_ok(m))
         return false;
     for (int d = 0; d < 4; d++)
         if (!dim_eq(r->shape.d[d], m->shape.d[d])) return false;
@@ -149,12 +165,12 @@ static bool ew_candidate(const Kernel *k) {
 
 enum { C_NONE, C_CONV, C_POOL, C_EW };
 
-/* A conv2d that runs with oneDNN's Winograd: 3x3, stride 1, undilated (the shape it takes), with
+/* A conv2d that runs with oneDNN's Winograd: 3x3, stride 1, undilated, not grouped (the shape it takes), with
  * an output of 14x14 positions or more. Its transformed weights are 4x the plain ones (6x6 tiles
  * of a 3x3 kernel); at 7x7 (ResNet's last stage, most of its weights) it gained about 10% and
  * held 130 MB more (ResNet-18 b1). */
 static bool wino_shape(const Node *m) {
-    return m->kernel[0] == 3 && m->kernel[1] == 3 && m->stride[0] == 1 && m->stride[1] == 1 && m->dilation[0] == 1 &&
+    return m->groups == 1 && m->kernel[0] == 3 && m->kernel[1] == 3 && m->stride[0] == 1 && m->stride[1] == 1 && m->dilation[0] == 1 &&
            m->dilation[1] == 1 && dim_fixed(m->shape.d[2]) && dim_fixed(m->shape.d[3]) &&
            m->shape.d[2].c * m->shape.d[3].c >= 14 * 14;
 }
@@ -191,8 +207,8 @@ void layout_blocked(Graph *g, KernelList *kl, bool winograd) {
                  * oneDNN's first-conv kernels); C % 16 == 0 is reordered in first; any other C
                  * gets oneDNN's reference kernel (ref:any, 50x slower: MobileNetV2's 24 and 40
                  * channel convs took 300 ms). And a conv that would both read and write NCHW (an
-                 * island between depthwise convs, say) gains nothing from the layout but two
-                 * reorders, unless oneDNN's Winograd takes it. */
+                 * island between grouped convs that stay NCHW, say) gains nothing from the layout
+                 * but two reorders, unless oneDNN's Winograd takes it. */
                 int64_t cin = x->shape.d[1].c;
                 if (!k->blk_src && cin > 4 && cin % 16) drop = true;
                 if (!k->blk_src && !k->blk_dst && !(winograd && wino_shape(anchor))) drop = true;
