@@ -5,14 +5,18 @@
  * the generated NAME_blocked() (run once at load, after the load-time kernels) describes each op
  * here, and run() calls mrt_blk_conv_run / mrt_blk_pool_run in place of im2col + GEMM + epilogue.
  *
- * Layout. A blocked tensor [N, C, H, W] with C a multiple of 16 is oneDNN's nChw16c (nChw8c on
- * a CPU without AVX-512, chosen here at load): element (n, c, h, w) at
- * ((n*C/b + c/b)*H*W + h*W + w)*b + c%b for block b. It holds exactly N*C*H*W floats, so the
- * memory plan's sizes are those of NCHW, and same-shape elementwise kernels read and write it
- * unchanged. An op reads a plain (NCHW) source where the region starts (the first conv's C = 3
- * image: the primitive takes an nchw src with a blocked dst; with C a multiple of the block, a
- * reorder to blocked first, since oneDNN would run that conv on its reference kernel) and writes a plain result where a
- * value leaves the region: it computes into a blocked buffer of its own, then one reorder.
+ * Layout. A blocked tensor [N, C, H, W] is oneDNN's nChw16c (nChw8c on a CPU without AVX-512,
+ * chosen here at load): element (n, c, h, w) at ((n*Cp/b + c/b)*H*W + h*W + w)*b + c%b for
+ * block b, with Cp = C rounded up to a whole block. With C a multiple of 16 it holds exactly
+ * N*C*H*W floats, so the memory plan's sizes are those of NCHW, and same-shape elementwise
+ * kernels read and write it unchanged; a conv's value of other C > 16 (24, 40) holds N*Cp*H*W
+ * floats, the padding zero (oneDNN writes it so), and modelc's plan sizes it so (the residual
+ * copy and the reorder buffers here take the padded size from oneDNN's memory descriptor). An op
+ * reads a plain (NCHW) source where the region starts (the first conv's C = 3 image: the
+ * primitive takes an nchw src with a blocked dst; with C > 4, a reorder to blocked first, padded
+ * where C is not a multiple of the block, since oneDNN would run that conv on its reference
+ * kernel) and writes a plain result where a value leaves the region: it computes into a blocked
+ * buffer of its own, then one reorder.
  *
  * Ops. A conv is oneDNN's convolution primitive (prop forward_inference, algorithm direct, whose
  * implementation for nChw16c on AVX-512 is jit:avx512_core; or, for a 3x3 stride-1 conv that
@@ -22,8 +26,9 @@
  * once into the primitive's preferred format (format `any`: e.g. Goihw16g), the bias (the sum of the epilogue's
  * per-channel vectors, copied at load) as its bias, the epilogue's residual add as the `sum`
  * post-op (the residual is copied into the destination first unless the plan put them in one
- * buffer) and relu / clamp as an eltwise post-op (oneDNN docs: "Primitive Attributes:
- * Post-ops"). Max pooling is the pooling_v2 primitive. Each primitive runs with a user-managed
+ * buffer) and relu / clamp / silu (swish, alpha 1) / hardswish as an eltwise post-op (oneDNN
+ * docs: "Primitive Attributes: Post-ops"). Max pooling is the pooling_v2 primitive. Each
+ * primitive runs with a user-managed
  * scratchpad (dnnl_scratchpad_mode_user), one buffer shared by all, so a run allocates nothing
  * at a batch size it has already seen; primitives are made per batch size: the model's maximum
  * at load, another size on its first run (then cached, MRT_BLK_CACHE sizes per op).
@@ -59,6 +64,7 @@ typedef struct blk_prim {
     dnnl_primitive_t prim, out_reorder, in_reorder;
     dnnl_memory_t src, dst, w, bias, scratch, tmp_blk, plain_dst, plain_src;
     void *wbuf;   /* the reordered weights, owned (NULL when shared with cache[0]'s) */
+    size_t dst_bytes; /* the blocked result's bytes, C padded to whole blocks */
 } blk_prim;
 
 typedef struct blk_op {
@@ -93,9 +99,11 @@ typedef struct mrt_blk {
 
 /* An NCHW source the primitive reads through a reorder into b->tmp_in: oneDNN's kernels take an
  * nchw source with a blocked destination only for a few input channels (the C = 3 image; with
- * C = 16 it picks ref:any, orders of magnitude slower). */
+ * C = 16 it picks ref:any, orders of magnitude slower). modelc's layout pass marks no conv with
+ * an NCHW source of 4 < C < 16 (a 3x3 conv of it is ref:any even reordered). */
 static int blk_reorder_in(const mrt_blk *b, const blk_op *op) {
-    return op->kind == 0 && !op->src_blocked && op->cp.C % b->block == 0;
+    (void)b;
+    return op->kind == 0 && !op->src_blocked && op->cp.C > 4;
 }
 
 static const char *dnnl_what(dnnl_status_t s) {
@@ -184,6 +192,8 @@ static mrt_status blk_make(mrt_blk *b, blk_op *op, blk_prim *e, int64_t N) {
         if (op->has_res) dnnl_post_ops_append_sum(po, 1.0f);
         if (op->act == 1) dnnl_post_ops_append_eltwise(po, 1.0f, dnnl_eltwise_relu, 0.0f, 0.0f);
         if (op->act == 2) dnnl_post_ops_append_eltwise(po, 1.0f, dnnl_eltwise_clip, op->lo, op->hi);
+        if (op->act == 3) dnnl_post_ops_append_eltwise(po, 1.0f, dnnl_eltwise_swish, 1.0f, 0.0f); /* x*sigmoid(x) */
+        if (op->act == 4) dnnl_post_ops_append_eltwise(po, 1.0f, dnnl_eltwise_hardswish, 0.0f, 0.0f);
         dnnl_primitive_attr_set_post_ops(attr, po);
         dnnl_status_t s = dnnl_unimplemented;
         /* Winograd first where asked (its F(2x3)/F(4x3) kernels exist for avx512_core f32 only:
@@ -312,8 +322,9 @@ static mrt_status blk_make(mrt_blk *b, blk_op *op, blk_prim *e, int64_t N) {
             }
         }
     }
+    e->dst_bytes = dnnl_memory_desc_get_size(q_dst);
     if (blk_reorder_in(b, op)) {
-        size_t need = (size_t)N * (size_t)C * (size_t)H * (size_t)W * sizeof(float);
+        size_t need = dnnl_memory_desc_get_size(q_src); /* C padded to whole blocks */
         dnnl_dims_t sd = {N, C, H, W};
         dnnl_memory_desc_t plain;
         dnnl_memory_desc_init_by_tag(&plain, 4, sd, dnnl_f32, dnnl_nchw);
@@ -331,7 +342,7 @@ static mrt_status blk_make(mrt_blk *b, blk_op *op, blk_prim *e, int64_t N) {
     }
     if (!op->dst_blocked) {
         /* a result leaving the region: computed blocked into b->tmp, then reordered to NCHW */
-        size_t need = (size_t)N * (size_t)O * (size_t)OH * (size_t)OW * sizeof(float);
+        size_t need = e->dst_bytes;
         if (!blk_grow(&b->tmp, &b->tmp_bytes, need)) {
             st = mrt_set_error(MRT_ERR_OOM, "%s: cannot allocate %zu bytes on the cpu", op->what, need);
             goto out;
@@ -431,10 +442,14 @@ mrt_status mrt_blk_add_conv(mrt_model *m, int i, const mrt_conv2d_params *p, int
     op->cp = *p;
     op->src_blocked = src_blocked, op->dst_blocked = dst_blocked, op->has_res = has_res, op->act = act;
     op->lo = lo, op->hi = hi;
+    if (act < 0 || act > 4)
+        return mrt_set_error(MRT_ERR_INVALID_ARG, "%s: %s: unknown activation %d (0 none, 1 relu, 2 clamp, 3 silu, "
+                             "4 hardswish)", m->desc->name, what, act);
     op->winograd = winograd && p->groups == 1 && p->kh == 3 && p->kw == 3 && p->sh == 1 && p->sw == 1 && p->dh == 1 && p->dw == 1;
     op->w = w;
     snprintf(op->what, sizeof op->what, "%s: %s", m->desc->name, what);
-    if (p->groups < 1 || p->C % p->groups || p->O % p->groups || p->O % b->block || (src_blocked && p->C % b->block))
+    if (p->groups < 1 || p->C % p->groups || p->O % p->groups ||
+        (p->groups > 1 && (p->O % b->block || p->C % b->block)))
         return mrt_set_error(MRT_ERR_INVALID_ARG, "%s: not a blocked convolution (groups %d, C %lld, O %lld)", op->what,
                              p->groups, (long long)p->C, (long long)p->O);
     if (nbias > 0) {
@@ -475,7 +490,7 @@ static mrt_status blk_run(mrt_model *m, int i, int64_t N, float *y, const float 
     if (st != MRT_OK) return st;
     float *work = op->dst_blocked ? y : (float *)b->tmp;
     if (op->has_res && res != work) {
-        size_t n = (size_t)N * (size_t)op->cp.O * (size_t)op->cp.OH * (size_t)op->cp.OW;
+        size_t n = e->dst_bytes / sizeof(float); /* with the padding: the residual is blocked too */
 #pragma omp parallel for schedule(static)
         for (size_t j = 0; j < n; j += 4096) memcpy(work + j, res + j, sizeof(float) * (n - j < 4096 ? n - j : 4096));
     }
