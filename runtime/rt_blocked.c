@@ -22,16 +22,16 @@
  * implementation for nChw16c on AVX-512 is jit:avx512_core; or, for a 3x3 stride-1 conv that
  * modelc marks (not --no-winograd), Winograd where oneDNN has it: about 2x faster on ResNet's 3x3
  * convs at batch 1, bench/conv/RESULTS.md); a grouped conv (depthwise: jit_dw) has weights
- * [G, O/G, C/G, KH, KW] (goihw, the bytes of modelc's [O, C/G, KH, KW]); weights reordered
- * once into the primitive's preferred format (format `any`: e.g. Goihw16g), the bias (the sum of the epilogue's
- * per-channel vectors, copied at load) as its bias, the epilogue's residual add as the `sum`
- * post-op (the residual is copied into the destination first unless the plan put them in one
- * buffer) and relu / clamp / silu (swish, alpha 1) / hardswish as an eltwise post-op (oneDNN
- * docs: "Primitive Attributes: Post-ops"). Max pooling is the pooling_v2 primitive. Each
- * primitive runs with a user-managed
- * scratchpad (dnnl_scratchpad_mode_user), one buffer shared by all, so a run allocates nothing
- * at a batch size it has already seen; primitives are made per batch size: the model's maximum
- * at load, another size on its first run (then cached, MRT_BLK_CACHE sizes per op).
+ * [G, O/G, C/G, KH, KW] (goihw, the bytes of modelc's [O, C/G, KH, KW]). Weights are reordered
+ * once into the primitive's preferred format (format `any`: e.g. Goihw16g for a depthwise conv);
+ * the bias (the sum of the epilogue's per-channel vectors, copied at load) is its bias, the
+ * epilogue's residual add the `sum` post-op (the residual is copied into the destination first
+ * unless the plan put them in one buffer) and relu / clamp / silu (swish, alpha 1) / hardswish an
+ * eltwise post-op (oneDNN docs: "Primitive Attributes: Post-ops"). Max pooling is the pooling_v2
+ * primitive. Each primitive runs with a user-managed scratchpad (dnnl_scratchpad_mode_user), one
+ * buffer shared by all, so a run allocates nothing at a batch size it has already seen;
+ * primitives are made per batch size: the model's maximum at load, another size on its first
+ * run (then cached, MRT_BLK_CACHE sizes per op).
  *
  * MODELRT_BLOCKED_VERBOSE=1 logs (MRT_LOG_INFO) which implementation oneDNN chose for each op;
  * an op that gets oneDNN's reference kernel (ref:any, 50-100x slower than its JIT ones; layout.c
