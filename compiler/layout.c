@@ -12,26 +12,34 @@
  * keep activations blocked across the convolutional part of a graph and convert at its edges;
  * so does this pass.
  *
- * The simplification that keeps the rest of the compiler unchanged: only values of shape
- * [N, C, H, W] with C a multiple of 16 are ever blocked. Such a tensor has exactly N*C*H*W
- * elements in either layout, so the memory plan's sizes hold, and an elementwise kernel whose
- * operands all have the root's shape (no broadcast, no view) computes the same thing in either
- * layout as long as all of them share it.
+ * What keeps the rest of the compiler unchanged: a blocked value of shape [N, C, H, W] with C a
+ * multiple of 16 has exactly N*C*H*W elements in either layout, so the memory plan's sizes hold,
+ * and an elementwise kernel whose operands all have the root's shape (no broadcast, no view)
+ * computes the same thing in either layout as long as all of them share it. A value with C > 16
+ * not a multiple of 16 (MobileNetV2's 24, EfficientNet's 40) is blocked too, but only between
+ * plain convs (groups 1; no pool, grouped conv or elementwise kernel touches it): oneDNN pads it
+ * to whole blocks (24 -> 32 channels, padding zero), and plan.c sizes its arena block by
+ * blk_padded_channels. Measured (1-thread task-clock, bench case builds): MobileNetV2 b1 about
+ * 10% less CPU time than with those values on NCHW, EfficientNet-B0 b1 about 30%.
  *
  * Candidates (a kernel that may write a blocked value):
- *   - a conv2d kernel: groups 1, f32, O % 16 == 0, the weight a param or a load-time value
- *     (reordered once at load), and an epilogue of the form act(conv + b1[c] + ... + r) with
- *     per-channel vectors b (params or load-time values: summed into the primitive's bias at
- *     load), at most one same-shape operand r (oneDNN's `sum` post-op; it must be blocked too)
- *     and act none, relu or clamp (an eltwise post-op). Its source may be blocked or NCHW (the
- *     region's entry: the C = 3 image, C <= 4 read directly, C % 16 == 0 reordered first; any
- *     other C stays on the im2col path, as oneDNN has only its reference kernel for it); its
- *     result is NCHW when a consumer needs NCHW (computed blocked, then reordered once); a conv
- *     that would read and write NCHW both is left to the im2col path unless it is a Winograd
- *     shape (wino_shape: 3x3, stride 1, 14x14 outputs or more);
- *   - a max_pool2d kernel whose source is blocked (oneDNN's pooling);
+ *   - a conv2d kernel: f32, O a multiple of 16 or padded as above, groups that oneDNN has a JIT
+ *     kernel for in this layout (groups_ok: 1; depthwise, one channel in and out per group, as
+ *     MobileNet's and EfficientNet's 3x3 and 5x5 ones, jit_dw; or groups of whole 16-channel
+ *     blocks; a channel multiplier or a few channels per group has only oneDNN's reference
+ *     kernel and stays NCHW), the weight a param or a load-time value (reordered once at load),
+ *     and an epilogue of the form act(conv + b1[c] + ... + r) with per-channel vectors b (params
+ *     or load-time values: summed into the primitive's bias at load), at most one same-shape
+ *     operand r (oneDNN's `sum` post-op; it must be blocked too) and act none, relu, clamp, silu
+ *     or hardswish (an eltwise post-op: oneDNN's swish with alpha 1 is silu). Its source may be
+ *     blocked or NCHW (the region's entry: C <= 4, the image, read directly; C >= 16 reordered
+ *     first; 4 < C < 16 stays on the im2col path, as oneDNN has only its reference kernel for a
+ *     3x3 conv of it); its result is NCHW when a consumer needs NCHW (computed blocked, then
+ *     reordered once); a conv that would read and write NCHW both is left to the im2col path
+ *     unless it is a Winograd shape (wino_shape: 3x3, stride 1, 14x14 outputs or more);
+ *   - a max_pool2d kernel whose source is blocked (oneDNN's pooling), C a multiple of 16;
  *   - an elementwise kernel whose non-scalar operands all have the root's shape and are all
- *     blocked (a residual add the fuser did not fold into a conv).
+ *     blocked (a residual add the fuser did not fold into a conv), C a multiple of 16.
  * Everything else reads NCHW: other ops, views (flatten, reshape), graph outputs. The decision
  * is a fixpoint: a candidate is dropped (it runs its NCHW kernel) when an operand it needs
  * blocked is not; a value that some consumer reads as NCHW makes its conv or pool write NCHW,
@@ -51,6 +59,19 @@ static bool dim_fixed(Dim d) {
 static bool blockable(const Node *n) {
     return n->dtype == DT_F32 && n->shape.rank == 4 && dim_fixed(n->shape.d[1]) && n->shape.d[1].c % 16 == 0 &&
            n->shape.d[1].c > 0;
+}
+
+/* [N, C, H, W] f32 with C a constant over 16 that is not a multiple of 16 (MobileNetV2's 24,
+ * EfficientNet's 40): blocked only between plain (groups 1) convs, padded to whole blocks. */
+static bool blockable_padded(const Node *n) {
+    return n->dtype == DT_F32 && n->shape.rank == 4 && dim_fixed(n->shape.d[1]) && n->shape.d[1].c > 16 &&
+           n->shape.d[1].c % 16;
+}
+
+int64_t blk_padded_channels(const Kernel *k) {
+    const Node *r = k->root;
+    if (k->blk < 0 || !k->blk_dst || r->shape.rank != 4 || !dim_fixed(r->shape.d[1])) return 0;
+    return r->shape.d[1].c % 16 ? (r->shape.d[1].c + 15) / 16 * 16 : 0;
 }
 
 /* A value computed once at load or read from the weights: the primitive may take it at load. */
@@ -110,20 +131,35 @@ static bool conv_terms(Kernel *k, const Expr *x, int *ngemm) {
     return false;
 }
 
+/* The groups of conv m that oneDNN computes blocked with a JIT kernel: 1; depthwise with one
+ * output per group (C = O = groups: jit_dw, weights Goihw16g); or groups of whole blocks (C/G and
+ * O/G multiples of 16: jit:avx512_core per group). Anything else, a depthwise conv with a channel
+ * multiplier included (O = k*C), gets oneDNN's reference kernel (ref:any, orders of magnitude
+ * slower) and stays on the NCHW path (mrt_conv2d_dw, or im2col per group). */
+static bool groups_ok(const Node *m) {
+    if (m->groups == 1) return true;
+    int64_t c = m->in[0]->shape.d[1].c, o = m->shape.d[1].c, g = m->groups;
+    if (g < 1 || c % g || o % g) return false;
+    return (c == g && o == g) || ((c / g) % 16 == 0 && (o / g) % 16 == 0);
+}
+
 /* A conv2d kernel the blocked primitive can compute, its epilogue included: fills k->blk_*. */
 static bool conv_candidate(Kernel *k) {
     const Node *m = k->gemm, *r = k->root;
-    if (k->kind != K_GEMM || !m || m->op != OP_CONV2D || m->groups != 1 || m->dtype != DT_F32 || !blockable(m) ||
-        !blockable(r) || !dim_fixed(m->in[0]->shape.d[1]) || m->in[0]->dtype != DT_F32 || m->in[1]->dtype != DT_F32 ||
-        !load_time(m->in[1]))
+    if (k->kind != K_GEMM || !m || m->op != OP_CONV2D || m->dtype != DT_F32 || !dim_fixed(m->in[0]->shape.d[1]) ||
+        m->in[0]->dtype != DT_F32 || m->in[1]->dtype != DT_F32 || !load_time(m->in[1]) || !groups_ok(m))
         return false;
+    /* a padded value only between plain convs (no grouped conv, pool or elementwise kernel) */
+    bool pad = m->groups == 1;
+    if (!(blockable(m) || (pad && blockable_padded(m))) || !(blockable(r) || (pad && blockable_padded(r)))) return false;
     for (int d = 0; d < 4; d++)
         if (!dim_eq(r->shape.d[d], m->shape.d[d])) return false;
     k->blk_res = -1, k->blk_nbias = 0, k->blk_act = 0;
     if (!k->expr) return r == m;
     const Expr *x = k->expr;
-    if (x->kind == EX_OP && x->dt == DT_F32 && (x->op == OP_RELU || x->op == OP_CLAMP)) {
-        k->blk_act = x->op == OP_RELU ? 1 : 2;
+    if (x->kind == EX_OP && x->dt == DT_F32 &&
+        (x->op == OP_RELU || x->op == OP_CLAMP || x->op == OP_SILU || x->op == OP_HARDSWISH)) {
+        k->blk_act = x->op == OP_RELU ? 1 : x->op == OP_CLAMP ? 2 : x->op == OP_SILU ? 3 : 4;
         if (x->op == OP_CLAMP) k->blk_lo = x->node->fattr[0], k->blk_hi = x->node->fattr[1];
         x = x->a;
     }
@@ -149,12 +185,12 @@ static bool ew_candidate(const Kernel *k) {
 
 enum { C_NONE, C_CONV, C_POOL, C_EW };
 
-/* A conv2d that runs with oneDNN's Winograd: 3x3, stride 1, undilated (the shape it takes), with
+/* A conv2d that runs with oneDNN's Winograd: 3x3, stride 1, undilated, not grouped (the shape it takes), with
  * an output of 14x14 positions or more. Its transformed weights are 4x the plain ones (6x6 tiles
  * of a 3x3 kernel); at 7x7 (ResNet's last stage, most of its weights) it gained about 10% and
  * held 130 MB more (ResNet-18 b1). */
 static bool wino_shape(const Node *m) {
-    return m->kernel[0] == 3 && m->kernel[1] == 3 && m->stride[0] == 1 && m->stride[1] == 1 && m->dilation[0] == 1 &&
+    return m->groups == 1 && m->kernel[0] == 3 && m->kernel[1] == 3 && m->stride[0] == 1 && m->stride[1] == 1 && m->dilation[0] == 1 &&
            m->dilation[1] == 1 && dim_fixed(m->shape.d[2]) && dim_fixed(m->shape.d[3]) &&
            m->shape.d[2].c * m->shape.d[3].c >= 14 * 14;
 }
@@ -188,13 +224,14 @@ void layout_blocked(Graph *g, KernelList *kl, bool winograd) {
                 if (x != view_base(x)) plain[view_base(x)->id] = true;
                 k->blk_src = x == view_base(x) && blk[x->id];
                 /* An NCHW source is read directly only as a region's image-like entry (C <= 4:
-                 * oneDNN's first-conv kernels); C % 16 == 0 is reordered in first; any other C
-                 * gets oneDNN's reference kernel (ref:any, 50x slower: MobileNetV2's 24 and 40
-                 * channel convs took 300 ms). And a conv that would both read and write NCHW (an
-                 * island between depthwise convs, say) gains nothing from the layout but two
-                 * reorders, unless oneDNN's Winograd takes it. */
+                 * oneDNN's first-conv kernels); C >= 16 is reordered in first (padded to whole
+                 * blocks where C % 16 != 0). Read directly, or reordered with 4 < C < 16, a 3x3
+                 * conv gets oneDNN's reference kernel (ref:any, 50x slower: MobileNetV2's 24- and
+                 * 40-channel convs took 300 ms read directly). And a conv that would both read and
+                 * write NCHW (an island between grouped convs that stay NCHW, say) gains nothing
+                 * from the layout but two reorders, unless oneDNN's Winograd takes it. */
                 int64_t cin = x->shape.d[1].c;
-                if (!k->blk_src && cin > 4 && cin % 16) drop = true;
+                if (!k->blk_src && cin > 4 && cin < 16) drop = true;
                 if (!k->blk_src && !k->blk_dst && !(winograd && wino_shape(anchor))) drop = true;
                 if (k->blk_res >= 0 && !blk[k->leaves[k->blk_res].node->id]) drop = true;
                 for (int b = 0; b < k->blk_nbias; b++) plain[view_base(k->leaves[k->blk_bias[b]].node)->id] = true;
@@ -250,7 +287,7 @@ void dump_layout(FILE *out, const Graph *g, const KernelList *kl) {
             fprintf(out, "  blocked k%d: elementwise -> %%%d blocked\n", k->id, k->root->id);
             continue;
         }
-        static const char *acts[] = {"", ", relu", ", clamp"};
+        static const char *acts[] = {"", ", relu", ", clamp", ", silu", ", hardswish"};
         if (k->gemm)
             fprintf(out, "  blocked k%d: conv2d #%d, src %s, dst %s, bias %d%s%s%s\n", k->id, k->blk,
                     k->blk_src ? "blocked" : "nchw", k->blk_dst ? "blocked" : "nchw (reordered)", k->blk_nbias,

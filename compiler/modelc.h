@@ -606,7 +606,7 @@ typedef struct Kernel {
     bool blk_src, blk_dst; /* its source / its result in the blocked layout (else NCHW) */
     int blk_res;           /* conv: the epilogue's leaf that the sum post-op adds, -1 none */
     int blk_bias[4], blk_nbias; /* conv: the epilogue's per-channel leaves, summed into the bias */
-    int blk_act;           /* conv: 0 none, 1 relu, 2 clamp to [blk_lo, blk_hi] */
+    int blk_act;           /* conv: 0 none, 1 relu, 2 clamp to [blk_lo, blk_hi], 3 silu, 4 hardswish */
     bool blk_wino;         /* conv: 3x3, stride 1, dilation 1: oneDNN's Winograd algorithm where it has one */
     double blk_lo, blk_hi;
 } Kernel;
@@ -638,6 +638,10 @@ bool conv_is_depthwise(const Node *n);
  * inference graphs on one device slot; call it only when the runtime has oneDNN. Sets every
  * kernel's blk (-1: none). */
 void layout_blocked(Graph *g, KernelList *kl, bool winograd);
+/* The channels that kernel k's blocked result is padded to (oneDNN pads a blocked tensor to whole
+ * blocks of 16): 0 unless k writes a blocked value whose C is not a multiple of 16. The memory
+ * plan gives such a value N * that * H * W elements. */
+int64_t blk_padded_channels(const Kernel *k);
 /* The blocked kernels, one line each (part of --dump=fused). */
 void dump_layout(FILE *out, const Graph *g, const KernelList *kl);
 

@@ -43,6 +43,13 @@ static size_t node_bytes(const Graph *g, const Node *n) {
     return (size_t)dim_max(g, d) * dtype_size(n->dtype);
 }
 
+/* The bytes node n's values take in its storage s: node_bytes, or more where the storage is n's
+ * own arena block made larger for it (a blocked value padded to whole channel blocks: layout.c). */
+static size_t value_bytes(const Graph *g, const Storage *s, const Node *n) {
+    size_t b = node_bytes(g, n);
+    return s && s->kind == S_ARENA && s->owner == n && s->bytes > b ? s->bytes : b;
+}
+
 /* Calls fn(n, k) for every materialized node kernel k reads (views resolved to their base). */
 static void kernel_reads(const Kernel *k, void (*fn)(void *, Node *), void *ctx) {
     if (k->gemm) {
@@ -360,7 +367,11 @@ static MemPlan *plan_order(Graph *g, KernelList *kl, KernelList *init, PlanOptio
                 mp->inplace_of[r->id] = reuse->newest; /* the value it overwrites, dying here */
                 reuse->newest = r->id;
             } else {
-                mp->of[r->id] = new_storage(mp, S_ARENA, -1, r, node_bytes(g, r));
+                /* a blocked value of C % 16 != 0 channels holds its padding too (layout.c) */
+                int64_t padc = blk_padded_channels(k);
+                size_t bytes = node_bytes(g, r);
+                if (padc) bytes = bytes / (size_t)r->shape.d[1].c * (size_t)padc;
+                mp->of[r->id] = new_storage(mp, S_ARENA, -1, r, bytes);
             }
         }
         Storage *st = mp->of[r->id];
@@ -420,7 +431,7 @@ static MemPlan *plan_order(Graph *g, KernelList *kl, KernelList *init, PlanOptio
     for (int s = 0; s < kl->n; s++) {
         Node *r = kl->k[s]->root;
         if (mp->of[r->id]->kind == S_ARENA && mp->of[r->id]->slot == 0)
-            mp->naive_bytes += align_up(node_bytes(g, r), opt.align);
+            mp->naive_bytes += align_up(value_bytes(g, mp->of[r->id], r), opt.align);
     }
     check_plan(g, kl, mp);
     return mp;
@@ -528,7 +539,7 @@ void dump_memplan(FILE *out, const Graph *g, const KernelList *kl, const MemPlan
         const Node *n = g->nodes[i];
         const Storage *s = mp->of[i];
         if (!s || n->dead) continue;
-        fprintf(out, "  %%%-4d %-8s %10zu bytes  live [%d,%d]", n->id, kinds[s->kind], node_bytes(g, n),
+        fprintf(out, "  %%%-4d %-8s %10zu bytes  live [%d,%d]", n->id, kinds[s->kind], value_bytes(g, s, n),
                 mp->def_step[i], mp->last_step[i] < mp->def_step[i] ? mp->def_step[i] : mp->last_step[i]);
         if (s->kind == S_ARENA || s->kind == S_PARAM || s->kind == S_INIT)
             fprintf(out, "  offset %zu%s", s->offset, s->load_only ? " (load-only)" : "");

@@ -1104,9 +1104,11 @@ typedef struct mrt_pool2d_params {
 
 /** Start m's blocked ops: nops of them, primitives made at batch max_batch. Replaces any. */
 mrt_status mrt_blk_create(mrt_model *m, int nops, int64_t max_batch);
-/** Op i: a conv2d (groups 1, O a multiple of 16), y = act(conv(x, w) + sum of the nbias bias
- *  vectors [O] + res) with res only when has_res; act 0 none, 1 relu, 2 clamp to [lo, hi]. w is
- *  [O, C, KH, KW] f32 (read now; reordered into the primitive's format); the biases are summed
+/** Op i: a conv2d (O a multiple of 16; p->groups dividing C and O: 1, depthwise, or groups of
+ *  whole blocks), y = act(conv(x, w) + sum of the nbias bias vectors [O] + res) with res only
+ *  when has_res; act 0 none, 1 relu, 2 clamp to [lo, hi], 3 silu (x * sigmoid(x)), 4 hardswish
+ *  (x * relu6(x + 3) / 6). w is [O, C/groups, KH, KW] f32 (read
+ *  now; reordered into the primitive's format); the biases are summed
  *  and copied now. src_blocked: x is blocked (else NCHW); dst_blocked: y is (else NCHW, through
  *  a reorder). winograd: a 3x3 stride-1 conv tries oneDNN's Winograd algorithm first (AVX-512
  *  f32; else, or where oneDNN has no Winograd kernel for it, the direct one). `what` names the op in messages ("k3 conv2d %16 at resnet18.model:12:5"). */

@@ -5,29 +5,37 @@
  * the generated NAME_blocked() (run once at load, after the load-time kernels) describes each op
  * here, and run() calls mrt_blk_conv_run / mrt_blk_pool_run in place of im2col + GEMM + epilogue.
  *
- * Layout. A blocked tensor [N, C, H, W] with C a multiple of 16 is oneDNN's nChw16c (nChw8c on
- * a CPU without AVX-512, chosen here at load): element (n, c, h, w) at
- * ((n*C/b + c/b)*H*W + h*W + w)*b + c%b for block b. It holds exactly N*C*H*W floats, so the
- * memory plan's sizes are those of NCHW, and same-shape elementwise kernels read and write it
- * unchanged. An op reads a plain (NCHW) source where the region starts (the first conv's C = 3
- * image: the primitive takes an nchw src with a blocked dst; with C a multiple of the block, a
- * reorder to blocked first, since oneDNN would run that conv on its reference kernel) and writes a plain result where a
- * value leaves the region: it computes into a blocked buffer of its own, then one reorder.
+ * Layout. A blocked tensor [N, C, H, W] is oneDNN's nChw16c (nChw8c on a CPU without AVX-512,
+ * chosen here at load): element (n, c, h, w) at ((n*Cp/b + c/b)*H*W + h*W + w)*b + c%b for
+ * block b, with Cp = C rounded up to a whole block. With C a multiple of 16 it holds exactly
+ * N*C*H*W floats, so the memory plan's sizes are those of NCHW, and same-shape elementwise
+ * kernels read and write it unchanged; a conv's value of other C > 16 (24, 40) holds N*Cp*H*W
+ * floats, the padding zero (oneDNN writes it so), and modelc's plan sizes it so (the residual
+ * copy and the reorder buffers here take the padded size from oneDNN's memory descriptor). An op
+ * reads a plain (NCHW) source where the region starts (the first conv's C = 3 image: the
+ * primitive takes an nchw src with a blocked dst; with C > 4, a reorder to blocked first, padded
+ * where C is not a multiple of the block, since oneDNN would run that conv on its reference
+ * kernel) and writes a plain result where a value leaves the region: it computes into a blocked
+ * buffer of its own, then one reorder.
  *
  * Ops. A conv is oneDNN's convolution primitive (prop forward_inference, algorithm direct, whose
  * implementation for nChw16c on AVX-512 is jit:avx512_core; or, for a 3x3 stride-1 conv that
  * modelc marks (not --no-winograd), Winograd where oneDNN has it: about 2x faster on ResNet's 3x3
- * convs at batch 1, bench/conv/RESULTS.md), weights reordered
- * once into the primitive's preferred format (format `any`), the bias (the sum of the epilogue's
- * per-channel vectors, copied at load) as its bias, the epilogue's residual add as the `sum`
- * post-op (the residual is copied into the destination first unless the plan put them in one
- * buffer) and relu / clamp as an eltwise post-op (oneDNN docs: "Primitive Attributes:
- * Post-ops"). Max pooling is the pooling_v2 primitive. Each primitive runs with a user-managed
- * scratchpad (dnnl_scratchpad_mode_user), one buffer shared by all, so a run allocates nothing
- * at a batch size it has already seen; primitives are made per batch size: the model's maximum
- * at load, another size on its first run (then cached, MRT_BLK_CACHE sizes per op).
+ * convs at batch 1, bench/conv/RESULTS.md); a grouped conv (depthwise: jit_dw) has weights
+ * [G, O/G, C/G, KH, KW] (goihw, the bytes of modelc's [O, C/G, KH, KW]). Weights are reordered
+ * once into the primitive's preferred format (format `any`: e.g. Goihw16g for a depthwise conv);
+ * the bias (the sum of the epilogue's per-channel vectors, copied at load) is its bias, the
+ * epilogue's residual add the `sum` post-op (the residual is copied into the destination first
+ * unless the plan put them in one buffer) and relu / clamp / silu (swish, alpha 1) / hardswish an
+ * eltwise post-op (oneDNN docs: "Primitive Attributes: Post-ops"). Max pooling is the pooling_v2
+ * primitive. Each primitive runs with a user-managed scratchpad (dnnl_scratchpad_mode_user), one
+ * buffer shared by all, so a run allocates nothing at a batch size it has already seen;
+ * primitives are made per batch size: the model's maximum at load, another size on its first
+ * run (then cached, MRT_BLK_CACHE sizes per op).
  *
- * MODELRT_BLOCKED_VERBOSE=1 logs (MRT_LOG_INFO) which implementation oneDNN chose for each op.
+ * MODELRT_BLOCKED_VERBOSE=1 logs (MRT_LOG_INFO) which implementation oneDNN chose for each op;
+ * an op that gets oneDNN's reference kernel (ref:any, 50-100x slower than its JIT ones; layout.c
+ * marks only shapes that have one) is logged as a warning whatever the variable says.
  * Threads: Debian's oneDNN uses OpenMP (libgomp), the pool every other loop of modelc runs on;
  * a primitive takes omp_get_max_threads() threads when it runs, i.e. the run's --threads.
  * Memory: a conv's plain weights that nothing else reads are released once its first primitive
@@ -56,6 +64,7 @@ typedef struct blk_prim {
     dnnl_primitive_t prim, out_reorder, in_reorder;
     dnnl_memory_t src, dst, w, bias, scratch, tmp_blk, plain_dst, plain_src;
     void *wbuf;   /* the reordered weights, owned (NULL when shared with cache[0]'s) */
+    size_t dst_bytes; /* the blocked result's bytes, C padded to whole blocks */
 } blk_prim;
 
 typedef struct blk_op {
@@ -90,9 +99,11 @@ typedef struct mrt_blk {
 
 /* An NCHW source the primitive reads through a reorder into b->tmp_in: oneDNN's kernels take an
  * nchw source with a blocked destination only for a few input channels (the C = 3 image; with
- * C = 16 it picks ref:any, orders of magnitude slower). */
+ * C = 16 it picks ref:any, orders of magnitude slower). modelc's layout pass marks no conv with
+ * an NCHW source of 4 < C < 16 (a 3x3 conv of it is ref:any even reordered). */
 static int blk_reorder_in(const mrt_blk *b, const blk_op *op) {
-    return op->kind == 0 && !op->src_blocked && op->cp.C % b->block == 0;
+    (void)b;
+    return op->kind == 0 && !op->src_blocked && op->cp.C > 4;
 }
 
 static const char *dnnl_what(dnnl_status_t s) {
@@ -118,6 +129,20 @@ static const char *dnnl_what(dnnl_status_t s) {
     } while (0)
 
 static dnnl_format_tag_t blk_tag(const mrt_blk *b) { return b->block == 16 ? dnnl_nChw16c : dnnl_nChw8c; }
+
+/* A conv's weights descriptor: [O, C, KH, KW] (oihw) for groups 1; grouped (depthwise), oneDNN's
+ * 5-D [G, O/G, C/G, KH, KW] (goihw), the same bytes as modelc's [O, C/G, KH, KW]. tag: the plain
+ * layout, or dnnl_format_tag_any for the primitive's choice (Goihw16g for a depthwise one). */
+static void blk_weights_md(dnnl_memory_desc_t *md, const mrt_conv2d_params *p, dnnl_format_tag_t tag) {
+    int64_t g = p->groups > 1 ? p->groups : 1;
+    if (g == 1) {
+        dnnl_dims_t wd = {p->O, p->C, p->kh, p->kw};
+        dnnl_memory_desc_init_by_tag(md, 4, wd, dnnl_f32, tag == dnnl_format_tag_any ? tag : dnnl_oihw);
+    } else {
+        dnnl_dims_t wd = {g, p->O / g, p->C / g, p->kh, p->kw};
+        dnnl_memory_desc_init_by_tag(md, 5, wd, dnnl_f32, tag == dnnl_format_tag_any ? tag : dnnl_goihw);
+    }
+}
 
 /* Grow a shared buffer to at least `bytes` (64-byte aligned). Only at primitive creation. */
 static int blk_grow(void **buf, size_t *have, size_t bytes) {
@@ -153,7 +178,7 @@ static mrt_status blk_make(mrt_blk *b, blk_op *op, blk_prim *e, int64_t N) {
     if (op->kind == 0) {
         const mrt_conv2d_params *p = &op->cp;
         C = p->C, H = p->H, W = p->W, O = p->O, OH = p->OH, OW = p->OW;
-        dnnl_dims_t sd = {N, C, H, W}, dd = {N, O, OH, OW}, wd = {O, C, p->kh, p->kw}, bd = {O};
+        dnnl_dims_t sd = {N, C, H, W}, dd = {N, O, OH, OW}, bd = {O};
         dnnl_dims_t strides = {p->sh, p->sw}, dil = {p->dh - 1, p->dw - 1}, pl = {p->pt, p->pl};
         /* the right and bottom padding that gives exactly OH x OW (what the shape rule computed) */
         dnnl_dims_t pr = {(OH - 1) * p->sh + (p->kh - 1) * p->dh + 1 - H - p->pt,
@@ -161,12 +186,14 @@ static mrt_status blk_make(mrt_blk *b, blk_op *op, blk_prim *e, int64_t N) {
         dnnl_memory_desc_init_by_tag(&src_md, 4, sd, dnnl_f32,
                                      op->src_blocked || blk_reorder_in(b, op) ? blk_tag(b) : dnnl_nchw);
         dnnl_memory_desc_init_by_tag(&dst_md, 4, dd, dnnl_f32, blk_tag(b));
-        dnnl_memory_desc_init_by_tag(&w_md, 4, wd, dnnl_f32, dnnl_format_tag_any);
+        blk_weights_md(&w_md, p, dnnl_format_tag_any);
         dnnl_memory_desc_init_by_tag(&bias_md, 1, bd, dnnl_f32, dnnl_x);
         BLK_TRY(dnnl_post_ops_create(&po), op, "post-ops creation");
         if (op->has_res) dnnl_post_ops_append_sum(po, 1.0f);
         if (op->act == 1) dnnl_post_ops_append_eltwise(po, 1.0f, dnnl_eltwise_relu, 0.0f, 0.0f);
         if (op->act == 2) dnnl_post_ops_append_eltwise(po, 1.0f, dnnl_eltwise_clip, op->lo, op->hi);
+        if (op->act == 3) dnnl_post_ops_append_eltwise(po, 1.0f, dnnl_eltwise_swish, 1.0f, 0.0f); /* x*sigmoid(x) */
+        if (op->act == 4) dnnl_post_ops_append_eltwise(po, 1.0f, dnnl_eltwise_hardswish, 0.0f, 0.0f);
         dnnl_primitive_attr_set_post_ops(attr, po);
         dnnl_status_t s = dnnl_unimplemented;
         /* Winograd first where asked (its F(2x3)/F(4x3) kernels exist for avx512_core f32 only:
@@ -211,6 +238,11 @@ static mrt_status blk_make(mrt_blk *b, blk_op *op, blk_prim *e, int64_t N) {
     if (getenv("MODELRT_BLOCKED_VERBOSE")) /* which implementation oneDNN chose, per op and batch */
         mrt_log(MRT_LOG_INFO, "%s: oneDNN %s, batch %lld, %s src, %s dst", op->what, impl, (long long)N,
             op->src_blocked ? "blocked" : "nchw", op->dst_blocked ? "blocked" : "nchw (reordered)");
+    /* modelc's layout pass only marks shapes oneDNN has JIT kernels for (layout.c: groups_ok, the
+     * entry's channels); its reference kernel is 50-100x slower, so say so rather than run slowly */
+    if (!strncmp(impl, "ref", 3))
+        mrt_log(MRT_LOG_WARN, "%s: oneDNN chose its reference kernel (%s) at batch %lld: correct but slow "
+                "(modelc --no-blocked-conv avoids it)", op->what, impl, (long long)N);
     if ((st = blk_scratch_for(b, op, pd, N)) != MRT_OK) goto out;
     dnnl_status_t s = dnnl_primitive_create(&e->prim, pd);
     if (s != dnnl_success) {
@@ -246,14 +278,13 @@ static mrt_status blk_make(mrt_blk *b, blk_op *op, blk_prim *e, int64_t N) {
             wbuf = e->wbuf;
             /* from the plain weights, or, once they were released (mrt_blk_release_weights), from
              * the first primitive's reordered ones */
-            dnnl_dims_t wd = {op->cp.O, op->cp.C, op->cp.kh, op->cp.kw};
             dnnl_memory_desc_t user_md;
             void *from = (void *)op->w;
             if (!op->w && first && first_w) {
                 user_md = *first_w;
                 dnnl_memory_get_data_handle(first->w, &from);
             } else {
-                dnnl_memory_desc_init_by_tag(&user_md, 4, wd, dnnl_f32, dnnl_oihw);
+                blk_weights_md(&user_md, &op->cp, dnnl_oihw);
             }
             dnnl_memory_t um = NULL, wm = NULL;
             dnnl_primitive_desc_t rpd = NULL;
@@ -291,8 +322,9 @@ static mrt_status blk_make(mrt_blk *b, blk_op *op, blk_prim *e, int64_t N) {
             }
         }
     }
+    e->dst_bytes = dnnl_memory_desc_get_size(q_dst);
     if (blk_reorder_in(b, op)) {
-        size_t need = (size_t)N * (size_t)C * (size_t)H * (size_t)W * sizeof(float);
+        size_t need = dnnl_memory_desc_get_size(q_src); /* C padded to whole blocks */
         dnnl_dims_t sd = {N, C, H, W};
         dnnl_memory_desc_t plain;
         dnnl_memory_desc_init_by_tag(&plain, 4, sd, dnnl_f32, dnnl_nchw);
@@ -310,7 +342,7 @@ static mrt_status blk_make(mrt_blk *b, blk_op *op, blk_prim *e, int64_t N) {
     }
     if (!op->dst_blocked) {
         /* a result leaving the region: computed blocked into b->tmp, then reordered to NCHW */
-        size_t need = (size_t)N * (size_t)O * (size_t)OH * (size_t)OW * sizeof(float);
+        size_t need = e->dst_bytes;
         if (!blk_grow(&b->tmp, &b->tmp_bytes, need)) {
             st = mrt_set_error(MRT_ERR_OOM, "%s: cannot allocate %zu bytes on the cpu", op->what, need);
             goto out;
@@ -410,10 +442,14 @@ mrt_status mrt_blk_add_conv(mrt_model *m, int i, const mrt_conv2d_params *p, int
     op->cp = *p;
     op->src_blocked = src_blocked, op->dst_blocked = dst_blocked, op->has_res = has_res, op->act = act;
     op->lo = lo, op->hi = hi;
-    op->winograd = winograd && p->kh == 3 && p->kw == 3 && p->sh == 1 && p->sw == 1 && p->dh == 1 && p->dw == 1;
+    if (act < 0 || act > 4)
+        return mrt_set_error(MRT_ERR_INVALID_ARG, "%s: %s: unknown activation %d (0 none, 1 relu, 2 clamp, 3 silu, "
+                             "4 hardswish)", m->desc->name, what, act);
+    op->winograd = winograd && p->groups == 1 && p->kh == 3 && p->kw == 3 && p->sh == 1 && p->sw == 1 && p->dh == 1 && p->dw == 1;
     op->w = w;
     snprintf(op->what, sizeof op->what, "%s: %s", m->desc->name, what);
-    if (p->groups != 1 || p->O % b->block || (src_blocked && p->C % b->block))
+    if (p->groups < 1 || p->C % p->groups || p->O % p->groups ||
+        (p->groups > 1 && (p->O % b->block || p->C % b->block)))
         return mrt_set_error(MRT_ERR_INVALID_ARG, "%s: not a blocked convolution (groups %d, C %lld, O %lld)", op->what,
                              p->groups, (long long)p->C, (long long)p->O);
     if (nbias > 0) {
@@ -454,7 +490,7 @@ static mrt_status blk_run(mrt_model *m, int i, int64_t N, float *y, const float 
     if (st != MRT_OK) return st;
     float *work = op->dst_blocked ? y : (float *)b->tmp;
     if (op->has_res && res != work) {
-        size_t n = (size_t)N * (size_t)op->cp.O * (size_t)op->cp.OH * (size_t)op->cp.OW;
+        size_t n = e->dst_bytes / sizeof(float); /* with the padding: the residual is blocked too */
 #pragma omp parallel for schedule(static)
         for (size_t j = 0; j < n; j += 4096) memcpy(work + j, res + j, sizeof(float) * (n - j < 4096 ? n - j : 4096));
     }
@@ -518,7 +554,7 @@ mrt_status mrt_blk_release_weights(mrt_model *m, int i) {
     if (op->kind != 0 || op->winograd || !op->w || op->ncache < 1 || (keep && !strcmp(keep, "1"))) return MRT_OK;
     /* the whole pages inside [w, w + bytes): other params may share the pages at its ends */
     long pg = sysconf(_SC_PAGESIZE);
-    size_t bytes = (size_t)op->cp.O * (size_t)op->cp.C * (size_t)op->cp.kh * (size_t)op->cp.kw * sizeof(float);
+    size_t bytes = (size_t)op->cp.O * (size_t)(op->cp.C / op->cp.groups) * (size_t)op->cp.kh * (size_t)op->cp.kw * sizeof(float);
     uintptr_t lo = ((uintptr_t)op->w + (uintptr_t)pg - 1) & ~((uintptr_t)pg - 1);
     uintptr_t hi = ((uintptr_t)op->w + bytes) & ~((uintptr_t)pg - 1);
     if (pg > 0 && hi > lo)
