@@ -650,8 +650,8 @@ def machine_peaks(workdir, modelc, threads):
 
 
 PROFILE_RE = {
-    "gemm": re.compile(r"GEMMs and convolutions ([0-9.]+) ms \(([0-9.]+)%\), ([0-9.e+-]+) GFLOP per run at ([0-9.]+) GFLOP/s"),
-    "other": re.compile(r"other kernels ([0-9.]+) ms \(([0-9.]+)%\), ([0-9.e+-]+) GB read and written per run at ([0-9.]+) GB/s"),
+    "gemm": re.compile(r"GEMMs and convolutions ([0-9.]+) ms \(([0-9.]+)%\), ([0-9.e+-]+) GFLOP per call at ([0-9.]+) GFLOP/s"),
+    "other": re.compile(r"other kernels ([0-9.]+) ms \(([0-9.]+)%\), ([0-9.e+-]+) GB read and written per call at ([0-9.]+) GB/s"),
 }
 
 

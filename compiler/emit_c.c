@@ -1097,7 +1097,7 @@ static char *kernel_label(const Emit *e, const Kernel *k) {
     char *s = xprintf("k%d %s%s%s %s:%d:%d", k->id, what, k->kind == K_ELEMENTWISE ? " -> " : "",
                       k->kind == K_ELEMENTWISE ? op_name(n->op) : "", slash ? slash + 1 : src, n->loc.line, n->loc.col);
     if (k->kind == K_GEMM && k->expr) s = xprintf("%s +epilogue", s);
-    if (k->blk >= 0) s = xprintf("%s, blocked", s);
+    if (k->blk >= 0) s = xprintf("%s, blocked%s", s, k->blk_wino ? " (Winograd where oneDNN has it)" : "");
     if (kslot(k) > 0) s = xprintf("%s, slot %d", s, kslot(k));
     return s;
 }

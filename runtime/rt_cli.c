@@ -280,8 +280,8 @@ static int cli_parse(const mrt_model_info *info, const char *prog, int argc, cha
                 else if (*pv >= '0' && *pv <= '9' && ((t = strtol(pv, &end, 10)), *end != '\0'))
                     t = -1;
                 if (t < 0 || t > 1000000)
-                    return cli_usage_error(prog, "--profile='%s': expected the number of kernels to list "
-                                           "(0 or 'all': every kernel)", pv);
+                    return cli_usage_error(prog, "--profile='%s': expected the number of kernels to list, "
+                                           "0 to 1000000 (0 or 'all': every kernel)", pv);
                 o->profile = (int)t;
             }
         } else if (cli_flag_value(argc, argv, &i, "--weights", &v) ||
@@ -1076,6 +1076,12 @@ static int cli_execute(const mrt_model_info *info, const cli_opts *o, const char
     double t1 = cli_now_ms();
     if (o->profile >= 0 && mrt_model_profile_print(r.model, stderr, o->profile) != MRT_OK)
         goto done;
+    if (o->profile >= 0 && repeat == 1)
+        fprintf(stderr, "profile: that was one cold run (its first-run costs included); --repeat N profiles N runs after "
+                "a warm-up\n");
+    if (o->profile >= 0 && r.chunk < r.batch)
+        fprintf(stderr, "profile: a batch of %d over the model's maximum of %d runs as %d calls of run() each\n", r.batch,
+                r.chunk, (r.batch + r.chunk - 1) / r.chunk);
     if (sim && rt_cuda_sim_counters(c1)) /* what a run asks of the (simulated) GPU */
         fprintf(stderr, "time: simulated CUDA per run: %g kernel launches, %g library calls, %g graph launches, "
                         "%g copies, %g host synchronizations\n", (double)(c1[0] - c0[0]) / (double)repeat,

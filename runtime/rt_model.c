@@ -469,6 +469,12 @@ mrt_status mrt_model_copy_weights(mrt_model *dst, const mrt_model *src)
     if (!src->weights_loaded)
         return mrt_set_error(MRT_ERR_INVALID_ARG, "%s: copying the weights of '%s', which has none loaded", d->name,
                              sd->name);
+    for (int i = 0; i < d->n_params; i++) /* first: no setting at load time brings these back */
+        for (int j = 0; j < sd->n_params; j++)
+            if (sd->params[j].region % 2 && !sd->params[j].state == !d->params[i].state &&
+                !strcmp(sd->params[j].name, d->params[i].name))
+                return mrt_set_error(MRT_ERR_MISMATCH, "%s: param '%s' is not kept after loading in '%s' (load the "
+                                     "weights file instead)", d->name, d->params[i].name, sd->name);
     if (mrt_blk_released(src))
         return mrt_set_error(MRT_ERR_INVALID_ARG, "%s: copying the weights of '%s', whose blocked convolutions released "
                              "their plain weights after loading (load the weights file instead, or set "

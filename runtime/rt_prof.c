@@ -72,10 +72,14 @@ void mrt_prof_end(mrt_model *m, int slot, int k, double t0, double flops, double
     p->k[k].calls++;
 }
 
-static const prof_k *sort_base;
-static int by_time(const void *a, const void *b) {
-    double x = sort_base[*(const int *)a].s, y = sort_base[*(const int *)b].s;
-    return x < y ? 1 : x > y ? -1 : *(const int *)a - *(const int *)b;
+/* Sort keys that carry their own value (no global state: two threads may print at once). */
+typedef struct by_s {
+    double s;
+    int i;
+} by_s;
+static int cmp_time(const void *a, const void *b) {
+    const by_s *x = a, *y = b;
+    return x->s < y->s ? 1 : x->s > y->s ? -1 : x->i - y->i;
 }
 
 /* A kernel's name without its "kN " (the op site it shares with the other instances of a line). */
@@ -84,10 +88,21 @@ static const char *site(const char *name) {
     return sp ? sp + 1 : name ? name : "?";
 }
 
-static const char *const *sort_names;
-static int by_site(const void *a, const void *b) {
-    int c = strcmp(site(sort_names[*(const int *)a]), site(sort_names[*(const int *)b]));
-    return c ? c : *(const int *)a - *(const int *)b;
+typedef struct by_site_k {
+    const char *site;
+    int i;
+} by_site_k;
+static int cmp_site(const void *a, const void *b) {
+    const by_site_k *x = a, *y = b;
+    int c = strcmp(x->site, y->site);
+    return c ? c : x->i - y->i;
+}
+
+static void row(FILE *f, const prof_k *k, double r, double tot, const char *count, const char *name) {
+    char gfs[16] = "-";
+    if (k->flops > 0 && k->s > 0) snprintf(gfs, sizeof gfs, "%.1f", k->flops / k->s * 1e-9);
+    fprintf(f, "profile: %10.4f %5.1f%% %8s %8.1f  %s%s\n", 1e3 * k->s / r, tot > 0 ? 100 * k->s / tot : 0.0, gfs,
+            k->s > 0 ? k->bytes / k->s * 1e-9 : 0.0, count, name);
 }
 
 mrt_status mrt_model_profile_print(const mrt_model *m, FILE *f, int top) {
@@ -108,73 +123,65 @@ mrt_status mrt_model_profile_print(const mrt_model *m, FILE *f, int top) {
         return MRT_OK;
     }
     double r = (double)runs;
-    fprintf(f, "profile: %s, %ld run%s: %.3f ms per run in %d kernels (the sum of their times)\n", m->desc->name, runs,
-            runs == 1 ? "" : "s", 1e3 * tot / r, p->n);
-    if (tot > 0) {
-        fprintf(f, "profile:   GEMMs and convolutions %.3f ms (%.1f%%), %.3g GFLOP per run at %.1f GFLOP/s\n", 1e3 * gs / r,
-                100 * gs / tot, gf / r * 1e-9, gs > 0 ? gf / gs * 1e-9 : 0.0);
-        if (gs < tot)
-            fprintf(f, "profile:   other kernels %.3f ms (%.1f%%), %.3g GB read and written per run at %.1f GB/s\n",
-                    1e3 * os / r, 100 * os / tot, ob / r * 1e-9, os > 0 ? ob / os * 1e-9 : 0.0);
+    fprintf(f, "profile: %s, %ld call%s of run(): %.3f ms per call in %d kernel%s (the sum of their times)\n", m->desc->name,
+            runs, runs == 1 ? "" : "s", 1e3 * tot / r, p->n, p->n == 1 ? "" : "s");
+    if (tot > 0 && gs > 0)
+        fprintf(f, "profile:   GEMMs and convolutions %.3f ms (%.1f%%), %.3g GFLOP per call at %.1f GFLOP/s\n", 1e3 * gs / r,
+                100 * gs / tot, gf / r * 1e-9, gf / gs * 1e-9);
+    if (tot > 0 && os > 0)
+        fprintf(f, "profile:   other kernels %.3f ms (%.1f%%), %.3g GB read and written per call at %.1f GB/s\n", 1e3 * os / r,
+                100 * os / tot, ob / r * 1e-9, ob / os * 1e-9);
+    size_t n1 = (size_t)(p->n > 0 ? p->n : 1);
+    by_s *ord = malloc(sizeof *ord * n1);
+    by_site_k *bys = malloc(sizeof *bys * n1);
+    prof_k *g = calloc(n1, sizeof *g);
+    int *first = malloc(sizeof(int) * n1), *cnt = calloc(n1, sizeof(int));
+    by_s *gord = malloc(sizeof *gord * n1);
+    mrt_status st = MRT_OK;
+    if (!ord || !bys || !g || !first || !cnt || !gord) {
+        st = mrt_set_error(MRT_ERR_OOM, "%s: out of memory for the profile's table", m->desc->name);
+        goto out;
     }
-    int *ord = malloc(sizeof(int) * (size_t)(p->n > 0 ? p->n : 1));
-    if (!ord) return mrt_set_error(MRT_ERR_OOM, "%s: out of memory for the profile's table", m->desc->name);
-    for (int i = 0; i < p->n; i++) ord[i] = i;
-    sort_base = p->k;
-    qsort(ord, (size_t)p->n, sizeof(int), by_time);
+    for (int i = 0; i < p->n; i++) ord[i] = (by_s){p->k[i].s, i};
+    qsort(ord, (size_t)p->n, sizeof *ord, cmp_time);
     int shown = top > 0 && top < p->n ? top : p->n;
-    fprintf(f, "profile: %s kernels by time (GFLOP/s for GEMMs and convolutions; GB/s: the bytes each reads and writes once):\n",
-            shown == p->n ? "all" : "the slowest");
-    fprintf(f, "profile: %10s %6s %8s %8s  %s\n", "ms/run", "%", "GFLOP/s", "GB/s", "kernel");
+    fprintf(f, "profile: %s kernels by time (GFLOP/s: GEMMs and convolutions, as direct ones, so a Winograd conv may "
+               "show more than the GEMM peak; GB/s: the bytes each reads and writes once):\n", shown == p->n ? "all" : "the slowest");
+    fprintf(f, "profile: %10s %6s %8s %8s  %s\n", "ms/call", "%", "GFLOP/s", "GB/s", "kernel");
+    const char *const *names = m->desc->kernel_names;
     for (int j = 0; j < shown; j++) {
-        const prof_k *k = &p->k[ord[j]];
-        if (!k->calls) continue;
-        char gfs[16] = "-";
-        if (k->flops > 0 && k->s > 0) snprintf(gfs, sizeof gfs, "%.1f", k->flops / k->s * 1e-9);
-        const char *name = m->desc->kernel_names ? m->desc->kernel_names[ord[j]] : NULL;
-        fprintf(f, "profile: %10.4f %5.1f%% %8s %8.1f  %s\n", 1e3 * k->s / r, tot > 0 ? 100 * k->s / tot : 0.0, gfs,
-                k->s > 0 ? k->bytes / k->s * 1e-9 : 0.0, name ? name : "?");
+        const prof_k *k = &p->k[ord[j].i];
+        if (k->calls) row(f, k, r, tot, "", names ? names[ord[j].i] : "?");
     }
-    if (shown < p->n) fprintf(f, "profile: (%d more kernels; --profile=all lists every one)\n", p->n - shown);
+    if (shown < p->n) fprintf(f, "profile: (%d more kernel%s)\n", p->n - shown, p->n - shown == 1 ? "" : "s");
 
     /* the same by op site: the kernels of one source line:col (a layer repeated in a loop, the
      * blocks of an imported model) summed, since that is where a model's time goes */
-    const char *const *names = m->desc->kernel_names;
     if (names) {
-        for (int i = 0; i < p->n; i++) ord[i] = i;
-        sort_names = names;
-        qsort(ord, (size_t)p->n, sizeof(int), by_site);
-        prof_k *g = calloc((size_t)p->n + 1, sizeof *g);
-        int *first = malloc(sizeof(int) * ((size_t)p->n + 1)), *cnt = calloc((size_t)p->n + 1, sizeof(int)), ng = 0;
-        if (!g || !first || !cnt) {
-            free(g), free(first), free(cnt), free(ord);
-            return mrt_set_error(MRT_ERR_OOM, "%s: out of memory for the profile's table", m->desc->name);
-        }
+        for (int i = 0; i < p->n; i++) bys[i] = (by_site_k){site(names[i]), i};
+        qsort(bys, (size_t)p->n, sizeof *bys, cmp_site);
+        int ng = 0;
         for (int j = 0; j < p->n; j++) {
-            int i = ord[j];
-            if (!ng || strcmp(site(names[i]), site(names[first[ng - 1]]))) first[ng++] = i;
+            int i = bys[j].i;
+            if (!ng || strcmp(bys[j].site, site(names[first[ng - 1]]))) first[ng++] = i;
             prof_k *t = &g[ng - 1];
             t->s += p->k[i].s, t->flops += p->k[i].flops, t->bytes += p->k[i].bytes;
             cnt[ng - 1]++;
         }
-        int *gord = malloc(sizeof(int) * ((size_t)ng + 1));
-        if (gord && ng < p->n) {
-            for (int i = 0; i < ng; i++) gord[i] = i;
-            sort_base = g;
-            qsort(gord, (size_t)ng, sizeof(int), by_time);
+        if (ng < p->n) {
+            for (int i = 0; i < ng; i++) gord[i] = (by_s){g[i].s, i};
+            qsort(gord, (size_t)ng, sizeof *gord, cmp_time);
             int gshown = top > 0 && top < ng ? top : ng;
             fprintf(f, "profile: by op site (the kernels of one source line summed):\n");
-            fprintf(f, "profile: %10s %6s %8s %8s  %s\n", "ms/run", "%", "GFLOP/s", "GB/s", "kernels  op site");
+            fprintf(f, "profile: %10s %6s %8s %8s  %s\n", "ms/call", "%", "GFLOP/s", "GB/s", "kernels  op site");
             for (int j = 0; j < gshown; j++) {
-                const prof_k *k = &g[gord[j]];
-                char gfs[16] = "-";
-                if (k->flops > 0 && k->s > 0) snprintf(gfs, sizeof gfs, "%.1f", k->flops / k->s * 1e-9);
-                fprintf(f, "profile: %10.4f %5.1f%% %8s %8.1f  %7d  %s\n", 1e3 * k->s / r, tot > 0 ? 100 * k->s / tot : 0.0,
-                        gfs, k->s > 0 ? k->bytes / k->s * 1e-9 : 0.0, cnt[gord[j]], site(names[first[gord[j]]]));
+                char c[16];
+                snprintf(c, sizeof c, "%7d  ", cnt[gord[j].i]);
+                row(f, &g[gord[j].i], r, tot, c, site(names[first[gord[j].i]]));
             }
         }
-        free(gord), free(g), free(first), free(cnt);
     }
-    free(ord);
-    return MRT_OK;
+out:
+    free(ord), free(bys), free(g), free(first), free(cnt), free(gord);
+    return st;
 }

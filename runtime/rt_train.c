@@ -48,19 +48,19 @@ mrt_status mrt_model_save_weights(mrt_model *m, const char *path, int state)
     if (!m->weights_loaded) /* the regions hold whatever the allocator left */
         return mrt_set_error(MRT_ERR_INVALID_ARG, "%s_%s: weights are not loaded (call %s_load_weights first)", d->name,
                              state ? "save_state" : "save_weights", d->name);
-    if (!state && mrt_blk_released(m))
-        return mrt_set_error(MRT_ERR_INVALID_ARG, "%s_save_weights: its blocked convolutions released their plain "
-                             "weights after loading (set MODELRT_KEEP_WEIGHTS=1 before loading to keep them)", d->name);
     size_t data = 0;
     for (int i = 0; i < d->n_params; i++) {
         const mrt_param_desc *p = &d->params[i];
         if (!!p->state != !!state)
             continue;
-        if (p->region % 2)
+        if (p->region % 2) /* first: no setting at load time brings these back */
             return mrt_set_error(MRT_ERR_INVALID_ARG, "%s: cannot save param '%s': it was needed only while the "
                                  "weights loaded (compile with --train, which keeps every param)", path, p->name);
         data += param_bytes(p);
     }
+    if (!state && mrt_blk_released(m))
+        return mrt_set_error(MRT_ERR_INVALID_ARG, "%s_save_weights: its blocked convolutions released their plain "
+                             "weights after loading (set MODELRT_KEEP_WEIGHTS=1 before loading to keep them)", d->name);
     /* The header: JSON with each tensor's dtype, shape and byte range, padded with spaces to a
      * multiple of 8 (what the safetensors library writes), then the data in that order. */
     size_t cap = 256 + (size_t)d->n_params * (64 + 12 * MRT_MAX_RANK);

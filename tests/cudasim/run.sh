@@ -357,7 +357,7 @@ prof="$(CUDASIM_DEVICES=1 "$work/model_digits/prog" --weights "$ex/digits.safete
 if ! echo "$prof" | grep -q "^time: simulated CUDA per run: 0 kernel launches, 2 library calls, 0 graph launches"; then
     echo "FAIL: cudasim/model/digits_profile: the profiled runs were not eager: $(echo "$prof" | grep '^time: simulated')"
     failed=1
-elif ! echo "$prof" | grep -q "^profile:   GEMMs and convolutions .* 7.58e-05 GFLOP per run" ||
+elif ! echo "$prof" | grep -q "^profile:   GEMMs and convolutions .* 7.58e-05 GFLOP per call" ||
      [ "$(echo "$prof" | grep -c 'k[01] matmul digits.model')" != 2 ]; then
     echo "FAIL: cudasim/model/digits_profile: unexpected profile:"; echo "$prof" | sed 's/^/    /'
     failed=1
@@ -365,7 +365,7 @@ elif ! cmp -s "$work/digits_prof.npy" "$work/digits_graphs0.npy"; then
     echo "FAIL: cudasim/model/digits_profile: the profiled run's logits differ from the eager run's"
     failed=1
 else
-    echo "PASS: cudasim/model/digits_profile (eager, 2 GEMM kernels, 7.58e-05 GFLOP per run, same logits)"
+    echo "PASS: cudasim/model/digits_profile (eager, 2 GEMM kernels, 7.58e-05 GFLOP per call of run(), same logits)"
 fi
 
 # A call that fails while the run is being captured as a CUDA graph (CUDASIM_CAPTURE_FAIL=op:N:
