@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """bench/run.py — time modelc's executables against PyTorch eager, torch.compile, ONNX Runtime and
-OpenVINO (f32, and bf16 in its own column) on the same weights, inputs and thread count.
+OpenVINO (f32, and bf16 in its own column) on the same weights, inputs and thread count; and
+modelc --precision bf16 in its own column, with its accuracy.
 
     make bench [BENCH=quick] [BENCH_ARGS="-k resnet18 --threads 2"]
     python3 bench/run.py [--quick] [--device cpu|cuda] [-k NAME ...] [--threads N] [--no-venv]
@@ -34,6 +35,12 @@ Each case, in this order:
      of N runs after its warm-up ones, N >= 3 sized from a warm calibration run, the median of
      3 such measurements). torch.compile's compile
      time and the ONNX export are not counted.
+     modelc --precision bf16 (the "modelc bf16" column, on a CPU with avx512_bf16 or AMX; else
+     skipped, as its executable would run f32) is built and timed as modelc is, checked against
+     the reference at the bf16 tolerance; then its accuracy against modelc f32 and against the
+     reference: max |diff| / max |x|, and top-1 agreement (the argmax over the last axis of every
+     row: a batch item's class, or a token position's next token for GPT-2's logits), or for
+     embeddings (MiniLM, the imported BERT) the smallest cosine similarity of a row.
   5. peak resident memory is each child's own ru_maxrss (taken by bench/peak_rss.c, which this
      script builds): everything that process touched, the Python interpreter and the peer's
      libraries included (PyTorch's CPU process alone is a few hundred MiB), and for the Python
@@ -49,12 +56,13 @@ the log; and bench/peaks.c measures this machine's ceilings once at the run's th
 (dnnl_sgemm at 1024^3, STREAM triad and copy), kept as machine.peaks, to set them against.
 
 Output: one table (ms per run, median; peer/modelc ratios, > 1: modelc faster; modelc's
-max |diff| against the reference), then the peak RSS of every peer in MiB; both written to
+max |diff| against the reference), then the peak RSS of every peer in MiB, then modelc bf16's
+speed and accuracy beside OpenVINO's bf16 (the JSON's modelc_bf16 "accuracy"); all written to
 bench/results/<device>[-quick].json with the machine's description (CPU model, cores, flags,
 library versions and OpenBLAS's kernels, load average) and drawn as bench/results/<device>
 [-quick].svg (--redraw JSON redraws a chart). A timing never fails anything: the exit status is
-0 after a run (even with peers skipped or disagreeing), 1 when modelc fails or its output
-disagrees with the reference, 2 on a bad argument or a missing compiler.
+0 after a run (even with peers skipped or disagreeing), 1 when modelc (f32 or bf16) fails or its
+output disagrees with the reference, 2 on a bad argument or a missing compiler.
 
 With --device cuda, modelc, PyTorch and torch.compile run on the GPU (host inputs in, host
 outputs out, synchronized: modelc's --time covers the copies too), ONNX Runtime with its CUDA
@@ -90,6 +98,7 @@ PEERS = [  # key, column title
     ("ort", "ORT"),
     ("ov", "OV f32"),
     ("ov_bf16", "OV bf16"),
+    ("modelc_bf16", "modelc bf16"),
 ]
 TOL = {"f32": 1e-3, "bf16": 5e-2}
 
@@ -373,11 +382,12 @@ class Case:
     exactly this case, else None (used when torch is absent)."""
 
     def __init__(self, name, batch, max_batch, prepare, torch_model, inputs, outputs,
-                 quick=False, committed=None, tokens=None):
+                 quick=False, committed=None, tokens=None, embeds=False):
         self.name, self.batch, self.max_batch = name, batch, max_batch
         self.prepare, self.torch_model = prepare, torch_model
         self.inputs, self.outputs = inputs, outputs
         self.quick, self.committed, self.tokens = quick, committed, tokens
+        self.embeds = embeds   # outputs are embeddings (bf16 accuracy: cosine), not logits (top-1)
 
     @property
     def label(self):
@@ -580,7 +590,8 @@ def make_cases():
     def import_torch(name):
         return lambda w: import_model(name)
 
-    imported = [Case("import_" + n, 1, 1, import_prep(n, "import_%s_b1" % n), import_torch(n), [i], ["y"], tokens=t)
+    imported = [Case("import_" + n, 1, 1, import_prep(n, "import_%s_b1" % n), import_torch(n), [i], ["y"], tokens=t,
+                     embeds=n == "bert")
                 for n, i, t in (("resnet50", "x", None), ("mobilenet_v3_small", "x", None),
                                 ("efficientnet_b0", "x", None), ("convnext_tiny", "x", None),
                                 ("vit_b_16", "x", None), ("bert", "input_ids", 64), ("gpt2", "input_ids", 64),
@@ -600,7 +611,7 @@ def make_cases():
         Case("gpt2_small", 1, 1, gpt2_prep, gpt2_torch, ["ids"], ["logits"], tokens=128),
         Case("minilm", 8, 8, minilm_prep, minilm_torch,
              ["input_ids", "token_type_ids", "attention_mask"],
-             ["token_embeddings", "sentence_embedding"], tokens=128),
+             ["token_embeddings", "sentence_embedding"], tokens=128, embeds=True),
     ] + imported
 
 
@@ -888,11 +899,14 @@ class Bench:
         r["rss_mib"], r["wall_s"] = rss, secs
         return r
 
-    def modelc_exe(self, case, model_file, wd):
-        key = (model_file, self.a.device == "cpu")
+    def modelc_exe(self, case, model_file, wd, precision="f32"):
+        key = (model_file, self.a.device == "cpu", precision)
         if key not in self.exes:
-            exe = os.path.join(wd, os.path.splitext(os.path.basename(model_file))[0])
+            exe = os.path.join(wd, os.path.splitext(os.path.basename(model_file))[0]
+                               + ("" if precision == "f32" else "_" + precision))
             cmd = [self.a.modelc, model_file, "-o", exe, "--max-batch", str(case.max_batch)]
+            if precision != "f32":
+                cmd += ["--precision", precision]
             if self.a.device == "cpu":
                 cmd.append("--no-cuda")
             t0 = time.time()
@@ -904,14 +918,15 @@ class Bench:
                 self.exes[key] = (None, "modelc failed: " + (p.stderr + p.stdout).strip()[-300:])
         return self.exes[key]
 
-    def modelc(self, case, exe, files, wd, ref):
-        """Cold run with outputs, the check against ref, then the timed runs."""
+    def modelc(self, case, exe, files, wd, ref, peer="modelc", tol=TOL["f32"]):
+        """Cold run with outputs (saved as PEER_OUTPUT.npy in wd), the check against ref, then the
+        timed runs."""
         import numpy as np
         w, ipaths = files
         base = [exe, "--weights", w, "--device", self.a.device, "--threads", str(self.threads), "--time"]
         for k, p in ipaths.items():
             base += ["--input", "%s=%s" % (k, p)]
-        opaths = {k: os.path.join(wd, "modelc_%s.npy" % k) for k in case.outputs}
+        opaths = {k: os.path.join(wd, "%s_%s.npy" % (peer, k)) for k in case.outputs}
         cmd = base + sum((["--output", "%s=%s" % (k, p)] for k, p in opaths.items()), [])
         rc, out, err, rss, _ = run_child(cmd, self.env, timeout=self.a.child_timeout)
         if rc != 0:
@@ -922,10 +937,12 @@ class Bench:
         if not m:
             return {"error": "no 'time:' line in: %s" % err.strip()[-300:]}
         outs = {k: np.load(p) for k, p in opaths.items()}
-        r = {"peer": "modelc", "agree": True}
+        r = {"peer": peer, "agree": True}
+        if "runs in f32" in err:   # --precision bf16 on a CPU without bf16 (the runtime's notice)
+            r["note"] = err.strip().splitlines()[-2 if "time:" in err else -1][:300]
         if ref is not None:
             r["diff"], r["rel"] = compare(outs, ref, case.outputs)
-            r["agree"] = bool(r["rel"] <= TOL["f32"])
+            r["agree"] = bool(r["rel"] <= tol)
         if not r["agree"]:
             return r
         # the number of runs per timed child from a warm per-run time: the cold run above pays
@@ -1008,9 +1025,27 @@ class Bench:
                 P["modelc"] = {"error": "%s: %s" % (type(e).__name__, e)}
         self.report(c, "modelc", P["modelc"])
 
+        # modelc --precision bf16: timed as modelc is, checked at the bf16 tolerance, then its
+        # accuracy against modelc f32 and the reference (bf16_accuracy)
+        if self.have["modelc_bf16"]:
+            P["modelc_bf16"] = {"skip": self.have["modelc_bf16"]}
+        else:
+            exe, err = self.modelc_exe(c, model_file, wd, precision="bf16")
+            if exe is None:
+                P["modelc_bf16"] = {"error": err}
+            else:
+                try:
+                    P["modelc_bf16"] = self.modelc(c, exe, files, wd, ref, peer="modelc_bf16", tol=TOL["bf16"])
+                    if "error" not in P["modelc_bf16"]:
+                        P["modelc_bf16"]["accuracy"] = bf16_accuracy(c, wd, ref, "error" not in P["modelc"])
+                except Exception as e:  # noqa: BLE001
+                    P["modelc_bf16"] = {"error": "%s: %s" % (type(e).__name__, e)}
+            self.report(c, "modelc_bf16", P["modelc_bf16"])
+
         if ref_path is None:     # no torch: no peers
             for p, _ in PEERS[2:]:
-                P[p] = {"skip": self.have["torch"] or "no PyTorch reference for this case"}
+                if p != "modelc_bf16":
+                    P[p] = {"skip": self.have["torch"] or "no PyTorch reference for this case"}
             return row
 
         # torch.compile
@@ -1062,6 +1097,57 @@ class Bench:
         elif "ms" in r:
             log("%s: %s %s ms, %s MiB%s" % (c.label, title, fmt_ms(r["ms"]), fmt_mib(r.get("rss_mib")),
                                              ", rel diff %.1e" % r["rel"] if "rel" in r else ""))
+
+
+def bf16_accuracy(case, wd, ref, have_f32):
+    """modelc --precision bf16's accuracy on this case (its outputs and modelc f32's are in wd as
+    modelc_bf16_OUT.npy and modelc_OUT.npy): against modelc f32 and against the reference (PyTorch
+    f32, else the committed outputs), max |bf16 - x| over max |x| (rel) and, for logits, top-1
+    agreement: the argmax over the last axis of every row (a batch item; a position for a language
+    model's [batch, T, vocab] logits) the same as x's (agree of n rows); for embeddings
+    (case.embeds) the smallest cosine similarity of a row with x's instead."""
+    import numpy as np
+    got = {k: np.load(os.path.join(wd, "modelc_bf16_%s.npy" % k)) for k in case.outputs}
+    out = {}
+    against = [("modelc_f32", {k: np.load(os.path.join(wd, "modelc_%s.npy" % k)) for k in case.outputs}
+                if have_f32 else None), ("reference", ref)]
+    for name, x in against:
+        if x is None:
+            continue
+        d, rel = compare(got, x, case.outputs)
+        m = {"diff": d, "rel": rel}
+        rows_same = rows_all = 0
+        cos = None
+        for k in case.outputs:
+            a = np.asarray(got[k], np.float64)
+            b = np.asarray(x[k], np.float64)
+            if a.shape != b.shape or a.ndim < 1 or a.shape[-1] < 2:
+                continue
+            a2, b2 = a.reshape(-1, a.shape[-1]), b.reshape(-1, b.shape[-1])
+            if case.embeds:
+                c = np.sum(a2 * b2, 1) / np.maximum(np.linalg.norm(a2, axis=1) * np.linalg.norm(b2, axis=1), 1e-30)
+                cos = float(c.min()) if cos is None else min(cos, float(c.min()))
+            else:
+                rows_same += int(np.sum(a2.argmax(1) == b2.argmax(1)))
+                rows_all += a2.shape[0]
+        if case.embeds:
+            m["min_cosine"] = cos
+        elif rows_all:
+            m["top1"] = [rows_same, rows_all]
+        out[name] = m
+    return out
+
+
+def fmt_acc(m):
+    """'rel 4.0e-03, top-1 8/8' (or 'min cos 0.99998') for one bf16_accuracy entry."""
+    if not m:
+        return "-"
+    t = "rel %.1e" % m["rel"]
+    if "top1" in m:
+        t += ", top-1 %d/%d" % tuple(m["top1"])
+    if m.get("min_cosine") is not None:
+        t += ", min cos %.6f" % m["min_cosine"]
+    return t
 
 
 # ------------------------------------------------------------------------- output
@@ -1125,13 +1211,38 @@ def print_table(rows, header, threads):
           "the library, the model and the first run)")
     for l in [hdr] + lines:
         print("  ".join(x.rjust(w) if i >= 2 else x.ljust(w) for i, (x, w) in enumerate(zip(l, widths))))
+    # modelc --precision bf16: speed and accuracy, OpenVINO's bf16 beside it
+    hdr = ["model", "batch", "f32 ms", "bf16 ms", "f32/bf16", "OV bf16 ms", "OV bf16/bf16",
+           "bf16 vs modelc f32", "bf16 vs reference", "OV bf16 rel"]
+    lines = []
+    for r in rows:
+        if "skip" in r:
+            continue
+        P = r["peers"]
+        b, f, ov = P.get("modelc_bf16", {}), P.get("modelc", {}), P.get("ov_bf16", {})
+        if "ms" not in b and "accuracy" not in b:
+            continue
+        ms = lambda v: v.get("ms") if v.get("agree", True) else None  # noqa: E731
+        acc = b.get("accuracy", {})
+        lines.append([r["model"], "%dx%d" % (r["batch"], r["tokens"]) if r["tokens"] else str(r["batch"]),
+                      fmt_ms(ms(f)), cell(b), "%.2f" % (ms(f) / ms(b)) if ms(f) and ms(b) else "-",
+                      cell(ov), "%.2f" % (ms(ov) / ms(b)) if ms(ov) and ms(b) else "-",
+                      fmt_acc(acc.get("modelc_f32")), fmt_acc(acc.get("reference")),
+                      "%.1e" % ov["rel"] if "rel" in ov else "-"])
+    if lines:
+        widths = [max([len(h)] + [len(l[i]) for l in lines]) for i, h in enumerate(hdr)]
+        print()
+        print("modelc --precision bf16 (the CPU's oneDNN convs and constant-weight GEMMs in bf16, f32 sums): "
+              "rel = max|diff| / max|x|; top-1: rows whose argmax agrees (a batch item, or a token position)")
+        for l in [hdr] + lines:
+            print("  ".join(x.rjust(w) if 2 <= i <= 6 else x.ljust(w) for i, (x, w) in enumerate(zip(l, widths))))
 
 
 def write_svg(path, rows, title, subtitle):   # subtitle: a list of lines
     """A grouped horizontal bar chart: one group per case, one bar per peer; bar length is the
     latency relative to the slowest peer of that case (so shorter is faster), labelled in ms."""
     colors = {"modelc": "#d62728", "torch": "#1f77b4", "compile": "#aec7e8", "ort": "#2ca02c",
-              "ov": "#9467bd", "ov_bf16": "#c5b0d5"}
+              "ov": "#9467bd", "ov_bf16": "#c5b0d5", "modelc_bf16": "#ff9896"}
     groups = []
     for r in rows:
         if "skip" in r:
@@ -1240,6 +1351,19 @@ def probe(device, no_ort, no_ov, no_compile, budget):
     for p in ("ort", "ov", "ov_bf16"):
         if have["torch"] and not have[p]:
             have[p] = "no PyTorch to export the ONNX model and give the reference"
+    # modelc --precision bf16: the CPU's oneDNN primitives in bf16, where the CPU has bf16
+    # instructions (elsewhere the executable runs f32: nothing to time)
+    have["modelc_bf16"] = None
+    if device != "cpu":
+        have["modelc_bf16"] = "--precision bf16 applies to the CPU only (on a GPU the model runs f32)"
+    else:
+        try:
+            with open("/proc/cpuinfo") as f:
+                flags = re.search(r"^flags\s*:\s*(.*)$", f.read(), re.M).group(1).split()
+            if "avx512_bf16" not in flags and "amx_bf16" not in flags:
+                have["modelc_bf16"] = "the CPU has neither avx512_bf16 nor amx_bf16 (modelc would run f32)"
+        except (OSError, AttributeError):
+            pass
     return have
 
 
@@ -1349,7 +1473,9 @@ def main():
                 notes.append("%s: %s failed: %s" % (r["label"], title, v["error"]))
             elif not v.get("agree", True):
                 notes.append("%s: %s disagrees with the reference: max|diff| %.2g, rel %.2g > %g" % (
-                    r["label"], title, v["diff"], v["rel"], TOL["bf16" if p == "ov_bf16" else "f32"]))
+                    r["label"], title, v["diff"], v["rel"], TOL["bf16" if p.endswith("bf16") else "f32"]))
+            elif v.get("note"):
+                notes.append("%s: %s: %s" % (r["label"], title, v["note"]))
             elif "skip" in v and not have.get(p):
                 notes.append("%s: %s skipped: %s" % (r["label"], title, v["skip"]))
     for p, title in PEERS[1:]:
@@ -1382,8 +1508,9 @@ def main():
         draw(jp[:-5] + ".svg", doc)
         print("bench: wrote %s and %s" % (os.path.relpath(jp, ROOT),
                                           os.path.relpath(jp[:-5] + ".svg", ROOT)))
-    bad = [r for r in rows if "skip" not in r and ("error" in r["peers"].get("modelc", {})
-                                                   or not r["peers"].get("modelc", {}).get("agree", True))]
+    bad = [r for r in rows if "skip" not in r and any("error" in r["peers"].get(p, {})
+                                                      or not r["peers"].get(p, {}).get("agree", True)
+                                                      for p in ("modelc", "modelc_bf16"))]
     return 1 if bad else 0
 
 

@@ -846,6 +846,9 @@ void emit_c_header(Emit *e, FILE *o) {
                " * load-only weights (raw params only load-time folding reads; freed after loading), and the\n"
                " * arena with the CPU plan (64-byte alignment) and the CUDA plan (256). */\n");
     fprintf(o, "#define %s_MAX_BATCH %d\n", e->PFX, g->has_batch ? g->max_batch : 1);
+    /* modelc --precision (mrt_model_desc.precision) */
+    fprintf(o, "#define %s_PRECISION \"%s\"%s\n", e->PFX, g->bf16 ? "bf16" : "f32",
+            g->bf16 ? " /* the CPU's oneDNN convs and constant-weight GEMMs in bf16 (f32 sums); the rest f32 */" : "");
     for (int k = 1; k < g->nsyms; k++)
         fprintf(o, "#define %s_MAX_%s %" PRId64 "\n", e->PFX, upper(c_ident(g->sym_names[k])), g->sym_max[k]);
     fprintf(o, "#define %s_WEIGHT_BYTES %zu\n", e->PFX, e->mp->slot_weights[0]);
@@ -1368,6 +1371,13 @@ static void emit_blocked_setup(Emit *e, FILE *o, int nblk) {
     declare_slots(e, false);
     char **ptr = declare_pointers(e, true, NULL, false);
     fprintf(o, "    if ((st = mrt_blk_create(m, %d, %s_MAX_BATCH)) != MRT_OK) return st;\n", nblk, e->PFX);
+    /* --precision bf16: the blocked values stored as bf16 (precision.c), before each op is made */
+    for (int i = 0; i < e->kl->n; i++) {
+        const Kernel *k = e->kl->k[i];
+        if (k->blk >= 0 && (k->blk_src_bf16 || k->blk_dst_bf16))
+            fprintf(o, "    if ((st = mrt_blk_store_bf16(m, %d, %d, %d)) != MRT_OK) return st; /* k%d */\n", k->blk,
+                    k->blk_src_bf16, k->blk_dst_bf16, k->id);
+    }
     e->kpfx = "k";
     for (int i = 0; i < e->kl->n; i++) {
         const Kernel *k = e->kl->k[i];
@@ -1519,6 +1529,7 @@ void emit_c_source(Emit *e, FILE *o, const char *h_include) {
     if (has_init) fprintf(o, "    .init = %s_init,\n", e->pfx);
     if (nblk) fprintf(o, "    .blocked = %s_blocked,\n", e->pfx);
     fprintf(o, "    .n_kernels = %d,\n    .kernel_names = %s_kernel_names,\n", kl->n, e->pfx);
+    fprintf(o, "    .precision = %s,\n", g->bf16 ? "MRT_PRECISION_BF16" : "MRT_PRECISION_F32");
     {   /* the graph's hash: FNV-1a over its dump */
         char *txt = NULL;
         size_t len = 0;

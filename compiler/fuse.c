@@ -442,6 +442,7 @@ void dump_fused(FILE *out, const Graph *g, const KernelList *kl, const KernelLis
     for (int i = 0; i < g->noutputs; i++)
         fprintf(out, "  output %s = %%%d\n", g->outputs[i].name, g->outputs[i].node->id);
     dump_layout(out, g, kl);
+    dump_precision(out, g, kl);
 }
 
 static void dump_kernels(FILE *out, const Graph *g, const KernelList *kl, const char *pfx) {

@@ -71,6 +71,11 @@ static void usage(FILE *f) {
             "                     built with oneDNN; make DNNL=0 builds without it, and without this)\n"
             "  --no-winograd      in that layout, run 3x3 stride-1 convolutions with oneDNN's direct algorithm\n"
             "                     instead of its Winograd one (faster; a larger rounding error, still f32)\n"
+            "  --precision P      f32 (default) or bf16: with bf16 the CPU's oneDNN convolutions (that\n"
+            "                     layout) and GEMMs against constant weights take bf16 weights (converted\n"
+            "                     at load) and bf16 sources, and accumulate in f32; every other kernel,\n"
+            "                     and a GPU, stays f32; a CPU without avx512_bf16 runs f32 and says so\n"
+            "                     (inference builds; needs oneDNN)\n"
             "  --no-inplace       do not let kernels write over a dying operand\n"
             "  --no-reorder       keep the kernels in source order (no memory-aware schedule)\n"
             "  --no-fold-bn       do not fold batch_norm into the preceding conv2d / linear\n"
@@ -276,6 +281,12 @@ static void parse_args(int argc, char **argv, Options *o) {
             o->fuse.blocked = false;
         } else if (!strcmp(a, "--no-winograd")) {
             o->fuse.winograd = false;
+        } else if (!strcmp(a, "--precision") || !strncmp(a, "--precision=", 12)) {
+            const char *v = a[11] == '=' ? a + 12 : (++i < argc ? argv[i] : NULL);
+            if (!v) fatal("'--precision' needs a value: f32 or bf16");
+            if (!strcmp(v, "f32")) o->bf16 = false;
+            else if (!strcmp(v, "bf16")) o->bf16 = true;
+            else fatal("unknown precision '%s' (expected f32 or bf16)", v);
         } else if (!strcmp(a, "--no-inplace")) {
             o->plan.inplace = false;
         } else if (!strcmp(a, "--no-reorder")) {
@@ -299,6 +310,10 @@ static void parse_args(int argc, char **argv, Options *o) {
             o->input = a;
         }
     }
+    if (o->bf16 && o->dims.train)
+        fatal("--precision bf16 is for inference builds: a training build (--train) computes in f32");
+    if (o->bf16 && !MODELC_DNNL)
+        fatal("--precision bf16 needs oneDNN's bf16 kernels, and this modelc was built without oneDNN (make DNNL=0)");
     if (!o->input) {
         fprintf(stderr, "modelc: error: no input file\n");
         usage(stderr);
@@ -318,6 +333,7 @@ bool compile_source(const Options *o, const char *path, const char *src, Compile
     bounds.max_batch = o->max_batch;
     Graph *g = c->g = build_graph(prog, &bounds);
     g->source = basename(xstrdup(path));
+    g->bf16 = o->bf16 && !g->train && !g->eval;
     FoldOptions fold = o->fold;
     if (g->train) { /* the backward graph; params change every step: nothing is folded into them */
         int first = g->nnodes;
@@ -337,6 +353,7 @@ bool compile_source(const Options *o, const char *path, const char *src, Compile
     if (o->dump && !strcmp(o->dump, "placement")) return dump_placement(out, g), false;
     c->kl = fuse_graph(g, o->fuse, &c->init);
     if (o->fuse.blocked) layout_blocked(g, &c->kl, o->fuse.winograd);
+    precision_bf16(g, &c->kl);
     if (o->dump && !strcmp(o->dump, "fused")) return dump_fused(out, g, &c->kl, &c->init), false;
     c->mp = plan_memory(g, &c->kl, &c->init, o->plan);
     PlanOptions pc = o->plan; /* the CUDA plan: the same schedule, 256-byte alignment, its scratch */

@@ -385,6 +385,7 @@ typedef struct Graph {
      * the optimizer that updates the params after the backward pass. */
     bool train;
     bool eval;      /* DimBounds.eval: the loss in inference mode is the one output */
+    bool bf16;      /* --precision bf16: the CPU's oneDNN primitives compute in bf16 (precision.c) */
     bool with_loss; /* train || eval: targets are inputs and the loss is built */
     int ndropout;      /* training: the dropout nodes lowered so far (each one's site) */
     Node *loss;
@@ -609,6 +610,7 @@ typedef struct Kernel {
     int blk_act;           /* conv: 0 none, 1 relu, 2 clamp to [blk_lo, blk_hi], 3 silu, 4 hardswish */
     bool blk_wino;         /* conv: 3x3, stride 1, dilation 1: oneDNN's Winograd algorithm where it has one */
     double blk_lo, blk_hi;
+    bool blk_src_bf16, blk_dst_bf16; /* --precision bf16: its source / result is stored as bf16 (precision.c) */
 } Kernel;
 
 /* Fusion options; each pass can be switched off to bisect a wrong result. */
@@ -644,6 +646,15 @@ void layout_blocked(Graph *g, KernelList *kl, bool winograd);
 int64_t blk_padded_channels(const Kernel *k);
 /* The blocked kernels, one line each (part of --dump=fused). */
 void dump_layout(FILE *out, const Graph *g, const KernelList *kl);
+
+/* ================================================================ precision.c */
+
+/* --precision bf16 (g->bf16): which blocked values are stored as bf16 (Kernel.blk_src_bf16,
+ * blk_dst_bf16): those whose every reader is a blocked conv or max pooling. Call after
+ * layout_blocked; a no-op for an f32 build. */
+void precision_bf16(Graph *g, KernelList *kl);
+/* Part of --dump=fused in a bf16 build: the precision, and the bf16 values, one line each. */
+void dump_precision(FILE *out, const Graph *g, const KernelList *kl);
 
 /* --dump=fused */
 void dump_fused(FILE *out, const Graph *g, const KernelList *kl, const KernelList *init);
@@ -805,6 +816,7 @@ void emit_cuda(FILE *o, const Graph *g, const KernelList *kl, const KernelList *
 typedef struct Options {
     const char *input, *out, *dump, *olevel;
     bool emit_only, keep, no_cuda;
+    bool bf16;      /* --precision bf16 (inference builds; Graph.bf16) */
     int max_batch;
     DimBounds dims; /* --max-dim NAME=N, ... (dims.max_batch is set from max_batch at build_graph) */
     FuseOptions fuse;

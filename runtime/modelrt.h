@@ -353,14 +353,17 @@ mrt_status mrt_gemm_bias_act_f32(mrt_device d, void *stream, int trans_b, int64_
  *  loaded again. When oneDNN creates no primitive, a warning is logged once per model and the
  *  usual path runs (documented fallback); otherwise errors are MRT_ERR_INVALID_ARG for bad
  *  arguments and MRT_ERR_OOM for the table. Without oneDNN, on a GPU slot or for rows < 2 it
- *  prepares nothing and returns MRT_OK. */
+ *  prepares nothing and returns MRT_OK. A model compiled --precision bf16 on a CPU with bf16
+ *  instructions (mrt_model_desc.precision) prepares a bf16 copy of W instead (converted now, in
+ *  oneDNN's preferred layout; W itself stays) and computes in bf16 with f32 sums, rows >= 1. */
 mrt_status mrt_matmul_prepare(mrt_model *m, int id, mrt_device d, int trans_b, int64_t rows, int64_t N, int64_t K,
                               const float *W, int has_bias, int act);
 /** Run prepared GEMM `id`: C[rows, N] = act(A[rows, K] @ W + bias) (A, C row-major, contiguous,
  *  host memory; bias NULL exactly when it was prepared without one). *done = 1 when it ran; 0
  *  when nothing was prepared for it, rows differs from the prepared count, W is not the
  *  prepared pointer, or another thread is running it: the caller then computes it its usual
- *  way (mrt_gemm_f32 and the epilogue). A oneDNN failure is MRT_ERR_INTERNAL naming the model,
+ *  way (mrt_gemm_f32 and the epilogue). bf16: any row count runs (a primitive per count, made on
+ *  its first run), and a run waits for another thread rather than falling back to f32. A oneDNN failure is MRT_ERR_INTERNAL naming the model,
  *  the matmul and its shape. */
 mrt_status mrt_matmul_run(mrt_model *m, int id, int64_t rows, const float *A, const float *W, const float *bias,
                           float *C, int *done);
@@ -555,7 +558,7 @@ mrt_status mrt_npy_write(const char *path, const mrt_tensor *t);
  * time (like model.to(device)); every other slot is pinned by an 'on DEVICE { }' region, and a
  * device map (PyTorch's map_location) may move a pinned slot to another device at run time. */
 
-#define MRT_MODEL_ABI 5      /* bumped when mrt_model_desc or mrt_model changes */
+#define MRT_MODEL_ABI 6      /* bumped when mrt_model_desc or mrt_model changes */
 #define MRT_MAX_SLOTS 16     /* device slots of one model */
 
 /** One device slot of a compiled model. Sizes in bytes, from the memory plan. */
@@ -640,7 +643,15 @@ typedef struct mrt_model_desc {
      * ("k12 conv2d resnet18.model:14:9 +epilogue, blocked") */
     int n_kernels;
     const char *const *kernel_names;
+    /* modelc --precision: MRT_PRECISION_F32 (0), or MRT_PRECISION_BF16: the CPU's oneDNN
+     * primitives (the blocked convolutions, the GEMMs against constant weights) take bf16
+     * weights and sources and accumulate in f32, on a CPU with avx512_bf16 (else f32, said once
+     * at load); every other kernel, and every kernel on a GPU, stays f32 (docs/runtime.md) */
+    int precision;
 } mrt_model_desc;
+
+#define MRT_PRECISION_F32 0
+#define MRT_PRECISION_BF16 1
 
 /** A created model. The generated run() reads these fields; treat them as read-only. */
 struct mrt_model {

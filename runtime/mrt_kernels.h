@@ -1115,6 +1115,14 @@ mrt_status mrt_blk_create(mrt_model *m, int nops, int64_t max_batch);
 mrt_status mrt_blk_add_conv(mrt_model *m, int i, const mrt_conv2d_params *p, int src_blocked, int dst_blocked,
                             const float *w, const float *const *bias, int nbias, int has_res, int act, float lo, float hi,
                             int winograd, const char *what);
+/** --precision bf16 (called before op i's mrt_blk_add_*): its source (src_bf16) and result
+ *  (dst_bf16), both blocked, are stored as bf16 (2 bytes an element, in the plan's f32 buffer)
+ *  when the model computes in bf16 on this CPU (avx512_bf16; else f32, as every other value).
+ *  In a bf16 model every conv computes in bf16 (bf16 source and weights, f32 accumulation and
+ *  bias): a source stored f32 is converted first (a reorder into a buffer of the ops), and a
+ *  residual (res) is stored as the result. modelc chooses bf16 storage where every reader is a
+ *  blocked conv or max pooling (compiler/precision.c). */
+mrt_status mrt_blk_store_bf16(mrt_model *m, int i, int src_bf16, int dst_bf16);
 /** Op i: a max pooling, blocked source; dst_blocked as for mrt_blk_add_conv. */
 mrt_status mrt_blk_add_pool(mrt_model *m, int i, const mrt_pool2d_params *p, int dst_blocked, const char *what);
 /** Run conv op i at batch N: y from x (res: the residual, in y's layout, or NULL). y, x, res

@@ -41,6 +41,15 @@
  * Memory: a conv's plain weights that nothing else reads are released once its first primitive
  * holds them reordered (mrt_blk_release_weights), so the weights are not held twice; a later
  * batch size reorders from that first primitive's copy.
+ * Precision (modelc --precision bf16, mrt_model_desc.precision): on a CPU with bf16 instructions
+ * (rt_model_bf16) every conv computes in bf16: bf16 weights (reordered from the f32 ones at load),
+ * a bf16 source, f32 accumulation and bias, post-ops on the f32 sums (jit_bf16:avx512_core_bf16;
+ * never Winograd, which 2.6 has in f32 only). modelc says which blocked values are stored as bf16
+ * (mrt_blk_store_bf16, before an op is added; compiler/precision.c): an op's source and result
+ * types (blk_op.sdt, ddt) then differ from f32 where it says so, and a conv converts an f32
+ * source into b->tmp_in first (the in-reorder that an NCHW source takes), a pooling a bf16 result
+ * that is stored f32 through b->tmp (the out-reorder of a result leaving the region). Without
+ * bf16 instructions everything is f32, as in an f32 build (rt_precision_notice says so at load).
  * Without oneDNN (make DNNL=0) these calls fail with a message; modelc then never emits them.
  */
 #include <stdint.h>
@@ -52,6 +61,7 @@
 
 #include "modelrt.h"
 #include "mrt_kernels.h"
+#include "rt_internal.h"
 
 enum { MRT_BLK_CACHE = 4 };
 
@@ -73,6 +83,13 @@ typedef struct blk_op {
     mrt_pool2d_params pp;
     int src_blocked, dst_blocked, has_res, act;
     int winograd;             /* try oneDNN's Winograd algorithm first (3x3, stride 1) */
+    /* --precision bf16: src_bf16 / dst_bf16, the stored source / result is bf16 (modelc's choice,
+     * mrt_blk_store_bf16); sdt / ddt, the stored source's / result's data type as this CPU runs
+     * it (bf16 only when the model computes in bf16 here, mrt_blk.bf16); cdt, the primitive's
+     * source and weights type: bf16 for a conv of such a model (f32 accumulation, f32 bias),
+     * else f32; a pooling's is its source's (max pooling rounds nothing) */
+    int src_bf16, dst_bf16;
+    dnnl_data_type_t sdt, ddt, cdt;
     float lo, hi;
     const float *w;           /* the plain weights [O, C, KH, KW] in the model's weight region */
     float *bias;              /* [O], owned, or NULL */
@@ -85,6 +102,7 @@ typedef struct mrt_blk {
     dnnl_engine_t eng;
     dnnl_stream_t stream;
     int block;                /* 16 or 8 */
+    int bf16;                 /* the convs compute in bf16 (rt_model_bf16: --precision bf16, avx512_bf16) */
     int64_t max_batch;
     blk_op *ops;
     int nops;
@@ -102,9 +120,21 @@ typedef struct mrt_blk {
  * C = 16 it picks ref:any, orders of magnitude slower). modelc's layout pass marks no conv with
  * an NCHW source of 4 < C < 16 (a 3x3 conv of it is ref:any even reordered). */
 static int blk_reorder_in(const mrt_blk *b, const blk_op *op) {
-    (void)b;
-    return op->kind == 0 && !op->src_blocked && op->cp.C > 4;
+    return op->kind == 0 && ((!op->src_blocked && op->cp.C > 4) || op->sdt != op->cdt);
 }
+
+/* The primitive's destination type: a conv writes its stored result's type when that is blocked
+ * (oneDNN's bf16 kernels write f32 or bf16), f32 into b->tmp when it leaves the region; a pooling
+ * writes its source's type. */
+static dnnl_data_type_t blk_prim_ddt(const blk_op *op) {
+    return op->kind == 0 ? (op->dst_blocked ? op->ddt : dnnl_f32) : op->sdt;
+}
+
+/* The result goes through b->tmp and one reorder: it leaves the region (NCHW), or a pooling of
+ * a bf16 source stores an f32 result (also a conversion: oneDNN pools within one type). */
+static int blk_reorder_out(const blk_op *op) { return !op->dst_blocked || blk_prim_ddt(op) != op->ddt; }
+
+static const char *blk_dt_name(dnnl_data_type_t t) { return t == dnnl_bf16 ? "bf16" : "f32"; }
 
 static const char *dnnl_what(dnnl_status_t s) {
     switch (s) {
@@ -133,14 +163,15 @@ static dnnl_format_tag_t blk_tag(const mrt_blk *b) { return b->block == 16 ? dnn
 /* A conv's weights descriptor: [O, C, KH, KW] (oihw) for groups 1; grouped (depthwise), oneDNN's
  * 5-D [G, O/G, C/G, KH, KW] (goihw), the same bytes as modelc's [O, C/G, KH, KW]. tag: the plain
  * layout, or dnnl_format_tag_any for the primitive's choice (Goihw16g for a depthwise one). */
-static void blk_weights_md(dnnl_memory_desc_t *md, const mrt_conv2d_params *p, dnnl_format_tag_t tag) {
+static void blk_weights_md(dnnl_memory_desc_t *md, const mrt_conv2d_params *p, dnnl_format_tag_t tag,
+                           dnnl_data_type_t dt) {
     int64_t g = p->groups > 1 ? p->groups : 1;
     if (g == 1) {
         dnnl_dims_t wd = {p->O, p->C, p->kh, p->kw};
-        dnnl_memory_desc_init_by_tag(md, 4, wd, dnnl_f32, tag == dnnl_format_tag_any ? tag : dnnl_oihw);
+        dnnl_memory_desc_init_by_tag(md, 4, wd, dt, tag == dnnl_format_tag_any ? tag : dnnl_oihw);
     } else {
         dnnl_dims_t wd = {g, p->O / g, p->C / g, p->kh, p->kw};
-        dnnl_memory_desc_init_by_tag(md, 5, wd, dnnl_f32, tag == dnnl_format_tag_any ? tag : dnnl_goihw);
+        dnnl_memory_desc_init_by_tag(md, 5, wd, dt, tag == dnnl_format_tag_any ? tag : dnnl_goihw);
     }
 }
 
@@ -183,10 +214,11 @@ static mrt_status blk_make(mrt_blk *b, blk_op *op, blk_prim *e, int64_t N) {
         /* the right and bottom padding that gives exactly OH x OW (what the shape rule computed) */
         dnnl_dims_t pr = {(OH - 1) * p->sh + (p->kh - 1) * p->dh + 1 - H - p->pt,
                           (OW - 1) * p->sw + (p->kw - 1) * p->dw + 1 - W - p->pl};
-        dnnl_memory_desc_init_by_tag(&src_md, 4, sd, dnnl_f32,
-                                     op->src_blocked || blk_reorder_in(b, op) ? blk_tag(b) : dnnl_nchw);
-        dnnl_memory_desc_init_by_tag(&dst_md, 4, dd, dnnl_f32, blk_tag(b));
-        blk_weights_md(&w_md, p, dnnl_format_tag_any);
+        /* the source blocked unless it is the region's NCHW image (C <= 4, read directly; a bf16
+         * conv reads it converted to bf16, still NCHW) */
+        dnnl_memory_desc_init_by_tag(&src_md, 4, sd, op->cdt, op->src_blocked || C > 4 ? blk_tag(b) : dnnl_nchw);
+        dnnl_memory_desc_init_by_tag(&dst_md, 4, dd, blk_prim_ddt(op), blk_tag(b));
+        blk_weights_md(&w_md, p, dnnl_format_tag_any, op->cdt);
         dnnl_memory_desc_init_by_tag(&bias_md, 1, bd, dnnl_f32, dnnl_x);
         BLK_TRY(dnnl_post_ops_create(&po), op, "post-ops creation");
         if (op->has_res) dnnl_post_ops_append_sum(po, 1.0f);
@@ -220,8 +252,8 @@ static mrt_status blk_make(mrt_blk *b, blk_op *op, blk_prim *e, int64_t N) {
         dnnl_dims_t strides = {p->sh, p->sw}, k = {p->kh, p->kw}, dil = {p->dh - 1, p->dw - 1}, pl = {p->pt, p->pl};
         dnnl_dims_t pr = {(OH - 1) * p->sh + (p->kh - 1) * p->dh + 1 - H - p->pt,
                           (OW - 1) * p->sw + (p->kw - 1) * p->dw + 1 - W - p->pl};
-        dnnl_memory_desc_init_by_tag(&src_md, 4, sd, dnnl_f32, blk_tag(b));
-        dnnl_memory_desc_init_by_tag(&dst_md, 4, dd, dnnl_f32, blk_tag(b));
+        dnnl_memory_desc_init_by_tag(&src_md, 4, sd, op->sdt, blk_tag(b));
+        dnnl_memory_desc_init_by_tag(&dst_md, 4, dd, blk_prim_ddt(op), blk_tag(b));
         dnnl_pooling_v2_desc_t pdsc;
         BLK_TRY(dnnl_pooling_v2_forward_desc_init(&pdsc, dnnl_forward_inference, dnnl_pooling_max, &src_md, &dst_md, strides,
                                                   k, dil, pl, pr),
@@ -236,10 +268,12 @@ static mrt_status blk_make(mrt_blk *b, blk_op *op, blk_prim *e, int64_t N) {
     const char *impl = "?";
     dnnl_primitive_desc_query(pd, dnnl_query_impl_info_str, 0, &impl);
     if (getenv("MODELRT_BLOCKED_VERBOSE")) /* which implementation oneDNN chose, per op and batch */
-        mrt_log(MRT_LOG_INFO, "%s: oneDNN %s, batch %lld, %s src, %s dst", op->what, impl, (long long)N,
-            op->src_blocked ? "blocked" : "nchw", op->dst_blocked ? "blocked" : "nchw (reordered)");
+        mrt_log(MRT_LOG_INFO, "%s: oneDNN %s, batch %lld, %s %s src%s, %s %s dst%s, computes in %s", op->what, impl,
+                (long long)N, op->src_blocked ? "blocked" : "nchw", blk_dt_name(op->sdt),
+                blk_reorder_in(b, op) ? " (reordered)" : "", op->dst_blocked ? "blocked" : "nchw", blk_dt_name(op->ddt),
+                blk_reorder_out(op) ? " (reordered)" : "", blk_dt_name(op->cdt));
     /* modelc's layout pass only marks shapes oneDNN has JIT kernels for (layout.c: groups_ok, the
-     * entry's channels); its reference kernel is 50-100x slower, so say so rather than run slowly */
+     * entry's channels, pads_ok); its reference kernel is 50-100x slower, so say so rather than run slowly */
     if (!strncmp(impl, "ref", 3))
         mrt_log(MRT_LOG_WARN, "%s: oneDNN chose its reference kernel (%s) at batch %lld: correct but slow "
                 "(modelc --no-blocked-conv avoids it)", op->what, impl, (long long)N);
@@ -284,7 +318,7 @@ static mrt_status blk_make(mrt_blk *b, blk_op *op, blk_prim *e, int64_t N) {
                 user_md = *first_w;
                 dnnl_memory_get_data_handle(first->w, &from);
             } else {
-                blk_weights_md(&user_md, &op->cp, dnnl_oihw);
+                blk_weights_md(&user_md, &op->cp, dnnl_oihw, dnnl_f32);
             }
             dnnl_memory_t um = NULL, wm = NULL;
             dnnl_primitive_desc_t rpd = NULL;
@@ -326,8 +360,8 @@ static mrt_status blk_make(mrt_blk *b, blk_op *op, blk_prim *e, int64_t N) {
     if (blk_reorder_in(b, op)) {
         size_t need = dnnl_memory_desc_get_size(q_src); /* C padded to whole blocks */
         dnnl_dims_t sd = {N, C, H, W};
-        dnnl_memory_desc_t plain;
-        dnnl_memory_desc_init_by_tag(&plain, 4, sd, dnnl_f32, dnnl_nchw);
+        dnnl_memory_desc_t plain; /* the source as stored: NCHW, or blocked f32 read by a bf16 conv */
+        dnnl_memory_desc_init_by_tag(&plain, 4, sd, op->sdt, op->src_blocked ? blk_tag(b) : dnnl_nchw);
         dnnl_primitive_desc_t rpd = NULL;
         dnnl_status_t rs = blk_grow(&b->tmp_in, &b->tmp_in_bytes, need) ? dnnl_success : dnnl_out_of_memory;
         if (rs == dnnl_success) rs = dnnl_reorder_primitive_desc_create(&rpd, &plain, b->eng, q_src, b->eng, NULL);
@@ -335,13 +369,14 @@ static mrt_status blk_make(mrt_blk *b, blk_op *op, blk_prim *e, int64_t N) {
         if (rs == dnnl_success) rs = dnnl_memory_create(&e->plain_src, &plain, b->eng, DNNL_MEMORY_NONE);
         if (rpd) dnnl_primitive_desc_destroy(rpd);
         if (rs != dnnl_success) {
-            st = mrt_set_error(MRT_ERR_INTERNAL, "%s: oneDNN reorder from nchw failed: %s (status %d)", op->what,
+            st = mrt_set_error(MRT_ERR_INTERNAL, "%s: oneDNN reorder of the source failed: %s (status %d)", op->what,
                                dnnl_what(rs), (int)rs);
             goto out;
         }
     }
-    if (!op->dst_blocked) {
-        /* a result leaving the region: computed blocked into b->tmp, then reordered to NCHW */
+    if (blk_reorder_out(op)) {
+        /* a result leaving the region: computed blocked into b->tmp, then reordered to NCHW (or
+         * a bf16 pooling's result converted to blocked f32) */
         size_t need = e->dst_bytes;
         if (!blk_grow(&b->tmp, &b->tmp_bytes, need)) {
             st = mrt_set_error(MRT_ERR_OOM, "%s: cannot allocate %zu bytes on the cpu", op->what, need);
@@ -349,7 +384,7 @@ static mrt_status blk_make(mrt_blk *b, blk_op *op, blk_prim *e, int64_t N) {
         }
         dnnl_dims_t dd = {N, O, OH, OW};
         dnnl_memory_desc_t plain;
-        dnnl_memory_desc_init_by_tag(&plain, 4, dd, dnnl_f32, dnnl_nchw);
+        dnnl_memory_desc_init_by_tag(&plain, 4, dd, op->ddt, op->dst_blocked ? blk_tag(b) : dnnl_nchw);
         dnnl_primitive_desc_t rpd = NULL;
         dnnl_primitive_attr_t ra = NULL;
         dnnl_status_t rs = dnnl_primitive_attr_create(&ra);
@@ -366,7 +401,7 @@ static mrt_status blk_make(mrt_blk *b, blk_op *op, blk_prim *e, int64_t N) {
         if (rs == dnnl_success) rs = dnnl_memory_create(&e->plain_dst, &plain, b->eng, DNNL_MEMORY_NONE);
         if (rpd) dnnl_primitive_desc_destroy(rpd);
         if (rs != dnnl_success) {
-            st = mrt_set_error(MRT_ERR_INTERNAL, "%s: oneDNN reorder to nchw failed: %s (status %d)", op->what,
+            st = mrt_set_error(MRT_ERR_INTERNAL, "%s: oneDNN reorder of the result failed: %s (status %d)", op->what,
                                dnnl_what(rs), (int)rs);
             goto out;
         }
@@ -424,11 +459,40 @@ mrt_status mrt_blk_create(mrt_model *m, int nops, int64_t max_batch) {
     b->max_batch = max_batch;
     b->block = dnnl_get_effective_cpu_isa() >= dnnl_cpu_isa_avx512_core ? 16 : 8;
     if (getenv("MODELRT_BLOCK") && atoi(getenv("MODELRT_BLOCK")) == 8) b->block = 8; /* tests: the nChw8c path */
+    /* bf16 where the model asks and the CPU has it (rt_precision_notice said so otherwise); not
+     * in nChw8c (only the test knob above picks it on such a CPU): oneDNN 2.6 has only its
+     * reference kernels for bf16 in that layout (ref:any, about 10^4 times slower) */
+    b->bf16 = rt_model_bf16(m, m->dev[0]);
+    if (b->bf16 && b->block != 16) {
+        b->bf16 = 0;
+        mrt_log(MRT_LOG_INFO, "%s: MODELRT_BLOCK=8: the blocked convolutions run in f32 (bf16 needs nChw16c)", m->desc->name);
+    }
     dnnl_status_t s = dnnl_engine_create(&b->eng, dnnl_cpu, 0);
     if (s == dnnl_success) s = dnnl_stream_create(&b->stream, b->eng, dnnl_stream_default_flags);
     m->blk = b;
     if (s != dnnl_success)
         return mrt_set_error(MRT_ERR_INTERNAL, "%s: oneDNN cpu engine creation failed: %s", m->desc->name, dnnl_what(s));
+    return MRT_OK;
+}
+
+mrt_status mrt_blk_store_bf16(mrt_model *m, int i, int src_bf16, int dst_bf16) {
+    mrt_blk *b = blk_of(m, i, "mrt_blk_store_bf16");
+    if (!b) return MRT_ERR_INVALID_ARG;
+    b->ops[i].src_bf16 = src_bf16 != 0, b->ops[i].dst_bf16 = dst_bf16 != 0;
+    return MRT_OK;
+}
+
+/* op's data types (blk_op.sdt, ddt, cdt) once its kind and layouts are set: bf16 only where the
+ * model computes in bf16 here (else every value is f32, as the plan's buffers allow either). A
+ * bf16 value is always blocked; a conv's residual is stored as its result (modelc makes both
+ * the same type). */
+static mrt_status blk_types(const mrt_blk *b, blk_op *op) {
+    if ((op->src_bf16 && !op->src_blocked) || (op->dst_bf16 && !op->dst_blocked))
+        return mrt_set_error(MRT_ERR_INVALID_ARG, "%s: a bf16 value must be blocked (src %s, dst %s)", op->what,
+                             op->src_blocked ? "blocked" : "nchw", op->dst_blocked ? "blocked" : "nchw");
+    op->sdt = b->bf16 && op->src_bf16 ? dnnl_bf16 : dnnl_f32;
+    op->ddt = b->bf16 && op->dst_bf16 ? dnnl_bf16 : dnnl_f32;
+    op->cdt = op->kind == 0 ? (b->bf16 ? dnnl_bf16 : dnnl_f32) : op->sdt;
     return MRT_OK;
 }
 
@@ -445,9 +509,13 @@ mrt_status mrt_blk_add_conv(mrt_model *m, int i, const mrt_conv2d_params *p, int
     if (act < 0 || act > 4)
         return mrt_set_error(MRT_ERR_INVALID_ARG, "%s: %s: unknown activation %d (0 none, 1 relu, 2 clamp, 3 silu, "
                              "4 hardswish)", m->desc->name, what, act);
-    op->winograd = winograd && p->groups == 1 && p->kh == 3 && p->kw == 3 && p->sh == 1 && p->sw == 1 && p->dh == 1 && p->dw == 1;
-    op->w = w;
     snprintf(op->what, sizeof op->what, "%s: %s", m->desc->name, what);
+    if (blk_types(b, op) != MRT_OK) return MRT_ERR_INVALID_ARG;
+    /* oneDNN 2.6's Winograd kernels are f32 only (a bf16 conv is direct, and faster), and have no
+     * grouped variant */
+    op->winograd = winograd && op->cdt == dnnl_f32 && p->groups == 1 && p->kh == 3 && p->kw == 3 && p->sh == 1 &&
+                   p->sw == 1 && p->dh == 1 && p->dw == 1;
+    op->w = w;
     if (p->groups < 1 || p->C % p->groups || p->O % p->groups ||
         (p->groups > 1 && (p->O % b->block || p->C % b->block)))
         return mrt_set_error(MRT_ERR_INVALID_ARG, "%s: not a blocked convolution (groups %d, C %lld, O %lld)", op->what,
@@ -474,6 +542,7 @@ mrt_status mrt_blk_add_pool(mrt_model *m, int i, const mrt_pool2d_params *p, int
     op->pp = *p;
     op->src_blocked = 1, op->dst_blocked = dst_blocked;
     snprintf(op->what, sizeof op->what, "%s: %s", m->desc->name, what);
+    if (blk_types(b, op) != MRT_OK) return MRT_ERR_INVALID_ARG;
     if (p->C % b->block)
         return mrt_set_error(MRT_ERR_INVALID_ARG, "%s: not a blocked pooling (C %lld)", op->what, (long long)p->C);
     blk_prim *e;
@@ -488,17 +557,19 @@ static mrt_status blk_run(mrt_model *m, int i, int64_t N, float *y, const float 
     blk_prim *e;
     mrt_status st = blk_get(b, op, N, &e);
     if (st != MRT_OK) return st;
-    float *work = op->dst_blocked ? y : (float *)b->tmp;
-    if (op->has_res && res != work) {
-        size_t n = e->dst_bytes / sizeof(float); /* with the padding: the residual is blocked too */
+    float *work = blk_reorder_out(op) ? (float *)b->tmp : y;
+    if (op->has_res && res != work) { /* res is stored as the primitive writes its result, padded as it is */
+        size_t n = e->dst_bytes;
+        char *wb = (char *)work;
+        const char *rb = (const char *)res;
 #pragma omp parallel for schedule(static)
-        for (size_t j = 0; j < n; j += 4096) memcpy(work + j, res + j, sizeof(float) * (n - j < 4096 ? n - j : 4096));
+        for (size_t j = 0; j < n; j += 16384) memcpy(wb + j, rb + j, n - j < 16384 ? n - j : 16384);
     }
-    if (e->in_reorder) { /* an NCHW source: to blocked first */
+    if (e->in_reorder) { /* an NCHW source to blocked, or f32 to the conv's bf16, first */
         dnnl_memory_set_data_handle(e->plain_src, (void *)x);
         dnnl_memory_set_data_handle(e->src, b->tmp_in);
         dnnl_exec_arg_t r[] = {{DNNL_ARG_FROM, e->plain_src}, {DNNL_ARG_TO, e->src}};
-        BLK_TRY(dnnl_primitive_execute(e->in_reorder, b->stream, 2, r), op, "reorder from nchw");
+        BLK_TRY(dnnl_primitive_execute(e->in_reorder, b->stream, 2, r), op, "reorder of the source");
         x = b->tmp_in;
     }
     dnnl_memory_set_data_handle(e->src, (void *)x);
@@ -509,11 +580,11 @@ static mrt_status blk_run(mrt_model *m, int i, int64_t N, float *y, const float 
     if (e->w) a[na++] = (dnnl_exec_arg_t){DNNL_ARG_WEIGHTS, e->w};
     if (e->bias) a[na++] = (dnnl_exec_arg_t){DNNL_ARG_BIAS, e->bias};
     BLK_TRY(dnnl_primitive_execute(e->prim, b->stream, na, a), op, "execution");
-    if (!op->dst_blocked) {
+    if (e->out_reorder) {
         dnnl_memory_set_data_handle(e->tmp_blk, work);
         dnnl_memory_set_data_handle(e->plain_dst, y);
         dnnl_exec_arg_t r[] = {{DNNL_ARG_FROM, e->tmp_blk}, {DNNL_ARG_TO, e->plain_dst}, {DNNL_ARG_SCRATCHPAD, e->scratch}};
-        BLK_TRY(dnnl_primitive_execute(e->out_reorder, b->stream, 3, r), op, "reorder to nchw");
+        BLK_TRY(dnnl_primitive_execute(e->out_reorder, b->stream, 3, r), op, "reorder of the result");
     }
     BLK_TRY(dnnl_stream_wait(b->stream), op, "stream wait");
     return MRT_OK;
@@ -587,6 +658,7 @@ mrt_status mrt_blk_add_conv(mrt_model *m, int i, const mrt_conv2d_params *p, int
 mrt_status mrt_blk_add_pool(mrt_model *m, int i, const mrt_pool2d_params *p, int dst_blocked, const char *what) {
     return blk_none(m);
 }
+mrt_status mrt_blk_store_bf16(mrt_model *m, int i, int src_bf16, int dst_bf16) { return blk_none(m); }
 mrt_status mrt_blk_conv_run(mrt_model *m, int i, int64_t N, float *y, const float *x, const float *res) {
     return blk_none(m);
 }

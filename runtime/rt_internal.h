@@ -43,6 +43,16 @@ void rt_log_hook_get(mrt_log_fn *fn, void **user);
 /** Free a model's table of prepared GEMMs (m->matmul, rt_matmul.c); NULL is ignored. */
 void rt_matmul_table_free(void *table);
 
+/* modelc --precision bf16 (rt_matmul.c). rt_cpu_bf16: 1 when oneDNN runs bf16 kernels natively
+ * on this CPU (avx512_bf16, or AMX, in its effective ISA, which DNNL_MAX_CPU_ISA may lower),
+ * else 0 (always 0 without oneDNN). rt_model_bf16: 1 when m was compiled --precision bf16, d is
+ * the CPU and rt_cpu_bf16(): its oneDNN primitives on d then compute in bf16. rt_precision_notice:
+ * at load, says once per process (MRT_LOG_WARN) where a bf16 model runs in f32 instead (a CPU
+ * without avx512_bf16, a GPU slot). */
+int rt_cpu_bf16(void);
+int rt_model_bf16(const mrt_model *m, mrt_device d);
+void rt_precision_notice(const mrt_model *m);
+
 /* ---------------------------------------------------------------- rt_npy.c */
 
 

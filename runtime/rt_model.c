@@ -387,6 +387,8 @@ mrt_status mrt_model_create_on(mrt_model **out, const mrt_model_desc *d, const m
 static mrt_status weights_finish(mrt_model *m, mrt_status st)
 {
     const mrt_model_desc *d = m->desc;
+    if (st == MRT_OK)
+        rt_precision_notice(m); /* --precision bf16 where it runs in f32 (a GPU, a CPU without bf16) */
     if (st == MRT_OK && d->init)
         st = d->init(m);
     for (int s = 0; s < d->n_slots; s++) {

@@ -46,6 +46,9 @@ Spec (NAME.json, every key optional):
   "dims": {"seq": [3, 7]}   sizes of the other symbolic dimensions, one per entry of "batches"
                       (cycled); "max_dims": {"seq": 16} passed as --max-dim seq=16 (default 16)
   "atol": 1e-5, "rtol": 1e-5, "tol": {OUTPUT: {"atol": .., "rtol": ..}}
+  "tol_of_max": 0.03125   adds that fraction of the output's max |ref| (over its finite values)
+                      to atol: a tolerance on the scale of the output (bf16 cases: the metric of
+                      bench/run.py, max |out - ref| / max |ref|)
   "expected": {OUTPUT: literal}   checked for the A inputs; a scalar fills the output,
                                   {"arange": START} is START, START+1, ... in C order
   "bits": true | [OUTPUT, ...]    bit-exact comparison for these outputs (A inputs)
@@ -56,11 +59,17 @@ Spec (NAME.json, every key optional):
                                   (nothing else is run)
   "same_as": "OTHER"              also compile cases/OTHER.model and require that its outputs on
                                   the same inputs and params are BIT-identical to this case's
-                                  (e.g. a model with 'on DEVICE' regions vs the same model without)
+                                  (e.g. a model with 'on DEVICE' regions vs the same model without;
+                                  OTHER is built without this case's "precision")
   "simd_paths": true               run the A inputs once more with MODELRT_SIMD=portable (the
                                   portable paths of rt_rows.c and of the generated kernels'
                                   x86-64-v4 copies): checked against the reference, and bit for
                                   bit against the default run (on an AVX-512 CPU, the other path)
+  "precision": "bf16"             compile with --precision bf16; the PASS line says which ran: bf16,
+                                  or the f32 fallback of a CPU without avx512_bf16 (the executable
+                                  says so at load); the case's tolerance holds for either
+  "env": {"NAME": "VALUE"}        environment for every run of the case (e.g. DNNL_MAX_CPU_ISA)
+  "stderr": "text"                the first run (A1) must print "text" on stderr
   "note": "why this case exists"
 """
 
@@ -86,7 +95,12 @@ from harness import NP_DT, CaseFail  # noqa: E402,F401
 
 CASES = os.path.join(HERE, "cases")
 SPEC_KEYS = {"inputs", "params", "batches", "max_batch", "dims", "max_dims", "atol", "rtol", "tol", "expected", "bits",
-             "oversize", "note", "flags", "expect_error", "same_as", "simd_paths"}
+             "oversize", "note", "flags", "expect_error", "same_as", "simd_paths", "precision", "env", "stderr",
+             "tol_of_max"}
+# What an executable of a --precision bf16 build says at load on a CPU without bf16 instructions
+# (runtime/rt_matmul.c, rt_precision_notice): it then runs in f32.
+BF16_FALLBACK = "compiled with --precision bf16, but this CPU has no bf16 instructions"
+BF16_GPU = "which applies to the CPU's oneDNN convolutions and matmuls only"   # and on a GPU
 
 
 # ---------------------------------------------------------------------------------- inputs
@@ -345,6 +359,9 @@ class Runner:
         self.maxdiff, self.maxdiff_tol = 0.0, self.atol
         self.cpu_maxdiff, self.cpu_tol = None, None   # --vs-cpu: the device vs the CPU
         self.notes = []
+        self.ran = None   # "precision": "bf16": what the runs computed in ("bf16", or the fallback's)
+        if self.spec.get("precision", "f32") not in ("f32", "bf16"):
+            raise CaseFail("%s.json: precision must be f32 or bf16" % name)
 
     def tol(self, out):
         t = self.spec.get("tol", {}).get(out, {})
@@ -417,9 +434,18 @@ class Runner:
         if "portable path" not in " ".join(self.notes):
             self.notes.append("portable path bit-identical to the %s one" % default_simd_path())
 
+    def scaled_atol(self, atol, ref):
+        """atol plus "tol_of_max" times max |ref| over ref's finite values."""
+        f = self.spec.get("tol_of_max", 0.0)
+        if not f:
+            return atol
+        r = np.asarray(ref, dtype=np.float64)
+        return atol + f * float(np.max(np.abs(r[np.isfinite(r)]), initial=0.0))
+
     def check_outputs(self, outs, ref, what, use_bits):
         for k in self.model.outputs:
             atol, rtol = self.tol(k)
+            atol = self.scaled_atol(atol, ref[k])
             md, tol = compare(k, outs[k], ref[k], atol, rtol, use_bits and k in self.bits, what)
             if md >= self.maxdiff:
                 self.maxdiff, self.maxdiff_tol = md, tol
@@ -440,6 +466,19 @@ class Runner:
         return True
 
     def run(self):
+        env = self.spec.get("env", {})
+        saved = {k: os.environ.get(k) for k in env}
+        os.environ.update({k: str(v) for k, v in env.items()})
+        try:
+            return self.run_in_env()
+        finally:
+            for k, v in saved.items():
+                if v is None:
+                    os.environ.pop(k, None)
+                else:
+                    os.environ[k] = v
+
+    def run_in_env(self):
         t0 = time.time()
         if self.opts.ref_only:
             for b in self.batches():
@@ -496,6 +535,8 @@ class Runner:
                         raise CaseFail("run %s%s failed (exit %d): %s"
                                        % (tag, bw, p.returncode, last_lines(p.stderr + p.stdout)))
                     outs[tag] = o
+                    if tag == "A1":
+                        self.check_stderr(p.stderr)
                     if tag in ("A1", "B"):
                         self.check_outputs(o, refs[v], "%s, inputs %s" % (bw, v) if bw else " (inputs %s)" % v,
                                            use_bits=(v == "A"))
@@ -527,22 +568,32 @@ class Runner:
             raise CaseFail("run on cpu%s failed (exit %d): %s" % (bw, p.returncode, last_lines(p.stderr + p.stdout)))
         for k in self.model.outputs:
             atol, rtol = self.tol(k)
+            atol = self.scaled_atol(atol, o[k])
             md, tol = compare(k, dev_outs[k], o[k], atol, rtol, k in self.bits,
                               "%s: %s vs cpu" % (bw, self.opts.device))
             if self.cpu_maxdiff is None or md >= self.cpu_maxdiff:
                 self.cpu_maxdiff, self.cpu_tol = md, tol
 
-    def flags(self):
+    def check_stderr(self, err):
+        want = self.spec.get("stderr")
+        if want and want not in err:
+            raise CaseFail("stderr of the first run lacks %r: %s" % (want, last_lines(err) or "(empty)"))
+        if self.spec.get("precision") == "bf16":
+            self.ran = ("bf16 -> f32 fallback: this CPU has no avx512_bf16" if BF16_FALLBACK in err else
+                        "bf16 -> f32 on the GPU (bf16 is the CPU's)" if BF16_GPU in err else "bf16")
+
+    def flags(self, precision=True):
         f = self.spec.get("flags", [])
         md = ["--max-dim", ",".join("%s=%d" % (n, v) for n, v in self.max_sizes(0).items() if n != self.model.batch_name)] \
             if len(self.model.sym_names) > 1 else []
-        return md + shlex.split(os.environ.get("MODELC_FLAGS", "")) + (shlex.split(f) if isinstance(f, str) else list(f))
+        pf = ["--precision", self.spec["precision"]] if precision and "precision" in self.spec else []
+        return md + shlex.split(os.environ.get("MODELC_FLAGS", "")) + (shlex.split(f) if isinstance(f, str) else list(f)) + pf
 
-    def exe_flags(self):
+    def exe_flags(self, precision=True):
         """flags() for building an executable: with --cuda-every K on the CPU, the cases left out
         are built without their CUDA half (nvcc is most of a case's compile time, and the CPU path
         is what runs; the cudasim suite compiles and runs every case's .cu)."""
-        return self.flags() + ([] if self.name in self.opts.nvcc_cases else ["--no-cuda"])
+        return self.flags(precision) + ([] if self.name in self.opts.nvcc_cases else ["--no-cuda"])
 
     def expect_error(self, d, prog):
         """The A inputs must make the executable fail cleanly (exit 1, the message in stderr)."""
@@ -576,7 +627,7 @@ class Runner:
         cmd = [self.opts.modelc, path, "-o", prog]
         if self.max_batch is not None:
             cmd += ["--max-batch", str(self.max_batch)]
-        cmd += self.exe_flags()
+        cmd += self.exe_flags(precision=False)
         p = run_cmd(cmd, "compile (same_as %s)" % other)
         if p.returncode != 0 or not os.path.exists(prog):
             raise CaseFail("compile of same_as %s failed (exit %d): %s"
@@ -690,8 +741,8 @@ def run_case(args):
         return False, "FAIL: numeric/%s: runner error: %s: %s" % (name, type(e).__name__, e)
     # maxdiff: the largest |out - ref| over all outputs and runs; tol: the tolerance
     # (atol + rtol*|ref|, or 0 for a bit-exact output) at that element.
-    line = "PASS: numeric/%s (maxdiff %.2g, tol %.2g%s)" % (
-        name, r.maxdiff, r.maxdiff_tol,
+    line = "PASS: numeric/%s (%smaxdiff %.2g, tol %.2g%s)" % (
+        name, r.ran + ": " if r.ran else "", r.maxdiff, r.maxdiff_tol,
         "" if r.cpu_maxdiff is None else "; vs cpu maxdiff %.2g, tol %.2g" % (r.cpu_maxdiff, r.cpu_tol))
     if "expect_error" in r.spec and not extra:
         line = "PASS: numeric/%s (run rejected as expected)" % name
