@@ -1310,6 +1310,16 @@ def esc(s):
 
 # ------------------------------------------------------------------------- main
 
+def cpu_has_bf16():
+    """Whether /proc/cpuinfo lists avx512_bf16 or amx_bf16 (None when it cannot be read)."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            flags = re.search(r"^flags\s*:\s*(.*)$", f.read(), re.M).group(1).split()
+    except (OSError, AttributeError):
+        return None
+    return "avx512_bf16" in flags or "amx_bf16" in flags
+
+
 def probe(device, no_ort, no_ov, no_compile, budget):
     """{peer: None when usable, else why it is skipped} for this Python."""
     have = {}
@@ -1340,14 +1350,8 @@ def probe(device, no_ort, no_ov, no_compile, budget):
     if no_ov:
         have["ov"] = "--no-ov"
     have["ov_bf16"] = have["ov"]
-    if have["ov"] is None:
-        try:
-            with open("/proc/cpuinfo") as f:
-                flags = re.search(r"^flags\s*:\s*(.*)$", f.read(), re.M).group(1).split()
-            if "avx512_bf16" not in flags and "amx_bf16" not in flags:
-                have["ov_bf16"] = "the CPU has neither avx512_bf16 nor amx_bf16 (OpenVINO would run f32)"
-        except (OSError, AttributeError):
-            pass
+    if have["ov"] is None and cpu_has_bf16() is False:
+        have["ov_bf16"] = "the CPU has neither avx512_bf16 nor amx_bf16 (OpenVINO would run f32)"
     for p in ("ort", "ov", "ov_bf16"):
         if have["torch"] and not have[p]:
             have[p] = "no PyTorch to export the ONNX model and give the reference"
@@ -1356,14 +1360,8 @@ def probe(device, no_ort, no_ov, no_compile, budget):
     have["modelc_bf16"] = None
     if device != "cpu":
         have["modelc_bf16"] = "--precision bf16 applies to the CPU only (on a GPU the model runs f32)"
-    else:
-        try:
-            with open("/proc/cpuinfo") as f:
-                flags = re.search(r"^flags\s*:\s*(.*)$", f.read(), re.M).group(1).split()
-            if "avx512_bf16" not in flags and "amx_bf16" not in flags:
-                have["modelc_bf16"] = "the CPU has neither avx512_bf16 nor amx_bf16 (modelc would run f32)"
-        except (OSError, AttributeError):
-            pass
+    elif cpu_has_bf16() is False:
+        have["modelc_bf16"] = "the CPU has neither avx512_bf16 nor amx_bf16 (modelc would run f32)"
     return have
 
 

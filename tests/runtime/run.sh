@@ -133,43 +133,34 @@ elif ! "$work/test_tanh" 61; then
     failed=1
 fi
 
-# The direct depthwise conv2d (rt_dwconv.c) against a double reference on random shapes, then its
-# portable path (MODELRT_DWCONV=portable) the same way; the two must agree bit for bit.
-# shellcheck disable=SC2086
-if ! "$CC" -std=c11 -D_GNU_SOURCE -O1 -g -Wall -Wextra $CFLAGS_EXTRA -Iruntime \
-        tests/runtime/test_dwconv.c "$lib" $libs -lm -lpthread -o "$work/test_dwconv" 2>"$work/cc5.log" ||
-        [ -s "$work/cc5.log" ]; then
-    echo "FAIL: runtime/dwconv/build: compiling tests/runtime/test_dwconv.c failed or warned:"
-    sed 's/^/    /' "$work/cc5.log" | head -40
-    failed=1
-elif ! "$work/test_dwconv" "$work/dw_default.bin" ||
-        ! (set -o pipefail; MODELRT_DWCONV=portable "$work/test_dwconv" "$work/dw_portable.bin" |
-           sed 's|runtime/dwconv|runtime/dwconv/portable|'); then
-    failed=1
-elif ! cmp -s "$work/dw_default.bin" "$work/dw_portable.bin"; then
-    echo "FAIL: runtime/dwconv/paths: the default and the portable depthwise paths differ ($(cmp "$work/dw_default.bin" "$work/dw_portable.bin" 2>&1 | head -1))"
-    failed=1
-else
-    echo "PASS: runtime/dwconv/paths (the default and the portable path agree bit for bit)"
-fi
+# A CPU kernel with two paths (AVX-512 chosen at run time, and a portable one that ENV=portable
+# forces): its test program against references in double, once per path; the two runs' output
+# files must then agree bit for bit.
+#   two_paths NAME SOURCE ENV WHAT
+two_paths() {
+    local name=$1 src=$2 env=$3 what=$4
+    # shellcheck disable=SC2086
+    if ! "$CC" -std=c11 -D_GNU_SOURCE -O1 -g -Wall -Wextra $CFLAGS_EXTRA -Iruntime \
+            "$src" "$lib" $libs -lm -lpthread -o "$work/test_$name" 2>"$work/cc_$name.log" ||
+            [ -s "$work/cc_$name.log" ]; then
+        echo "FAIL: runtime/$name/build: compiling $src failed or warned:"
+        sed 's/^/    /' "$work/cc_$name.log" | head -40
+        failed=1
+    elif ! "$work/test_$name" "$work/${name}_default.bin" ||
+            ! (set -o pipefail; env "$env=portable" "$work/test_$name" "$work/${name}_portable.bin" |
+               sed "s|runtime/$name|runtime/$name/portable|"); then
+        failed=1
+    elif ! cmp -s "$work/${name}_default.bin" "$work/${name}_portable.bin"; then
+        echo "FAIL: runtime/$name/paths: the default and the portable $what differ ($(cmp "$work/${name}_default.bin" "$work/${name}_portable.bin" 2>&1 | head -1))"
+        failed=1
+    else
+        echo "PASS: runtime/$name/paths (the default and the portable path agree bit for bit)"
+    fi
+}
 
+# The direct depthwise conv2d (rt_dwconv.c) against a double reference on random shapes.
+two_paths dwconv tests/runtime/test_dwconv.c MODELRT_DWCONV "depthwise paths"
 # The row kernels of rt_rows.c (softmax, layer norm) and mrt_exp_nonpos against references in
-# double, then the same under MODELRT_SIMD=portable; the two paths must agree bit for bit.
-# shellcheck disable=SC2086
-if ! "$CC" -std=c11 -D_GNU_SOURCE -O1 -g -Wall -Wextra $CFLAGS_EXTRA -Iruntime \
-        tests/runtime/test_rows.c "$lib" $libs -lm -lpthread -o "$work/test_rows" 2>"$work/cc6.log" ||
-        [ -s "$work/cc6.log" ]; then
-    echo "FAIL: runtime/rows/build: compiling tests/runtime/test_rows.c failed or warned:"
-    sed 's/^/    /' "$work/cc6.log" | head -40
-    failed=1
-elif ! "$work/test_rows" "$work/rows_default.bin" ||
-        ! (set -o pipefail; MODELRT_SIMD=portable "$work/test_rows" "$work/rows_portable.bin" |
-           sed 's|runtime/rows|runtime/rows/portable|'); then
-    failed=1
-elif ! cmp -s "$work/rows_default.bin" "$work/rows_portable.bin"; then
-    echo "FAIL: runtime/rows/paths: the default and the portable row kernels differ ($(cmp "$work/rows_default.bin" "$work/rows_portable.bin" 2>&1 | head -1))"
-    failed=1
-else
-    echo "PASS: runtime/rows/paths (the default and the portable path agree bit for bit)"
-fi
+# double.
+two_paths rows tests/runtime/test_rows.c MODELRT_SIMD "row kernels"
 exit $failed
