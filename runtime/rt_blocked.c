@@ -56,7 +56,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 #include <unistd.h>
 
 #include "modelrt.h"
@@ -624,12 +623,8 @@ mrt_status mrt_blk_release_weights(mrt_model *m, int i) {
      * batch size may want another one */
     if (op->kind != 0 || op->winograd || !op->w || op->ncache < 1 || (keep && !strcmp(keep, "1"))) return MRT_OK;
     /* the whole pages inside [w, w + bytes): other params may share the pages at its ends */
-    long pg = sysconf(_SC_PAGESIZE);
     size_t bytes = (size_t)op->cp.O * (size_t)(op->cp.C / op->cp.groups) * (size_t)op->cp.kh * (size_t)op->cp.kw * sizeof(float);
-    uintptr_t lo = ((uintptr_t)op->w + (uintptr_t)pg - 1) & ~((uintptr_t)pg - 1);
-    uintptr_t hi = ((uintptr_t)op->w + bytes) & ~((uintptr_t)pg - 1);
-    if (pg > 0 && hi > lo)
-        (void)madvise((void *)lo, hi - lo, MADV_DONTNEED); /* advice: on failure the pages just stay */
+    mrt_cpu_release((void *)op->w, bytes);
     op->w = NULL;
     b->released = 1;
     return MRT_OK;
