@@ -3,6 +3,8 @@
  *
  *   cc -O2 gemm_bench.c -DSGEMM_CBLAS=cblas_sgemm -lopenblas -o gemm_openblas
  *   cc -O2 gemm_bench.c -DSGEMM_DNNL -ldnnl -o gemm_dnnl
+ *   cc -O2 gemm_bench.c -DSGEMM_XSMM -fopenmp -lxsmmext -lxsmm -o gemm_xsmm
+ *   cc -O2 gemm_bench.c -DSGEMM_OWN own_gemm.o -fopenmp -o gemm_own   (see own_gemm.c)
  *   ./gemm_openblas NAME [MIN_SECONDS]      (bench/gemm/run.sh builds and runs every library)
  *
  * Every shape is C[M,N] = A[M,K] * B[K,N], row-major, no transposes, alpha 1, beta 0: the layout
@@ -49,8 +51,30 @@ enum { CblasRowMajor = 101, CblasNoTrans = 111 };
 const char *INFO_CONFIG(void);
 const char *INFO_CORE(void);
 #endif
-#if !defined(SGEMM_DNNL) && !defined(SGEMM_CBLAS)
-#error "define SGEMM_CBLAS=<cblas_sgemm symbol> or SGEMM_DNNL"
+#if defined(SGEMM_XSMM)
+/* libxsmm 1.17 (column-major, Fortran-style pointers): libxsmm_sgemm_omp, the OpenMP-threaded
+ * tiled GEMM of libxsmmext (its JIT micro-kernels), linked without a BLAS. */
+#include <libxsmm.h>
+/* The BLAS sgemm_ libxsmm hands the shapes its tiled path does not take to: here it computes
+ * nothing and counts the call, so that such a shape is reported as "BLAS" rather than timed. */
+static long blas_fallbacks;
+void sgemm_(const char *ta, const char *tb, const libxsmm_blasint *m, const libxsmm_blasint *n,
+            const libxsmm_blasint *k, const float *alpha, const float *a, const libxsmm_blasint *lda, const float *b,
+            const libxsmm_blasint *ldb, const float *beta, float *c, const libxsmm_blasint *ldc) {
+    (void)ta, (void)tb, (void)m, (void)n, (void)k, (void)alpha, (void)a, (void)lda, (void)b, (void)ldb;
+    (void)beta, (void)c, (void)ldc;
+    blas_fallbacks++;
+}
+/* the other BLAS symbols libxsmm.a refers to: never called here */
+void dgemm_(void) { abort(); }
+void dgemv_(void) { abort(); }
+void sgemv_(void) { abort(); }
+#elif defined(SGEMM_OWN)
+void own_sgemm(int M, int N, int K, const float *a, const float *b, float *c);   /* own_gemm.c */
+extern const char own_gemm_config[];
+#endif
+#if !defined(SGEMM_DNNL) && !defined(SGEMM_CBLAS) && !defined(SGEMM_XSMM) && !defined(SGEMM_OWN)
+#error "define SGEMM_CBLAS=<cblas_sgemm symbol>, SGEMM_DNNL, SGEMM_XSMM or SGEMM_OWN"
 #endif
 
 typedef struct {
@@ -91,6 +115,13 @@ static void sgemm(float *c, const float *a, const float *b, int M, int N, int K)
         fprintf(stderr, "dnnl_sgemm(%d, %d, %d) failed: status %d\n", M, N, K, st);
         exit(1);
     }
+#elif defined(SGEMM_XSMM)
+    /* row-major c = a b is column-major c^T = b^T a^T: m = N, n = M, first operand b (ld N) */
+    const libxsmm_blasint m = N, n = M, k = K, lda = N, ldb = K, ldc = N;
+    const float one = 1.0f, zero = 0.0f;
+    libxsmm_sgemm_omp("N", "N", &m, &n, &k, &one, b, &lda, a, &ldb, &zero, c, &ldc);
+#elif defined(SGEMM_OWN)
+    own_sgemm(M, N, K, a, b, c);
 #else
     SGEMM_CBLAS(CblasRowMajor, CblasNoTrans, CblasNoTrans, M, N, K, 1.0f, a, K, b, N, 0.0f, c, N);
 #endif
@@ -136,6 +167,14 @@ int main(int argc, char **argv) {
     printf("# %s: oneDNN %d.%d.%d (%s), cpu runtime %u (1 seq, 2 omp, 4 tbb, 8 threadpool, 512 sycl)\n", name, v->major,
            v->minor, v->patch, v->hash, v->cpu_runtime);
 #endif
+#if defined(SGEMM_XSMM)
+    libxsmm_init();
+    printf("# %s: libxsmm %s (%s), target %s, libxsmm_sgemm_omp\n", name, LIBXSMM_VERSION, LIBXSMM_BRANCH,
+           libxsmm_get_target_arch());
+    fflush(stdout);
+#elif defined(SGEMM_OWN)
+    printf("# %s: own_gemm.c, %s\n", name, own_gemm_config);
+#endif
     printf("%-14s %-22s %5s %6s %5s %9s %8s %8s %8s\n", "library", "shape", "M", "N", "K", "ms", "GFLOP/s",
            "best", "err/tol");
     for (size_t s = 0; s < sizeof SHAPES / sizeof SHAPES[0]; s++) {
@@ -160,6 +199,15 @@ int main(int argc, char **argv) {
         qsort(t, n, sizeof(double), cmp_double);
         double med = n % 2 ? t[n / 2] : 0.5 * (t[n / 2 - 1] + t[n / 2]);
         double err = check(c, a, b, M, N, K);
+#if defined(SGEMM_XSMM)
+        if (blas_fallbacks) {   /* libxsmm did not compute this shape itself */
+            printf("%-14s %-22s %5d %6d %5d %9s %8s %8s %8s  FALLBACK (handed to BLAS sgemm_, not timed)\n", name,
+                   sh->name, M, N, K, "-", "-", "-", "-");
+            blas_fallbacks = 0;
+            free(t), free(a), free(b), free(c);
+            continue;
+        }
+#endif
         printf("%-14s %-22s %5d %6d %5d %9.4f %8.1f %8.1f %8.2f%s\n", name, sh->name, M, N, K, med * 1e3,
                2.0 * M * N * K / med * 1e-9, 2.0 * M * N * K / t[0] * 1e-9, err, err <= 1 ? "" : "  FAILED");
         fflush(stdout);

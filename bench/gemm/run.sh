@@ -13,6 +13,9 @@
 #                     dpcpp-cpp-rt and tbb put libsycl, libsvml, libtbb beside it), dnnl_sgemm
 #   debian-blis       libblis-dev (BLIS 0.9, OpenMP), its cblas_sgemm
 #   pypi-mkl          the mkl wheel (libmkl_rt), cblas_sgemm
+#   debian-xsmm       libxsmm-dev (libxsmm 1.17, static), libxsmm_sgemm_omp of libxsmmext (OpenMP)
+#   own               bench/gemm/own_gemm.c: a blocked GEMM in plain C (gcc -O3 -march=native -fopenmp)
+# GEMM_ONLY="debian-dnnl debian-xsmm own" (column names) runs only those columns.
 # --install first installs the missing ones: the Debian packages with apt-get, the wheels into
 # build/gemm-venv with pip (pinned below). Builds go to build/gemm/.
 set -u
@@ -31,7 +34,7 @@ export OPENBLAS_NUM_THREADS=$THREADS OMP_NUM_THREADS=$THREADS BLIS_NUM_THREADS=$
 
 if [ $INSTALL = 1 ]; then
     DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
-        libopenblas-dev libdnnl-dev libblis-dev >/dev/null || echo "gemm: apt-get install failed"
+        libopenblas-dev libdnnl-dev libblis-dev libxsmm-dev >/dev/null || echo "gemm: apt-get install failed"
     [ -x $VENV/bin/python ] || python3 -m venv $VENV
     # shellcheck disable=SC2086
     $VENV/bin/pip install -q $PINS || echo "gemm: pip install failed (offline?)"
@@ -45,6 +48,7 @@ pipver() { [ -n "$SITE" ] && ls -d "$SITE/$1"-*.dist-info 2>/dev/null | sed 's/.
 # run NAME ENV... -- CC-ARGS...: build $OUT/NAME, run it with ENV
 run() {
     local name=$1; shift
+    case " ${GEMM_ONLY:-$name} " in *" $name "*) ;; *) return ;; esac
     local envs=()
     while [ "$1" != -- ]; do envs+=("$1"); shift; done
     shift
@@ -105,6 +109,20 @@ if [ -n "$SITE" ] && [ -f $VENV/lib/libmkl_rt.so.3 ]; then
 else
     echo "# pypi-mkl: skipped: no mkl wheel in $VENV (--install)"
 fi
+if have_pkg libxsmm-dev; then
+    echo "# debian-xsmm: libxsmm-dev $(pkgver libxsmm-dev)"
+    run debian-xsmm -- -DSGEMM_XSMM -fopenmp -lxsmmext -lxsmm -lpthread -lrt -ldl
+else
+    echo "# debian-xsmm: skipped: libxsmm-dev not installed (apt-get install libxsmm-dev)"
+fi
+OWNFLAGS="-O3 -march=native -fopenmp -ffp-contract=fast -std=gnu11"
+# shellcheck disable=SC2086
+if cc $OWNFLAGS -c bench/gemm/own_gemm.c -o $OUT/own_gemm.o 2>"$OUT/own_gemm.build.log"; then
+    echo "# own: bench/gemm/own_gemm.c, $(cc --version | head -1), $OWNFLAGS"
+    run own -- -DSGEMM_OWN $OUT/own_gemm.o -fopenmp
+else
+    echo "# own: skipped: own_gemm.c did not build: $(tail -1 "$OUT/own_gemm.build.log")"
+fi
 }
 
 # The measurements as they come, then one table: GFLOP/s of the median call (of the fastest), a
@@ -117,9 +135,12 @@ for line in open(sys.argv[1]):
     f = line.split()
     if not f or f[0] in ("#", "library") or len(f) < 9:
         continue
+    fb = "FALLBACK" in f   # libxsmm handed the shape to BLAS: not timed
+    if fb:
+        f = f[:f.index("FALLBACK")]
     bad = f[-1] == "FAILED"
     f = f[:-1] if bad else f
-    lib, gf = f[0], "wrong" if bad else "%s (%s)" % (f[-3], f[-2])
+    lib, gf = f[0], "BLAS" if fb else "wrong" if bad else "%s (%s)" % (f[-3], f[-2])
     shape = "%s (%s)" % (" ".join(f[1:-7]), " x ".join(f[-7:-4]))
     if lib not in libs:
         libs.append(lib)
