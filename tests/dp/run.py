@@ -105,6 +105,34 @@ def check_rows(modelc, d, devs, report):
         report(tag, why)
 
 
+def check_load_only(modelc, d, devs, report):
+    """--devices on a model with a param that only a load-time kernel reads (w1, read by w1 * 0.5,
+    computed once at load; GPT-2's position table and a batch norm folded into a conv are the
+    same): its region is gone after the first replica loads, so the others read the file too
+    (mrt_dp_load_weights) instead of copying. vs the shards alone (check) and NumPy (1e-5)."""
+    src = os.path.join(d, "lo.model")
+    with open(src, "w") as f:
+        f.write("model lo {\n  input x: f32[batch, 64]\n  param w1: f32[10, 64]\n  output y = linear(x, w1 * 0.5)\n}\n")
+    prog = os.path.join(d, "lo")
+    p = sh([modelc, src, "--max-batch", "8", "-o", prog] + ([] if devs[0].startswith("cuda") else ["--no-cuda"]))
+    if p.returncode:
+        report("load_only", "modelc failed: " + p.stderr[-300:])
+        return
+    rng = np.random.default_rng(5)
+    w1 = rng.standard_normal((10, 64)).astype(np.float32)
+    w = os.path.join(d, "lo.safetensors")
+    safetensors_np.write(w, {"w1": w1})
+    x = rng.standard_normal((7, 64)).astype(np.float32)
+    why = check(prog, w, x, "x", "y", devs, d, "load_only")
+    if why is None:
+        ref = x.astype(np.float64) @ (w1.astype(np.float64) * 0.5).T
+        err = float(np.max(np.abs(np.load(os.path.join(d, "dp_load_only.npy")) - ref)) / np.max(np.abs(ref)))
+        print("  load_only: vs NumPy %.1e (tolerance %.0e)" % (err, ATOL))
+        if err > ATOL:
+            why = "the data-parallel run differs from NumPy by %.1e" % err
+    report("load_only", why)
+
+
 # training builds whose ops mix batch items outside the loss's reduction: data-parallel training
 # would change the step, so --devices and mpirun refuse them (modelc's graph_dp_trainable)
 MIX_TRAIN = {
@@ -1120,6 +1148,7 @@ def main():
             return 1 if fails else 0
         if a.only in (None, "rows"):
             check_rows(modelc, d, devs, report)
+            check_load_only(modelc, d, devs, report)
             check_dp_error_position(modelc, d, devs, report)
         if a.only == "rows":
             pipe.main(modelc, d, a.device_kind, report, only="rows")
