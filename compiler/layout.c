@@ -183,7 +183,9 @@ static bool conv_candidate(Kernel *k) {
 
 static bool pool_candidate(const Kernel *k) {
     const Node *r = k->lib;
-    return k->kind == K_LIBRARY && r && r->op == OP_MAXPOOL2D && blockable(r) && r->in[0] == view_base(r->in[0]);
+    /* undilated only: oneDNN 2.6 has only its reference kernel for a dilated max pooling */
+    return k->kind == K_LIBRARY && r && r->op == OP_MAXPOOL2D && blockable(r) && r->in[0] == view_base(r->in[0]) &&
+           r->dilation[0] == 1 && r->dilation[1] == 1;
 }
 
 static bool ew_candidate(const Kernel *k) {
