@@ -32,10 +32,11 @@
 
 #include <string.h>
 
-/* A blocked conv (groups 1) or max pool kernel: the readers that take a bf16 value. */
+/* A blocked conv (grouped and depthwise ones too: oneDNN's jit_dw and grouped kernels read
+ * bf16) or max pool kernel: the readers that take a bf16 value. */
 static bool bf16_reader(const Kernel *k) {
     if (k->blk < 0) return false;
-    if (k->gemm) return k->gemm->op == OP_CONV2D && k->gemm->groups == 1;
+    if (k->gemm) return k->gemm->op == OP_CONV2D;
     return k->lib && k->lib->op == OP_MAXPOOL2D;
 }
 
