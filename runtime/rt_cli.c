@@ -99,6 +99,9 @@ static void cli_help(const mrt_model_info *info, const char *prog)
         printf("It is a training build (modelc --train): '%s train' trains it on .npy files, one\n"
                "optimizer step per batch ('%s train --help' lists its options); a plain run is one such step.\n",
                prog, prog);
+    if (info->desc && info->desc->precision == MRT_PRECISION_BF16)
+        printf("It was compiled with --precision bf16: on a CPU with avx512_bf16 its oneDNN convolutions and\n"
+               "GEMMs against constant weights compute in bf16 (f32 sums); elsewhere, or on a GPU, in f32.\n");
     if (info->has_batch)
         printf("The batch is inferred from the inputs' shapes: up to %d per run; a larger batch\n"
                "runs in chunks of %d when it is the leading axis of every input and output.\n",
