@@ -73,17 +73,25 @@ model rows {
 """
 
 
+def build(modelc, d, name, text, max_batch, devs, report, tag):
+    """Write TEXT as D/NAME.model and compile it to D/NAME at --max-batch MAX_BATCH (--no-cuda
+    unless the devices are GPUs): the executable's path, or None after reporting TAG failed."""
+    src, prog = os.path.join(d, name + ".model"), os.path.join(d, name)
+    with open(src, "w") as f:
+        f.write(text)
+    p = sh([modelc, src, "--max-batch", str(max_batch), "-o", prog] + ([] if devs[0].startswith("cuda") else ["--no-cuda"]))
+    if p.returncode:
+        report(tag, "modelc failed: " + p.stderr[-300:])
+        return None
+    return prog
+
+
 def check_rows(modelc, d, devs, report):
     """--devices on a model whose outputs have batch*2 rows: vs the shards run alone (check), and
     both outputs vs NumPy (pipe.rows_ref, 1e-5); batch 13 over --max-batch 8 also runs the plain
     chunking's cut of the same buffers."""
-    src = os.path.join(d, "rows.model")
-    with open(src, "w") as f:
-        f.write(ROWS)
-    prog = os.path.join(d, "rows")
-    p = sh([modelc, src, "--max-batch", "8", "-o", prog] + ([] if devs[0].startswith("cuda") else ["--no-cuda"]))
-    if p.returncode:
-        report("rows", "modelc failed: " + p.stderr[-300:])
+    prog = build(modelc, d, "rows", ROWS, 8, devs, report, "rows")
+    if not prog:
         return
     rng = np.random.default_rng(3)
     w1 = rng.standard_normal((10, 64)).astype(np.float32) / 8
@@ -110,13 +118,9 @@ def check_load_only(modelc, d, devs, report):
     computed once at load; GPT-2's position table and a batch norm folded into a conv are the
     same): its region is gone after the first replica loads, so the others read the file too
     (mrt_dp_load_weights) instead of copying. vs the shards alone (check) and NumPy (1e-5)."""
-    src = os.path.join(d, "lo.model")
-    with open(src, "w") as f:
-        f.write("model lo {\n  input x: f32[batch, 64]\n  param w1: f32[10, 64]\n  output y = linear(x, w1 * 0.5)\n}\n")
-    prog = os.path.join(d, "lo")
-    p = sh([modelc, src, "--max-batch", "8", "-o", prog] + ([] if devs[0].startswith("cuda") else ["--no-cuda"]))
-    if p.returncode:
-        report("load_only", "modelc failed: " + p.stderr[-300:])
+    prog = build(modelc, d, "lo", "model lo {\n  input x: f32[batch, 64]\n  param w1: f32[10, 64]\n"
+                 "  output y = linear(x, w1 * 0.5)\n}\n", 8, devs, report, "load_only")
+    if not prog:
         return
     rng = np.random.default_rng(5)
     w1 = rng.standard_normal((10, 64)).astype(np.float32)
@@ -383,13 +387,8 @@ def check_dp_error_position(modelc, d, devs, report):
     """A bad id in item 10 of 12 on two replicas (items 6..11 on the second) at --max-batch 4
     (the replica runs items 6..9, then 10..11): the error names the replica, its items, the id,
     its position 1 and the batch item the positions count from (10); no output is written."""
-    src = os.path.join(d, "emb.model")
-    with open(src, "w") as f:
-        f.write(EMB)
-    prog = os.path.join(d, "emb")
-    p = sh([modelc, src, "--max-batch", "4", "-o", prog] + ([] if devs[0].startswith("cuda") else ["--no-cuda"]))
-    if p.returncode:
-        report("error_position", "modelc failed: " + p.stderr[-300:])
+    prog = build(modelc, d, "emb", EMB, 4, devs, report, "error_position")
+    if not prog:
         return
     w = os.path.join(d, "emb.safetensors")
     safetensors_np.write(w, {"e": np.arange(40, dtype=np.float32).reshape(10, 4)})
