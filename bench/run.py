@@ -22,7 +22,7 @@ exported once with torch.onnx.export and brought in by tools/onnx2model.py from 
 ONNX Runtime and OpenVINO time too. GPT-2 small and MiniLM at 128 tokens are .model files this script
 writes into build/bench/ (examples/gpt2/gen_model.py with seq 128; minilm.model with T = 32
 rewritten to 128), since a .model has static shapes. --quick: digits b1 and b360 and resnet18 b1,
-about 0.3 s of runs per measurement, one measurement (else 1.5 s, the median of 3).
+about 0.3 s of runs per peer in one round (else 1.5 s in 3 rounds of 0.5 s).
 
 Each case, in this order:
   1. weights and inputs are written with the examples' own NumPy scripts (cached in build/bench/),
@@ -30,10 +30,16 @@ Each case, in this order:
   3. every other peer runs once and its outputs are compared with the reference: max |x - ref|
      over all outputs relative to max |ref| must be at most 1e-3 (f32) or 5e-2 (bf16); a peer
      that disagrees is not timed and the table says so,
-  4. each peer is timed in its own child process: warm-up, then about 1.5 s of runs (0.3 s
-     with --quick), the median; modelc's executable times itself (`--time --repeat N`: the mean
-     of N runs after its warm-up ones, N >= 3 sized from a warm calibration run, the median of
-     3 such measurements). torch.compile's compile
+  4. the peers that agree are timed in rounds (3, or 1 with --quick): in each round every peer
+     runs for about 0.5 s (0.3 s with --quick), the order rotated by one each round, so that a
+     slow spell of the machine falls on all of them alike rather than on whichever was being
+     timed (on this shared 2-core VM one peer's time moved by up to 2x between two full runs
+     when each peer was timed in one block). Each Python peer's child stays alive from its
+     check to its last round (loaded once; warm-up calls before each round's timed calls);
+     modelc's executable runs once per round and times itself (`--time --repeat N`, N >= 3
+     sized from a warm calibration run, after its warm-up run). Within a round a peer's time is
+     the median of its calls (modelc: the median its executable prints); the table's time is
+     the median of the rounds' times, all kept in the JSON (round_ms). torch.compile's compile
      time and the ONNX export are not counted.
      modelc --precision bf16 (the "modelc bf16" column, on a CPU with avx512_bf16 or AMX; else
      skipped, as its executable would run f32) is built and timed as modelc is, checked against
@@ -832,11 +838,96 @@ def worker(spec_path):
         res["agree"] = bool(res["rel"] <= s["tol"])
     else:
         res["agree"] = True
+    if res["agree"] and s.get("time", True) and s.get("serve"):
+        return serve(run, res, s["result"])
     if res["agree"] and s.get("time", True):
         res["ms"], res["runs"] = time_callable(run, s["target_s"])
     with open(s["result"], "w") as f:
         json.dump(res, f)
     return 0
+
+
+def serve(run, res, result_path):
+    """A loaded, checked peer stays alive to be timed in rounds (Bench.rounds): writes its result
+    file, says "@@bench ready" on stdout, then answers each "time S" line on stdin with one
+    "@@bench {ms, runs}" line (time_callable for about S seconds) until "quit" or end of input.
+    The libraries' own output to stdout goes to stderr, so stdout carries these lines alone."""
+    proto = os.fdopen(os.dup(1), "w", buffering=1)
+    os.dup2(2, 1)
+    with open(result_path, "w") as f:
+        json.dump(res, f)
+    proto.write("@@bench ready\n")
+    for line in sys.stdin:
+        words = line.split()
+        if not words or words[0] == "quit":
+            break
+        if words[0] == "time" and len(words) == 2:
+            ms, runs = time_callable(run, float(words[1]))
+            proto.write("@@bench %s\n" % json.dumps({"ms": ms, "runs": runs}))
+    return 0
+
+
+class Served:
+    """A peer's worker process kept alive between its check and its timed rounds (serve()): the
+    same bench/peak_rss.c wrapper as run_child, so close() gives its peak RSS."""
+
+    def __init__(self, cmd, env, timeout):
+        self.out = tempfile.TemporaryFile()
+        self.rf = tempfile.NamedTemporaryFile("r", suffix=".rss")
+        self.timeout = timeout
+        self.p = subprocess.Popen(([PEAK_RSS, self.rf.name] if PEAK_RSS else []) + cmd, stdin=subprocess.PIPE,
+                                  stdout=subprocess.PIPE, stderr=self.out, env=env, cwd=ROOT,
+                                  start_new_session=True, text=True, bufsize=1)
+        self.t0 = time.time()
+
+    def reply(self, timeout):
+        """The next "@@bench ..." line's text after the tag, or None when the process ended (or
+        was killed after `timeout` seconds)."""
+        timer = threading.Timer(timeout, lambda: os.killpg(self.p.pid, 9))
+        timer.start()
+        try:
+            for line in self.p.stdout:
+                if line.startswith("@@bench "):
+                    return line[len("@@bench "):].strip()
+            return None
+        finally:
+            timer.cancel()
+
+    def time(self, seconds):
+        """(median ms per call, calls) of about `seconds` of timed calls; raises RuntimeError when
+        the worker died."""
+        self.p.stdin.write("time %g\n" % seconds)
+        self.p.stdin.flush()
+        r = self.reply(self.timeout)
+        if r is None:
+            raise RuntimeError("the worker ended: %s" % self.errors())
+        d = json.loads(r)
+        return d["ms"], d["runs"]
+
+    def errors(self):
+        self.out.seek(0)
+        lines = [l for l in self.out.read().decode(errors="replace").strip().splitlines() if l.strip()]
+        return lines[-1][:240] if lines else "no output"
+
+    def close(self):
+        """End the worker; its peak RSS in MiB (None without bench/peak_rss)."""
+        try:
+            self.p.stdin.write("quit\n")
+            self.p.stdin.close()
+        except (BrokenPipeError, OSError, ValueError):
+            pass
+        try:
+            self.p.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            os.killpg(self.p.pid, 9)
+            self.p.wait()
+        try:
+            rss = int(self.rf.read().strip()) / 1024.0 if PEAK_RSS else None
+        except ValueError:
+            rss = None
+        self.rf.close()
+        self.out.close()
+        return rss
 
 
 def onnx_export(model, example_in, names_in, names_out, path):
@@ -863,6 +954,7 @@ def onnx_export(model, example_in, names_in, names_out, path):
 # ------------------------------------------------------------------------- the parent
 
 TIME_RE = re.compile(r"time: ([0-9.eE+-]+) ms per run")
+MEDIAN_RE = re.compile(r"time: median ([0-9.eE+-]+) ms per run")
 
 
 class Bench:
@@ -872,6 +964,9 @@ class Bench:
         self.reps = 1 if a.quick else 3
         self.env = dict(os.environ, OMP_NUM_THREADS=str(threads), PYTHONUNBUFFERED="1")
         self.exes = {}
+        self.timers = []   # this case's (peer, fn(seconds) -> (ms, runs)), timed in rounds()
+        self.served = {}   # this case's live peer workers (Served), by peer
+        self.rss = {}      # the largest peak RSS of a modelc peer's timed children, by peer
 
     def over_budget(self):
         return self.a.budget is not None and time.time() - T_START > self.a.budget
@@ -882,14 +977,32 @@ class Bench:
         spec = {"peer": peer, "case": case.key, "weights": w, "inputs": ipaths, "threads": self.threads,
                 "device": self.a.device, "input_order": case.inputs, "output_order": case.outputs,
                 "target_s": self.target, "ref": ref, "tol": tol, "save": save, "onnx": onnx,
-                "time": timed, "result": os.path.join(wd, "result_%s.json" % peer)}
+                "time": timed, "serve": timed, "result": os.path.join(wd, "result_%s.json" % peer)}
         sp = os.path.join(wd, "spec_%s.json" % peer)
         with open(sp, "w") as f:
             json.dump(spec, f)
         if os.path.exists(spec["result"]):
             os.unlink(spec["result"])
-        rc, out, err, rss, secs = run_child([sys.executable, os.path.abspath(__file__), "--worker", sp],
-                                            self.env, timeout=self.a.child_timeout)
+        cmd = [sys.executable, os.path.abspath(__file__), "--worker", sp]
+        if timed:   # checked now, timed later in the case's rounds (Bench.rounds) by the same process
+            srv = Served(cmd, self.env, self.a.child_timeout)
+            ready = srv.reply(self.a.child_timeout)
+            if ready is None or not os.path.exists(spec["result"]):   # failed, or disagreed (then it ended)
+                why, secs = srv.errors(), time.time() - srv.t0
+                rss, rc = srv.close(), srv.p.returncode
+                if not os.path.exists(spec["result"]):
+                    return {"error": "exit %d after %.0fs: %s" % (rc, secs, why)}
+                with open(spec["result"]) as f:
+                    r = json.load(f)
+                r["rss_mib"], r["wall_s"] = rss, secs
+                return r
+            with open(spec["result"]) as f:
+                r = json.load(f)
+            r["wall_s"] = time.time() - srv.t0
+            self.served[peer] = srv
+            self.timers.append((peer, srv.time))
+            return r
+        rc, out, err, rss, secs = run_child(cmd, self.env, timeout=self.a.child_timeout)
         if rc != 0 or not os.path.exists(spec["result"]):
             lines = [l for l in (err + out).strip().splitlines() if l.strip()]
             why = lines[-1][:240] if lines else "no output"
@@ -953,18 +1066,22 @@ class Bench:
         m3 = TIME_RE.search(err)
         if rc != 0 or not m3:
             return {"error": "calibration run: exit %d: %s" % (rc, (err + out).strip()[-300:])}
-        n = int(max(3, min(100000, round(self.target / self.reps / max(float(m3.group(1)), 1e-3) * 1e3))))
-        times, peak = [], rss
-        for _ in range(self.reps):
+        one = max(float(m3.group(1)), 1e-3)
+        r["rss_mib"] = self.rss[peer] = rss
+
+        def timed(seconds):
+            """One round: a child with about `seconds` of runs; (its median ms per run, runs)."""
+            n = int(max(3, min(100000, round(seconds / one * 1e3))))
             rc, out, err, rss, _ = run_child(base + ["--repeat", str(n)], self.env, timeout=self.a.child_timeout)
-            m = TIME_RE.search(err)
+            m = MEDIAN_RE.search(err)
             if rc != 0 or not m:
-                return {"error": "timed run: exit %d: %s" % (rc, (err + out).strip()[-300:])}
-            times.append(float(m.group(1)))
-            peak = max(peak, rss) if peak and rss else None
-        r["ms"], r["runs"], r["rss_mib"] = statistics.median(times), self.reps * n, peak
-        if not self.a.quick:   # where the time goes: PROG --profile, after the timed runs
-            rc, out, err, _, _ = run_child(base + ["--repeat", str(max(3, n // 2)), "--profile=12"], self.env,
+                raise RuntimeError("timed run: exit %d: %s" % (rc, (err + out).strip()[-300:]))
+            self.rss[peer] = max(self.rss[peer], rss) if self.rss[peer] and rss else None
+            return float(m.group(1)), n
+        self.timers.append((peer, timed))
+        if not self.a.quick:   # where the time goes: PROG --profile over about 0.25 s of runs
+            n = int(max(3, min(100000, round(0.25 / one * 1e3))))
+            rc, out, err, _, _ = run_child(base + ["--repeat", str(n), "--profile=12"], self.env,
                                            timeout=self.a.child_timeout)
             if rc == 0 and "profile:" in err:
                 text = "\n".join(l for l in err.splitlines() if l.startswith("profile:"))
@@ -976,11 +1093,58 @@ class Bench:
         return r
 
     def case(self, c):
-        """Every peer on one case: the row's dict."""
+        """Every peer on one case: the row's dict. Each peer is loaded and checked first
+        (check_peers); then every checked peer is timed in `reps` rounds (rounds)."""
+        self.timers, self.served, self.rss = [], {}, {}
+        row = {"model": c.name, "batch": c.batch, "tokens": c.tokens, "label": c.label,
+               "device": self.a.device, "peers": {}}
+        try:
+            self.check_peers(c, row)
+        finally:
+            self.rounds(c, row["peers"])
+        return row
+
+    def rounds(self, c, P):
+        """Time this case's checked peers in self.reps rounds of target / reps seconds each, every
+        peer once per round, the order rotated by one each round, so that a slow spell of the
+        machine (other processes, a neighbour of the VM) falls on every peer alike rather than on
+        whichever peer was being timed; a peer's time is the median of its rounds' medians. The
+        live workers end after the last round (their peak RSS)."""
+        timers, k = self.timers, len(self.timers)
+        got = {p: [] for p, _ in timers}
+        runs = {p: 0 for p, _ in timers}
+        dead = {}
+        for i in range(self.reps if k else 0):
+            for p, fn in timers[i % k:] + timers[:i % k]:
+                if p in dead:
+                    continue
+                try:
+                    ms, n = fn(self.target / self.reps)
+                except Exception as e:  # noqa: BLE001
+                    dead[p] = "%s: %s" % (type(e).__name__, e)
+                    continue
+                got[p].append(ms)
+                runs[p] += n
+                time.sleep(0.1)   # the last peer's threads stop spinning before the next one starts
+        for p, srv in self.served.items():
+            rss = srv.close()
+            if p in P:
+                P[p]["rss_mib"] = rss
+        for p, _ in timers:
+            if p in self.rss:
+                P[p]["rss_mib"] = self.rss[p]
+            if p in dead:
+                P[p]["error"] = "timing: " + dead[p]
+            elif got[p]:
+                P[p]["ms"], P[p]["runs"], P[p]["round_ms"] = statistics.median(got[p]), runs[p], got[p]
+            self.report(c, p, P[p])
+        self.timers, self.served = [], {}
+
+    def check_peers(self, c, row):
+        """Every peer on one case, loaded and checked against the reference; those that agree are
+        left in self.timers for rounds()."""
         import numpy as np
         a = self.a
-        row = {"model": c.name, "batch": c.batch, "tokens": c.tokens, "label": c.label,
-               "device": a.device, "peers": {}}
         wd = os.path.join(a.workdir, c.key)
         os.makedirs(wd, exist_ok=True)
         try:
@@ -1095,8 +1259,11 @@ class Bench:
             log("%s: %s: DISAGREES with the reference (max|diff| %.2g, rel %.2g): not timed" % (
                 c.label, title, r["diff"], r["rel"]))
         elif "ms" in r:
-            log("%s: %s %s ms, %s MiB%s" % (c.label, title, fmt_ms(r["ms"]), fmt_mib(r.get("rss_mib")),
-                                             ", rel diff %.1e" % r["rel"] if "rel" in r else ""))
+            log("%s: %s %s ms (rounds: %s), %s MiB%s" % (
+                c.label, title, fmt_ms(r["ms"]), " ".join(fmt_ms(v) for v in r.get("round_ms", [])),
+                fmt_mib(r.get("rss_mib")), ", rel diff %.1e" % r["rel"] if "rel" in r else ""))
+        elif "skip" not in r:
+            log("%s: %s checked%s" % (c.label, title, ", rel diff %.1e" % r["rel"] if "rel" in r else ""))
 
 
 def bf16_accuracy(case, wd, ref, have_f32):

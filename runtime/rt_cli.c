@@ -143,7 +143,8 @@ static void cli_help(const mrt_model_info *info, const char *prog)
            "  --list-devices       print the devices this program can use, and exit\n"
            "  --threads N          CPU threads for the kernels (default: $MODELRT_THREADS, else\n"
            "                       $OMP_NUM_THREADS, else the cores this process may use)\n"
-           "  --time               print the time per run to stderr (on the tests' CUDA simulator,\n"
+           "  --time               print the time per run to stderr (with --repeat N > 1 the mean, then\n"
+           "                       the median, fastest and slowest run; on the tests' CUDA simulator,\n"
            "                       also the launches, copies and host synchronizations per run)\n"
            "  --repeat N           run N times (with --time and N > 1: after one warm-up run, two on a GPU;\n"
            "                       --time alone times one cold run)\n"
@@ -859,6 +860,24 @@ static double cli_now_ms(void)
     return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
 }
 
+static int cli_cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* --time's second line: the median, fastest and slowest of the n timed runs (ms each; sorts
+ * `each` in place). Nothing when each is NULL (one run, or no memory for the times). */
+static void cli_time_spread(double *each, long n)
+{
+    if (!each || n < 2)
+        return;
+    qsort(each, (size_t)n, sizeof *each, cli_cmp_double);
+    double med = n % 2 ? each[n / 2] : 0.5 * (each[n / 2 - 1] + each[n / 2]);
+    fprintf(stderr, "time: median %.3f ms per run (fastest %.3f, slowest %.3f, of %ld runs)\n", med, each[0],
+            each[n - 1], n);
+}
+
 /* Everything after argument parsing. Returns CLI_OK or CLI_ERROR with the error recorded. */
 static int cli_execute(const mrt_model_info *info, const cli_opts *o, const char *prog)
 {
@@ -1072,13 +1091,26 @@ static int cli_execute(const mrt_model_info *info, const cli_opts *o, const char
         goto done;
     unsigned long long c0[5] = {0}, c1[5] = {0};
     int sim = o->time && rt_cuda_sim_counters(c0);
-    double t0 = cli_now_ms();
-    for (long k = 0; k < repeat; k++)
-        if (cli_run_once(&r) != MRT_OK)
+    /* --time with several runs: each run's own time too (allocated before the timed loop), for
+     * the median and the fastest run: a mean is pulled up by the odd run another process delayed */
+    double *each = o->time && repeat > 1 ? malloc(sizeof *each * (size_t)repeat) : NULL;
+    double t0 = cli_now_ms(), tk = t0;
+    for (long k = 0; k < repeat; k++) {
+        if (cli_run_once(&r) != MRT_OK) {
+            free(each);
             goto done;
+        }
+        if (each) {
+            double now = cli_now_ms();
+            each[k] = now - tk;
+            tk = now;
+        }
+    }
     double t1 = cli_now_ms();
-    if (o->profile >= 0 && mrt_model_profile_print(r.model, stderr, o->profile) != MRT_OK)
+    if (o->profile >= 0 && mrt_model_profile_print(r.model, stderr, o->profile) != MRT_OK) {
+        free(each);
         goto done;
+    }
     if (o->profile >= 0 && repeat == 1)
         fprintf(stderr, "profile: that was one cold run (its first-run costs included); --repeat N profiles N runs after "
                 "a warm-up\n");
@@ -1117,13 +1149,16 @@ static int cli_execute(const mrt_model_info *info, const cli_opts *o, const char
                 "arena %zu bytes)\n", (t1 - t0) / (double)repeat, repeat, repeat == 1 ? "" : "s", r.batch,
                 strchr(devlist, ',') ? "s" : "", devlist, r.dp ? " data-parallel" : "", piped, threads, threads == 1 ? "" : "s",
                 r.dp ? " per replica" : r.pipe ? " per CPU stage" : "", wsum, asum);
+        cli_time_spread(each, repeat);
         if (r.pipe)
             fprintf(stderr, "time: the stages worked at once %.0f%% of the last run (micro-batches holding two stages or "
                     "more)\n", 100 * mrt_pipe_overlap(r.pipe));
     } else if (o->time) {
         fprintf(stderr, "time: %.3f ms per run (%ld run%s, batch %d, device %s; weights %zu bytes, arena %zu bytes)\n",
                 (t1 - t0) / (double)repeat, repeat, repeat == 1 ? "" : "s", r.batch, dev, info->weight_bytes, arena);
+        cli_time_spread(each, repeat);
     }
+    free(each);
 
     if (o->memory && d && r.dp) /* each GPU replica's device; the host's resident memory once */
         for (int k = 0, host = 0; k < ndev && k < MRT_MAX_SLOTS; k++) {

@@ -135,7 +135,7 @@ suite onnx bash tests/onnx/run.sh
 # bench: only that bench/run.py runs (modelc alone on digits b1, checked against the committed
 # logits; no network, no peers, no timing judged): --quick, then the full mode, whose JSON must
 # hold the machine's peaks (bench/peaks.c) and modelc's profile (PROG --profile) with the GEMMs'
-# FLOPs of digits b1 (2*64*128 + 2*128*10 = 18944)
+# FLOPs of digits b1 (2*64*128 + 2*128*10 = 18944), and its 3 rounds with their median as the time
 suite bench bash -c '"$PYTHON" bench/run.py --no-venv --modelc-only --quick -k "digits b1" --results "" \
     --workdir "$PWD/$B/bench-smoke" --modelc "$MODELC" && echo "PASS: bench/run.py --modelc-only (digits b1)" &&
   "$PYTHON" bench/run.py --no-venv --modelc-only -k "digits b1" --results "$PWD/$B/bench-smoke/results" \
@@ -143,9 +143,11 @@ suite bench bash -c '"$PYTHON" bench/run.py --no-venv --modelc-only --quick -k "
   "$PYTHON" -c "
 import json, sys
 d = json.load(open(sys.argv[1]))
-pk, pr = d[\"machine\"].get(\"peaks\"), d[\"rows\"][0][\"peers\"][\"modelc\"].get(\"profile\")
+mc = d[\"rows\"][0][\"peers\"][\"modelc\"]
+pk, pr, rm = d[\"machine\"].get(\"peaks\"), mc.get(\"profile\"), mc.get(\"round_ms\")
 ok = pk and pk[\"sgemm_gflops\"] > 0 and pk[\"triad_gbs\"] > 0 and pr and abs(pr[\"gflop\"] - 1.89e-05) < 1e-7
-print((\"PASS\" if ok else \"FAIL\") + \": bench/run.py full mode: machine peaks %s, modelc profile %s GFLOP per run (want 1.89e-05)\" % (pk, pr and pr.get(\"gflop\")))
+ok = ok and rm and len(rm) == 3 and mc[\"ms\"] == sorted(rm)[1]
+print((\"PASS\" if ok else \"FAIL\") + \": bench/run.py full mode: machine peaks %s, modelc profile %s GFLOP per run (want 1.89e-05), rounds %s (want 3, ms their median)\" % (pk, pr and pr.get(\"gflop\"), rm))
 " "$PWD/$B/bench-smoke/results/cpu.json"'
 
 passed=$(grep -c '^PASS: ' "$LOG")
