@@ -16,7 +16,8 @@
  * "PROG: error: <message>" and exit 1. Every path frees what it allocated. --list-devices
  * prints the devices (CPU first, then each visible CUDA GPU, or why there is none) and exits
  * 0. --memory alone prints the plan's bytes per device and exits 0; with a run it adds what
- * was measured (peak resident memory, CUDA memory held).
+ * was measured (peak resident memory, CUDA memory held); with --weights and no inputs it loads
+ * the weights and measures that, without a run.
  */
 #include <sys/resource.h>
 #include <sys/stat.h>
@@ -41,6 +42,7 @@ typedef struct cli_opts {
     const char **in_files;  /* [n_inputs], NULL where not given */
     const char **out_files; /* [n_outputs], NULL where not requested */
     int time, memory, help, list_devices, plan_only;
+    int load_only; /* --memory --weights W without inputs: load, measure, no run */
     int profile; /* --profile[=N]: the N slowest kernels (0: all); -1: no profile */
     int threads; /* --threads, 0: the default (mrt_set_threads) */
     long repeat;
@@ -152,7 +154,8 @@ static void cli_help(const mrt_model_info *info, const char *prog)
            "                       one) with GFLOP/s and GB/s to stderr; with --repeat N > 1 after one\n"
            "                       warm-up run (on a GPU each kernel is synchronized: the run is slower)\n"
            "  --memory             print the bytes each device holds (weights, arena, scratch)\n"
-           "                       to stderr; alone, without --input, print the plan and exit\n"
+           "                       to stderr; alone, without --input, print the plan and exit;\n"
+           "                       with --weights and no --input, also load them and measure\n"
            "  --help               print this help\n",
            info->weight_bytes ? "" : " (this model has none)");
     const mrt_model_desc *d = info->desc;
@@ -385,6 +388,11 @@ static int cli_parse(const mrt_model_info *info, const char *prog, int argc, cha
         any_output |= o->out_files[i] != NULL;
     if (o->memory && !any_input && !any_output && !o->weights && info->n_inputs > 0) {
         o->plan_only = 1; /* --memory alone: the plan, no run */
+        return CLI_OK;
+    }
+    if (o->memory && !any_input && !any_output && o->weights && info->n_inputs > 0 && !o->time && o->profile < 0 &&
+        !o->repeat_arg && !o->devices && !o->micro_batches) {
+        o->load_only = 1; /* --memory --weights: load the weights and measure, no run */
         return CLI_OK;
     }
     for (int i = 0; i < info->n_inputs; i++)
@@ -935,7 +943,7 @@ static int cli_execute(const mrt_model_info *info, const cli_opts *o, const char
     int from[MRT_MAX_SYMS] = {0};
     for (int s = 0; s < MRT_MAX_SYMS; s++)
         r.dims[s] = -1;
-    for (int i = 0; i < nin; i++) {
+    for (int i = 0; i < nin && !o->load_only; i++) {
         if (mrt_npy_read(o->in_files[i], &r.in[i]) != MRT_OK)
             goto done;
         if (cli_check_input(info, i, o->in_files[i], &r.in[i], r.dims, from) != MRT_OK)
@@ -944,7 +952,7 @@ static int cli_execute(const mrt_model_info *info, const cli_opts *o, const char
     for (int s = 0; s < MRT_MAX_SYMS; s++)
         if (r.dims[s] < 0)
             r.dims[s] = 1; /* no input axis is it alone (no such symbol: modelc checks) */
-    for (int i = 0; i < nin; i++)
+    for (int i = 0; i < nin && !o->load_only; i++)
         if (cli_verify_input(info, i, o->in_files[i], &r.in[i], r.dims) != MRT_OK)
             goto done;
     for (int s = 1; s < info->n_syms; s++)
@@ -989,7 +997,7 @@ static int cli_execute(const mrt_model_info *info, const cli_opts *o, const char
         }
         r.chunk = info->max_batch;
     }
-    for (int i = 0; i < nin; i++)
+    for (int i = 0; i < nin && !o->load_only; i++)
         r.in_unit[i] = r.in[i].nbytes / (size_t)batch; /* batch >= 1; exact when leading */
     for (int i = 0; i < nout; i++) {
         if (cli_shape_at(&info->outputs[i], info, r.dims, out_shape[i],
@@ -1060,6 +1068,14 @@ static int cli_execute(const mrt_model_info *info, const cli_opts *o, const char
                         : info->load_weights(r.model, o->weights) != MRT_OK) {
             goto done;
         }
+    }
+    if (o->load_only) { /* --memory --weights, no inputs: what loading took, without a run */
+        if (d)
+            cli_memory_measured(d, ((mrt_model *)r.model)->dev, cuda_free0);
+        fprintf(stderr, "memory: that was after loading the weights, before any run (give --input to measure a "
+                "run too)\n");
+        rc = CLI_OK;
+        goto done;
     }
 
     /* --micro-batches: a pipeline over the model's stages, which cuts the whole batch itself */
