@@ -270,7 +270,7 @@ static mrt_status blk_make(mrt_blk *b, blk_op *op, blk_prim *e, int64_t N) {
     dnnl_primitive_attr_destroy(attr);
     const char *impl = "?";
     dnnl_primitive_desc_query(pd, dnnl_query_impl_info_str, 0, &impl);
-    if (getenv("MODELRT_BLOCKED_VERBOSE")) /* which implementation oneDNN chose, per op and batch */
+    if (rt_env_flag("MODELRT_BLOCKED_VERBOSE", 0)) /* which implementation oneDNN chose, per op and batch */
         mrt_log(MRT_LOG_INFO, "%s: oneDNN %s, batch %lld, %s %s src%s, %s %s dst%s, computes in %s", op->what, impl,
                 (long long)N, op->src_blocked ? "blocked" : "nchw", blk_dt_name(op->sdt),
                 blk_reorder_in(b, op) ? " (reordered)" : "", op->dst_blocked ? "blocked" : "nchw", blk_dt_name(op->ddt),
@@ -757,10 +757,9 @@ mrt_status mrt_blk_release_weights(mrt_model *m, int i) {
     mrt_blk *b = blk_of(m, i, "mrt_blk_release_weights");
     if (!b) return MRT_ERR_INVALID_ARG;
     blk_op *op = &b->ops[i];
-    const char *keep = getenv("MODELRT_KEEP_WEIGHTS");
     /* kept for a Winograd op: oneDNN cannot reorder out of its Winograd weight format, and another
      * batch size may want another one */
-    if (op->kind != 0 || op->winograd || !op->w || op->ncache < 1 || (keep && !strcmp(keep, "1"))) return MRT_OK;
+    if (op->kind != 0 || op->winograd || !op->w || op->ncache < 1 || rt_env_flag("MODELRT_KEEP_WEIGHTS", 0)) return MRT_OK;
     /* the whole pages inside [w, w + bytes): other params may share the pages at its ends */
     size_t bytes = (size_t)op->cp.O * (size_t)(op->cp.C / op->cp.groups) * (size_t)op->cp.kh * (size_t)op->cp.kw * sizeof(float);
     mrt_cpu_release((void *)op->w, bytes);

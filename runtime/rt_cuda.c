@@ -81,8 +81,7 @@ int rt_cuda_sync_each(void)
 {
     static int v = -1; /* read once; no lock: every thread finds the same answer */
     if (v < 0) {
-        const char *e = getenv("MODELRT_CUDA_SYNC");
-        v = e && *e && strcmp(e, "0") != 0;
+        v = rt_env_flag("MODELRT_CUDA_SYNC", 0);
     }
     return v;
 }

@@ -359,6 +359,10 @@ int rt_parse_real(const char *s, double *x);
 /* The seconds in environment variable `name` (a timeout): dflt when it is unset or empty; an
  * error naming the variable when it is not a positive decimal (rt_parse_real). */
 mrt_status rt_env_seconds(const char *name, double dflt, double *out);
+/* An on/off environment variable (MODELRT_KEEP_WEIGHTS, MODELRT_CUDA_SYNC, ...): dflt when it is
+ * unset or empty; 1 for 1, true, yes, on; 0 for 0, false, no, off (any case); any other value
+ * gives dflt and a warning naming the variable and the values it takes (once per variable). */
+int rt_env_flag(const char *name, int dflt);
 
 /* Write the concatenation of parts[0..n) to path atomically (rt_npy.c): a temporary file beside
  * it, synced and renamed into place; `kind` names the file type in messages. */

@@ -608,8 +608,7 @@ static int graphs_wanted(const mrt_model *m)
         return 0;
     static int env = -1; /* MODELRT_CUDA_GRAPHS, read once */
     if (env < 0) {
-        const char *v = getenv("MODELRT_CUDA_GRAPHS");
-        env = !(v && (!strcmp(v, "0") || !strcmp(v, "off") || !strcmp(v, "no")));
+        env = rt_env_flag("MODELRT_CUDA_GRAPHS", 1);
     }
     if (!env || rt_fake_cuda_count(NULL) >= 0 || rt_cuda_sync_each()) /* MODELRT_CUDA_SYNC=1: nothing to capture */
         return 0;

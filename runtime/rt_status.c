@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 /* ---------------------------------------------------------------- errors */
 
@@ -237,6 +238,32 @@ int rt_parse_real(const char *s, double *x)
         return 0;
     *x = v;
     return 1;
+}
+
+int rt_env_flag(const char *name, int dflt)
+{
+    static const char *const on[] = {"1", "true", "yes", "on"}, *const off[] = {"0", "false", "no", "off"};
+    const char *s = getenv(name);
+    if (!s || !*s)
+        return dflt;
+    for (size_t i = 0; i < sizeof on / sizeof on[0]; i++) {
+        if (!strcasecmp(s, on[i]))
+            return 1;
+        if (!strcasecmp(s, off[i]))
+            return 0;
+    }
+    /* warned once per variable: the names seen (a handful of variables; no lock needed for a
+     * repeated warning's harm) */
+    static const char *warned[16];
+    static int nwarned;
+    for (int i = 0; i < nwarned; i++)
+        if (!strcmp(warned[i], name))
+            return dflt;
+    if (nwarned < (int)(sizeof warned / sizeof warned[0]))
+        warned[nwarned++] = name;
+    mrt_log(MRT_LOG_WARN, "%s='%s' is not an on/off value (1, true, yes, on or 0, false, no, off): taken as unset (%s)",
+            name, s, dflt ? "on" : "off");
+    return dflt;
 }
 
 mrt_status rt_env_seconds(const char *name, double dflt, double *out)

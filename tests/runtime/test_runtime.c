@@ -245,6 +245,33 @@ static void test_log_hook(void)
     CHECK(g_log_lines == 2);
 }
 
+/* rt_env_flag (rt_internal.h): the runtime's on/off environment variables. */
+int rt_env_flag(const char *name, int dflt);
+
+static void test_env_flag(void)
+{
+    const char *v = "MODELRT_TEST_FLAG_X";
+    unsetenv(v);
+    CHECK(rt_env_flag(v, 0) == 0 && rt_env_flag(v, 1) == 1);
+    setenv(v, "", 1);
+    CHECK(rt_env_flag(v, 0) == 0 && rt_env_flag(v, 1) == 1);
+    const char *on[] = {"1", "true", "YES", "On"}, *off[] = {"0", "False", "no", "OFF"};
+    for (int i = 0; i < 4; i++) {
+        setenv(v, on[i], 1);
+        CHECK(rt_env_flag(v, 0) == 1);
+        setenv(v, off[i], 1);
+        CHECK(rt_env_flag(v, 1) == 0);
+    }
+    /* anything else: the default, and one warning naming the variable and the value */
+    g_log_lines = 0;
+    mrt_set_log_hook(test_hook, NULL);
+    setenv(v, "2", 1);
+    CHECK(rt_env_flag(v, 0) == 0 && rt_env_flag(v, 1) == 1);
+    CHECK(g_log_lines == 1 && strstr(g_log, "MODELRT_TEST_FLAG_X='2'") && strstr(g_log, "not an on/off value"));
+    mrt_set_log_hook(NULL, NULL);
+    unsetenv(v);
+}
+
 /* ---------------------------------------------------------------- devices */
 
 static void test_device_parse(void)
@@ -2345,6 +2372,7 @@ typedef struct test_case {
 static const test_case tests[] = {
     {"status_basics", test_status_basics},
     {"log_hook", test_log_hook},
+    {"env_flag", test_env_flag},
     {"device_parse", test_device_parse},
     {"device_select", test_device_select},
     {"device_env", test_device_env},
