@@ -882,7 +882,7 @@ static void cli_time_spread(double *each, long n)
         return;
     qsort(each, (size_t)n, sizeof *each, cli_cmp_double);
     double med = n % 2 ? each[n / 2] : 0.5 * (each[n / 2 - 1] + each[n / 2]);
-    fprintf(stderr, "time: median %.3f ms per run (fastest %.3f, slowest %.3f, of %ld runs)\n", med, each[0],
+    fprintf(stderr, "time: median %.4f ms per run (fastest %.4f, slowest %.4f, of %ld runs)\n", med, each[0],
             each[n - 1], n);
 }
 
