@@ -69,7 +69,9 @@ static inline float rows_canon_max(float m, int nan) { return nan ? NAN : m == 0
 
 /* ------------------------------------------------------------------ portable paths */
 
-static void softmax_row_portable(float *yr, const float *xr, int64_t lim, int64_t n, int zero_masked_rows) {
+/* The row's e^(x - max) into y[0, lim) and zeros into y[lim, n); returns 1 / their sum, the
+ * factor that normalizes them (0 for a fully masked row with zero_masked_rows, whose y is all 0). */
+static float softmax_exp_portable(float *yr, const float *xr, int64_t lim, int64_t n, int zero_masked_rows) {
     float m = -INFINITY;
     int nan = 0;
     for (int64_t j = 0; j < lim; j++) {
@@ -79,7 +81,7 @@ static void softmax_row_portable(float *yr, const float *xr, int64_t lim, int64_
     m = rows_canon_max(m, nan);
     if (m == -INFINITY && zero_masked_rows) {
         for (int64_t j = 0; j < n; j++) yr[j] = 0.0f;
-        return;
+        return 0.0f;
     }
     double s[16] = {0};
     for (int64_t j = 0; j < lim; j++) { /* each exp once, kept in y (y may be x) */
@@ -87,9 +89,13 @@ static void softmax_row_portable(float *yr, const float *xr, int64_t lim, int64_
         s[j & 15] += e;
         yr[j] = e;
     }
-    const float inv = (float)(1.0 / rows_combine16(s));
-    for (int64_t j = 0; j < lim; j++) yr[j] *= inv;
     for (int64_t j = lim; j < n; j++) yr[j] = 0.0f;
+    return (float)(1.0 / rows_combine16(s));
+}
+
+static void softmax_row_portable(float *yr, const float *xr, int64_t lim, int64_t n, int zero_masked_rows) {
+    const float inv = softmax_exp_portable(yr, xr, lim, n, zero_masked_rows);
+    for (int64_t j = 0; j < lim; j++) yr[j] *= inv;
 }
 
 /* The normalized value of x[j], v = (float)((x - mean) * inv), then * w[j], + b[j] (w, b may be NULL). */
@@ -141,8 +147,9 @@ static inline ROWS_AVX512 __m512 exp_nonpos16(__m512 d) {
     p = _mm512_add_ps(_mm512_mul_ps(p, r), _mm512_set1_ps(1.6666665459e-1f));
     p = _mm512_add_ps(_mm512_mul_ps(p, r), _mm512_set1_ps(5.0000001201e-1f));
     p = _mm512_add_ps(_mm512_add_ps(_mm512_mul_ps(p, z), r), _mm512_set1_ps(1.0f));
-    const __m512i bits = _mm512_slli_epi32(_mm512_add_epi32(_mm512_cvttps_epi32(nf), _mm512_set1_epi32(191)), 23);
-    __m512 e = _mm512_mul_ps(_mm512_mul_ps(p, _mm512_castsi512_ps(bits)), _mm512_set1_ps(5.42101086242752217e-20f));
+    /* p * 2^nf rounded once (to a subnormal too): the portable p * 2^(n+64) * 2^-64, whose first
+     * product is exact, in one instruction */
+    __m512 e = _mm512_scalef_ps(p, nf);
     e = _mm512_maskz_mov_ps(in, e);          /* below -104, -inf: 0 */
     return _mm512_mask_blend_ps(nan, e, d); /* NaN: d */
 }
@@ -161,7 +168,8 @@ static inline ROWS_AVX512 double combine16(__m512d a, __m512d b) {
     return _mm_cvtsd_f64(_mm_add_sd(s2, _mm_unpackhi_pd(s2, s2)));
 }
 
-static ROWS_AVX512 void softmax_row_avx512(float *yr, const float *xr, int64_t lim, int64_t n, int zero_masked_rows) {
+/* softmax_exp_portable on 16 lanes: e into y[0, lim), zeros after; returns 1 / sum (0: masked). */
+static ROWS_AVX512 float softmax_exp_avx512(float *yr, const float *xr, int64_t lim, int64_t n, int zero_masked_rows) {
     __m512 mv = _mm512_set1_ps(-INFINITY);
     __mmask16 nan = 0;
     for (int64_t j = 0; j < lim; j += 16) {
@@ -172,7 +180,7 @@ static ROWS_AVX512 void softmax_row_avx512(float *yr, const float *xr, int64_t l
     const float m = rows_canon_max(_mm512_reduce_max_ps(mv), nan != 0);
     if (m == -INFINITY && zero_masked_rows) {
         for (int64_t j = 0; j < n; j += 16) _mm512_mask_storeu_ps(yr + j, rows_mask(n - j), _mm512_setzero_ps());
-        return;
+        return 0.0f;
     }
     const __m512 m16 = _mm512_set1_ps(m);
     __m512d sa = _mm512_setzero_pd(), sb = _mm512_setzero_pd();
@@ -182,12 +190,16 @@ static ROWS_AVX512 void softmax_row_avx512(float *yr, const float *xr, int64_t l
         add16(&sa, &sb, e);
         _mm512_mask_storeu_ps(yr + j, k, e);
     }
-    const __m512 inv = _mm512_set1_ps((float)(1.0 / combine16(sa, sb)));
+    for (int64_t j = lim; j < n; j += 16) _mm512_mask_storeu_ps(yr + j, rows_mask(n - j), _mm512_setzero_ps());
+    return (float)(1.0 / combine16(sa, sb));
+}
+
+static ROWS_AVX512 void softmax_row_avx512(float *yr, const float *xr, int64_t lim, int64_t n, int zero_masked_rows) {
+    const __m512 inv = _mm512_set1_ps(softmax_exp_avx512(yr, xr, lim, n, zero_masked_rows));
     for (int64_t j = 0; j < lim; j += 16) {
         const __mmask16 k = rows_mask(lim - j);
         _mm512_mask_storeu_ps(yr + j, k, _mm512_mul_ps(_mm512_maskz_loadu_ps(k, yr + j), inv));
     }
-    for (int64_t j = lim; j < n; j += 16) _mm512_mask_storeu_ps(yr + j, rows_mask(n - j), _mm512_setzero_ps());
 }
 
 static ROWS_AVX512 void layernorm_row_avx512(float *yr, const float *xr, const float *w, const float *b, int64_t D,
@@ -327,17 +339,17 @@ static void attn_scores_portable(float *sb, int64_t sld, const float *qb, int64_
     }
 }
 
-/* Portable: ob[r][d] (= 0 when init, else its value) + sum_{j0 <= j < j1} pb[r][j] * vb[j][d]. */
+/* Portable: ob[r][d] = (sum_{j < n} pb[r][j] * vb[j][d]) * rinv[r], the sum from +0.0 in key order. */
 static void attn_pv_portable(float *ob, int64_t old, const float *pb, int64_t pld, const float *vb, int64_t vld,
-                             int64_t R, int64_t j0, int64_t j1, int64_t Ev, int init) {
+                             int64_t R, int64_t n, int64_t Ev, const float *rinv) {
     for (int64_t r = 0; r < R; r++) {
         float *o = ob + r * old;
-        if (init)
-            for (int64_t d = 0; d < Ev; d++) o[d] = 0.0f;
-        for (int64_t j = j0; j < j1; j++) {
+        for (int64_t d = 0; d < Ev; d++) o[d] = 0.0f;
+        for (int64_t j = 0; j < n; j++) {
             const float p = pb[r * pld + j], *vr = vb + j * vld;
             for (int64_t d = 0; d < Ev; d++) o[d] = o[d] + p * vr[d];
         }
+        for (int64_t d = 0; d < Ev; d++) o[d] = o[d] * rinv[r];
     }
 }
 
@@ -433,8 +445,8 @@ static ROWS_AVX512 void attn_scores_avx512(float *sb, int64_t sld, const float *
 /* attn_pv_portable for R rows, NV vectors of the head at a time. */
 static inline ROWS_AVX512 __attribute__((always_inline)) void attn_pv_rv(float *ob, int64_t old, const float *pb,
                                                                          int64_t pld, const float *vb, int64_t vld,
-                                                                         const int R, const int NV, int64_t j0,
-                                                                         int64_t j1, int64_t Ev, int init) {
+                                                                         const int R, const int NV, int64_t n,
+                                                                         int64_t Ev, const float *rinv) {
     for (int64_t d0 = 0; d0 < Ev; d0 += 16 * NV) {
         __mmask16 md[4];
         __m512 acc[8][4];
@@ -443,9 +455,8 @@ static inline ROWS_AVX512 __attribute__((always_inline)) void attn_pv_rv(float *
 #pragma GCC unroll 8
         for (int r = 0; r < R; r++)
 #pragma GCC unroll 4
-            for (int c = 0; c < NV; c++)
-                acc[r][c] = init ? _mm512_setzero_ps() : _mm512_maskz_loadu_ps(md[c], ob + r * old + d0 + 16 * c);
-        for (int64_t j = j0; j < j1; j++) {
+            for (int c = 0; c < NV; c++) acc[r][c] = _mm512_setzero_ps();
+        for (int64_t j = 0; j < n; j++) {
             const float *vr = vb + j * vld + d0;
             __m512 vv[4];
 #pragma GCC unroll 4
@@ -458,21 +469,23 @@ static inline ROWS_AVX512 __attribute__((always_inline)) void attn_pv_rv(float *
             }
         }
 #pragma GCC unroll 8
-        for (int r = 0; r < R; r++)
+        for (int r = 0; r < R; r++) {
+            const __m512 inv = _mm512_set1_ps(rinv[r]);
 #pragma GCC unroll 4
-            for (int c = 0; c < NV; c++) _mm512_mask_storeu_ps(ob + r * old + d0 + 16 * c, md[c], acc[r][c]);
+            for (int c = 0; c < NV; c++) _mm512_mask_storeu_ps(ob + r * old + d0 + 16 * c, md[c], _mm512_mul_ps(acc[r][c], inv));
+        }
     }
 }
 
 static ROWS_AVX512 void attn_pv_avx512(float *ob, int64_t old, const float *pb, int64_t pld, const float *vb,
-                                       int64_t vld, int64_t R, int64_t j0, int64_t j1, int64_t Ev, int init) {
+                                       int64_t vld, int64_t R, int64_t n, int64_t Ev, const float *rinv) {
     int64_t r = 0;
     if (Ev <= 32) { /* MiniLM's 32: 8 rows x 2 vectors */
-        for (; r + 8 <= R; r += 8) attn_pv_rv(ob + r * old, old, pb + r * pld, pld, vb, vld, 8, 2, j0, j1, Ev, init);
-        for (; r < R; r++) attn_pv_rv(ob + r * old, old, pb + r * pld, pld, vb, vld, 1, 2, j0, j1, Ev, init);
+        for (; r + 8 <= R; r += 8) attn_pv_rv(ob + r * old, old, pb + r * pld, pld, vb, vld, 8, 2, n, Ev, rinv + r);
+        for (; r < R; r++) attn_pv_rv(ob + r * old, old, pb + r * pld, pld, vb, vld, 1, 2, n, Ev, rinv + r);
     } else { /* GPT-2's 64: 4 rows x 4 vectors */
-        for (; r + 4 <= R; r += 4) attn_pv_rv(ob + r * old, old, pb + r * pld, pld, vb, vld, 4, 4, j0, j1, Ev, init);
-        for (; r < R; r++) attn_pv_rv(ob + r * old, old, pb + r * pld, pld, vb, vld, 1, 4, j0, j1, Ev, init);
+        for (; r + 4 <= R; r += 4) attn_pv_rv(ob + r * old, old, pb + r * pld, pld, vb, vld, 4, 4, n, Ev, rinv + r);
+        for (; r < R; r++) attn_pv_rv(ob + r * old, old, pb + r * pld, pld, vb, vld, 1, 4, n, Ev, rinv + r);
     }
 }
 #endif
@@ -493,6 +506,7 @@ static void attn_block(const mrt_attention_desc *d, int64_t o, int64_t i0, int64
     const int64_t n = d->causal ? (i1 < S ? i1 : S) : S; /* the keys any row of the block sees */
     const int64_t Sp = attn_pad16(S), Evp = attn_pad16(Ev);
     float *kt = ws, *sb = kt + E * Sp, *qp = sb + ATTN_RB * Sp, *vp = qp + ATTN_RB * E, *op = vp + S * Evp;
+    float *rinv = op + ATTN_RB * Evp; /* each row's 1 / sum of its e */
     /* q rows [R, E] at qld */
     const float *qb = q + qo + i0 * d->q[nb];
     int64_t qld = d->q[nb];
@@ -545,20 +559,20 @@ static void attn_block(const mrt_attention_desc *d, int64_t o, int64_t i0, int64
         }
 #ifdef ROWS_X86
         if (avx) {
-            softmax_row_avx512(s, s, lim, S, d->zero_masked_rows);
+            rinv[r] = softmax_exp_avx512(s, s, lim, S, d->zero_masked_rows);
             continue;
         }
 #endif
-        softmax_row_portable(s, s, lim, S, d->zero_masked_rows);
+        rinv[r] = softmax_exp_portable(s, s, lim, S, d->zero_masked_rows);
     }
-    /* out = p v over every key, the masked ones with p = 0 (so a NaN or inf v gives NaN there,
-     * as the unfused GEMM of p and v does) */
+    /* out = (e v) / sum over every key, the masked ones with e = 0 (so a NaN or inf v gives NaN
+     * there, as the unfused GEMM of p and v does) */
 #ifdef ROWS_X86
     if (avx)
-        attn_pv_avx512(ob, old, sb, Sp, vb, vld, R, 0, S, Ev, 1);
+        attn_pv_avx512(ob, old, sb, Sp, vb, vld, R, S, Ev, rinv);
     else
 #endif
-        attn_pv_portable(ob, old, sb, Sp, vb, vld, R, 0, S, Ev, 1);
+        attn_pv_portable(ob, old, sb, Sp, vb, vld, R, S, Ev, rinv);
     for (int64_t r = 0; opack && r < R; r++) {
         float *orow = out + oo + (i0 + r) * d->o[nb];
         for (int64_t c = 0; c < Ev; c++) orow[c * d->o[nb + 1]] = ob[r * Evp + c];
@@ -569,7 +583,7 @@ static void attn_block(const mrt_attention_desc *d, int64_t o, int64_t i0, int64
 /* The floats of one block's workspace: k^T, the scores, and packed q rows, v, rows of out. */
 static size_t attn_ws_floats(const mrt_attention_desc *d) {
     const size_t Sp = (size_t)attn_pad16(d->S), Evp = (size_t)attn_pad16(d->Ev);
-    return (size_t)d->E * Sp + ATTN_RB * Sp + ATTN_RB * (size_t)d->E + (size_t)d->S * Evp + ATTN_RB * Evp;
+    return (size_t)d->E * Sp + ATTN_RB * Sp + ATTN_RB * (size_t)d->E + (size_t)d->S * Evp + ATTN_RB * Evp + ATTN_RB;
 }
 
 mrt_status mrt_cpu_attention_f32(const mrt_attention_desc *d, float *out, const float *q, const float *k,
