@@ -25,7 +25,8 @@
  * Before grouping, every graph output whose value is not produced by a kernel of its own (an
  * input, a param, a constant, a view of one, or a value already returned by another output)
  * gets an explicit copy, so each output owns its bytes and can be written straight into the
- * caller's buffer.
+ * caller's buffer; then an inference build's attention chains (matmul, scale, mask, softmax,
+ * matmul) become single attention nodes (fuse_attention, with its own essay below).
  */
 #include "modelc.h"
 #include "modelrt.h" /* MRT_CUDA_CONV_DIRECT_TAPS: the CUDA conv2d's paths */

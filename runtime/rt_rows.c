@@ -490,6 +490,52 @@ static ROWS_AVX512 void attn_pv_avx512(float *ob, int64_t old, const float *pb, 
 }
 #endif
 
+#ifdef ROWS_X86
+/* softmax_exp_avx512 on four rows at once (row r at s + r * ld, its keys [0, lim[r]), zeros to
+ * n), so that the four rows' exp chains and sums overlap: each row's lanes see the same
+ * operations as softmax_exp_avx512 (steps past a row's lim add +0.0 to its sums and -inf to its
+ * maximum, which change neither), so the same bits. rinv[r]: 1 / the row's sum, 0 for a fully
+ * masked row with zero_masked_rows. */
+static ROWS_AVX512 void softmax_exp4_avx512(float *s, int64_t ld, const int64_t *lim, int64_t n, int zero_masked_rows,
+                                            float *rinv) {
+    __m512 mv[4];
+    __mmask16 nan[4] = {0, 0, 0, 0};
+    int64_t lmax = 0;
+    for (int r = 0; r < 4; r++) {
+        mv[r] = _mm512_set1_ps(-INFINITY);
+        lmax = lim[r] > lmax ? lim[r] : lmax;
+    }
+    for (int64_t j = 0; j < lmax; j += 16)
+        for (int r = 0; r < 4; r++) {
+            const __m512 v = _mm512_mask_loadu_ps(_mm512_set1_ps(-INFINITY), attn_mask(lim[r] - j), s + r * ld + j);
+            nan[r] |= _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q);
+            mv[r] = _mm512_max_ps(mv[r], v);
+        }
+    __m512 m16[4];
+    int zero[4];
+    for (int r = 0; r < 4; r++) {
+        const float m = rows_canon_max(_mm512_reduce_max_ps(mv[r]), nan[r] != 0);
+        zero[r] = m == -INFINITY && zero_masked_rows;
+        m16[r] = _mm512_set1_ps(m);
+    }
+    __m512d sa[4], sb[4];
+    for (int r = 0; r < 4; r++) sa[r] = sb[r] = _mm512_setzero_pd();
+    for (int64_t j = 0; j < lmax; j += 16)
+        for (int r = 0; r < 4; r++) {
+            const __mmask16 k = zero[r] ? (__mmask16)0 : attn_mask(lim[r] - j);
+            float *x = s + r * ld + j;
+            const __m512 e = _mm512_maskz_mov_ps(k, exp_nonpos16(_mm512_sub_ps(_mm512_maskz_loadu_ps(k, x), m16[r])));
+            add16(&sa[r], &sb[r], e);
+            _mm512_mask_storeu_ps(x, attn_mask(n - j), e); /* zeros past lim */
+        }
+    for (int r = 0; r < 4; r++) {
+        for (int64_t j = (lmax + 15) & ~(int64_t)15; j < n; j += 16)
+            _mm512_mask_storeu_ps(s + r * ld + j, attn_mask(n - j), _mm512_setzero_ps());
+        rinv[r] = zero[r] ? 0.0f : (float)(1.0 / combine16(sa[r], sb[r]));
+    }
+}
+#endif
+
 /* One block: rows [i0, i1) of batch item `o`, with its workspace ws (attn_ws_floats). q, v and
  * out are read and written where they are when their columns are contiguous (stride 1, the usual
  * case, permuted heads included), else through a packed copy; k is always packed transposed. */
@@ -550,7 +596,15 @@ static void attn_block(const mrt_attention_desc *d, int64_t o, int64_t i0, int64
     else
 #endif
         attn_scores_portable(sb, Sp, qb, qld, E, kt, Sp, R, n, d->scale, mfused ? mb : NULL, mrs);
-    for (int64_t r = 0; r < R; r++) {
+    int64_t r4 = 0;
+#ifdef ROWS_X86
+    for (; avx && !(mask && !mfused) && r4 + 4 <= R; r4 += 4) {
+        int64_t lim4[4];
+        for (int r = 0; r < 4; r++) lim4[r] = d->causal ? (i0 + r4 + r + 1 < S ? i0 + r4 + r + 1 : S) : S;
+        softmax_exp4_avx512(sb + r4 * Sp, Sp, lim4, S, d->zero_masked_rows, rinv + r4);
+    }
+#endif
+    for (int64_t r = r4; r < R; r++) {
         float *s = sb + r * Sp;
         const int64_t i = i0 + r, lim = d->causal ? (i + 1 < S ? i + 1 : S) : S;
         if (mask && !mfused) {
