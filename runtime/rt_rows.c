@@ -283,6 +283,7 @@ void mrt_cpu_layernorm_f32(float *y, const float *x, const float *w, const float
  * or the path (AVX-512 registers of R rows by NV vectors, or portable loops): the same bits. */
 
 enum { ATTN_RB = 128 }; /* query rows per block: the tile is ATTN_RB x S floats */
+enum { ATTN_G = 8 };    /* causal: rows per group that share the keys they compute */
 
 /* The thread's workspace: grown on first use, freed by the key's destructor when the thread
  * ends (the pool's threads live as long as the process). */
@@ -590,12 +591,18 @@ static void attn_block(const mrt_attention_desc *d, int64_t o, int64_t i0, int64
     /* the mask rows, where the scores kernel adds them (columns contiguous) */
     const float *mb = mask ? mask + mo + i0 * d->m[nb] : NULL;
     const int64_t mrs = d->m[nb], mfused = mask && d->m[nb + 1] == 1;
+    /* causal: each group of ATTN_G rows computes the scores of the keys it sees, ng; the others
+     * (n for the whole block) */
+    for (int64_t g0 = 0; g0 < R; g0 += d->causal ? ATTN_G : R) {
+        const int64_t g1 = d->causal && g0 + ATTN_G < R ? g0 + ATTN_G : R, ng = d->causal && i0 + g1 < S ? i0 + g1 : n;
+        const float *mg = mfused ? mb + g0 * mrs : NULL;
 #ifdef ROWS_X86
-    if (avx)
-        attn_scores_avx512(sb, Sp, qb, qld, E, kt, Sp, R, n, d->scale, mfused ? mb : NULL, mrs);
-    else
+        if (avx)
+            attn_scores_avx512(sb + g0 * Sp, Sp, qb + g0 * qld, qld, E, kt, Sp, g1 - g0, ng, d->scale, mg, mrs);
+        else
 #endif
-        attn_scores_portable(sb, Sp, qb, qld, E, kt, Sp, R, n, d->scale, mfused ? mb : NULL, mrs);
+            attn_scores_portable(sb + g0 * Sp, Sp, qb + g0 * qld, qld, E, kt, Sp, g1 - g0, ng, d->scale, mg, mrs);
+    }
     int64_t r4 = 0;
 #ifdef ROWS_X86
     for (; avx && !(mask && !mfused) && r4 + 4 <= R; r4 += 4) {
@@ -620,13 +627,25 @@ static void attn_block(const mrt_attention_desc *d, int64_t o, int64_t i0, int64
         rinv[r] = softmax_exp_portable(s, s, lim, S, d->zero_masked_rows);
     }
     /* out = (e v) / sum over every key, the masked ones with e = 0 (so a NaN or inf v gives NaN
-     * there, as the unfused GEMM of p and v does) */
+     * there, as the unfused GEMM of p and v does). Causal, with every v finite, a group of rows
+     * stops at the last key it sees: the terms after it would be 0 * v = +-0, and a sum that
+     * starts at +0.0 and adds products of p >= 0 is never -0.0, so adding +-0 leaves its bits. */
+    int vfinite = d->causal;
+    for (int64_t j = 0; vfinite && j < S; j++)
+        for (int64_t c = 0; c < Ev; c++)
+            if (!isfinite(vb[j * vld + c])) {
+                vfinite = 0;
+                break;
+            }
+    for (int64_t g0 = 0; g0 < R; g0 += vfinite ? ATTN_G : R) {
+        const int64_t g1 = vfinite && g0 + ATTN_G < R ? g0 + ATTN_G : R, ng = vfinite && i0 + g1 < S ? i0 + g1 : S;
 #ifdef ROWS_X86
-    if (avx)
-        attn_pv_avx512(ob, old, sb, Sp, vb, vld, R, S, Ev, rinv);
-    else
+        if (avx)
+            attn_pv_avx512(ob + g0 * old, old, sb + g0 * Sp, Sp, vb, vld, g1 - g0, ng, Ev, rinv + g0);
+        else
 #endif
-        attn_pv_portable(ob, old, sb, Sp, vb, vld, R, S, Ev, rinv);
+            attn_pv_portable(ob + g0 * old, old, sb + g0 * Sp, Sp, vb, vld, g1 - g0, ng, Ev, rinv + g0);
+    }
     for (int64_t r = 0; opack && r < R; r++) {
         float *orow = out + oo + (i0 + r) * d->o[nb];
         for (int64_t c = 0; c < Ev; c++) orow[c * d->o[nb + 1]] = ob[r * Evp + c];
