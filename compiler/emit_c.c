@@ -475,6 +475,68 @@ static void emit_axis(Emit *e, const Kernel *k, char **ptr) {
     library_call(e, k, fn, args);
 }
 
+/* Attention in one kernel (fuse.c, OP_ATTENTION): a descriptor of the sizes and of each tensor's
+ * element strides along the result's logical dims ([batch..., rows, cols]; 0 for a broadcast
+ * dim), built in run() since the batch is a run-time size, then one dispatched call. */
+static void emit_attention(Emit *e, const Kernel *k, char **ptr) {
+    const Node *n = k->lib;
+    int r = n->shape.rank, nb = r - 2;
+    if (nb > 6) ICE("attention of rank %d: mrt_attention_desc holds at most 6 batch dims (MRT_ATTN_MAX_BATCH)", r);
+    char *st[5] = {0}; /* q, k, v, mask, out: "{s0, s1, ...}" */
+    Dim sz[4][MAX_RANK]; /* the logical sizes of q, k, v, and the result */
+    int rk[4];
+    for (int j = 0; j < 4; j++) {
+        const Shape *s = j < 3 ? &n->in[j]->shape : &n->shape;
+        Dim cs[MAX_RANK];
+        contiguous_strides(s, cs);
+        rk[j] = s->rank;
+        char *lst = xstrdup("");
+        Dim lstr[MAX_RANK];
+        for (int i = 0; i < s->rank; i++) {
+            sz[j][i] = s->d[n->attn_perm[j][i]];
+            lstr[i] = cs[n->attn_perm[j][i]];
+        }
+        /* aligned at the right against the result's [batch..., rows, cols] */
+        for (int i = 0; i < r; i++) {
+            int oi = i - (r - s->rank);
+            const char *v = oi < 0 || dim_is_one(sz[j][oi]) ? "0" : dim_c(lstr[oi]);
+            lst = xprintf("%s%s%s", lst, i ? ", " : "", v);
+        }
+        st[j < 3 ? j : 4] = xprintf("{%s}", lst);
+    }
+    const char *mask = "NULL";
+    if (n->nin > 3) {
+        const Shape *s = &n->in[3]->shape;
+        Dim cs[MAX_RANK];
+        contiguous_strides(s, cs);
+        char *lst = xstrdup("");
+        for (int i = 0; i < r; i++) {
+            int oi = i - (r - s->rank);
+            const char *v = oi < 0 || dim_is_one(s->d[oi]) ? "0" : dim_c(cs[oi]);
+            lst = xprintf("%s%s%s", lst, i ? ", " : "", v);
+        }
+        st[3] = xprintf("{%s}", lst);
+        mask = ptr[view_base(n->in[3])->id];
+    } else {
+        st[3] = xstrdup("{0}");
+    }
+    char *batch = xstrdup("");
+    for (int i = 0; i < nb; i++) batch = xprintf("%s%s%s", batch, i ? ", " : "", dim_c(sz[3][i]));
+    fprintf(e->o, "    /* %s%d: attention %%%d = softmax(%.9g q k^T%s%s) v */\n", e->kpfx, k->id, n->id, n->fattr[0],
+            n->nin > 3 ? " + mask" : "", n->causal ? ", causal" : "");
+    fprintf(e->o, "    {\n    const mrt_attention_desc mrt_ad = {.nb = %d, .batch = {%s}, .L = %s, .S = %s, .E = %s, .Ev = %s,\n"
+                  "        .scale = (float)%.17g, .causal = %d, .zero_masked_rows = %d,\n"
+                  "        .q = %s, .k = %s, .v = %s,\n        .m = %s, .o = %s};\n",
+            nb, nb ? batch : "0", dim_c(sz[3][r - 2]), dim_c(sz[1][rk[1] - 2]), dim_c(sz[0][rk[0] - 1]),
+            dim_c(sz[3][r - 1]), n->fattr[0], n->causal, n->zero_masked_rows, st[0], st[1], st[2], st[3], st[4]);
+    const char *args = xprintf("&mrt_ad, %s, %s, %s, %s, %s", ptr[n->id], ptr[view_base(n->in[0])->id],
+                               ptr[view_base(n->in[1])->id], ptr[view_base(n->in[2])->id], mask);
+    int s = kslot(k);
+    dispatch(e, s, xprintf("if ((st = mrt_attention_f32(%s)) != MRT_OK) %s;", args, on_fail(e)),
+             xprintf("mrt_cuda_attention_f32(stream%d, %s)", s, args));
+    fprintf(e->o, "    }\n");
+}
+
 static void emit_pool(Emit *e, const Kernel *k, char **ptr) {
     const Node *r = k->lib, *x = r->in[0];
     fprintf(e->o, "    /* %s%d: %s %%%d */\n", e->kpfx, k->id, op_name(r->op), r->id);
@@ -1065,6 +1127,13 @@ static void kernel_cost(const Kernel *k, char **flops, char **bytes) {
     if (m && m->op == OP_MATMUL) {
         const Shape *sa = &m->in[0]->shape;
         *flops = xprintf("2.0 * (double)(%s) * (double)(%s)", dim_c(shape_numel(&m->shape)), dim_c(sa->d[sa->rank - 1]));
+    } else if (k->lib && k->lib->op == OP_ATTENTION) { /* per output row: S * (E + Ev) multiply-adds */
+        const Node *a = k->lib, *q = a->in[0], *kk = a->in[1];
+        *flops = xprintf("2.0 * (double)(%s) / (double)(%s) * (double)(%s) * (double)(%s + %s)", dim_c(shape_numel(&a->shape)),
+                         dim_c(a->shape.d[a->attn_perm[3][a->shape.rank - 1]]),
+                         dim_c(kk->shape.d[a->attn_perm[1][kk->shape.rank - 2]]),
+                         dim_c(q->shape.d[a->attn_perm[0][q->shape.rank - 1]]),
+                         dim_c(a->shape.d[a->attn_perm[3][a->shape.rank - 1]]));
     } else if (m && m->op == OP_CONV2D) { /* per output: C/groups * KH * KW multiply-adds */
         const Shape *sw = &m->in[1]->shape;
         Dim per = {1, {0}};

@@ -25,7 +25,8 @@
  * Before grouping, every graph output whose value is not produced by a kernel of its own (an
  * input, a param, a constant, a view of one, or a value already returned by another output)
  * gets an explicit copy, so each output owns its bytes and can be written straight into the
- * caller's buffer.
+ * caller's buffer; then an inference build's attention chains (matmul, scale, mask, softmax,
+ * matmul) become single attention nodes (fuse_attention, with its own essay below).
  */
 #include "modelc.h"
 #include "modelrt.h" /* MRT_CUDA_CONV_DIRECT_TAPS: the CUDA conv2d's paths */
@@ -252,10 +253,129 @@ static Kernel *new_kernel(KernelList *kl, KernelKind kind, Node *root) {
     return k;
 }
 
+/* ---------------------------------------------------------------- attention
+ *
+ * scaled_dot_product_attention is checked into five nodes (check.c, lower_sdpa): matmul(q, k^T),
+ * mul by the scale, add the mask, softmax (causal, zero_masked_rows), matmul(p, v). Fused as
+ * usual they make three kernels that write the [..., L, S] scores and probabilities through
+ * memory: a GEMM with its epilogue, the softmax, a GEMM. fuse_attention makes them one node,
+ * OP_ATTENTION, whose kernel (mrt_attention_f32) takes a block of query rows at a time with its
+ * scores in cache: FlashAttention's idea (Dao et al., 2022) without its online rescaling, so each
+ * probability is the unfused softmax's formula. The same chain written by hand (an imported
+ * model's MatMul, Mul, Add, Softmax, MatMul) is found too, with softmax's own semantics.
+ *
+ * The chain is taken where each intermediate has that one reader, is not an output, runs on the
+ * root's device slot and is not computed at load time; never in a training build (the backward
+ * reads the probabilities), and not with --no-fuse-attention. The scale is a mul by a scalar
+ * constant (none: 1), the mask an add of an f32 tensor that broadcasts into the scores without
+ * widening them. A permute that is the only reader of q, k or v, or the only reader of the
+ * result, and keeps axis 0 in place, is folded into how the kernel reads or writes that tensor
+ * (Node.attn_perm), so the heads' [B, T, H, D] <-> [B, H, T, D] copies go too; a transposed
+ * operand of either matmul (trans_b, or not for k) is such a permutation as well.
+ */
+
+/* x is computed only for the chain ending at root: fused away with it. */
+static bool attn_inner(const Node *x, const Node *root) {
+    return !x->dead && x->nuses == 1 && !x->is_output && x->slot == root->slot && !x->init && x->dtype == DT_F32;
+}
+
+static bool same_shape(const Shape *a, const Shape *b) {
+    if (a->rank != b->rank) return false;
+    for (int d = 0; d < a->rank; d++)
+        if (!dim_eq(a->d[d], b->d[d])) return false;
+    return true;
+}
+
+/* The tensor the kernel reads for operand x of the chain ending at root, with perm (logical dim
+ * i of x is dim perm[i] of the tensor read) composed with a folded permute. */
+static Node *attn_read(Node *x, const Node *root, signed char *perm) {
+    if (x->op != OP_PERMUTE || !attn_inner(x, root) || x->perm[0] != 0 || x->in[0]->op == OP_CONST) return x;
+    for (int i = 0; i < x->shape.rank; i++) perm[i] = (signed char)x->perm[perm[i]];
+    x->dead = true;
+    return x->in[0];
+}
+
+static void attn_identity(signed char *perm, int rank, bool swap_last) {
+    for (int i = 0; i < MAX_RANK; i++) perm[i] = (signed char)i;
+    if (swap_last && rank >= 2) perm[rank - 2] = (signed char)(rank - 1), perm[rank - 1] = (signed char)(rank - 2);
+}
+
+/* Rewrite every attention chain into an OP_ATTENTION node (the essay above). The root (the
+ * second matmul, or the permute that reads it) becomes that node in place, so its readers keep
+ * reading it; the other nodes of the chain die. Returns how many. */
+static int fuse_attention(Graph *g) {
+    Node **cons = xalloc(sizeof(Node *) * (size_t)(g->nnodes + 1));
+    for (int i = 0; i < g->nnodes; i++)
+        for (int j = 0; j < g->nodes[i]->nin; j++) cons[g->nodes[i]->in[j]->id] = g->nodes[i];
+    int made = 0;
+    for (int i = 0; i < g->nnodes; i++) {
+        Node *pv = g->nodes[i];
+        if (pv->dead || pv->op != OP_MATMUL || pv->dtype != DT_F32 || pv->init) continue;
+        Node *p = pv->in[0];
+        if (p->op != OP_SOFTMAX || p->axis != p->shape.rank - 1 || !attn_inner(p, pv)) continue;
+        Node *s = p->in[0], *mask = NULL, *add = NULL, *mul = NULL;
+        double scale = 1.0;
+        for (int j = 0; j < 2 && s->op == OP_ADD && attn_inner(s, pv) && !add; j++) {
+            Node *a = s->in[j], *b = s->in[1 - j];
+            if ((a->op == OP_MUL || a->op == OP_MATMUL) && same_shape(&a->shape, &s->shape) && b->dtype == DT_F32 &&
+                b->op != OP_CONST && b->shape.rank <= s->shape.rank)
+                add = s, mask = b, s = a;
+        }
+        for (int j = 0; j < 2 && s->op == OP_MUL && attn_inner(s, pv) && !mul; j++) {
+            Node *a = s->in[j], *c = s->in[1 - j];
+            if (a->op == OP_MATMUL && c->op == OP_CONST && c->shape.rank == 0 && same_shape(&a->shape, &s->shape))
+                mul = s, scale = c->value, s = a;
+        }
+        Node *qk = s;
+        if (qk->op != OP_MATMUL || !attn_inner(qk, pv)) continue;
+        int r = pv->shape.rank;
+        bool ok = qk->shape.rank == r && r >= 2 && r <= MAX_RANK;
+        for (int d = 0; ok && d < r - 1; d++) ok = dim_eq(qk->shape.d[d], pv->shape.d[d]); /* the batch and L */
+        if (!ok) continue;
+        /* the result's reader: a permute keeping axis 0, then the node the kernel writes */
+        Node *root = pv, *c = cons[pv->id];
+        signed char operm[MAX_RANK];
+        attn_identity(operm, r, false);
+        if (c && c->op == OP_PERMUTE && !c->dead && pv->nuses == 1 && !pv->is_output && c->slot == pv->slot &&
+            c->init == pv->init && c->perm[0] == 0) {
+            for (int d = 0; d < r; d++) operm[c->perm[d]] = (signed char)d;
+            root = c;
+            pv->dead = true;
+        }
+        signed char perm[3][MAX_RANK];
+        attn_identity(perm[0], qk->in[0]->shape.rank, false);
+        attn_identity(perm[1], qk->in[1]->shape.rank, !qk->trans_b);
+        attn_identity(perm[2], pv->in[1]->shape.rank, pv->trans_b);
+        Node *q = attn_read(qk->in[0], pv, perm[0]), *k = attn_read(qk->in[1], pv, perm[1]),
+             *v = attn_read(pv->in[1], pv, perm[2]);
+        qk->dead = p->dead = true;
+        if (mul) mul->dead = true;
+        if (add) add->dead = true;
+        Loc loc = pv->loc; /* the call the profile and messages name */
+        root->op = OP_ATTENTION;
+        root->loc = loc;
+        root->in[0] = q;
+        root->in[1] = k;
+        root->in[2] = v;
+        root->nin = 3;
+        if (mask) root->in[root->nin++] = mask;
+        root->fattr[0] = scale;
+        root->causal = p->causal;
+        root->zero_masked_rows = p->zero_masked_rows;
+        memcpy(root->attn_perm[0], perm[0], MAX_RANK);
+        memcpy(root->attn_perm[1], perm[1], MAX_RANK);
+        memcpy(root->attn_perm[2], perm[2], MAX_RANK);
+        memcpy(root->attn_perm[3], operm, MAX_RANK);
+        made++;
+    }
+    return made;
+}
+
 static KernelList build_kernels(Fuser *f, bool init);
 
 KernelList fuse_graph(Graph *g, FuseOptions opt, KernelList *init) {
     materialize_outputs(g);
+    if (opt.attention && !g->train && fuse_attention(g)) analyze_uses(g);
     Fuser F = {.g = g, .opt = opt}, *f = &F;
     f->consumer = xalloc(sizeof(Node *) * g->nnodes);
     f->inl = xalloc(sizeof(bool) * g->nnodes);
@@ -432,6 +552,24 @@ static void print_kexpr(FILE *out, const Kernel *k, const Expr *e) {
 
 static void dump_kernels(FILE *out, const Graph *g, const KernelList *kl, const char *pfx);
 
+/* An attention kernel's attributes: the scale, causal, zero_masked_rows, and each tensor read or
+ * written through a permutation (q, k, v: logical dim i is dim P[i] of the operand; out: logical
+ * dim i is dim P[i] of the result). */
+static void print_attention(FILE *out, const Node *r) {
+    fprintf(out, " {scale=%.9g%s%s", r->fattr[0], r->causal ? ", causal" : "", r->zero_masked_rows ? ", zero_masked_rows" : "");
+    static const char *const names[4] = {"q", "k", "v", "out"};
+    for (int j = 0; j < 4; j++) {
+        int rank = j < 3 ? r->in[j]->shape.rank : r->shape.rank;
+        bool id = true;
+        for (int d = 0; d < rank; d++) id = id && r->attn_perm[j][d] == d;
+        if (id) continue;
+        fprintf(out, ", %s=[", names[j]);
+        for (int d = 0; d < rank; d++) fprintf(out, "%s%d", d ? "," : "", r->attn_perm[j][d]);
+        fprintf(out, "]");
+    }
+    fprintf(out, "}");
+}
+
 void dump_fused(FILE *out, const Graph *g, const KernelList *kl, const KernelList *init) {
     fprintf(out, "fused %s: %d kernel%s\n", g->name, kl->n, kl->n == 1 ? "" : "s");
     dump_kernels(out, g, kl, "k");
@@ -474,6 +612,7 @@ static void dump_kernels(FILE *out, const Graph *g, const KernelList *kl, const 
             if (op_is_reduction(r->op) || r->op == OP_CONCAT)
                 fprintf(out, " {axis=%d%s%s}", r->axis, r->keepdim ? ", keepdim" : "", r->causal ? ", causal" : "");
             if (r->op == OP_IOTA) fprintf(out, " {start=%.17g, step=%.17g}", r->fattr[0], r->fattr[1]);
+            if (r->op == OP_ATTENTION) print_attention(out, r);
             if (r->op == OP_DROPOUT) fprintf(out, " {p=%g, site=%lld}", r->fattr[0], (long long)r->start);
             if (r->op == OP_GATHER || r->op == OP_SCATTER_ADD)
                 fprintf(out, " {axis=%d, %s}", r->axis, r->gather_mode == GATHER_ONE_HOT ? "one_hot" : r->gather_mode == GATHER_INDEX_SELECT ? "index_select" : "gather");

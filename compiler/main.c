@@ -65,6 +65,7 @@ static void usage(FILE *f) {
             "                     memplan-svg (the arena over time as an SVG picture)\n"
             "  --no-fuse          do not fuse elementwise chains (one kernel per op)\n"
             "  --no-epilogue      do not fold elementwise consumers into GEMM epilogues\n"
+            "  --no-fuse-attention  keep attention's matmul, softmax and matmul as separate kernels\n"
             "  --no-blocked-conv  on the CPU, run every conv2d as im2col + GEMM on NCHW tensors instead of\n"
             "                     oneDNN's convolution and max pooling in its blocked layout (nChw16c) through\n"
             "                     the convolutional part of an inference graph (the default when modelc is\n"
@@ -201,7 +202,7 @@ static bool is_dir(const char *p) {
 #endif
 
 void options_default(Options *o) {
-    *o = (Options){.olevel = "-O2", .max_batch = 64, .fuse = {.elementwise = true, .epilogue = true, .blocked = MODELC_DNNL, .winograd = true},
+    *o = (Options){.olevel = "-O2", .max_batch = 64, .fuse = {.elementwise = true, .epilogue = true, .blocked = MODELC_DNNL, .winograd = true, .attention = true},
                    .plan = {.inplace = true, .align = 64, .reorder = true},
                    .fold = {.fold_bn = true, .hoist = true, .fold_transpose = true, .fold_silu = true}};
 }
@@ -277,6 +278,8 @@ static void parse_args(int argc, char **argv, Options *o) {
             o->fuse.elementwise = false;
         } else if (!strcmp(a, "--no-epilogue")) {
             o->fuse.epilogue = false;
+        } else if (!strcmp(a, "--no-fuse-attention")) {
+            o->fuse.attention = false;
         } else if (!strcmp(a, "--no-blocked-conv")) {
             o->fuse.blocked = false;
         } else if (!strcmp(a, "--no-winograd")) {

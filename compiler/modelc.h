@@ -304,8 +304,14 @@ struct Node {
      * which keeps the masks of two dropouts apart (the Philox counter's last word) */
     int64_t start, step;
     bool reverse;         /* cumsum: the running sums from the end (a cumsum's adjoint, PyTorch's reversed_cumsum) */
-    /* softmax from attention: keys j > i masked (causal), and all-masked rows give zeros */
+    /* softmax from attention: keys j > i masked (causal), and all-masked rows give zeros; also
+     * the fused attention's (fuse.c, OP_ATTENTION) */
     bool causal, zero_masked_rows;
+    /* attention (fuse.c): how each tensor is read. Operand j (0 q, 1 k, 2 v) is read as its logical
+     * [..., L, E] / [..., S, E] / [..., S, Ev] tensor whose dim i is dim attn_perm[j][i] of in[j]
+     * (a permute or transpose folded into the read); the result's logical [..., L, Ev] dim i is
+     * dim attn_perm[3][i] of the node's own shape. fattr[0] is the scale. */
+    signed char attn_perm[4][MAX_RANK];
     /* interpolate: bilinear (else nearest), align_corners, and the scale_factor per axis [h, w]
      * that PyTorch's kernels read (0: none, the scale is in/out) */
     bool bilinear, align_corners;
@@ -619,6 +625,8 @@ typedef struct FuseOptions {
     bool epilogue;     /* fold elementwise consumers of a GEMM into its epilogue */
     bool blocked;      /* the CPU's blocked layout for convolutions (layout.c; off without oneDNN) */
     bool winograd;     /* blocked 3x3 stride-1 convs try oneDNN's Winograd algorithm (--no-winograd) */
+    bool attention;    /* one attention kernel for matmul, scale, mask, softmax, matmul (inference
+                          builds; --no-fuse-attention) */
 } FuseOptions;
 
 typedef struct KernelList {

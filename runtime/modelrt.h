@@ -301,6 +301,43 @@ void mrt_cpu_softmax_rows_f32(float *y, const float *x, int64_t rows, int64_t n,
  *  splits the rows over the OpenMP pool. rt_rows.c. */
 void mrt_cpu_layernorm_f32(float *y, const float *x, const float *w, const float *b, int64_t rows, int64_t D,
                            float eps);
+/** Attention's sizes and strides for mrt_cpu_attention_f32 and mrt_cuda_attention_f32, which
+ *  compute out = softmax(scale * q k^T + mask) v per batch item (modelc's fused attention, fuse.c).
+ *  The logical tensors are q [batch..., L, E], k [batch..., S, E], v [batch..., S, Ev], mask
+ *  [batch..., L, S] (additive, f32) and out [batch..., L, Ev], batch... being nb dims of the
+ *  sizes batch[]; each is read (or written) at the element strides of its array q, k, v, m, o:
+ *  nb strides for the batch dims, then the row stride, then the column stride, in elements. A
+ *  stride of 0 broadcasts a dim (a mask [B, 1, 1, S]); a permuted tensor (the heads of [B, T, H,
+ *  D] read as [B, H, T, D]) is just other strides. causal: query i sees keys j <= i alone;
+ *  zero_masked_rows: a row whose visible scores are all -inf gives zeros (else NaN), as
+ *  mrt_cpu_softmax_rows_f32. */
+#define MRT_ATTN_MAX_BATCH 6
+typedef struct mrt_attention_desc {
+    int nb;                              /* batch dims, 0..MRT_ATTN_MAX_BATCH */
+    int64_t batch[MRT_ATTN_MAX_BATCH];   /* their sizes */
+    int64_t L, S, E, Ev;                 /* query rows, keys, q/k head size, v head size */
+    float scale;                         /* multiplies q k^T before the mask is added */
+    int causal, zero_masked_rows;
+    int64_t q[MRT_ATTN_MAX_BATCH + 2], k[MRT_ATTN_MAX_BATCH + 2], v[MRT_ATTN_MAX_BATCH + 2];
+    int64_t m[MRT_ATTN_MAX_BATCH + 2], o[MRT_ATTN_MAX_BATCH + 2];
+} mrt_attention_desc;
+
+/** Attention on the CPU: out = softmax(d->scale * q k^T + mask) v as d describes (mask may be
+ *  NULL), without the [L, S] scores in memory: each (batch item, block of up to 64 query rows)
+ *  packs its q rows, k^T and v, computes the block's scores (q . k summed over E in order, times
+ *  the scale, plus the mask: the unfused GEMM epilogue's operations), softmaxes each row as
+ *  mrt_cpu_softmax_rows_f32 does (the same bits for the same scores) and sums p v over the keys
+ *  in order. A causal row skips the keys after it (their v, NaN or not, is not read); other rows
+ *  multiply every v by its probability (0 for a -inf score, so a NaN v still gives NaN, as in
+ *  the unfused GEMM). No FMA: AVX-512 where mrt_cpu_simd_avx512 says so, else portable C, the
+ *  same bits; the blocks are split over the OpenMP pool, each output row computed by one thread
+ *  in one fixed order, so the thread count does not change a bit. Each pool thread keeps one
+ *  workspace (packed q, k^T, v, the scores, the rows of out: about (64 + E + Ev) * S + 64 * (E +
+ *  Ev) floats), grown on first use and freed when the thread exits: a run at sizes seen before
+ *  allocates nothing. Errors: MRT_ERR_OOM when that workspace cannot be had,
+ *  MRT_ERR_INVALID_ARG for nb out of range or a negative size. rt_rows.c. */
+mrt_status mrt_cpu_attention_f32(const mrt_attention_desc *d, float *out, const float *q, const float *k,
+                                 const float *v, const float *mask);
 /** 1 when the CPU kernels take their AVX-512 paths (rt_rows.c's rows, and the x86-64-v4 copies of
  *  generated elementwise kernels): the CPU has AVX-512 F, BW, CD, DQ and VL, and the environment
  *  variable MODELRT_SIMD is not "portable" (which the tests set to check the portable paths, and
@@ -376,6 +413,12 @@ mrt_status mrt_cuda_softmax_f32(void *stream, float *y, const float *x, int64_t 
                                 int log);
 mrt_status mrt_cuda_softmax_masked_f32(void *stream, float *y, const float *x, int64_t rows, int64_t n, int64_t L,
                                        int causal, int zero_masked_rows);
+/** mrt_cpu_attention_f32 on CUDA (device pointers; d in host memory, passed by value): one block
+ *  per query row, the scores recomputed in three passes (maximum, sum, p v) rather than stored,
+ *  e^x by mrt_exp_nonpos and the row sum in double, as on the CPU (other summation orders: equal
+ *  to rounding). */
+mrt_status mrt_cuda_attention_f32(void *stream, const mrt_attention_desc *d, float *out, const float *q,
+                                  const float *k, const float *v, const float *mask);
 mrt_status mrt_cuda_sum_f32(void *stream, float *y, const float *x, int64_t outer, int64_t n, int64_t inner, int mean);
 /** Data-parallel training's gradient norm: part[b] (device, MRT_CUDA_SUMSQ_BLOCKS doubles) =
  *  the sum in double of x[j]^2 over the elements j (of n) that block b of a fixed grid of

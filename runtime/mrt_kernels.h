@@ -583,6 +583,13 @@ static inline void mrt_softmax_masked_f32(float *y, const float *x, int64_t rows
     mrt_cpu_softmax_rows_f32(y, x, rows, n, L, causal, zero_masked_rows);
 }
 
+/* Attention in one kernel, out = softmax(scale * q k^T + mask) v (modelc's fused attention):
+ * rt_rows.c computes it (mrt_cpu_attention_f32 in modelrt.h: sizes, strides and semantics). */
+static inline mrt_status mrt_attention_f32(const mrt_attention_desc *d, float *out, const float *q, const float *k,
+                                           const float *v, const float *mask) {
+    return mrt_cpu_attention_f32(d, out, q, k, v, mask);
+}
+
 /* y[N, O, OH, OW] = conv2d(x[N, C, H, W], w[O, C/groups, KH, KW]) with stride (sh, sw), padding
  * top/left (pt, pl) (bottom/right padding is implied by OH, OW), dilation (dh, dw). Each image
  * and group is one GEMM, w_g [O/g, C/g*KH*KW] @ col [C/g*KH*KW, OH*OW] (mrt_cpu_sgemm), where col is

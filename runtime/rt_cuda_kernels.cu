@@ -331,6 +331,79 @@ __global__ void softmax_masked_kernel(float *__restrict__ y, const float *__rest
     }
 }
 
+/* ---------------------------------------------------------------- attention */
+
+// Score of key j for the query row qr: (q . k_j summed over E in order) * scale + mask[j].
+__device__ __forceinline__ float attn_score(const mrt_attention_desc &d, const float *qr, const float *kb,
+                                            const float *mr, int64_t j)
+{
+    const int nb = d.nb;
+    const float *kr = kb + j * d.k[nb];
+    float acc = 0.0f;
+    for (int64_t e = 0; e < d.E; e++)
+        acc = acc + qr[e * d.q[nb + 1]] * kr[e * d.k[nb + 1]];
+    float s = acc * d.scale;
+    if (mr)
+        s = s + mr[j * d.m[nb + 1]];
+    return s;
+}
+
+// out = softmax(scale q k^T + mask) v (mrt_cuda_attention_f32): one block per query row of one
+// batch item (rows = batch items * L). The scores are recomputed in each of three passes over
+// the keys the row sees (the maximum; the sum of e^(s - max) in double; p v, a block of keys at
+// a time through shared memory, threads over the head) instead of being stored.
+__global__ void attention_kernel(mrt_attention_desc d, float *__restrict__ out, const float *__restrict__ q,
+                                 const float *__restrict__ k, const float *__restrict__ v,
+                                 const float *__restrict__ mask, int64_t rows)
+{
+    __shared__ float shm[32];
+    __shared__ double shd[32];
+    __shared__ float pj[kBlock];
+    const int nb = d.nb;
+    for (int64_t row = blockIdx.x; row < rows; row += gridDim.x) {
+        const int64_t i = row % d.L;
+        int64_t rest = row / d.L, qo = 0, ko = 0, vo = 0, mo = 0, oo = 0;
+        for (int b = nb - 1; b >= 0; b--) {
+            const int64_t ix = rest % d.batch[b];
+            rest /= d.batch[b];
+            qo += ix * d.q[b];
+            ko += ix * d.k[b];
+            vo += ix * d.v[b];
+            mo += ix * d.m[b];
+            oo += ix * d.o[b];
+        }
+        const float *qr = q + qo + i * d.q[nb], *kb = k + ko;
+        const float *mr = mask ? mask + mo + i * d.m[nb] : nullptr;
+        const int64_t lim = d.causal ? (i + 1 < d.S ? i + 1 : d.S) : d.S;
+        float m = -INFINITY;
+        for (int64_t j = threadIdx.x; j < lim; j += blockDim.x)
+            m = mrt_maxf(m, attn_score(d, qr, kb, mr, j));
+        m = block_reduce(m, MaxOp(), shm);
+        const bool zero = m == -INFINITY && d.zero_masked_rows; // uniform across the block
+        double s = 0.0;
+        for (int64_t j = threadIdx.x; j < lim && !zero; j += blockDim.x)
+            s += mrt_exp_nonpos(attn_score(d, qr, kb, mr, j) - m);
+        s = block_reduce(s, AddD(), shd);
+        const float inv = (float)(1.0 / s);
+        for (int64_t d0 = 0; d0 < d.Ev; d0 += blockDim.x) {
+            const int64_t c = d0 + threadIdx.x;
+            float acc = 0.0f;
+            for (int64_t j0 = 0; j0 < lim; j0 += blockDim.x) {
+                const int64_t j = j0 + threadIdx.x;
+                __syncthreads(); // the previous chunk's reads of pj are done
+                pj[threadIdx.x] = j < lim && !zero ? mrt_exp_nonpos(attn_score(d, qr, kb, mr, j) - m) * inv : 0.0f;
+                __syncthreads();
+                const int64_t n = lim - j0 < (int64_t)blockDim.x ? lim - j0 : (int64_t)blockDim.x;
+                for (int64_t jj = 0; jj < n && c < d.Ev; jj++)
+                    acc = acc + pj[jj] * v[vo + (j0 + jj) * d.v[nb] + c * d.v[nb + 1]];
+            }
+            if (c < d.Ev)
+                out[oo + i * d.o[nb] + c * d.o[nb + 1]] = acc;
+        }
+        __syncthreads(); // pj is free for the next row
+    }
+}
+
 /* ---------------------------------------------------------------- sum, max, argmax */
 
 __global__ void sum_rows_kernel(float *__restrict__ y, const float *__restrict__ x, int64_t rows, int64_t n,
@@ -1095,6 +1168,28 @@ mrt_status mrt_cuda_softmax_f32(void *stream, float *y, const float *x, int64_t 
         MRT_LAUNCH(softmax_cols_kernel, grid_for(outer * inner, kBlock), kBlock, 0, s, y, x, outer, n, inner, log);
         LAUNCH_CHECK(fn, "softmax_cols_kernel");
     }
+    return MRT_OK;
+}
+
+mrt_status mrt_cuda_attention_f32(void *stream, const mrt_attention_desc *d, float *out, const float *q,
+                                  const float *k, const float *v, const float *mask)
+{
+    static const char fn[] = "mrt_cuda_attention_f32";
+    if (!d || d->nb < 0 || d->nb > MRT_ATTN_MAX_BATCH)
+        return bad_arg(fn, "batch dims out of range");
+    int64_t rows = d->L;
+    for (int b = 0; b < d->nb; b++) {
+        if (d->batch[b] < 0)
+            return bad_arg(fn, "negative batch size");
+        rows *= d->batch[b];
+    }
+    if (d->L < 0 || d->S < 0 || d->E < 0 || d->Ev < 0)
+        return bad_arg(fn, "negative dimension");
+    if (rows == 0 || d->Ev == 0)
+        return MRT_OK;
+    MRT_LAUNCH(attention_kernel, grid_for(rows, 1), row_block(d->S > d->Ev ? d->S : d->Ev), 0, (cudaStream_t)stream, *d,
+               out, q, k, v, mask, rows);
+    LAUNCH_CHECK(fn, "attention_kernel");
     return MRT_OK;
 }
 

@@ -204,6 +204,12 @@ mrt_status mrt_cuda_softmax_masked_f32(void *stream, float *y, const float *x, i
     return rt_no_cuda_err("mrt_cuda_softmax_masked_f32");
 }
 
+mrt_status mrt_cuda_attention_f32(void *stream, const mrt_attention_desc *d, float *out, const float *q,
+                                  const float *k, const float *v, const float *mask)
+{
+    return rt_no_cuda_err("mrt_cuda_attention_f32");
+}
+
 mrt_status mrt_cuda_sum_f32(void *stream, float *y, const float *x, int64_t outer, int64_t n, int64_t inner, int mean)
 {
     return rt_no_cuda_err("mrt_cuda_sum_f32");

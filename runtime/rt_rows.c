@@ -22,6 +22,7 @@
  * (Cephes' expf, in mrt_kernels.h; its 16-lane copy here is the same sequence).
  */
 #include <math.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -68,7 +69,9 @@ static inline float rows_canon_max(float m, int nan) { return nan ? NAN : m == 0
 
 /* ------------------------------------------------------------------ portable paths */
 
-static void softmax_row_portable(float *yr, const float *xr, int64_t lim, int64_t n, int zero_masked_rows) {
+/* The row's e^(x - max) into y[0, lim) and zeros into y[lim, n); returns 1 / their sum, the
+ * factor that normalizes them (0 for a fully masked row with zero_masked_rows, whose y is all 0). */
+static float softmax_exp_portable(float *yr, const float *xr, int64_t lim, int64_t n, int zero_masked_rows) {
     float m = -INFINITY;
     int nan = 0;
     for (int64_t j = 0; j < lim; j++) {
@@ -78,7 +81,7 @@ static void softmax_row_portable(float *yr, const float *xr, int64_t lim, int64_
     m = rows_canon_max(m, nan);
     if (m == -INFINITY && zero_masked_rows) {
         for (int64_t j = 0; j < n; j++) yr[j] = 0.0f;
-        return;
+        return 0.0f;
     }
     double s[16] = {0};
     for (int64_t j = 0; j < lim; j++) { /* each exp once, kept in y (y may be x) */
@@ -86,9 +89,13 @@ static void softmax_row_portable(float *yr, const float *xr, int64_t lim, int64_
         s[j & 15] += e;
         yr[j] = e;
     }
-    const float inv = (float)(1.0 / rows_combine16(s));
-    for (int64_t j = 0; j < lim; j++) yr[j] *= inv;
     for (int64_t j = lim; j < n; j++) yr[j] = 0.0f;
+    return (float)(1.0 / rows_combine16(s));
+}
+
+static void softmax_row_portable(float *yr, const float *xr, int64_t lim, int64_t n, int zero_masked_rows) {
+    const float inv = softmax_exp_portable(yr, xr, lim, n, zero_masked_rows);
+    for (int64_t j = 0; j < lim; j++) yr[j] *= inv;
 }
 
 /* The normalized value of x[j], v = (float)((x - mean) * inv), then * w[j], + b[j] (w, b may be NULL). */
@@ -140,8 +147,9 @@ static inline ROWS_AVX512 __m512 exp_nonpos16(__m512 d) {
     p = _mm512_add_ps(_mm512_mul_ps(p, r), _mm512_set1_ps(1.6666665459e-1f));
     p = _mm512_add_ps(_mm512_mul_ps(p, r), _mm512_set1_ps(5.0000001201e-1f));
     p = _mm512_add_ps(_mm512_add_ps(_mm512_mul_ps(p, z), r), _mm512_set1_ps(1.0f));
-    const __m512i bits = _mm512_slli_epi32(_mm512_add_epi32(_mm512_cvttps_epi32(nf), _mm512_set1_epi32(191)), 23);
-    __m512 e = _mm512_mul_ps(_mm512_mul_ps(p, _mm512_castsi512_ps(bits)), _mm512_set1_ps(5.42101086242752217e-20f));
+    /* p * 2^nf rounded once (to a subnormal too): the portable p * 2^(n+64) * 2^-64, whose first
+     * product is exact, in one instruction */
+    __m512 e = _mm512_scalef_ps(p, nf);
     e = _mm512_maskz_mov_ps(in, e);          /* below -104, -inf: 0 */
     return _mm512_mask_blend_ps(nan, e, d); /* NaN: d */
 }
@@ -160,7 +168,8 @@ static inline ROWS_AVX512 double combine16(__m512d a, __m512d b) {
     return _mm_cvtsd_f64(_mm_add_sd(s2, _mm_unpackhi_pd(s2, s2)));
 }
 
-static ROWS_AVX512 void softmax_row_avx512(float *yr, const float *xr, int64_t lim, int64_t n, int zero_masked_rows) {
+/* softmax_exp_portable on 16 lanes: e into y[0, lim), zeros after; returns 1 / sum (0: masked). */
+static ROWS_AVX512 float softmax_exp_avx512(float *yr, const float *xr, int64_t lim, int64_t n, int zero_masked_rows) {
     __m512 mv = _mm512_set1_ps(-INFINITY);
     __mmask16 nan = 0;
     for (int64_t j = 0; j < lim; j += 16) {
@@ -171,7 +180,7 @@ static ROWS_AVX512 void softmax_row_avx512(float *yr, const float *xr, int64_t l
     const float m = rows_canon_max(_mm512_reduce_max_ps(mv), nan != 0);
     if (m == -INFINITY && zero_masked_rows) {
         for (int64_t j = 0; j < n; j += 16) _mm512_mask_storeu_ps(yr + j, rows_mask(n - j), _mm512_setzero_ps());
-        return;
+        return 0.0f;
     }
     const __m512 m16 = _mm512_set1_ps(m);
     __m512d sa = _mm512_setzero_pd(), sb = _mm512_setzero_pd();
@@ -181,12 +190,16 @@ static ROWS_AVX512 void softmax_row_avx512(float *yr, const float *xr, int64_t l
         add16(&sa, &sb, e);
         _mm512_mask_storeu_ps(yr + j, k, e);
     }
-    const __m512 inv = _mm512_set1_ps((float)(1.0 / combine16(sa, sb)));
+    for (int64_t j = lim; j < n; j += 16) _mm512_mask_storeu_ps(yr + j, rows_mask(n - j), _mm512_setzero_ps());
+    return (float)(1.0 / combine16(sa, sb));
+}
+
+static ROWS_AVX512 void softmax_row_avx512(float *yr, const float *xr, int64_t lim, int64_t n, int zero_masked_rows) {
+    const __m512 inv = _mm512_set1_ps(softmax_exp_avx512(yr, xr, lim, n, zero_masked_rows));
     for (int64_t j = 0; j < lim; j += 16) {
         const __mmask16 k = rows_mask(lim - j);
         _mm512_mask_storeu_ps(yr + j, k, _mm512_mul_ps(_mm512_maskz_loadu_ps(k, yr + j), inv));
     }
-    for (int64_t j = lim; j < n; j += 16) _mm512_mask_storeu_ps(yr + j, rows_mask(n - j), _mm512_setzero_ps());
 }
 
 static ROWS_AVX512 void layernorm_row_avx512(float *yr, const float *xr, const float *w, const float *b, int64_t D,
@@ -257,4 +270,424 @@ void mrt_cpu_layernorm_f32(float *y, const float *x, const float *w, const float
         layernorm_row_portable(y + r * D, x + r * D, w, b, D, eps);
     }
     (void)avx;
+}
+
+/* ------------------------------------------------------------------ attention
+ *
+ * mrt_cpu_attention_f32 (modelrt.h): per (batch item, block of ATTN_RB query rows), the block's
+ * q rows, k^T (keys contiguous) and v are packed into the thread's workspace; the scores
+ * (q . k summed over E in order, times the scale; then + mask) fill an [rows, keys] tile that
+ * stays in L1/L2; each row is softmaxed in place by softmax_row_* above; then out = p v summed
+ * over the keys in order, written through the result's strides. Every output element is one
+ * chain of IEEE multiplies and adds in a fixed order (no FMA), whatever the blocking, the thread
+ * or the path (AVX-512 registers of R rows by NV vectors, or portable loops): the same bits. */
+
+enum { ATTN_RB = 128 }; /* query rows per block: the tile is ATTN_RB x S floats */
+enum { ATTN_G = 8 };    /* causal: rows per group that share the keys they compute */
+
+/* The thread's workspace: grown on first use, freed by the key's destructor when the thread
+ * ends (the pool's threads live as long as the process). */
+typedef struct AttnWs {
+    float *p;
+    size_t n;
+} AttnWs;
+static pthread_key_t attn_key;
+static pthread_once_t attn_once = PTHREAD_ONCE_INIT;
+static int attn_key_ok;
+static void attn_ws_free(void *w) {
+    AttnWs *a = w;
+    free(a->p);
+    free(a);
+}
+static void attn_key_make(void) { attn_key_ok = pthread_key_create(&attn_key, attn_ws_free) == 0; }
+
+/* At least n floats, 64-byte aligned, for this thread; NULL when they cannot be had. */
+static float *attn_ws(size_t n) {
+    pthread_once(&attn_once, attn_key_make);
+    if (!attn_key_ok) return NULL;
+    AttnWs *a = pthread_getspecific(attn_key);
+    if (!a) {
+        if (!(a = calloc(1, sizeof *a))) return NULL;
+        if (pthread_setspecific(attn_key, a)) {
+            free(a);
+            return NULL;
+        }
+    }
+    if (a->n < n) {
+        free(a->p);
+        a->p = aligned_alloc(64, (n * sizeof(float) + 63) & ~(size_t)63);
+        a->n = a->p ? n : 0;
+    }
+    return a->p;
+}
+
+static inline int64_t attn_pad16(int64_t n) { return (n + 15) & ~(int64_t)15; }
+
+/* Portable: sb[r][j] = (sum_e qb[r][e] * kt[e][j]) * scale (+ mb[r][j] when mb) for rows
+ * [0, R), keys [0, n); q rows at qld, mask rows at mrs (0: one row for all). */
+static void attn_scores_portable(float *sb, int64_t sld, const float *qb, int64_t qld, int64_t E, const float *kt,
+                                 int64_t ktld, int64_t R, int64_t n, float scale, const float *mb, int64_t mrs) {
+    for (int64_t r = 0; r < R; r++) {
+        float *s = sb + r * sld;
+        for (int64_t j = 0; j < n; j++) s[j] = 0.0f;
+        for (int64_t e = 0; e < E; e++) {
+            const float a = qb[r * qld + e], *kr = kt + e * ktld;
+            for (int64_t j = 0; j < n; j++) s[j] = s[j] + a * kr[j];
+        }
+        for (int64_t j = 0; j < n; j++) s[j] = s[j] * scale;
+        if (mb)
+            for (int64_t j = 0; j < n; j++) s[j] = s[j] + mb[r * mrs + j];
+    }
+}
+
+/* Portable: ob[r][d] = (sum_{j < n} pb[r][j] * vb[j][d]) * rinv[r], the sum from +0.0 in key order. */
+static void attn_pv_portable(float *ob, int64_t old, const float *pb, int64_t pld, const float *vb, int64_t vld,
+                             int64_t R, int64_t n, int64_t Ev, const float *rinv) {
+    for (int64_t r = 0; r < R; r++) {
+        float *o = ob + r * old;
+        for (int64_t d = 0; d < Ev; d++) o[d] = 0.0f;
+        for (int64_t j = 0; j < n; j++) {
+            const float p = pb[r * pld + j], *vr = vb + j * vld;
+            for (int64_t d = 0; d < Ev; d++) o[d] = o[d] + p * vr[d];
+        }
+        for (int64_t d = 0; d < Ev; d++) o[d] = o[d] * rinv[r];
+    }
+}
+
+#ifdef ROWS_X86
+/* The lanes [0, left) of a 16-lane vector, none for left <= 0. */
+static inline ROWS_AVX512 __mmask16 attn_mask(int64_t left) {
+    return left <= 0 ? (__mmask16)0 : left >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << left) - 1u);
+}
+
+/* dst[c][r] = src[r][c] for a 16 x 16 block (rows at sld and dld floats): unpacks, then
+ * in-lane shuffles, then two rounds of 128-bit lane shuffles (the usual in-register transpose). */
+static inline ROWS_AVX512 void attn_tr16(const float *src, int64_t sld, float *dst, int64_t dld) {
+    __m512 r[16], t[16];
+    for (int i = 0; i < 16; i++) r[i] = _mm512_loadu_ps(src + i * sld);
+    for (int p = 0; p < 8; p++) {
+        t[2 * p] = _mm512_unpacklo_ps(r[2 * p], r[2 * p + 1]);
+        t[2 * p + 1] = _mm512_unpackhi_ps(r[2 * p], r[2 * p + 1]);
+    }
+    for (int i = 0; i < 4; i++) { /* r[4i+k], 128-bit lane L: column 4L+k of rows 4i..4i+3 */
+        r[4 * i] = _mm512_shuffle_ps(t[4 * i], t[4 * i + 2], _MM_SHUFFLE(1, 0, 1, 0));
+        r[4 * i + 1] = _mm512_shuffle_ps(t[4 * i], t[4 * i + 2], _MM_SHUFFLE(3, 2, 3, 2));
+        r[4 * i + 2] = _mm512_shuffle_ps(t[4 * i + 1], t[4 * i + 3], _MM_SHUFFLE(1, 0, 1, 0));
+        r[4 * i + 3] = _mm512_shuffle_ps(t[4 * i + 1], t[4 * i + 3], _MM_SHUFFLE(3, 2, 3, 2));
+    }
+    for (int k = 0; k < 4; k++) { /* the 4 x 4 transpose of lanes across r[k], r[4+k], r[8+k], r[12+k] */
+        const __m512 u0 = _mm512_shuffle_f32x4(r[k], r[4 + k], 0x88), u1 = _mm512_shuffle_f32x4(r[k], r[4 + k], 0xdd);
+        const __m512 u2 = _mm512_shuffle_f32x4(r[8 + k], r[12 + k], 0x88), u3 = _mm512_shuffle_f32x4(r[8 + k], r[12 + k], 0xdd);
+        _mm512_storeu_ps(dst + k * dld, _mm512_shuffle_f32x4(u0, u2, 0x88));
+        _mm512_storeu_ps(dst + (8 + k) * dld, _mm512_shuffle_f32x4(u0, u2, 0xdd));
+        _mm512_storeu_ps(dst + (4 + k) * dld, _mm512_shuffle_f32x4(u1, u3, 0x88));
+        _mm512_storeu_ps(dst + (12 + k) * dld, _mm512_shuffle_f32x4(u1, u3, 0xdd));
+    }
+}
+
+/* kt[e][j] = kb[j][e] for keys [0, n), e in [0, E) (k's columns contiguous, rows at kld). */
+static ROWS_AVX512 void attn_pack_kt_avx512(float *kt, int64_t ktld, const float *kb, int64_t kld, int64_t n, int64_t E) {
+    const int64_t n16 = n & ~(int64_t)15, E16 = E & ~(int64_t)15;
+    for (int64_t j = 0; j < n16; j += 16)
+        for (int64_t e = 0; e < E16; e += 16) attn_tr16(kb + j * kld + e, kld, kt + e * ktld + j, ktld);
+    for (int64_t j = 0; j < n; j++)
+        for (int64_t e = j < n16 ? E16 : 0; e < E; e++) kt[e * ktld + j] = kb[j * kld + e];
+}
+
+/* attn_scores_portable for R rows, NV vectors of keys at a time (R * NV accumulators). */
+static inline ROWS_AVX512 __attribute__((always_inline)) void attn_scores_rv(float *sb, int64_t sld, const float *qb,
+                                                                             int64_t qld, int64_t E, const float *kt,
+                                                                             int64_t ktld, const int R, const int NV,
+                                                                             int64_t n, float scale, const float *mb,
+                                                                             int64_t mrs) {
+    const __m512 sc = _mm512_set1_ps(scale);
+    for (int64_t j0 = 0; j0 < n; j0 += 16 * NV) {
+        __mmask16 mk[4];
+        __m512 acc[8][4];
+#pragma GCC unroll 4
+        for (int c = 0; c < NV; c++) mk[c] = attn_mask(n - j0 - 16 * c);
+#pragma GCC unroll 8
+        for (int r = 0; r < R; r++)
+#pragma GCC unroll 4
+            for (int c = 0; c < NV; c++) acc[r][c] = _mm512_setzero_ps();
+        for (int64_t e = 0; e < E; e++) {
+            const float *kr = kt + e * ktld + j0;
+            __m512 kv[4];
+#pragma GCC unroll 4
+            for (int c = 0; c < NV; c++) kv[c] = _mm512_maskz_loadu_ps(mk[c], kr + 16 * c);
+#pragma GCC unroll 8
+            for (int r = 0; r < R; r++) {
+                const __m512 a = _mm512_set1_ps(qb[r * qld + e]);
+#pragma GCC unroll 4
+                for (int c = 0; c < NV; c++) acc[r][c] = _mm512_add_ps(acc[r][c], _mm512_mul_ps(a, kv[c]));
+            }
+        }
+#pragma GCC unroll 8
+        for (int r = 0; r < R; r++)
+#pragma GCC unroll 4
+            for (int c = 0; c < NV; c++) {
+                __m512 x = _mm512_mul_ps(acc[r][c], sc);
+                if (mb) x = _mm512_add_ps(x, _mm512_maskz_loadu_ps(mk[c], mb + r * mrs + j0 + 16 * c));
+                _mm512_mask_storeu_ps(sb + r * sld + j0 + 16 * c, mk[c], x);
+            }
+    }
+}
+
+static ROWS_AVX512 void attn_scores_avx512(float *sb, int64_t sld, const float *qb, int64_t qld, int64_t E,
+                                           const float *kt, int64_t ktld, int64_t R, int64_t n, float scale,
+                                           const float *mb, int64_t mrs) {
+    int64_t r = 0;
+    for (; r + 4 <= R; r += 4)
+        attn_scores_rv(sb + r * sld, sld, qb + r * qld, qld, E, kt, ktld, 4, 4, n, scale, mb ? mb + r * mrs : NULL, mrs);
+    for (; r < R; r++)
+        attn_scores_rv(sb + r * sld, sld, qb + r * qld, qld, E, kt, ktld, 1, 4, n, scale, mb ? mb + r * mrs : NULL, mrs);
+}
+
+/* attn_pv_portable for R rows, NV vectors of the head at a time. */
+static inline ROWS_AVX512 __attribute__((always_inline)) void attn_pv_rv(float *ob, int64_t old, const float *pb,
+                                                                         int64_t pld, const float *vb, int64_t vld,
+                                                                         const int R, const int NV, int64_t n,
+                                                                         int64_t Ev, const float *rinv) {
+    for (int64_t d0 = 0; d0 < Ev; d0 += 16 * NV) {
+        __mmask16 md[4];
+        __m512 acc[8][4];
+#pragma GCC unroll 4
+        for (int c = 0; c < NV; c++) md[c] = attn_mask(Ev - d0 - 16 * c);
+#pragma GCC unroll 8
+        for (int r = 0; r < R; r++)
+#pragma GCC unroll 4
+            for (int c = 0; c < NV; c++) acc[r][c] = _mm512_setzero_ps();
+        for (int64_t j = 0; j < n; j++) {
+            const float *vr = vb + j * vld + d0;
+            __m512 vv[4];
+#pragma GCC unroll 4
+            for (int c = 0; c < NV; c++) vv[c] = _mm512_maskz_loadu_ps(md[c], vr + 16 * c);
+#pragma GCC unroll 8
+            for (int r = 0; r < R; r++) {
+                const __m512 p = _mm512_set1_ps(pb[r * pld + j]);
+#pragma GCC unroll 4
+                for (int c = 0; c < NV; c++) acc[r][c] = _mm512_add_ps(acc[r][c], _mm512_mul_ps(p, vv[c]));
+            }
+        }
+#pragma GCC unroll 8
+        for (int r = 0; r < R; r++) {
+            const __m512 inv = _mm512_set1_ps(rinv[r]);
+#pragma GCC unroll 4
+            for (int c = 0; c < NV; c++) _mm512_mask_storeu_ps(ob + r * old + d0 + 16 * c, md[c], _mm512_mul_ps(acc[r][c], inv));
+        }
+    }
+}
+
+static ROWS_AVX512 void attn_pv_avx512(float *ob, int64_t old, const float *pb, int64_t pld, const float *vb,
+                                       int64_t vld, int64_t R, int64_t n, int64_t Ev, const float *rinv) {
+    int64_t r = 0;
+    if (Ev <= 32) { /* MiniLM's 32: 8 rows x 2 vectors */
+        for (; r + 8 <= R; r += 8) attn_pv_rv(ob + r * old, old, pb + r * pld, pld, vb, vld, 8, 2, n, Ev, rinv + r);
+        for (; r < R; r++) attn_pv_rv(ob + r * old, old, pb + r * pld, pld, vb, vld, 1, 2, n, Ev, rinv + r);
+    } else { /* GPT-2's 64: 4 rows x 4 vectors */
+        for (; r + 4 <= R; r += 4) attn_pv_rv(ob + r * old, old, pb + r * pld, pld, vb, vld, 4, 4, n, Ev, rinv + r);
+        for (; r < R; r++) attn_pv_rv(ob + r * old, old, pb + r * pld, pld, vb, vld, 1, 4, n, Ev, rinv + r);
+    }
+}
+#endif
+
+#ifdef ROWS_X86
+/* softmax_exp_avx512 on four rows at once (row r at s + r * ld, its keys [0, lim[r]), zeros to
+ * n), so that the four rows' exp chains and sums overlap: each row's lanes see the same
+ * operations as softmax_exp_avx512 (steps past a row's lim add +0.0 to its sums and -inf to its
+ * maximum, which change neither), so the same bits. rinv[r]: 1 / the row's sum, 0 for a fully
+ * masked row with zero_masked_rows. */
+static ROWS_AVX512 void softmax_exp4_avx512(float *s, int64_t ld, const int64_t *lim, int64_t n, int zero_masked_rows,
+                                            float *rinv) {
+    __m512 mv[4];
+    __mmask16 nan[4] = {0, 0, 0, 0};
+    int64_t lmax = 0;
+    for (int r = 0; r < 4; r++) {
+        mv[r] = _mm512_set1_ps(-INFINITY);
+        lmax = lim[r] > lmax ? lim[r] : lmax;
+    }
+    for (int64_t j = 0; j < lmax; j += 16)
+        for (int r = 0; r < 4; r++) {
+            const __m512 v = _mm512_mask_loadu_ps(_mm512_set1_ps(-INFINITY), attn_mask(lim[r] - j), s + r * ld + j);
+            nan[r] |= _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q);
+            mv[r] = _mm512_max_ps(mv[r], v);
+        }
+    __m512 m16[4];
+    int zero[4];
+    for (int r = 0; r < 4; r++) {
+        const float m = rows_canon_max(_mm512_reduce_max_ps(mv[r]), nan[r] != 0);
+        zero[r] = m == -INFINITY && zero_masked_rows;
+        m16[r] = _mm512_set1_ps(m);
+    }
+    __m512d sa[4], sb[4];
+    for (int r = 0; r < 4; r++) sa[r] = sb[r] = _mm512_setzero_pd();
+    for (int64_t j = 0; j < lmax; j += 16)
+        for (int r = 0; r < 4; r++) {
+            const __mmask16 k = zero[r] ? (__mmask16)0 : attn_mask(lim[r] - j);
+            float *x = s + r * ld + j;
+            const __m512 e = _mm512_maskz_mov_ps(k, exp_nonpos16(_mm512_sub_ps(_mm512_maskz_loadu_ps(k, x), m16[r])));
+            add16(&sa[r], &sb[r], e);
+            _mm512_mask_storeu_ps(x, attn_mask(n - j), e); /* zeros past lim */
+        }
+    for (int r = 0; r < 4; r++) {
+        for (int64_t j = (lmax + 15) & ~(int64_t)15; j < n; j += 16)
+            _mm512_mask_storeu_ps(s + r * ld + j, attn_mask(n - j), _mm512_setzero_ps());
+        rinv[r] = zero[r] ? 0.0f : (float)(1.0 / combine16(sa[r], sb[r]));
+    }
+}
+#endif
+
+/* One block: rows [i0, i1) of batch item `o`, with its workspace ws (attn_ws_floats). q, v and
+ * out are read and written where they are when their columns are contiguous (stride 1, the usual
+ * case, permuted heads included), else through a packed copy; k is always packed transposed. */
+static void attn_block(const mrt_attention_desc *d, int64_t o, int64_t i0, int64_t i1, float *out, const float *q,
+                       const float *k, const float *v, const float *mask, float *ws, int avx) {
+    const int nb = d->nb;
+    const int64_t S = d->S, E = d->E, Ev = d->Ev, R = i1 - i0;
+    int64_t qo = 0, ko = 0, vo = 0, mo = 0, oo = 0, rest = o;
+    for (int b = nb - 1; b >= 0; b--) {
+        const int64_t ix = rest % d->batch[b];
+        rest /= d->batch[b];
+        qo += ix * d->q[b], ko += ix * d->k[b], vo += ix * d->v[b], mo += ix * d->m[b], oo += ix * d->o[b];
+    }
+    const int64_t n = d->causal ? (i1 < S ? i1 : S) : S; /* the keys any row of the block sees */
+    const int64_t Sp = attn_pad16(S), Evp = attn_pad16(Ev);
+    float *kt = ws, *sb = kt + E * Sp, *qp = sb + ATTN_RB * Sp, *vp = qp + ATTN_RB * E, *op = vp + S * Evp;
+    float *rinv = op + ATTN_RB * Evp; /* each row's 1 / sum of its e */
+    /* q rows [R, E] at qld */
+    const float *qb = q + qo + i0 * d->q[nb];
+    int64_t qld = d->q[nb];
+    if (d->q[nb + 1] != 1) {
+        for (int64_t r = 0; r < R; r++)
+            for (int64_t e = 0; e < E; e++) qp[r * E + e] = qb[r * d->q[nb] + e * d->q[nb + 1]];
+        qb = qp, qld = E;
+    }
+    /* v rows [S, Ev] at vld */
+    const float *vb = v + vo;
+    int64_t vld = d->v[nb];
+    if (d->v[nb + 1] != 1) {
+        for (int64_t j = 0; j < S; j++)
+            for (int64_t c = 0; c < Ev; c++) vp[j * Evp + c] = vb[j * d->v[nb] + c * d->v[nb + 1]];
+        vb = vp, vld = Evp;
+    }
+    /* out rows [R, Ev] at old */
+    float *ob = out + oo + i0 * d->o[nb];
+    int64_t old = d->o[nb];
+    const int opack = d->o[nb + 1] != 1;
+    if (opack) ob = op, old = Evp;
+    const int64_t kc = d->k[nb + 1];
+#ifdef ROWS_X86
+    if (avx && kc == 1)
+        attn_pack_kt_avx512(kt, Sp, k + ko, d->k[nb], n, E);
+    else
+#endif
+    for (int64_t j = 0; j < n; j++) {
+        const float *kr = k + ko + j * d->k[nb];
+        if (kc == 1)
+            for (int64_t e = 0; e < E; e++) kt[e * Sp + j] = kr[e];
+        else
+            for (int64_t e = 0; e < E; e++) kt[e * Sp + j] = kr[e * kc];
+    }
+    /* the mask rows, where the scores kernel adds them (columns contiguous) */
+    const float *mb = mask ? mask + mo + i0 * d->m[nb] : NULL;
+    const int64_t mrs = d->m[nb], mfused = mask && d->m[nb + 1] == 1;
+    /* causal: each group of ATTN_G rows computes the scores of the keys it sees, ng; the others
+     * (n for the whole block) */
+    for (int64_t g0 = 0; g0 < R; g0 += d->causal ? ATTN_G : R) {
+        const int64_t g1 = d->causal && g0 + ATTN_G < R ? g0 + ATTN_G : R, ng = d->causal && i0 + g1 < S ? i0 + g1 : n;
+        const float *mg = mfused ? mb + g0 * mrs : NULL;
+#ifdef ROWS_X86
+        if (avx)
+            attn_scores_avx512(sb + g0 * Sp, Sp, qb + g0 * qld, qld, E, kt, Sp, g1 - g0, ng, d->scale, mg, mrs);
+        else
+#endif
+            attn_scores_portable(sb + g0 * Sp, Sp, qb + g0 * qld, qld, E, kt, Sp, g1 - g0, ng, d->scale, mg, mrs);
+    }
+    int64_t r4 = 0;
+#ifdef ROWS_X86
+    for (; avx && !(mask && !mfused) && r4 + 4 <= R; r4 += 4) {
+        int64_t lim4[4];
+        for (int r = 0; r < 4; r++) lim4[r] = d->causal ? (i0 + r4 + r + 1 < S ? i0 + r4 + r + 1 : S) : S;
+        softmax_exp4_avx512(sb + r4 * Sp, Sp, lim4, S, d->zero_masked_rows, rinv + r4);
+    }
+#endif
+    for (int64_t r = r4; r < R; r++) {
+        float *s = sb + r * Sp;
+        const int64_t i = i0 + r, lim = d->causal ? (i + 1 < S ? i + 1 : S) : S;
+        if (mask && !mfused) {
+            const float *mr = mb + r * mrs;
+            for (int64_t j = 0; j < lim; j++) s[j] = s[j] + mr[j * d->m[nb + 1]];
+        }
+#ifdef ROWS_X86
+        if (avx) {
+            rinv[r] = softmax_exp_avx512(s, s, lim, S, d->zero_masked_rows);
+            continue;
+        }
+#endif
+        rinv[r] = softmax_exp_portable(s, s, lim, S, d->zero_masked_rows);
+    }
+    /* out = (e v) / sum over every key, the masked ones with e = 0 (so a NaN or inf v gives NaN
+     * there, as the unfused GEMM of p and v does). Causal, with every v finite, a group of rows
+     * stops at the last key it sees: the terms after it would be 0 * v = +-0, and a sum that
+     * starts at +0.0 and adds products of p >= 0 is never -0.0, so adding +-0 leaves its bits. */
+    int vfinite = d->causal;
+    for (int64_t j = 0; vfinite && j < S; j++)
+        for (int64_t c = 0; c < Ev; c++)
+            if (!isfinite(vb[j * vld + c])) {
+                vfinite = 0;
+                break;
+            }
+    for (int64_t g0 = 0; g0 < R; g0 += vfinite ? ATTN_G : R) {
+        const int64_t g1 = vfinite && g0 + ATTN_G < R ? g0 + ATTN_G : R, ng = vfinite && i0 + g1 < S ? i0 + g1 : S;
+#ifdef ROWS_X86
+        if (avx)
+            attn_pv_avx512(ob + g0 * old, old, sb + g0 * Sp, Sp, vb, vld, g1 - g0, ng, Ev, rinv + g0);
+        else
+#endif
+            attn_pv_portable(ob + g0 * old, old, sb + g0 * Sp, Sp, vb, vld, g1 - g0, ng, Ev, rinv + g0);
+    }
+    for (int64_t r = 0; opack && r < R; r++) {
+        float *orow = out + oo + (i0 + r) * d->o[nb];
+        for (int64_t c = 0; c < Ev; c++) orow[c * d->o[nb + 1]] = ob[r * Evp + c];
+    }
+    (void)avx;
+}
+
+/* The floats of one block's workspace: k^T, the scores, and packed q rows, v, rows of out. */
+static size_t attn_ws_floats(const mrt_attention_desc *d) {
+    const size_t Sp = (size_t)attn_pad16(d->S), Evp = (size_t)attn_pad16(d->Ev);
+    return (size_t)d->E * Sp + ATTN_RB * Sp + ATTN_RB * (size_t)d->E + (size_t)d->S * Evp + ATTN_RB * Evp + ATTN_RB;
+}
+
+mrt_status mrt_cpu_attention_f32(const mrt_attention_desc *d, float *out, const float *q, const float *k,
+                                 const float *v, const float *mask) {
+    static const char fn[] = "mrt_cpu_attention_f32";
+    if (!d || d->nb < 0 || d->nb > MRT_ATTN_MAX_BATCH)
+        return mrt_set_error(MRT_ERR_INVALID_ARG, "%s: %d batch dims (at most %d)", fn, d ? d->nb : -1, MRT_ATTN_MAX_BATCH);
+    int64_t outer = 1;
+    for (int b = 0; b < d->nb; b++) {
+        if (d->batch[b] < 0) return mrt_set_error(MRT_ERR_INVALID_ARG, "%s: negative batch size", fn);
+        outer *= d->batch[b];
+    }
+    if (d->L < 0 || d->S < 0 || d->E < 0 || d->Ev < 0)
+        return mrt_set_error(MRT_ERR_INVALID_ARG, "%s: negative size (L %lld, S %lld, E %lld, Ev %lld)", fn,
+                             (long long)d->L, (long long)d->S, (long long)d->E, (long long)d->Ev);
+    if (outer == 0 || d->L == 0 || d->Ev == 0) return MRT_OK;
+    const int avx = mrt_cpu_simd_avx512();
+    const int64_t nblk = (d->L + ATTN_RB - 1) / ATTN_RB, items = outer * nblk;
+    const size_t need = attn_ws_floats(d);
+    const double work = (double)outer * (double)d->L * (double)(d->S + 1) * (double)(d->E + d->Ev);
+    int oom = 0;
+    MRT_PRAGMA(omp parallel for schedule(dynamic, 1) if(work >= MRT_PAR_MIN))
+    for (int64_t it = 0; it < items; it++) {
+        float *ws = attn_ws(need);
+        if (!ws) {
+            __atomic_store_n(&oom, 1, __ATOMIC_RELAXED);
+            continue;
+        }
+        const int64_t o = it / nblk, i0 = (it % nblk) * ATTN_RB, i1 = i0 + ATTN_RB < d->L ? i0 + ATTN_RB : d->L;
+        attn_block(d, o, i0, i1, out, q, k, v, mask, ws, avx);
+    }
+    if (oom) return mrt_set_error(MRT_ERR_OOM, "%s: cannot allocate a workspace of %zu bytes", fn, need * sizeof(float));
+    return MRT_OK;
 }

@@ -162,6 +162,40 @@ static void check_masked(int causal, int zero)
     mrt_free(g_dev, dx), mrt_free(g_dev, dy), free(x), free(ref), free(got);
 }
 
+/* The fused attention (mrt_cuda_attention_f32) against the CPU's (mrt_attention_f32): batch dims
+ * [2, 3], q/k/v/out read as the heads of [B, T, H, D] (permuted strides), a mask [B, 1, 1, S]
+ * with a fully masked row in item 1, L = 19 queries over S = 21 keys (causal: S = L), head 24. */
+static void check_attention(int causal, int mask)
+{
+    const int64_t B = 2, H = 3, L = 19, S = causal ? 19 : 21, E = 24, Ev = 24;
+    mrt_attention_desc d;
+    memset(&d, 0, sizeof d);
+    d.nb = 2, d.batch[0] = B, d.batch[1] = H, d.L = L, d.S = S, d.E = E, d.Ev = Ev;
+    d.scale = 0.2f, d.causal = causal, d.zero_masked_rows = 1;
+    d.q[0] = L * H * E, d.q[1] = E, d.q[2] = H * E, d.q[3] = 1;
+    d.k[0] = S * H * E, d.k[1] = E, d.k[2] = H * E, d.k[3] = 1;
+    d.v[0] = S * H * Ev, d.v[1] = Ev, d.v[2] = H * Ev, d.v[3] = 1;
+    d.o[0] = L * H * Ev, d.o[1] = Ev, d.o[2] = H * Ev, d.o[3] = 1;
+    d.m[0] = S, d.m[3] = 1;
+    size_t nq = (size_t)(B * L * H * E), nk = (size_t)(B * S * H * E), nv = (size_t)(B * S * H * Ev);
+    size_t no = (size_t)(B * L * H * Ev), nm = (size_t)(B * S);
+    float *q = rand_host(nq), *k = rand_host(nk), *v = rand_host(nv), *m = rand_host(nm);
+    float *ref = malloc(no * 4), *got = malloc(no * 4);
+    for (int64_t j = 0; j < S; j++)
+        m[S + j] = -INFINITY; /* item 1: every key masked, so its rows are zeros */
+    m[3] = -INFINITY;
+    mrt_status st = mrt_attention_f32(&d, ref, q, k, v, mask ? m : NULL);
+    float *dq = up(q, nq * 4), *dk = up(k, nk * 4), *dv = up(v, nv * 4), *dm = up(m, nm * 4), *dy = poisoned(no);
+    if (st == MRT_OK)
+        st = mrt_cuda_attention_f32(g_stream, &d, dy, dq, dk, dv, mask ? dm : NULL);
+    down(got, dy, no * 4);
+    char name[64];
+    snprintf(name, sizeof name, "attention_causal%d_mask%d", causal, mask);
+    report(name, st, got, ref, no, 1e-5);
+    mrt_free(g_dev, dq), mrt_free(g_dev, dk), mrt_free(g_dev, dv), mrt_free(g_dev, dm), mrt_free(g_dev, dy);
+    free(q), free(k), free(v), free(m), free(ref), free(got);
+}
+
 /* sum, mean, max and argmax of x [outer, n, inner] along n against the CPU; on the simulator each
  * call makes `launches` kernel launches when that is not 0 (2: a split or tiled reduction and
  * the kernel that combines its partials) */
@@ -1050,6 +1084,9 @@ int main(void)
     check_masked(1, 1);
     check_masked(1, 0);
     check_masked(0, 1);
+    check_attention(0, 1);
+    check_attention(1, 0);
+    check_attention(1, 1);
     check_reduce(9, 700, 1, 1);
     check_reduce(9, 5, 1, 1);
     check_reduce(4, 37, 6, 1);

@@ -163,4 +163,6 @@ two_paths dwconv tests/runtime/test_dwconv.c MODELRT_DWCONV "depthwise paths"
 # The row kernels of rt_rows.c (softmax, layer norm) and mrt_exp_nonpos against references in
 # double.
 two_paths rows tests/runtime/test_rows.c MODELRT_SIMD "row kernels"
+# The fused attention of rt_rows.c against a reference in double, at 1, 2 and 3 threads.
+two_paths attn tests/runtime/test_attn.c MODELRT_SIMD "attention kernels"
 exit $failed
