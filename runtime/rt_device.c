@@ -780,10 +780,11 @@ static void rt_cpu_gemm(int ta, int tb, int M, int N, int K, float alpha, const 
                         int ldc, int64_t sC, int64_t batch)
 {
     int disjoint = batch > 1 && sC >= (int64_t)(M - 1) * ldc + N;
-    /* 4M multiply-adds: about 30 us on one core here, where oneDNN's own split of one GEMM over
-     * the threads starts to pay; chosen from GPT-2's per-head products (128x128x64 is 1M), not tuned */
+    /* RT_GEMM_SERIAL_MACS (4M multiply-adds): about 30 us on one core here, where oneDNN's own
+     * split of one GEMM over the threads starts to pay; chosen from GPT-2's per-head products
+     * (128x128x64 is 1M), not tuned */
     int64_t macs = (int64_t)M * N * (K > 0 ? K : 1);
-    int small = macs < (int64_t)1 << 22;
+    int small = macs < RT_GEMM_SERIAL_MACS;
     if (M == 1 && K > 0 && !disjoint) {
         /* a GEMV (mrt_cpu_sgemm's rt_cpu_gemv) decides its own split: over the outputs, at
          * MRT_PAR_MIN, thread-count independent (MobileNetV2's classifier, 1.3M multiply-adds,
@@ -793,9 +794,9 @@ static void rt_cpu_gemm(int ta, int tb, int M, int N, int K, float alpha, const 
         return;
     }
     if (disjoint && small) {
-        /* the whole batch under RT_GEMM_SERIAL_MACS on the calling thread (the imported BERT's
+        /* the whole batch under RT_GEMM_BATCH_PAR_MACS on the calling thread (the imported BERT's
          * 4 heads of 64x64x16: a fork/join of the team for 262K multiply-adds) */
-        MRT_PRAGMA(omp parallel for schedule(static) if(macs * batch >= RT_GEMM_SERIAL_MACS))
+        MRT_PRAGMA(omp parallel for schedule(static) if(macs * batch >= RT_GEMM_BATCH_PAR_MACS))
         for (int64_t i = 0; i < batch; i++)
             mrt_cpu_sgemm(ta, tb, M, N, K, alpha, A + i * sA, lda, B + i * sB, ldb, beta, C + i * sC, ldc);
         return;
