@@ -785,14 +785,16 @@ static void rt_cpu_gemm(int ta, int tb, int M, int N, int K, float alpha, const 
      * (128x128x64 is 1M), not tuned */
     int64_t macs = (int64_t)M * N * (K > 0 ? K : 1);
     int small = macs < RT_GEMM_SERIAL_MACS;
+#ifdef MRT_WITH_DNNL
     if (M == 1 && K > 0 && !disjoint) {
         /* a GEMV (mrt_cpu_sgemm's rt_cpu_gemv) decides its own split: over the outputs, at
          * MRT_PAR_MIN, thread-count independent (MobileNetV2's classifier, 1.3M multiply-adds,
-         * ran serially here at half the rate) */
+         * ran serially here at half the rate); OpenBLAS's (make DNNL=0) keeps the rule below */
         for (int64_t i = 0; i < batch; i++)
             mrt_cpu_sgemm(ta, tb, M, N, K, alpha, A + i * sA, lda, B + i * sB, ldb, beta, C + i * sC, ldc);
         return;
     }
+#endif
     if (disjoint && small) {
         /* the whole batch under RT_GEMM_BATCH_PAR_MACS on the calling thread (the imported BERT's
          * 4 heads of 64x64x16: a fork/join of the team for 262K multiply-adds) */
