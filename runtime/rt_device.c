@@ -598,6 +598,7 @@ mrt_status mrt_pointer_device(const void *p, mrt_device *out)
  * FMA, as the portable code under -ffp-contract=off), so both give the same bits; tb reads 4 rows
  * of B at a time. MobileNetV2's classifier (1x1280 @ 1280x1000, 5 MB): 0.25 ms on one thread
  * before (portable, and serial under rt_cpu_gemm's `small`), docs/runtime.md for after. */
+#ifdef MRT_WITH_DNNL /* OpenBLAS (make DNNL=0) does M == 1 itself */
 enum { RT_GEMV_NB = 128, RT_GEMV_NBT = 16 };
 
 /* Block [n0, n1) of the portable GEMV into acc[n - n0]. */
@@ -726,6 +727,7 @@ static void rt_cpu_gemv(int tb, int64_t N, int64_t K, float alpha, const float *
             c[n] = beta == 0.0f ? alpha * acc[n - n0] : alpha * acc[n - n0] + beta * c[n];
     }
 }
+#endif
 
 void mrt_cpu_sgemm(int ta, int tb, int64_t M, int64_t N, int64_t K, float alpha, const float *A, int64_t lda,
                    const float *B, int64_t ldb, float beta, float *C, int64_t ldc)
