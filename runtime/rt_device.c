@@ -590,7 +590,8 @@ mrt_status mrt_pointer_device(const void *p, mrt_device *out)
  *   B [K, N] (tb == 0): each output's sum runs over k in order (the inner loop is over n and
  *   vectorizes; B is read row by row);
  *   B stored [N, K] (tb): one dot product per output in 16 partial sums (lane j takes k = j mod
- *   16 while 16 remain), then the partial sums added in lane order, then the k left over.
+ *   16 while 16 remain), then the partial sums added in lane order, then the k left over (a
+ *   strided a, trans_a: every k in order, after the empty partial sums).
  * The threads split the outputs N into blocks (RT_GEMV_NB columns; tb: RT_GEMV_NBT) when N * K
  * reaches MRT_PAR_MIN, whole dot products each, so no sum depends on the thread count or on the
  * block. Memory-bound, as any GEMV is (B is read once): with AVX-512 (mrt_cpu_simd_avx512) the
