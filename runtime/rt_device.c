@@ -31,6 +31,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+#endif
 
 #define RT_MAX_ORDINAL 1023   /* largest N accepted in "cuda:N" */
 #define RT_N_CPU_DEVICES 8    /* cpu:0 .. cpu:7 */
@@ -583,46 +586,149 @@ mrt_status mrt_pointer_device(const void *p, mrt_device *out)
 /* c[N] = alpha * a @ op(B) + beta * c for one row a[K] (element k at a[k * inc]): the GEMM's
  * M == 1 case. oneDNN takes a GEMV path there whose sums depend on the thread count (measured:
  * 1x64x4608 gives 63 of 64 different results on 1 and 2 threads; M >= 2 agree), so it is done
- * here: each output's sum runs over k in order, in one thread, whatever the thread count. B
- * [K, N] (tb == 0) is read row by row, so the inner loop is over n and vectorizes; B stored
- * [N, K] (tb) gives one dot product per output, in 16 partial sums. Memory-bound either way, as
- * any GEMV is. */
+ * here, in a summation order fixed by K alone:
+ *   B [K, N] (tb == 0): each output's sum runs over k in order (the inner loop is over n and
+ *   vectorizes; B is read row by row);
+ *   B stored [N, K] (tb): one dot product per output in 16 partial sums (lane j takes k = j mod
+ *   16 while 16 remain), then the partial sums added in lane order, then the k left over (a
+ *   strided a, trans_a: every k in order, after the empty partial sums).
+ * The threads split the outputs N into blocks (RT_GEMV_NB columns; tb: RT_GEMV_NBT) when N * K
+ * reaches MRT_PAR_MIN, whole dot products each, so no sum depends on the thread count or on the
+ * block. Memory-bound, as any GEMV is (B is read once): with AVX-512 (mrt_cpu_simd_avx512) the
+ * blocks run as rt_gemv_*_avx512, the same multiplies and adds in the same order (separate, no
+ * FMA, as the portable code under -ffp-contract=off), so both give the same bits; tb reads 4 rows
+ * of B at a time. MobileNetV2's classifier (1x1280 @ 1280x1000, 5 MB): 0.25 ms on one thread
+ * before (portable, and serial under rt_cpu_gemm's `small`), docs/runtime.md for after. */
+#ifdef MRT_WITH_DNNL /* OpenBLAS (make DNNL=0) does M == 1 itself */
+enum { RT_GEMV_NB = 128, RT_GEMV_NBT = 16 };
+
+/* Block [n0, n1) of the portable GEMV into acc[n - n0]. */
+static void rt_gemv_block(int tb, int64_t n0, int64_t n1, int64_t K, const float *a, int64_t inc, const float *B,
+                          int64_t ldb, float *acc)
+{
+    for (int64_t n = n0; n < n1; n++)
+        acc[n - n0] = 0.0f;
+    if (!tb) {
+        for (int64_t k = 0; k < K; k++) {
+            const float ak = a[k * inc];
+            const float *b = B + k * ldb;
+            for (int64_t n = n0; n < n1; n++)
+                acc[n - n0] += ak * b[n];
+        }
+        return;
+    }
+    for (int64_t n = n0; n < n1; n++) { /* 16 partial sums, added in a fixed order: it vectorizes */
+        const float *b = B + n * ldb;
+        float part[16] = {0}, s = 0.0f;
+        int64_t k = 0;
+        if (inc == 1)
+            for (; k + 16 <= K; k += 16)
+                for (int j = 0; j < 16; j++)
+                    part[j] += a[k + j] * b[k + j];
+        for (int j = 0; j < 16; j++)
+            s += part[j];
+        for (; k < K; k++)
+            s += a[k * inc] * b[k];
+        acc[n - n0] = s;
+    }
+}
+
+#if defined(__x86_64__) && defined(__GNUC__)
+#define GEMV_AVX512 __attribute__((target("avx512f")))
+
+/* rt_gemv_block's tb == 0 case (a[k * inc] broadcast): the columns [n0, n1), n1 - n0 <=
+ * RT_GEMV_NB, in 8 registers of 16 (the last ones masked). */
+GEMV_AVX512 static void rt_gemv_n_avx512(int64_t n0, int64_t n1, int64_t K, const float *a, int64_t inc,
+                                         const float *B, int64_t ldb, float *acc)
+{
+    __m512 s[RT_GEMV_NB / 16];
+    __mmask16 msk[RT_GEMV_NB / 16];
+    const int64_t w = n1 - n0;
+    for (int j = 0; j < RT_GEMV_NB / 16; j++) {
+        const int64_t left = w - 16 * j;
+        msk[j] = left >= 16 ? (__mmask16)0xffff : left > 0 ? (__mmask16)((1u << left) - 1u) : 0;
+        s[j] = _mm512_setzero_ps();
+    }
+    const int nv = (int)((w + 15) / 16);
+    for (int64_t k = 0; k < K; k++) {
+        const __m512 ak = _mm512_set1_ps(a[k * inc]);
+        const float *b = B + k * ldb + n0;
+        for (int j = 0; j < nv; j++)
+            s[j] = _mm512_add_ps(s[j], _mm512_mul_ps(ak, _mm512_maskz_loadu_ps(msk[j], b + 16 * j)));
+    }
+    for (int j = 0; j < nv; j++)
+        _mm512_mask_storeu_ps(acc + 16 * j, msk[j], s[j]);
+}
+
+/* The lanes of v added in lane order onto 0.0f, then a[k] b[k] for the k from k0 (tb's tail). */
+GEMV_AVX512 static inline float rt_gemv_finish(__m512 v, int64_t k0, int64_t K, const float *a, const float *b)
+{
+    float part[16], s = 0.0f;
+    _mm512_storeu_ps(part, v);
+    for (int j = 0; j < 16; j++)
+        s += part[j];
+    for (int64_t k = k0; k < K; k++)
+        s += a[k] * b[k];
+    return s;
+}
+
+/* rt_gemv_block's tb case with inc == 1: rows n0.. of B [N, K], 4 at a time. */
+GEMV_AVX512 static void rt_gemv_t_avx512(int64_t n0, int64_t n1, int64_t K, const float *a, const float *B,
+                                         int64_t ldb, float *acc)
+{
+    const int64_t K16 = K / 16 * 16;
+    int64_t n = n0;
+    for (; n + 4 <= n1; n += 4) {
+        const float *b0 = B + n * ldb, *b1 = b0 + ldb, *b2 = b1 + ldb, *b3 = b2 + ldb;
+        __m512 s0 = _mm512_setzero_ps(), s1 = s0, s2 = s0, s3 = s0;
+        for (int64_t k = 0; k < K16; k += 16) {
+            const __m512 ak = _mm512_loadu_ps(a + k);
+            s0 = _mm512_add_ps(s0, _mm512_mul_ps(ak, _mm512_loadu_ps(b0 + k)));
+            s1 = _mm512_add_ps(s1, _mm512_mul_ps(ak, _mm512_loadu_ps(b1 + k)));
+            s2 = _mm512_add_ps(s2, _mm512_mul_ps(ak, _mm512_loadu_ps(b2 + k)));
+            s3 = _mm512_add_ps(s3, _mm512_mul_ps(ak, _mm512_loadu_ps(b3 + k)));
+        }
+        acc[n - n0] = rt_gemv_finish(s0, K16, K, a, b0);
+        acc[n + 1 - n0] = rt_gemv_finish(s1, K16, K, a, b1);
+        acc[n + 2 - n0] = rt_gemv_finish(s2, K16, K, a, b2);
+        acc[n + 3 - n0] = rt_gemv_finish(s3, K16, K, a, b3);
+    }
+    for (; n < n1; n++) {
+        const float *b0 = B + n * ldb;
+        __m512 s0 = _mm512_setzero_ps();
+        for (int64_t k = 0; k < K16; k += 16)
+            s0 = _mm512_add_ps(s0, _mm512_mul_ps(_mm512_loadu_ps(a + k), _mm512_loadu_ps(b0 + k)));
+        acc[n - n0] = rt_gemv_finish(s0, K16, K, a, b0);
+    }
+}
+#endif
+
 static void rt_cpu_gemv(int tb, int64_t N, int64_t K, float alpha, const float *a, int64_t inc, const float *B,
                         int64_t ldb, float beta, float *c)
 {
+#if defined(__x86_64__) && defined(__GNUC__)
+    const int avx = mrt_cpu_simd_avx512() && (!tb || inc == 1);
+#else
+    const int avx = 0;
+#endif
+    const int64_t nb = tb ? RT_GEMV_NBT : RT_GEMV_NB, nblk = (N + nb - 1) / nb;
     MRT_PRAGMA(omp parallel for schedule(static) if(N * K >= MRT_PAR_MIN))
-    for (int64_t n0 = 0; n0 < N; n0 += 256) {
-        const int64_t n1 = n0 + 256 < N ? n0 + 256 : N;
-        float acc[256];
-        for (int64_t n = n0; n < n1; n++)
-            acc[n - n0] = 0.0f;
-        if (!tb) {
-            for (int64_t k = 0; k < K; k++) {
-                const float ak = a[k * inc];
-                const float *b = B + k * ldb;
-                for (int64_t n = n0; n < n1; n++)
-                    acc[n - n0] += ak * b[n];
-            }
-        } else {
-            for (int64_t n = n0; n < n1; n++) { /* 16 partial sums, added in a fixed order: it vectorizes */
-                const float *b = B + n * ldb;
-                float part[16] = {0}, s = 0.0f;
-                int64_t k = 0;
-                if (inc == 1)
-                    for (; k + 16 <= K; k += 16)
-                        for (int j = 0; j < 16; j++)
-                            part[j] += a[k + j] * b[k + j];
-                for (int j = 0; j < 16; j++)
-                    s += part[j];
-                for (; k < K; k++)
-                    s += a[k * inc] * b[k];
-                acc[n - n0] = s;
-            }
-        }
+    for (int64_t i = 0; i < nblk; i++) {
+        const int64_t n0 = i * nb, n1 = n0 + nb < N ? n0 + nb : N;
+        float acc[RT_GEMV_NB];
+#if defined(__x86_64__) && defined(__GNUC__)
+        if (avx && tb)
+            rt_gemv_t_avx512(n0, n1, K, a, B, ldb, acc);
+        else if (avx)
+            rt_gemv_n_avx512(n0, n1, K, a, inc, B, ldb, acc);
+        else
+#endif
+            rt_gemv_block(tb, n0, n1, K, a, inc, B, ldb, acc);
         for (int64_t n = n0; n < n1; n++)
             c[n] = beta == 0.0f ? alpha * acc[n - n0] : alpha * acc[n - n0] + beta * c[n];
     }
 }
+#endif
 
 void mrt_cpu_sgemm(int ta, int tb, int64_t M, int64_t N, int64_t K, float alpha, const float *A, int64_t lda,
                    const float *B, int64_t ldb, float beta, float *C, int64_t ldc)
@@ -677,14 +783,25 @@ static void rt_cpu_gemm(int ta, int tb, int M, int N, int K, float alpha, const 
                         int ldc, int64_t sC, int64_t batch)
 {
     int disjoint = batch > 1 && sC >= (int64_t)(M - 1) * ldc + N;
-    /* 4M multiply-adds: about 30 us on one core here, where oneDNN's own split of one GEMM over
-     * the threads starts to pay; chosen from GPT-2's per-head products (128x128x64 is 1M), not tuned */
+    /* RT_GEMM_SERIAL_MACS (4M multiply-adds): about 30 us on one core here, where oneDNN's own
+     * split of one GEMM over the threads starts to pay; chosen from GPT-2's per-head products
+     * (128x128x64 is 1M), not tuned */
     int64_t macs = (int64_t)M * N * (K > 0 ? K : 1);
-    int small = macs < (int64_t)1 << 22;
+    int small = macs < RT_GEMM_SERIAL_MACS;
+#ifdef MRT_WITH_DNNL
+    if (M == 1 && K > 0 && !disjoint) {
+        /* a GEMV (mrt_cpu_sgemm's rt_cpu_gemv) decides its own split: over the outputs, at
+         * MRT_PAR_MIN, thread-count independent (MobileNetV2's classifier, 1.3M multiply-adds,
+         * ran serially here at half the rate); OpenBLAS's (make DNNL=0) keeps the rule below */
+        for (int64_t i = 0; i < batch; i++)
+            mrt_cpu_sgemm(ta, tb, M, N, K, alpha, A + i * sA, lda, B + i * sB, ldb, beta, C + i * sC, ldc);
+        return;
+    }
+#endif
     if (disjoint && small) {
-        /* the whole batch under RT_GEMM_SERIAL_MACS on the calling thread (the imported BERT's
+        /* the whole batch under RT_GEMM_BATCH_PAR_MACS on the calling thread (the imported BERT's
          * 4 heads of 64x64x16: a fork/join of the team for 262K multiply-adds) */
-        MRT_PRAGMA(omp parallel for schedule(static) if(macs * batch >= RT_GEMM_SERIAL_MACS))
+        MRT_PRAGMA(omp parallel for schedule(static) if(macs * batch >= RT_GEMM_BATCH_PAR_MACS))
         for (int64_t i = 0; i < batch; i++)
             mrt_cpu_sgemm(ta, tb, M, N, K, alpha, A + i * sA, lda, B + i * sB, ldb, beta, C + i * sC, ldc);
         return;

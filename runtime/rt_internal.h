@@ -33,12 +33,20 @@ int rt_shape_numel(const int64_t *shape, int rank, uint64_t *numel);
 
 /** The log hook currently installed (for mrt_main to restore the caller's on return). */
 void rt_log_hook_get(mrt_log_fn *fn, void **user);
-/** A CPU GEMM of fewer multiply-adds (M*N*K) than this runs on the calling thread alone, both
- *  mrt_cpu_sgemm's and a prepared primitive (rt_matmul.c): about 5 us on one core here, where a
- *  fork/join of the OpenMP team costs as much as it saves, and far more when the machine is
- *  loaded and a team member waits to be scheduled (the small imported transformers, 64x64x192:
- *  bench/gemm/RESULTS.md). Thread-count independent by construction. Not tuned finely. */
-#define RT_GEMM_SERIAL_MACS ((int64_t)1 << 20)
+/** A CPU GEMM of fewer multiply-adds (M*N*K) than this runs on the calling thread alone: every
+ *  path, mrt_cpu_sgemm's dnnl_sgemm, rt_cpu_gemm's batches, and a prepared primitive (rt_matmul.c,
+ *  planned for one thread). 4M multiply-adds is about 30 us on one core here, where oneDNN's own
+ *  split of one GEMM over the threads starts to pay (docs/runtime.md, "Small kernels run on one
+ *  thread"); under it a fork/join of the team costs as much as it saves, and far more when the
+ *  machine is loaded and a team member waits to be scheduled. Until 2026-12-05 the prepared
+ *  primitives and mrt_cpu_sgemm split from 1M (2^20) while rt_cpu_gemm waited for 4M: digits
+ *  compiled --max-batch 360 (a 360x128x64 prepared GEMM, 2.9M) then opened a two-thread region
+ *  per run. Thread-count independent by construction. Not tuned finely. */
+#define RT_GEMM_SERIAL_MACS ((int64_t)1 << 22)
+/** A batch of small disjoint products (rt_cpu_gemm: attention's per-head products) is spread one
+ *  product per thread once their total reaches this (the imported BERT's 4 heads of 64x64x16,
+ *  262K, stay on the calling thread: bench/gemm/RESULTS.md). */
+#define RT_GEMM_BATCH_PAR_MACS ((int64_t)1 << 20)
 
 /** Free a model's table of prepared GEMMs (m->matmul, rt_matmul.c); NULL is ignored. */
 void rt_matmul_table_free(void *table);

@@ -15,6 +15,15 @@
  * copy (as much memory again as the weights) buys nothing here. Bias and gelu (tanh form) are
  * the primitive's bias and eltwise post-op; not relu, whose oneDNN post-op turns NaN into 0 where
  * mrt_relu keeps it (field case B13): modelc prepares a relu GEMM bare and runs its epilogue loop.
+ * Every other epilogue is the generated loop after the primitive, measured 2026-12-05
+ * (docs/runtime.md, "Epilogues of GEMMs against constant weights"): exact gelu is not oneDNN's
+ * gelu_erf post-op, which gives +0.0 where PyTorch and mrt_gelu give -0.0 (x = -0.0, x below
+ * about -5.4: B13; numeric packed_gemm_gelu_erf_zero) and is about 5x further from erf in double
+ * (9 ulps against 2.6 on [-1, 0)), though it would have saved MiniLM's FFN a seventh of its time;
+ * a residual add as oneDNN's binary post-op gave the same bits and no measurable gain (the loop
+ * reads C back from the cache); and running the epilogue per block of rows while the block is in
+ * the L2 cache gained nothing either (exact gelu is compute-bound, 0.7-0.8 ns an element from L2
+ * or L3, and a block of rows re-reads the weights).
  *
  * A prepared primitive has a fixed row count: the plan's maximum (the batch at --max-batch).
  * A run with fewer rows, a one-row GEMM (its sums must not depend on the thread count:

@@ -1043,6 +1043,60 @@ static void test_gemm_cpu(void)
                            3, 0, 0.0f, C, 3, 0, 1), MRT_ERR_DEVICE, "cpu:8");
 }
 
+/* One-row GEMMs (mrt_cpu_sgemm's GEMV, rt_device.c): against the sums in double, bound by
+ * K * 2^-23 * sum |a_k b_k| (alpha, beta applied after), and bit for bit the same on 1, 2 and 3
+ * threads (the outputs split over the threads, each sum in one thread in a fixed order). The
+ * shapes: MobileNetV2's and ResNet-18's classifiers (split over the threads: N * K >=
+ * MRT_PAR_MIN), odd N and K (a partial block of columns, a partial 16-lane chunk of K), K = 1. */
+static void test_gemv_cpu(void)
+{
+    mrt_device cpu = {MRT_DEVICE_CPU, 0};
+    const struct { int N, K; float alpha, beta; } cases[] = {
+        {1000, 1280, 1.0f, 0.0f}, {1000, 512, 1.0f, 0.0f}, {37, 19, 0.5f, 0.0f},
+        {130, 33, 1.0f, 1.0f},    {257, 1, -2.0f, 0.5f},   {515, 517, 1.0f, 0.0f},
+    };
+    for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++)
+        for (int ta = 0; ta < 2; ta++)
+            for (int tb = 0; tb < 2; tb++) {
+                const int N = cases[ci].N, K = cases[ci].K, lda = ta ? 3 : K; /* ta: a[k] at a[3k] */
+                const int ldb = tb ? K + 1 : N + 2;
+                float *A = malloc(sizeof(float) * (size_t)K * 3), *B = malloc(sizeof(float) * (size_t)(tb ? N : K) * ldb);
+                float *C0 = malloc(sizeof(float) * N), *C[3];
+                CHECK(A && B && C0);
+                for (int i = 0; i < K * 3; i++) A[i] = frand();
+                for (int i = 0; i < (tb ? N : K) * ldb; i++) B[i] = frand();
+                for (int n = 0; n < N; n++) C0[n] = frand();
+                for (int t = 0; t < 3; t++) {
+                    C[t] = malloc(sizeof(float) * N);
+                    CHECK(C[t]);
+                    memcpy(C[t], C0, sizeof(float) * N);
+                    CHECK_OK(mrt_set_threads(t + 1, NULL));
+                    CHECK_OK(mrt_gemm_f32(cpu, NULL, ta, tb, 1, N, K, cases[ci].alpha, A, lda, 0, B, ldb, 0,
+                                          cases[ci].beta, C[t], N, 0, 1));
+                }
+                CHECK_OK(mrt_set_threads(0, NULL));
+                double worst = 0.0; /* the largest error over its bound */
+                for (int n = 0; n < N; n++) {
+                    double acc = 0.0, mag = 0.0;
+                    for (int k = 0; k < K; k++) {
+                        double p = (double)A[ta ? k * lda : k] * (double)(tb ? B[n * ldb + k] : B[k * ldb + n]);
+                        acc += p;
+                        mag += fabs(p);
+                    }
+                    double ref = cases[ci].alpha * acc + (cases[ci].beta == 0.0f ? 0.0 : (double)cases[ci].beta * C0[n]);
+                    double bound = K * 0x1p-23 * fabs(cases[ci].alpha) * mag + 0x1p-22 * fabs(ref) + 1e-30;
+                    double r = fabs(C[0][n] - ref) / bound;
+                    if (r > worst) worst = r;
+                }
+                CHECKF(worst <= 1.0, "gemv N %d K %d ta %d tb %d: error %.3g of the bound", N, K, ta, tb, worst);
+                for (int t = 1; t < 3; t++)
+                    CHECKF(!memcmp(C[0], C[t], sizeof(float) * N), "gemv N %d K %d ta %d tb %d: %d threads differ from 1",
+                           N, K, ta, tb, t + 1);
+                free(A), free(B), free(C0);
+                for (int t = 0; t < 3; t++) free(C[t]);
+            }
+}
+
 /* ---------------------------------------------------------------- safetensors */
 
 /* The model of most weight tests: fc.w f32[4,4] at 0, fc.b f32[4] at 64. */
@@ -2390,6 +2444,7 @@ static const test_case tests[] = {
     {"fake_cuda_cli", test_fake_cuda_cli},
     {"cpu_device_ops", test_cpu_device_ops},
     {"gemm_cpu", test_gemm_cpu},
+    {"gemv_cpu", test_gemv_cpu},
     {"gemm_bias_act_cpu", test_gemm_bias_act_cpu},
     {"st_good", test_st_good},
     {"st_half", test_st_half},
