@@ -359,7 +359,12 @@ static void emit_blocked_call(Emit *e, const Kernel *k, char **ptr, const char *
         fprintf(e->o, "    /* %s%d: conv2d %%%d = conv(%%%d, %%%d)%s: oneDNN, blocked layout (%s -> %s) on the CPU */\n",
                 e->kpfx, k->id, m->id, m->in[0]->id, m->in[1]->id, k->expr ? " + epilogue" : "",
                 k->blk_src ? "blocked" : "nchw", k->blk_dst ? "blocked" : "nchw");
-        cpu = xprintf("if ((st = mrt_blk_conv_run(m, %d, B, %s, %s, %s)) != MRT_OK) %s", k->blk, y, x, res, on_fail(e));
+        if (k->blk_pair >= 0) /* an expand + depthwise pair (layout.c, pair_dw): the runtime may write the
+                               * depthwise conv's result now, whose own call then returns at once */
+            cpu = xprintf("if ((st = mrt_blk_conv_pair_run(m, %d, B, %s, %s, %s)) != MRT_OK) %s", k->blk, y, x,
+                          ptr[e->kl->k[k->blk_pair]->root->id], on_fail(e));
+        else
+            cpu = xprintf("if ((st = mrt_blk_conv_run(m, %d, B, %s, %s, %s)) != MRT_OK) %s", k->blk, y, x, res, on_fail(e));
         char *args = xprintf("&%s, %s, %s, %s, %s, %s", params_name(e, k), dim_c(m->in[0]->shape.d[0]), y, x,
                              ptr[view_base(m->in[1])->id], e->scratch ? e->scratch : "NULL");
         cuda = xprintf("mrt_cuda_%s(stream%d, %s)", op_info[m->op].kernel, s, args);
@@ -1403,6 +1408,12 @@ static void emit_blocked_setup(Emit *e, FILE *o, int nblk) {
             fprintf(o, "    if ((st = mrt_blk_add_pool(m, %d, &%s, %d, \"%s\")) != MRT_OK) return st;\n", k->blk,
                     params_name(e, k), k->blk_dst, c_string_body(what));
         }
+    }
+    for (int i = 0; i < e->kl->n; i++) { /* expand + depthwise pairs, once both ops exist */
+        const Kernel *k = e->kl->k[i];
+        if (k->blk >= 0 && k->blk_pair >= 0)
+            fprintf(o, "    if ((st = mrt_blk_pair(m, %d, %d)) != MRT_OK) return st; /* k%d, k%d */\n", k->blk,
+                    e->kl->k[k->blk_pair]->blk, k->id, e->kl->k[k->blk_pair]->id);
     }
     fprintf(o, "    return MRT_OK;\n}\n\n");
 }

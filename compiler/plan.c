@@ -286,6 +286,17 @@ static MemPlan *plan_order(Graph *g, KernelList *kl, KernelList *init, PlanOptio
         mp->def_step[kl->k[s]->root->id] = s;
         kernel_reads(kl->k[s], mark_read, &c);
     }
+    /* An expand + depthwise pair (layout.c, pair_dw) that the runtime fuses (its expanded value
+     * BLK_FUSE_BYTES a batch item or more) runs as one primitive when its first kernel runs,
+     * reading that one's source while it writes the second's result: the source stays live
+     * through the second, so the two never share bytes (elsewhere the runtime checks, and runs
+     * the pair as two ops where they do). */
+    for (int s = 0; s < kl->n; s++) {
+        const Kernel *k = kl->k[s];
+        if (k->blk < 0 || k->blk_pair < 0 || !k->gemm || blk_item_bytes(k->root) < BLK_FUSE_BYTES) continue;
+        int x = view_base(k->gemm->in[0])->id;
+        if (mp->last_step[x] < k->blk_pair) mp->last_step[x] = k->blk_pair;
+    }
 
     /* Training: the optimizer step, after the last kernel, reads every gradient and updates its
      * param and optimizer state: all stay live (and resident) to the end. */

@@ -1130,6 +1130,22 @@ mrt_status mrt_blk_add_pool(mrt_model *m, int i, const mrt_pool2d_params *p, int
 mrt_status mrt_blk_conv_run(mrt_model *m, int i, int64_t N, float *y, const float *x, const float *res);
 /** Run pooling op i at batch N. */
 mrt_status mrt_blk_pool_run(mrt_model *m, int i, int64_t N, float *y, const float *x);
+/** Ops i and j (both added) are an expand + depthwise pair (modelc's layout pass, pair_dw): i a
+ *  1x1 conv (stride 1, no padding, groups 1), j a 3x3 depthwise conv (stride 1 or 2, padding
+ *  1) that reads only i's result, both blocked in and out, no residual, and run() calls j right
+ *  after i (i through mrt_blk_conv_pair_run). Then the pair may run as one oneDNN primitive (the
+ *  jit 1x1 kernel with the depthwise post-op; where measured faster: the expanded value at least
+ *  MRT_BLK_FUSE_BYTES a batch item, or always / never with $MODELRT_BLK_FUSE=1 / 0), and a relu
+ *  or clamp of either runs as oneDNN's post-op instead of a pass of its own (blk_clamp) when no
+ *  NaN or infinity can reach it: a check of i's source at each run bounds both results (max |x|
+ *  times the weights' largest row sum of |w|, plus the bias). Otherwise each runs as before.
+ *  Ignored (MRT_OK) in a bf16 model; MRT_ERR_INVALID_ARG when i and j are no such pair. */
+mrt_status mrt_blk_pair(mrt_model *m, int i, int j);
+/** Run op i of a pair (mrt_blk_pair) at batch N: y (i's result, f32 blocked) from x; y2 is op
+ *  j's result, which it may compute now (then j's mrt_blk_conv_run returns at once); y2 must
+ *  not be read or written by anything else until j's call. Without mrt_blk_pair for i: as
+ *  mrt_blk_conv_run(m, i, N, y, x, NULL). */
+mrt_status mrt_blk_conv_pair_run(mrt_model *m, int i, int64_t N, float *y, const float *x, float *y2);
 /** Release conv op i's plain weights (the w of mrt_blk_add_conv) once its primitive holds them
  *  reordered: modelc emits the call when nothing else reads that tensor; a Winograd op keeps them
  *  (oneDNN cannot reorder out of its Winograd format for another batch size). The whole pages inside
