@@ -359,10 +359,10 @@ static void emit_blocked_call(Emit *e, const Kernel *k, char **ptr, const char *
         fprintf(e->o, "    /* %s%d: conv2d %%%d = conv(%%%d, %%%d)%s: oneDNN, blocked layout (%s -> %s) on the CPU */\n",
                 e->kpfx, k->id, m->id, m->in[0]->id, m->in[1]->id, k->expr ? " + epilogue" : "",
                 k->blk_src ? "blocked" : "nchw", k->blk_dst ? "blocked" : "nchw");
-        if (k->blk_pair >= 0) /* an expand + depthwise pair (layout.c, pair_dw): the runtime may write the
+        if (k->blk_pair) /* an expand + depthwise pair (layout.c, pair_dw): the runtime may write the
                                * depthwise conv's result now, whose own call then returns at once */
             cpu = xprintf("if ((st = mrt_blk_conv_pair_run(m, %d, B, %s, %s, %s)) != MRT_OK) %s", k->blk, y, x,
-                          ptr[e->kl->k[k->blk_pair]->root->id], on_fail(e));
+                          ptr[k->blk_pair->root->id], on_fail(e));
         else
             cpu = xprintf("if ((st = mrt_blk_conv_run(m, %d, B, %s, %s, %s)) != MRT_OK) %s", k->blk, y, x, res, on_fail(e));
         char *args = xprintf("&%s, %s, %s, %s, %s, %s", params_name(e, k), dim_c(m->in[0]->shape.d[0]), y, x,
@@ -1411,9 +1411,9 @@ static void emit_blocked_setup(Emit *e, FILE *o, int nblk) {
     }
     for (int i = 0; i < e->kl->n; i++) { /* expand + depthwise pairs, once both ops exist */
         const Kernel *k = e->kl->k[i];
-        if (k->blk >= 0 && k->blk_pair >= 0)
+        if (k->blk >= 0 && k->blk_pair)
             fprintf(o, "    if ((st = mrt_blk_pair(m, %d, %d)) != MRT_OK) return st; /* k%d, k%d */\n", k->blk,
-                    e->kl->k[k->blk_pair]->blk, k->id, e->kl->k[k->blk_pair]->id);
+                    k->blk_pair->blk, k->id, k->blk_pair->id);
     }
     fprintf(o, "    return MRT_OK;\n}\n\n");
 }

@@ -223,7 +223,7 @@ static bool wino_shape(const Node *m) {
 }
 
 void layout_blocked(Graph *g, KernelList *kl, bool winograd) {
-    for (int i = 0; i < kl->n; i++) kl->k[i]->blk = kl->k[i]->blk_pair = -1;
+    for (int i = 0; i < kl->n; i++) kl->k[i]->blk = -1, kl->k[i]->blk_pair = NULL;
     if (g->train || g->with_loss || g->nslots != 1) return;
     int nn = g->nnodes;
     int *cls = xalloc(sizeof(int) * (size_t)(kl->n + 1));
@@ -297,7 +297,7 @@ void layout_blocked(Graph *g, KernelList *kl, bool winograd) {
             const Node *m = k->gemm;
             k->blk_wino = winograd && wino_shape(m);
         }
-        k->blk_pair = -1;
+        k->blk_pair = NULL;
         if (cls[i] == C_CONV && k->scratch_bytes) { /* no im2col on the CPU; the CUDA plan keeps its own */
             if (!k->scratch_bytes_cuda) k->scratch_bytes_cuda = k->scratch_bytes;
             k->scratch_bytes = 0;
@@ -305,7 +305,7 @@ void layout_blocked(Graph *g, KernelList *kl, bool winograd) {
     }
     /* expand + depthwise pairs (pair_dw); f32 only (--precision bf16 keeps its two primitives) */
     for (int i = 0; i + 1 < kl->n && !g->bf16; i++)
-        if (pair_dw(kl->k[i], kl->k[i + 1])) kl->k[i]->blk_pair = i + 1;
+        if (pair_dw(kl->k[i], kl->k[i + 1])) kl->k[i]->blk_pair = kl->k[i + 1];
 }
 
 /* Kernel k (blocked conv) is a 1x1 conv (stride 1, no padding, groups 1) and d, the next
@@ -346,7 +346,7 @@ void dump_layout(FILE *out, const Graph *g, const KernelList *kl) {
             fprintf(out, "  blocked k%d: conv2d #%d, src %s, dst %s, bias %d%s%s%s%s\n", k->id, k->blk,
                     k->blk_src ? "blocked" : "nchw", k->blk_dst ? "blocked" : "nchw (reordered)", k->blk_nbias,
                     k->blk_res >= 0 ? ", sum" : "", acts[k->blk_act], k->blk_wino ? ", winograd" : "",
-                    k->blk_pair >= 0 ? xprintf(", pair with k%d (depthwise)", kl->k[k->blk_pair]->id) : "");
+                    k->blk_pair ? xprintf(", pair with k%d (depthwise)", k->blk_pair->id) : "");
         else
             fprintf(out, "  blocked k%d: max_pool2d #%d, src blocked, dst %s\n", k->id, k->blk,
                     k->blk_dst ? "blocked" : "nchw (reordered)");

@@ -612,9 +612,10 @@ typedef struct Kernel {
     double blk_lo, blk_hi;
     bool blk_src_bf16, blk_dst_bf16; /* --precision bf16: its source / result is stored as bf16 (precision.c) */
     /* conv: a 1x1 conv whose result only the next kernel reads, a 3x3 depthwise conv (stride 1 or
-     * 2, padding 1; both blocked): that kernel's index in the KernelList, else -1. On the CPU the
-     * runtime may run the pair as one oneDNN primitive (mrt_blk_pair; layout.c, pair_dw) */
-    int blk_pair;
+     * 2, padding 1; both blocked): that kernel, else NULL. On the CPU the runtime may run the pair
+     * as one oneDNN primitive (mrt_blk_pair; layout.c, pair_dw). plan_memory drops a pair that its
+     * kernel order no longer keeps adjacent. */
+    struct Kernel *blk_pair;
 } Kernel;
 
 /* Fusion options; each pass can be switched off to bisect a wrong result. */

@@ -291,11 +291,12 @@ static MemPlan *plan_order(Graph *g, KernelList *kl, KernelList *init, PlanOptio
      * reading that one's source while it writes the second's result: the source stays live
      * through the second, so the two never share bytes (elsewhere the runtime checks, and runs
      * the pair as two ops where they do). */
-    for (int s = 0; s < kl->n; s++) {
+    for (int s = 0; s + 1 < kl->n; s++) {
         const Kernel *k = kl->k[s];
-        if (k->blk < 0 || k->blk_pair < 0 || !k->gemm || blk_item_bytes(k->root) < BLK_FUSE_BYTES) continue;
+        if (k->blk < 0 || k->blk_pair != kl->k[s + 1] || !k->gemm || blk_item_bytes(k->root) < BLK_FUSE_BYTES)
+            continue;
         int x = view_base(k->gemm->in[0])->id;
-        if (mp->last_step[x] < k->blk_pair) mp->last_step[x] = k->blk_pair;
+        if (mp->last_step[x] < s + 1) mp->last_step[x] = s + 1;
     }
 
     /* Training: the optimizer step, after the last kernel, reads every gradient and updates its
@@ -718,7 +719,12 @@ MemPlan *plan_memory(Graph *g, KernelList *kl, KernelList *init, PlanOptions opt
     memcpy(kl->k, alt.k, sizeof(Kernel *) * kl->n);
     for (int i = 0; i < kl->n; i++) kl->k[i]->id = i;
     MemPlan *mp = plan_order(g, kl, init, opt);
-    if (mp->arena_bytes < base->arena_bytes) return mp;
+    if (mp->arena_bytes < base->arena_bytes) {
+        /* an expand + depthwise pair that this order split runs as two ops (Kernel.blk_pair) */
+        for (int i = 0; i < kl->n; i++)
+            if (kl->k[i]->blk_pair && (i + 1 == kl->n || kl->k[i + 1] != kl->k[i]->blk_pair)) kl->k[i]->blk_pair = NULL;
+        return mp;
+    }
     memcpy(kl->k, orig.k, sizeof(Kernel *) * kl->n);
     for (int i = 0; i < kl->n; i++) kl->k[i]->id = i;
     return base;
