@@ -211,6 +211,7 @@ static bool ew_candidate(const Kernel *k) {
 enum { C_NONE, C_CONV, C_POOL, C_EW };
 
 static bool pair_dw(const Kernel *k, const Kernel *d);
+static bool pair_chain(const Kernel *k, const Kernel *d);
 
 /* A conv2d that runs with oneDNN's Winograd: 3x3, stride 1, undilated, not grouped (the shape it takes), with
  * an output of 14x14 positions or more. Its transformed weights are 4x the plain ones (6x6 tiles
@@ -297,15 +298,36 @@ void layout_blocked(Graph *g, KernelList *kl, bool winograd) {
             const Node *m = k->gemm;
             k->blk_wino = winograd && wino_shape(m);
         }
-        k->blk_pair = NULL;
+        k->blk_pair = NULL, k->blk_pair_dw = false;
         if (cls[i] == C_CONV && k->scratch_bytes) { /* no im2col on the CPU; the CUDA plan keeps its own */
             if (!k->scratch_bytes_cuda) k->scratch_bytes_cuda = k->scratch_bytes;
             k->scratch_bytes = 0;
         }
     }
-    /* expand + depthwise pairs (pair_dw); f32 only (--precision bf16 keeps its two primitives) */
-    for (int i = 0; i + 1 < kl->n && !g->bf16; i++)
-        if (pair_dw(kl->k[i], kl->k[i + 1])) kl->k[i]->blk_pair = kl->k[i + 1];
+    /* expand + depthwise pairs (pair_dw) first, then other pairs of convs among the rest
+     * (pair_chain); f32 only (--precision bf16 keeps its two primitives and their passes) */
+    bool *paired = xalloc(sizeof(bool) * (size_t)(kl->n + 1));
+    for (int pass = 0; pass < 2 && !g->bf16; pass++)
+        for (int i = 0; i + 1 < kl->n; i++) {
+            Kernel *k = kl->k[i], *d = kl->k[i + 1];
+            if (paired[i] || paired[i + 1] || !(pass ? pair_chain(k, d) : pair_dw(k, d))) continue;
+            k->blk_pair = d, k->blk_pair_dw = !pass;
+            paired[i] = paired[i + 1] = true;
+        }
+}
+
+/* Kernel k (blocked conv, result blocked) and d, the next kernel, a blocked conv that alone
+ * reads k's result (nuses 1), neither adding a residual, one of them with a relu or clamp: a
+ * check of k's source can bound both results at run time (rt_blocked.c, blk_pair_bounded), and
+ * then oneDNN's relu/clip post-ops give what blk_clamp's separate passes give (MobileNetV2's
+ * stem conv and its first depthwise conv; its last 1x1 project conv and the 1x1 conv to 1280
+ * channels after it). */
+static bool pair_chain(const Kernel *k, const Kernel *d) {
+    const Node *a = k->gemm, *m = d->gemm;
+    if (k->blk < 0 || d->blk < 0 || !a || !m || a->op != OP_CONV2D || m->op != OP_CONV2D) return false;
+    if (!k->blk_dst || !d->blk_src || k->blk_res >= 0 || d->blk_res >= 0) return false;
+    if (m->in[0] != k->root || k->root->nuses != 1) return false;
+    return k->blk_act == 1 || k->blk_act == 2 || d->blk_act == 1 || d->blk_act == 2;
 }
 
 /* Kernel k (blocked conv) is a 1x1 conv (stride 1, no padding, groups 1) and d, the next
@@ -346,7 +368,7 @@ void dump_layout(FILE *out, const Graph *g, const KernelList *kl) {
             fprintf(out, "  blocked k%d: conv2d #%d, src %s, dst %s, bias %d%s%s%s%s\n", k->id, k->blk,
                     k->blk_src ? "blocked" : "nchw", k->blk_dst ? "blocked" : "nchw (reordered)", k->blk_nbias,
                     k->blk_res >= 0 ? ", sum" : "", acts[k->blk_act], k->blk_wino ? ", winograd" : "",
-                    k->blk_pair ? xprintf(", pair with k%d (depthwise)", k->blk_pair->id) : "");
+                    k->blk_pair ? xprintf(", pair with k%d%s", k->blk_pair->id, k->blk_pair_dw ? " (depthwise)" : "") : "");
         else
             fprintf(out, "  blocked k%d: max_pool2d #%d, src blocked, dst %s\n", k->id, k->blk,
                     k->blk_dst ? "blocked" : "nchw (reordered)");

@@ -611,11 +611,13 @@ typedef struct Kernel {
     bool blk_wino;         /* conv: 3x3, stride 1, dilation 1: oneDNN's Winograd algorithm where it has one */
     double blk_lo, blk_hi;
     bool blk_src_bf16, blk_dst_bf16; /* --precision bf16: its source / result is stored as bf16 (precision.c) */
-    /* conv: a 1x1 conv whose result only the next kernel reads, a 3x3 depthwise conv (stride 1 or
-     * 2, padding 1; both blocked): that kernel, else NULL. On the CPU the runtime may run the pair
-     * as one oneDNN primitive (mrt_blk_pair; layout.c, pair_dw). plan_memory drops a pair that its
-     * kernel order no longer keeps adjacent. */
+    /* conv: the next kernel, a blocked conv that alone reads this one's blocked result, where the
+     * runtime may skip the relu/clamp passes of the two (layout.c, pair_chain), else NULL;
+     * blk_pair_dw: this is a 1x1 conv and that a 3x3 depthwise one (stride 1 or 2, padding 1),
+     * which the runtime may run as one oneDNN primitive (pair_dw). On the CPU only
+     * (mrt_blk_pair); plan_memory drops a pair that its kernel order no longer keeps adjacent. */
     struct Kernel *blk_pair;
+    bool blk_pair_dw;
 } Kernel;
 
 /* Fusion options; each pass can be switched off to bisect a wrong result. */

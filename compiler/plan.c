@@ -293,7 +293,8 @@ static MemPlan *plan_order(Graph *g, KernelList *kl, KernelList *init, PlanOptio
      * the pair as two ops where they do). */
     for (int s = 0; s + 1 < kl->n; s++) {
         const Kernel *k = kl->k[s];
-        if (k->blk < 0 || k->blk_pair != kl->k[s + 1] || !k->gemm || blk_item_bytes(k->root) < BLK_FUSE_BYTES)
+        if (k->blk < 0 || k->blk_pair != kl->k[s + 1] || !k->blk_pair_dw || !k->gemm ||
+            blk_item_bytes(k->root) < BLK_FUSE_BYTES)
             continue;
         int x = view_base(k->gemm->in[0])->id;
         if (mp->last_step[x] < s + 1) mp->last_step[x] = s + 1;

@@ -460,17 +460,19 @@ static mrt_status blk_make_pair(mrt_blk *b, blk_op *op, blk_prim *e, int64_t N) 
     const blk_op *dj = op->pair >= 0 ? &b->ops[op->pair] : NULL;
     const dnnl_memory_desc_t *ew = NULL;
     if (!e->prim || !e->w || dnnl_memory_get_memory_desc(e->w, &ew) != dnnl_success) return MRT_OK;
+    /* the descriptor of blk_make's direct conv (f32: a pair is never bf16) */
     dnnl_memory_desc_t src_md, dst_md, w_md, bias_md;
     dnnl_dims_t sd = {N, p->C, p->H, p->W}, dd = {N, p->O, p->OH, p->OW}, bd = {p->O};
-    dnnl_dims_t strides = {p->sh, p->sw}, pl = {p->pt, p->pl};
-    dnnl_dims_t pr = {(p->OH - 1) * p->sh + p->kh - p->H - p->pt, (p->OW - 1) * p->sw + p->kw - p->W - p->pl};
-    dnnl_memory_desc_init_by_tag(&src_md, 4, sd, dnnl_f32, blk_tag(b));
+    dnnl_dims_t strides = {p->sh, p->sw}, dil = {p->dh - 1, p->dw - 1}, pl = {p->pt, p->pl};
+    dnnl_dims_t pr = {(p->OH - 1) * p->sh + (p->kh - 1) * p->dh + 1 - p->H - p->pt,
+                      (p->OW - 1) * p->sw + (p->kw - 1) * p->dw + 1 - p->W - p->pl};
+    dnnl_memory_desc_init_by_tag(&src_md, 4, sd, dnnl_f32, op->src_blocked || p->C > 4 ? blk_tag(b) : dnnl_nchw);
     dnnl_memory_desc_init_by_tag(&dst_md, 4, dd, dnnl_f32, blk_tag(b));
     blk_weights_md(&w_md, p, dnnl_format_tag_any, dnnl_f32);
     dnnl_memory_desc_init_by_tag(&bias_md, 1, bd, dnnl_f32, dnnl_x);
     dnnl_convolution_desc_t cd;
-    BLK_TRY(dnnl_convolution_forward_desc_init(&cd, dnnl_forward_inference, dnnl_convolution_direct, &src_md, &w_md,
-                                               op->bias ? &bias_md : NULL, &dst_md, strides, pl, pr),
+    BLK_TRY(dnnl_dilated_convolution_forward_desc_init(&cd, dnnl_forward_inference, dnnl_convolution_direct, &src_md,
+                                                       &w_md, op->bias ? &bias_md : NULL, &dst_md, strides, dil, pl, pr),
             op, "convolution descriptor");
     for (int v = 0; v < 2; v++) { /* 0: prim_clip, 1: prim_fused */
         if (v == 0 && (e->prim_clip || !(op->act == 1 || op->act == 2))) continue;
@@ -624,13 +626,12 @@ static mrt_status blk_types(const mrt_blk *b, blk_op *op) {
     return MRT_OK;
 }
 
-/* op->gain, bmax, negzero (blk_op) of a conv that may be one of an expand + depthwise pair (a
- * 1x1 conv of groups 1, a 3x3 depthwise one): from its plain weights and summed bias, at load. */
+/* op->gain, bmax, negzero (blk_op) of a conv: from its plain weights and summed bias, at load
+ * (one pass over the weights, which the reorder reads anyway). */
 static void blk_gain(blk_op *op) {
     const mrt_conv2d_params *p = &op->cp;
     op->gain = op->bmax = NAN;
-    if (!op->w || !((p->groups == 1 && p->kh == 1 && p->kw == 1) || (p->groups == p->C && p->kh == 3 && p->kw == 3)))
-        return;
+    if (!op->w) return;
     const int64_t per = p->C / p->groups * p->kh * p->kw;
     double g = 0, bm = 0;
     int bad = 0;
@@ -924,6 +925,13 @@ static uint32_t blk_absmax_bits(const float *x, size_t n) {
     return r;
 }
 
+/* The elements of op's stored source at batch N: blocked, C padded to whole blocks; or NCHW. */
+static size_t blk_src_elems(const mrt_blk *b, const blk_op *op, int64_t N) {
+    const mrt_conv2d_params *p = &op->cp;
+    int64_t c = op->src_blocked ? (p->C + b->block - 1) / b->block * b->block : p->C;
+    return (size_t)N * (size_t)c * (size_t)p->H * (size_t)p->W;
+}
+
 /* Whether a pair's relu / clamp may run as oneDNN's post-ops at this run (its source x, op i's,
  * at batch N): no NaN or infinity can reach them, so they give what blk_clamp gives. Always
  * when neither op has a relu or clamp (its other post-ops are those of the two ops). Else x
@@ -936,9 +944,7 @@ static int blk_pair_bounded(const mrt_blk *b, const blk_op *op, const blk_op *dj
     if (!ci && !cj) return 1;
     if (op->negzero || dj->negzero || (op->act == 2 && !(op->lo <= op->hi)) || (dj->act == 2 && !(dj->lo <= dj->hi)))
         return 0;
-    const mrt_conv2d_params *p = &op->cp;
-    size_t n = (size_t)N * (size_t)((p->C + b->block - 1) / b->block * b->block) * (size_t)p->H * (size_t)p->W;
-    uint32_t u = blk_absmax_bits(x, n);
+    uint32_t u = blk_absmax_bits(x, blk_src_elems(b, op, N));
     if (u > 0x7f7fffffu) return 0;
     float mx;
     memcpy(&mx, &u, sizeof mx);
@@ -959,20 +965,22 @@ mrt_status mrt_blk_pair(mrt_model *m, int i, int j) {
         return mrt_set_error(MRT_ERR_INVALID_ARG, "mrt_blk_pair: op %d cannot pair with op %d", i, j);
     blk_op *op = &b->ops[i], *dj = &b->ops[j];
     const mrt_conv2d_params *p = &op->cp, *q = &dj->cp;
-    int ok = op->kind == 0 && dj->kind == 0 && op->ncache > 0 && dj->ncache > 0 && op->pair < 0 && dj->pair_of < 0 &&
-             op->src_blocked && op->dst_blocked && dj->src_blocked && dj->dst_blocked && !op->has_res && !dj->has_res &&
-             p->groups == 1 && p->kh == 1 && p->kw == 1 && p->sh == 1 && p->sw == 1 && p->pt == 0 && p->pl == 0 &&
-             p->OH == p->H && p->OW == p->W && q->C == p->O && q->O == p->O && q->groups == q->C && q->H == p->OH &&
-             q->W == p->OW && q->kh == 3 && q->kw == 3 && q->sh == q->sw && (q->sh == 1 || q->sh == 2) && q->pt == 1 &&
-             q->pl == 1 && q->dh == 1 && q->dw == 1 && q->OH == (q->H - 1) / q->sh + 1 && q->OW == (q->W - 1) / q->sw + 1;
+    int ok = op->kind == 0 && dj->kind == 0 && op->ncache > 0 && dj->ncache > 0 && op->pair < 0 && op->pair_of < 0 &&
+             dj->pair < 0 && dj->pair_of < 0 && op->dst_blocked && dj->src_blocked && !op->has_res && !dj->has_res &&
+             q->C == p->O && q->H == p->OH && q->W == p->OW;
     if (!ok)
-        return mrt_set_error(MRT_ERR_INVALID_ARG, "%s and %s: not an expand (1x1) and depthwise (3x3, padding 1) pair",
-                             op->what, dj->what);
+        return mrt_set_error(MRT_ERR_INVALID_ARG, "%s and %s: not a pair of convs (the second reading the first's "
+                             "blocked result, no residual, each in one pair)", op->what, dj->what);
+    /* the shapes oneDNN fuses: a 1x1 conv, then a 3x3 depthwise one of stride 1 or 2 and padding 1 */
+    int dw = op->src_blocked && p->groups == 1 && p->kh == 1 && p->kw == 1 && p->sh == 1 && p->sw == 1 && p->pt == 0 &&
+             p->pl == 0 && p->OH == p->H && p->OW == p->W && q->O == p->O && q->groups == q->C && q->kh == 3 &&
+             q->kw == 3 && q->sh == q->sw && (q->sh == 1 || q->sh == 2) && q->pt == 1 && q->pl == 1 && q->dh == 1 &&
+             q->dw == 1 && q->OH == (q->H - 1) / q->sh + 1 && q->OW == (q->W - 1) / q->sw + 1 && dj->dst_blocked;
     if (op->cdt != dnnl_f32 || dj->cdt != dnnl_f32 || op->sdt != dnnl_f32 || dj->ddt != dnnl_f32 || op->ddt != dnnl_f32)
         return MRT_OK; /* bf16: two ops, as before */
     const char *env = getenv("MODELRT_BLK_FUSE");
-    op->fuse = env && *env ? atoi(env) != 0
-                           : (double)p->O * (double)p->OH * (double)p->OW * sizeof(float) >= (double)MRT_BLK_FUSE_BYTES;
+    op->fuse = dw && (env && *env ? atoi(env) != 0
+                                  : (double)p->O * (double)p->OH * (double)p->OW * sizeof(float) >= (double)MRT_BLK_FUSE_BYTES);
     if (op->fuse && !dj->bias && !(dj->zero_bias = calloc((size_t)q->O, sizeof(float))))
         return mrt_set_error(MRT_ERR_OOM, "%s: cannot allocate its bias", dj->what);
     op->pair = j, dj->pair_of = i;
@@ -994,9 +1002,7 @@ mrt_status mrt_blk_conv_pair_run(mrt_model *m, int i, int64_t N, float *y, const
     if (st == MRT_OK) st = blk_get(b, dj, N, &ej);
     if (st != MRT_OK) return st;
     int bounded = blk_pair_bounded(b, op, dj, x, N);
-    const mrt_conv2d_params *p = &op->cp;
-    size_t xbytes = (size_t)N * (size_t)((p->C + b->block - 1) / b->block * b->block) * (size_t)p->H * (size_t)p->W *
-                    sizeof(float);
+    size_t xbytes = blk_src_elems(b, op, N) * sizeof(float);
     const char *xs = (const char *)x, *ys = (const char *)y2;
     int fused = bounded && e->prim_fused && (ys + ej->dst_bytes <= xs || xs + xbytes <= ys);
     if (!op->logged && getenv("MODELRT_BLOCKED_VERBOSE")) { /* the first run only: the choice of each run */
