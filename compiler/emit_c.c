@@ -1401,19 +1401,23 @@ static void emit_blocked_setup(Emit *e, FILE *o, int nblk) {
             fprintf(o, "    if ((st = mrt_blk_add_conv(m, %d, &%s, %d, %d, %s, %s, %d, %d, %d, %s, %s, %d, \"%s\")) != MRT_OK) return st;\n",
                     k->blk, params_name(e, k), k->blk_src, k->blk_dst, ptr[view_base(m->in[1])->id], bias, k->blk_nbias,
                     k->blk_res >= 0, k->blk_act, float_lit(k->blk_lo), float_lit(k->blk_hi), k->blk_wino, c_string_body(what));
+            /* a pair (layout.c) once both ops exist, before their plain weights go (mrt_blk_pair reads
+             * them: the bound of each conv's result) */
+            const Kernel *first = i > 0 && e->kl->k[i - 1]->blk_pair == k ? e->kl->k[i - 1] : NULL;
+            if (first)
+                fprintf(o, "    if ((st = mrt_blk_pair(m, %d, %d)) != MRT_OK) return st; /* k%d, k%d */\n", first->blk,
+                        k->blk, first->id, k->id);
             /* the plain weights, when this conv is their only reader: the primitive holds them reordered */
-            if (m->in[1] == view_base(m->in[1]) && m->in[1]->nuses == 1)
-                fprintf(o, "    if ((st = mrt_blk_release_weights(m, %d)) != MRT_OK) return st;\n", k->blk);
+            for (int r = first ? 0 : 1; r < 2 && !k->blk_pair; r++) {
+                const Kernel *w = r ? k : first;
+                const Node *wn = w->gemm->in[1];
+                if (wn == view_base(wn) && wn->nuses == 1)
+                    fprintf(o, "    if ((st = mrt_blk_release_weights(m, %d)) != MRT_OK) return st;\n", w->blk);
+            }
         } else {
             fprintf(o, "    if ((st = mrt_blk_add_pool(m, %d, &%s, %d, \"%s\")) != MRT_OK) return st;\n", k->blk,
                     params_name(e, k), k->blk_dst, c_string_body(what));
         }
-    }
-    for (int i = 0; i < e->kl->n; i++) { /* expand + depthwise pairs, once both ops exist */
-        const Kernel *k = e->kl->k[i];
-        if (k->blk >= 0 && k->blk_pair)
-            fprintf(o, "    if ((st = mrt_blk_pair(m, %d, %d)) != MRT_OK) return st; /* k%d, k%d */\n", k->blk,
-                    k->blk_pair->blk, k->id, k->blk_pair->id);
     }
     fprintf(o, "    return MRT_OK;\n}\n\n");
 }

@@ -44,6 +44,13 @@
  * is a fixpoint: a candidate is dropped (it runs its NCHW kernel) when an operand it needs
  * blocked is not; a value that some consumer reads as NCHW makes its conv or pool write NCHW,
  * and makes an elementwise producer drop out. Both only ever turn "blocked" off, so it ends.
+ *
+ * Pairs (Kernel.blk_pair; f32 builds): two adjacent blocked convs, the second reading only the
+ * first's result, no residual. Expand + depthwise pairs first (pair_dw: a 1x1 conv, then a 3x3
+ * depthwise one of stride 1 or 2 and padding 1; MobileNetV2 has 16), which the runtime may run
+ * as one oneDNN primitive; then other pairs with a relu or clamp (pair_chain). The runtime skips
+ * their relu/clamp passes where a check of the first conv's source proves that no NaN can reach
+ * the post-ops that replace them (runtime/rt_blocked.c, mrt_blk_pair).
  */
 #include "modelc.h"
 

@@ -30,8 +30,15 @@
  * post-op (oneDNN docs: "Primitive Attributes: Post-ops"); relu and clamp run after the primitive
  * (blk_clamp, AVX-512 where the CPU has it), since oneDNN's relu and clip (vmaxps/vminps) turn a
  * NaN into the bound (field case B13): +1-3% CPU time on ResNet-18 b1, +6-9% on MobileNetV2 at one
- * thread. Max pooling is the pooling_v2 primitive, whose result is marked NaN where its window
- * holds one (blk_pool_nan; it drops them too), after a check of the source that finds none. Each primitive runs with a user-managed scratchpad (dnnl_scratchpad_mode_user), one
+ * thread. Pairs of convs (mrt_blk_pair, modelc's layout pass: the second reads only the first's
+ * result, run right after it) skip those passes at a run where a check of the first one's
+ * source bounds every value of both (blk_pair_bounded: no NaN or infinity can reach the relu or
+ * clip post-op), and an expand + depthwise pair (1x1, then 3x3 depthwise) with a large expanded
+ * value runs as one primitive, the jit 1x1 kernel with oneDNN's depthwise post-op ("Primitive
+ * Attributes: Depthwise Fusion"; blk_make_pair, mrt_blk_conv_pair_run): MobileNetV2 b1, one
+ * thread, about 3.5% less CPU time (docs/runtime.md). Max pooling is the pooling_v2 primitive,
+ * whose result is marked NaN where its window holds one (blk_pool_nan; it drops them too), after
+ * a check of the source that finds none. Each primitive runs with a user-managed scratchpad (dnnl_scratchpad_mode_user), one
  * buffer shared by all, so a run allocates nothing at a batch size it has already seen;
  * primitives are made per batch size: the model's maximum at load, another size on its first
  * run (then cached, MRT_BLK_CACHE sizes per op).
@@ -626,8 +633,8 @@ static mrt_status blk_types(const mrt_blk *b, blk_op *op) {
     return MRT_OK;
 }
 
-/* op->gain, bmax, negzero (blk_op) of a conv: from its plain weights and summed bias, at load
- * (one pass over the weights, which the reorder reads anyway). */
+/* op->gain, bmax, negzero (blk_op) of a conv of a pair: from its plain weights (NaN without
+ * them: the pair then never skips its passes) and summed bias, at load. */
 static void blk_gain(blk_op *op) {
     const mrt_conv2d_params *p = &op->cp;
     op->gain = op->bmax = NAN;
@@ -683,7 +690,6 @@ mrt_status mrt_blk_add_conv(mrt_model *m, int i, const mrt_conv2d_params *p, int
             op->bias[o] = s;
         }
     }
-    blk_gain(op);
     blk_prim *e;
     int64_t N = b->max_batch;
     return blk_get(b, op, N, &e);
@@ -984,6 +990,7 @@ mrt_status mrt_blk_pair(mrt_model *m, int i, int j) {
     if (op->fuse && !dj->bias && !(dj->zero_bias = calloc((size_t)q->O, sizeof(float))))
         return mrt_set_error(MRT_ERR_OOM, "%s: cannot allocate its bias", dj->what);
     op->pair = j, dj->pair_of = i;
+    blk_gain(op), blk_gain(dj); /* from the plain weights: modelc calls this before it releases them */
     mrt_status st = MRT_OK;
     for (int k = 0; k < dj->ncache && st == MRT_OK; k++) st = blk_make_pair(b, dj, &dj->cache[k], dj->cache[k].N);
     for (int k = 0; k < op->ncache && st == MRT_OK; k++) st = blk_make_pair(b, op, &op->cache[k], op->cache[k].N);
