@@ -359,7 +359,12 @@ static void emit_blocked_call(Emit *e, const Kernel *k, char **ptr, const char *
         fprintf(e->o, "    /* %s%d: conv2d %%%d = conv(%%%d, %%%d)%s: oneDNN, blocked layout (%s -> %s) on the CPU */\n",
                 e->kpfx, k->id, m->id, m->in[0]->id, m->in[1]->id, k->expr ? " + epilogue" : "",
                 k->blk_src ? "blocked" : "nchw", k->blk_dst ? "blocked" : "nchw");
-        cpu = xprintf("if ((st = mrt_blk_conv_run(m, %d, B, %s, %s, %s)) != MRT_OK) %s", k->blk, y, x, res, on_fail(e));
+        if (k->blk_pair) /* an expand + depthwise pair (layout.c, pair_dw): the runtime may write the
+                               * depthwise conv's result now, whose own call then returns at once */
+            cpu = xprintf("if ((st = mrt_blk_conv_pair_run(m, %d, B, %s, %s, %s)) != MRT_OK) %s", k->blk, y, x,
+                          ptr[k->blk_pair->root->id], on_fail(e));
+        else
+            cpu = xprintf("if ((st = mrt_blk_conv_run(m, %d, B, %s, %s, %s)) != MRT_OK) %s", k->blk, y, x, res, on_fail(e));
         char *args = xprintf("&%s, %s, %s, %s, %s, %s", params_name(e, k), dim_c(m->in[0]->shape.d[0]), y, x,
                              ptr[view_base(m->in[1])->id], e->scratch ? e->scratch : "NULL");
         cuda = xprintf("mrt_cuda_%s(stream%d, %s)", op_info[m->op].kernel, s, args);
@@ -1465,9 +1470,19 @@ static void emit_blocked_setup(Emit *e, FILE *o, int nblk) {
             fprintf(o, "    if ((st = mrt_blk_add_conv(m, %d, &%s, %d, %d, %s, %s, %d, %d, %d, %s, %s, %d, \"%s\")) != MRT_OK) return st;\n",
                     k->blk, params_name(e, k), k->blk_src, k->blk_dst, ptr[view_base(m->in[1])->id], bias, k->blk_nbias,
                     k->blk_res >= 0, k->blk_act, float_lit(k->blk_lo), float_lit(k->blk_hi), k->blk_wino, c_string_body(what));
+            /* a pair (layout.c) once both ops exist, before their plain weights go (mrt_blk_pair reads
+             * them: the bound of each conv's result) */
+            const Kernel *first = i > 0 && e->kl->k[i - 1]->blk_pair == k ? e->kl->k[i - 1] : NULL;
+            if (first)
+                fprintf(o, "    if ((st = mrt_blk_pair(m, %d, %d)) != MRT_OK) return st; /* k%d, k%d */\n", first->blk,
+                        k->blk, first->id, k->id);
             /* the plain weights, when this conv is their only reader: the primitive holds them reordered */
-            if (m->in[1] == view_base(m->in[1]) && m->in[1]->nuses == 1)
-                fprintf(o, "    if ((st = mrt_blk_release_weights(m, %d)) != MRT_OK) return st;\n", k->blk);
+            for (int r = first ? 0 : 1; r < 2 && !k->blk_pair; r++) {
+                const Kernel *w = r ? k : first;
+                const Node *wn = w->gemm->in[1];
+                if (wn == view_base(wn) && wn->nuses == 1)
+                    fprintf(o, "    if ((st = mrt_blk_release_weights(m, %d)) != MRT_OK) return st;\n", w->blk);
+            }
         } else {
             fprintf(o, "    if ((st = mrt_blk_add_pool(m, %d, &%s, %d, \"%s\")) != MRT_OK) return st;\n", k->blk,
                     params_name(e, k), k->blk_dst, c_string_body(what));

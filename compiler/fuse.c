@@ -247,6 +247,7 @@ static Kernel *new_kernel(KernelList *kl, KernelKind kind, Node *root) {
     k->root = root;
     k->gemm_leaf = -1;
     k->blk = k->blk_res = -1;
+    k->blk_pair = NULL;
     k->id = kl->n;
     kl->k = xgrow_array(kl->k, kl->n, &kl->cap, sizeof(Kernel *));
     kl->k[kl->n++] = k;

@@ -44,6 +44,13 @@
  * is a fixpoint: a candidate is dropped (it runs its NCHW kernel) when an operand it needs
  * blocked is not; a value that some consumer reads as NCHW makes its conv or pool write NCHW,
  * and makes an elementwise producer drop out. Both only ever turn "blocked" off, so it ends.
+ *
+ * Pairs (Kernel.blk_pair; f32 builds): two adjacent blocked convs, the second reading only the
+ * first's result, no residual. Expand + depthwise pairs first (pair_dw: a 1x1 conv, then a 3x3
+ * depthwise one of stride 1 or 2 and padding 1; MobileNetV2 has 16), which the runtime may run
+ * as one oneDNN primitive; then other pairs with a relu or clamp (pair_chain). The runtime skips
+ * their relu/clamp passes where a check of the first conv's source proves that no NaN can reach
+ * the post-ops that replace them (runtime/rt_blocked.c, mrt_blk_pair).
  */
 #include "modelc.h"
 
@@ -72,6 +79,15 @@ int64_t blk_padded_channels(const Kernel *k) {
     const Node *r = k->root;
     if (k->blk < 0 || !k->blk_dst || r->shape.rank != 4 || !dim_fixed(r->shape.d[1])) return 0;
     return r->shape.d[1].c % 16 ? (r->shape.d[1].c + 15) / 16 * 16 : 0;
+}
+
+int64_t blk_item_bytes(const Node *n) {
+    int64_t b = (int64_t)dtype_size(n->dtype);
+    for (int d = 1; d < n->shape.rank; d++) {
+        if (!dim_fixed(n->shape.d[d])) return 0;
+        b *= n->shape.d[d].c;
+    }
+    return b;
 }
 
 /* A value computed once at load or read from the weights: the primitive may take it at load. */
@@ -201,6 +217,9 @@ static bool ew_candidate(const Kernel *k) {
 
 enum { C_NONE, C_CONV, C_POOL, C_EW };
 
+static bool pair_dw(const Kernel *k, const Kernel *d);
+static bool pair_chain(const Kernel *k, const Kernel *d);
+
 /* A conv2d that runs with oneDNN's Winograd: 3x3, stride 1, undilated, not grouped (the shape it takes), with
  * an output of 14x14 positions or more. Its transformed weights are 4x the plain ones (6x6 tiles
  * of a 3x3 kernel); at 7x7 (ResNet's last stage, most of its weights) it gained about 10% and
@@ -212,7 +231,7 @@ static bool wino_shape(const Node *m) {
 }
 
 void layout_blocked(Graph *g, KernelList *kl, bool winograd) {
-    for (int i = 0; i < kl->n; i++) kl->k[i]->blk = -1;
+    for (int i = 0; i < kl->n; i++) kl->k[i]->blk = -1, kl->k[i]->blk_pair = NULL;
     if (g->train || g->with_loss || g->nslots != 1) return;
     int nn = g->nnodes;
     int *cls = xalloc(sizeof(int) * (size_t)(kl->n + 1));
@@ -286,11 +305,59 @@ void layout_blocked(Graph *g, KernelList *kl, bool winograd) {
             const Node *m = k->gemm;
             k->blk_wino = winograd && wino_shape(m);
         }
+        k->blk_pair = NULL, k->blk_pair_dw = false;
         if (cls[i] == C_CONV && k->scratch_bytes) { /* no im2col on the CPU; the CUDA plan keeps its own */
             if (!k->scratch_bytes_cuda) k->scratch_bytes_cuda = k->scratch_bytes;
             k->scratch_bytes = 0;
         }
     }
+    /* expand + depthwise pairs (pair_dw) first, then other pairs of convs among the rest
+     * (pair_chain); f32 only (--precision bf16 keeps its two primitives and their passes) */
+    bool *paired = xalloc(sizeof(bool) * (size_t)(kl->n + 1));
+    for (int pass = 0; pass < 2 && !g->bf16; pass++)
+        for (int i = 0; i + 1 < kl->n; i++) {
+            Kernel *k = kl->k[i], *d = kl->k[i + 1];
+            if (paired[i] || paired[i + 1] || !(pass ? pair_chain(k, d) : pair_dw(k, d))) continue;
+            k->blk_pair = d, k->blk_pair_dw = !pass;
+            paired[i] = paired[i + 1] = true;
+        }
+}
+
+/* Kernel k (blocked conv, result blocked) and d, the next kernel, a blocked conv that alone
+ * reads k's result (nuses 1), neither adding a residual, one of them with a relu or clamp: a
+ * check of k's source can bound both results at run time (rt_blocked.c, blk_pair_bounded), and
+ * then oneDNN's relu/clip post-ops give what blk_clamp's separate passes give (MobileNetV2's
+ * stem conv and its first depthwise conv; its last 1x1 project conv and the 1x1 conv to 1280
+ * channels after it). */
+static bool pair_chain(const Kernel *k, const Kernel *d) {
+    const Node *a = k->gemm, *m = d->gemm;
+    if (k->blk < 0 || d->blk < 0 || !a || !m || a->op != OP_CONV2D || m->op != OP_CONV2D) return false;
+    if (!k->blk_dst || !d->blk_src || k->blk_res >= 0 || d->blk_res >= 0) return false;
+    if (m->in[0] != k->root || k->root->nuses != 1) return false;
+    return k->blk_act == 1 || k->blk_act == 2 || d->blk_act == 1 || d->blk_act == 2;
+}
+
+/* Kernel k (blocked conv) is a 1x1 conv (stride 1, no padding, groups 1) and d, the next
+ * kernel, a blocked 3x3 depthwise conv (C = O = groups, stride 1 or 2 both ways, padding 1 on
+ * every side, undilated) that reads k's result, which nothing else reads (nuses 1: not a graph
+ * output either); neither adds a residual; both blocked in and out. Such a pair is MobileNetV2's
+ * (and EfficientNet's and MobileNetV3's 3x3) expand conv and depthwise conv: oneDNN's jit 1x1
+ * kernel computes both in one primitive (its depthwise post-op), and a relu / clamp between
+ * them need not run as a separate pass where the runtime proves no NaN can reach it
+ * (rt_blocked.c, mrt_blk_pair). The pair must be adjacent: the fused primitive writes d's result
+ * when k runs, so no kernel may run in between (one whose buffer the plan shares with it). */
+static bool pair_dw(const Kernel *k, const Kernel *d) {
+    const Node *a = k->gemm, *m = d->gemm;
+    if (k->blk < 0 || d->blk < 0 || !a || !m || a->op != OP_CONV2D || m->op != OP_CONV2D) return false;
+    if (!k->blk_src || !k->blk_dst || !d->blk_src || !d->blk_dst || k->blk_res >= 0 || d->blk_res >= 0) return false;
+    if (a->groups != 1 || a->kernel[0] != 1 || a->kernel[1] != 1 || a->stride[0] != 1 || a->stride[1] != 1)
+        return false;
+    for (int j = 0; j < 4; j++)
+        if (a->pad[j] || m->pad[j] != 1) return false;
+    if (m->in[0] != k->root || k->root->nuses != 1 || !conv_is_depthwise(m) || m->shape.d[1].c != m->groups)
+        return false;
+    return m->kernel[0] == 3 && m->kernel[1] == 3 && m->stride[0] == m->stride[1] &&
+           (m->stride[0] == 1 || m->stride[0] == 2) && m->dilation[0] == 1 && m->dilation[1] == 1;
 }
 
 /* --dump=fused: the layout of each blocked kernel. */
@@ -305,9 +372,10 @@ void dump_layout(FILE *out, const Graph *g, const KernelList *kl) {
         }
         static const char *acts[] = {"", ", relu", ", clamp", ", silu", ", hardswish"};
         if (k->gemm)
-            fprintf(out, "  blocked k%d: conv2d #%d, src %s, dst %s, bias %d%s%s%s\n", k->id, k->blk,
+            fprintf(out, "  blocked k%d: conv2d #%d, src %s, dst %s, bias %d%s%s%s%s\n", k->id, k->blk,
                     k->blk_src ? "blocked" : "nchw", k->blk_dst ? "blocked" : "nchw (reordered)", k->blk_nbias,
-                    k->blk_res >= 0 ? ", sum" : "", acts[k->blk_act], k->blk_wino ? ", winograd" : "");
+                    k->blk_res >= 0 ? ", sum" : "", acts[k->blk_act], k->blk_wino ? ", winograd" : "",
+                    k->blk_pair ? xprintf(", pair with k%d%s", k->blk_pair->id, k->blk_pair_dw ? " (depthwise)" : "") : "");
         else
             fprintf(out, "  blocked k%d: max_pool2d #%d, src blocked, dst %s\n", k->id, k->blk,
                     k->blk_dst ? "blocked" : "nchw (reordered)");

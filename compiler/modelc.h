@@ -617,6 +617,13 @@ typedef struct Kernel {
     bool blk_wino;         /* conv: 3x3, stride 1, dilation 1: oneDNN's Winograd algorithm where it has one */
     double blk_lo, blk_hi;
     bool blk_src_bf16, blk_dst_bf16; /* --precision bf16: its source / result is stored as bf16 (precision.c) */
+    /* conv: the next kernel, a blocked conv that alone reads this one's blocked result, where the
+     * runtime may skip the relu/clamp passes of the two (layout.c, pair_chain), else NULL;
+     * blk_pair_dw: this is a 1x1 conv and that a 3x3 depthwise one (stride 1 or 2, padding 1),
+     * which the runtime may run as one oneDNN primitive (pair_dw). On the CPU only
+     * (mrt_blk_pair); plan_memory drops a pair that its kernel order no longer keeps adjacent. */
+    struct Kernel *blk_pair;
+    bool blk_pair_dw;
 } Kernel;
 
 /* Fusion options; each pass can be switched off to bisect a wrong result. */
@@ -652,6 +659,12 @@ void layout_blocked(Graph *g, KernelList *kl, bool winograd);
  * blocks of 16): 0 unless k writes a blocked value whose C is not a multiple of 16. The memory
  * plan gives such a value N * that * H * W elements. */
 int64_t blk_padded_channels(const Kernel *k);
+/* An expand + depthwise pair (Kernel.blk_pair) whose expanded value takes this many bytes a
+ * batch item or more runs as one oneDNN primitive (runtime/rt_blocked.c, MRT_BLK_FUSE_BYTES, the
+ * same number); the memory plan keeps the pair's source apart from its result then. */
+#define BLK_FUSE_BYTES (4u << 20)
+/* The bytes of one batch item of n (all dims after the first, as constants; 0 when symbolic). */
+int64_t blk_item_bytes(const Node *n);
 /* The blocked kernels, one line each (part of --dump=fused). */
 void dump_layout(FILE *out, const Graph *g, const KernelList *kl);
 

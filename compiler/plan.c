@@ -286,6 +286,19 @@ static MemPlan *plan_order(Graph *g, KernelList *kl, KernelList *init, PlanOptio
         mp->def_step[kl->k[s]->root->id] = s;
         kernel_reads(kl->k[s], mark_read, &c);
     }
+    /* An expand + depthwise pair (layout.c, pair_dw) that the runtime fuses (its expanded value
+     * BLK_FUSE_BYTES a batch item or more) runs as one primitive when its first kernel runs,
+     * reading that one's source while it writes the second's result: the source stays live
+     * through the second, so the two never share bytes (elsewhere the runtime checks, and runs
+     * the pair as two ops where they do). */
+    for (int s = 0; s + 1 < kl->n; s++) {
+        const Kernel *k = kl->k[s];
+        if (k->blk < 0 || k->blk_pair != kl->k[s + 1] || !k->blk_pair_dw || !k->gemm ||
+            blk_item_bytes(k->root) < BLK_FUSE_BYTES)
+            continue;
+        int x = view_base(k->gemm->in[0])->id;
+        if (mp->last_step[x] < s + 1) mp->last_step[x] = s + 1;
+    }
 
     /* Training: the optimizer step, after the last kernel, reads every gradient and updates its
      * param and optimizer state: all stay live (and resident) to the end. */
@@ -707,7 +720,12 @@ MemPlan *plan_memory(Graph *g, KernelList *kl, KernelList *init, PlanOptions opt
     memcpy(kl->k, alt.k, sizeof(Kernel *) * kl->n);
     for (int i = 0; i < kl->n; i++) kl->k[i]->id = i;
     MemPlan *mp = plan_order(g, kl, init, opt);
-    if (mp->arena_bytes < base->arena_bytes) return mp;
+    if (mp->arena_bytes < base->arena_bytes) {
+        /* an expand + depthwise pair that this order split runs as two ops (Kernel.blk_pair) */
+        for (int i = 0; i < kl->n; i++)
+            if (kl->k[i]->blk_pair && (i + 1 == kl->n || kl->k[i + 1] != kl->k[i]->blk_pair)) kl->k[i]->blk_pair = NULL;
+        return mp;
+    }
     memcpy(kl->k, orig.k, sizeof(Kernel *) * kl->n);
     for (int i = 0; i < kl->n; i++) kl->k[i]->id = i;
     return base;

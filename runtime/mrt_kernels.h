@@ -1137,6 +1137,27 @@ mrt_status mrt_blk_add_pool(mrt_model *m, int i, const mrt_pool2d_params *p, int
 mrt_status mrt_blk_conv_run(mrt_model *m, int i, int64_t N, float *y, const float *x, const float *res);
 /** Run pooling op i at batch N. */
 mrt_status mrt_blk_pool_run(mrt_model *m, int i, int64_t N, float *y, const float *x);
+/** Ops i and j (both added, convs) are a pair (modelc's layout pass, pair_dw / pair_chain): j
+ *  reads only i's result, which is blocked, neither adds a residual, each is in one pair only,
+ *  and run() calls j right after i (i through mrt_blk_conv_pair_run). Then a relu or clamp of
+ *  either runs as oneDNN's post-op instead of a pass of its own (blk_clamp) at a run where no NaN
+ *  or infinity can reach it: a check of i's source bounds both results (max |x| times the
+ *  weights' largest sum of |w| for one output, plus the largest |bias|, below FLT_MAX / 4), and
+ *  neither bias holds a -0.0. An expand + depthwise pair (i a 1x1 conv of stride 1 and groups 1
+ *  with a blocked source; j a 3x3 depthwise conv of stride 1 or 2, padding 1, blocked result)
+ *  may also run as one oneDNN primitive (its jit 1x1 kernel with the depthwise post-op, where
+ *  oneDNN has it for the shape and the plan kept i's source apart from j's result): where its
+ *  expanded value takes MRT_BLK_FUSE_BYTES a batch item or more (measured faster only there), or
+ *  always / never with $MODELRT_BLK_FUSE=1 / 0 (read here). Otherwise each runs as before. The
+ *  results are those of the two ops, bit for bit in the cases measured (MobileNetV2). Ignored
+ *  (MRT_OK) in a bf16 model; MRT_ERR_INVALID_ARG when i and j are no such pair. Call it before
+ *  mrt_blk_release_weights of either (it reads their plain weights). */
+mrt_status mrt_blk_pair(mrt_model *m, int i, int j);
+/** Run op i of a pair (mrt_blk_pair) at batch N: y (i's result, f32 blocked) from x; y2 is op
+ *  j's result, which it may compute now (then j's mrt_blk_conv_run returns at once); y2 must
+ *  not be read or written by anything else until j's call. Without mrt_blk_pair for i: as
+ *  mrt_blk_conv_run(m, i, N, y, x, NULL). */
+mrt_status mrt_blk_conv_pair_run(mrt_model *m, int i, int64_t N, float *y, const float *x, float *y2);
 /** Release conv op i's plain weights (the w of mrt_blk_add_conv) once its primitive holds them
  *  reordered: modelc emits the call when nothing else reads that tensor; a Winograd op keeps them
  *  (oneDNN cannot reorder out of its Winograd format for another batch size). The whole pages inside

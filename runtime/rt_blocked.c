@@ -30,8 +30,15 @@
  * post-op (oneDNN docs: "Primitive Attributes: Post-ops"); relu and clamp run after the primitive
  * (blk_clamp, AVX-512 where the CPU has it), since oneDNN's relu and clip (vmaxps/vminps) turn a
  * NaN into the bound (field case B13): +1-3% CPU time on ResNet-18 b1, +6-9% on MobileNetV2 at one
- * thread. Max pooling is the pooling_v2 primitive, whose result is marked NaN where its window
- * holds one (blk_pool_nan; it drops them too), after a check of the source that finds none. Each primitive runs with a user-managed scratchpad (dnnl_scratchpad_mode_user), one
+ * thread. Pairs of convs (mrt_blk_pair, modelc's layout pass: the second reads only the first's
+ * result, run right after it) skip those passes at a run where a check of the first one's
+ * source bounds every value of both (blk_pair_bounded: no NaN or infinity can reach the relu or
+ * clip post-op), and an expand + depthwise pair (1x1, then 3x3 depthwise) with a large expanded
+ * value runs as one primitive, the jit 1x1 kernel with oneDNN's depthwise post-op ("Primitive
+ * Attributes: Depthwise Fusion"; blk_make_pair, mrt_blk_conv_pair_run): MobileNetV2 b1, one
+ * thread, about 3.5% less CPU time (docs/runtime.md). Max pooling is the pooling_v2 primitive,
+ * whose result is marked NaN where its window holds one (blk_pool_nan; it drops them too), after
+ * a check of the source that finds none. Each primitive runs with a user-managed scratchpad (dnnl_scratchpad_mode_user), one
  * buffer shared by all, so a run allocates nothing at a batch size it has already seen;
  * primitives are made per batch size: the model's maximum at load, another size on its first
  * run (then cached, MRT_BLK_CACHE sizes per op).
@@ -55,6 +62,7 @@
  * bf16 instructions everything is f32, as in an f32 build (rt_precision_notice says so at load).
  * Without oneDNN (make DNNL=0) these calls fail with a message; modelc then never emits them.
  */
+#include <float.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -67,6 +75,11 @@
 #include "rt_internal.h"
 
 enum { MRT_BLK_CACHE = 4 };
+/* An expand + depthwise pair runs as one primitive (mrt_blk_pair) when the expanded value of one
+ * batch item takes this many bytes or more: measured faster only there (MobileNetV2 b1 on AVX-512,
+ * docs/runtime.md: its first pair, 96 x 112 x 112, 1.08x at 1 thread and 1.2x at 2; the smaller
+ * ones 2-4% slower fused, their working set in cache either way) */
+#define MRT_BLK_FUSE_BYTES (4u << 20)
 
 #ifdef MRT_WITH_DNNL
 #include <dnnl.h>
@@ -77,6 +90,12 @@ typedef struct blk_prim {
     dnnl_primitive_t prim, out_reorder, in_reorder;
     dnnl_memory_t src, dst, w, bias, scratch, tmp_blk, plain_dst, plain_src;
     void *wbuf;   /* the reordered weights, owned (NULL when shared with cache[0]'s) */
+    /* ops of an expand + depthwise pair (mrt_blk_pair; blk_make_pair): prim_clip, the same conv
+     * with its relu / clamp as oneDNN's post-op (run when the source is bounded); op i's
+     * prim_fused, the 1x1 conv with op j as its depthwise post-op (dst_fused: op j's result,
+     * w_dw / bias_dw: op j's reordered weights (its cache[0]'s buffer) and bias) */
+    dnnl_primitive_t prim_clip, prim_fused;
+    dnnl_memory_t dst_fused, w_dw, bias_dw;
     size_t dst_bytes; /* the blocked result's bytes, C padded to whole blocks */
 } blk_prim;
 
@@ -97,6 +116,17 @@ typedef struct blk_op {
     const float *w;           /* the plain weights [O, C, KH, KW] in the model's weight region */
     float *bias;              /* [O], owned, or NULL */
     char what[160];
+    /* An expand + depthwise pair (mrt_blk_pair): pair, op j of this op i; pair_of, op i of this
+     * op j (-1 none). fuse: op i runs the pair as one primitive where allowed. skip / src_bounded,
+     * op j's, set by op i's run for j's call right after: its result is already written / its
+     * source can hold no NaN or infinity (blk_pair_bounded). gain: the largest sum of |w| over
+     * one output's weights, bmax: the largest |bias| (NaN where a weight or bias is not finite);
+     * negzero: the bias holds a -0.0 (never a clip post-op then: oneDNN's clip makes -0.0 +0.0,
+     * where blk_clamp keeps it). */
+    int pair, pair_of, fuse, skip, src_bounded, negzero;
+    int logged;               /* op i: its first pair run was logged (MODELRT_BLOCKED_VERBOSE) */
+    double gain, bmax;
+    float *zero_bias;         /* op j of a fused pair without a bias: O zeros, owned */
     blk_prim cache[MRT_BLK_CACHE];
     int ncache, next;
 } blk_op;
@@ -197,6 +227,17 @@ static mrt_status blk_scratch_for(mrt_blk *b, blk_op *op, const_dnnl_primitive_d
     return MRT_OK;
 }
 
+/* op's activation as an eltwise post-op: silu and hardswish always; relu and clamp only with
+ * clip (a primitive that runs where no NaN can reach them, blk_pair_bounded). */
+static void blk_append_act(dnnl_post_ops_t po, const blk_op *op, int clip) {
+    if (op->act == 1 && clip) dnnl_post_ops_append_eltwise(po, 1.0f, dnnl_eltwise_relu, 0.0f, 0.0f);
+    if (op->act == 2 && clip) dnnl_post_ops_append_eltwise(po, 1.0f, dnnl_eltwise_clip, op->lo, op->hi);
+    if (op->act == 3) dnnl_post_ops_append_eltwise(po, 1.0f, dnnl_eltwise_swish, 1.0f, 0.0f); /* x*sigmoid(x) */
+    if (op->act == 4) dnnl_post_ops_append_eltwise(po, 1.0f, dnnl_eltwise_hardswish, 0.0f, 0.0f);
+}
+
+static mrt_status blk_make_pair(mrt_blk *b, blk_op *op, blk_prim *e, int64_t N);
+
 /* Create op's primitive at batch N (cache entry e). */
 static mrt_status blk_make(mrt_blk *b, blk_op *op, blk_prim *e, int64_t N) {
     memset(e, 0, sizeof *e);
@@ -226,9 +267,8 @@ static mrt_status blk_make(mrt_blk *b, blk_op *op, blk_prim *e, int64_t N) {
         BLK_TRY(dnnl_post_ops_create(&po), op, "post-ops creation");
         if (op->has_res) dnnl_post_ops_append_sum(po, 1.0f);
         /* relu and clamp (act 1, 2) run after the primitive (blk_clamp): oneDNN's relu and clip
-         * post-ops turn a NaN into the bound (field case B13) */
-        if (op->act == 3) dnnl_post_ops_append_eltwise(po, 1.0f, dnnl_eltwise_swish, 1.0f, 0.0f); /* x*sigmoid(x) */
-        if (op->act == 4) dnnl_post_ops_append_eltwise(po, 1.0f, dnnl_eltwise_hardswish, 0.0f, 0.0f);
+         * post-ops turn a NaN into the bound (field case B13); prim_clip (blk_make_pair) has them */
+        blk_append_act(po, op, 0);
         dnnl_primitive_attr_set_post_ops(attr, po);
         dnnl_status_t s = dnnl_unimplemented;
         /* Winograd first where asked (its F(2x3)/F(4x3) kernels exist for avx512_core f32 only:
@@ -409,16 +449,109 @@ static mrt_status blk_make(mrt_blk *b, blk_op *op, blk_prim *e, int64_t N) {
             goto out;
         }
     }
+    if (op->kind == 0 && (op->pair >= 0 || op->pair_of >= 0)) st = blk_make_pair(b, op, e, N);
 out:
     dnnl_primitive_desc_destroy(pd);
     return st;
+}
+
+/* An op of an expand + depthwise pair at batch N (cache entry e, whose primitive exists): its
+ * prim_clip where it has a relu or clamp, and op i's prim_fused where op->fuse (oneDNN's jit 1x1
+ * kernel with the depthwise post-op: "Primitive Attributes: Depthwise Fusion" in oneDNN's
+ * docs; its post-ops are op i's activation, op j, op j's activation). A variant that oneDNN gives
+ * only as a reference kernel, with weights in another format than e->prim's (the fused one also:
+ * op j's weights not as its cache[0] holds them, or a result not op j's blocked one) is left
+ * out, and the pair runs as two ops. */
+static mrt_status blk_make_pair(mrt_blk *b, blk_op *op, blk_prim *e, int64_t N) {
+    const mrt_conv2d_params *p = &op->cp;
+    const blk_op *dj = op->pair >= 0 ? &b->ops[op->pair] : NULL;
+    const dnnl_memory_desc_t *ew = NULL;
+    if (!e->prim || !e->w || dnnl_memory_get_memory_desc(e->w, &ew) != dnnl_success) return MRT_OK;
+    /* the descriptor of blk_make's direct conv (f32: a pair is never bf16) */
+    dnnl_memory_desc_t src_md, dst_md, w_md, bias_md;
+    dnnl_dims_t sd = {N, p->C, p->H, p->W}, dd = {N, p->O, p->OH, p->OW}, bd = {p->O};
+    dnnl_dims_t strides = {p->sh, p->sw}, dil = {p->dh - 1, p->dw - 1}, pl = {p->pt, p->pl};
+    dnnl_dims_t pr = {(p->OH - 1) * p->sh + (p->kh - 1) * p->dh + 1 - p->H - p->pt,
+                      (p->OW - 1) * p->sw + (p->kw - 1) * p->dw + 1 - p->W - p->pl};
+    dnnl_memory_desc_init_by_tag(&src_md, 4, sd, dnnl_f32, op->src_blocked || p->C > 4 ? blk_tag(b) : dnnl_nchw);
+    dnnl_memory_desc_init_by_tag(&dst_md, 4, dd, dnnl_f32, blk_tag(b));
+    blk_weights_md(&w_md, p, dnnl_format_tag_any, dnnl_f32);
+    dnnl_memory_desc_init_by_tag(&bias_md, 1, bd, dnnl_f32, dnnl_x);
+    dnnl_convolution_desc_t cd;
+    BLK_TRY(dnnl_dilated_convolution_forward_desc_init(&cd, dnnl_forward_inference, dnnl_convolution_direct, &src_md,
+                                                       &w_md, op->bias ? &bias_md : NULL, &dst_md, strides, dil, pl, pr),
+            op, "convolution descriptor");
+    for (int v = 0; v < 2; v++) { /* 0: prim_clip, 1: prim_fused */
+        if (v == 0 && (e->prim_clip || !(op->act == 1 || op->act == 2))) continue;
+        if (v == 1 && (e->prim_fused || !dj || !op->fuse || dj->ncache < 1 || !dj->cache[0].w)) continue;
+        dnnl_primitive_attr_t attr = NULL;
+        dnnl_post_ops_t po = NULL;
+        dnnl_primitive_desc_t pd = NULL;
+        dnnl_status_t s = dnnl_primitive_attr_create(&attr);
+        if (s == dnnl_success) s = dnnl_primitive_attr_set_scratchpad_mode(attr, dnnl_scratchpad_mode_user);
+        if (s == dnnl_success) s = dnnl_post_ops_create(&po);
+        if (s == dnnl_success) {
+            blk_append_act(po, op, 1);
+            if (v == 1) {
+                s = dj->cp.sh == 1 ? dnnl_post_ops_append_dw_k3s1p1(po, dnnl_f32, dnnl_f32, dnnl_f32, 0, 0, NULL)
+                                   : dnnl_post_ops_append_dw_k3s2p1(po, dnnl_f32, dnnl_f32, dnnl_f32, 0, 0, NULL);
+                blk_append_act(po, dj, 1);
+            }
+        }
+        if (s == dnnl_success) s = dnnl_primitive_attr_set_post_ops(attr, po);
+        if (s == dnnl_success) s = dnnl_primitive_desc_create(&pd, &cd, attr, b->eng, NULL);
+        if (po) dnnl_post_ops_destroy(po);
+        if (attr) dnnl_primitive_attr_destroy(attr);
+        const char *impl = "none";
+        if (s == dnnl_success) dnnl_primitive_desc_query(pd, dnnl_query_impl_info_str, 0, &impl);
+        int use = s == dnnl_success && strncmp(impl, "ref", 3) &&
+                  dnnl_memory_desc_equal(dnnl_primitive_desc_query_md(pd, dnnl_query_weights_md, 0), ew);
+        const dnnl_memory_desc_t *fw = NULL, *fd = NULL, *jw = NULL;
+        if (use && v == 1) {
+            dnnl_memory_desc_t jdst;
+            dnnl_dims_t jd = {N, dj->cp.O, dj->cp.OH, dj->cp.OW};
+            dnnl_memory_desc_init_by_tag(&jdst, 4, jd, dnnl_f32, blk_tag(b));
+            fw = dnnl_primitive_desc_query_md(pd, dnnl_query_exec_arg_md, DNNL_ARG_ATTR_POST_OP_DW | DNNL_ARG_WEIGHTS);
+            fd = dnnl_primitive_desc_query_md(pd, dnnl_query_dst_md, 0);
+            use = fw && fd && dnnl_memory_get_memory_desc(dj->cache[0].w, &jw) == dnnl_success &&
+                  dnnl_memory_desc_equal(fw, jw) && dnnl_memory_desc_equal(fd, &jdst);
+        }
+        if (getenv("MODELRT_BLOCKED_VERBOSE"))
+            mrt_log(MRT_LOG_INFO, "%s: %s %s (where no NaN can reach a relu or clamp): oneDNN %s, batch %lld",
+                    op->what, use ? "can run" : "cannot run",
+                    v ? "fused with the depthwise conv after it" : "with its relu/clamp as a post-op", impl, (long long)N);
+        mrt_status st = MRT_OK;
+        if (use && (st = blk_scratch_for(b, op, pd, N)) == MRT_OK) {
+            s = dnnl_primitive_create(v ? &e->prim_fused : &e->prim_clip, pd);
+            if (s == dnnl_success && v == 1) {
+                void *jwb = NULL;
+                dnnl_memory_desc_t jbm;
+                dnnl_dims_t jb = {dj->cp.O};
+                dnnl_memory_desc_init_by_tag(&jbm, 1, jb, dnnl_f32, dnnl_x);
+                s = dnnl_memory_get_data_handle(dj->cache[0].w, &jwb);
+                if (s == dnnl_success) s = dnnl_memory_create(&e->w_dw, fw, b->eng, jwb);
+                if (s == dnnl_success)
+                    s = dnnl_memory_create(&e->bias_dw, &jbm, b->eng, dj->bias ? dj->bias : dj->zero_bias);
+                if (s == dnnl_success) s = dnnl_memory_create(&e->dst_fused, fd, b->eng, DNNL_MEMORY_NONE);
+            }
+            if (s != dnnl_success)
+                st = mrt_set_error(MRT_ERR_INTERNAL, "%s: oneDNN primitive creation failed: %s (status %d)", op->what,
+                                   dnnl_what(s), (int)s);
+        }
+        if (pd) dnnl_primitive_desc_destroy(pd);
+        if (st != MRT_OK) return st;
+    }
+    return MRT_OK;
 }
 
 static void blk_prim_free(blk_prim *e) {
     if (e->prim) dnnl_primitive_destroy(e->prim);
     if (e->out_reorder) dnnl_primitive_destroy(e->out_reorder);
     if (e->in_reorder) dnnl_primitive_destroy(e->in_reorder);
-    dnnl_memory_t *mems[] = {&e->src, &e->dst, &e->w, &e->bias, &e->scratch, &e->tmp_blk, &e->plain_dst, &e->plain_src};
+    if (e->prim_clip) dnnl_primitive_destroy(e->prim_clip);
+    if (e->prim_fused) dnnl_primitive_destroy(e->prim_fused);
+    dnnl_memory_t *mems[] = {&e->src, &e->dst, &e->w, &e->bias, &e->scratch, &e->tmp_blk, &e->plain_dst, &e->plain_src,
+                             &e->dst_fused, &e->w_dw, &e->bias_dw};
     for (size_t i = 0; i < sizeof mems / sizeof mems[0]; i++)
         if (*mems[i]) dnnl_memory_destroy(*mems[i]);
     free(e->wbuf);
@@ -460,6 +593,7 @@ mrt_status mrt_blk_create(mrt_model *m, int nops, int64_t max_batch) {
     }
     b->nops = nops;
     b->max_batch = max_batch;
+    for (int i = 0; i < nops; i++) b->ops[i].pair = b->ops[i].pair_of = -1;
     b->block = dnnl_get_effective_cpu_isa() >= dnnl_cpu_isa_avx512_core ? 16 : 8;
     if (getenv("MODELRT_BLOCK") && atoi(getenv("MODELRT_BLOCK")) == 8) b->block = 8; /* tests: the nChw8c path */
     /* bf16 where the model asks and the CPU has it (rt_precision_notice said so otherwise); not
@@ -497,6 +631,30 @@ static mrt_status blk_types(const mrt_blk *b, blk_op *op) {
     op->ddt = b->bf16 && op->dst_bf16 ? dnnl_bf16 : dnnl_f32;
     op->cdt = op->kind == 0 ? (b->bf16 ? dnnl_bf16 : dnnl_f32) : op->sdt;
     return MRT_OK;
+}
+
+/* op->gain, bmax, negzero (blk_op) of a conv of a pair: from its plain weights (NaN without
+ * them: the pair then never skips its passes) and summed bias, at load. */
+static void blk_gain(blk_op *op) {
+    const mrt_conv2d_params *p = &op->cp;
+    op->gain = op->bmax = NAN;
+    if (!op->w) return;
+    const int64_t per = p->C / p->groups * p->kh * p->kw;
+    double g = 0, bm = 0;
+    int bad = 0;
+    for (int64_t o = 0; o < p->O; o++) {
+        double sum = 0;
+        for (int64_t t = 0; t < per; t++) sum += fabs((double)op->w[o * per + t]);
+        bad |= !isfinite(sum);
+        g = sum > g ? sum : g;
+        if (op->bias) {
+            float v = op->bias[o];
+            bad |= !isfinite(v);
+            bm = fabs((double)v) > bm ? fabs((double)v) : bm;
+            op->negzero |= v == 0.0f && signbit(v);
+        }
+    }
+    if (!bad) op->gain = g, op->bmax = bm;
 }
 
 mrt_status mrt_blk_add_conv(mrt_model *m, int i, const mrt_conv2d_params *p, int src_blocked, int dst_blocked,
@@ -679,13 +837,20 @@ static void blk_pool_nan(const mrt_blk *b, const blk_op *op, const void *x, void
                 }
 }
 
-static mrt_status blk_run(mrt_model *m, int i, int64_t N, float *y, const float *x, const float *res, int kind) {
+/* Run op i at batch N: y (blocked or NCHW, as created) from x, res added by the sum post-op.
+ * clip: the relu / clamp as oneDNN's post-op (e->prim_clip), where no NaN can reach it. Op j of
+ * a pair whose op i ran fused (op->skip) returns at once; one whose source op i found bounded
+ * (op->src_bounded) runs with clip. */
+static mrt_status blk_run(mrt_model *m, int i, int64_t N, float *y, const float *x, const float *res, int kind, int clip) {
     mrt_blk *b = blk_of(m, i, kind ? "mrt_blk_pool_run" : "mrt_blk_conv_run");
     if (!b) return MRT_ERR_INVALID_ARG;
     blk_op *op = &b->ops[i];
+    if (op->skip) return op->skip = 0, MRT_OK;
+    if (op->src_bounded) clip = 1, op->src_bounded = 0;
     blk_prim *e;
     mrt_status st = blk_get(b, op, N, &e);
     if (st != MRT_OK) return st;
+    clip = clip && e->prim_clip && (op->act == 1 || op->act == 2);
     float *work = blk_reorder_out(op) ? (float *)b->tmp : y;
     if (op->has_res && res != work) { /* res is stored as the primitive writes its result, padded as it is */
         size_t n = e->dst_bytes;
@@ -708,8 +873,8 @@ static mrt_status blk_run(mrt_model *m, int i, int64_t N, float *y, const float 
     int na = 3;
     if (e->w) a[na++] = (dnnl_exec_arg_t){DNNL_ARG_WEIGHTS, e->w};
     if (e->bias) a[na++] = (dnnl_exec_arg_t){DNNL_ARG_BIAS, e->bias};
-    BLK_TRY(dnnl_primitive_execute(e->prim, b->stream, na, a), op, "execution");
-    if (op->kind == 0 && (op->act == 1 || op->act == 2)) {
+    BLK_TRY(dnnl_primitive_execute(clip ? e->prim_clip : e->prim, b->stream, na, a), op, "execution");
+    if (op->kind == 0 && (op->act == 1 || op->act == 2) && !clip) {
         BLK_TRY(dnnl_stream_wait(b->stream), op, "stream wait");
         blk_clamp(b, op, work, N);
     } else if (op->kind == 1) {
@@ -729,12 +894,155 @@ static mrt_status blk_run(mrt_model *m, int i, int64_t N, float *y, const float 
 }
 
 mrt_status mrt_blk_conv_run(mrt_model *m, int i, int64_t N, float *y, const float *x, const float *res) {
-    return blk_run(m, i, N, y, x, res, 0);
+    return blk_run(m, i, N, y, x, res, 0, 0);
 }
 
 mrt_status mrt_blk_pool_run(mrt_model *m, int i, int64_t N, float *y, const float *x) {
-    return blk_run(m, i, N, y, x, NULL, 1);
+    return blk_run(m, i, N, y, x, NULL, 1, 0);
 }
+/* The largest |v| of n floats, as its bits with the sign cleared: above 0x7f7fffff when one is
+ * NaN or infinite. The order of a max does not change it, so any thread count gives the same. */
+#ifdef BLK_AVX512
+BLK_AVX512 static uint32_t absmax_avx512(const uint32_t *u, size_t n) {
+    const __m512i mask = _mm512_set1_epi32(0x7fffffff);
+    __m512i m = _mm512_setzero_si512();
+    size_t j = 0;
+    for (; j + 16 <= n; j += 16) m = _mm512_max_epu32(m, _mm512_and_si512(_mm512_loadu_si512(u + j), mask));
+    uint32_t r = _mm512_reduce_max_epu32(m);
+    for (; j < n; j++) r = (u[j] & 0x7fffffffu) > r ? u[j] & 0x7fffffffu : r;
+    return r;
+}
+#endif
+static uint32_t blk_absmax_bits(const float *x, size_t n) {
+    const uint32_t *u = (const uint32_t *)x;
+    uint32_t r = 0;
+    const size_t chunk = 1 << 14;
+    MRT_PRAGMA(omp parallel for schedule(static) reduction(max : r) if (n >= MRT_PAR_MIN))
+    for (size_t c = 0; c < n; c += chunk) {
+        size_t len = n - c < chunk ? n - c : chunk;
+        uint32_t v = 0;
+#ifdef BLK_AVX512
+        if (mrt_cpu_simd_avx512()) v = absmax_avx512(u + c, len);
+        else
+#endif
+            for (size_t j = 0; j < len; j++) v = (u[c + j] & 0x7fffffffu) > v ? u[c + j] & 0x7fffffffu : v;
+        r = v > r ? v : r;
+    }
+    return r;
+}
+
+/* The elements of op's stored source at batch N: blocked, C padded to whole blocks; or NCHW. */
+static size_t blk_src_elems(const mrt_blk *b, const blk_op *op, int64_t N) {
+    const mrt_conv2d_params *p = &op->cp;
+    int64_t c = op->src_blocked ? (p->C + b->block - 1) / b->block * b->block : p->C;
+    return (size_t)N * (size_t)c * (size_t)p->H * (size_t)p->W;
+}
+
+/* Whether a pair's relu / clamp may run as oneDNN's post-ops at this run (its source x, op i's,
+ * at batch N): no NaN or infinity can reach them, so they give what blk_clamp gives. Always
+ * when neither op has a relu or clamp (its other post-ops are those of the two ops). Else x
+ * must be finite, |x| <= M, and the bounds M * gain + bmax of op i's result and (after its
+ * activation: a clamp's bound, or that one) of op j's below FLT_MAX / 4, which leaves room for
+ * the rounding of any order of the sums; and no -0.0 in a bias (without one no sum is -0.0:
+ * oneDNN's accumulators start at +0.0, and +0.0 + -0.0 is +0.0), whose clamp blk_clamp keeps. */
+static int blk_pair_bounded(const mrt_blk *b, const blk_op *op, const blk_op *dj, const float *x, int64_t N) {
+    int ci = op->act == 1 || op->act == 2, cj = dj->act == 1 || dj->act == 2;
+    if (!ci && !cj) return 1;
+    if (op->negzero || dj->negzero || (op->act == 2 && !(op->lo <= op->hi)) || (dj->act == 2 && !(dj->lo <= dj->hi)))
+        return 0;
+    uint32_t u = blk_absmax_bits(x, blk_src_elems(b, op, N));
+    if (u > 0x7f7fffffu) return 0;
+    float mx;
+    memcpy(&mx, &u, sizeof mx);
+    const double lim = FLT_MAX / 4.0;
+    double yi = (double)mx * op->gain + op->bmax; /* NaN when a weight is not finite: fails below */
+    if (!(yi < lim)) return 0;
+    if (op->act == 2) {
+        double c = fabs(op->lo) > fabs(op->hi) ? fabs(op->lo) : fabs(op->hi);
+        yi = c < yi ? c : yi;
+    }
+    return yi * dj->gain + dj->bmax < lim;
+}
+
+mrt_status mrt_blk_pair(mrt_model *m, int i, int j) {
+    mrt_blk *b = blk_of(m, i, "mrt_blk_pair");
+    if (!b) return MRT_ERR_INVALID_ARG;
+    if (j < 0 || j >= b->nops || j == i)
+        return mrt_set_error(MRT_ERR_INVALID_ARG, "mrt_blk_pair: op %d cannot pair with op %d", i, j);
+    blk_op *op = &b->ops[i], *dj = &b->ops[j];
+    const mrt_conv2d_params *p = &op->cp, *q = &dj->cp;
+    int ok = op->kind == 0 && dj->kind == 0 && op->ncache > 0 && dj->ncache > 0 && op->pair < 0 && op->pair_of < 0 &&
+             dj->pair < 0 && dj->pair_of < 0 && op->dst_blocked && dj->src_blocked && !op->has_res && !dj->has_res &&
+             q->C == p->O && q->H == p->OH && q->W == p->OW;
+    if (!ok)
+        return mrt_set_error(MRT_ERR_INVALID_ARG, "%s and %s: not a pair of convs (the second reading the first's "
+                             "blocked result, no residual, each in one pair)", op->what, dj->what);
+    /* the shapes oneDNN fuses: a 1x1 conv, then a 3x3 depthwise one of stride 1 or 2 and padding 1 */
+    int dw = op->src_blocked && p->groups == 1 && p->kh == 1 && p->kw == 1 && p->sh == 1 && p->sw == 1 && p->pt == 0 &&
+             p->pl == 0 && p->OH == p->H && p->OW == p->W && q->O == p->O && q->groups == q->C && q->kh == 3 &&
+             q->kw == 3 && q->sh == q->sw && (q->sh == 1 || q->sh == 2) && q->pt == 1 && q->pl == 1 && q->dh == 1 &&
+             q->dw == 1 && q->OH == (q->H - 1) / q->sh + 1 && q->OW == (q->W - 1) / q->sw + 1 && dj->dst_blocked;
+    if (op->cdt != dnnl_f32 || dj->cdt != dnnl_f32 || op->sdt != dnnl_f32 || dj->ddt != dnnl_f32 || op->ddt != dnnl_f32)
+        return MRT_OK; /* bf16: two ops, as before */
+    const char *env = getenv("MODELRT_BLK_FUSE");
+    op->fuse = dw && (env && *env ? atoi(env) != 0
+                                  : (double)p->O * (double)p->OH * (double)p->OW * sizeof(float) >= (double)MRT_BLK_FUSE_BYTES);
+    if (op->fuse && !dj->bias && !(dj->zero_bias = calloc((size_t)q->O, sizeof(float))))
+        return mrt_set_error(MRT_ERR_OOM, "%s: cannot allocate its bias", dj->what);
+    op->pair = j, dj->pair_of = i;
+    blk_gain(op), blk_gain(dj); /* from the plain weights: modelc calls this before it releases them */
+    mrt_status st = MRT_OK;
+    for (int k = 0; k < dj->ncache && st == MRT_OK; k++) st = blk_make_pair(b, dj, &dj->cache[k], dj->cache[k].N);
+    for (int k = 0; k < op->ncache && st == MRT_OK; k++) st = blk_make_pair(b, op, &op->cache[k], op->cache[k].N);
+    return st;
+}
+
+mrt_status mrt_blk_conv_pair_run(mrt_model *m, int i, int64_t N, float *y, const float *x, float *y2) {
+    mrt_blk *b = blk_of(m, i, "mrt_blk_conv_pair_run");
+    if (!b) return MRT_ERR_INVALID_ARG;
+    blk_op *op = &b->ops[i];
+    if (op->pair < 0) return blk_run(m, i, N, y, x, NULL, 0, 0);
+    blk_op *dj = &b->ops[op->pair];
+    dj->skip = dj->src_bounded = 0;
+    blk_prim *e, *ej;
+    mrt_status st = blk_get(b, op, N, &e);
+    if (st == MRT_OK) st = blk_get(b, dj, N, &ej);
+    if (st != MRT_OK) return st;
+    int bounded = blk_pair_bounded(b, op, dj, x, N);
+    size_t xbytes = blk_src_elems(b, op, N) * sizeof(float);
+    const char *xs = (const char *)x, *ys = (const char *)y2;
+    int fused = bounded && e->prim_fused && (ys + ej->dst_bytes <= xs || xs + xbytes <= ys);
+    if (!op->logged && getenv("MODELRT_BLOCKED_VERBOSE")) { /* the first run only: the choice of each run */
+        op->logged = 1;
+        mrt_log(MRT_LOG_INFO, "%s: its first run (batch %lld): %s", op->what, (long long)N,
+                fused     ? "fused with the depthwise conv after it"
+                : bounded ? "two ops, a relu/clamp as a post-op where it has one"
+                          : "two ops, relu/clamp after each (a NaN, an infinity or a value too large to bound)");
+    }
+    if (!bounded) return blk_run(m, i, N, y, x, NULL, 0, 0); /* as two ops, NaN kept */
+    /* fused: op j's result now, unless the plan put it over x (x is read while it is written) */
+    if (fused) {
+        dnnl_memory_set_data_handle(e->src, (void *)x);
+        dnnl_memory_set_data_handle(e->dst_fused, y2);
+        dnnl_memory_set_data_handle(e->scratch, b->scratch);
+        dnnl_exec_arg_t a[7] = {{DNNL_ARG_SRC, e->src},
+                                {DNNL_ARG_DST, e->dst_fused},
+                                {DNNL_ARG_SCRATCHPAD, e->scratch},
+                                {DNNL_ARG_WEIGHTS, e->w},
+                                {DNNL_ARG_ATTR_POST_OP_DW | DNNL_ARG_WEIGHTS, e->w_dw},
+                                {DNNL_ARG_ATTR_POST_OP_DW | DNNL_ARG_BIAS, e->bias_dw}};
+        int na = 6;
+        if (e->bias) a[na++] = (dnnl_exec_arg_t){DNNL_ARG_BIAS, e->bias};
+        BLK_TRY(dnnl_primitive_execute(e->prim_fused, b->stream, na, a), op, "execution (fused with the depthwise conv)");
+        BLK_TRY(dnnl_stream_wait(b->stream), op, "stream wait");
+        dj->skip = 1;
+        return MRT_OK;
+    }
+    st = blk_run(m, i, N, y, x, NULL, 0, 1);
+    dj->src_bounded = st == MRT_OK;
+    return st;
+}
+
 
 void mrt_blk_free(mrt_model *m) {
     mrt_blk *b = m ? (mrt_blk *)m->blk : NULL;
@@ -742,6 +1050,7 @@ void mrt_blk_free(mrt_model *m) {
     for (int i = 0; i < b->nops; i++) {
         for (int j = 0; j < b->ops[i].ncache; j++) blk_prim_free(&b->ops[i].cache[j]);
         free(b->ops[i].bias);
+        free(b->ops[i].zero_bias);
     }
     free(b->ops);
     free(b->scratch);
@@ -796,6 +1105,10 @@ mrt_status mrt_blk_conv_run(mrt_model *m, int i, int64_t N, float *y, const floa
     return blk_none(m);
 }
 mrt_status mrt_blk_pool_run(mrt_model *m, int i, int64_t N, float *y, const float *x) { return blk_none(m); }
+mrt_status mrt_blk_pair(mrt_model *m, int i, int j) { return blk_none(m); }
+mrt_status mrt_blk_conv_pair_run(mrt_model *m, int i, int64_t N, float *y, const float *x, float *y2) {
+    return blk_none(m);
+}
 void mrt_blk_free(mrt_model *m) { (void)m; }
 mrt_status mrt_blk_release_weights(mrt_model *m, int i) { (void)i; return blk_none(m); }
 int mrt_blk_released(const mrt_model *m) { (void)m; return 0; }
