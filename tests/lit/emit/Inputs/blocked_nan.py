@@ -2,7 +2,8 @@
 
 oneDNN's relu and clip post-ops and its max pooling use vmaxps/vminps, which turn a NaN into the
 bound; rt_blocked.c applies relu/clamp itself (blk_clamp) and marks a pooled window that holds a
-NaN (blk_pool_nan). The model is built blocked (f32, and --precision bf16) and with
+NaN (blk_pool_nan). The model is built blocked (f32: its convs and pooling in nhwc, as
+layout_nhwc marks them at 12x12, and with --no-nhwc in nChw16c; and --precision bf16) and with
 --no-blocked-conv (the NCHW kernels, which keep NaN: mrt_relu, mrt_clamp, mrt_maxpool2d); the
 outputs' NaN positions must be the same, and the other values within 1e-5 (f32) or 2^-5 of
 max |y| (bf16).
@@ -27,7 +28,8 @@ x[0, 3, 5, 6] = np.nan
 x[1, 0, 0, 0] = np.nan
 np.save(os.path.join(wd, "x.npy"), x)
 outs = {}
-for tag, flags in (("nchw", ["--no-blocked-conv"]), ("blocked", []), ("bf16", ["--precision", "bf16"])):
+for tag, flags in (("nchw", ["--no-blocked-conv"]), ("blocked", []), ("nChw16c", ["--no-nhwc"]),
+                   ("bf16", ["--precision", "bf16"])):
     exe = os.path.join(wd, tag)
     subprocess.run([modelc, model, "--no-cuda", "--max-batch", "2", "-o", exe] + flags, check=True)
     y = os.path.join(wd, tag + ".npy")
@@ -36,7 +38,7 @@ for tag, flags in (("nchw", ["--no-blocked-conv"]), ("blocked", []), ("bf16", ["
     outs[tag] = np.load(y)
 ref = outs["nchw"]
 fails = 0
-for tag, tol in (("blocked", 1e-5), ("bf16", 2 ** -5)):
+for tag, tol in (("blocked", 1e-5), ("nChw16c", 1e-5), ("bf16", 2 ** -5)):
     got = outs[tag]
     same_nan = np.array_equal(np.isnan(got), np.isnan(ref))
     fin = ~np.isnan(ref)
