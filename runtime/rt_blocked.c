@@ -6,7 +6,10 @@
  * here, and run() calls mrt_blk_conv_run / mrt_blk_pool_run in place of im2col + GEMM + epilogue.
  *
  * Layout. A blocked tensor [N, C, H, W] is oneDNN's nChw16c (nChw8c on a CPU without AVX-512,
- * chosen here at load): element (n, c, h, w) at ((n*Cp/b + c/b)*H*W + h*W + w)*b + c%b for
+ * chosen here at load), or nhwc where modelc's layout_nhwc says so (mrt_blk_nhwc: the deep convs
+ * that are not Winograd, where oneDNN's nhwc kernel brgconv:avx512_core is 10-25% faster; with C
+ * a multiple of 16 it holds as many floats, and every op reorders a source stored in the other
+ * layout, as it does an NCHW one; nChw8c, bf16 and $MODELRT_NHWC=0 keep every op in nChw16c): element (n, c, h, w) at ((n*Cp/b + c/b)*H*W + h*W + w)*b + c%b for
  * block b, with Cp = C rounded up to a whole block. With C a multiple of 16 it holds exactly
  * N*C*H*W floats, so the memory plan's sizes are those of NCHW, and same-shape elementwise
  * kernels read and write it unchanged; a conv's value of other C > 16 (24, 40) holds N*Cp*H*W
