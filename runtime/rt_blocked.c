@@ -10,7 +10,8 @@
  * that are not Winograd, where oneDNN's nhwc kernel brgconv:avx512_core is 10-25% faster; with C
  * a multiple of 16 it holds as many floats, and every op reorders a source stored in the other
  * layout, as it does an NCHW one; nChw8c, bf16 and $MODELRT_NHWC=0 keep every op in nChw16c).
- * In nChw16c element (n, c, h, w) is at ((n*Cp/b + c/b)*H*W + h*W + w)*b + c%b for block b, with Cp = C rounded up to a whole block. With C a multiple of 16 it holds exactly
+ * In nChw16c element (n, c, h, w) is at ((n*Cp/b + c/b)*H*W + h*W + w)*b + c%b for block b,
+ * with Cp = C rounded up to a whole block. With C a multiple of 16 it holds exactly
  * N*C*H*W floats, so the memory plan's sizes are those of NCHW, and same-shape elementwise
  * kernels read and write it unchanged; a conv's value of other C > 16 (24, 40) holds N*Cp*H*W
  * floats, the padding zero (oneDNN writes it so), and modelc's plan sizes it so (the residual

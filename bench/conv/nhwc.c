@@ -1,8 +1,9 @@
 /* bench/conv/nhwc.c — ResNet-18's convolutions (batch N, f32, bias) in oneDNN's nChw16c and nhwc
  * layouts, each with the implementation oneDNN picks, and the reorders between the layouts at
  * each stage's size: what a switch to nhwc for some of the convolutions would gain.
- * Build and run: bash bench/conv/nhwc.sh [THREADS] [N]. Prints per conv: the median of R calls
- * in ms, the implementation; then the sums. */
+ * Build and run: bash bench/conv/nhwc.sh [THREADS] [N] [interleaved]. Prints per conv: the
+ * median of R calls in ms, the implementation; then the sums. With "interleaved": the deep
+ * non-Winograd convs only, the two layouts' calls alternated, and the median ratio. */
 #include <dnnl.h>
 #include <omp.h>
 #include <stdio.h>
@@ -58,6 +59,9 @@ static dnnl_memory_t mem(const dnnl_memory_desc_t *md) {
     return m;
 }
 
+typedef struct { dnnl_primitive_t p; dnnl_exec_arg_t a[5]; } made;
+static made *keep; /* conv() leaves its primitive here (not destroyed) when set */
+
 /* one conv: C, H, O, k, stride, pad; layout tag for src/dst; winograd or direct; sum post-op */
 static double conv(int N, int C, int H, int O, int k, int s, int p, dnnl_format_tag_t tag, int wino, int sum,
                    const char **impl_out) {
@@ -96,12 +100,18 @@ static double conv(int N, int C, int H, int O, int k, int s, int p, dnnl_format_
     dnnl_memory_t msp = mem(dnnl_primitive_desc_query_md(pd, dnnl_query_scratchpad_md, 0));
     dnnl_exec_arg_t a[] = {{DNNL_ARG_SRC, ms}, {DNNL_ARG_WEIGHTS, mw}, {DNNL_ARG_BIAS, mb}, {DNNL_ARG_DST, md},
                            {DNNL_ARG_SCRATCHPAD, msp}};
+    if (keep) {
+        keep->p = prim;
+        memcpy(keep->a, a, sizeof a);
+        return 0;
+    }
     double t = time_prim(prim, 5, a);
     dnnl_primitive_destroy(prim);
     dnnl_primitive_desc_destroy(pd);
     dnnl_post_ops_destroy(po);
     dnnl_primitive_attr_destroy(attr);
     dnnl_memory_t ms_[] = {ms, mw, mb, md, msp};
+    if (keep) return 0;
     for (int i = 0; i < 5; i++) dnnl_memory_destroy(ms_[i]);
     return t;
 }
@@ -125,10 +135,48 @@ static double reorder(int N, int C, int H, dnnl_format_tag_t from, dnnl_format_t
     return t;
 }
 
+/* the non-Winograd deep convs, nChw16c and nhwc calls alternated (a loaded machine slows both
+ * alike): medians of each and the median of the per-pair ratios nhwc / nChw16c */
+static void interleaved(int N) {
+    static const int cv[][6] = {{64, 56, 128, 3, 2, 1}, {128, 28, 256, 3, 2, 1}, {256, 14, 512, 3, 2, 1}, {512, 7, 512, 3, 1, 1}};
+    printf("interleaved, threads %d, batch %d, %d pairs\n", omp_get_max_threads(), N, R);
+    for (int i = 0; i < 4; i++) {
+        const int *c = cv[i];
+        made a, b;
+        const char *ia, *ib;
+        keep = &a;
+        conv(N, c[0], c[1], c[2], c[3], c[4], c[5], dnnl_nChw16c, 0, 0, &ia);
+        keep = &b;
+        conv(N, c[0], c[1], c[2], c[3], c[4], c[5], dnnl_nhwc, 0, 0, &ib);
+        keep = NULL;
+        double ta[R], tb[R], r[R];
+        for (int k = 0; k < 3; k++) {
+            CHK(dnnl_primitive_execute(a.p, st, 5, a.a));
+            CHK(dnnl_primitive_execute(b.p, st, 5, b.a));
+        }
+        CHK(dnnl_stream_wait(st));
+        for (int k = 0; k < R; k++) {
+            double t0 = now_ms();
+            CHK(dnnl_primitive_execute(a.p, st, 5, a.a));
+            CHK(dnnl_stream_wait(st));
+            double t1 = now_ms();
+            CHK(dnnl_primitive_execute(b.p, st, 5, b.a));
+            CHK(dnnl_stream_wait(st));
+            ta[k] = t1 - t0, tb[k] = now_ms() - t1, r[k] = tb[k] / ta[k];
+        }
+        qsort(ta, R, sizeof ta[0], cmpd);
+        qsort(tb, R, sizeof tb[0], cmpd);
+        qsort(r, R, sizeof r[0], cmpd);
+        printf("%d,%d,%d,%d,%d: nChw16c %.3f (%s), nhwc %.3f (%s), ratio %.3f\n", c[0], c[1], c[2], c[3], c[4], ta[R / 2], ia,
+               tb[R / 2], ib, r[R / 2]);
+    }
+}
+
 int main(int argc, char **argv) {
     int N = argc > 1 ? atoi(argv[1]) : 1;
     CHK(dnnl_engine_create(&eng, dnnl_cpu, 0));
     CHK(dnnl_stream_create(&st, eng, dnnl_stream_default_flags));
+    if (argc > 2 && !strcmp(argv[2], "interleaved")) return interleaved(N), 0;
     /* C, H, O, k, s, p, count in ResNet-18, winograd in modelc today (3x3 s1, >= 14x14), sum post-op */
     static const int cv[][9] = {
         {3, 224, 64, 7, 2, 3, 1, 0, 0},   {64, 56, 64, 3, 1, 1, 4, 1, 0},    {64, 56, 128, 3, 2, 1, 1, 0, 0},
