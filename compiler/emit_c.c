@@ -351,6 +351,9 @@ static void emit_conv2d(Emit *e, const Kernel *k, char **ptr) { emit_conv2d_as(e
  * usual NCHW call, then its epilogue. */
 static void emit_blocked_call(Emit *e, const Kernel *k, char **ptr, const char *pfx) {
     const Node *m = k->gemm ? k->gemm : k->lib;
+    /* a value's layout: NCHW, nChw16c ("blocked") or nhwc (layout_nhwc) */
+    const char *src_l = !k->blk_src ? "nchw" : k->blk_src_nhwc ? "nhwc" : "blocked";
+    const char *dst_l = !k->blk_dst ? "nchw" : k->blk_dst_nhwc ? "nhwc" : "blocked";
     int s = kslot(k);
     const char *x = ptr[view_base(m->in[0])->id], *y = ptr[k->root->id];
     char *cpu, *cuda;
@@ -358,7 +361,7 @@ static void emit_blocked_call(Emit *e, const Kernel *k, char **ptr, const char *
         const char *res = k->blk_res >= 0 ? ptr[view_base(k->leaves[k->blk_res].node)->id] : "NULL";
         fprintf(e->o, "    /* %s%d: conv2d %%%d = conv(%%%d, %%%d)%s: oneDNN, blocked layout (%s -> %s) on the CPU */\n",
                 e->kpfx, k->id, m->id, m->in[0]->id, m->in[1]->id, k->expr ? " + epilogue" : "",
-                k->blk_src ? "blocked" : "nchw", k->blk_dst ? "blocked" : "nchw");
+                src_l, dst_l);
         if (k->blk_pair) /* an expand + depthwise pair (layout.c, pair_dw): the runtime may write the
                                * depthwise conv's result now, whose own call then returns at once */
             cpu = xprintf("if ((st = mrt_blk_conv_pair_run(m, %d, B, %s, %s, %s)) != MRT_OK) %s", k->blk, y, x,
@@ -369,8 +372,8 @@ static void emit_blocked_call(Emit *e, const Kernel *k, char **ptr, const char *
                              ptr[view_base(m->in[1])->id], e->scratch ? e->scratch : "NULL");
         cuda = xprintf("mrt_cuda_%s(stream%d, %s)", op_info[m->op].kernel, s, args);
     } else {
-        fprintf(e->o, "    /* %s%d: %s %%%d: oneDNN, blocked layout (blocked -> %s) on the CPU */\n", e->kpfx, k->id,
-                op_name(m->op), m->id, k->blk_dst ? "blocked" : "nchw");
+        fprintf(e->o, "    /* %s%d: %s %%%d: oneDNN, blocked layout (%s -> %s) on the CPU */\n", e->kpfx, k->id,
+                op_name(m->op), m->id, src_l, dst_l);
         cpu = xprintf("if ((st = mrt_blk_pool_run(m, %d, B, %s, %s)) != MRT_OK) %s", k->blk, y, x, on_fail(e));
         cuda = xprintf("mrt_cuda_%s(stream%d, &%s, %s, %s, %s)", op_info[m->op].kernel, s, params_name(e, k),
                        dim_c(m->in[0]->shape.d[0]), y, x);
@@ -1451,6 +1454,13 @@ static void emit_blocked_setup(Emit *e, FILE *o, int nblk) {
         if (k->blk >= 0 && (k->blk_src_bf16 || k->blk_dst_bf16))
             fprintf(o, "    if ((st = mrt_blk_store_bf16(m, %d, %d, %d)) != MRT_OK) return st; /* k%d */\n", k->blk,
                     k->blk_src_bf16, k->blk_dst_bf16, k->id);
+    }
+    /* the ops that compute in nhwc, or read or write a value stored so (layout_nhwc) */
+    for (int i = 0; i < e->kl->n; i++) {
+        const Kernel *k = e->kl->k[i];
+        if (k->blk >= 0 && (k->blk_nhwc || k->blk_src_nhwc || k->blk_dst_nhwc))
+            fprintf(o, "    if ((st = mrt_blk_nhwc(m, %d, %d, %d, %d)) != MRT_OK) return st; /* k%d */\n", k->blk,
+                    k->blk_nhwc, k->blk_src_nhwc, k->blk_dst_nhwc, k->id);
     }
     e->kpfx = "k";
     for (int i = 0; i < e->kl->n; i++) {

@@ -51,6 +51,21 @@
  * as one oneDNN primitive; then other pairs with a relu or clamp (pair_chain). The runtime skips
  * their relu/clamp passes where a check of the first conv's source proves that no NaN can reach
  * the post-ops that replace them (runtime/rt_blocked.c, mrt_blk_pair).
+ *
+ * nhwc (layout_nhwc, after this pass; --no-nhwc turns it off). oneDNN 2.6 has two kernels for a
+ * direct conv here: jit:avx512_core in nChw16c and brgconv:avx512_core in nhwc, the latter
+ * 10-25% faster on ResNet's 14x14 and 7x7 convs (the non-Winograd ones: layer4's 3x3 convs, the
+ * stride-2 ones), while Winograd exists in nChw16c only and the C = 3 image has no JIT kernel
+ * with an nhwc result. So a blocked value is stored in one of two layouts: nhwc where a spatial,
+ * non-Winograd conv with at most 14x14 outputs computes (nhwc_prefers), nChw16c elsewhere. Both
+ * hold exactly N*C*H*W floats for C a multiple of 16 (nhwc is only used so), so the plan and the
+ * layout-agnostic kernels (elementwise, blk_clamp) need nothing new. A 1x1 conv computes in nhwc
+ * when its source is nhwc or its result is the residual of an nhwc conv (ResNet's downsample),
+ * a max pooling and an elementwise kernel in their operands' layout; a conv whose source is in
+ * the other layout reorders it first (a few microseconds at these sizes). Operands that must
+ * share the primitive's layout (a conv's residual, an elementwise kernel's) turn nhwc off where
+ * they disagree, again a fixpoint that only turns it off. Measured: ResNet-18 b1 11% less CPU
+ * time at one thread, the imported ResNet-50 4%; MobileNetV2 has no such conv and is unchanged.
  */
 #include "modelc.h"
 
@@ -360,24 +375,126 @@ static bool pair_dw(const Kernel *k, const Kernel *d) {
            (m->stride[0] == 1 || m->stride[0] == 2) && m->dilation[0] == 1 && m->dilation[1] == 1;
 }
 
-/* --dump=fused: the layout of each blocked kernel. */
+/* --dump=fused: the layout of each blocked kernel ("blocked" is nChw16c, "nhwc" nhwc). */
 void dump_layout(FILE *out, const Graph *g, const KernelList *kl) {
     (void)g;
     for (int i = 0; i < kl->n; i++) {
         const Kernel *k = kl->k[i];
         if (k->blk < 0 && !k->blk_ew) continue;
+        const char *src = !k->blk_src ? "nchw" : k->blk_src_nhwc ? "nhwc" : "blocked";
+        const char *dst = !k->blk_dst ? "nchw (reordered)" : k->blk_dst_nhwc ? "nhwc" : "blocked";
         if (k->blk_ew) {
-            fprintf(out, "  blocked k%d: elementwise -> %%%d blocked\n", k->id, k->root->id);
+            fprintf(out, "  blocked k%d: elementwise -> %%%d %s\n", k->id, k->root->id, k->blk_nhwc ? "nhwc" : "blocked");
             continue;
         }
         static const char *acts[] = {"", ", relu", ", clamp", ", silu", ", hardswish"};
         if (k->gemm)
-            fprintf(out, "  blocked k%d: conv2d #%d, src %s, dst %s, bias %d%s%s%s%s\n", k->id, k->blk,
-                    k->blk_src ? "blocked" : "nchw", k->blk_dst ? "blocked" : "nchw (reordered)", k->blk_nbias,
-                    k->blk_res >= 0 ? ", sum" : "", acts[k->blk_act], k->blk_wino ? ", winograd" : "",
+            fprintf(out, "  blocked k%d: conv2d #%d%s, src %s, dst %s, bias %d%s%s%s%s\n", k->id, k->blk,
+                    k->blk_nhwc ? " in nhwc" : "", src, dst, k->blk_nbias, k->blk_res >= 0 ? ", sum" : "",
+                    acts[k->blk_act], k->blk_wino ? ", winograd" : "",
                     k->blk_pair ? xprintf(", pair with k%d%s", k->blk_pair->id, k->blk_pair_dw ? " (depthwise)" : "") : "");
         else
-            fprintf(out, "  blocked k%d: max_pool2d #%d, src blocked, dst %s\n", k->id, k->blk,
-                    k->blk_dst ? "blocked" : "nchw (reordered)");
+            fprintf(out, "  blocked k%d: max_pool2d #%d%s, src %s, dst %s\n", k->id, k->blk, k->blk_nhwc ? " in nhwc" : "",
+                    src, dst);
+    }
+}
+
+/* Conv kernel k may compute in nhwc: groups 1, C and O multiples of 16 (no padded channels: an
+ * nhwc value then holds exactly N*C*H*W floats, as an nChw16c one does), a blocked source or an
+ * NCHW one that is reordered in (C >= 16), and not Winograd (oneDNN 2.6 has it in nChw16c only). */
+static bool nhwc_ok(const Kernel *k) {
+    const Node *m = k->gemm;
+    return m->groups == 1 && !k->blk_wino && m->in[0]->shape.d[1].c % 16 == 0 && m->shape.d[1].c % 16 == 0;
+}
+
+/* A conv that gains from nhwc by itself: a spatial kernel (not 1x1) with at most 14x14 outputs,
+ * where oneDNN's brgconv:avx512_core (nhwc) beat its jit:avx512_core (nChw16c) by 10-25% on
+ * ResNet's last stages (bench/conv/RESULTS.md, "nhwc"); at 28x28 and more it gained less than the reorders
+ * between the layouts cost. */
+static bool nhwc_prefers(const Kernel *k) {
+    const Node *m = k->gemm;
+    return nhwc_ok(k) && m->kernel[0] * m->kernel[1] > 1 && dim_fixed(m->shape.d[2]) && dim_fixed(m->shape.d[3]) &&
+           m->shape.d[2].c * m->shape.d[3].c <= 14 * 14;
+}
+
+void layout_nhwc(Graph *g, KernelList *kl) {
+    int nn = g->nnodes, n = kl->n;
+    int *prod = xalloc(sizeof(int) * (size_t)(nn + 1));
+    bool *allowed = xalloc(sizeof(bool) * (size_t)(n + 1)), *fmt = xalloc(sizeof(bool) * (size_t)(n + 1)),
+         *res_pref = xalloc(sizeof(bool) * (size_t)(n + 1));
+    for (int v = 0; v < nn; v++) prod[v] = -1;
+    for (int i = 0; i < n; i++) {
+        Kernel *k = kl->k[i];
+        k->blk_nhwc = k->blk_src_nhwc = k->blk_dst_nhwc = false;
+        allowed[i] = true;
+        if ((k->blk >= 0 && k->blk_dst) || k->blk_ew) prod[k->root->id] = i;
+    }
+    /* allowed[i] only ever turns false, so the loop ends */
+    for (bool changed = true; changed;) {
+        changed = false;
+        /* a 1x1 conv whose result is the residual of an nhwc conv computes in nhwc too (ResNet's
+         * downsample: else the sum post-op's operand would be in the other layout) */
+        memset(res_pref, 0, sizeof(bool) * (size_t)n);
+        for (int i = 0; i < n; i++) {
+            const Kernel *k = kl->k[i];
+            if (k->blk >= 0 && k->gemm && k->blk_res >= 0 && allowed[i] && nhwc_prefers(k)) {
+                int p = prod[k->leaves[k->blk_res].node->id];
+                if (p >= 0) res_pref[p] = true;
+            }
+        }
+        for (int i = 0; i < n; i++) {
+            Kernel *k = kl->k[i];
+            fmt[i] = false;
+            if (k->blk >= 0 && k->gemm) {
+                const Node *m = k->gemm;
+                int ps = k->blk_src ? prod[m->in[0]->id] : -1;
+                if (!allowed[i] || !nhwc_ok(k)) continue;
+                if (m->kernel[0] * m->kernel[1] > 1) fmt[i] = nhwc_prefers(k);
+                else fmt[i] = (ps >= 0 && fmt[ps]) || res_pref[i]; /* a 1x1 conv follows its source */
+                if (k->blk_res >= 0) { /* the residual is stored as the primitive computes */
+                    int p = prod[k->leaves[k->blk_res].node->id];
+                    if (p >= 0 && fmt[p] != fmt[i]) {
+                        allowed[fmt[i] ? i : p] = false;
+                        changed = true;
+                        fmt[i] = false;
+                    }
+                }
+            } else if (k->blk >= 0) { /* a max pooling computes in its source's layout */
+                int ps = prod[k->lib->in[0]->id];
+                fmt[i] = allowed[i] && ps >= 0 && fmt[ps];
+                if (ps >= 0 && fmt[ps] && !fmt[i]) allowed[ps] = false, changed = true;
+            } else if (k->blk_ew) { /* an elementwise kernel: all its operands in one layout */
+                int nh = 0, nb = 0;
+                for (int j = 0; j < k->nleaves; j++) {
+                    int p = leaf_scalar(&k->leaves[j]) ? -1 : prod[k->leaves[j].node->id];
+                    if (p >= 0) fmt[p] ? nh++ : nb++;
+                }
+                fmt[i] = allowed[i] && nh > 0 && nb == 0;
+                if (nh && !fmt[i]) {
+                    for (int j = 0; j < k->nleaves; j++) {
+                        int p = leaf_scalar(&k->leaves[j]) ? -1 : prod[k->leaves[j].node->id];
+                        if (p >= 0 && fmt[p]) allowed[p] = false;
+                    }
+                    changed = true;
+                }
+            }
+        }
+    }
+    for (int i = 0; i < n; i++) {
+        Kernel *k = kl->k[i];
+        if (k->blk < 0 && !k->blk_ew) continue;
+        k->blk_nhwc = fmt[i];
+        k->blk_dst_nhwc = fmt[i] && (k->blk_dst || k->blk_ew);
+        if (k->blk >= 0 && k->blk_src) {
+            int ps = prod[(k->gemm ? k->gemm : k->lib)->in[0]->id];
+            k->blk_src_nhwc = ps >= 0 && fmt[ps];
+        }
+    }
+    /* a pair (layout_blocked) runs its two convs in nChw16c: one that touches nhwc is dropped
+     * (its convs run as two ops, as an unpaired conv does) */
+    for (int i = 0; i < n; i++) {
+        Kernel *k = kl->k[i], *d = k->blk_pair;
+        if (d && (k->blk_nhwc || k->blk_src_nhwc || k->blk_dst_nhwc || d->blk_nhwc || d->blk_src_nhwc || d->blk_dst_nhwc))
+            k->blk_pair = NULL, k->blk_pair_dw = false;
     }
 }

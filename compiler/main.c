@@ -72,6 +72,8 @@ static void usage(FILE *f) {
             "                     built with oneDNN; make DNNL=0 builds without it, and without this)\n"
             "  --no-winograd      in that layout, run 3x3 stride-1 convolutions with oneDNN's direct algorithm\n"
             "                     instead of its Winograd one (faster; a larger rounding error, still f32)\n"
+            "  --no-nhwc          in that layout, keep every value in nChw16c (by default the deep convs that\n"
+            "                     are not Winograd, at most 14x14 outputs, compute in nhwc: oneDNN's brgconv)\n"
             "  --precision P      f32 (default) or bf16: with bf16 the CPU's oneDNN convolutions (that\n"
             "                     layout) and GEMMs against constant weights take bf16 weights (converted\n"
             "                     at load) and bf16 sources, and accumulate in f32; every other kernel,\n"
@@ -202,7 +204,7 @@ static bool is_dir(const char *p) {
 #endif
 
 void options_default(Options *o) {
-    *o = (Options){.olevel = "-O2", .max_batch = 64, .fuse = {.elementwise = true, .epilogue = true, .blocked = MODELC_DNNL, .winograd = true, .attention = true},
+    *o = (Options){.olevel = "-O2", .max_batch = 64, .fuse = {.elementwise = true, .epilogue = true, .blocked = MODELC_DNNL, .winograd = true, .attention = true, .nhwc = true},
                    .plan = {.inplace = true, .align = 64, .reorder = true},
                    .fold = {.fold_bn = true, .hoist = true, .fold_transpose = true, .fold_silu = true}};
 }
@@ -282,6 +284,8 @@ static void parse_args(int argc, char **argv, Options *o) {
             o->fuse.attention = false;
         } else if (!strcmp(a, "--no-blocked-conv")) {
             o->fuse.blocked = false;
+        } else if (!strcmp(a, "--no-nhwc")) {
+            o->fuse.nhwc = false;
         } else if (!strcmp(a, "--no-winograd")) {
             o->fuse.winograd = false;
         } else if (!strcmp(a, "--precision") || !strncmp(a, "--precision=", 12)) {
@@ -356,6 +360,7 @@ bool compile_source(const Options *o, const char *path, const char *src, Compile
     if (o->dump && !strcmp(o->dump, "placement")) return dump_placement(out, g), false;
     c->kl = fuse_graph(g, o->fuse, &c->init);
     if (o->fuse.blocked) layout_blocked(g, &c->kl, o->fuse.winograd);
+    if (o->fuse.blocked && o->fuse.nhwc) layout_nhwc(g, &c->kl);
     precision_bf16(g, &c->kl);
     if (o->dump && !strcmp(o->dump, "fused")) return dump_fused(out, g, &c->kl, &c->init), false;
     c->mp = plan_memory(g, &c->kl, &c->init, o->plan);

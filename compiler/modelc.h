@@ -624,6 +624,10 @@ typedef struct Kernel {
      * (mrt_blk_pair); plan_memory drops a pair that its kernel order no longer keeps adjacent. */
     struct Kernel *blk_pair;
     bool blk_pair_dw;
+    /* blocked values in nhwc instead of nChw16c (layout.c, layout_nhwc): blk_nhwc, the op's
+     * primitive computes in nhwc; blk_src_nhwc / blk_dst_nhwc, its blocked source / result is
+     * stored nhwc (a conv reorders a source stored in the other blocked layout first) */
+    bool blk_nhwc, blk_src_nhwc, blk_dst_nhwc;
 } Kernel;
 
 /* Fusion options; each pass can be switched off to bisect a wrong result. */
@@ -634,6 +638,7 @@ typedef struct FuseOptions {
     bool winograd;     /* blocked 3x3 stride-1 convs try oneDNN's Winograd algorithm (--no-winograd) */
     bool attention;    /* one attention kernel for matmul, scale, mask, softmax, matmul (inference
                           builds; --no-fuse-attention) */
+    bool nhwc;         /* blocked values of the deep, non-Winograd convs in nhwc (layout_nhwc; --no-nhwc) */
 } FuseOptions;
 
 typedef struct KernelList {
@@ -655,6 +660,13 @@ bool conv_is_depthwise(const Node *n);
  * inference graphs on one device slot; call it only when the runtime has oneDNN. Sets every
  * kernel's blk (-1: none). */
 void layout_blocked(Graph *g, KernelList *kl, bool winograd);
+/* After layout_blocked: which blocked kernels compute in nhwc rather than nChw16c (Kernel.blk_nhwc,
+ * blk_src_nhwc, blk_dst_nhwc): a spatial conv with at most 14x14 outputs that is not Winograd
+ * (groups 1, C and O multiples of 16), a 1x1 conv that reads such a value or whose result is such
+ * a conv's residual, a max pooling or an elementwise kernel whose operands are nhwc. Operands that
+ * must share a layout (a conv's residual and result, an elementwise kernel's, a pooling's source
+ * and result) always do; a conv whose source is stored in the other layout reorders it first. */
+void layout_nhwc(Graph *g, KernelList *kl);
 /* The channels that kernel k's blocked result is padded to (oneDNN pads a blocked tensor to whole
  * blocks of 16): 0 unless k writes a blocked value whose C is not a multiple of 16. The memory
  * plan gives such a value N * that * H * W elements. */

@@ -1130,6 +1130,14 @@ mrt_status mrt_blk_add_conv(mrt_model *m, int i, const mrt_conv2d_params *p, int
  *  residual (res) is stored as the result. modelc chooses bf16 storage where every reader is a
  *  blocked conv or max pooling (compiler/precision.c). */
 mrt_status mrt_blk_store_bf16(mrt_model *m, int i, int src_bf16, int dst_bf16);
+/** Called before op i's mrt_blk_add_* (modelc's layout_nhwc): its primitive computes in nhwc
+ *  (op_nhwc) rather than nChw16c, and its blocked source (src_nhwc) / result (dst_nhwc) is
+ *  stored nhwc; a conv reorders a source stored in the other layout into its own first, and
+ *  writes a result stored in the other one through one reorder. An nhwc conv has groups 1 and C,
+ *  O multiples of 16; a pooling computes in its source's layout (else mrt_blk_add_* fails with
+ *  MRT_ERR_INVALID_ARG). Without AVX-512, with bf16 or with $MODELRT_NHWC=0 every op runs in
+ *  the blocked layout, which holds the same values in as many floats. */
+mrt_status mrt_blk_nhwc(mrt_model *m, int i, int op_nhwc, int src_nhwc, int dst_nhwc);
 /** Op i: a max pooling, blocked source; dst_blocked as for mrt_blk_add_conv. */
 mrt_status mrt_blk_add_pool(mrt_model *m, int i, const mrt_pool2d_params *p, int dst_blocked, const char *what);
 /** Run conv op i at batch N: y from x (res: the residual, in y's layout, or NULL). y, x, res

@@ -2,7 +2,8 @@
 
 oneDNN's relu and clip post-ops and its max pooling use vmaxps/vminps, which turn a NaN into the
 bound; rt_blocked.c applies relu/clamp itself (blk_clamp) and marks a pooled window that holds a
-NaN (blk_pool_nan). The model is built blocked (f32, and --precision bf16) and with
+NaN (blk_pool_nan). The model is built blocked (f32: its convs and pooling in nhwc, as
+layout_nhwc marks them at 12x12, and with --no-nhwc in nChw16c; and --precision bf16) and with
 --no-blocked-conv (the NCHW kernels, which keep NaN: mrt_relu, mrt_clamp, mrt_maxpool2d); the
 outputs' NaN positions must be the same, and the other values within 1e-5 (f32) or 2^-5 of
 max |y| (bf16).
@@ -50,7 +51,8 @@ else:
     clean = rng.standard_normal([2] + shape).astype(np.float32)
     inputs = [("clean ", clean), ("nan ", x), ("big ", big)]
 refinterp.write_safetensors(os.path.join(wd, "w.safetensors"), t)
-runs = [("nchw", ["--no-blocked-conv"], {}), ("blocked", [], {}), ("bf16", ["--precision", "bf16"], {})]
+runs = [("nchw", ["--no-blocked-conv"], {}), ("blocked", [], {}), ("nChw16c", ["--no-nhwc"], {}),
+        ("bf16", ["--precision", "bf16"], {})]
 if pairs:
     runs += [("blocked MODELRT_BLK_FUSE=1", [], {"MODELRT_BLK_FUSE": "1"}),
              ("blocked MODELRT_BLK_FUSE=0", [], {"MODELRT_BLK_FUSE": "0"})]
