@@ -783,9 +783,7 @@ static void rt_cpu_gemm(int ta, int tb, int M, int N, int K, float alpha, const 
                         int ldc, int64_t sC, int64_t batch)
 {
     int disjoint = batch > 1 && sC >= (int64_t)(M - 1) * ldc + N;
-    /* RT_GEMM_SERIAL_MACS (4M multiply-adds): about 30 us on one core here, where oneDNN's own
-     * split of one GEMM over the threads starts to pay; chosen from GPT-2's per-head products
-     * (128x128x64 is 1M), not tuned */
+    /* RT_GEMM_SERIAL_MACS (1M multiply-adds, rt_internal.h says why) */
     int64_t macs = (int64_t)M * N * (K > 0 ? K : 1);
     int small = macs < RT_GEMM_SERIAL_MACS;
 #ifdef MRT_WITH_DNNL

@@ -35,14 +35,14 @@ int rt_shape_numel(const int64_t *shape, int rank, uint64_t *numel);
 void rt_log_hook_get(mrt_log_fn *fn, void **user);
 /** A CPU GEMM of fewer multiply-adds (M*N*K) than this runs on the calling thread alone: every
  *  path, mrt_cpu_sgemm's dnnl_sgemm, rt_cpu_gemm's batches, and a prepared primitive (rt_matmul.c,
- *  planned for one thread). 4M multiply-adds is about 30 us on one core here, where oneDNN's own
- *  split of one GEMM over the threads starts to pay (docs/runtime.md, "Small kernels run on one
- *  thread"); under it a fork/join of the team costs as much as it saves, and far more when the
- *  machine is loaded and a team member waits to be scheduled. Until 2026-12-05 the prepared
- *  primitives and mrt_cpu_sgemm split from 1M (2^20) while rt_cpu_gemm waited for 4M: digits
- *  compiled --max-batch 360 (a 360x128x64 prepared GEMM, 2.9M) then opened a two-thread region
- *  per run. Thread-count independent by construction. Not tuned finely. */
-#define RT_GEMM_SERIAL_MACS ((int64_t)1 << 22)
+ *  planned for one thread). 1M multiply-adds is about 8 us on one core here; under it a fork/join
+ *  of the team costs as much as it saves (docs/runtime.md, "Small kernels run on one thread").
+ *  Measured on the idle 2-core VM, 2 threads: digits compiled --max-batch 360 (a 360x128x64
+ *  prepared GEMM, 2.9M) runs in 0.026 ms a run split, 0.037 on one thread (median of 5000 runs,
+ *  3 alternating rounds); on a machine where another process holds a core every split is slower
+ *  than running alone, this one too (0.035-0.11 ms serial against 0.2-2.6 split at load average
+ *  2.4), which is what --threads 1 is for. Thread-count independent by construction. */
+#define RT_GEMM_SERIAL_MACS ((int64_t)1 << 20)
 /** A batch of small disjoint products (rt_cpu_gemm: attention's per-head products) is spread one
  *  product per thread once their total reaches this (the imported BERT's 4 heads of 64x64x16,
  *  262K, stay on the calling thread: bench/gemm/RESULTS.md). */
