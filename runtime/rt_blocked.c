@@ -888,30 +888,41 @@ static int blk_has_nan(const void *x, size_t n, dnnl_data_type_t dt) {
     return any;
 }
 
+/* Whether pooling window (oh, ow) of one channel holds a NaN: element (h, w) of the channel at
+ * index at + (h * W + w) * step of x (f32, or bf16 where bf). */
+static int blk_window_nan(const mrt_pool2d_params *p, const void *x, int bf, size_t at, size_t step, int64_t oh,
+                          int64_t ow) {
+    for (int i = 0; i < p->kh; i++) {
+        int64_t h = oh * p->sh - p->pt + (int64_t)i * p->dh;
+        if (h < 0 || h >= p->H) continue;
+        for (int j = 0; j < p->kw; j++) {
+            int64_t w = ow * p->sw - p->pl + (int64_t)j * p->dw;
+            if (w < 0 || w >= p->W) continue;
+            size_t e = at + (size_t)(h * p->W + w) * step;
+            if (bf ? (((const uint16_t *)x)[e] & 0x7fff) > 0x7f80 : (((const uint32_t *)x)[e] & 0x7fffffffu) > 0x7f800000u)
+                return 1;
+        }
+    }
+    return 0;
+}
+
 /* After oneDNN's max pooling, which drops a NaN (vmaxps): every output whose window holds a NaN
  * becomes NaN, as mrt_maxpool2d gives and PyTorch does (field case B13). Runs only when the source
- * has a NaN (blk_has_nan), so its scalar loops cost nothing otherwise. */
+ * has a NaN (blk_has_nan), so its scalar loops cost nothing otherwise. In nhwc (f32 only) element
+ * (n, c, h, w) is at ((n*H + h)*W + w)*C + c; in the blocked layout at ((nc*H + h)*W + w)*bk + l,
+ * nc = n*CB + c / bk, l = c % bk. */
 static void blk_pool_nan(const mrt_blk *b, const blk_op *op, const void *x, void *y, int64_t N) {
     const mrt_pool2d_params *p = &op->pp;
     const int64_t bk = b->block, CB = (p->C + bk - 1) / bk;
     const int bf = op->sdt == dnnl_bf16;
-    if (op_tag(b, op) == dnnl_nhwc) { /* element (n, c, h, w) at ((n*H + h)*W + w)*C + c; f32 only */
+    if (op_tag(b, op) == dnnl_nhwc) {
         MRT_PRAGMA(omp parallel for schedule(static))
         for (int64_t noh = 0; noh < N * p->OH; noh++)
             for (int64_t ow = 0; ow < p->OW; ow++)
                 for (int64_t c = 0; c < p->C; c++) {
                     const int64_t n = noh / p->OH, oh = noh % p->OH;
-                    int nan = 0;
-                    for (int i = 0; i < p->kh && !nan; i++) {
-                        int64_t h = oh * p->sh - p->pt + (int64_t)i * p->dh;
-                        if (h < 0 || h >= p->H) continue;
-                        for (int j = 0; j < p->kw && !nan; j++) {
-                            int64_t w = ow * p->sw - p->pl + (int64_t)j * p->dw;
-                            if (w < 0 || w >= p->W) continue;
-                            nan = isnan(((const float *)x)[((n * p->H + h) * p->W + w) * p->C + c]);
-                        }
-                    }
-                    if (nan) ((float *)y)[(noh * p->OW + ow) * p->C + c] = NAN;
+                    if (blk_window_nan(p, x, 0, (size_t)(n * p->H * p->W * p->C + c), (size_t)p->C, oh, ow))
+                        ((float *)y)[(noh * p->OW + ow) * p->C + c] = NAN;
                 }
         return;
     }
@@ -920,19 +931,7 @@ static void blk_pool_nan(const mrt_blk *b, const blk_op *op, const void *x, void
         for (int64_t oh = 0; oh < p->OH; oh++)
             for (int64_t ow = 0; ow < p->OW; ow++)
                 for (int64_t l = 0; l < bk; l++) {
-                    int nan = 0;
-                    for (int i = 0; i < p->kh && !nan; i++) {
-                        int64_t h = oh * p->sh - p->pt + (int64_t)i * p->dh;
-                        if (h < 0 || h >= p->H) continue;
-                        for (int j = 0; j < p->kw && !nan; j++) {
-                            int64_t w = ow * p->sw - p->pl + (int64_t)j * p->dw;
-                            if (w < 0 || w >= p->W) continue;
-                            size_t at = (size_t)(((nc * p->H + h) * p->W + w) * bk + l);
-                            nan = bf ? (((const uint16_t *)x)[at] & 0x7fff) > 0x7f80
-                                     : (((const uint32_t *)x)[at] & 0x7fffffffu) > 0x7f800000u;
-                        }
-                    }
-                    if (!nan) continue;
+                    if (!blk_window_nan(p, x, bf, (size_t)(nc * p->H * p->W * bk + l), (size_t)bk, oh, ow)) continue;
                     size_t o = (size_t)(((nc * p->OH + oh) * p->OW + ow) * bk + l);
                     if (bf) ((uint16_t *)y)[o] = 0x7fc0;
                     else ((float *)y)[o] = NAN;
