@@ -469,7 +469,9 @@ static void emit_axis(Emit *e, const Kernel *k, char **ptr) {
     char *args;
     if (r->op == OP_SOFTMAX && (r->causal || r->zero_masked_rows)) {
         fn = "softmax_masked_f32";
-        args = xprintf("%s, %s, %s, %s, %" PRId64 ", %d, %d", Y, X, ou, n, xs->rank >= 2 ? xs->d[xs->rank - 2].c : 1,
+        /* L, the query rows of one [L, n] score matrix: a C expression, symbolic sizes included (a
+         * symbolic seq gave its constant part, 1, to a causal softmax: every row saw every key) */
+        args = xprintf("%s, %s, %s, %s, %s, %d, %d", Y, X, ou, n, xs->rank >= 2 ? dim_c(xs->d[xs->rank - 2]) : "1",
                        r->causal, r->zero_masked_rows);
     } else if (r->op == OP_SOFTMAX || r->op == OP_LOG_SOFTMAX || r->op == OP_SUM || r->op == OP_MEAN ||
                r->op == OP_CUMSUM) {

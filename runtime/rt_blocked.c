@@ -1086,7 +1086,10 @@ mrt_status mrt_blk_pair(mrt_model *m, int i, int j) {
     if (op->cdt != dnnl_f32 || dj->cdt != dnnl_f32 || op->sdt != dnnl_f32 || dj->ddt != dnnl_f32 || op->ddt != dnnl_f32)
         return MRT_OK; /* bf16: two ops, as before */
     int big = (double)p->O * (double)p->OH * (double)p->OW * sizeof(float) >= (double)MRT_BLK_FUSE_BYTES;
-    op->fuse = dw && rt_env_flag("MODELRT_BLK_FUSE", big); /* unset: by size; 1 / 0 force it */
+    /* unset: by size; 1 / 0 force it. Never without a bias on the 1x1 conv: oneDNN 2.6's fused
+     * kernel faults (SIGSEGV) there, so that pair runs as two primitives (numeric
+     * blocked_dwpair_nobias: MobileNetV2's front with its batch norms not folded in) */
+    op->fuse = dw && op->bias && rt_env_flag("MODELRT_BLK_FUSE", big);
     if (op->fuse && !dj->bias && !(dj->zero_bias = calloc((size_t)q->O, sizeof(float))))
         return mrt_set_error(MRT_ERR_OOM, "%s: cannot allocate its bias", dj->what);
     op->pair = j, dj->pair_of = i;

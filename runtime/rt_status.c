@@ -261,8 +261,8 @@ int rt_env_flag(const char *name, int dflt)
             return dflt;
     if (nwarned < (int)(sizeof warned / sizeof warned[0]))
         warned[nwarned++] = name;
-    mrt_log(MRT_LOG_WARN, "%s='%s' is not an on/off value (1, true, yes, on or 0, false, no, off): taken as unset (%s)",
-            name, s, dflt ? "on" : "off");
+    mrt_log(MRT_LOG_WARN, "%s='%s' is not an on/off value (1, true, yes, on or 0, false, no, off): taken as unset "
+            "(the default)", name, s);
     return dflt;
 }
 
