@@ -54,15 +54,18 @@
 #define MRT_HD_INLINE static inline __attribute__((always_inline))
 #endif
 
-/* MRT_SIMD_V4: 1 where generated code may hold x86-64-v4 (AVX-512) copies of its elementwise
- * kernels, built with MRT_TARGET_V4 and called where mrt_cpu_simd_avx512() says so (modelrt.h):
- * GCC on x86-64 (clang and nvcc's host pass build the one portable copy). */
+/* MRT_SIMD_V4: 1 where generated code may hold x86-64-v4 (AVX-512) and x86-64-v3 (AVX2 + FMA)
+ * copies of its elementwise kernels, built with MRT_TARGET_V4 and MRT_TARGET_V3 and called where
+ * mrt_cpu_simd_avx512() and mrt_cpu_simd_avx2() say so (modelrt.h): GCC on x86-64 (clang and
+ * nvcc's host pass build the one portable copy). */
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(__CUDACC__)
 #define MRT_SIMD_V4 1
 #define MRT_TARGET_V4 __attribute__((target("arch=x86-64-v4")))
+#define MRT_TARGET_V3 __attribute__((target("arch=x86-64-v3")))
 #else
 #define MRT_SIMD_V4 0
 #define MRT_TARGET_V4
+#define MRT_TARGET_V3
 #endif
 
 MRT_HD float mrt_relu(float x) { return x < 0.0f ? 0.0f : x; }
@@ -178,14 +181,29 @@ MRT_HD float mrt_i64_to_f32_odd(int64_t v) {
     float f = (float)u * mrt_f32_from_bits((127u + sh) << 23); /* exact: a power of two */
     return v < 0 ? -f : f;
 }
+/* MRT_FMAF(a, b, c): a * b + c rounded once (C's fmaf), for the polynomial steps of mrt_exp_reduced,
+ * mrt_tanhf and mrt_erff. fmaf is correctly rounded wherever it runs (an FMA instruction on x86
+ * with FMA, aarch64 and CUDA; glibc's exact emulation elsewhere), so these functions give the
+ * same bits on every path while the code stays -ffp-contract=off (no contraction of a * b + c
+ * written out). GCC inlines it as one instruction where the target has FMA: the x86-64-v3 and v4
+ * copies of the generated loops (MRT_TARGET_V3, MRT_TARGET_V4), aarch64, -march=native; in the
+ * x86-64 baseline it is a call of libm's fmaf, which does not vectorize: exact gelu there costs
+ * 32 ns an element instead of 3.2 without fmaf (bench/gelu.c), so kprint.c's twins and
+ * mrt_cpu_gelu_f32 leave that path to CPUs without AVX2 and FMA, and to MODELRT_SIMD=portable. */
+#define MRT_FMAF(a, b, c) fmaf((a), (b), (c))
 /* e^y in float for |y| < 87 (no overflow, underflow or NaN handling: the callers clamp), as
- * 2^n e^r: Cody-Waite reduction (|r| <= ln2/2, ln2 = hi + lo with n*hi exact), Taylor to r^7;
- * branch-free, so that the loops of mrt_tanhf and mrt_erff vectorize. */
+ * 2^n e^r: n = rint(y / ln2) by the 1.5 * 2^23 trick, r = y - n ln2 by Cody-Waite (ln2 = hi + lo,
+ * hi of 16 bits so n hi and y - n hi are exact; n lo subtracted by one fma), |r| <= ln2/2, then
+ * e^r = 1 + r P(r) with P of degree 5 by Horner in fmaf (near Taylor's 1, 1/2, ..., 1/720, fitted
+ * for relative error: weighted least squares toward minimax, Lawson's iteration, on 2000 Chebyshev
+ * nodes in float64 with NumPy and mpmath, coefficients rounded to float one at a time with the
+ * rest re-fitted; relative error 0.05 ulp before rounding; tools/fit_mrt_poly.py). Branch-free,
+ * so that the loops of mrt_tanhf and mrt_erff vectorize. */
 MRT_HD_INLINE float mrt_exp_reduced(float y) {
-    float nf = (y * 1.44269504088896341f + 12582912.0f) - 12582912.0f; /* rint(y / ln2), |y| < 2^22 */
-    float r = (y - nf * 0.693145751953125f) - nf * 1.428606765330187e-06f;
-    float p = 1.0f + r * (1.0f + r * (0.5f + r * (1.0f / 6 + r * (1.0f / 24 + r * (1.0f / 120 + r * (1.0f / 720 +
-              r * (1.0f / 5040)))))));
+    float nf = MRT_FMAF(y, 1.44269504088896341f, 12582912.0f) - 12582912.0f; /* rint(y / ln2), |y| < 2^22 */
+    float r = MRT_FMAF(nf, -1.428606765330187e-06f, y - nf * 0.693145751953125f);
+    float p = MRT_FMAF(MRT_FMAF(MRT_FMAF(MRT_FMAF(MRT_FMAF(MRT_FMAF(0.0013821024f, r, 0.008368669f), r, 0.041668262f), r,
+                                                 0.16666521f), r, 0.49999994f), r, 1.0f), r, 1.0f);
     return p * mrt_f32_from_bits((uint32_t)((int32_t)nf + 127) << 23);
 }
 /* e^d in float for softmax's d = x - max: d <= 0, -inf or NaN (d > 0 is outside its domain). The
@@ -212,19 +230,24 @@ MRT_HD_INLINE float mrt_exp_nonpos(float d) {
 /* tanh(x) in float, branch-free so that a loop of it vectorizes (libm's tanhf is a call, and
  * gelu's tanh was a fifth of GPT-2's inference and half its training step); the CPU and the CUDA
  * kernels both use it, so they agree. |x| < 0.625: x + x^3 Q(x^2), Q of degree 4 fitted to
- * tanh(x)/x (relative error 4.4e-9 before rounding); otherwise 1 - 2 / (e^(2|x|) + 1) with |x|
- * clamped at 10 (tanh(10) rounds to 1) and e^y by mrt_exp_reduced, the sign of x put back.
- * Exhaustively tested over every float (tests/runtime/tanh.c, a sample in make test): at most
- * 1.35 ulp from tanh in double (glibc's tanhf: 1 ulp); odd, tanh(-0) = -0, tanh(+-inf) = +-1,
- * NaN stays NaN. The selects are bit operations because a float conditional would be
- * if-converted into a branch that stops the vectorizer. */
+ * tanh(x)/x (relative error 4.4e-9 before rounding), by Horner in fmaf, x added by the last fma;
+ * otherwise, with e = e^(2|x|) by mrt_exp_reduced and |x| clamped at 10 (tanh(10) rounds to 1),
+ * (e - 1) / (e + 1) below 0.9 (e - 1 exact there) and 1 - 2 / (e + 1) from 0.9 on (one division
+ * either way), the sign of x put back. Tested over every float (tests/runtime/test_tanh.c, a
+ * sample in make test): at most 1.227 ulp from tanh in double, at x = 0.6328 (1.343 before the
+ * fmaf steps; glibc's tanhf: 1 ulp); odd,
+ * tanh(-0) = -0, tanh(+-inf) = +-1, NaN stays NaN. The selects are bit operations because a float
+ * conditional would be if-converted into a branch that stops the vectorizer. */
 MRT_HD_INLINE float mrt_tanhf(float x) {
     float a = fabsf(x), t = x * x;
-    float small = x + x * t * (-0.33333281938910875f + t * (0.13331442134305557f + t * (-0.05373971063626483f +
-                  t * (0.020639074438955796f + t * -0.005704973917797426f))));
+    float q = MRT_FMAF(MRT_FMAF(MRT_FMAF(MRT_FMAF(-0.005704973917797426f, t, 0.020639074438955796f), t,
+                                        -0.05373971063626483f), t, 0.13331442134305557f), t, -0.33333281938910875f);
+    float small = MRT_FMAF(x * t, q, x);
     uint32_t ab = mrt_f32_bits(a) < 0x41200000u ? mrt_f32_bits(a) : 0x41200000u; /* min(|x|, 10); NaN: below */
     float e = mrt_exp_reduced(2.0f * mrt_f32_from_bits(ab));
-    float big = 1.0f - 2.0f / (e + 1.0f);
+    uint32_t mid = 0u - (uint32_t)(a < 0.9f);
+    float qt = mrt_f32_from_bits((mrt_f32_bits(e - 1.0f) & mid) | (mrt_f32_bits(2.0f) & ~mid)) / (e + 1.0f);
+    float big = mrt_f32_from_bits((mrt_f32_bits(qt) & mid) | (mrt_f32_bits(1.0f - qt) & ~mid));
     uint32_t m = 0u - (uint32_t)(a < 0.625f), nan = 0u - (uint32_t)(x != x);
     uint32_t v = (((mrt_f32_bits(small) & m) | (mrt_f32_bits(big) & ~m)) & 0x7fffffffu) | (mrt_f32_bits(x) & 0x80000000u);
     return mrt_f32_from_bits((mrt_f32_bits(x) & nan) | (v & ~nan));
@@ -232,24 +255,29 @@ MRT_HD_INLINE float mrt_tanhf(float x) {
 /* erf(x) in float, branch-free (libm's erff is a call of 20-30 ns; exact gelu, BERT's and ViT's
  * and ConvNeXt's, spent a third of ConvNeXt-Tiny's time in it); the CPU and the CUDA kernels both
  * use it. |x| < 0.875: x + x P(x^2), P of degree 6 fitted to erf(x)/x - 1 (relative error 2.2e-10
- * before rounding; x added last, exactly, keeps the rounding near half an ulp); otherwise
- * 1 - e^(-x^2) R(1/|x|), R of degree 11 in 1/|x| - 0.6964 fitted to erfc(x) e^(x^2) on [0.875, 4]
- * (relative error 1.6e-9), |x| clamped at 4 (erf rounds to 1 from 3.92), e^(-x^2) by
- * mrt_exp_reduced, the sign of x put back. The coefficients: least squares on Chebyshev nodes in
- * float64 (NumPy). Tested over every float (tests/runtime/test_tanh.c, a sample in make test): at
- * most 1.157 ulp from erf in double, at x = 0.876 (glibc's erff: 1 ulp); odd, erf(-0) = -0, erf(+-inf) = +-1,
- * NaN stays NaN. */
+ * before rounding), by Horner in fmaf, x added exactly by the last fma (the rounding stays near
+ * half an ulp); otherwise erf(|x|) = 1 - e^(Q(t)), t = |x| clamped to [0.875, 4] (erf rounds to 1
+ * from 3.92; NaN: 4), Q of degree 6 fitted to log(erfc(t)) weighted by erfc(t) (the error it makes
+ * in erf: at most 0.03 ulp of erf before rounding), by Horner in fmaf, e^Q by mrt_exp_reduced (one
+ * exp, no division), the sign of x put back. Q's fit: weighted least squares toward minimax
+ * (Lawson's iteration) on 3000 Chebyshev nodes, log(erfc) from mpmath, coefficients rounded to
+ * float one at a time with the rest re-fitted (tools/fit_mrt_poly.py); P's: least squares on
+ * Chebyshev nodes in float64 (NumPy). Tested over every float (tests/runtime/test_tanh.c, a sample
+ * in make test): at most 1.111 ulp from erf in double, at x = 0.8755 (1.157 before the fmaf steps
+ * and the one-exp form; glibc's erff: 1 ulp); odd, erf(-0) = -0,
+ * erf(+-inf) = +-1, NaN stays NaN. */
 MRT_HD_INLINE float mrt_erff(float x) {
     float a = fabsf(x), s = x * x;
-    float small = x + x * (0.128379167f + s * (-0.376126367f + s * (0.11283741f + s * (-0.0268619684f +
-                  s * (0.00520762059f + s * (-0.000822050584f + s * 8.71399924e-05f))))));
+    float p = MRT_FMAF(MRT_FMAF(MRT_FMAF(MRT_FMAF(MRT_FMAF(MRT_FMAF(8.71399924e-05f, s, -0.000822050584f), s,
+                                                          0.00520762059f), s, -0.0268619684f), s, 0.11283741f), s,
+                                -0.376126367f), s, 0.128379167f);
+    float small = MRT_FMAF(x, p, x);
     uint32_t ab = mrt_f32_bits(a) < 0x40800000u ? mrt_f32_bits(a) : 0x40800000u; /* min(|x|, 4); NaN: 4 */
     ab = ab > 0x3f600000u ? ab : 0x3f600000u;                                   /* max(., 0.875) */
-    float ac = mrt_f32_from_bits(ab), v = 1.0f / ac - 0.696428571f;
-    float R = 0.332395886f + v * (0.358354208f + v * (-0.162457074f + v * (0.0483285205f + v * (0.0095350153f +
-              v * (-0.0311184353f + v * (0.0312991104f + v * (-0.0211532982f + v * (0.0102269816f +
-              v * (0.000489164794f + v * (-0.0176541138f + v * 0.0199530032f))))))))));
-    float big = 1.0f - mrt_exp_reduced(-(ac * ac)) * R;
+    float t = mrt_f32_from_bits(ab);
+    float q = MRT_FMAF(MRT_FMAF(MRT_FMAF(MRT_FMAF(MRT_FMAF(MRT_FMAF(0.00019991556f, t, -0.0030820982f), t, 0.022381324f), t,
+                                                 -0.10425063f), t, -0.6368203f), t, -1.1278895f), t, -0.00014419337f);
+    float big = 1.0f - mrt_exp_reduced(q);
     uint32_t m = 0u - (uint32_t)(a < 0.875f), nan = 0u - (uint32_t)(x != x);
     uint32_t w = (mrt_f32_bits(small) & m) | (((mrt_f32_bits(big) & 0x7fffffffu) | (mrt_f32_bits(x) & 0x80000000u)) & ~m);
     return mrt_f32_from_bits((mrt_f32_bits(x) & nan) | (w & ~nan));
