@@ -340,9 +340,24 @@ mrt_status mrt_cpu_attention_f32(const mrt_attention_desc *d, float *out, const 
                                  const float *v, const float *mask);
 /** 1 when the CPU kernels take their AVX-512 paths (rt_rows.c's rows, and the x86-64-v4 copies of
  *  generated elementwise kernels): the CPU has AVX-512 F, BW, CD, DQ and VL, and the environment
- *  variable MODELRT_SIMD is not "portable" (which the tests set to check the portable paths, and
- *  a user can set to rule out an ISA difference). Read once per process. */
+ *  variable MODELRT_SIMD is neither "portable" (which the tests set to check the portable paths, and
+ *  a user can set to rule out an ISA difference) nor "avx2" (which makes an AVX-512 CPU take the
+ *  x86-64-v3 paths below, as the tests do). Read once per process. */
 int mrt_cpu_simd_avx512(void);
+/** 1 when the CPU has x86-64-v3 (AVX2, FMA, BMI1/2, F16C, LZCNT, MOVBE) and MODELRT_SIMD is not
+ *  "portable": where the x86-64-v3 copies of generated elementwise kernels (kprint.c's twins of
+ *  the loops calling mrt_erff and mrt_tanhf, whose fmaf steps are one instruction there) and of
+ *  the runtime's gelu loops (mrt_cpu_gelu_f32) run when mrt_cpu_simd_avx512() is 0. Read once per
+ *  process. */
+int mrt_cpu_simd_avx2(void);
+
+/** x[i] = gelu(x[i] + bias[i]) for i in [0, n), in place, on the CPU: tanh_form 0 the exact gelu
+ *  (mrt_gelu: mrt_erff), 1 the tanh form (mrt_gelu_tanh); bias NULL: none (x kept as is, -0.0
+ *  included). float32, one thread (callers split the rows). The loops that the runtime's own
+ *  kernels run (rt_dwconv.c's epilogue, mrt_gemm_bias_act_f32's CPU epilogue): an x86-64-v4 copy
+ *  where mrt_cpu_simd_avx512() says so, an x86-64-v3 one where mrt_cpu_simd_avx2() does, else
+ *  the baseline loop; all give the same bits (fmaf is correctly rounded in each). rt_rows.c. */
+void mrt_cpu_gelu_f32(float *x, const float *bias, int64_t n, int tanh_form);
 
 /** Depthwise conv2d on the CPU, NCHW, with its epilogue fused:
  *  y[n, o, oh, ow] = act(sum over kh, kw of w[o, 0, kh, kw] * x[n, o / (O / C), ih, iw] + bias[o]),

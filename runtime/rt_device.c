@@ -886,12 +886,8 @@ mrt_status mrt_gemm_bias_act_f32(mrt_device d, void *stream, int trans_b, int64_
     MRT_PRAGMA(omp parallel for schedule(static) if(M * N >= MRT_PAR_MIN))
     for (int64_t r = 0; r < M; r++) { /* one vectorized loop per (bias, act), as mrt_bias_act computes */
         float *row = C + r * ldc;
-        if (act == 2 && bias) {
-            MRT_PRAGMA(omp simd)
-            for (int64_t c = 0; c < N; c++) row[c] = mrt_gelu_tanh(row[c] + bias[c]);
-        } else if (act == 2) {
-            MRT_PRAGMA(omp simd)
-            for (int64_t c = 0; c < N; c++) row[c] = mrt_gelu_tanh(row[c]);
+        if (act == 2) {
+            mrt_cpu_gelu_f32(row, bias, N, 1); /* the v3 / v4 copy where the CPU has it */
         } else if (act == 1 && bias) {
             MRT_PRAGMA(omp simd)
             for (int64_t c = 0; c < N; c++) row[c] = mrt_relu(row[c] + bias[c]);
