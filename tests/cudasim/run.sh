@@ -487,6 +487,67 @@ model_check transfer_race tests/cudasim/transfer_race.model "$work/split/none.sa
     CUDASIM_DEVICES=2 -- --device cuda --device-map cpu:1=cuda:1
 model_check transfer_race_one_gpu tests/cudasim/transfer_race.model "$work/split/none.safetensors" "x=$work/split/race_x.npy" \
     "z y" CUDASIM_DEVICES=1 -- --device cuda --device-map cpu:1=cuda:0
+# mrt_erff, mrt_tanhf and the gelus on every 16411th float bit pattern (positive and negative),
+# plus +-0, +-inf, NaN and the neighbourhoods of their formulas' seams: the simulated GPU's
+# kernels against the CPU's default run, bit for bit, and the CPU with MODELRT_SIMD=portable and
+# =avx2 (the baseline and x86-64-v3 copies of the generated loops) against it too.
+d="$work/transcendental"
+mkdir -p "$d"
+rows="$("$PY" - "$d" <<'PYEOF'
+import sys
+import numpy as np
+u = np.arange(0, 2**32, 16411, dtype=np.uint64).astype(np.uint32)
+seams = np.concatenate([np.arange(np.float32(a).view(np.uint32) - 1500, np.float32(a).view(np.uint32) + 1500,
+                                  dtype=np.uint32) for a in (0.625, 0.875, 0.9, 4.0, 10.0)])
+special = np.array([0.0, -0.0, np.inf, -np.inf, np.nan], np.float32).view(np.uint32)
+x = np.concatenate([u, seams, seams | np.uint32(0x80000000), special]).view(np.float32)
+x = np.concatenate([x, np.zeros((-len(x)) % 4096, np.float32)]).reshape(-1, 4096)
+np.save(sys.argv[1] + "/x.npy", x)
+print(x.shape[0])
+PYEOF
+)"
+if ! "$sim/bin/modelc" tests/cudasim/transcendental.model -o "$d/prog" --max-batch "$rows" >"$d/log" 2>&1; then
+    fail_log transcendental_bits "modelc failed" "$d/log"
+else
+    tb_ok=1
+    for run in cpu portable avx2 gpu; do
+        case $run in
+        cpu) envs=(CUDASIM_DEVICES=1) args=(--device cpu) ;;
+        portable) envs=(CUDASIM_DEVICES=1 MODELRT_SIMD=portable) args=(--device cpu) ;;
+        avx2) envs=(CUDASIM_DEVICES=1 MODELRT_SIMD=avx2) args=(--device cpu) ;;
+        gpu) envs=(CUDASIM_DEVICES=1) args=(--device cuda) ;;
+        esac
+        io=(--input "x=$d/x.npy")
+        for o in g gt e t; do io+=(--output "$o=$d/${run}_$o.npy"); done
+        if ! env "${envs[@]}" "$d/prog" --weights "$work/split/none.safetensors" "${io[@]}" "${args[@]}" >"$d/log" 2>&1; then
+            fail_log transcendental_bits "the run with ${envs[*]} ${args[*]} failed" "$d/log"
+            tb_ok=0
+        fi
+    done
+    if [ $tb_ok = 1 ]; then
+        "$PY" - "$d" <<'PYEOF' || failed=1
+import sys
+import numpy as np
+d = sys.argv[1]
+n = np.load(d + "/x.npy").size
+bad = []
+for o in ("g", "gt", "e", "t"):
+    c = np.load("%s/cpu_%s.npy" % (d, o)).view(np.uint32)
+    for run in ("portable", "avx2", "gpu"):
+        r = np.load("%s/%s_%s.npy" % (d, run, o)).view(np.uint32)
+        k = int(np.count_nonzero(r != c))
+        if k:
+            i = int(np.flatnonzero(r.ravel() != c.ravel())[0])
+            bad.append("%s: %s differs from the CPU's default run on %d of %d (first at flat index %d: %08x vs %08x)"
+                       % (o, run, k, n, i, r.ravel()[i], c.ravel()[i]))
+if bad:
+    print("FAIL: cudasim/transcendental_bits: " + "; ".join(bad))
+    sys.exit(1)
+print("PASS: cudasim/transcendental_bits (gelu, gelu tanh, erf, tanh on %d floats: GPU, portable and AVX2 runs "
+      "bit-identical to the CPU default)" % n)
+PYEOF
+    fi
+fi
 # The split models as CUDA graphs (--repeat 3 --time, after the eager and the capturing
 # warm-ups): captured on slot 0's stream, which forks into the other slots' streams and joins them
 # back, the copies between GPUs in the graph, so that each run is one graph launch with no kernel

@@ -63,8 +63,9 @@ Spec (NAME.json, every key optional):
                                   OTHER is built without this case's "precision")
   "simd_paths": true               run the A inputs once more with MODELRT_SIMD=portable (the
                                   portable paths of rt_rows.c and of the generated kernels'
-                                  x86-64-v4 copies): checked against the reference, and bit for
-                                  bit against the default run (on an AVX-512 CPU, the other path)
+                                  x86-64-v4 / v3 copies), and on an AVX-512 CPU with x86-64-v3
+                                  once more with MODELRT_SIMD=avx2 (the v3 copies): checked against
+                                  the reference, and bit for bit against the default run
   "precision": "bf16"             compile with --precision bf16; the PASS line says which ran: bf16,
                                   or the f32 fallback of a CPU without avx512_bf16 (the executable
                                   says so at load); the case's tolerance holds for either
@@ -278,16 +279,27 @@ def compare(name, got, ref, atol, rtol, bits, what):
 
 # ---------------------------------------------------------------------------------- running
 
-def default_simd_path():
-    """The path the CPU kernels take by default here: 'AVX-512' where the CPU has AVX-512 F, BW,
-    CD, DQ and VL (mrt_cpu_simd_avx512's test), else 'portable'."""
+def cpu_flags():
     try:
         with open("/proc/cpuinfo") as f:
-            flags = next((l.split(":", 1)[1].split() for l in f if l.startswith("flags")), [])
+            return next((l.split(":", 1)[1].split() for l in f if l.startswith("flags")), [])
     except OSError:
-        flags = []
+        return []
+
+
+def default_simd_path():
+    """The path the CPU kernels take by default here: 'AVX-512' where the CPU has AVX-512 F, BW,
+    CD, DQ and VL (mrt_cpu_simd_avx512's test), else 'AVX2' where it has x86-64-v3
+    (mrt_cpu_simd_avx2's), else 'portable'."""
+    flags = cpu_flags()
     need = ("avx512f", "avx512bw", "avx512cd", "avx512dq", "avx512vl")
-    return "AVX-512" if all(x in flags for x in need) else "portable"
+    return "AVX-512" if all(x in flags for x in need) else "AVX2" if has_v3() else "portable"
+
+
+def has_v3():
+    """Whether the CPU has x86-64-v3 (AVX2, FMA, BMI1/2, F16C, LZCNT (abm), MOVBE)."""
+    flags = cpu_flags()
+    return all(x in flags for x in ("avx2", "fma", "bmi1", "bmi2", "f16c", "abm", "movbe"))
 
 
 def timeout_s():
@@ -423,16 +435,21 @@ class Runner:
                                device=self.opts.device, timeout=timeout_s(), env=env)
 
     def simd_paths(self, d, prog, files, ref, a1, bw):
-        """The A inputs with MODELRT_SIMD=portable: vs the reference, and bit for bit vs A1."""
-        env = dict(os.environ, MODELRT_SIMD="portable")
-        o, p = self.execute(d, prog, "P", *files, env=env)
-        if o is None:
-            raise CaseFail("run with MODELRT_SIMD=portable%s failed (exit %d): %s"
-                           % (bw, p.returncode, last_lines(p.stderr + p.stdout)))
-        self.check_outputs(o, ref, "%s, MODELRT_SIMD=portable" % bw, use_bits=True)
-        same_bits(a1, o, self.model.outputs, "A1 (%s path)" % default_simd_path(), "MODELRT_SIMD=portable", bw)
+        """The A inputs with MODELRT_SIMD=portable, and with MODELRT_SIMD=avx2 (the x86-64-v3
+        copies) where the default is AVX-512 and the CPU has v3: vs the reference, and bit for
+        bit vs A1."""
+        modes = ["portable"] + (["avx2"] if default_simd_path() == "AVX-512" and has_v3() else [])
+        for mode in modes:
+            env = dict(os.environ, MODELRT_SIMD=mode)
+            o, p = self.execute(d, prog, "P" + mode, *files, env=env)
+            if o is None:
+                raise CaseFail("run with MODELRT_SIMD=%s%s failed (exit %d): %s"
+                               % (mode, bw, p.returncode, last_lines(p.stderr + p.stdout)))
+            self.check_outputs(o, ref, "%s, MODELRT_SIMD=%s" % (bw, mode), use_bits=True)
+            same_bits(a1, o, self.model.outputs, "A1 (%s path)" % default_simd_path(), "MODELRT_SIMD=" + mode, bw)
         if "portable path" not in " ".join(self.notes):
-            self.notes.append("portable path bit-identical to the %s one" % default_simd_path())
+            self.notes.append("%s bit-identical to the %s one" % (" and ".join(
+                {"portable": "portable path", "avx2": "AVX2 (x86-64-v3) path"}[m] for m in modes), default_simd_path()))
 
     def scaled_atol(self, atol, ref):
         """atol plus "tol_of_max" times max |ref| over ref's finite values."""
