@@ -65,9 +65,10 @@ int mrt_cpu_simd_avx2(void) {
         __builtin_cpu_init();
 #if __GNUC__ >= 12 && !defined(__clang__)
         u = __builtin_cpu_supports("x86-64-v3");
-#else
+#else /* older GCC and clang know no "x86-64-v3" here (nor clang "movbe"); every CPU with these
+       * also has the rest of v3 (F16C, LZCNT, MOVBE: Haswell, Excavator and later) */
         u = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("bmi") &&
-            __builtin_cpu_supports("bmi2") && __builtin_cpu_supports("movbe");
+            __builtin_cpu_supports("bmi2");
 #endif
         u = u && !(e && !strcmp(e, "portable"));
 #else
