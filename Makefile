@@ -166,10 +166,12 @@ clean:
 #   (bench/scaling.py: 1 vs 2 CPU devices and MPI ranks, micro-batches; bench/results/scaling-cpu[-quick].json). make bench-venv:
 #   only the install.
 #   make bench-gemm: bench/gemm/run.sh (GEMM GFLOP/s of several BLAS libraries, issue 12).
+#   make bench-own-sgemm: bench/gemm/own_sgemm.sh (an own AVX-512 GEMM against rt_matmul.c's oneDNN
+#   primitive on MiniLM's and GPT-2's weight GEMMs; bench/gemm/RESULTS.md). OWN_SGEMM_ARGS.
 #   make bench-conv: bench/conv/run.sh (ResNet-18's convolutions three ways, bench/conv/RESULTS.md).
 # make gpu-check: every GPU check in one script (build with nvcc, runtime and numeric tests on
 #   cuda vs cpu, examples, field cases B09/B12, bench); exits 2 at once without a GPU.
-.PHONY: bench bench-venv bench-gemm bench-conv gpu-check fuzz fuzz-build fuzz-graphs onnx-conformance
+.PHONY: bench bench-venv bench-gemm bench-own-sgemm bench-conv gpu-check fuzz fuzz-build fuzz-graphs onnx-conformance
 # make onnx-conformance: every ONNX backend node test (onnx.backend.test.case.node) imported by
 #   tools/onnx2model.py, compiled, run on the CPU and compared (tools/onnx_conformance.py); one
 #   table per op type and "N of M ONNX node tests pass, K unsupported, F failed". Compiled cases
@@ -187,6 +189,8 @@ bench: all
 	MODELC=$(abspath $(MODELC)) $(PYTHON) bench/scaling.py $(if $(filter quick,$(BENCH)),--quick)
 bench-gemm:
 	bash bench/gemm/run.sh $(GEMM_ARGS)
+bench-own-sgemm:
+	bash bench/gemm/own_sgemm.sh $(OWN_SGEMM_ARGS)
 bench-conv: setup
 	B=$(abspath $(B)) bash bench/conv/run.sh $(CONV_THREADS)
 
