@@ -165,6 +165,45 @@ static inline ROWS_AVX512 __m512 exp_nonpos16(__m512 d) {
     return _mm512_mask_blend_ps(nan, _mm512_scalef_ps(p, nf), d); /* NaN: d */
 }
 
+/* exp_nonpos16 on four vectors, each step for all four before the next: the same operations on
+ * each lane, written so that the four dependency chains are interleaved in the instruction
+ * stream (the out-of-order window then always has independent work). */
+static inline ROWS_AVX512 __attribute__((always_inline)) void exp_nonpos16x4(const __m512 *d, __m512 *e) {
+    const __m512 magic = _mm512_set1_ps(12582912.0f);
+    __m512 c[4], nf[4], r[4], z[4], p[4];
+    __mmask16 nan[4];
+#pragma GCC unroll 4
+    for (int i = 0; i < 4; i++) c[i] = _mm512_max_ps(d[i], _mm512_set1_ps(-104.0f));
+#pragma GCC unroll 4
+    for (int i = 0; i < 4; i++) nan[i] = _mm512_cmp_ps_mask(d[i], d[i], _CMP_UNORD_Q);
+#pragma GCC unroll 4
+    for (int i = 0; i < 4; i++) nf[i] = _mm512_fmadd_ps(c[i], _mm512_set1_ps(1.44269504088896341f), magic);
+#pragma GCC unroll 4
+    for (int i = 0; i < 4; i++) nf[i] = _mm512_sub_ps(nf[i], magic);
+#pragma GCC unroll 4
+    for (int i = 0; i < 4; i++) r[i] = _mm512_fnmadd_ps(nf[i], _mm512_set1_ps(0.693359375f), c[i]);
+#pragma GCC unroll 4
+    for (int i = 0; i < 4; i++) r[i] = _mm512_fnmadd_ps(nf[i], _mm512_set1_ps(-2.12194440e-4f), r[i]);
+#pragma GCC unroll 4
+    for (int i = 0; i < 4; i++) z[i] = _mm512_mul_ps(r[i], r[i]);
+#pragma GCC unroll 4
+    for (int i = 0; i < 4; i++) p[i] = _mm512_fmadd_ps(_mm512_set1_ps(1.9875691500e-4f), r[i], _mm512_set1_ps(1.3981999507e-3f));
+#pragma GCC unroll 4
+    for (int i = 0; i < 4; i++) p[i] = _mm512_fmadd_ps(p[i], r[i], _mm512_set1_ps(8.3334519073e-3f));
+#pragma GCC unroll 4
+    for (int i = 0; i < 4; i++) p[i] = _mm512_fmadd_ps(p[i], r[i], _mm512_set1_ps(4.1665795894e-2f));
+#pragma GCC unroll 4
+    for (int i = 0; i < 4; i++) p[i] = _mm512_fmadd_ps(p[i], r[i], _mm512_set1_ps(1.6666665459e-1f));
+#pragma GCC unroll 4
+    for (int i = 0; i < 4; i++) p[i] = _mm512_fmadd_ps(p[i], r[i], _mm512_set1_ps(5.0000001201e-1f));
+#pragma GCC unroll 4
+    for (int i = 0; i < 4; i++) p[i] = _mm512_fmadd_ps(p[i], z[i], r[i]);
+#pragma GCC unroll 4
+    for (int i = 0; i < 4; i++) p[i] = _mm512_add_ps(p[i], _mm512_set1_ps(1.0f));
+#pragma GCC unroll 4
+    for (int i = 0; i < 4; i++) e[i] = _mm512_mask_blend_ps(nan[i], _mm512_scalef_ps(p[i], nf[i]), d[i]);
+}
+
 /* 16 floats (masked-off lanes 0) added into the double partial sums lanes 0-7 (a) and 8-15 (b). */
 static inline ROWS_AVX512 void add16(__m512d *a, __m512d *b, __m512 v) {
     *a = _mm512_add_pd(*a, _mm512_cvtps_pd(_mm512_castps512_ps256(v)));
@@ -537,15 +576,22 @@ static ROWS_AVX512 void softmax_exp4_avx512(float *s, int64_t ld, const int64_t 
     __m512d sa[4], sb[4];
     #pragma GCC unroll 4
     for (int r = 0; r < 4; r++) sa[r] = sb[r] = _mm512_setzero_pd();
-    for (int64_t j = 0; j < lmax; j += 16)
-        #pragma GCC unroll 4
+    for (int64_t j = 0; j < lmax; j += 16) {
+        __mmask16 k[4];
+        __m512 dv[4], e[4];
+#pragma GCC unroll 4
         for (int r = 0; r < 4; r++) {
-            const __mmask16 k = zero[r] ? (__mmask16)0 : attn_mask(lim[r] - j);
-            float *x = s + r * ld + j;
-            const __m512 e = _mm512_maskz_mov_ps(k, exp_nonpos16(_mm512_sub_ps(_mm512_maskz_loadu_ps(k, x), m16[r])));
-            add16(&sa[r], &sb[r], e);
-            _mm512_mask_storeu_ps(x, attn_mask(n - j), e); /* zeros past lim */
+            k[r] = zero[r] ? (__mmask16)0 : attn_mask(lim[r] - j);
+            dv[r] = _mm512_sub_ps(_mm512_maskz_loadu_ps(k[r], s + r * ld + j), m16[r]);
         }
+        exp_nonpos16x4(dv, e);
+#pragma GCC unroll 4
+        for (int r = 0; r < 4; r++) {
+            e[r] = _mm512_maskz_mov_ps(k[r], e[r]);
+            add16(&sa[r], &sb[r], e[r]);
+            _mm512_mask_storeu_ps(s + r * ld + j, attn_mask(n - j), e[r]); /* zeros past lim */
+        }
+    }
     #pragma GCC unroll 4
     for (int r = 0; r < 4; r++) {
         for (int64_t j = (lmax + 15) & ~(int64_t)15; j < n; j += 16)
