@@ -548,8 +548,9 @@ static ROWS_AVX512 void attn_pv_avx512(float *ob, int64_t old, const float *pb, 
  * operations as softmax_exp_avx512 (steps past a row's lim add +0.0 to its sums and -inf to its
  * maximum, which change neither), so the same bits. rinv[r]: 1 / the row's sum, 0 for a fully
  * masked row with zero_masked_rows. */
-static ROWS_AVX512 void softmax_exp4_avx512(float *s, int64_t ld, const int64_t *lim, int64_t n, int zero_masked_rows,
-                                            float *rinv) {
+static ROWS_AVX512 int64_t softmax_exp4_avx512(float *s, int64_t ld, const int64_t *lim, int64_t n, int zero_masked_rows,
+                                               float *rinv) {
+    int64_t last = 0;
     __m512 mv[4];
     __mmask16 nan[4] = {0, 0, 0, 0};
     int64_t lmax = 0;
@@ -584,6 +585,17 @@ static ROWS_AVX512 void softmax_exp4_avx512(float *s, int64_t ld, const int64_t 
             k[r] = zero[r] ? (__mmask16)0 : attn_mask(lim[r] - j);
             dv[r] = _mm512_sub_ps(_mm512_maskz_loadu_ps(k[r], s + r * ld + j), m16[r]);
         }
+        /* every lane of the four below -104 (a padding mask's keys): every e is +0, and adding
+         * +0 to the sums, which are never -0, changes no bit */
+        __mmask16 live = 0;
+#pragma GCC unroll 4
+        for (int r = 0; r < 4; r++) live |= _mm512_mask_cmp_ps_mask(k[r], dv[r], _mm512_set1_ps(-104.0f), _CMP_NLT_UQ);
+        if (!live) {
+#pragma GCC unroll 4
+            for (int r = 0; r < 4; r++) _mm512_mask_storeu_ps(s + r * ld + j, attn_mask(n - j), _mm512_setzero_ps());
+            continue;
+        }
+        last = j + 16;
         exp_nonpos16x4(dv, e);
 #pragma GCC unroll 4
         for (int r = 0; r < 4; r++) {
@@ -598,8 +610,32 @@ static ROWS_AVX512 void softmax_exp4_avx512(float *s, int64_t ld, const int64_t 
             _mm512_mask_storeu_ps(s + r * ld + j, attn_mask(n - j), _mm512_setzero_ps());
         rinv[r] = zero[r] ? 0.0f : (float)(1.0 / combine16(sa[r], sb[r]));
     }
+    return last;
 }
 #endif
+
+#ifdef ROWS_X86
+/* 1 when x[0, n) holds no NaN or infinity (x * 0 is 0 for the others). */
+static ROWS_AVX512 int attn_row_finite_avx512(const float *x, int64_t n) {
+    __mmask16 bad = 0;
+    for (int64_t j = 0; j < n; j += 16) {
+        const __mmask16 k = rows_mask(n - j);
+        const __m512 z = _mm512_mul_ps(_mm512_maskz_loadu_ps(k, x + j), _mm512_setzero_ps());
+        bad |= _mm512_mask_cmp_ps_mask(k, z, _mm512_setzero_ps(), _CMP_NEQ_UQ);
+    }
+    return bad == 0;
+}
+#endif
+
+static int attn_row_finite(const float *x, int64_t n, int avx) {
+#ifdef ROWS_X86
+    if (avx) return attn_row_finite_avx512(x, n);
+#endif
+    for (int64_t j = 0; j < n; j++)
+        if (!isfinite(x[j])) return 0;
+    return 1;
+    (void)avx;
+}
 
 /* One block: rows [i0, i1) of batch item `o`, with its workspace ws (attn_ws_floats). k is
  * packed transposed (kt[e][j]); q and v are packed into contiguous rows unless they already are
@@ -665,16 +701,13 @@ static void attn_block(const mrt_attention_desc *d, int64_t o, int64_t i0, int64
     const float *mb = mask ? mask + mo + i0 * d->m[nb] : NULL;
     const int64_t mrs = d->m[nb], mfused = mask && d->m[nb + 1] == 1;
     /* out = (e v) / sum over every key, the masked ones with e = 0 (so a NaN or inf v gives NaN
-     * there, as the unfused GEMM of p and v does). Causal, with every v finite, a chunk of rows
-     * stops at the last key it sees: the terms after it would be 0 * v = +-0, and a sum that
-     * starts at +0.0 and adds products of p >= 0 is never -0.0, so adding +-0 leaves its bits. */
-    int vfinite = d->causal;
-    for (int64_t j = 0; vfinite && j < S; j++)
-        for (int64_t c = 0; c < Ev; c++)
-            if (!isfinite(vb[j * vld + c])) {
-                vfinite = 0;
-                break;
-            }
+     * there, as the unfused GEMM of p and v does). A chunk's p v stops at the last key whose e
+     * may be nonzero in one of its rows (causal: the last key it sees; a padding mask: its keys
+     * are 0 in every row) when every v row after it is finite: the terms after it would be
+     * 0 * v = +-0, and a sum that starts at +0.0 and adds products of p >= 0 is never -0.0, so
+     * adding +-0 leaves its bits. fin: the v rows [fin, S) are finite (checked as needed, each
+     * row once a block). */
+    int64_t fin = S;
     const int64_t C = d->causal ? ATTN_G : ATTN_C;
     for (int64_t g0 = 0; g0 < R; g0 += C) {
         const int64_t g1 = g0 + C < R ? g0 + C : R, G = g1 - g0;
@@ -687,7 +720,7 @@ static void attn_block(const mrt_attention_desc *d, int64_t o, int64_t i0, int64
         else
 #endif
             attn_scores_portable(sb, Sp, qb + g0 * qld, qld, E, kt, Sp, G, ng, d->scale, mg, mrs);
-        int64_t r4 = 0;
+        int64_t r4 = 0, need = 0; /* the keys whose e may be nonzero in a row of the chunk: [0, need) */
 #ifdef ROWS_X86
         for (; avx && !(mask && !mfused) && r4 + 4 <= G; r4 += 4) {
             int64_t lim4[4];
@@ -695,12 +728,14 @@ static void attn_block(const mrt_attention_desc *d, int64_t o, int64_t i0, int64
                 const int64_t i = i0 + g0 + r4 + r;
                 lim4[r] = d->causal ? (i + 1 < S ? i + 1 : S) : S;
             }
-            softmax_exp4_avx512(sb + r4 * Sp, Sp, lim4, S, d->zero_masked_rows, rinv + r4);
+            const int64_t l4 = softmax_exp4_avx512(sb + r4 * Sp, Sp, lim4, S, d->zero_masked_rows, rinv + r4);
+            need = l4 > need ? l4 : need;
         }
 #endif
         for (int64_t r = r4; r < G; r++) {
             float *s = sb + r * Sp;
             const int64_t i = i0 + g0 + r, lim = d->causal ? (i + 1 < S ? i + 1 : S) : S;
+            need = lim > need ? lim : need;
             if (mask && !mfused) {
                 const float *mr = mb + (g0 + r) * mrs;
                 for (int64_t j = 0; j < lim; j++) s[j] = s[j] + mr[j * d->m[nb + 1]];
@@ -713,7 +748,9 @@ static void attn_block(const mrt_attention_desc *d, int64_t o, int64_t i0, int64
 #endif
             rinv[r] = softmax_exp_portable(s, s, lim, S, d->zero_masked_rows);
         }
-        const int64_t nv = vfinite && i0 + g1 < S ? i0 + g1 : S;
+        if (need > S) need = S;
+        for (; fin > need && attn_row_finite(vb + (fin - 1) * vld, Ev, avx); fin--) {}
+        const int64_t nv = need > fin ? need : fin;
 #ifdef ROWS_X86
         if (avx)
             attn_pv_avx512(ob + g0 * old, old, sb, Sp, vb, vld, G, nv, Ev, rinv);
