@@ -268,9 +268,18 @@ static Kernel *new_kernel(KernelList *kl, KernelKind kind, Node *root) {
  *
  * The chain is taken where each intermediate has that one reader, is not an output, runs on the
  * root's device slot and is not computed at load time; never in a training build (the backward
- * reads the probabilities), and not with --no-fuse-attention. The scale is a mul by a scalar
- * constant (none: 1), the mask an add of an f32 tensor that broadcasts into the scores without
- * widening them. A permute that is the only reader of q, k or v, or the only reader of the
+ * reads the probabilities), and not with --no-fuse-attention. The scale is any number (up to
+ * ATTN_MAX_SCALES) of multiplies by a scalar f32 constant and divisions by one (not by 0 or a
+ * non-finite one), on the scores before the mask, or on q or k before the product (under or
+ * above a folded permute); none: 1. Their product (in double) is the kernel's scale, rounded to
+ * float once: one multiply of the scores is the unfused chain's scale step; scores / c becomes
+ * scores * (1 / c), and (q * c1) @ k or scores * c1 * c2 one multiply, which differ from the
+ * unfused float operations by rounding, a few ulps of a score (numeric attn_scale_forms compares
+ * them with NumPy within its tolerance), and where an intermediate product of the unfused chain
+ * would overflow or underflow. A constant on q or k must be finite and not 0 (q * 0 would give
+ * 0 where an overflowing q . k times 0 gives NaN). A constant divided by the scores, or a scale
+ * after the mask, is no such chain and stays unfused. The mask is an add of an f32 tensor that
+ * broadcasts into the scores without widening them. A permute that is the only reader of q, k or v, or the only reader of the
  * result, and keeps axis 0 in place, is folded into how the kernel reads or writes that tensor
  * (Node.attn_perm), so the heads' [B, T, H, D] <-> [B, H, T, D] copies go too; a transposed
  * operand of either matmul (trans_b, or not for k) is such a permutation as well.
@@ -299,12 +308,12 @@ static Node *attn_read(Node *x, const Node *root, signed char *perm) {
     return x->in[0];
 }
 
-/* x = a * c, c * a or a / c, c a scalar f32 constant (not 0 for a division), x computed only for
- * the chain ending at root and of a's shape: returns a, with *scale multiplied by c (or 1 / c,
- * in double); else NULL. The kernel multiplies q . k by the product rounded to float once: a
+/* x = a * c, c * a or a / c, c a scalar f32 constant (finite and not 0 for a division, or for
+ * q or k: operand), x computed only for the chain ending at root and of a's shape: returns a,
+ * with *scale multiplied by c (or 1 / c, in double); else NULL. The kernel multiplies q . k by the product rounded to float once: a
  * division, or several multiplies, can differ from the unfused chain's float operations by a
  * few ulps of the score (the essay above). */
-static Node *attn_scalar(Node *x, const Node *root, double *scale) {
+static Node *attn_scalar(Node *x, const Node *root, double *scale, bool operand) {
     if ((x->op != OP_MUL && x->op != OP_DIV) || !attn_inner(x, root)) return NULL;
     for (int j = 0; j < 2; j++) {
         Node *a = x->in[j], *c = x->in[1 - j];
@@ -312,8 +321,8 @@ static Node *attn_scalar(Node *x, const Node *root, double *scale) {
         if (c->op != OP_CONST || c->shape.rank != 0 || c->dtype != DT_F32 || !same_shape(&a->shape, &x->shape) ||
             a->dtype != DT_F32)
             continue;
+        if ((x->op == OP_DIV || operand) && (c->value == 0.0 || !isfinite(c->value))) return NULL;
         if (x->op == OP_DIV) {
-            if (c->value == 0.0 || !isfinite(c->value)) return NULL;
             *scale /= c->value;
         } else {
             *scale *= c->value;
@@ -352,7 +361,7 @@ static int fuse_attention(Graph *g) {
         }
         Node *muls[ATTN_MAX_SCALES];
         int nmul = 0;
-        for (Node *a; nmul < ATTN_MAX_SCALES && (a = attn_scalar(s, pv, &scale)); s = a) muls[nmul++] = s;
+        for (Node *a; nmul < ATTN_MAX_SCALES && (a = attn_scalar(s, pv, &scale, false)); s = a) muls[nmul++] = s;
         Node *qk = s;
         if (qk->op != OP_MATMUL || !attn_inner(qk, pv)) continue;
         int r = pv->shape.rank;
@@ -377,9 +386,9 @@ static int fuse_attention(Graph *g) {
         Node *qk_in[2];
         for (int j = 0; j < 2; j++) {
             Node *x = qk->in[j], *a;
-            for (int t = 0; nmul < ATTN_MAX_SCALES && (a = attn_scalar(x, pv, &scale)); x = a, t++) muls[nmul++] = x;
+            for (; nmul < ATTN_MAX_SCALES && (a = attn_scalar(x, pv, &scale, true)); x = a) muls[nmul++] = x;
             x = attn_read(x, pv, perm[j]);
-            for (int t = 0; nmul < ATTN_MAX_SCALES && (a = attn_scalar(x, pv, &scale)); x = a, t++) muls[nmul++] = x;
+            for (; nmul < ATTN_MAX_SCALES && (a = attn_scalar(x, pv, &scale, true)); x = a) muls[nmul++] = x;
             qk_in[j] = x;
         }
         Node *q = qk_in[0], *k = qk_in[1], *v = attn_read(pv->in[1], pv, perm[2]);

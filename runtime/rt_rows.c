@@ -16,10 +16,11 @@
  *
  * Every sum is 16 partial sums in double, combined in one fixed order (lane k += lane k + 8,
  * then + 4, + 2, + 1, as the AVX-512 path halves its registers), and every other step is the
- * same IEEE operation in both, with no FMA (-ffp-contract=off; the intrinsics use separate
- * multiplies and adds), so the two paths give the same bits, and results do not depend on the
- * thread count (a row is computed by one thread). Softmax's e^(x - max) is mrt_exp_nonpos
- * (Cephes' expf, in mrt_kernels.h; its 16-lane copy here is the same sequence).
+ * same IEEE operation in both: no contraction (-ffp-contract=off), a fused multiply-add only
+ * where written, fmaf in C and _mm512_fmadd_ps in the AVX-512 path (attention's products and
+ * mrt_exp_nonpos), so the two paths give the same bits, and results do not depend on the thread
+ * count (a row is computed by one thread). Softmax's e^(x - max) is mrt_exp_nonpos (Cephes'
+ * expf, in mrt_kernels.h; its 16-lane copy here is the same sequence).
  */
 #include <math.h>
 #include <pthread.h>
@@ -324,15 +325,17 @@ void mrt_cpu_layernorm_f32(float *y, const float *x, const float *w, const float
 
 /* ------------------------------------------------------------------ attention
  *
- * mrt_cpu_attention_f32 (modelrt.h): per (batch item, block of ATTN_RB query rows), the block's
- * q rows, k^T (keys contiguous) and v are packed into the thread's workspace; the scores
- * (q . k summed over E in order, times the scale; then + mask) fill an [rows, keys] tile that
- * stays in L1/L2; each row is softmaxed in place by softmax_row_* above; then out = p v summed
- * over the keys in order, written through the result's strides. Every output element is one
- * chain of IEEE multiplies and adds in a fixed order (no FMA), whatever the blocking, the thread
- * or the path (AVX-512 registers of R rows by NV vectors, or portable loops): the same bits. */
+ * mrt_cpu_attention_f32 (modelrt.h): per (batch item, block of ATTN_RB query rows), k^T (keys
+ * contiguous) is packed into the thread's workspace, and q and v rows where they are not
+ * contiguous; then per chunk of ATTN_C rows (causal: ATTN_G) the scores (q . k summed over E in
+ * order, times the scale; then + mask) fill an [rows, keys] tile that stays in L1; each row is
+ * softmaxed in place by the softmax rows' code above; then out = p v summed over the keys in
+ * order, written through the result's strides. Every output element is one chain of IEEE
+ * operations in a fixed order, the products as fused multiply-adds (fmaf, _mm512_fmadd_ps),
+ * whatever the blocking, the thread or the path (AVX-512 registers of R rows by NV vectors, or
+ * portable loops): the same bits. */
 
-enum { ATTN_RB = 128 }; /* query rows per block: the tile is ATTN_RB x S floats */
+enum { ATTN_RB = 128 }; /* query rows per block: the rows that share one packing of k^T and v */
 enum { ATTN_G = 8 };    /* causal: rows per chunk (they share the keys they compute) */
 enum { ATTN_C = 32 };   /* other rows per chunk: the chunk's ATTN_C x S scores stay in L1 */
 
