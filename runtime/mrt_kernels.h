@@ -201,7 +201,7 @@ MRT_HD_INLINE float mrt_exp_reduced(float y) {
  * -ffp-contract=off): rt_rows.c's AVX-512 softmax repeats this sequence lane by lane with FMA
  * instructions, so both give the same bits. Over every float in [-104, 0] (checked exhaustively
  * against exp in double) it is at most 1.0103 ulp from exp (at d = -5.87788; the same sequence
- * without FMA: 0.982; glibc's expf: 0.502), subnormal results at most 0.74 steps, and it differs
+ * without FMA: 0.982; glibc's expf: 0.502), subnormal results at most 0.7503 steps, and it differs
  * from expf on 0.81% of them; tests/runtime/test_rows.c checks a sample (<= 1.02 ulp). */
 MRT_HD_INLINE float mrt_exp_nonpos(float d) {
     const float c = d >= -104.0f ? d : -104.0f; /* NaN and -inf: -104 here, selected below */
