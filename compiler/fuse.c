@@ -31,6 +31,7 @@
 #include "modelc.h"
 #include "modelrt.h" /* MRT_CUDA_CONV_DIRECT_TAPS: the CUDA conv2d's paths */
 
+#include <math.h>
 #include <string.h>
 
 #define MAX_FUSED 64 /* nodes in one fused elementwise expression */
@@ -267,13 +268,24 @@ static Kernel *new_kernel(KernelList *kl, KernelKind kind, Node *root) {
  *
  * The chain is taken where each intermediate has that one reader, is not an output, runs on the
  * root's device slot and is not computed at load time; never in a training build (the backward
- * reads the probabilities), and not with --no-fuse-attention. The scale is a mul by a scalar
- * constant (none: 1), the mask an add of an f32 tensor that broadcasts into the scores without
- * widening them. A permute that is the only reader of q, k or v, or the only reader of the
+ * reads the probabilities), and not with --no-fuse-attention. The scale is any number (up to
+ * ATTN_MAX_SCALES) of multiplies by a scalar f32 constant and divisions by one (not by 0 or a
+ * non-finite one), on the scores before the mask, or on q or k before the product (under or
+ * above a folded permute); none: 1. Their product (in double) is the kernel's scale, rounded to
+ * float once: one multiply of the scores is the unfused chain's scale step; scores / c becomes
+ * scores * (1 / c), and (q * c1) @ k or scores * c1 * c2 one multiply, which differ from the
+ * unfused float operations by rounding, a few ulps of a score (numeric attn_scale_forms compares
+ * them with NumPy within its tolerance), and where an intermediate product of the unfused chain
+ * would overflow or underflow. A constant on q or k must be finite and not 0 (q * 0 would give
+ * 0 where an overflowing q . k times 0 gives NaN). A constant divided by the scores, or a scale
+ * after the mask, is no such chain and stays unfused. The mask is an add of an f32 tensor that
+ * broadcasts into the scores without widening them. A permute that is the only reader of q, k or v, or the only reader of the
  * result, and keeps axis 0 in place, is folded into how the kernel reads or writes that tensor
  * (Node.attn_perm), so the heads' [B, T, H, D] <-> [B, H, T, D] copies go too; a transposed
  * operand of either matmul (trans_b, or not for k) is such a permutation as well.
  */
+
+enum { ATTN_MAX_SCALES = 8 }; /* scalar multiplies and divisions folded into one chain's scale */
 
 /* x is computed only for the chain ending at root: fused away with it. */
 static bool attn_inner(const Node *x, const Node *root) {
@@ -296,6 +308,30 @@ static Node *attn_read(Node *x, const Node *root, signed char *perm) {
     return x->in[0];
 }
 
+/* x = a * c, c * a or a / c, c a scalar f32 constant (finite and not 0 for a division, or for
+ * q or k: operand), x computed only for the chain ending at root and of a's shape: returns a,
+ * with *scale multiplied by c (or 1 / c, in double); else NULL. The kernel multiplies q . k by the product rounded to float once: a
+ * division, or several multiplies, can differ from the unfused chain's float operations by a
+ * few ulps of the score (the essay above). */
+static Node *attn_scalar(Node *x, const Node *root, double *scale, bool operand) {
+    if ((x->op != OP_MUL && x->op != OP_DIV) || !attn_inner(x, root)) return NULL;
+    for (int j = 0; j < 2; j++) {
+        Node *a = x->in[j], *c = x->in[1 - j];
+        if (x->op == OP_DIV && j == 1) break; /* c / a is not a scale */
+        if (c->op != OP_CONST || c->shape.rank != 0 || c->dtype != DT_F32 || !same_shape(&a->shape, &x->shape) ||
+            a->dtype != DT_F32)
+            continue;
+        if ((x->op == OP_DIV || operand) && (c->value == 0.0 || !isfinite(c->value))) return NULL;
+        if (x->op == OP_DIV) {
+            *scale /= c->value;
+        } else {
+            *scale *= c->value;
+        }
+        return a;
+    }
+    return NULL;
+}
+
 static void attn_identity(signed char *perm, int rank, bool swap_last) {
     for (int i = 0; i < MAX_RANK; i++) perm[i] = (signed char)i;
     if (swap_last && rank >= 2) perm[rank - 2] = (signed char)(rank - 1), perm[rank - 1] = (signed char)(rank - 2);
@@ -314,19 +350,18 @@ static int fuse_attention(Graph *g) {
         if (pv->dead || pv->op != OP_MATMUL || pv->dtype != DT_F32 || pv->init) continue;
         Node *p = pv->in[0];
         if (p->op != OP_SOFTMAX || p->axis != p->shape.rank - 1 || !attn_inner(p, pv)) continue;
-        Node *s = p->in[0], *mask = NULL, *add = NULL, *mul = NULL;
+        Node *s = p->in[0], *mask = NULL, *add = NULL;
         double scale = 1.0;
         for (int j = 0; j < 2 && s->op == OP_ADD && attn_inner(s, pv) && !add; j++) {
             Node *a = s->in[j], *b = s->in[1 - j];
-            if ((a->op == OP_MUL || a->op == OP_MATMUL) && same_shape(&a->shape, &s->shape) && b->dtype == DT_F32 &&
+            if ((a->op == OP_MUL || a->op == OP_DIV || a->op == OP_MATMUL) && same_shape(&a->shape, &s->shape) &&
+                b->dtype == DT_F32 &&
                 b->op != OP_CONST && b->shape.rank <= s->shape.rank)
                 add = s, mask = b, s = a;
         }
-        for (int j = 0; j < 2 && s->op == OP_MUL && attn_inner(s, pv) && !mul; j++) {
-            Node *a = s->in[j], *c = s->in[1 - j];
-            if (a->op == OP_MATMUL && c->op == OP_CONST && c->shape.rank == 0 && same_shape(&a->shape, &s->shape))
-                mul = s, scale = c->value, s = a;
-        }
+        Node *muls[ATTN_MAX_SCALES];
+        int nmul = 0;
+        for (Node *a; nmul < ATTN_MAX_SCALES && (a = attn_scalar(s, pv, &scale, false)); s = a) muls[nmul++] = s;
         Node *qk = s;
         if (qk->op != OP_MATMUL || !attn_inner(qk, pv)) continue;
         int r = pv->shape.rank;
@@ -347,10 +382,18 @@ static int fuse_attention(Graph *g) {
         attn_identity(perm[0], qk->in[0]->shape.rank, false);
         attn_identity(perm[1], qk->in[1]->shape.rank, !qk->trans_b);
         attn_identity(perm[2], pv->in[1]->shape.rank, pv->trans_b);
-        Node *q = attn_read(qk->in[0], pv, perm[0]), *k = attn_read(qk->in[1], pv, perm[1]),
-             *v = attn_read(pv->in[1], pv, perm[2]);
+        /* q and k: a scalar scale under and above a folded permute goes into the kernel's */
+        Node *qk_in[2];
+        for (int j = 0; j < 2; j++) {
+            Node *x = qk->in[j], *a;
+            for (; nmul < ATTN_MAX_SCALES && (a = attn_scalar(x, pv, &scale, true)); x = a) muls[nmul++] = x;
+            x = attn_read(x, pv, perm[j]);
+            for (; nmul < ATTN_MAX_SCALES && (a = attn_scalar(x, pv, &scale, true)); x = a) muls[nmul++] = x;
+            qk_in[j] = x;
+        }
+        Node *q = qk_in[0], *k = qk_in[1], *v = attn_read(pv->in[1], pv, perm[2]);
         qk->dead = p->dead = true;
-        if (mul) mul->dead = true;
+        for (int j = 0; j < nmul; j++) muls[j]->dead = true;
         if (add) add->dead = true;
         Loc loc = pv->loc; /* the call the profile and messages name */
         root->op = OP_ATTENTION;

@@ -323,16 +323,19 @@ typedef struct mrt_attention_desc {
 } mrt_attention_desc;
 
 /** Attention on the CPU: out = softmax(d->scale * q k^T + mask) v as d describes (mask may be
- *  NULL), without the [L, S] scores in memory: each (batch item, block of up to 64 query rows)
- *  packs its q rows, k^T and v, computes the block's scores (q . k summed over E in order, times
- *  the scale, plus the mask: the unfused GEMM epilogue's operations), softmaxes each row as
- *  mrt_cpu_softmax_rows_f32 does (the same bits for the same scores) and sums p v over the keys
- *  in order. A causal row skips the keys after it (their v, NaN or not, is not read); other rows
- *  multiply every v by its probability (0 for a -inf score, so a NaN v still gives NaN, as in
- *  the unfused GEMM). No FMA: AVX-512 where mrt_cpu_simd_avx512 says so, else portable C, the
- *  same bits; the blocks are split over the OpenMP pool, each output row computed by one thread
- *  in one fixed order, so the thread count does not change a bit. Each pool thread keeps one
- *  workspace (packed q, k^T, v, the scores, the rows of out: about (64 + E + Ev) * S + 64 * (E +
+ *  NULL), without the [L, S] scores in memory: each (batch item, block of up to 128 query rows)
+ *  packs k^T (and q and v rows where they are not contiguous), then takes its rows by chunks of
+ *  32 (causal: 8): their scores (q . k summed over E in order as fused multiply-adds, times the
+ *  scale, plus the mask: the unfused GEMM epilogue's operations), each row softmaxed as
+ *  mrt_cpu_softmax_rows_f32 does (the same bits for the same scores), and p v summed over the
+ *  keys in order as fused multiply-adds. A causal row skips the keys after it (their v, NaN or
+ *  not, is not read); other rows multiply every v by its probability (0 for a -inf score, so a
+ *  NaN v still gives NaN, as in the unfused GEMM), except that keys with a 0 probability in every
+ *  row of a chunk are skipped where every v after them is finite (no bit changes). AVX-512 FMA
+ *  where mrt_cpu_simd_avx512 says so, else portable C with fmaf in the same places: the same
+ *  bits; the blocks are split over the OpenMP pool, each output row computed by one thread in one
+ *  fixed order, so the thread count does not change a bit. Each pool thread keeps one workspace
+ *  (k^T, the chunk's scores, packed q, v and rows of out: about (32 + E + Ev) * S + 128 * (E +
  *  Ev) floats), grown on first use and freed when the thread exits: a run at sizes seen before
  *  allocates nothing. Errors: MRT_ERR_OOM when that workspace cannot be had,
  *  MRT_ERR_INVALID_ARG for nb out of range or a negative size. rt_rows.c. */

@@ -16,10 +16,11 @@
  *
  * Every sum is 16 partial sums in double, combined in one fixed order (lane k += lane k + 8,
  * then + 4, + 2, + 1, as the AVX-512 path halves its registers), and every other step is the
- * same IEEE operation in both, with no FMA (-ffp-contract=off; the intrinsics use separate
- * multiplies and adds), so the two paths give the same bits, and results do not depend on the
- * thread count (a row is computed by one thread). Softmax's e^(x - max) is mrt_exp_nonpos
- * (Cephes' expf, in mrt_kernels.h; its 16-lane copy here is the same sequence).
+ * same IEEE operation in both: no contraction (-ffp-contract=off), a fused multiply-add only
+ * where written, fmaf in C and _mm512_fmadd_ps in the AVX-512 path (attention's products and
+ * mrt_exp_nonpos), so the two paths give the same bits, and results do not depend on the thread
+ * count (a row is computed by one thread). Softmax's e^(x - max) is mrt_exp_nonpos (Cephes'
+ * expf, in mrt_kernels.h; its 16-lane copy here is the same sequence).
  */
 #include <math.h>
 #include <pthread.h>
@@ -33,6 +34,18 @@
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <immintrin.h>
 #define ROWS_X86 1
+#endif
+
+/* The portable paths use fmaf where the AVX-512 ones use FMA instructions (the same bits). On
+ * x86-64 built for the baseline, fmaf is a call into libm; these functions get a second copy
+ * built for FMA, chosen at load time where the CPU has it (GCC's target_clones). */
+#if defined(ROWS_X86) && defined(__has_attribute)
+#if __has_attribute(target_clones) && defined(__ELF__) && !defined(__FMA__)
+#define ROWS_FMA_CLONES __attribute__((target_clones("fma", "default")))
+#endif
+#endif
+#ifndef ROWS_FMA_CLONES
+#define ROWS_FMA_CLONES
 #endif
 
 /* ------------------------------------------------------------------ which path */
@@ -136,7 +149,7 @@ static inline float rows_canon_max(float m, int nan) { return nan ? NAN : m == 0
 
 /* The row's e^(x - max) into y[0, lim) and zeros into y[lim, n); returns 1 / their sum, the
  * factor that normalizes them (0 for a fully masked row with zero_masked_rows, whose y is all 0). */
-static float softmax_exp_portable(float *yr, const float *xr, int64_t lim, int64_t n, int zero_masked_rows) {
+ROWS_FMA_CLONES static float softmax_exp_portable(float *yr, const float *xr, int64_t lim, int64_t n, int zero_masked_rows) {
     float m = -INFINITY;
     int nan = 0;
     for (int64_t j = 0; j < lim; j++) {
@@ -195,28 +208,66 @@ static inline ROWS_AVX512 __mmask16 rows_mask(int64_t left) {
     return left >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << left) - 1u);
 }
 
-/* mrt_exp_nonpos on 16 lanes: the same operations in the same order. */
+/* mrt_exp_nonpos on 16 lanes: the same operations in the same order (the FMAs as FMAs). Below
+ * -104 and at -inf, where mrt_exp_nonpos selects 0, this takes the value at the clamp, -104,
+ * which is +0 too (p * 2^-150 with p < 1 rounds to +0: the same bits); NaN gives max's -104,
+ * then d. */
 static inline ROWS_AVX512 __m512 exp_nonpos16(__m512 d) {
-    const __m512 lo = _mm512_set1_ps(-104.0f);
-    const __mmask16 in = _mm512_cmp_ps_mask(d, lo, _CMP_GE_OQ); /* false for NaN and below -104 */
+    const __m512 c = _mm512_max_ps(d, _mm512_set1_ps(-104.0f)); /* NaN: the second operand */
     const __mmask16 nan = _mm512_cmp_ps_mask(d, d, _CMP_UNORD_Q);
-    const __m512 c = _mm512_mask_blend_ps(in, lo, d);
     const __m512 magic = _mm512_set1_ps(12582912.0f);
-    const __m512 nf = _mm512_sub_ps(_mm512_add_ps(_mm512_mul_ps(c, _mm512_set1_ps(1.44269504088896341f)), magic), magic);
-    const __m512 r = _mm512_sub_ps(_mm512_sub_ps(c, _mm512_mul_ps(nf, _mm512_set1_ps(0.693359375f))),
-                                   _mm512_mul_ps(nf, _mm512_set1_ps(-2.12194440e-4f)));
+    const __m512 nf = _mm512_sub_ps(_mm512_fmadd_ps(c, _mm512_set1_ps(1.44269504088896341f), magic), magic);
+    const __m512 r = _mm512_fnmadd_ps(nf, _mm512_set1_ps(-2.12194440e-4f),
+                                      _mm512_fnmadd_ps(nf, _mm512_set1_ps(0.693359375f), c));
     const __m512 z = _mm512_mul_ps(r, r);
-    __m512 p = _mm512_add_ps(_mm512_mul_ps(_mm512_set1_ps(1.9875691500e-4f), r), _mm512_set1_ps(1.3981999507e-3f));
-    p = _mm512_add_ps(_mm512_mul_ps(p, r), _mm512_set1_ps(8.3334519073e-3f));
-    p = _mm512_add_ps(_mm512_mul_ps(p, r), _mm512_set1_ps(4.1665795894e-2f));
-    p = _mm512_add_ps(_mm512_mul_ps(p, r), _mm512_set1_ps(1.6666665459e-1f));
-    p = _mm512_add_ps(_mm512_mul_ps(p, r), _mm512_set1_ps(5.0000001201e-1f));
-    p = _mm512_add_ps(_mm512_add_ps(_mm512_mul_ps(p, z), r), _mm512_set1_ps(1.0f));
+    __m512 p = _mm512_fmadd_ps(_mm512_set1_ps(1.9875691500e-4f), r, _mm512_set1_ps(1.3981999507e-3f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073e-3f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894e-2f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
+    p = _mm512_add_ps(_mm512_fmadd_ps(p, z, r), _mm512_set1_ps(1.0f));
     /* p * 2^nf rounded once (to a subnormal too): the portable p * 2^(n+64) * 2^-64, whose first
      * product is exact, in one instruction */
-    __m512 e = _mm512_scalef_ps(p, nf);
-    e = _mm512_maskz_mov_ps(in, e);          /* below -104, -inf: 0 */
-    return _mm512_mask_blend_ps(nan, e, d); /* NaN: d */
+    return _mm512_mask_blend_ps(nan, _mm512_scalef_ps(p, nf), d); /* NaN: d */
+}
+
+/* exp_nonpos16 on four vectors, each step for all four before the next: the same operations on
+ * each lane, written so that the four dependency chains are interleaved in the instruction
+ * stream (the out-of-order window then always has independent work). */
+static inline ROWS_AVX512 __attribute__((always_inline)) void exp_nonpos16x4(const __m512 *d, __m512 *e) {
+    const __m512 magic = _mm512_set1_ps(12582912.0f);
+    __m512 c[4], nf[4], r[4], z[4], p[4];
+    __mmask16 nan[4];
+#pragma GCC unroll 4
+    for (int i = 0; i < 4; i++) c[i] = _mm512_max_ps(d[i], _mm512_set1_ps(-104.0f));
+#pragma GCC unroll 4
+    for (int i = 0; i < 4; i++) nan[i] = _mm512_cmp_ps_mask(d[i], d[i], _CMP_UNORD_Q);
+#pragma GCC unroll 4
+    for (int i = 0; i < 4; i++) nf[i] = _mm512_fmadd_ps(c[i], _mm512_set1_ps(1.44269504088896341f), magic);
+#pragma GCC unroll 4
+    for (int i = 0; i < 4; i++) nf[i] = _mm512_sub_ps(nf[i], magic);
+#pragma GCC unroll 4
+    for (int i = 0; i < 4; i++) r[i] = _mm512_fnmadd_ps(nf[i], _mm512_set1_ps(0.693359375f), c[i]);
+#pragma GCC unroll 4
+    for (int i = 0; i < 4; i++) r[i] = _mm512_fnmadd_ps(nf[i], _mm512_set1_ps(-2.12194440e-4f), r[i]);
+#pragma GCC unroll 4
+    for (int i = 0; i < 4; i++) z[i] = _mm512_mul_ps(r[i], r[i]);
+#pragma GCC unroll 4
+    for (int i = 0; i < 4; i++) p[i] = _mm512_fmadd_ps(_mm512_set1_ps(1.9875691500e-4f), r[i], _mm512_set1_ps(1.3981999507e-3f));
+#pragma GCC unroll 4
+    for (int i = 0; i < 4; i++) p[i] = _mm512_fmadd_ps(p[i], r[i], _mm512_set1_ps(8.3334519073e-3f));
+#pragma GCC unroll 4
+    for (int i = 0; i < 4; i++) p[i] = _mm512_fmadd_ps(p[i], r[i], _mm512_set1_ps(4.1665795894e-2f));
+#pragma GCC unroll 4
+    for (int i = 0; i < 4; i++) p[i] = _mm512_fmadd_ps(p[i], r[i], _mm512_set1_ps(1.6666665459e-1f));
+#pragma GCC unroll 4
+    for (int i = 0; i < 4; i++) p[i] = _mm512_fmadd_ps(p[i], r[i], _mm512_set1_ps(5.0000001201e-1f));
+#pragma GCC unroll 4
+    for (int i = 0; i < 4; i++) p[i] = _mm512_fmadd_ps(p[i], z[i], r[i]);
+#pragma GCC unroll 4
+    for (int i = 0; i < 4; i++) p[i] = _mm512_add_ps(p[i], _mm512_set1_ps(1.0f));
+#pragma GCC unroll 4
+    for (int i = 0; i < 4; i++) e[i] = _mm512_mask_blend_ps(nan[i], _mm512_scalef_ps(p[i], nf[i]), d[i]);
 }
 
 /* 16 floats (masked-off lanes 0) added into the double partial sums lanes 0-7 (a) and 8-15 (b). */
@@ -339,16 +390,19 @@ void mrt_cpu_layernorm_f32(float *y, const float *x, const float *w, const float
 
 /* ------------------------------------------------------------------ attention
  *
- * mrt_cpu_attention_f32 (modelrt.h): per (batch item, block of ATTN_RB query rows), the block's
- * q rows, k^T (keys contiguous) and v are packed into the thread's workspace; the scores
- * (q . k summed over E in order, times the scale; then + mask) fill an [rows, keys] tile that
- * stays in L1/L2; each row is softmaxed in place by softmax_row_* above; then out = p v summed
- * over the keys in order, written through the result's strides. Every output element is one
- * chain of IEEE multiplies and adds in a fixed order (no FMA), whatever the blocking, the thread
- * or the path (AVX-512 registers of R rows by NV vectors, or portable loops): the same bits. */
+ * mrt_cpu_attention_f32 (modelrt.h): per (batch item, block of ATTN_RB query rows), k^T (keys
+ * contiguous) is packed into the thread's workspace, and q and v rows where they are not
+ * contiguous; then per chunk of ATTN_C rows (causal: ATTN_G) the scores (q . k summed over E in
+ * order, times the scale; then + mask) fill an [rows, keys] tile that stays in L1; each row is
+ * softmaxed in place by the softmax rows' code above; then out = p v summed over the keys in
+ * order, written through the result's strides. Every output element is one chain of IEEE
+ * operations in a fixed order, the products as fused multiply-adds (fmaf, _mm512_fmadd_ps),
+ * whatever the blocking, the thread or the path (AVX-512 registers of R rows by NV vectors, or
+ * portable loops): the same bits. */
 
-enum { ATTN_RB = 128 }; /* query rows per block: the tile is ATTN_RB x S floats */
-enum { ATTN_G = 8 };    /* causal: rows per group that share the keys they compute */
+enum { ATTN_RB = 128 }; /* query rows per block: the rows that share one packing of k^T and v */
+enum { ATTN_G = 8 };    /* causal: rows per chunk (they share the keys they compute) */
+enum { ATTN_C = 32 };   /* other rows per chunk: the chunk's ATTN_C x S scores stay in L1 */
 
 /* The thread's workspace: grown on first use, freed by the key's destructor when the thread
  * ends (the pool's threads live as long as the process). */
@@ -390,14 +444,14 @@ static inline int64_t attn_pad16(int64_t n) { return (n + 15) & ~(int64_t)15; }
 
 /* Portable: sb[r][j] = (sum_e qb[r][e] * kt[e][j]) * scale (+ mb[r][j] when mb) for rows
  * [0, R), keys [0, n); q rows at qld, mask rows at mrs (0: one row for all). */
-static void attn_scores_portable(float *sb, int64_t sld, const float *qb, int64_t qld, int64_t E, const float *kt,
+ROWS_FMA_CLONES static void attn_scores_portable(float *sb, int64_t sld, const float *qb, int64_t qld, int64_t E, const float *kt,
                                  int64_t ktld, int64_t R, int64_t n, float scale, const float *mb, int64_t mrs) {
     for (int64_t r = 0; r < R; r++) {
         float *s = sb + r * sld;
         for (int64_t j = 0; j < n; j++) s[j] = 0.0f;
         for (int64_t e = 0; e < E; e++) {
             const float a = qb[r * qld + e], *kr = kt + e * ktld;
-            for (int64_t j = 0; j < n; j++) s[j] = s[j] + a * kr[j];
+            for (int64_t j = 0; j < n; j++) s[j] = fmaf(a, kr[j], s[j]);
         }
         for (int64_t j = 0; j < n; j++) s[j] = s[j] * scale;
         if (mb)
@@ -406,14 +460,14 @@ static void attn_scores_portable(float *sb, int64_t sld, const float *qb, int64_
 }
 
 /* Portable: ob[r][d] = (sum_{j < n} pb[r][j] * vb[j][d]) * rinv[r], the sum from +0.0 in key order. */
-static void attn_pv_portable(float *ob, int64_t old, const float *pb, int64_t pld, const float *vb, int64_t vld,
+ROWS_FMA_CLONES static void attn_pv_portable(float *ob, int64_t old, const float *pb, int64_t pld, const float *vb, int64_t vld,
                              int64_t R, int64_t n, int64_t Ev, const float *rinv) {
     for (int64_t r = 0; r < R; r++) {
         float *o = ob + r * old;
         for (int64_t d = 0; d < Ev; d++) o[d] = 0.0f;
         for (int64_t j = 0; j < n; j++) {
             const float p = pb[r * pld + j], *vr = vb + j * vld;
-            for (int64_t d = 0; d < Ev; d++) o[d] = o[d] + p * vr[d];
+            for (int64_t d = 0; d < Ev; d++) o[d] = fmaf(p, vr[d], o[d]);
         }
         for (int64_t d = 0; d < Ev; d++) o[d] = o[d] * rinv[r];
     }
@@ -484,7 +538,7 @@ static inline ROWS_AVX512 __attribute__((always_inline)) void attn_scores_rv(flo
             for (int r = 0; r < R; r++) {
                 const __m512 a = _mm512_set1_ps(qb[r * qld + e]);
 #pragma GCC unroll 4
-                for (int c = 0; c < NV; c++) acc[r][c] = _mm512_add_ps(acc[r][c], _mm512_mul_ps(a, kv[c]));
+                for (int c = 0; c < NV; c++) acc[r][c] = _mm512_fmadd_ps(a, kv[c], acc[r][c]);
             }
         }
 #pragma GCC unroll 8
@@ -531,7 +585,7 @@ static inline ROWS_AVX512 __attribute__((always_inline)) void attn_pv_rv(float *
             for (int r = 0; r < R; r++) {
                 const __m512 p = _mm512_set1_ps(pb[r * pld + j]);
 #pragma GCC unroll 4
-                for (int c = 0; c < NV; c++) acc[r][c] = _mm512_add_ps(acc[r][c], _mm512_mul_ps(p, vv[c]));
+                for (int c = 0; c < NV; c++) acc[r][c] = _mm512_fmadd_ps(p, vv[c], acc[r][c]);
             }
         }
 #pragma GCC unroll 8
@@ -562,16 +616,19 @@ static ROWS_AVX512 void attn_pv_avx512(float *ob, int64_t old, const float *pb, 
  * operations as softmax_exp_avx512 (steps past a row's lim add +0.0 to its sums and -inf to its
  * maximum, which change neither), so the same bits. rinv[r]: 1 / the row's sum, 0 for a fully
  * masked row with zero_masked_rows. */
-static ROWS_AVX512 void softmax_exp4_avx512(float *s, int64_t ld, const int64_t *lim, int64_t n, int zero_masked_rows,
-                                            float *rinv) {
+static ROWS_AVX512 int64_t softmax_exp4_avx512(float *s, int64_t ld, const int64_t *lim, int64_t n, int zero_masked_rows,
+                                               float *rinv) {
+    int64_t last = 0;
     __m512 mv[4];
     __mmask16 nan[4] = {0, 0, 0, 0};
     int64_t lmax = 0;
+    #pragma GCC unroll 4
     for (int r = 0; r < 4; r++) {
         mv[r] = _mm512_set1_ps(-INFINITY);
         lmax = lim[r] > lmax ? lim[r] : lmax;
     }
     for (int64_t j = 0; j < lmax; j += 16)
+        #pragma GCC unroll 4
         for (int r = 0; r < 4; r++) {
             const __m512 v = _mm512_mask_loadu_ps(_mm512_set1_ps(-INFINITY), attn_mask(lim[r] - j), s + r * ld + j);
             nan[r] |= _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q);
@@ -579,32 +636,81 @@ static ROWS_AVX512 void softmax_exp4_avx512(float *s, int64_t ld, const int64_t 
         }
     __m512 m16[4];
     int zero[4];
+    #pragma GCC unroll 4
     for (int r = 0; r < 4; r++) {
         const float m = rows_canon_max(_mm512_reduce_max_ps(mv[r]), nan[r] != 0);
         zero[r] = m == -INFINITY && zero_masked_rows;
         m16[r] = _mm512_set1_ps(m);
     }
     __m512d sa[4], sb[4];
+    #pragma GCC unroll 4
     for (int r = 0; r < 4; r++) sa[r] = sb[r] = _mm512_setzero_pd();
-    for (int64_t j = 0; j < lmax; j += 16)
+    for (int64_t j = 0; j < lmax; j += 16) {
+        __mmask16 k[4];
+        __m512 dv[4], e[4];
+#pragma GCC unroll 4
         for (int r = 0; r < 4; r++) {
-            const __mmask16 k = zero[r] ? (__mmask16)0 : attn_mask(lim[r] - j);
-            float *x = s + r * ld + j;
-            const __m512 e = _mm512_maskz_mov_ps(k, exp_nonpos16(_mm512_sub_ps(_mm512_maskz_loadu_ps(k, x), m16[r])));
-            add16(&sa[r], &sb[r], e);
-            _mm512_mask_storeu_ps(x, attn_mask(n - j), e); /* zeros past lim */
+            k[r] = zero[r] ? (__mmask16)0 : attn_mask(lim[r] - j);
+            dv[r] = _mm512_sub_ps(_mm512_maskz_loadu_ps(k[r], s + r * ld + j), m16[r]);
         }
+        /* every lane of the four below -104 (a padding mask's keys): every e is +0, and adding
+         * +0 to the sums, which are never -0, changes no bit */
+        __mmask16 live = 0;
+#pragma GCC unroll 4
+        for (int r = 0; r < 4; r++) live |= _mm512_mask_cmp_ps_mask(k[r], dv[r], _mm512_set1_ps(-104.0f), _CMP_NLT_UQ);
+        if (!live) {
+#pragma GCC unroll 4
+            for (int r = 0; r < 4; r++) _mm512_mask_storeu_ps(s + r * ld + j, attn_mask(n - j), _mm512_setzero_ps());
+            continue;
+        }
+        last = j + 16;
+        exp_nonpos16x4(dv, e);
+#pragma GCC unroll 4
+        for (int r = 0; r < 4; r++) {
+            e[r] = _mm512_maskz_mov_ps(k[r], e[r]);
+            add16(&sa[r], &sb[r], e[r]);
+            _mm512_mask_storeu_ps(s + r * ld + j, attn_mask(n - j), e[r]); /* zeros past lim */
+        }
+    }
+    #pragma GCC unroll 4
     for (int r = 0; r < 4; r++) {
         for (int64_t j = (lmax + 15) & ~(int64_t)15; j < n; j += 16)
             _mm512_mask_storeu_ps(s + r * ld + j, attn_mask(n - j), _mm512_setzero_ps());
         rinv[r] = zero[r] ? 0.0f : (float)(1.0 / combine16(sa[r], sb[r]));
     }
+    return last;
 }
 #endif
 
-/* One block: rows [i0, i1) of batch item `o`, with its workspace ws (attn_ws_floats). q, v and
- * out are read and written where they are when their columns are contiguous (stride 1, the usual
- * case, permuted heads included), else through a packed copy; k is always packed transposed. */
+#ifdef ROWS_X86
+/* 1 when x[0, n) holds no NaN or infinity (x * 0 is 0 for the others). */
+static ROWS_AVX512 int attn_row_finite_avx512(const float *x, int64_t n) {
+    __mmask16 bad = 0;
+    for (int64_t j = 0; j < n; j += 16) {
+        const __mmask16 k = rows_mask(n - j);
+        const __m512 z = _mm512_mul_ps(_mm512_maskz_loadu_ps(k, x + j), _mm512_setzero_ps());
+        bad |= _mm512_mask_cmp_ps_mask(k, z, _mm512_setzero_ps(), _CMP_NEQ_UQ);
+    }
+    return bad == 0;
+}
+#endif
+
+static int attn_row_finite(const float *x, int64_t n, int avx) {
+#ifdef ROWS_X86
+    if (avx) return attn_row_finite_avx512(x, n);
+#endif
+    for (int64_t j = 0; j < n; j++)
+        if (!isfinite(x[j])) return 0;
+    return 1;
+    (void)avx;
+}
+
+/* One block: rows [i0, i1) of batch item `o`, with its workspace ws (attn_ws_floats). k is
+ * packed transposed (kt[e][j]); q and v are packed into contiguous rows unless they already are
+ * (a permuted head's rows lie a whole [T, H * D] row apart, which maps them onto a few L1 sets
+ * and made v's rows miss on every pass); out is written where it is when its columns are
+ * contiguous. Then the rows go by chunks of ATTN_C (causal: ATTN_G): the chunk's scores,
+ * softmax and p v, so that its scores stay in L1 while p v reads them. */
 static void attn_block(const mrt_attention_desc *d, int64_t o, int64_t i0, int64_t i1, float *out, const float *q,
                        const float *k, const float *v, const float *mask, float *ws, int avx) {
     const int nb = d->nb;
@@ -617,22 +723,28 @@ static void attn_block(const mrt_attention_desc *d, int64_t o, int64_t i0, int64
     }
     const int64_t n = d->causal ? (i1 < S ? i1 : S) : S; /* the keys any row of the block sees */
     const int64_t Sp = attn_pad16(S), Evp = attn_pad16(Ev);
-    float *kt = ws, *sb = kt + E * Sp, *qp = sb + ATTN_RB * Sp, *vp = qp + ATTN_RB * E, *op = vp + S * Evp;
+    float *kt = ws, *sb = kt + E * Sp, *qp = sb + ATTN_C * Sp, *vp = qp + ATTN_RB * E, *op = vp + S * Evp;
     float *rinv = op + ATTN_RB * Evp; /* each row's 1 / sum of its e */
     /* q rows [R, E] at qld */
     const float *qb = q + qo + i0 * d->q[nb];
     int64_t qld = d->q[nb];
-    if (d->q[nb + 1] != 1) {
+    if (d->q[nb + 1] != 1 || (qld != E && R > 1)) {
         for (int64_t r = 0; r < R; r++)
-            for (int64_t e = 0; e < E; e++) qp[r * E + e] = qb[r * d->q[nb] + e * d->q[nb + 1]];
+            if (d->q[nb + 1] == 1)
+                memcpy(qp + r * E, qb + r * d->q[nb], sizeof(float) * (size_t)E);
+            else
+                for (int64_t e = 0; e < E; e++) qp[r * E + e] = qb[r * d->q[nb] + e * d->q[nb + 1]];
         qb = qp, qld = E;
     }
-    /* v rows [S, Ev] at vld */
+    /* v rows [S, Ev] at vld: the rows some row of the block sees */
     const float *vb = v + vo;
     int64_t vld = d->v[nb];
-    if (d->v[nb + 1] != 1) {
+    if (d->v[nb + 1] != 1 || (vld != Ev && vld != Evp && S > 1)) {
         for (int64_t j = 0; j < S; j++)
-            for (int64_t c = 0; c < Ev; c++) vp[j * Evp + c] = vb[j * d->v[nb] + c * d->v[nb + 1]];
+            if (d->v[nb + 1] == 1)
+                memcpy(vp + j * Evp, vb + j * d->v[nb], sizeof(float) * (size_t)Ev);
+            else
+                for (int64_t c = 0; c < Ev; c++) vp[j * Evp + c] = vb[j * d->v[nb] + c * d->v[nb + 1]];
         vb = vp, vld = Evp;
     }
     /* out rows [R, Ev] at old */
@@ -656,60 +768,63 @@ static void attn_block(const mrt_attention_desc *d, int64_t o, int64_t i0, int64
     /* the mask rows, where the scores kernel adds them (columns contiguous) */
     const float *mb = mask ? mask + mo + i0 * d->m[nb] : NULL;
     const int64_t mrs = d->m[nb], mfused = mask && d->m[nb + 1] == 1;
-    /* causal: each group of ATTN_G rows computes the scores of the keys it sees, ng; the others
-     * (n for the whole block) */
-    for (int64_t g0 = 0; g0 < R; g0 += d->causal ? ATTN_G : R) {
-        const int64_t g1 = d->causal && g0 + ATTN_G < R ? g0 + ATTN_G : R, ng = d->causal && i0 + g1 < S ? i0 + g1 : n;
+    /* out = (e v) / sum over every key, the masked ones with e = 0 (so a NaN or inf v gives NaN
+     * there, as the unfused GEMM of p and v does). A chunk's p v stops at the last key whose e
+     * may be nonzero in one of its rows (causal: the last key it sees; a padding mask: its keys
+     * are 0 in every row) when every v row after it is finite: the terms after it would be
+     * 0 * v = +-0, and a sum that starts at +0.0 and adds products of p >= 0 is never -0.0, so
+     * adding +-0 leaves its bits. fin: the v rows [fin, S) are finite (checked as needed, each
+     * row once a block). */
+    int64_t fin = S;
+    const int64_t C = d->causal ? ATTN_G : ATTN_C;
+    for (int64_t g0 = 0; g0 < R; g0 += C) {
+        const int64_t g1 = g0 + C < R ? g0 + C : R, G = g1 - g0;
+        /* causal: the keys the chunk sees, ng; the others: n (all) */
+        const int64_t ng = d->causal && i0 + g1 < S ? i0 + g1 : n;
         const float *mg = mfused ? mb + g0 * mrs : NULL;
 #ifdef ROWS_X86
         if (avx)
-            attn_scores_avx512(sb + g0 * Sp, Sp, qb + g0 * qld, qld, E, kt, Sp, g1 - g0, ng, d->scale, mg, mrs);
+            attn_scores_avx512(sb, Sp, qb + g0 * qld, qld, E, kt, Sp, G, ng, d->scale, mg, mrs);
         else
 #endif
-            attn_scores_portable(sb + g0 * Sp, Sp, qb + g0 * qld, qld, E, kt, Sp, g1 - g0, ng, d->scale, mg, mrs);
-    }
-    int64_t r4 = 0;
+            attn_scores_portable(sb, Sp, qb + g0 * qld, qld, E, kt, Sp, G, ng, d->scale, mg, mrs);
+        int64_t r4 = 0, need = 0; /* the keys whose e may be nonzero in a row of the chunk: [0, need) */
 #ifdef ROWS_X86
-    for (; avx && !(mask && !mfused) && r4 + 4 <= R; r4 += 4) {
-        int64_t lim4[4];
-        for (int r = 0; r < 4; r++) lim4[r] = d->causal ? (i0 + r4 + r + 1 < S ? i0 + r4 + r + 1 : S) : S;
-        softmax_exp4_avx512(sb + r4 * Sp, Sp, lim4, S, d->zero_masked_rows, rinv + r4);
-    }
-#endif
-    for (int64_t r = r4; r < R; r++) {
-        float *s = sb + r * Sp;
-        const int64_t i = i0 + r, lim = d->causal ? (i + 1 < S ? i + 1 : S) : S;
-        if (mask && !mfused) {
-            const float *mr = mb + r * mrs;
-            for (int64_t j = 0; j < lim; j++) s[j] = s[j] + mr[j * d->m[nb + 1]];
-        }
-#ifdef ROWS_X86
-        if (avx) {
-            rinv[r] = softmax_exp_avx512(s, s, lim, S, d->zero_masked_rows);
-            continue;
-        }
-#endif
-        rinv[r] = softmax_exp_portable(s, s, lim, S, d->zero_masked_rows);
-    }
-    /* out = (e v) / sum over every key, the masked ones with e = 0 (so a NaN or inf v gives NaN
-     * there, as the unfused GEMM of p and v does). Causal, with every v finite, a group of rows
-     * stops at the last key it sees: the terms after it would be 0 * v = +-0, and a sum that
-     * starts at +0.0 and adds products of p >= 0 is never -0.0, so adding +-0 leaves its bits. */
-    int vfinite = d->causal;
-    for (int64_t j = 0; vfinite && j < S; j++)
-        for (int64_t c = 0; c < Ev; c++)
-            if (!isfinite(vb[j * vld + c])) {
-                vfinite = 0;
-                break;
+        for (; avx && !(mask && !mfused) && r4 + 4 <= G; r4 += 4) {
+            int64_t lim4[4];
+            for (int r = 0; r < 4; r++) {
+                const int64_t i = i0 + g0 + r4 + r;
+                lim4[r] = d->causal ? (i + 1 < S ? i + 1 : S) : S;
             }
-    for (int64_t g0 = 0; g0 < R; g0 += vfinite ? ATTN_G : R) {
-        const int64_t g1 = vfinite && g0 + ATTN_G < R ? g0 + ATTN_G : R, ng = vfinite && i0 + g1 < S ? i0 + g1 : S;
+            const int64_t l4 = softmax_exp4_avx512(sb + r4 * Sp, Sp, lim4, S, d->zero_masked_rows, rinv + r4);
+            need = l4 > need ? l4 : need;
+        }
+#endif
+        for (int64_t r = r4; r < G; r++) {
+            float *s = sb + r * Sp;
+            const int64_t i = i0 + g0 + r, lim = d->causal ? (i + 1 < S ? i + 1 : S) : S;
+            need = lim > need ? lim : need;
+            if (mask && !mfused) {
+                const float *mr = mb + (g0 + r) * mrs;
+                for (int64_t j = 0; j < lim; j++) s[j] = s[j] + mr[j * d->m[nb + 1]];
+            }
+#ifdef ROWS_X86
+            if (avx) {
+                rinv[r] = softmax_exp_avx512(s, s, lim, S, d->zero_masked_rows);
+                continue;
+            }
+#endif
+            rinv[r] = softmax_exp_portable(s, s, lim, S, d->zero_masked_rows);
+        }
+        if (need > S) need = S;
+        for (; fin > need && attn_row_finite(vb + (fin - 1) * vld, Ev, avx); fin--) {}
+        const int64_t nv = need > fin ? need : fin;
 #ifdef ROWS_X86
         if (avx)
-            attn_pv_avx512(ob + g0 * old, old, sb + g0 * Sp, Sp, vb, vld, g1 - g0, ng, Ev, rinv + g0);
+            attn_pv_avx512(ob + g0 * old, old, sb, Sp, vb, vld, G, nv, Ev, rinv);
         else
 #endif
-            attn_pv_portable(ob + g0 * old, old, sb + g0 * Sp, Sp, vb, vld, g1 - g0, ng, Ev, rinv + g0);
+            attn_pv_portable(ob + g0 * old, old, sb, Sp, vb, vld, G, nv, Ev, rinv);
     }
     for (int64_t r = 0; opack && r < R; r++) {
         float *orow = out + oo + (i0 + r) * d->o[nb];
@@ -721,7 +836,7 @@ static void attn_block(const mrt_attention_desc *d, int64_t o, int64_t i0, int64
 /* The floats of one block's workspace: k^T, the scores, and packed q rows, v, rows of out. */
 static size_t attn_ws_floats(const mrt_attention_desc *d) {
     const size_t Sp = (size_t)attn_pad16(d->S), Evp = (size_t)attn_pad16(d->Ev);
-    return (size_t)d->E * Sp + ATTN_RB * Sp + ATTN_RB * (size_t)d->E + (size_t)d->S * Evp + ATTN_RB * Evp + ATTN_RB;
+    return (size_t)d->E * Sp + ATTN_C * Sp + ATTN_RB * (size_t)d->E + (size_t)d->S * Evp + ATTN_RB * Evp + ATTN_C;
 }
 
 mrt_status mrt_cpu_attention_f32(const mrt_attention_desc *d, float *out, const float *q, const float *k,

@@ -10,7 +10,10 @@
  * of [B, T, H, D] (modelc folds that permute into the strides), or with columns not contiguous
  * (k stored [.., E, S], v [.., Ev, S], out [.., Ev, L]: the packing paths); fully masked rows
  * with and without zero_masked_rows (zeros, NaN), a NaN in q, a NaN in v under a masked key
- * (causal too: a key after the row, whose 0 * NaN still makes it NaN, as the unfused GEMM does).
+ * (causal too: a key after the row, whose 0 * NaN still makes it NaN, as the unfused GEMM does);
+ * a padding mask of -10000 over each item's last keys (whole 16-key vectors, whose exps and
+ * products the kernel skips) with a NaN and an inf in v under it (those heads are NaN, the
+ * others not).
  * Each: |y - ref| <= 2e-6 (1 + sum_j p_j |v_j|) and NaN exactly where the reference has NaN;
  * and the same bits at 1, 2 and 3 threads.
  *
@@ -86,6 +89,14 @@ static void run_case(const Case *c) {
         for (int64_t i = 0; i < (c->mask == 2 ? L : 1); i++) m[i * S + S - 1] = -INFINITY;
         v[(S - 1) * d.v[2]] = NAN;
     }
+    if (c->special == 4 && m) { /* padding: item b's last 16 + 37 b keys -10000 (BERT's), and a NaN
+                                   * (item 1, head 0) and an inf (item 0, head 1) in v under them */
+        for (int64_t b = 0; b < B; b++)
+            for (int64_t j = S - 16 - 37 * b; j < S; j++)
+                if (j >= 0) m[b * S + j] = -10000.0f;
+        v[1 * d.v[0] + (S - 1) * d.v[2]] = NAN;
+        v[1 * d.v[1] + (S - 2) * d.v[2]] = INFINITY;
+    }
     mrt_status st = mrt_cpu_attention_f32(&d, y, q, k, v, m);
     if (st != MRT_OK) {
         printf("FAIL: runtime/attn: %s\n", mrt_last_error());
@@ -143,7 +154,7 @@ static void run_case(const Case *c) {
     snprintf(name, sizeof name, "B%lldH%lld_L%lld_S%lld_E%lld_Ev%lld_mask%d%s%s_lay%d%d%d%d%s", (long long)B,
              (long long)H, (long long)L, (long long)S, (long long)E, (long long)Ev, c->mask, c->causal ? "_causal" : "",
              c->zero ? "_zero" : "", c->lq, c->lk, c->lv, c->lo,
-             c->special == 1 ? "_masked_rows" : c->special == 2 ? "_nan_q" : c->special == 3 ? "_nan_v_masked" : "");
+             c->special == 1 ? "_masked_rows" : c->special == 2 ? "_nan_q" : c->special == 3 ? "_nan_v_masked" : c->special == 4 ? "_padding" : "");
     if (bad) {
         printf("FAIL: runtime/attn/%s: %d outputs off (maxerr %.3g, tol %.3g)\n", name, bad, worst, worst_tol);
         g_failed = 1;
@@ -253,6 +264,12 @@ int main(int argc, char **argv) {
         Case c = {2, 3, 33, 40, 32, 32, 2, 0, 1, LAY_HEADS, LAY_HEADS, LAY_HEADS, LAY_HEADS, special};
         run_case(&c);
         c.causal = 1; /* a NaN v after a row's last key still reaches it (0 * NaN), as unfused */
+        run_case(&c);
+    }
+    for (int causal = 0; causal < 2; causal++) { /* padding: the keys no row of a chunk weighs, skipped */
+        Case c = {2, 3, 128, 131, 32, 32, 1, causal, 1, LAY_HEADS, LAY_HEADS, LAY_HEADS, LAY_HEADS, 4};
+        run_case(&c);
+        c.lq = c.lk = c.lv = c.lo = LAY_PLAIN;
         run_case(&c);
     }
     /* no batch dims, and the heads broadcast (a k and v shared by every head: stride 0) */

