@@ -50,48 +50,47 @@
 
 /* ------------------------------------------------------------------ which path */
 
-int mrt_cpu_simd_avx512(void) {
+/* What the CPU offers, MODELRT_SIMD's path names aside: 2 AVX-512 (F, BW, DQ, VL, CD), 1
+ * x86-64-v3 (AVX2 + FMA), 0 neither (or not x86-64). */
+static int simd_level_detect(void) {
+#ifdef ROWS_X86
+    __builtin_cpu_init();
+    if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512dq") &&
+        __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512cd"))
+        return 2;
+#if __GNUC__ >= 12 && !defined(__clang__)
+    return __builtin_cpu_supports("x86-64-v3") ? 1 : 0;
+#else /* older GCC and clang know no "x86-64-v3" here (nor clang "movbe"); every CPU with these
+       * also has the rest of v3 (F16C, LZCNT, MOVBE: Haswell, Excavator and later) */
+    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("bmi") &&
+                   __builtin_cpu_supports("bmi2")
+               ? 1
+               : 0;
+#endif
+#else
+    return 0;
+#endif
+}
+
+/* The path every CPU kernel with copies takes, read once: 2 AVX-512, 1 AVX2 + FMA, 0 portable.
+ * MODELRT_SIMD=portable forces 0, MODELRT_SIMD=avx2 at most 1 (the tests run each path). An
+ * AVX-512 CPU also has v3 (every one shipped has AVX2 and FMA). */
+static int simd_level(void) {
     static int use = -1; /* benign race: every thread computes the same value */
     int u = __atomic_load_n(&use, __ATOMIC_RELAXED);
     if (u < 0) {
         const char *e = getenv("MODELRT_SIMD");
-#ifdef ROWS_X86
-        __builtin_cpu_init();
-        u = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-            __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl") &&
-            __builtin_cpu_supports("avx512cd") && !(e && (!strcmp(e, "portable") || !strcmp(e, "avx2")));
-#else
-        (void)e;
-        u = 0;
-#endif
+        u = simd_level_detect();
+        if (e && !strcmp(e, "portable")) u = 0;
+        else if (e && !strcmp(e, "avx2") && u > 1) u = 1;
         __atomic_store_n(&use, u, __ATOMIC_RELAXED);
     }
     return u;
 }
 
-int mrt_cpu_simd_avx2(void) {
-    static int use = -1; /* benign race: every thread computes the same value */
-    int u = __atomic_load_n(&use, __ATOMIC_RELAXED);
-    if (u < 0) {
-        const char *e = getenv("MODELRT_SIMD");
-#ifdef ROWS_X86
-        __builtin_cpu_init();
-#if __GNUC__ >= 12 && !defined(__clang__)
-        u = __builtin_cpu_supports("x86-64-v3");
-#else /* older GCC and clang know no "x86-64-v3" here (nor clang "movbe"); every CPU with these
-       * also has the rest of v3 (F16C, LZCNT, MOVBE: Haswell, Excavator and later) */
-        u = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("bmi") &&
-            __builtin_cpu_supports("bmi2");
-#endif
-        u = u && !(e && !strcmp(e, "portable"));
-#else
-        (void)e;
-        u = 0;
-#endif
-        __atomic_store_n(&use, u, __ATOMIC_RELAXED);
-    }
-    return u;
-}
+int mrt_cpu_simd_avx512(void) { return simd_level() == 2; }
+
+int mrt_cpu_simd_avx2(void) { return simd_level() >= 1; }
 
 /* ------------------------------------------------------------------ gelu loops */
 
