@@ -74,14 +74,15 @@ typedef struct rt_mm_prim {
 typedef struct rt_matmul {
     int64_t rows, N, K;    /* rows: the prepared (largest) row count */
     int trans_b, act, has_bias, bf16;
+    int pack, packed;      /* pack: asked (MRT_MATMUL_PACK); packed: W now holds the weights in h->wmd */
     const float *W;        /* the weights it was prepared for (run() passes them again) */
     atomic_int busy;
-    rt_mm_prim e[RT_MM_CACHE]; /* f32: e[0] alone; bf16: e[0] the prepared rows, then others */
+    rt_mm_prim e[RT_MM_CACHE]; /* f32 in place: e[0] alone; bf16, packed: e[0] the prepared rows, then others */
     int ne, next;
 #ifdef MRT_WITH_DNNL
     dnnl_engine_t eng;
     dnnl_stream_t strm;
-    dnnl_memory_desc_t wmd; /* bf16: the weights as the primitives read them (wbuf) */
+    dnnl_memory_desc_t wmd; /* bf16, packed: the weights as the primitives read them (wbuf, W) */
     void *wbuf, *abuf, *padbuf; /* bf16: the weights, A converted; the shared scratchpad */
     size_t abuf_bytes, padbuf_bytes;
 #endif
@@ -224,9 +225,9 @@ static int mm_prim_make(rt_matmul *h, rt_mm_prim *e, int64_t rows, const char **
     dnnl_matmul_desc_t desc;
     *why = "oneDNN refused the matmul";
     /* f32 weights [K, N] as stored: row-major [K, N] (ab), or [N, K] read transposed (ba) */
-    if (h->bf16 && h->ne > 0)
+    if ((h->bf16 || h->packed) && h->ne > 0)
         wmd = h->wmd;
-    else if (dnnl_memory_desc_init_by_tag(&wmd, 2, wd, ct, h->bf16 ? dnnl_format_tag_any : h->trans_b ? dnnl_ba : dnnl_ab) !=
+    else if (dnnl_memory_desc_init_by_tag(&wmd, 2, wd, ct, h->bf16 || h->pack ? dnnl_format_tag_any : h->trans_b ? dnnl_ba : dnnl_ab) !=
              dnnl_success)
         goto fail;
     if (dnnl_memory_desc_init_by_tag(&smd, 2, sd, ct, dnnl_ab) != dnnl_success ||
@@ -267,7 +268,7 @@ static int mm_prim_make(rt_matmul *h, rt_mm_prim *e, int64_t rows, const char **
     if (cst != dnnl_success)
         goto fail;
     const dnnl_memory_desc_t *qw = dnnl_primitive_desc_query_md(pd, dnnl_query_weights_md, 0);
-    if (h->bf16 && h->ne == 0)
+    if ((h->bf16 || h->pack) && h->ne == 0)
         h->wmd = *qw;
     const dnnl_memory_desc_t *ps = dnnl_primitive_desc_query_md(pd, dnnl_query_scratchpad_md, 0);
     size_t pbytes = ps ? dnnl_memory_desc_get_size(ps) : 0;
@@ -328,9 +329,50 @@ static int mm_convert_weights(rt_matmul *h, const char **why)
     return s == dnnl_success;
 }
 
-/* The primitive for h's shape with its post-ops; NULL with *why set when oneDNN has none. */
+/* f32, MRT_MATMUL_PACK: W (ab or ba) reordered in place into h->wmd, the layout the first
+ * primitive (format_tag any) chose, through one temporary copy of W (freed here: a transient of one
+ * weight's bytes). 1 when W now holds the packed weights (h->packed); 0 when they stay plain: the
+ * packed layout takes more bytes than W has, it is W's own layout, or oneDNN or memory failed
+ * (W is restored from the copy then). */
+static int mm_pack_weights(rt_matmul *h)
+{
+    dnnl_memory_desc_t umd;
+    dnnl_dims_t wd = {h->K, h->N};
+    size_t plain = (size_t)h->K * (size_t)h->N * sizeof(float);
+    if (dnnl_memory_desc_init_by_tag(&umd, 2, wd, dnnl_f32, h->trans_b ? dnnl_ba : dnnl_ab) != dnnl_success ||
+        dnnl_memory_desc_get_size(&h->wmd) > plain || dnnl_memory_desc_equal(&umd, &h->wmd))
+        return 0;
+    void *tmp = malloc(plain);
+    dnnl_memory_t um = NULL, wm = NULL;
+    dnnl_primitive_desc_t rpd = NULL;
+    dnnl_primitive_t r = NULL;
+    if (!tmp)
+        return 0;
+    memcpy(tmp, h->W, plain);
+    dnnl_status_t s = dnnl_memory_create(&um, &umd, h->eng, tmp);
+    if (s == dnnl_success) s = dnnl_memory_create(&wm, &h->wmd, h->eng, (void *)h->W); /* the params are writable */
+    if (s == dnnl_success) s = dnnl_reorder_primitive_desc_create(&rpd, &umd, h->eng, &h->wmd, h->eng, NULL);
+    if (s == dnnl_success) s = dnnl_primitive_create(&r, rpd);
+    if (s == dnnl_success) {
+        dnnl_exec_arg_t a[] = {{DNNL_ARG_FROM, um}, {DNNL_ARG_TO, wm}};
+        s = dnnl_primitive_execute(r, h->strm, 2, a);
+        if (s == dnnl_success) s = dnnl_stream_wait(h->strm);
+        if (s != dnnl_success)
+            memcpy((void *)h->W, tmp, plain); /* W as it was */
+    }
+    if (r) dnnl_primitive_destroy(r);
+    if (rpd) dnnl_primitive_desc_destroy(rpd);
+    if (um) dnnl_memory_destroy(um);
+    if (wm) dnnl_memory_destroy(wm);
+    free(tmp);
+    h->packed = s == dnnl_success;
+    return h->packed;
+}
+
+/* The primitive for h's shape with its post-ops; NULL with *why set when oneDNN has none.
+ * pack (f32): W packed in place when mm_pack_weights can, else in place as stored. */
 static rt_matmul *matmul_create(int trans_b, int64_t rows, int64_t N, int64_t K, const float *W, int has_bias, int act,
-                                int bf16, const char **why)
+                                int bf16, int pack, const char **why)
 {
     rt_matmul *h = calloc(1, sizeof *h);
     if (!h) {
@@ -338,6 +380,7 @@ static rt_matmul *matmul_create(int trans_b, int64_t rows, int64_t N, int64_t K,
         return NULL;
     }
     h->rows = rows, h->N = N, h->K = K, h->trans_b = trans_b, h->act = act, h->has_bias = has_bias, h->bf16 = bf16;
+    h->pack = pack && !bf16;
     h->W = W;
     atomic_init(&h->busy, 0);
     *why = "oneDNN refused the matmul";
@@ -346,6 +389,15 @@ static rt_matmul *matmul_create(int trans_b, int64_t rows, int64_t N, int64_t K,
         !mm_prim_make(h, &h->e[0], rows, why) || (h->ne = 1, bf16 && !mm_convert_weights(h, why))) {
         matmul_free(h);
         return NULL;
+    }
+    if (h->pack && !mm_pack_weights(h)) { /* kept plain: the primitive for W as stored */
+        mm_prim_free(&h->e[0]);
+        h->ne = 0, h->pack = 0;
+        if (!mm_prim_make(h, &h->e[0], rows, why)) {
+            matmul_free(h);
+            return NULL;
+        }
+        h->ne = 1;
     }
     return h;
 }
@@ -357,7 +409,7 @@ static rt_mm_prim *mm_prim_for(rt_matmul *h, int64_t rows, const char **why)
     for (int i = 0; i < h->ne; i++)
         if (h->e[i].rows == rows)
             return &h->e[i];
-    if (!h->bf16)
+    if (!h->bf16 && !h->packed)
         return NULL;
     int slot = h->ne < RT_MM_CACHE ? h->ne : 1 + h->next++ % (RT_MM_CACHE - 1);
     if (slot < h->ne)
@@ -378,6 +430,8 @@ static rt_mm_prim *mm_prim_for(rt_matmul *h, int64_t rows, const char **why)
 mrt_status mrt_matmul_prepare(mrt_model *m, int id, mrt_device d, int trans_b, int64_t rows, int64_t N, int64_t K,
                               const float *W, int has_bias, int act)
 {
+    int pack = (act & MRT_MATMUL_PACK) != 0;
+    act &= ~MRT_MATMUL_PACK;
     if (!m || id < 0 || rows < 0 || N < 1 || K < 1 || !W || (act != MRT_ACT_NONE && act != MRT_ACT_GELU_TANH))
         return mrt_set_error(MRT_ERR_INVALID_ARG, "mrt_matmul_prepare: matmul %d: bad arguments (rows=%lld N=%lld "
                              "K=%lld act=%d)", id, (long long)rows, (long long)N, (long long)K, act);
@@ -401,13 +455,15 @@ mrt_status mrt_matmul_prepare(mrt_model *m, int id, mrt_device d, int trans_b, i
     t->h[id] = NULL;
 #ifdef MRT_WITH_DNNL
     int bf16 = rt_model_bf16(m, d);
-    /* f32: a one-row plan keeps mrt_cpu_sgemm's GEMV (its sums do not depend on the thread
-     * count). bf16: every row count, one row included (oneDNN's brgemm splits rows and columns
-     * among threads, never K: its sums do not depend on the thread count either, measured) */
-    if (d.kind != MRT_DEVICE_CPU || rows < (bf16 ? 1 : 2))
+    pack = pack && !bf16 && rt_env_flag("MODELRT_PACK_WEIGHTS", 1);
+    /* f32 in place: a one-row plan keeps mrt_cpu_sgemm's GEMV (its sums do not depend on the
+     * thread count). bf16 and packed f32: every row count, one row included (oneDNN's brgemm
+     * splits rows and columns among threads, never K: its sums do not depend on the thread count
+     * either, measured; tests/runtime checks 1, 2 and 3 threads bitwise) */
+    if (d.kind != MRT_DEVICE_CPU || rows < (bf16 || pack ? 1 : 2))
         return MRT_OK;
     const char *why = NULL;
-    t->h[id] = matmul_create(trans_b, rows, N, K, W, has_bias, act, bf16, &why);
+    t->h[id] = matmul_create(trans_b, rows, N, K, W, has_bias, act, bf16, pack, &why);
     if (!t->h[id] && !t->warned) {
         t->warned = 1;
         mrt_log(MRT_LOG_WARN, "%s: matmul %d (%lldx%lldx%lld%s): %s; it runs on dnnl_sgemm (and so does any other "
@@ -426,20 +482,30 @@ mrt_status mrt_matmul_run(mrt_model *m, int id, int64_t rows, const float *A, co
     *done = 0;
     rt_matmul_table *t = m->matmul;
     rt_matmul *h = t && id >= 0 && id < t->n ? t->h[id] : NULL;
-    if (!h || rows < 1 || (rows != h->rows && !h->bf16) || W != h->W || !bias != !h->has_bias)
+    if (h && h->packed && rows >= 1 && (W != h->W || !bias != !h->has_bias))
+        return mrt_set_error(MRT_ERR_INTERNAL, "%s: matmul %d holds its weights packed, but a run passed %s", m->desc->name,
+                             id, W != h->W ? "other weights" : "another bias");
+    if (!h || rows < 1 || (rows != h->rows && !h->bf16 && !h->packed) || W != h->W || !bias != !h->has_bias)
         return MRT_OK;
 #ifdef MRT_WITH_DNNL
     int idle = 0;
-    /* f32: another view of the model in it takes the usual path (the same numbers); bf16 waits
-     * its turn, since the usual path would compute in f32 */
+    /* f32 in place: another view of the model in it takes the usual path (the same numbers);
+     * bf16 waits its turn, since the usual path would compute in f32, and so do packed weights,
+     * which the usual path cannot read */
     while (!atomic_compare_exchange_strong(&h->busy, &idle, 1)) {
-        if (!h->bf16)
+        if (!h->bf16 && !h->packed)
             return MRT_OK;
         idle = 0;
         sched_yield();
     }
     const char *why = NULL;
     rt_mm_prim *e = mm_prim_for(h, rows, &why);
+    if (!e && h->packed) {
+        atomic_store(&h->busy, 0);
+        return mrt_set_error(MRT_ERR_INTERNAL, "%s: matmul %d at %lld rows (%lldx%lldx%lld, packed weights): %s",
+                             m->desc->name, id, (long long)rows, (long long)rows, (long long)h->N, (long long)h->K,
+                             why ? why : "no primitive");
+    }
     if (!e) {
         atomic_store(&h->busy, 0);
         if (!t->warned) {
@@ -478,4 +544,13 @@ mrt_status mrt_matmul_run(mrt_model *m, int id, int64_t rows, const float *A, co
     (void)A, (void)C;
 #endif
     return MRT_OK;
+}
+
+int rt_matmul_packed(const mrt_model *m)
+{
+    const rt_matmul_table *t = m ? m->matmul : NULL;
+    for (int i = 0; t && i < t->n; i++)
+        if (t->h[i] && t->h[i]->packed)
+            return 1;
+    return 0;
 }
