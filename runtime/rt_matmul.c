@@ -9,10 +9,30 @@
  * usual path calls, mallocs its packing buffers on every call.
  *
  * The weights stay where the plan put them, in their stored layout (ab, or ba for a transposed
- * [N, K] weight): bench/gemm/RESULTS.md measured oneDNN 2.6's brgemm matmul on GPT-2's and
- * MiniLM's shapes with the weights reordered into its preferred packed layout (format_tag any)
- * and in place, and found no difference in rate (both within a few percent of dnnl_sgemm), so the
- * copy (as much memory again as the weights) buys nothing here. Bias and gelu (tanh form) are
+ * [N, K] weight), unless this GEMM is their only reader (below). A packed COPY is ruled out by
+ * memory (as much again as the weights: GPT-2 small +340 MB, above ONNX Runtime's peak RSS).
+ *
+ * Weights packed in place (MRT_MATMUL_PACK, issue 12): modelc sets the flag where the GEMM is the
+ * weight's only reader in the whole program (no other kernel, load-time ones included, no graph
+ * output, no tied embedding: GPT-2's wte stays plain) in an inference build on a slot not pinned
+ * to a GPU. Here, f32 on a CPU device and unless MODELRT_PACK_WEIGHTS=0, the first primitive is
+ * made with format_tag any weights; when its layout differs from W's and takes no more bytes
+ * (dnnl_memory_desc_get_size), W is reordered into it IN PLACE through one temporary copy of W
+ * (malloc'd and freed in mm_pack_weights: a transient of one weight, 9.4 MB for GPT-2's MLP), else
+ * W stays as stored and the primitive is made again for that. Measured (bench/gemm/RESULTS.md,
+ * "the matmul primitive with packed weights"): GPT-2 small's [K, N] GEMMs run 11-54% faster from the
+ * packed layout with cold weights (mlp c_fc and c_proj, whose 12 KB row stride is where the
+ * in-place read is slowest, most), MiniLM's [N, K] ones 3-7%. From then on W is readable by this
+ * GEMM's primitives alone: every row count, one row included, runs through a primitive (one per
+ * row count, RT_MM_CACHE, sharing W as bf16 shares its converted weights; brgemm never splits K,
+ * so the sums do not depend on the thread count: numeric packed_weights checks 1, 2 and 3 threads
+ * bit for bit), a run that finds the handle busy waits, and a primitive oneDNN will not make at
+ * some row count is an error (the usual path cannot read W). Loading the weights again rewrites W
+ * plain and init() prepares (packs) it again (tests/numeric/run_aba.c loads twice).
+ * mrt_model_copy_weights and mrt_model_save_weights refuse a model with packed weights
+ * (rt_matmul_packed), and mrt_dp_load_weights has every replica read the file.
+ *
+ * Bias and gelu (tanh form) are
  * the primitive's bias and eltwise post-op; not relu, whose oneDNN post-op turns NaN into 0 where
  * mrt_relu keeps it (field case B13): modelc prepares a relu GEMM bare and runs its epilogue loop.
  * Every other epilogue is the generated loop after the primitive, measured 2026-12-05
@@ -25,12 +45,13 @@
  * the L2 cache gained nothing either (exact gelu is compute-bound, 0.7-0.8 ns an element from L2
  * or L3, and a block of rows re-reads the weights).
  *
- * A prepared primitive has a fixed row count: the plan's maximum (the batch at --max-batch).
- * A run with fewer rows, a one-row GEMM (its sums must not depend on the thread count:
+ * Weights in place: a prepared primitive has a fixed row count: the plan's maximum (the batch
+ * at --max-batch). A run with fewer rows, a one-row GEMM (its sums must not depend on the thread count:
  * mrt_cpu_sgemm's GEMV), a GPU slot, a build without oneDNN, or a primitive oneDNN could not
  * create at load (logged once per model, then the usual path: documented fallback, never wrong)
  * take the usual path. The handle is shared by the views of a model running micro-batches
- * (rt_pipe.c); a run that finds it busy in another thread takes the usual path too.
+ * (rt_pipe.c); a run that finds it busy in another thread takes the usual path too (packed or
+ * bf16 weights: it waits).
  *
  * --precision bf16 (rt_model_bf16: the model asks, the slot is the CPU, and the CPU has bf16
  * instructions): the weights are converted once at prepare into a bf16 copy in oneDNN's preferred

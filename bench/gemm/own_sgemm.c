@@ -17,7 +17,10 @@
  * SG_SPLIT=1/2 forces the thread split over N/M; SG_INPLACE=1 packs a [K,N] weight per call into
  * per-thread scratch, =2 reads it in place (no copy of the weights); SG_COLD=1 rotates through
  * copies of the weights (>= 128 MB) so they come from memory; SG_ONLY=TEXT runs the shapes whose
- * name contains TEXT; SG_SHAPE=M,K,N,trans_b runs that shape alone.
+ * name contains TEXT; SG_SHAPE=M,K,N,trans_b runs that shape alone. SG_ANY=1 compares the primitive
+ * with itself instead: the "own" columns are then the primitive reading the weights in place (ab /
+ * ba, as rt_matmul.c without MRT_MATMUL_PACK), the "dnnl" columns the primitive made with
+ * format_tag any weights, on copies reordered into that layout (as MRT_MATMUL_PACK stores them).
  */
 #include <math.h>
 #include <stdio.h>
