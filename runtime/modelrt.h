@@ -410,7 +410,7 @@ mrt_status mrt_gemm_bias_act_f32(mrt_device d, void *stream, int trans_b, int64_
  *  oneDNN's preferred layout; W itself stays) and computes in bf16 with f32 sums, rows >= 1
  *  (MRT_MATMUL_PACK is ignored there).
  *  act | MRT_MATMUL_PACK (modelc sets it only where this GEMM is W's only reader in an inference
- *  build): on a CPU slot, f32, unless $MODELRT_PACK_WEIGHTS=0, W is reordered IN PLACE into the
+ *  build): on a CPU slot, f32, rows >= 2, unless $MODELRT_PACK_WEIGHTS=0, W is reordered IN PLACE into the
  *  primitive's preferred layout when that takes no more bytes (through one temporary buffer of W's
  *  size, freed at once), and from then on W is readable by this GEMM's primitives alone: every row
  *  count, one included, runs through a primitive (made on its first run), a run waits for another

@@ -15,10 +15,11 @@
  * Weights packed in place (MRT_MATMUL_PACK, issue 12): modelc sets the flag where the GEMM is the
  * weight's only reader in the whole program (no other kernel, load-time ones included, no graph
  * output, no tied embedding: GPT-2's wte stays plain) in an inference build on a slot not pinned
- * to a GPU. Here, f32 on a CPU device and unless MODELRT_PACK_WEIGHTS=0, the first primitive is
+ * to a GPU. Here, f32 on a CPU device, a plan of 2 rows or more (a one-row plan keeps the GEMV,
+ * faster there) and unless MODELRT_PACK_WEIGHTS=0, the first primitive is
  * made with format_tag any weights; when its layout differs from W's and takes no more bytes
  * (dnnl_memory_desc_get_size), W is reordered into it IN PLACE through one temporary copy of W
- * (malloc'd and freed in mm_pack_weights: a transient of one weight, 9.4 MB for GPT-2's MLP), else
+ * (mmap'd and unmapped in mm_pack_weights: a transient of one weight, 9.4 MB for GPT-2's MLP), else
  * W stays as stored and the primitive is made again for that. Measured (bench/gemm/RESULTS.md,
  * "the matmul primitive with packed weights"): GPT-2 small's [K, N] GEMMs run 11-54% faster from the
  * packed layout with cold weights (mlp c_fc and c_proj, whose 12 KB row stride is where the
@@ -72,6 +73,7 @@
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 #ifdef MRT_WITH_DNNL
 #include <dnnl.h>
@@ -363,11 +365,14 @@ static int mm_pack_weights(rt_matmul *h)
     if (dnnl_memory_desc_init_by_tag(&umd, 2, wd, dnnl_f32, h->trans_b ? dnnl_ba : dnnl_ab) != dnnl_success ||
         dnnl_memory_desc_get_size(&h->wmd) > plain || dnnl_memory_desc_equal(&umd, &h->wmd))
         return 0;
-    void *tmp = malloc(plain);
+    /* mmap, not malloc: munmap gives the pages back at once, where glibc's dynamic mmap threshold
+     * would keep a smaller weight's copy in the heap after the first large one (measured on GPT-2
+     * small: +7 MB of peak RSS) */
+    void *tmp = mmap(NULL, plain, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     dnnl_memory_t um = NULL, wm = NULL;
     dnnl_primitive_desc_t rpd = NULL;
     dnnl_primitive_t r = NULL;
-    if (!tmp)
+    if (tmp == MAP_FAILED)
         return 0;
     memcpy(tmp, h->W, plain);
     dnnl_status_t s = dnnl_memory_create(&um, &umd, h->eng, tmp);
@@ -385,7 +390,7 @@ static int mm_pack_weights(rt_matmul *h)
     if (rpd) dnnl_primitive_desc_destroy(rpd);
     if (um) dnnl_memory_destroy(um);
     if (wm) dnnl_memory_destroy(wm);
-    free(tmp);
+    munmap(tmp, plain);
     h->packed = s == dnnl_success;
     return h->packed;
 }
@@ -476,12 +481,14 @@ mrt_status mrt_matmul_prepare(mrt_model *m, int id, mrt_device d, int trans_b, i
     t->h[id] = NULL;
 #ifdef MRT_WITH_DNNL
     int bf16 = rt_model_bf16(m, d);
-    pack = pack && !bf16 && rt_env_flag("MODELRT_PACK_WEIGHTS", 1);
-    /* f32 in place: a one-row plan keeps mrt_cpu_sgemm's GEMV (its sums do not depend on the
-     * thread count). bf16 and packed f32: every row count, one row included (oneDNN's brgemm
-     * splits rows and columns among threads, never K: its sums do not depend on the thread count
-     * either, measured; tests/runtime checks 1, 2 and 3 threads bitwise) */
-    if (d.kind != MRT_DEVICE_CPU || rows < (bf16 || pack ? 1 : 2))
+    /* f32: a one-row plan keeps mrt_cpu_sgemm's GEMV (its sums do not depend on the thread count),
+     * its weights as stored: MobileNetV2's 1x1280 -> 1000 classifier took 0.25 ms on the GEMV and
+     * 0.29-0.38 ms on the packed primitive (one thread). bf16 and packed f32 (rows >= 2): every
+     * row count, one row included (oneDNN's brgemm splits rows and columns among threads, never K:
+     * its sums do not depend on the thread count either, measured; numeric packed_weights checks
+     * 1, 2 and 3 threads bit for bit) */
+    pack = pack && !bf16 && rows >= 2 && rt_env_flag("MODELRT_PACK_WEIGHTS", 1);
+    if (d.kind != MRT_DEVICE_CPU || rows < (bf16 ? 1 : 2))
         return MRT_OK;
     const char *why = NULL;
     t->h[id] = matmul_create(trans_b, rows, N, K, W, has_bias, act, bf16, pack, &why);
