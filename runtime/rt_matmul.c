@@ -499,7 +499,7 @@ mrt_status mrt_matmul_prepare(mrt_model *m, int id, mrt_device d, int trans_b, i
                 bf16 ? ", bf16" : "", why ? why : "no primitive");
     }
 #else
-    (void)d, (void)trans_b, (void)has_bias;
+    (void)d, (void)trans_b, (void)has_bias, (void)pack;
 #endif
     return MRT_OK;
 }
