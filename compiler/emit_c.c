@@ -163,6 +163,24 @@ static void packed_gemms(Emit *e) {
         if (gemm_const_weights(e, e->kl->k[i])) e->mm_id[e->kl->k[i]->id] = e->nmm++;
 }
 
+/* Whether prepared GEMM k may store its weights packed in their own storage (MRT_MATMUL_PACK):
+ * the weight (a param or a load-time value, through any reshape views) is read by this GEMM and
+ * nothing else in the whole program (no other kernel, load-time ones included, no graph output,
+ * no tied embedding's gather: every such read is a live use, analyze_uses), the build is
+ * inference (gemm_const_weights) and the kernel's slot is not pinned to a GPU. The runtime packs
+ * only on a CPU device, f32, and reads those weights from then on through its primitives alone. */
+static bool gemm_sole_reader(const Emit *e, const Kernel *k) {
+    const Node *m = k->gemm, *n = m->in[1];
+    if (e->g->slots && e->g->slots[kslot(k)].cuda) return false;
+    for (;;) {
+        if (n->nuses != 1 || n->is_output || n == m->in[0]) return false;
+        if (n->op != OP_RESHAPE) break;
+        n = n->in[0];
+    }
+    const Storage *st = e->mp->of[n->id];
+    return st && (st->kind == S_PARAM || st->kind == S_INIT) && !st->load_only;
+}
+
 /* The rows of GEMM m when it runs as one GEMM (a's leading dims folded into M). */
 static Dim gemm_rows(const Node *m) {
     const Shape *sa = &m->in[0]->shape;
@@ -185,10 +203,12 @@ static void emit_matmul_prepares(Emit *e, char **ptr) {
         const Shape *sa = &m->in[0]->shape, *so = &m->shape;
         int bias_leaf = -1, act = 0;
         if (!lt_epilogue(k, &bias_leaf, &act) || act == 1) bias_leaf = -1, act = 0; /* relu: NaN (emit_lt_gemm) */
-        fprintf(e->o, "    /* matmul %d: k%d, gemm %%%d against constant weights */\n"
-                      "    if ((st = mrt_matmul_prepare(m, %d, dev%d, %d, %" PRId64 ", %s, %s, %s, %d, %d)) != MRT_OK) return st;\n",
-                e->mm_id[k->id], k->id, m->id, e->mm_id[k->id], kslot(k), m->trans_b, dim_max(e->g, gemm_rows(m)), dim_c(so->d[so->rank - 1]),
-                dim_c(sa->d[sa->rank - 1]), ptr[view_base(m->in[1])->id], bias_leaf >= 0, act);
+        bool pack = gemm_sole_reader(e, k);
+        fprintf(e->o, "    /* matmul %d: k%d, gemm %%%d against constant weights%s */\n"
+                      "    if ((st = mrt_matmul_prepare(m, %d, dev%d, %d, %" PRId64 ", %s, %s, %s, %d, %d%s)) != MRT_OK) return st;\n",
+                e->mm_id[k->id], k->id, m->id, pack ? ", their only reader: packed in place" : "", e->mm_id[k->id], kslot(k),
+                m->trans_b, dim_max(e->g, gemm_rows(m)), dim_c(so->d[so->rank - 1]), dim_c(sa->d[sa->rank - 1]),
+                ptr[view_base(m->in[1])->id], bias_leaf >= 0, act, pack ? " | MRT_MATMUL_PACK" : "");
     }
 }
 

@@ -410,14 +410,24 @@ mrt_status mrt_gemm_bias_act_f32(mrt_device d, void *stream, int trans_b, int64_
  *  arguments and MRT_ERR_OOM for the table. Without oneDNN, on a GPU slot or for rows < 2 it
  *  prepares nothing and returns MRT_OK. A model compiled --precision bf16 on a CPU with bf16
  *  instructions (mrt_model_desc.precision) prepares a bf16 copy of W instead (converted now, in
- *  oneDNN's preferred layout; W itself stays) and computes in bf16 with f32 sums, rows >= 1. */
+ *  oneDNN's preferred layout; W itself stays) and computes in bf16 with f32 sums, rows >= 1
+ *  (MRT_MATMUL_PACK is ignored there).
+ *  act | MRT_MATMUL_PACK (modelc sets it only where this GEMM is W's only reader in an inference
+ *  build): on a CPU slot, f32, rows >= 2, unless $MODELRT_PACK_WEIGHTS=0, W is reordered IN PLACE into the
+ *  primitive's preferred layout when that takes no more bytes (through one temporary buffer of W's
+ *  size, freed at once), and from then on W is readable by this GEMM's primitives alone: every row
+ *  count, one included, runs through a primitive (made on its first run), a run waits for another
+ *  thread in it, and one that cannot run is an error, never the usual path. Loading the weights
+ *  again rewrites W plain and prepares (packs) it again; mrt_model_copy_weights and
+ *  mrt_model_save_weights refuse a model with packed weights (rt_matmul_packed). */
+enum { MRT_MATMUL_PACK = 0x100 };
 mrt_status mrt_matmul_prepare(mrt_model *m, int id, mrt_device d, int trans_b, int64_t rows, int64_t N, int64_t K,
                               const float *W, int has_bias, int act);
 /** Run prepared GEMM `id`: C[rows, N] = act(A[rows, K] @ W + bias) (A, C row-major, contiguous,
  *  host memory; bias NULL exactly when it was prepared without one). *done = 1 when it ran; 0
  *  when nothing was prepared for it, rows differs from the prepared count, W is not the
  *  prepared pointer, or another thread is running it: the caller then computes it its usual
- *  way (mrt_gemm_f32 and the epilogue). bf16: any row count runs (a primitive per count, made on
+ *  way (mrt_gemm_f32 and the epilogue). Packed weights (MRT_MATMUL_PACK) and bf16: any row count runs (a primitive per count, made on
  *  its first run), and a run waits for another thread rather than falling back to f32. A oneDNN failure is MRT_ERR_INTERNAL naming the model,
  *  the matmul and its shape. */
 mrt_status mrt_matmul_run(mrt_model *m, int id, int64_t rows, const float *A, const float *W, const float *bias,

@@ -314,10 +314,11 @@ mrt_status mrt_dp_load_weights(mrt_dp *dp, const char *path)
         return mrt_set_error(MRT_ERR_INVALID_ARG, "mrt_dp_load_weights: NULL");
     mrt_status st = dp->info->load_weights(dp->model[0], path);
     /* the others read the file too where the first replica no longer holds every param: its
-     * blocked convolutions released their plain weights (mrt_blk_release_weights), or some
+     * blocked convolutions released their plain weights (mrt_blk_release_weights), some GEMMs
+     * hold theirs packed in place (MRT_MATMUL_PACK, rt_matmul_packed), or some
      * params were read only by load-time kernels (a batch norm folded into a conv, GPT-2's
      * position table gathered at constant positions), whose region is gone after loading */
-    int reread = st == MRT_OK && mrt_blk_released(dp->model[0]);
+    int reread = st == MRT_OK && (mrt_blk_released(dp->model[0]) || rt_matmul_packed(dp->model[0]));
     const mrt_model_desc *d = dp->info->desc ? ((const mrt_model *)dp->model[0])->desc : NULL;
     for (int i = 0; st == MRT_OK && d && i < d->n_params && !reread; i++)
         reread = d->params[i].region % 2;

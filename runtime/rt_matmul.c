@@ -9,10 +9,31 @@
  * usual path calls, mallocs its packing buffers on every call.
  *
  * The weights stay where the plan put them, in their stored layout (ab, or ba for a transposed
- * [N, K] weight): bench/gemm/RESULTS.md measured oneDNN 2.6's brgemm matmul on GPT-2's and
- * MiniLM's shapes with the weights reordered into its preferred packed layout (format_tag any)
- * and in place, and found no difference in rate (both within a few percent of dnnl_sgemm), so the
- * copy (as much memory again as the weights) buys nothing here. Bias and gelu (tanh form) are
+ * [N, K] weight), unless this GEMM is their only reader (below). A packed COPY is ruled out by
+ * memory (as much again as the weights: GPT-2 small +340 MB, above ONNX Runtime's peak RSS).
+ *
+ * Weights packed in place (MRT_MATMUL_PACK, issue 12): modelc sets the flag where the GEMM is the
+ * weight's only reader in the whole program (no other kernel, load-time ones included, no graph
+ * output, no tied embedding: GPT-2's wte stays plain) in an inference build on a slot not pinned
+ * to a GPU. Here, f32 on a CPU device, a plan of 2 rows or more (a one-row plan keeps the GEMV,
+ * faster there) and unless MODELRT_PACK_WEIGHTS=0, the first primitive is
+ * made with format_tag any weights; when its layout differs from W's and takes no more bytes
+ * (dnnl_memory_desc_get_size), W is reordered into it IN PLACE through one temporary copy of W
+ * (mmap'd and unmapped in mm_pack_weights: a transient of one weight, 9.4 MB for GPT-2's MLP), else
+ * W stays as stored and the primitive is made again for that. Measured (bench/gemm/RESULTS.md,
+ * "the matmul primitive with packed weights"): GPT-2 small's [K, N] GEMMs run 11-54% faster from the
+ * packed layout with cold weights (mlp c_fc and c_proj, whose 12 KB row stride is where the
+ * in-place read is slowest, most), MiniLM's [N, K] ones 3-7%. From then on W is readable by this
+ * GEMM's primitives alone: every row count, one row included, runs through a primitive (one per
+ * row count, RT_MM_CACHE, sharing W as bf16 shares its converted weights; brgemm never splits K,
+ * so the sums do not depend on the thread count: numeric packed_weights checks 1, 2 and 3 threads
+ * bit for bit), a run that finds the handle busy waits, and a primitive oneDNN will not make at
+ * some row count is an error (the usual path cannot read W). Loading the weights again rewrites W
+ * plain and init() prepares (packs) it again (tests/numeric/run_aba.c loads twice).
+ * mrt_model_copy_weights and mrt_model_save_weights refuse a model with packed weights
+ * (rt_matmul_packed), and mrt_dp_load_weights has every replica read the file.
+ *
+ * Bias and gelu (tanh form) are
  * the primitive's bias and eltwise post-op; not relu, whose oneDNN post-op turns NaN into 0 where
  * mrt_relu keeps it (field case B13): modelc prepares a relu GEMM bare and runs its epilogue loop.
  * Every other epilogue is the generated loop after the primitive, measured 2026-12-05
@@ -25,12 +46,13 @@
  * the L2 cache gained nothing either (exact gelu is compute-bound, 0.7-0.8 ns an element from L2
  * or L3, and a block of rows re-reads the weights).
  *
- * A prepared primitive has a fixed row count: the plan's maximum (the batch at --max-batch).
- * A run with fewer rows, a one-row GEMM (its sums must not depend on the thread count:
+ * Weights in place: a prepared primitive has a fixed row count: the plan's maximum (the batch
+ * at --max-batch). A run with fewer rows, a one-row GEMM (its sums must not depend on the thread count:
  * mrt_cpu_sgemm's GEMV), a GPU slot, a build without oneDNN, or a primitive oneDNN could not
  * create at load (logged once per model, then the usual path: documented fallback, never wrong)
  * take the usual path. The handle is shared by the views of a model running micro-batches
- * (rt_pipe.c); a run that finds it busy in another thread takes the usual path too.
+ * (rt_pipe.c); a run that finds it busy in another thread takes the usual path too (packed or
+ * bf16 weights: it waits).
  *
  * --precision bf16 (rt_model_bf16: the model asks, the slot is the CPU, and the CPU has bf16
  * instructions): the weights are converted once at prepare into a bf16 copy in oneDNN's preferred
@@ -51,6 +73,7 @@
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 #ifdef MRT_WITH_DNNL
 #include <dnnl.h>
@@ -74,14 +97,15 @@ typedef struct rt_mm_prim {
 typedef struct rt_matmul {
     int64_t rows, N, K;    /* rows: the prepared (largest) row count */
     int trans_b, act, has_bias, bf16;
+    int pack, packed;      /* pack: asked (MRT_MATMUL_PACK); packed: W now holds the weights in h->wmd */
     const float *W;        /* the weights it was prepared for (run() passes them again) */
     atomic_int busy;
-    rt_mm_prim e[RT_MM_CACHE]; /* f32: e[0] alone; bf16: e[0] the prepared rows, then others */
+    rt_mm_prim e[RT_MM_CACHE]; /* f32 in place: e[0] alone; bf16, packed: e[0] the prepared rows, then others */
     int ne, next;
 #ifdef MRT_WITH_DNNL
     dnnl_engine_t eng;
     dnnl_stream_t strm;
-    dnnl_memory_desc_t wmd; /* bf16: the weights as the primitives read them (wbuf) */
+    dnnl_memory_desc_t wmd; /* bf16, packed: the weights as the primitives read them (wbuf, W) */
     void *wbuf, *abuf, *padbuf; /* bf16: the weights, A converted; the shared scratchpad */
     size_t abuf_bytes, padbuf_bytes;
 #endif
@@ -224,9 +248,9 @@ static int mm_prim_make(rt_matmul *h, rt_mm_prim *e, int64_t rows, const char **
     dnnl_matmul_desc_t desc;
     *why = "oneDNN refused the matmul";
     /* f32 weights [K, N] as stored: row-major [K, N] (ab), or [N, K] read transposed (ba) */
-    if (h->bf16 && h->ne > 0)
+    if ((h->bf16 || h->packed) && h->ne > 0)
         wmd = h->wmd;
-    else if (dnnl_memory_desc_init_by_tag(&wmd, 2, wd, ct, h->bf16 ? dnnl_format_tag_any : h->trans_b ? dnnl_ba : dnnl_ab) !=
+    else if (dnnl_memory_desc_init_by_tag(&wmd, 2, wd, ct, h->bf16 || h->pack ? dnnl_format_tag_any : h->trans_b ? dnnl_ba : dnnl_ab) !=
              dnnl_success)
         goto fail;
     if (dnnl_memory_desc_init_by_tag(&smd, 2, sd, ct, dnnl_ab) != dnnl_success ||
@@ -267,7 +291,7 @@ static int mm_prim_make(rt_matmul *h, rt_mm_prim *e, int64_t rows, const char **
     if (cst != dnnl_success)
         goto fail;
     const dnnl_memory_desc_t *qw = dnnl_primitive_desc_query_md(pd, dnnl_query_weights_md, 0);
-    if (h->bf16 && h->ne == 0)
+    if ((h->bf16 || h->pack) && h->ne == 0)
         h->wmd = *qw;
     const dnnl_memory_desc_t *ps = dnnl_primitive_desc_query_md(pd, dnnl_query_scratchpad_md, 0);
     size_t pbytes = ps ? dnnl_memory_desc_get_size(ps) : 0;
@@ -328,9 +352,53 @@ static int mm_convert_weights(rt_matmul *h, const char **why)
     return s == dnnl_success;
 }
 
-/* The primitive for h's shape with its post-ops; NULL with *why set when oneDNN has none. */
+/* f32, MRT_MATMUL_PACK: W (ab or ba) reordered in place into h->wmd, the layout the first
+ * primitive (format_tag any) chose, through one temporary copy of W (freed here: a transient of one
+ * weight's bytes). 1 when W now holds the packed weights (h->packed); 0 when they stay plain: the
+ * packed layout takes more bytes than W has, it is W's own layout, or oneDNN or memory failed
+ * (W is restored from the copy then). */
+static int mm_pack_weights(rt_matmul *h)
+{
+    dnnl_memory_desc_t umd;
+    dnnl_dims_t wd = {h->K, h->N};
+    size_t plain = (size_t)h->K * (size_t)h->N * sizeof(float);
+    if (dnnl_memory_desc_init_by_tag(&umd, 2, wd, dnnl_f32, h->trans_b ? dnnl_ba : dnnl_ab) != dnnl_success ||
+        dnnl_memory_desc_get_size(&h->wmd) > plain || dnnl_memory_desc_equal(&umd, &h->wmd))
+        return 0;
+    /* mmap, not malloc: munmap gives the pages back at once, where glibc's dynamic mmap threshold
+     * would keep a smaller weight's copy in the heap after the first large one (measured on GPT-2
+     * small: +7 MB of peak RSS) */
+    void *tmp = mmap(NULL, plain, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    dnnl_memory_t um = NULL, wm = NULL;
+    dnnl_primitive_desc_t rpd = NULL;
+    dnnl_primitive_t r = NULL;
+    if (tmp == MAP_FAILED)
+        return 0;
+    memcpy(tmp, h->W, plain);
+    dnnl_status_t s = dnnl_memory_create(&um, &umd, h->eng, tmp);
+    if (s == dnnl_success) s = dnnl_memory_create(&wm, &h->wmd, h->eng, (void *)h->W); /* the params are writable */
+    if (s == dnnl_success) s = dnnl_reorder_primitive_desc_create(&rpd, &umd, h->eng, &h->wmd, h->eng, NULL);
+    if (s == dnnl_success) s = dnnl_primitive_create(&r, rpd);
+    if (s == dnnl_success) {
+        dnnl_exec_arg_t a[] = {{DNNL_ARG_FROM, um}, {DNNL_ARG_TO, wm}};
+        s = dnnl_primitive_execute(r, h->strm, 2, a);
+        if (s == dnnl_success) s = dnnl_stream_wait(h->strm);
+        if (s != dnnl_success)
+            memcpy((void *)h->W, tmp, plain); /* W as it was */
+    }
+    if (r) dnnl_primitive_destroy(r);
+    if (rpd) dnnl_primitive_desc_destroy(rpd);
+    if (um) dnnl_memory_destroy(um);
+    if (wm) dnnl_memory_destroy(wm);
+    munmap(tmp, plain);
+    h->packed = s == dnnl_success;
+    return h->packed;
+}
+
+/* The primitive for h's shape with its post-ops; NULL with *why set when oneDNN has none.
+ * pack (f32): W packed in place when mm_pack_weights can, else in place as stored. */
 static rt_matmul *matmul_create(int trans_b, int64_t rows, int64_t N, int64_t K, const float *W, int has_bias, int act,
-                                int bf16, const char **why)
+                                int bf16, int pack, const char **why)
 {
     rt_matmul *h = calloc(1, sizeof *h);
     if (!h) {
@@ -338,6 +406,7 @@ static rt_matmul *matmul_create(int trans_b, int64_t rows, int64_t N, int64_t K,
         return NULL;
     }
     h->rows = rows, h->N = N, h->K = K, h->trans_b = trans_b, h->act = act, h->has_bias = has_bias, h->bf16 = bf16;
+    h->pack = pack && !bf16;
     h->W = W;
     atomic_init(&h->busy, 0);
     *why = "oneDNN refused the matmul";
@@ -346,6 +415,15 @@ static rt_matmul *matmul_create(int trans_b, int64_t rows, int64_t N, int64_t K,
         !mm_prim_make(h, &h->e[0], rows, why) || (h->ne = 1, bf16 && !mm_convert_weights(h, why))) {
         matmul_free(h);
         return NULL;
+    }
+    if (h->pack && !mm_pack_weights(h)) { /* kept plain: the primitive for W as stored */
+        mm_prim_free(&h->e[0]);
+        h->ne = 0, h->pack = 0;
+        if (!mm_prim_make(h, &h->e[0], rows, why)) {
+            matmul_free(h);
+            return NULL;
+        }
+        h->ne = 1;
     }
     return h;
 }
@@ -357,7 +435,7 @@ static rt_mm_prim *mm_prim_for(rt_matmul *h, int64_t rows, const char **why)
     for (int i = 0; i < h->ne; i++)
         if (h->e[i].rows == rows)
             return &h->e[i];
-    if (!h->bf16)
+    if (!h->bf16 && !h->packed)
         return NULL;
     int slot = h->ne < RT_MM_CACHE ? h->ne : 1 + h->next++ % (RT_MM_CACHE - 1);
     if (slot < h->ne)
@@ -378,6 +456,8 @@ static rt_mm_prim *mm_prim_for(rt_matmul *h, int64_t rows, const char **why)
 mrt_status mrt_matmul_prepare(mrt_model *m, int id, mrt_device d, int trans_b, int64_t rows, int64_t N, int64_t K,
                               const float *W, int has_bias, int act)
 {
+    int pack = (act & MRT_MATMUL_PACK) != 0;
+    act &= ~MRT_MATMUL_PACK;
     if (!m || id < 0 || rows < 0 || N < 1 || K < 1 || !W || (act != MRT_ACT_NONE && act != MRT_ACT_GELU_TANH))
         return mrt_set_error(MRT_ERR_INVALID_ARG, "mrt_matmul_prepare: matmul %d: bad arguments (rows=%lld N=%lld "
                              "K=%lld act=%d)", id, (long long)rows, (long long)N, (long long)K, act);
@@ -401,13 +481,17 @@ mrt_status mrt_matmul_prepare(mrt_model *m, int id, mrt_device d, int trans_b, i
     t->h[id] = NULL;
 #ifdef MRT_WITH_DNNL
     int bf16 = rt_model_bf16(m, d);
-    /* f32: a one-row plan keeps mrt_cpu_sgemm's GEMV (its sums do not depend on the thread
-     * count). bf16: every row count, one row included (oneDNN's brgemm splits rows and columns
-     * among threads, never K: its sums do not depend on the thread count either, measured) */
+    /* f32: a one-row plan keeps mrt_cpu_sgemm's GEMV (its sums do not depend on the thread count),
+     * its weights as stored: MobileNetV2's 1x1280 -> 1000 classifier took 0.25 ms on the GEMV and
+     * 0.29-0.38 ms on the packed primitive (one thread). bf16 and packed f32 (rows >= 2): every
+     * row count, one row included (oneDNN's brgemm splits rows and columns among threads, never K:
+     * its sums do not depend on the thread count either, measured; numeric packed_weights checks
+     * 1, 2 and 3 threads bit for bit) */
+    pack = pack && !bf16 && rows >= 2 && rt_env_flag("MODELRT_PACK_WEIGHTS", 1);
     if (d.kind != MRT_DEVICE_CPU || rows < (bf16 ? 1 : 2))
         return MRT_OK;
     const char *why = NULL;
-    t->h[id] = matmul_create(trans_b, rows, N, K, W, has_bias, act, bf16, &why);
+    t->h[id] = matmul_create(trans_b, rows, N, K, W, has_bias, act, bf16, pack, &why);
     if (!t->h[id] && !t->warned) {
         t->warned = 1;
         mrt_log(MRT_LOG_WARN, "%s: matmul %d (%lldx%lldx%lld%s): %s; it runs on dnnl_sgemm (and so does any other "
@@ -415,7 +499,7 @@ mrt_status mrt_matmul_prepare(mrt_model *m, int id, mrt_device d, int trans_b, i
                 bf16 ? ", bf16" : "", why ? why : "no primitive");
     }
 #else
-    (void)d, (void)trans_b, (void)has_bias;
+    (void)d, (void)trans_b, (void)has_bias, (void)pack;
 #endif
     return MRT_OK;
 }
@@ -426,20 +510,30 @@ mrt_status mrt_matmul_run(mrt_model *m, int id, int64_t rows, const float *A, co
     *done = 0;
     rt_matmul_table *t = m->matmul;
     rt_matmul *h = t && id >= 0 && id < t->n ? t->h[id] : NULL;
-    if (!h || rows < 1 || (rows != h->rows && !h->bf16) || W != h->W || !bias != !h->has_bias)
+    if (h && h->packed && rows >= 1 && (W != h->W || !bias != !h->has_bias))
+        return mrt_set_error(MRT_ERR_INTERNAL, "%s: matmul %d holds its weights packed, but a run passed %s", m->desc->name,
+                             id, W != h->W ? "other weights" : "another bias");
+    if (!h || rows < 1 || (rows != h->rows && !h->bf16 && !h->packed) || W != h->W || !bias != !h->has_bias)
         return MRT_OK;
 #ifdef MRT_WITH_DNNL
     int idle = 0;
-    /* f32: another view of the model in it takes the usual path (the same numbers); bf16 waits
-     * its turn, since the usual path would compute in f32 */
+    /* f32 in place: another view of the model in it takes the usual path (the same numbers);
+     * bf16 waits its turn, since the usual path would compute in f32, and so do packed weights,
+     * which the usual path cannot read */
     while (!atomic_compare_exchange_strong(&h->busy, &idle, 1)) {
-        if (!h->bf16)
+        if (!h->bf16 && !h->packed)
             return MRT_OK;
         idle = 0;
         sched_yield();
     }
     const char *why = NULL;
     rt_mm_prim *e = mm_prim_for(h, rows, &why);
+    if (!e && h->packed) {
+        atomic_store(&h->busy, 0);
+        return mrt_set_error(MRT_ERR_INTERNAL, "%s: matmul %d at %lld rows (%lldx%lldx%lld, packed weights): %s",
+                             m->desc->name, id, (long long)rows, (long long)rows, (long long)h->N, (long long)h->K,
+                             why ? why : "no primitive");
+    }
     if (!e) {
         atomic_store(&h->busy, 0);
         if (!t->warned) {
@@ -478,4 +572,13 @@ mrt_status mrt_matmul_run(mrt_model *m, int id, int64_t rows, const float *A, co
     (void)A, (void)C;
 #endif
     return MRT_OK;
+}
+
+int rt_matmul_packed(const mrt_model *m)
+{
+    const rt_matmul_table *t = m ? m->matmul : NULL;
+    for (int i = 0; t && i < t->n; i++)
+        if (t->h[i] && t->h[i]->packed)
+            return 1;
+    return 0;
 }

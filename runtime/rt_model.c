@@ -481,6 +481,10 @@ mrt_status mrt_model_copy_weights(mrt_model *dst, const mrt_model *src)
         return mrt_set_error(MRT_ERR_INVALID_ARG, "%s: copying the weights of '%s', whose blocked convolutions released "
                              "their plain weights after loading (load the weights file instead, or set "
                              "MODELRT_KEEP_WEIGHTS=1)", d->name, sd->name);
+    if (rt_matmul_packed(src)) /* its params buffer is not plain (MRT_MATMUL_PACK) */
+        return mrt_set_error(MRT_ERR_INVALID_ARG, "%s: copying the weights of '%s', some of whose GEMMs hold their weights "
+                             "packed in place after loading (load the weights file instead, or set MODELRT_PACK_WEIGHTS=0)",
+                             d->name, sd->name);
     mrt_status st = MRT_OK;
     dst->weights_loaded = 0;
     for (int s = 0; s < d->n_slots && st == MRT_OK; s++) {

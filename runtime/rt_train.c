@@ -61,6 +61,9 @@ mrt_status mrt_model_save_weights(mrt_model *m, const char *path, int state)
     if (!state && mrt_blk_released(m))
         return mrt_set_error(MRT_ERR_INVALID_ARG, "%s_save_weights: its blocked convolutions released their plain "
                              "weights after loading (set MODELRT_KEEP_WEIGHTS=1 before loading to keep them)", d->name);
+    if (!state && rt_matmul_packed(m))
+        return mrt_set_error(MRT_ERR_INVALID_ARG, "%s_save_weights: some of its GEMMs hold their weights packed in place "
+                             "after loading (set MODELRT_PACK_WEIGHTS=0 before loading to keep them plain)", d->name);
     /* The header: JSON with each tensor's dtype, shape and byte range, padded with spaces to a
      * multiple of 8 (what the safetensors library writes), then the data in that order. */
     size_t cap = 256 + (size_t)d->n_params * (64 + 12 * MRT_MAX_RANK);

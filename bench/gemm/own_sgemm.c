@@ -17,7 +17,10 @@
  * SG_SPLIT=1/2 forces the thread split over N/M; SG_INPLACE=1 packs a [K,N] weight per call into
  * per-thread scratch, =2 reads it in place (no copy of the weights); SG_COLD=1 rotates through
  * copies of the weights (>= 128 MB) so they come from memory; SG_ONLY=TEXT runs the shapes whose
- * name contains TEXT; SG_SHAPE=M,K,N,trans_b runs that shape alone.
+ * name contains TEXT; SG_SHAPE=M,K,N,trans_b runs that shape alone. SG_ANY=1 compares the primitive
+ * with itself instead: the "own" columns are then the primitive reading the weights in place (ab /
+ * ba, as rt_matmul.c without MRT_MATMUL_PACK), the "dnnl" columns the primitive made with
+ * format_tag any weights, on copies reordered into that layout (as MRT_MATMUL_PACK stores them).
  */
 #include <math.h>
 #include <stdio.h>
@@ -63,15 +66,35 @@ typedef struct {
     dnnl_primitive_t prim;
     dnnl_memory_t src, wts, bias, dst, pad;
     void *padbuf;
+    dnnl_memory_desc_t wmd;
 } Prim;
 
+/* w (plain, ab or ba) reordered into p's weight layout at out */
+static void prim_pack(Prim *p, const Shape *s, const float *w, void *out) {
+    dnnl_memory_desc_t umd;
+    dnnl_dims_t wd = {s->K, s->N};
+    dnnl_memory_t um, wm;
+    dnnl_primitive_desc_t rpd;
+    dnnl_primitive_t r;
+    CHECK(dnnl_memory_desc_init_by_tag(&umd, 2, wd, dnnl_f32, s->trans_b ? dnnl_ba : dnnl_ab));
+    CHECK(dnnl_memory_create(&um, &umd, p->eng, (void *)w));
+    CHECK(dnnl_memory_create(&wm, &p->wmd, p->eng, out));
+    CHECK(dnnl_reorder_primitive_desc_create(&rpd, &umd, p->eng, &p->wmd, p->eng, NULL));
+    CHECK(dnnl_primitive_create(&r, rpd));
+    dnnl_exec_arg_t a[] = {{DNNL_ARG_FROM, um}, {DNNL_ARG_TO, wm}};
+    CHECK(dnnl_primitive_execute(r, p->strm, 2, a));
+    CHECK(dnnl_stream_wait(p->strm));
+    dnnl_primitive_destroy(r), dnnl_primitive_desc_destroy(rpd), dnnl_memory_destroy(um), dnnl_memory_destroy(wm);
+}
+
 /* as rt_matmul.c's mm_prim_make (f32): weights ab or ba in place, bias, user scratchpad */
+static int sg_any; /* SG_ANY=1: the weights in the primitive's preferred layout (format_tag any) */
 static void prim_create(Prim *p, const Shape *s) {
     dnnl_memory_desc_t smd, wmd, bmd, dmd;
     dnnl_dims_t sd = {s->M, s->K}, wd = {s->K, s->N}, bd = {1, s->N}, dd = {s->M, s->N};
     CHECK(dnnl_engine_create(&p->eng, dnnl_cpu, 0));
     CHECK(dnnl_stream_create(&p->strm, p->eng, dnnl_stream_default_flags));
-    CHECK(dnnl_memory_desc_init_by_tag(&wmd, 2, wd, dnnl_f32, s->trans_b ? dnnl_ba : dnnl_ab));
+    CHECK(dnnl_memory_desc_init_by_tag(&wmd, 2, wd, dnnl_f32, sg_any ? dnnl_format_tag_any : s->trans_b ? dnnl_ba : dnnl_ab));
     CHECK(dnnl_memory_desc_init_by_tag(&smd, 2, sd, dnnl_f32, dnnl_ab));
     CHECK(dnnl_memory_desc_init_by_tag(&bmd, 2, bd, dnnl_f32, dnnl_ab));
     CHECK(dnnl_memory_desc_init_by_tag(&dmd, 2, dd, dnnl_f32, dnnl_ab));
@@ -91,7 +114,10 @@ static void prim_create(Prim *p, const Shape *s) {
     p->pad = NULL;
     if (pb) CHECK(dnnl_memory_create(&p->pad, ps, p->eng, p->padbuf));
     CHECK(dnnl_memory_create(&p->src, &smd, p->eng, DNNL_MEMORY_NONE));
-    CHECK(dnnl_memory_create(&p->wts, &wmd, p->eng, DNNL_MEMORY_NONE));
+    const dnnl_memory_desc_t *qw = dnnl_primitive_desc_query_md(pd, dnnl_query_weights_md, 0);
+    p->wmd = *qw;
+    CHECK(dnnl_memory_create(&p->wts, qw, p->eng, DNNL_MEMORY_NONE));
+    if (sg_any) printf("#   packed weights %zu bytes (plain %zu)\n", dnnl_memory_desc_get_size(qw), (size_t)s->K * s->N * 4);
     CHECK(dnnl_memory_create(&p->bias, &bmd, p->eng, DNNL_MEMORY_NONE));
     CHECK(dnnl_memory_create(&p->dst, &dmd, p->eng, DNNL_MEMORY_NONE));
     printf("#   %s: primitive %s, scratchpad %zu bytes\n", s->name, impl ? impl : "?", pb);
@@ -188,8 +214,20 @@ int main(int argc, char **argv) {
         for (int r = 1; r < nrep; r++) memcpy(w + r * nw, w, nw * 4);
         for (int j = 0; j < s->N; j++) bias[j] = rand_unit();
         for (int r = 0; r < (inplace ? 1 : nrep); r++) sg_pack_b(w, s->trans_b, s->N, s->K, P + r * npk);
-        Prim p;
+        Prim p, pin;
+        size_t nw_pk = nw;
+        float *wpk = NULL;
+        sg_any = getenv("SG_ANY") && atoi(getenv("SG_ANY"));
         prim_create(&p, s);
+        if (sg_any) { /* v = 0: the in-place primitive; v = 1: the packed one, on packed copies */
+            sg_any = 0;
+            prim_create(&pin, s);
+            sg_any = 1;
+            size_t pw = (dnnl_memory_desc_get_size(&p.wmd) + 63) / 64 * 16; /* floats */
+            wpk = aligned_alloc(64, pw * 4 * nrep);
+            for (int r = 0; r < nrep; r++) prim_pack(&p, s, w + r * nw, wpk + r * pw);
+            nw_pk = pw;
+        }
         double fl = 2.0 * s->M * s->N * s->K;
         int calls = calls_arg > 0 ? calls_arg : (int)(0.04 / (fl / 300e9)) + 1;
         if (calls > 200) calls = 200;
@@ -198,15 +236,18 @@ int main(int argc, char **argv) {
         for (int v = 0; v < 2; v++) tw[v] = malloc(n * 8), tc[v] = malloc(n * 8);
         sg_direct = inplace && atoi(getenv("SG_INPLACE")) == 2;
         if (inplace) sg_w_inplace = w;
+        if (sg_any) prim_run(&pin, a, w, bias, c0); else
         sg_gemm(s->M, s->N, s->K, a, s->K, P, bias, c0, s->N); /* warm-up */
-        prim_run(&p, a, w, bias, c1);
+        prim_run(&p, a, sg_any ? wpk : w, bias, c1);
         for (int r = 0; r < rounds; r++)
             for (int v = 0; v < 2; v++)
                 for (int i = 0; i < calls; i++) {
                     int rr = (r * calls + i) % nrep;
                     if (inplace) sg_w_inplace = w + rr * nw;
                     double w0 = now(CLOCK_MONOTONIC), p0 = now(CLOCK_PROCESS_CPUTIME_ID);
-                    if (v == 0) sg_gemm(s->M, s->N, s->K, a, s->K, P + (inplace ? 0 : rr * npk), bias, c0, s->N);
+                    if (v == 0 && sg_any) prim_run(&pin, a, w + rr * nw, bias, c0);
+                    else if (v == 1 && sg_any) prim_run(&p, a, wpk + rr * nw_pk, bias, c1);
+                    else if (v == 0) sg_gemm(s->M, s->N, s->K, a, s->K, P + (inplace ? 0 : rr * npk), bias, c0, s->N);
                     else prim_run(&p, a, w + rr * nw, bias, c1);
                     double p1 = now(CLOCK_PROCESS_CPUTIME_ID), w1 = now(CLOCK_MONOTONIC);
                     tw[v][r * calls + i] = w1 - w0, tc[v][r * calls + i] = p1 - p0;
@@ -223,6 +264,7 @@ int main(int argc, char **argv) {
                e1, e0 <= 1 && e1 <= 1 ? "" : " FAILED");
         fflush(stdout);
         prim_destroy(&p);
+        if (sg_any) prim_destroy(&pin), free(wpk);
         sg_w_inplace = NULL;
         for (int v = 0; v < 2; v++) free(tw[v]), free(tc[v]);
         free(a), free(w), free(c0), free(c1), free(bias), free(P);

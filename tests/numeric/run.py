@@ -71,6 +71,9 @@ Spec (NAME.json, every key optional):
                                   says so at load); the case's tolerance holds for either
   "env": {"NAME": "VALUE"}        environment for every run of the case (e.g. DNNL_MAX_CPU_ISA)
   "stderr": "text"                the first run (A1) must print "text" on stderr
+  "threads": [1, 2, 3]            on the CPU, run the A inputs once more at each of these thread
+                                  counts (--threads N): vs the reference, and bit for bit vs A1
+                                  (results must not depend on the thread count)
   "note": "why this case exists"
 """
 
@@ -97,7 +100,7 @@ from harness import NP_DT, CaseFail  # noqa: E402,F401
 CASES = os.path.join(HERE, "cases")
 SPEC_KEYS = {"inputs", "params", "batches", "max_batch", "dims", "max_dims", "atol", "rtol", "tol", "expected", "bits",
              "oversize", "note", "flags", "expect_error", "same_as", "simd_paths", "precision", "env", "stderr",
-             "tol_of_max"}
+             "tol_of_max", "threads"}
 # What an executable of a --precision bf16 build says at load on a CPU without bf16 instructions
 # (runtime/rt_matmul.c, rt_precision_notice): it then runs in f32.
 BF16_FALLBACK = "compiled with --precision bf16, but this CPU has no bf16 instructions"
@@ -434,6 +437,19 @@ class Runner:
         return harness.execute(d, prog, tag, self.model, wpath, ipaths, extra,
                                device=self.opts.device, timeout=timeout_s(), env=env)
 
+    def thread_counts(self, d, prog, files, ref, a1, bw):
+        """The A inputs at each of the spec's thread counts: vs the reference, and bit for bit vs A1."""
+        for t in self.spec["threads"]:
+            o, p = self.execute(d, prog, "T%d" % t, *files, extra=("--threads", str(t)))
+            if o is None:
+                raise CaseFail("run with --threads %d%s failed (exit %d): %s"
+                               % (t, bw, p.returncode, last_lines(p.stderr + p.stdout)))
+            self.check_outputs(o, ref, "%s, --threads %d" % (bw, t), use_bits=True)
+            same_bits(a1, o, self.model.outputs, "A1", "--threads %d" % t, bw)
+        note = "bit-identical at --threads %s" % ", ".join(str(t) for t in self.spec["threads"])
+        if note not in self.notes:
+            self.notes.append(note)
+
     def simd_paths(self, d, prog, files, ref, a1, bw):
         """The A inputs with MODELRT_SIMD=portable, and with MODELRT_SIMD=avx2 (the x86-64-v3
         copies) where the default is AVX-512 and the CPU has v3: vs the reference, and bit for
@@ -562,6 +578,8 @@ class Runner:
                 for tag in ("A2", "A3"):
                     same_bits(outs["A1"], outs[tag], self.model.outputs, "A1",
                               tag + (" (--repeat 3)" if tag == "A3" else ""), bw)
+                if self.spec.get("threads") and on_cpu:
+                    self.thread_counts(d, prog, files["A"], refs["A"], outs["A1"], bw)
                 if self.spec.get("simd_paths") and on_cpu:
                     self.simd_paths(d, prog, files["A"], refs["A"], outs["A1"], bw)
                 if getattr(self.opts, "vs_cpu", False) and not on_cpu:

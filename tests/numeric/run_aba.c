@@ -4,7 +4,9 @@
  *
  * Linked with one model emitted by `modelc --emit-c` (its descriptor named by -DMODEL_INFO=...)
  * and libmodelrt.a. Creates the model once, then runs inputs A, then B, then A again on the
- * same model object (same arena), writing each run's outputs. Before every run each output
+ * same model object (same arena), writing each run's outputs; the weights are loaded again
+ * between B and the second A (init() runs again: GEMMs that pack their weights in place,
+ * MRT_MATMUL_PACK, must pack the newly loaded plain weights, or A2 differs from A1). Before every run each output
  * buffer is filled with a different garbage pattern (NaN bits, 0x7f.., zeros), so an element
  * a run forgets to write shows up as a difference between the two A runs.
  *
@@ -130,8 +132,13 @@ int main(int argc, char **argv) {
         goto out;
     }
     if (run_once(model, batch_a, in_a, prefix, "A1", 0xff) ||
-        run_once(model, batch_b, in_b, prefix, "B", 0x7f) ||
-        run_once(model, batch_a, in_a, prefix, "A2", 0x00))
+        run_once(model, batch_b, in_b, prefix, "B", 0x7f))
+        goto out;
+    if (info->load_weights(model, weights) != MRT_OK) {
+        fail(weights ? weights : "load_weights(NULL), again");
+        goto out;
+    }
+    if (run_once(model, batch_a, in_a, prefix, "A2", 0x00))
         goto out;
     rc = 0;
 out:
