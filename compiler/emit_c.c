@@ -555,10 +555,10 @@ static void emit_attention(Emit *e, const Kernel *k, char **ptr) {
     fprintf(e->o, "    /* %s%d: attention %%%d = softmax(%.9g q k^T%s%s) v */\n", e->kpfx, k->id, n->id, n->fattr[0],
             n->nin > 3 ? " + mask" : "", n->causal ? ", causal" : "");
     fprintf(e->o, "    {\n    const mrt_attention_desc mrt_ad = {.nb = %d, .batch = {%s}, .L = %s, .S = %s, .E = %s, .Ev = %s,\n"
-                  "        .scale = (float)%.17g, .causal = %d, .zero_masked_rows = %d,\n"
+                  "        .scale = %s, .causal = %d, .zero_masked_rows = %d,\n"
                   "        .q = %s, .k = %s, .v = %s,\n        .m = %s, .o = %s};\n",
             nb, nb ? batch : "0", dim_c(sz[3][r - 2]), dim_c(sz[1][rk[1] - 2]), dim_c(sz[0][rk[0] - 1]),
-            dim_c(sz[3][r - 1]), n->fattr[0], n->causal, n->zero_masked_rows, st[0], st[1], st[2], st[3], st[4]);
+            dim_c(sz[3][r - 1]), float_lit(n->fattr[0]), n->causal, n->zero_masked_rows, st[0], st[1], st[2], st[3], st[4]);
     const char *args = xprintf("&mrt_ad, %s, %s, %s, %s, %s", ptr[n->id], ptr[view_base(n->in[0])->id],
                                ptr[view_base(n->in[1])->id], ptr[view_base(n->in[2])->id], mask);
     int s = kslot(k);

@@ -31,6 +31,7 @@
 #include "modelc.h"
 #include "modelrt.h" /* MRT_CUDA_CONV_DIRECT_TAPS: the CUDA conv2d's paths */
 
+#include <float.h>
 #include <math.h>
 #include <string.h>
 
@@ -276,7 +277,8 @@ static Kernel *new_kernel(KernelList *kl, KernelKind kind, Node *root) {
  * scores * (1 / c), and (q * c1) @ k or scores * c1 * c2 one multiply, which differ from the
  * unfused float operations by rounding, a few ulps of a score (numeric attn_scale_forms compares
  * them with NumPy within its tolerance), and where an intermediate product of the unfused chain
- * would overflow or underflow. A constant on q or k must be finite and not 0 (q * 0 would give
+ * would overflow or underflow (a factor that takes the float product to inf, 0 or a subnormal, when
+ * each factor is finite and not 0, is not folded: attn_scalar). A constant on q or k must be finite and not 0 (q * 0 would give
  * 0 where an overflowing q . k times 0 gives NaN). A constant divided by the scores, or a scale
  * after the mask, is no such chain and stays unfused. The mask is an add of an f32 tensor that
  * broadcasts into the scores without widening them. A permute that is the only reader of q, k or v, or the only reader of the
@@ -322,11 +324,16 @@ static Node *attn_scalar(Node *x, const Node *root, double *scale, bool operand)
             a->dtype != DT_F32)
             continue;
         if ((x->op == OP_DIV || operand) && (c->value == 0.0 || !isfinite(c->value))) return NULL;
-        if (x->op == OP_DIV) {
-            *scale /= c->value;
-        } else {
-            *scale *= c->value;
-        }
+        const double next = x->op == OP_DIV ? *scale / c->value : *scale * c->value;
+        /* factors that are each finite and not 0 but whose product, rounded to the kernel's
+         * float, overflows, underflows to 0 or is subnormal: the unfused steps stay finite and
+         * not 0 (q * 1e-30 and k * 1e-30 would become a scale of 0, and NaN where an
+         * overflowing q . k meets it); this factor and those above it stay unfused */
+        const float nf = (float)next;
+        if (isfinite(c->value) && c->value != 0.0 && isfinite(*scale) && *scale != 0.0 &&
+            (!isfinite(nf) || fabsf(nf) < FLT_MIN))
+            return NULL;
+        *scale = next;
         return a;
     }
     return NULL;
@@ -600,7 +607,7 @@ static void dump_kernels(FILE *out, const Graph *g, const KernelList *kl, const 
  * written through a permutation (q, k, v: logical dim i is dim P[i] of the operand; out: logical
  * dim i is dim P[i] of the result). */
 static void print_attention(FILE *out, const Node *r) {
-    fprintf(out, " {scale=%.9g%s%s", r->fattr[0], r->causal ? ", causal" : "", r->zero_masked_rows ? ", zero_masked_rows" : "");
+    fprintf(out, " {scale=%.9g%s%s", (double)(float)r->fattr[0], r->causal ? ", causal" : "", r->zero_masked_rows ? ", zero_masked_rows" : "");
     static const char *const names[4] = {"q", "k", "v", "out"};
     for (int j = 0; j < 4; j++) {
         int rank = j < 3 ? r->in[j]->shape.rank : r->shape.rank;
