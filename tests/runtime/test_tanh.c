@@ -12,7 +12,8 @@
  * x86-64-v4 (fmaf one instruction), as kprint.c's twins of a generated loop; the fastest copy's
  * values are measured, and the others must give its bits (runtime/tanh/copies). Checks:
  * |mrt_tanhf(x) - tanh(x)| at most TOL_TANH ulp of the result (the bound that an exhaustive run
- * measured), tanh odd bit for bit, tanh(-0) = -0, tanh(+-inf) = +-1, NaN in NaN out;
+ * measured), tanh odd bit for bit, tanh and gelu_tanh monotonic along the floats checked (erf's
+ * places where it is not are counted and printed: 117 over every float, 1 ulp each), tanh(-0) = -0, tanh(+-inf) = +-1, NaN in NaN out;
  * mrt_gelu_tanh(x) within 2 ulp + 1e-38 of the tanh-form gelu computed in double from the float
  * argument (x >= 0); the same for mrt_erff (TOL_ERF, the bound an exhaustive run measured) and the
  * erf-form mrt_gelu of x and -x (2 ulp, plus ERF_IN_GELU ulp of erf carried through 0.5 x (1 +
@@ -31,7 +32,8 @@ enum { CHUNK = 4096 };
  * exhaustive run measured mrt_gelu at 0.985 of that tolerance, at x = -1.514, where 1 + erf
  * cancels; 0.908 on make test's sample) */
 #define ERF_IN_GELU 1.2
-#define TOL_TANH 1.23 /* ulp: mrt_tanhf's bound (an exhaustive run measured 1.227 at x = 0.6328; 1.343 before fmaf) */
+#define TOL_TANH 1.37 /* ulp: mrt_tanhf's bound (an exhaustive run measured 1.362 at x = 0.6300; 1.343 before fmaf; 1.227
+                       * with (e - 1) / (e + 1) below 0.9, which was not monotonic) */
 
 static double ulp_of(double r) { /* one ulp of the float nearest r (denormals: 2^-149) */
     int e;
@@ -43,6 +45,9 @@ typedef struct {
     double worst, worst_gelu, worst_erf, worst_gelu_erf;
     float at, at_gelu, at_erf, at_gelu_erf;
     long n, odd_fail, odd_fail_erf;
+    float prev_x, prev_y, prev_g, prev_er; /* the last x checked, and its tanh, gelu_tanh, erf */
+    long down, down_gelu, down_erf;        /* where a larger x gave a smaller result */
+    float at_down, at_down_erf;
 } Acc;
 
 /* The eight results of one chunk, computed by one copy of the loops: SUF "" the x86-64 baseline
@@ -109,6 +114,14 @@ static void check(const float *x, int n, Acc *acc) {
             if (eg > acc->worst_gelu_erf) acc->worst_gelu_erf = eg, acc->at_gelu_erf = (float)xd;
         }
     }
+    for (int i = 0; i < n; i++) { /* monotonic along each increasing run of x (tanh, gelu_tanh for x >= 0, erf) */
+        if (acc->n + i > 0 && x[i] > acc->prev_x) {
+            if (y[i] < acc->prev_y) acc->down++, acc->at_down = x[i];
+            if (g[i] < acc->prev_g) acc->down_gelu++;
+            if (er[i] < acc->prev_er) acc->down_erf++, acc->at_down_erf = x[i];
+        }
+        acc->prev_x = x[i], acc->prev_y = y[i], acc->prev_g = g[i], acc->prev_er = er[i];
+    }
     for (int i = 0; i < n; i++) {
         double ref = tanh((double)x[i]), e = fabs((double)y[i] - ref) / ulp_of(ref);
         if (e > acc->worst) acc->worst = e, acc->at = x[i];
@@ -158,6 +171,12 @@ int main(int argc, char **argv) {
     else printf("PASS: runtime/tanh/gelu\n");
     if (acc.odd_fail) printf("FAIL: runtime/tanh/odd: tanh(-x) != -tanh(x) for %ld values\n", acc.odd_fail), failed = 1;
     else printf("PASS: runtime/tanh/odd\n");
+    if (acc.down || acc.down_gelu)
+        printf("FAIL: runtime/tanh/monotonic: tanh went down at %ld floats (the last at x = %.9g), gelu_tanh at %ld\n",
+               acc.down, acc.at_down, acc.down_gelu), failed = 1;
+    else printf("PASS: runtime/tanh/monotonic\n");
+    printf("mrt_erff: not monotonic at %ld of the floats checked (the last at x = %.9g; 1 ulp each, known: "
+           "docs/runtime.md)\n", acc.down_erf, acc.at_down_erf);
     printf("mrt_erff: worst %.3f ulp at x = %.9g, tolerance %.2f ulp\n", acc.worst_erf, acc.at_erf, TOL_ERF);
     printf("mrt_gelu: worst %.3f of its tolerance (2 ulp + erf's bound through 0.5 x (1 + erf)) at x = %.9g\n",
            acc.worst_gelu_erf, acc.at_gelu_erf);
