@@ -419,7 +419,8 @@ mrt_status mrt_gemm_bias_act_f32(mrt_device d, void *stream, int trans_b, int64_
  *  count, one included, runs through a primitive (made on its first run), a run waits for another
  *  thread in it, and one that cannot run is an error, never the usual path. Loading the weights
  *  again rewrites W plain and prepares (packs) it again; mrt_model_copy_weights and
- *  mrt_model_save_weights refuse a model with packed weights (rt_matmul_packed). */
+ *  mrt_model_save_weights refuse a model with a packed param (rt_matmul_packed; a packed load-time
+ *  value, computed from the params at each load, leaves them plain: tests/train embed_packed). */
 enum { MRT_MATMUL_PACK = 0x100 };
 mrt_status mrt_matmul_prepare(mrt_model *m, int id, mrt_device d, int trans_b, int64_t rows, int64_t N, int64_t K,
                               const float *W, int has_bias, int act);

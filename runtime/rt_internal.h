@@ -371,9 +371,10 @@ mrt_status rt_env_seconds(const char *name, double dflt, double *out);
  * unset or empty; 1 for 1, true, yes, on; 0 for 0, false, no, off (any case); any other value
  * gives dflt and a warning naming the variable and the values it takes (once per variable). */
 int rt_env_flag(const char *name, int dflt);
-/* Whether some prepared GEMM of m holds its weights packed in their own storage
+/* Whether some prepared GEMM of m holds a param's bytes packed in their own storage
  * (MRT_MATMUL_PACK, rt_matmul.c): the params buffer then is not plain, and whatever would read
- * it back (copy, save) must refuse or read the file again. */
+ * it back (copy, save) must refuse or read the file again. A packed load-time value (computed
+ * from the params at each load) leaves the params plain and does not count. */
 int rt_matmul_packed(const mrt_model *m);
 
 /* Write the concatenation of parts[0..n) to path atomically (rt_npy.c): a temporary file beside

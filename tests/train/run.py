@@ -148,6 +148,43 @@ def _train(prog, d, name, *args):
                           env=dict(os.environ, MODELRT_DEVICE=os.environ.get("TRAIN_DEVICE", "cpu")))
 
 
+def check_embed_packed(modelc, d):
+    """mrt_model_save_weights on inference models with weights packed in place (embed_packed.c):
+    a packed load-time value leaves the params plain, so the save succeeds and writes the loaded
+    file's bytes (it was once refused: the review of 2026-12-05); a packed param is refused with
+    a message, and saved with MODELRT_PACK_WEIGHTS=0."""
+    flags = lambda w: subprocess.run([modelc, w], capture_output=True, text=True, check=True).stdout.split()  # noqa: E731
+    srcs = []
+    for name in ("packed_lt", "packed_pp"):
+        p = subprocess.run([modelc, os.path.join(HERE, name + ".model"), "--no-cuda", "--max-batch", "8", "--emit-c",
+                            "-o", d], capture_output=True, text=True)
+        if p.returncode:
+            return "modelc --emit-c %s failed: %s" % (name, p.stderr.strip()[-300:])
+        srcs.append(os.path.join(d, name + ".c"))
+    exe = os.path.join(d, "embed_packed")
+    p = subprocess.run([os.environ.get("CC", "cc"), "-O1", "-Wall", "-Werror"] + flags("--print-cflags") +
+                       ["-I" + d, os.path.join(HERE, "embed_packed.c")] + srcs + flags("--print-libs") + ["-o", exe],
+                       capture_output=True, text=True)
+    if p.returncode:
+        return "compiling embed_packed.c failed: " + p.stderr.strip()[-400:]
+    w = os.path.join(d, "w.st")
+    safetensors_np.write(w, {"s": np.random.default_rng(3).standard_normal((256, 1024)).astype(np.float32)})
+    bad = []
+    for env in ({}, {"MODELRT_PACK_WEIGHTS": "0"}):
+        out = os.path.join(d, "out%d.st" % len(env))
+        q = subprocess.run([exe, w, out], capture_output=True, text=True, env=dict(os.environ, MODELRT_DEVICE="cpu", **env))
+        for line in q.stdout.strip().splitlines():
+            print("  embed_packed%s: %s" % (" (MODELRT_PACK_WEIGHTS=0)" if env else "", line))
+        if q.returncode:
+            bad.append("embed_packed exit %d%s: %s" % (q.returncode, " with MODELRT_PACK_WEIGHTS=0" if env else "",
+                                                         (q.stdout + q.stderr).strip()[-300:]))
+            continue
+        a, b = safetensors_np.read(w), safetensors_np.read(out)
+        if set(a) != set(b) or any(not np.array_equal(a[k], b[k]) for k in a):
+            bad.append("the saved weights are not the loaded ones")
+    return "; ".join(bad) or None
+
+
 def check_resume(modelc, d):
     """A run stopped after 6 steps and resumed from its --save/--save-state checkpoint ends bit
     for bit as the run that was never stopped (shuffled, with a schedule and clipping); a resume
@@ -541,6 +578,11 @@ def main():
         with tempfile.TemporaryDirectory(prefix="train_embed_") as d:
             why = check_embed(modelc, d)
         print("PASS: train/embed" if why is None else "FAIL: train/embed: %s" % why)
+        fails += why is not None
+    if not a.k or any(k in "embed_packed" for k in a.k):
+        with tempfile.TemporaryDirectory(prefix="train_embed_packed_") as d:
+            why = check_embed_packed(modelc, d)
+        print("PASS: train/embed_packed" if why is None else "FAIL: train/embed_packed: %s" % why)
         fails += why is not None
     if not a.k or any(k in "resume" for k in a.k):
         with tempfile.TemporaryDirectory(prefix="train_resume_") as d:
