@@ -322,21 +322,16 @@ fail:
     return 0;
 }
 
-/* bf16: W (f32, ab or ba) converted into h->wbuf in h->wmd's format, once at prepare. */
-static int mm_convert_weights(rt_matmul *h, const char **why)
+/* Reorder the weights at src (desc smd) into dst (h->wmd) on h's engine and stream, waiting
+ * for it: the one reorder both the bf16 conversion and the f32 packing run. */
+static dnnl_status_t mm_reorder_weights(rt_matmul *h, const dnnl_memory_desc_t *smd, void *src, void *dst)
 {
-    dnnl_memory_desc_t umd;
-    dnnl_dims_t wd = {h->K, h->N};
-    size_t wb = dnnl_memory_desc_get_size(&h->wmd);
     dnnl_memory_t um = NULL, wm = NULL;
     dnnl_primitive_desc_t rpd = NULL;
     dnnl_primitive_t r = NULL;
-    dnnl_status_t s = dnnl_memory_desc_init_by_tag(&umd, 2, wd, dnnl_f32, h->trans_b ? dnnl_ba : dnnl_ab);
-    if (s == dnnl_success && !(h->wbuf = aligned_alloc(64, (wb + 63) / 64 * 64 + 64)))
-        s = dnnl_out_of_memory;
-    if (s == dnnl_success) s = dnnl_memory_create(&um, &umd, h->eng, (void *)h->W);
-    if (s == dnnl_success) s = dnnl_memory_create(&wm, &h->wmd, h->eng, h->wbuf);
-    if (s == dnnl_success) s = dnnl_reorder_primitive_desc_create(&rpd, &umd, h->eng, &h->wmd, h->eng, NULL);
+    dnnl_status_t s = dnnl_memory_create(&um, smd, h->eng, src);
+    if (s == dnnl_success) s = dnnl_memory_create(&wm, &h->wmd, h->eng, dst);
+    if (s == dnnl_success) s = dnnl_reorder_primitive_desc_create(&rpd, smd, h->eng, &h->wmd, h->eng, NULL);
     if (s == dnnl_success) s = dnnl_primitive_create(&r, rpd);
     if (s == dnnl_success) {
         dnnl_exec_arg_t a[] = {{DNNL_ARG_FROM, um}, {DNNL_ARG_TO, wm}};
@@ -347,6 +342,19 @@ static int mm_convert_weights(rt_matmul *h, const char **why)
     if (rpd) dnnl_primitive_desc_destroy(rpd);
     if (um) dnnl_memory_destroy(um);
     if (wm) dnnl_memory_destroy(wm);
+    return s;
+}
+
+/* bf16: W (f32, ab or ba) converted into h->wbuf in h->wmd's format, once at prepare. */
+static int mm_convert_weights(rt_matmul *h, const char **why)
+{
+    dnnl_memory_desc_t umd;
+    dnnl_dims_t wd = {h->K, h->N};
+    size_t wb = dnnl_memory_desc_get_size(&h->wmd);
+    dnnl_status_t s = dnnl_memory_desc_init_by_tag(&umd, 2, wd, dnnl_f32, h->trans_b ? dnnl_ba : dnnl_ab);
+    if (s == dnnl_success && !(h->wbuf = aligned_alloc(64, (wb + 63) / 64 * 64 + 64)))
+        s = dnnl_out_of_memory;
+    if (s == dnnl_success) s = mm_reorder_weights(h, &umd, (void *)h->W, h->wbuf);
     if (s != dnnl_success)
         *why = s == dnnl_out_of_memory ? "out of memory for its bf16 weights" : "oneDNN refused the bf16 weight reorder";
     return s == dnnl_success;
@@ -369,27 +377,12 @@ static int mm_pack_weights(rt_matmul *h)
      * would keep a smaller weight's copy in the heap after the first large one (measured on GPT-2
      * small: +7 MB of peak RSS) */
     void *tmp = mmap(NULL, plain, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    dnnl_memory_t um = NULL, wm = NULL;
-    dnnl_primitive_desc_t rpd = NULL;
-    dnnl_primitive_t r = NULL;
     if (tmp == MAP_FAILED)
         return 0;
     memcpy(tmp, h->W, plain);
-    dnnl_status_t s = dnnl_memory_create(&um, &umd, h->eng, tmp);
-    if (s == dnnl_success) s = dnnl_memory_create(&wm, &h->wmd, h->eng, (void *)h->W); /* the params are writable */
-    if (s == dnnl_success) s = dnnl_reorder_primitive_desc_create(&rpd, &umd, h->eng, &h->wmd, h->eng, NULL);
-    if (s == dnnl_success) s = dnnl_primitive_create(&r, rpd);
-    if (s == dnnl_success) {
-        dnnl_exec_arg_t a[] = {{DNNL_ARG_FROM, um}, {DNNL_ARG_TO, wm}};
-        s = dnnl_primitive_execute(r, h->strm, 2, a);
-        if (s == dnnl_success) s = dnnl_stream_wait(h->strm);
-        if (s != dnnl_success)
-            memcpy((void *)h->W, tmp, plain); /* W as it was */
-    }
-    if (r) dnnl_primitive_destroy(r);
-    if (rpd) dnnl_primitive_desc_destroy(rpd);
-    if (um) dnnl_memory_destroy(um);
-    if (wm) dnnl_memory_destroy(wm);
+    dnnl_status_t s = mm_reorder_weights(h, &umd, tmp, (void *)h->W); /* the params are writable */
+    if (s != dnnl_success)
+        memcpy((void *)h->W, tmp, plain); /* W as it was */
     munmap(tmp, plain);
     h->packed = s == dnnl_success;
     return h->packed;
